@@ -1,0 +1,126 @@
+//go:build !wasip1
+
+package wasmkeep
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeHost is an in-memory host with the ABI's semantics, counting calls and
+// able to fail any import with a chosen errno.
+type fakeHost struct {
+	alarm    *int64
+	kv       map[string][]byte
+	req      []byte
+	resp     []byte
+	fail     map[string]uint32 // import name -> errno to return instead
+	calls    map[string]int
+	setTimes []int64
+}
+
+func (h *fakeHost) call(op string) (uint32, bool) {
+	h.calls[op]++
+	if e, ok := h.fail[op]; ok {
+		return e, true
+	}
+	return 0, false
+}
+
+func (h *fakeHost) setAlarm(atMs int64) uint32 {
+	if e, ok := h.call("set-alarm"); ok {
+		return e
+	}
+	h.setTimes = append(h.setTimes, atMs)
+	if atMs < 0 || atMs > maxAlarmMillis {
+		return uint32(EINVAL)
+	}
+	h.alarm = &atMs
+	return 0
+}
+
+func (h *fakeHost) getAlarm(out *int64) uint32 {
+	if e, ok := h.call("get-alarm"); ok {
+		return e
+	}
+	if h.alarm == nil {
+		return uint32(ENOENT)
+	}
+	*out = *h.alarm
+	return 0
+}
+
+func (h *fakeHost) clearAlarm() uint32 {
+	if e, ok := h.call("clear-alarm"); ok {
+		return e
+	}
+	h.alarm = nil
+	return 0
+}
+
+func (h *fakeHost) requestRead(buf []byte) uint32 {
+	if e, ok := h.call("request-read"); ok {
+		return e
+	}
+	copy(buf, h.req)
+	return 0
+}
+
+func (h *fakeHost) responseWrite(buf []byte) uint32 {
+	if e, ok := h.call("response-write"); ok {
+		return e
+	}
+	h.resp = append(h.resp, buf...)
+	return 0
+}
+
+func (h *fakeHost) kvGet(key string, buf []byte, outLen *uint32) uint32 {
+	if e, ok := h.call("kv-get"); ok {
+		return e
+	}
+	v, ok := h.kv[key]
+	if !ok {
+		return uint32(ENOENT)
+	}
+	*outLen = uint32(len(v))
+	copy(buf, v)
+	return 0
+}
+
+func (h *fakeHost) kvPut(key string, val []byte) uint32 {
+	if e, ok := h.call("kv-put"); ok {
+		return e
+	}
+	if len(key) > 1024 || len(val) > 1<<20 {
+		return uint32(E2BIG)
+	}
+	h.kv[key] = bytes.Clone(val)
+	return 0
+}
+
+func (h *fakeHost) kvDelete(key string) uint32 {
+	if e, ok := h.call("kv-delete"); ok {
+		return e
+	}
+	delete(h.kv, key)
+	return 0
+}
+
+// withHost installs a fresh fake host and clears the handlers and the log for
+// one test.
+func withHost(t *testing.T) (*fakeHost, *strings.Builder) {
+	t.Helper()
+	h := &fakeHost{kv: map[string][]byte{}, fail: map[string]uint32{}, calls: map[string]int{}}
+	var log strings.Builder
+	nativeHost, logOutput = h, &log
+	alarmHandler, requestHandler, initHandler = nil, nil, nil
+	t.Cleanup(func() {
+		nativeHost, logOutput = nil, nil
+		alarmHandler, requestHandler, initHandler = nil, nil, nil
+	})
+	return h, &log
+}
+
+func noopAlarm(time.Time, int) error { return nil }

@@ -1,0 +1,3 @@
+module github.com/wasmkeep/alarms/guest-sdk
+
+go 1.26
