@@ -1,0 +1,410 @@
+package hostmod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// ErrClosed is returned by an Actor after Close.
+var ErrClosed = errors.New("actor closed")
+
+// GuestError says that a guest export failed: it returned non-zero, trapped,
+// or ran past its deadline.
+type GuestError struct {
+	Actor  abi.ActorID
+	Export string
+	Code   uint32 // the non-zero result, when the export returned
+	Cause  error  // the trap or deadline, when it did not
+}
+
+func (e *GuestError) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("actor %s: %s failed: %v", e.Actor, e.Export, e.Cause)
+	}
+	return fmt.Sprintf("actor %s: %s returned %d", e.Actor, e.Export, e.Code)
+}
+
+func (e *GuestError) Unwrap() error { return e.Cause }
+
+// Result is what an event committed.
+type Result struct {
+	// Response is what the guest wrote with response-write.
+	Response []byte
+	// Alarm is the committed alarm after the event (Unix ms), if HasAlarm.
+	Alarm    int64
+	HasAlarm bool
+	// Failures is the committed failure count after the event.
+	Failures int
+	// AlarmChanged is true when the alarm differs from before the event.
+	AlarmChanged bool
+}
+
+// Delivery is the outcome of DeliverAlarm.
+type Delivery struct {
+	// Ran is true when on-alarm was called (the alarm was set and due).
+	Ran bool
+	// Scheduled and RetryCount are what on-alarm was called with.
+	Scheduled  int64
+	RetryCount int
+	// Err is why the run failed (a *GuestError), nil when it was handled.
+	Err error
+	// Result is the committed state after the delivery.
+	Result
+}
+
+// State is an actor's committed alarm state.
+type State struct {
+	Alarm    int64
+	HasAlarm bool
+	Failures int
+	Inited   bool
+}
+
+// Actor is one actor: its database and, while it runs, one instance of its
+// class. Methods are safe for concurrent use and run one event at a time.
+type Actor struct {
+	e     *Engine
+	id    abi.ActorID
+	class *Class
+	store *Store
+
+	mu     sync.Mutex
+	mod    api.Module
+	inited bool
+	closed bool
+}
+
+// Open opens the actor whose database is at path (created if missing). The
+// instance is created on the first event.
+func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string) (*Actor, error) {
+	st, err := OpenStore(path)
+	if err != nil {
+		return nil, fmt.Errorf("actor %s: %w", id, err)
+	}
+	_, inited, err := st.Meta(MetaInitDone)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("actor %s: read meta: %w", id, err)
+	}
+	return &Actor{e: e, id: id, class: c, store: st, inited: inited}, nil
+}
+
+// ID returns the actor's identity.
+func (a *Actor) ID() abi.ActorID { return a.id }
+
+// Close closes the instance and the database.
+func (a *Actor) Close(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	a.discard(ctx)
+	return a.store.Close()
+}
+
+// discard closes the instance; a fresh one serves the next event.
+func (a *Actor) discard(ctx context.Context) {
+	if a.mod != nil {
+		_ = a.mod.Close(context.WithoutCancel(ctx))
+		a.mod = nil
+	}
+}
+
+// State reads the committed alarm state.
+func (a *Actor) State(context.Context) (State, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return State{}, fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+	}
+	at, ok, err := a.store.Alarm()
+	if err != nil {
+		return State{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+	}
+	n, err := a.store.Failures()
+	if err != nil {
+		return State{}, fmt.Errorf("actor %s: %w", a.id, err)
+	}
+	return State{Alarm: at, HasAlarm: ok, Failures: n, Inited: a.inited}, nil
+}
+
+// Store returns the actor's database for hosts that need to read it between
+// events (for example to replicate it). Do not use it while an event runs.
+func (a *Actor) Store() *Store { return a.store }
+
+// Lock runs f while holding the actor, so no event runs meanwhile.
+func (a *Actor) Lock(f func(*Store) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+	}
+	return f(a.store)
+}
+
+// Request runs on-request with body as the request and commits its writes
+// when it returns 0. Before the first event of a new actor it runs on-init.
+func (a *Actor) Request(ctx context.Context, body []byte) (Result, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return Result{}, fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+	}
+	if err := a.ensureInit(ctx); err != nil {
+		return Result{}, err
+	}
+	if !a.class.onRequest {
+		return Result{}, fmt.Errorf("actor %s: class %s does not export %q", a.id, a.class.Name, abi.ExportOnRequest)
+	}
+	return a.event(ctx, abi.ExportOnRequest, body, []uint64{uint64(uint32(len(body)))})
+}
+
+// Init runs on-init if it has not run yet. Request does this by itself.
+func (a *Actor) Init(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+	}
+	return a.ensureInit(ctx)
+}
+
+func (a *Actor) ensureInit(ctx context.Context) error {
+	if a.inited {
+		return nil
+	}
+	if a.class.onInit {
+		if _, err := a.event(ctx, abi.ExportOnInit, nil, nil); err != nil {
+			return err
+		}
+	} else if _, err := a.event(ctx, "", nil, nil); err != nil {
+		return err
+	}
+	return nil
+}
+
+// alarmNow reads the alarm inside the open transaction.
+func (a *Actor) alarmNow() (*int64, error) {
+	at, ok, err := a.store.Alarm()
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &at, nil
+}
+
+func sameAlarm(x, y *int64) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return *x == *y
+}
+
+// event runs one export in a transaction; export "" runs nothing (it only
+// records on-init for guests without one).
+func (a *Actor) event(ctx context.Context, export string, req []byte, params []uint64) (Result, error) {
+	if err := a.store.Begin(); err != nil {
+		return Result{}, fmt.Errorf("actor %s: begin: %w", a.id, err)
+	}
+	defer a.store.Rollback()
+	before, err := a.alarmNow()
+	if err != nil {
+		return Result{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+	}
+	ev := &event{store: a.store, request: req}
+	if export != "" {
+		code, err := a.call(ctx, ev, export, params, a.e.cfg.eventDeadline)
+		if err != nil {
+			return Result{}, err
+		}
+		if code != 0 {
+			return Result{}, &GuestError{Actor: a.id, Export: export, Code: code}
+		}
+	}
+	if !a.inited {
+		if err := a.store.SetMeta(MetaInitDone, "1"); err != nil {
+			return Result{}, fmt.Errorf("actor %s: record on-init: %w", a.id, err)
+		}
+	}
+	res, err := a.finish(ctx, before, ev.response)
+	if err != nil {
+		return Result{}, err
+	}
+	a.inited = true
+	return res, nil
+}
+
+// finish reads what is about to commit, runs the hook and commits.
+func (a *Actor) finish(ctx context.Context, before *int64, response []byte) (Result, error) {
+	after, err := a.alarmNow()
+	if err != nil {
+		return Result{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+	}
+	n, err := a.store.Failures()
+	if err != nil {
+		return Result{}, fmt.Errorf("actor %s: %w", a.id, err)
+	}
+	res := Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
+	if after != nil {
+		res.Alarm, res.HasAlarm = *after, true
+	}
+	if h := a.e.cfg.beforeCommit; h != nil {
+		if err := h(ctx, a.id, a.store, res); err != nil {
+			return Result{}, fmt.Errorf("actor %s: before commit: %w", a.id, err)
+		}
+	}
+	if err := a.store.Commit(); err != nil {
+		return Result{}, fmt.Errorf("actor %s: commit: %w", a.id, err)
+	}
+	return res, nil
+}
+
+// call runs an export of the instance (creating one if needed) within the
+// event ev. A trap, a deadline or a storage error discards the instance and
+// returns an error; otherwise it returns the export's i32 result.
+func (a *Actor) call(ctx context.Context, ev *event, export string, params []uint64, deadline time.Duration) (uint32, error) {
+	if a.mod == nil || a.mod.IsClosed() {
+		m, err := a.e.instantiate(ctx, a.id, a.class)
+		if err != nil {
+			a.mod = nil
+			return 0, &GuestError{Actor: a.id, Export: "_initialize", Cause: err}
+		}
+		a.mod = m
+	}
+	fn := a.mod.ExportedFunction(export)
+	if fn == nil {
+		return 0, fmt.Errorf("actor %s: class %s does not export %q", a.id, a.class.Name, export)
+	}
+	cctx, cancel := context.WithTimeout(withCall(ctx, &call{actor: a.id, ev: ev}), deadline)
+	defer cancel()
+	res, err := fn.Call(cctx, params...)
+	if err != nil {
+		// A trap or an exit leaves the instance in an unknown state, and a
+		// deadline closed it: a fresh one serves the next event.
+		a.discard(ctx)
+		if cctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("stopped at the %v deadline: %w", deadline, err)
+		}
+		return 0, &GuestError{Actor: a.id, Export: export, Cause: err}
+	}
+	if ev.storageErr != nil {
+		return 0, fmt.Errorf("actor %s: %s: database: %w", a.id, export, ev.storageErr)
+	}
+	return uint32(res[0]), nil
+}
+
+// DeliverAlarm delivers the actor's alarm if it is due: it reads the
+// committed alarm and, when due, runs on-alarm(scheduled, retry count).
+//
+// On success the alarm is gone unless the handler set one, and the failure
+// count is reset. On failure (non-zero, trap, deadline) the handler's writes
+// roll back; then, in a new transaction, whatever alarm the handler left due
+// before the retry time moves to the retry time (now + RetryDelay), one it
+// set later, or a clear, stands, and the failure count grows by one. So the
+// backoff is committed and survives restarts.
+//
+// A not-due or absent alarm runs nothing (Ran is false) and reports the
+// committed state, so the caller can re-arm its timer.
+func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return Delivery{}, fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+	}
+	now := a.e.cfg.clock.Now().UnixMilli()
+	at, ok, err := a.store.Alarm()
+	if err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+	}
+	failures, err := a.store.Failures()
+	if err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: %w", a.id, err)
+	}
+	if !ok || at > now {
+		return Delivery{Result: Result{Alarm: at, HasAlarm: ok, Failures: failures}}, nil
+	}
+	if !a.class.onAlarm {
+		return Delivery{}, fmt.Errorf("actor %s: class %s does not export %q", a.id, a.class.Name, abi.ExportOnAlarm)
+	}
+	d := Delivery{Ran: true, Scheduled: at, RetryCount: failures}
+
+	if err := a.store.Begin(); err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: begin: %w", a.id, err)
+	}
+	defer a.store.Rollback()
+	before := &at
+	ev := &event{store: a.store}
+	code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
+	if err == nil && code != 0 {
+		err = &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code}
+	}
+	if err == nil {
+		if !ev.alarmTouched {
+			if err := a.store.ClearAlarm(); err != nil {
+				return Delivery{}, fmt.Errorf("actor %s: clear delivered alarm: %w", a.id, err)
+			}
+		}
+		if err := a.store.SetFailures(0); err != nil {
+			return Delivery{}, fmt.Errorf("actor %s: %w", a.id, err)
+		}
+		res, err := a.finish(ctx, before, nil)
+		if err != nil {
+			return Delivery{}, err
+		}
+		d.Result = res
+		return d, nil
+	}
+	var ge *GuestError
+	if !errors.As(err, &ge) {
+		// The host failed (the database), not the guest: nothing is
+		// committed and the alarm stays as it was.
+		return Delivery{}, err
+	}
+	d.Err = err
+
+	// What did the handler leave? Read it before rolling its writes back.
+	left := before
+	if ev.alarmTouched {
+		if left, err = a.alarmNow(); err != nil {
+			return Delivery{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+		}
+	}
+	if err := a.store.Rollback(); err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: roll back failed on-alarm: %w", a.id, err)
+	}
+	if err := a.store.Begin(); err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: begin: %w", a.id, err)
+	}
+	n := failures + 1
+	retryAt := now + RetryDelay(n, a.e.cfg.retryBase, a.e.cfg.retryMax).Milliseconds()
+	next := RetryTime(left, retryAt)
+	if next == nil {
+		err = a.store.ClearAlarm()
+		if err == nil {
+			err = a.store.SetFailures(0)
+		}
+	} else {
+		err = a.store.SetAlarm(*next)
+		if err == nil {
+			err = a.store.SetFailures(n)
+		}
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: commit retry: %w", a.id, err)
+	}
+	res, err := a.finish(ctx, before, nil)
+	if err != nil {
+		return Delivery{}, err
+	}
+	d.Result = res
+	a.e.cfg.logger.Debug("on-alarm failed; retry committed", "actor", a.id.String(), "failures", n, "next_ms", res.Alarm, "error", d.Err)
+	return d, nil
+}

@@ -1,0 +1,297 @@
+package hostmod
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// Clock gives the host's time. Guests see it as their wall clock, and
+// alarms are due by it.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Defaults.
+const (
+	DefaultAlarmDeadline = 30 * time.Second
+	DefaultEventDeadline = 30 * time.Second
+	DefaultRetryBase     = time.Second
+	DefaultRetryMax      = 5 * time.Minute
+)
+
+type config struct {
+	clock         Clock
+	logger        hclog.Logger
+	alarmDeadline time.Duration
+	eventDeadline time.Duration
+	retryBase     time.Duration
+	retryMax      time.Duration
+	stdout        io.Writer
+	stderr        io.Writer
+	beforeCommit  BeforeCommitFunc
+}
+
+// BeforeCommitFunc runs inside an event's transaction, after the guest
+// succeeded (or, for a failed on-alarm, after the retry was written) and
+// before the commit. It sees the committed-to-be alarm. An error rolls the
+// event back and fails it. It is the seam for the alarm index updater.
+type BeforeCommitFunc func(ctx context.Context, id abi.ActorID, st *Store, r Result) error
+
+// Option configures an Engine.
+type Option func(*config)
+
+// WithClock sets the clock (default: the system clock).
+func WithClock(c Clock) Option { return func(o *config) { o.clock = c } }
+
+// WithLogger sets the logger (default: a null logger).
+func WithLogger(l hclog.Logger) Option { return func(o *config) { o.logger = l } }
+
+// WithAlarmDeadline bounds how long on-alarm may run; past it the run is
+// stopped and counted as a failure (default 30 s).
+func WithAlarmDeadline(d time.Duration) Option { return func(o *config) { o.alarmDeadline = d } }
+
+// WithEventDeadline bounds how long on-request and on-init may run (default 30 s).
+func WithEventDeadline(d time.Duration) Option { return func(o *config) { o.eventDeadline = d } }
+
+// WithBackoff sets the retry delay after the first failure and its cap
+// (default 1 s doubling to 5 min).
+func WithBackoff(base, max time.Duration) Option {
+	return func(o *config) { o.retryBase, o.retryMax = base, max }
+}
+
+// WithGuestOutput sets where guests' stdout and stderr go (default: discarded).
+func WithGuestOutput(stdout, stderr io.Writer) Option {
+	return func(o *config) { o.stdout, o.stderr = stdout, stderr }
+}
+
+// WithBeforeCommit installs the hook run before each event commits.
+func WithBeforeCommit(f BeforeCommitFunc) Option { return func(o *config) { o.beforeCommit = f } }
+
+// Engine runs actor guests: one wazero runtime with the wasmkeep host modules
+// and WASI, the compiled classes, and the event and delivery logic. It is
+// safe for concurrent use; each Actor runs one event at a time.
+type Engine struct {
+	r   wazero.Runtime
+	cfg config
+}
+
+// NewEngine creates an engine. Close it to free the runtime.
+func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
+	cfg := config{
+		clock:         SystemClock{},
+		logger:        hclog.NewNullLogger(),
+		alarmDeadline: DefaultAlarmDeadline,
+		eventDeadline: DefaultEventDeadline,
+		retryBase:     DefaultRetryBase,
+		retryMax:      DefaultRetryMax,
+		stdout:        io.Discard,
+		stderr:        io.Discard,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.retryBase <= 0 || cfg.retryMax < cfg.retryBase {
+		return nil, fmt.Errorf("hostmod: backoff base %v and max %v: need 0 < base <= max", cfg.retryBase, cfg.retryMax)
+	}
+	if cfg.alarmDeadline <= 0 || cfg.eventDeadline <= 0 {
+		return nil, fmt.Errorf("hostmod: deadlines must be positive")
+	}
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+		r.Close(ctx)
+		return nil, fmt.Errorf("hostmod: instantiate WASI: %w", err)
+	}
+	if err := Instantiate(ctx, r); err != nil {
+		r.Close(ctx)
+		return nil, fmt.Errorf("hostmod: instantiate host modules: %w", err)
+	}
+	return &Engine{r: r, cfg: cfg}, nil
+}
+
+// Close closes the runtime and every instance in it.
+func (e *Engine) Close(ctx context.Context) error { return e.r.Close(ctx) }
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() Clock { return e.cfg.clock }
+
+// RetryDelay is the delay before the attempt that follows the n-th failure
+// in a row (n >= 1): base, doubling, capped at max.
+func RetryDelay(n int, base, max time.Duration) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+// RetryTime applies the committed-retry rule of spec 0009 to a failed
+// on-alarm run: an alarm the handler left due before retryAt moves to
+// retryAt; one it set later stands; a clear (left == nil) stands.
+func RetryTime(left *int64, retryAt int64) *int64 {
+	if left == nil {
+		return nil
+	}
+	if *left < retryAt {
+		return &retryAt
+	}
+	v := *left
+	return &v
+}
+
+// Class is a compiled actor class whose exports were checked.
+type Class struct {
+	Name      string
+	compiled  wazero.CompiledModule
+	onAlarm   bool
+	onRequest bool
+	onInit    bool
+}
+
+// HasAlarmHandler reports whether the class exports on-alarm.
+func (c *Class) HasAlarmHandler() bool { return c.onAlarm }
+
+// Compile compiles a guest and checks its contract: every import from the
+// wasmkeep modules must be a known function with its exact signature; a guest
+// that imports wasmkeep:alarm must export on-alarm with the exact signature;
+// on-request and on-init, when exported, must have theirs.
+func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class, error) {
+	cm, err := e.r.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("class %s: compile: %w", class, err)
+	}
+	c := &Class{Name: class, compiled: cm}
+	if err := c.check(); err != nil {
+		cm.Close(ctx)
+		return nil, fmt.Errorf("class %s: %w", class, err)
+	}
+	return c, nil
+}
+
+var importSigs = map[string]map[string][2][]api.ValueType{
+	abi.AlarmModule: {
+		abi.FuncSetAlarm:   {{i64}, {i32}},
+		abi.FuncGetAlarm:   {{i32}, {i32}},
+		abi.FuncClearAlarm: {nil, {i32}},
+	},
+	abi.ActorModule: {
+		abi.FuncRequestRead:   {{i32, i32}, {i32}},
+		abi.FuncResponseWrite: {{i32, i32}, {i32}},
+		abi.FuncKVGet:         {{i32, i32, i32, i32, i32}, {i32}},
+		abi.FuncKVPut:         {{i32, i32, i32, i32}, {i32}},
+		abi.FuncKVDelete:      {{i32, i32}, {i32}},
+	},
+}
+
+func (c *Class) check() error {
+	importsAlarm := false
+	for _, f := range c.compiled.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		sigs, ours := importSigs[mod]
+		if !ours {
+			continue
+		}
+		if mod == abi.AlarmModule {
+			importsAlarm = true
+		}
+		want, known := sigs[name]
+		if !known {
+			return fmt.Errorf("imports %s %q, which the host does not provide", mod, name)
+		}
+		if !sameTypes(f.ParamTypes(), want[0]) || !sameTypes(f.ResultTypes(), want[1]) {
+			return fmt.Errorf("imports %s %q with signature %s, want %s", mod, name, sig(f.ParamTypes(), f.ResultTypes()), sig(want[0], want[1]))
+		}
+	}
+	exports := c.compiled.ExportedFunctions()
+	checkExport := func(name string, params, results []byte, wat string) (bool, error) {
+		f, ok := exports[name]
+		if !ok {
+			return false, nil
+		}
+		if !sameTypes(f.ParamTypes(), params) || !sameTypes(f.ResultTypes(), results) {
+			return false, fmt.Errorf("export %q has signature %s, want %s", name, sig(f.ParamTypes(), f.ResultTypes()), wat)
+		}
+		return true, nil
+	}
+	var err error
+	if c.onAlarm, err = checkExport(abi.ExportOnAlarm, abi.OnAlarmParams, abi.OnAlarmResults, abi.OnAlarmSignature); err != nil {
+		return err
+	}
+	if importsAlarm && !c.onAlarm {
+		return fmt.Errorf("imports %s but does not export %q %s", abi.AlarmModule, abi.ExportOnAlarm, abi.OnAlarmSignature)
+	}
+	if c.onRequest, err = checkExport(abi.ExportOnRequest, abi.OnRequestParams, abi.OnRequestResults, abi.OnRequestSignature); err != nil {
+		return err
+	}
+	if c.onInit, err = checkExport(abi.ExportOnInit, abi.OnInitParams, abi.OnInitResults, abi.OnInitSignature); err != nil {
+		return err
+	}
+	return nil
+}
+
+func sameTypes(a []api.ValueType, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sig(params, results []api.ValueType) string {
+	s := "(func"
+	for _, p := range params {
+		s += " (param " + api.ValueTypeName(p) + ")"
+	}
+	for _, r := range results {
+		s += " (result " + api.ValueTypeName(r) + ")"
+	}
+	return s + ")"
+}
+
+// instantiate makes a fresh instance of the class for the actor. Its
+// _initialize runs with the actor in context but outside any event, so the
+// imports answer EPERM there.
+func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class) (api.Module, error) {
+	clock := e.cfg.clock
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(abi.ExportInitialize).
+		WithStdout(e.cfg.stdout).
+		WithStderr(e.cfg.stderr).
+		WithRandSource(rand.Reader).
+		WithSysNanotime().
+		WithWalltime(func() (int64, int32) {
+			t := clock.Now()
+			return t.Unix(), int32(t.Nanosecond())
+		}, sys.ClockResolution(time.Millisecond))
+	ctx, cancel := context.WithTimeout(withCall(ctx, &call{actor: id}), e.cfg.eventDeadline)
+	defer cancel()
+	m, err := e.r.InstantiateModule(ctx, c.compiled, mc)
+	if err != nil {
+		return nil, fmt.Errorf("actor %s: instantiate class %s: %w", id, c.Name, err)
+	}
+	return m, nil
+}

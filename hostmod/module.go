@@ -1,0 +1,384 @@
+package hostmod
+
+import (
+	"context"
+	"encoding/binary"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// ModuleName is the import module of the alarm functions.
+const ModuleName = abi.AlarmModule
+
+// ActorModuleName is the import module of the request and data functions.
+const ActorModuleName = abi.ActorModule
+
+// maxResponse bounds what response-write accepts in one event.
+const maxResponse = 16 << 20
+
+const (
+	i32 = api.ValueTypeI32
+	i64 = api.ValueTypeI64
+)
+
+// ctxKey carries the per-call state under an unexported key.
+type ctxKey struct{}
+
+// call is the per-call state: the actor whose instance runs, and the event it
+// runs in (nil outside an event, for example during _initialize).
+type call struct {
+	actor abi.ActorID
+	ev    *event
+}
+
+// event is one call into an actor: its database transaction, the request and
+// the response, and what the guest did to the alarm.
+type event struct {
+	store        *Store
+	request      []byte
+	response     []byte
+	alarmTouched bool // set-alarm or clear-alarm succeeded in this event
+	storageErr   error
+}
+
+func withCall(ctx context.Context, c *call) context.Context {
+	return context.WithValue(ctx, ctxKey{}, c)
+}
+
+// callFrom returns the per-call state. A host function called with none is a
+// bug of the host that embeds this module, and the only case that traps.
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(ctxKey{}).(*call)
+	if c == nil {
+		panic("wasmkeep: host function called without an actor in its context (host bug)")
+	}
+	return c
+}
+
+// NewModuleBuilders returns the builders of the two host modules, for hosts
+// that want to add functions of their own before instantiating.
+func NewModuleBuilders(r wazero.Runtime) (alarm, actor wazero.HostModuleBuilder) {
+	alarm = r.NewHostModuleBuilder(abi.AlarmModule)
+	alarm.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(setAlarm), []api.ValueType{i64}, []api.ValueType{i32}).
+		WithParameterNames("at_ms").WithResultNames("errno").
+		Export(abi.FuncSetAlarm)
+	alarm.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(getAlarm), []api.ValueType{i32}, []api.ValueType{i32}).
+		WithParameterNames("out_ptr").WithResultNames("errno").
+		Export(abi.FuncGetAlarm)
+	alarm.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(clearAlarm), nil, []api.ValueType{i32}).
+		WithResultNames("errno").
+		Export(abi.FuncClearAlarm)
+
+	actor = r.NewHostModuleBuilder(abi.ActorModule)
+	actor.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(requestRead), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("buf", "buf_len").WithResultNames("errno").
+		Export(abi.FuncRequestRead)
+	actor.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(responseWrite), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("buf", "len").WithResultNames("errno").
+		Export(abi.FuncResponseWrite)
+	actor.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(kvGet), []api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("key", "key_len", "buf", "buf_len", "out_len_ptr").WithResultNames("errno").
+		Export(abi.FuncKVGet)
+	actor.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(kvPut), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("key", "key_len", "val", "val_len").WithResultNames("errno").
+		Export(abi.FuncKVPut)
+	actor.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(kvDelete), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("key", "key_len").WithResultNames("errno").
+		Export(abi.FuncKVDelete)
+	return alarm, actor
+}
+
+// Instantiate instantiates the wasmkeep:alarm and wasmkeep:actor host modules
+// in r. Guests instantiated afterwards can import them; each call into a guest
+// must carry its actor in the context (the Engine does this).
+func Instantiate(ctx context.Context, r wazero.Runtime) error {
+	alarm, actor := NewModuleBuilders(r)
+	if _, err := alarm.Instantiate(ctx); err != nil {
+		return err
+	}
+	_, err := actor.Instantiate(ctx)
+	return err
+}
+
+// MustInstantiate calls Instantiate and panics on error.
+func MustInstantiate(ctx context.Context, r wazero.Runtime) {
+	if err := Instantiate(ctx, r); err != nil {
+		panic(err)
+	}
+}
+
+func ret(stack []uint64, e abi.Errno) { stack[0] = uint64(e) }
+
+// eventOf returns the event of this call, or an errno for the guest.
+func eventOf(ctx context.Context) (*event, abi.Errno) {
+	c := callFrom(ctx)
+	if c.ev == nil {
+		return nil, abi.EPERM
+	}
+	return c.ev, abi.ESUCCESS
+}
+
+// ioErr records a storage failure on the event (the event then fails) and
+// returns EIO for the guest.
+func (ev *event) ioErr(err error) abi.Errno {
+	if ev.storageErr == nil {
+		ev.storageErr = err
+	}
+	return abi.EIO
+}
+
+// setAlarm is set-alarm (param $at_ms i64) (result i32).
+//
+// It sets the actor's one alarm to at_ms (Unix milliseconds), replacing any,
+// and resets the failure count. Errno: EINVAL when at_ms < 0 or
+// > abi.MaxAlarmMillis; EPERM outside an event; EIO when the database fails.
+func setAlarm(ctx context.Context, _ api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	at := int64(stack[0])
+	if at < 0 || at > abi.MaxAlarmMillis {
+		ret(stack, abi.EINVAL)
+		return
+	}
+	if err := ev.store.SetAlarm(at); err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	if err := ev.store.SetFailures(0); err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	ev.alarmTouched = true
+	ret(stack, abi.ESUCCESS)
+}
+
+// getAlarm is get-alarm (param $out_ptr i32) (result i32).
+//
+// It writes the alarm time as an i64, little-endian, at out_ptr. Errno:
+// ENOENT when none is set; EFAULT when the 8 bytes are not inside memory;
+// EPERM outside an event; EIO when the database fails.
+func getAlarm(ctx context.Context, mod api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	ptr := uint32(stack[0])
+	at, ok, err := ev.store.Alarm()
+	if err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	if !ok {
+		ret(stack, abi.ENOENT)
+		return
+	}
+	mem := mod.Memory()
+	if mem == nil || !mem.WriteUint64Le(ptr, uint64(at)) {
+		ret(stack, abi.EFAULT)
+		return
+	}
+	ret(stack, abi.ESUCCESS)
+}
+
+// clearAlarm is clear-alarm (result i32).
+//
+// It removes the alarm, if any, and resets the failure count. Errno: EPERM
+// outside an event; EIO when the database fails.
+func clearAlarm(ctx context.Context, _ api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	if err := ev.store.ClearAlarm(); err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	if err := ev.store.SetFailures(0); err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	ev.alarmTouched = true
+	ret(stack, abi.ESUCCESS)
+}
+
+// requestRead is request-read (param $buf i32) (param $buf_len i32) (result i32).
+//
+// It copies min(buf_len, request length) bytes of the request body to buf.
+// Errno: EFAULT when that range is not inside memory; EPERM outside an event.
+func requestRead(ctx context.Context, mod api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	buf, n := uint32(stack[0]), uint32(stack[1])
+	if uint64(n) > uint64(len(ev.request)) {
+		n = uint32(len(ev.request))
+	}
+	mem := mod.Memory()
+	if mem == nil || !mem.Write(buf, ev.request[:n]) {
+		ret(stack, abi.EFAULT)
+		return
+	}
+	ret(stack, abi.ESUCCESS)
+}
+
+// responseWrite is response-write (param $buf i32) (param $len i32) (result i32).
+//
+// It appends len bytes at buf to the response. Errno: EFAULT when the range
+// is not inside memory; E2BIG past 16 MiB of response; EPERM outside an event.
+func responseWrite(ctx context.Context, mod api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	b, ok := readMem(mod, uint32(stack[0]), uint32(stack[1]))
+	if !ok {
+		ret(stack, abi.EFAULT)
+		return
+	}
+	if len(ev.response)+len(b) > maxResponse {
+		ret(stack, abi.E2BIG)
+		return
+	}
+	ev.response = append(ev.response, b...)
+	ret(stack, abi.ESUCCESS)
+}
+
+// kvGet is kv-get (param $key i32) (param $key_len i32) (param $buf i32)
+// (param $buf_len i32) (param $out_len_ptr i32) (result i32).
+//
+// It writes the value's length (u32 LE) at out_len_ptr and copies
+// min(buf_len, length) bytes to buf. Errno: ENOENT when the key is absent;
+// EFAULT for a range outside memory; E2BIG for a key over abi.MaxKeyLen;
+// EPERM outside an event; EIO when the database fails.
+func kvGet(ctx context.Context, mod api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	buf, bufLen, outLen := uint32(stack[2]), uint32(stack[3]), uint32(stack[4])
+	v, ok, err := ev.store.KVGet(key)
+	if err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	if !ok {
+		ret(stack, abi.ENOENT)
+		return
+	}
+	mem := mod.Memory()
+	n := uint32(len(v))
+	if n > bufLen {
+		n = bufLen
+	}
+	var lenLE [4]byte
+	binary.LittleEndian.PutUint32(lenLE[:], uint32(len(v)))
+	if mem == nil || !mem.Write(outLen, lenLE[:]) || !mem.Write(buf, v[:n]) {
+		ret(stack, abi.EFAULT)
+		return
+	}
+	ret(stack, abi.ESUCCESS)
+}
+
+// kvPut is kv-put (param $key i32) (param $key_len i32) (param $val i32)
+// (param $val_len i32) (result i32).
+//
+// It writes the value under the key in the guest's own table, in the
+// event's transaction. Errno: EFAULT, E2BIG (key over abi.MaxKeyLen or value
+// over abi.MaxValueLen), EPERM outside an event, EIO.
+func kvPut(ctx context.Context, mod api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	if stack[3] > abi.MaxValueLen {
+		ret(stack, abi.E2BIG)
+		return
+	}
+	val, ok := readMem(mod, uint32(stack[2]), uint32(stack[3]))
+	if !ok {
+		ret(stack, abi.EFAULT)
+		return
+	}
+	if err := ev.store.KVPut(key, val); err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	ret(stack, abi.ESUCCESS)
+}
+
+// kvDelete is kv-delete (param $key i32) (param $key_len i32) (result i32).
+//
+// Errno: EFAULT, E2BIG, EPERM outside an event, EIO. Deleting an absent key
+// succeeds.
+func kvDelete(ctx context.Context, mod api.Module, stack []uint64) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	if e != 0 {
+		ret(stack, e)
+		return
+	}
+	if err := ev.store.KVDelete(key); err != nil {
+		ret(stack, ev.ioErr(err))
+		return
+	}
+	ret(stack, abi.ESUCCESS)
+}
+
+func readKey(mod api.Module, ptr, n uint32) ([]byte, abi.Errno) {
+	if n > abi.MaxKeyLen {
+		return nil, abi.E2BIG
+	}
+	b, ok := readMem(mod, ptr, n)
+	if !ok {
+		return nil, abi.EFAULT
+	}
+	return b, 0
+}
+
+// readMem copies n bytes at ptr out of the guest's memory.
+func readMem(mod api.Module, ptr, n uint32) ([]byte, bool) {
+	mem := mod.Memory()
+	if mem == nil {
+		return nil, n == 0
+	}
+	b, ok := mem.Read(ptr, n)
+	if !ok {
+		return nil, false
+	}
+	return append([]byte(nil), b...), true
+}

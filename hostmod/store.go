@@ -1,0 +1,279 @@
+package hostmod
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ncruces/go-sqlite3"
+)
+
+// Meta keys in the _wasmkeep_meta table.
+const (
+	// MetaAlarmFailures is the committed failure count of the pending alarm.
+	MetaAlarmFailures = "alarm_failures"
+	// MetaAlarmIndexed names the index entry that stands for the alarm
+	// (spec 0009: "<at>/<tag>", empty for none). Written by the index updater.
+	MetaAlarmIndexed = "alarm_indexed"
+	// MetaOwnerFence is the one-line change an owner uploads before it removes
+	// entries as stale (spec 0009, R2).
+	MetaOwnerFence = "owner_fence"
+	// MetaInitDone records that on-init ran and committed.
+	MetaInitDone = "init_done"
+)
+
+// schema creates the host's tables. Everything the host owns is under the
+// _wasmkeep_ prefix; the guest's own data is in kv, the only table a guest
+// can reach (through kv-get, kv-put and kv-delete).
+const schema = `
+CREATE TABLE IF NOT EXISTS _wasmkeep_alarm (
+	id    INTEGER PRIMARY KEY CHECK (id = 1),
+	at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS _wasmkeep_meta (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+	key   BLOB PRIMARY KEY,
+	value BLOB NOT NULL
+);`
+
+// Store is one actor's SQLite database: its alarm, the host's meta rows and
+// the guest's key-value data. A Store is not safe for concurrent use: the
+// actor runs one event at a time.
+type Store struct {
+	path string
+	conn *sqlite3.Conn
+
+	getAlarm, putAlarm, delAlarm *sqlite3.Stmt
+	getMeta, putMeta, delMeta    *sqlite3.Stmt
+	kvGet, kvPut, kvDel          *sqlite3.Stmt
+	inTx                         bool
+}
+
+// OpenStore opens (creating if needed) the actor database at path. The file
+// uses WAL with synchronous=NORMAL: a committed event survives a crash of the
+// process.
+func OpenStore(path string) (*Store, error) {
+	conn, err := sqlite3.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s := &Store{path: path, conn: conn}
+	if err := s.init(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) init() error {
+	if err := s.conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;`); err != nil {
+		return err
+	}
+	if err := s.conn.Exec(schema); err != nil {
+		return err
+	}
+	prep := []struct {
+		dst **sqlite3.Stmt
+		sql string
+	}{
+		{&s.getAlarm, `SELECT at_ms FROM _wasmkeep_alarm WHERE id = 1`},
+		{&s.putAlarm, `INSERT INTO _wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`},
+		{&s.delAlarm, `DELETE FROM _wasmkeep_alarm WHERE id = 1`},
+		{&s.getMeta, `SELECT value FROM _wasmkeep_meta WHERE key = ?`},
+		{&s.putMeta, `INSERT INTO _wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`},
+		{&s.delMeta, `DELETE FROM _wasmkeep_meta WHERE key = ?`},
+		{&s.kvGet, `SELECT value FROM kv WHERE key = ?`},
+		{&s.kvPut, `INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`},
+		{&s.kvDel, `DELETE FROM kv WHERE key = ?`},
+	}
+	for _, p := range prep {
+		st, _, err := s.conn.Prepare(p.sql)
+		if err != nil {
+			return err
+		}
+		*p.dst = st
+	}
+	return nil
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database. An open transaction rolls back.
+func (s *Store) Close() error {
+	if s == nil || s.conn == nil {
+		return nil
+	}
+	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	err := s.conn.Close()
+	s.conn = nil
+	return err
+}
+
+// Begin starts a write transaction (BEGIN IMMEDIATE).
+func (s *Store) Begin() error {
+	if s.inTx {
+		return errors.New("transaction already open")
+	}
+	if err := s.conn.Exec(`BEGIN IMMEDIATE`); err != nil {
+		return err
+	}
+	s.inTx = true
+	return nil
+}
+
+// Commit commits the open transaction.
+func (s *Store) Commit() error {
+	if !s.inTx {
+		return errors.New("no open transaction")
+	}
+	err := s.conn.Exec(`COMMIT`)
+	if err != nil {
+		_ = s.conn.Exec(`ROLLBACK`)
+	}
+	s.inTx = false
+	return err
+}
+
+// Rollback rolls the open transaction back; without one it does nothing.
+func (s *Store) Rollback() error {
+	if !s.inTx {
+		return nil
+	}
+	s.inTx = false
+	return s.conn.Exec(`ROLLBACK`)
+}
+
+// InTx reports whether a transaction is open.
+func (s *Store) InTx() bool { return s.inTx }
+
+// Alarm reads the alarm: its time in Unix milliseconds and whether one is set.
+func (s *Store) Alarm() (atMs int64, ok bool, err error) {
+	st := s.getAlarm
+	defer st.Reset()
+	if st.Step() {
+		return st.ColumnInt64(0), true, nil
+	}
+	return 0, false, st.Err()
+}
+
+// SetAlarm sets the alarm to atMs, replacing any.
+func (s *Store) SetAlarm(atMs int64) error {
+	st := s.putAlarm
+	defer st.Reset()
+	if err := st.BindInt64(1, atMs); err != nil {
+		return err
+	}
+	return st.Exec()
+}
+
+// ClearAlarm removes the alarm, if any.
+func (s *Store) ClearAlarm() error {
+	st := s.delAlarm
+	defer st.Reset()
+	return st.Exec()
+}
+
+// Meta reads a meta value.
+func (s *Store) Meta(key string) (value string, ok bool, err error) {
+	st := s.getMeta
+	defer st.Reset()
+	if err := st.BindText(1, key); err != nil {
+		return "", false, err
+	}
+	if st.Step() {
+		return st.ColumnText(0), true, nil
+	}
+	return "", false, st.Err()
+}
+
+// SetMeta writes a meta value.
+func (s *Store) SetMeta(key, value string) error {
+	st := s.putMeta
+	defer st.Reset()
+	if err := st.BindText(1, key); err != nil {
+		return err
+	}
+	if err := st.BindText(2, value); err != nil {
+		return err
+	}
+	return st.Exec()
+}
+
+// DeleteMeta removes a meta value.
+func (s *Store) DeleteMeta(key string) error {
+	st := s.delMeta
+	defer st.Reset()
+	if err := st.BindText(1, key); err != nil {
+		return err
+	}
+	return st.Exec()
+}
+
+// Failures reads the committed failure count of the pending alarm (0 when
+// none is recorded).
+func (s *Store) Failures() (int, error) {
+	v, ok, err := s.Meta(MetaAlarmFailures)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("meta %s: malformed value %q", MetaAlarmFailures, v)
+	}
+	return n, nil
+}
+
+// SetFailures writes the failure count; 0 removes the row.
+func (s *Store) SetFailures(n int) error {
+	if n <= 0 {
+		return s.DeleteMeta(MetaAlarmFailures)
+	}
+	return s.SetMeta(MetaAlarmFailures, strconv.Itoa(n))
+}
+
+// KVGet reads a guest value; ok is false when the key is absent.
+func (s *Store) KVGet(key []byte) (value []byte, ok bool, err error) {
+	st := s.kvGet
+	defer st.Reset()
+	if err := st.BindBlob(1, key); err != nil {
+		return nil, false, err
+	}
+	if st.Step() {
+		return st.ColumnBlob(0, nil), true, nil
+	}
+	return nil, false, st.Err()
+}
+
+// KVPut writes a guest value.
+func (s *Store) KVPut(key, value []byte) error {
+	st := s.kvPut
+	defer st.Reset()
+	if err := st.BindBlob(1, key); err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	if err := st.BindBlob(2, value); err != nil {
+		return err
+	}
+	return st.Exec()
+}
+
+// KVDelete removes a guest value.
+func (s *Store) KVDelete(key []byte) error {
+	st := s.kvDel
+	defer st.Reset()
+	if err := st.BindBlob(1, key); err != nil {
+		return err
+	}
+	return st.Exec()
+}
