@@ -1,0 +1,241 @@
+package sweeper
+
+import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Defaults of a plan.
+const (
+	// DefaultMaxDeliveries is how many deliveries one sweep hands to the
+	// timer at most.
+	DefaultMaxDeliveries = 256
+	// AnyoneShareDivisor sets the part of MaxDeliveries kept for anyone's
+	// entries when there are some: an eighth.
+	AnyoneShareDivisor = 8
+	// AnyoneAfterMargins is how many margins (lease + grace) past due an
+	// entry becomes anyone's.
+	AnyoneAfterMargins = 3
+)
+
+// Delivery is one alarm the sweep hands to the timer: an actor, the due time
+// of its earliest overdue entries, and the keys of all its entries at that
+// time.
+type Delivery struct {
+	Actor Actor
+	// DueMs is the due time in Unix milliseconds.
+	DueMs int64
+	// Keys are the object keys of the actor's entries at DueMs, in listing
+	// order.
+	Keys []string
+	// Anyone says the entry was not this node's shard but is overdue three
+	// margins.
+	Anyone bool
+}
+
+// Due returns the due time.
+func (d Delivery) Due() time.Time { return time.UnixMilli(d.DueMs) }
+
+// PlanInput is what [PlanSweep] decides from.
+type PlanInput struct {
+	// Entries are the overdue entries the walk met.
+	Entries []Entry
+	// Now is the time of the sweep.
+	Now time.Time
+	// Margin is the lease period plus grace.
+	Margin time.Duration
+	// Self is this node's address.
+	Self string
+	// Live are the addresses of the nodes with fresh heartbeats. Self counts
+	// as live whether or not it is listed: a node that sweeps is alive.
+	Live []string
+	// Busy reports an actor this node already has in flight or retrying;
+	// its entries are neither delivered again nor counted against the cap.
+	// Nil: none.
+	Busy func(Actor) bool
+	// Rand picks the rotation of anyone's entries. Nil: no rotation.
+	Rand *rand.Rand
+	// MaxDeliveries caps the plan; zero takes DefaultMaxDeliveries.
+	MaxDeliveries int
+}
+
+// PlanStats counts what a plan decided, by actor (one delivery candidate per
+// actor) unless named otherwise.
+type PlanStats struct {
+	// Entries is how many entries the plan was given.
+	Entries int
+	// Later counts entries skipped because their actor has an earlier one.
+	Later int
+	// Busy counts actors already in flight or retrying on this node.
+	Busy int
+	// Others counts actors in another node's shard, not yet anyone's.
+	Others int
+	// Own and Anyone count the candidates of each kind.
+	Own, Anyone int
+	// Deferred counts candidates left for a later sweep by the cap.
+	Deferred int
+}
+
+// Plan is the outcome of [PlanSweep].
+type Plan struct {
+	// Deliveries, own ones first (earliest first), then anyone's in the
+	// order of their rotation.
+	Deliveries []Delivery
+	Stats      PlanStats
+}
+
+// PlanSweep decides which overdue entries this node delivers in one sweep.
+//
+//   - One delivery per actor: its earliest entries (all keys at that time);
+//     entries of the actor at later times wait for a later sweep.
+//   - Actors [PlanInput.Busy] reports are skipped and not counted.
+//   - Own: the actor's shard ([Shard]) among the live nodes is this node.
+//   - Anyone's: another node's shard, overdue at least three margins.
+//   - At most MaxDeliveries: own first; anyone's keep an eighth of the cap
+//     when there are that many, and take what own leave. Anyone's are taken
+//     from a random rotation of their list (in due order), so nodes that
+//     take over the same backlog spread out over it.
+//
+// PlanSweep does no I/O and reads no clock; the only randomness is Rand.
+func PlanSweep(in PlanInput) Plan {
+	maxDel := in.MaxDeliveries
+	if maxDel <= 0 {
+		maxDel = DefaultMaxDeliveries
+	}
+	plan := Plan{Stats: PlanStats{Entries: len(in.Entries)}}
+
+	cands := earliestPerActor(in.Entries, &plan.Stats)
+
+	nodes := liveNodes(in.Self, in.Live)
+	anyoneBefore := in.Now.UnixMilli() - int64(AnyoneAfterMargins)*in.Margin.Milliseconds()
+	var own, anyone []Delivery
+	for _, c := range cands {
+		if in.Busy != nil && in.Busy(c.Actor) {
+			plan.Stats.Busy++
+			continue
+		}
+		switch {
+		case Shard(c.Actor, nodes) == in.Self:
+			own = append(own, c)
+		case c.DueMs <= anyoneBefore:
+			c.Anyone = true
+			anyone = append(anyone, c)
+		default:
+			plan.Stats.Others++
+		}
+	}
+	plan.Stats.Own, plan.Stats.Anyone = len(own), len(anyone)
+
+	reserve := min(len(anyone), maxDel/AnyoneShareDivisor)
+	ownTake := min(len(own), maxDel-reserve)
+	anyTake := min(len(anyone), maxDel-ownTake)
+	plan.Stats.Deferred = len(own) - ownTake + len(anyone) - anyTake
+
+	if len(anyone) > 1 && in.Rand != nil {
+		r := in.Rand.IntN(len(anyone))
+		anyone = slices.Concat(anyone[r:], anyone[:r])
+	}
+	plan.Deliveries = make([]Delivery, 0, ownTake+anyTake)
+	plan.Deliveries = append(plan.Deliveries, own[:ownTake]...)
+	plan.Deliveries = append(plan.Deliveries, anyone[:anyTake]...)
+	return plan
+}
+
+// earliestPerActor groups entries by actor, keeping each actor's earliest due
+// time with all its keys at that time, ordered by due time (then first
+// appearance).
+func earliestPerActor(entries []Entry, st *PlanStats) []Delivery {
+	idx := make(map[Actor]int, len(entries))
+	var out []Delivery
+	for _, e := range entries {
+		i, ok := idx[e.Key.Actor]
+		if !ok {
+			idx[e.Key.Actor] = len(out)
+			out = append(out, Delivery{Actor: e.Key.Actor, DueMs: e.Key.DueMs, Keys: []string{e.Object}})
+			continue
+		}
+		d := &out[i]
+		switch {
+		case e.Key.DueMs == d.DueMs:
+			d.Keys = append(d.Keys, e.Object)
+		case e.Key.DueMs < d.DueMs:
+			st.Later += len(d.Keys)
+			d.DueMs, d.Keys = e.Key.DueMs, []string{e.Object}
+		default:
+			st.Later++
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Delivery) int { return cmp.Compare(a.DueMs, b.DueMs) })
+	return out
+}
+
+// liveNodes is live plus self, without duplicates or empty addresses.
+func liveNodes(self string, live []string) []string {
+	nodes := make([]string, 0, len(live)+1)
+	if self != "" {
+		nodes = append(nodes, self)
+	}
+	for _, n := range live {
+		if n != "" && !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes
+}
+
+// Shard returns the node among nodes responsible for actor's entries, by
+// rendezvous (highest random weight) hashing: each node scores the actor with
+// a hash of (node address, actor) and the highest score wins (ties go to the
+// smaller address). Every node computing Shard over the same set agrees, and
+// when a node joins or leaves only the actors it wins or held move: a dead
+// node's actors spread evenly over the survivors, everyone else's stay put.
+// An actor's winner among all live nodes also wins among any subset that
+// holds it, so since each node counts itself live, nodes that merely miss
+// live nodes still cover every actor; only a view holding a node that does
+// not sweep (dead, its heartbeat not yet stale) leaves actors to the
+// three-margin rule.
+// Shard returns "" for no nodes. The hash is fixed (FNV-1a, then a 64-bit
+// finalizer), the same on every node and every run.
+func Shard(actor Actor, nodes []string) string {
+	var best string
+	var bestScore uint64
+	for i, n := range nodes {
+		s := score(n, actor)
+		if i == 0 || s > bestScore || (s == bestScore && n < best) {
+			best, bestScore = n, s
+		}
+	}
+	return best
+}
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// score hashes node and actor, each field length-prefixed so no two
+// different tuples hash the same bytes.
+func score(node string, a Actor) uint64 {
+	h := uint64(fnvOffset64)
+	for _, s := range [...]string{node, a.Tenant, a.Class, a.Name} {
+		n := uint64(len(s))
+		for range 8 {
+			h ^= n & 0xff
+			h *= fnvPrime64
+			n >>= 8
+		}
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= fnvPrime64
+		}
+	}
+	// splitmix64's finalizer: FNV's low-entropy high bits get mixed in.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
