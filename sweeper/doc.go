@@ -1,5 +1,5 @@
 // Package sweeper finds alarms that no node is firing and hands them to a
-// node's timer.
+// node's timer ([Timer], the in-memory schedule that fires due alarms).
 //
 // Every node lists a pending alarm in the bucket's index under a key that
 // starts with its due time. Every alarm_sweep period, each node walks each
@@ -17,7 +17,7 @@
 //     deliveries: own entries first, an eighth kept for anyone's, taken from
 //     a seeded random rotation.
 //   - The loop ([Loop]) does the I/O: LIST calls through a [Lister], time
-//     through a [Clock], deliveries to a [Sink], live nodes from a
+//     through a [WaitClock], deliveries to a [Sink], live nodes from a
 //     [LiveNodes] provider.
 //
 // The walk and the planner take no clock, do no I/O and use no global

@@ -1,0 +1,270 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// DefaultPeriod is the default alarm_sweep: how often a node sweeps.
+const DefaultPeriod = 10 * time.Second
+
+// Lister lists keys of the bucket: up to limit keys under prefix that sort
+// after startAfter, in key order. It returns fewer than limit keys only at
+// the end of the listing.
+type Lister interface {
+	List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error)
+}
+
+// Sink takes the sweep's deliveries (the node timer).
+type Sink interface {
+	Offer(d Delivery)
+}
+
+// SinkFunc adapts a function to [Sink].
+type SinkFunc func(Delivery)
+
+// Offer calls f(d).
+func (f SinkFunc) Offer(d Delivery) { f(d) }
+
+// LiveNodes reports the addresses of the nodes with fresh heartbeats.
+type LiveNodes interface {
+	LiveNodes(ctx context.Context) ([]string, error)
+}
+
+// Tenants reports the tenants whose index this node sweeps.
+type Tenants interface {
+	Tenants(ctx context.Context) ([]string, error)
+}
+
+// StaticTenants is a fixed set of tenants.
+type StaticTenants []string
+
+// Tenants returns t.
+func (t StaticTenants) Tenants(context.Context) ([]string, error) { return t, nil }
+
+// Config configures a [Loop].
+type Config struct {
+	// Self is this node's address, as the live nodes report it. Required.
+	Self string
+	// Margin is the lease period plus grace. Required.
+	Margin time.Duration
+	// Period is alarm_sweep; zero takes DefaultPeriod.
+	Period time.Duration
+
+	Lister  Lister    // required
+	Clock   WaitClock // required
+	Sink    Sink      // required
+	Live    LiveNodes // required
+	Tenants Tenants   // required
+	// Busy reports an actor already in flight or retrying on this node
+	// (see [PlanInput.Busy]). Nil: none.
+	Busy func(Actor) bool
+	// Rand rotates anyone's entries. Required; used by one sweep at a time.
+	Rand *rand.Rand
+	// Logger; nil logs nothing.
+	Logger hclog.Logger
+
+	// Limits of a walk and a plan; zero takes the defaults.
+	Walk          WalkLimits
+	MaxDeliveries int
+}
+
+// Stats counts what a loop did since it was made.
+type Stats struct {
+	// Sweeps counts sweeps of a tenant's index (successful or not).
+	Sweeps int64
+	// Lists counts LIST calls.
+	Lists int64
+	// Entries counts overdue entries the walks met.
+	Entries int64
+	// Delivered counts deliveries offered to the sink.
+	Delivered int64
+	// Malformed counts keys skipped as not index keys.
+	Malformed int64
+	// Errors counts failures: LIST, live nodes, tenants.
+	Errors int64
+}
+
+// Loop sweeps every tenant's index every period and offers what it plans to
+// the sink. Make it with [New]; run it with [Loop.Run] or drive it with
+// [Loop.Sweep].
+type Loop struct {
+	cfg Config
+	log hclog.Logger
+
+	mu      sync.Mutex // one sweep at a time: cursors, rand
+	cursors map[string]string
+
+	sweeps, lists, entries, delivered, malformed, errs atomic.Int64
+}
+
+// New checks cfg and makes a loop.
+func New(cfg Config) (*Loop, error) {
+	var missing []string
+	if cfg.Self == "" {
+		missing = append(missing, "Self")
+	}
+	if cfg.Margin <= 0 {
+		missing = append(missing, "Margin")
+	}
+	if cfg.Lister == nil {
+		missing = append(missing, "Lister")
+	}
+	if cfg.Clock == nil {
+		missing = append(missing, "Clock")
+	}
+	if cfg.Sink == nil {
+		missing = append(missing, "Sink")
+	}
+	if cfg.Live == nil {
+		missing = append(missing, "Live")
+	}
+	if cfg.Tenants == nil {
+		missing = append(missing, "Tenants")
+	}
+	if cfg.Rand == nil {
+		missing = append(missing, "Rand")
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("sweeper: config lacks %v", missing)
+	}
+	if cfg.Period <= 0 {
+		cfg.Period = DefaultPeriod
+	}
+	cfg.Walk = cfg.Walk.withDefaults()
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = DefaultMaxDeliveries
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &Loop{cfg: cfg, log: log.Named("sweeper"), cursors: map[string]string{}}, nil
+}
+
+// Run sweeps at once and then every period until ctx ends, and returns
+// ctx's error. Failures are logged and counted; the next period retries.
+func (l *Loop) Run(ctx context.Context) error {
+	for {
+		start := l.cfg.Clock.Now()
+		_ = l.Sweep(ctx) // logged and counted
+		wait := max(l.cfg.Period-l.cfg.Clock.Now().Sub(start), 0)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.cfg.Clock.After(wait):
+		}
+	}
+}
+
+// Sweep sweeps every tenant's index once. It returns the failures, already
+// logged and counted; a tenant's failure does not stop the others.
+func (l *Loop) Sweep(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	live, err := l.cfg.Live.LiveNodes(ctx)
+	if err != nil {
+		l.errs.Add(1)
+		l.log.Error("sweep skipped: cannot read live nodes; retrying next period", "error", err)
+		return fmt.Errorf("sweep: live nodes: %w", err)
+	}
+	tenants, err := l.cfg.Tenants.Tenants(ctx)
+	if err != nil {
+		l.errs.Add(1)
+		l.log.Error("sweep skipped: cannot read tenants; retrying next period", "error", err)
+		return fmt.Errorf("sweep: tenants: %w", err)
+	}
+	var errs []error
+	for _, t := range tenants {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		if err := l.sweepTenant(ctx, t, live); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) error {
+	l.sweeps.Add(1)
+	now := l.cfg.Clock.Now()
+	cutoff := now.UnixMilli() - l.cfg.Margin.Milliseconds()
+	w := NewWalk(tenant, l.cursors[tenant], cutoff, l.cfg.Walk)
+	var listErr error
+	for {
+		page, ok := w.Next()
+		if !ok {
+			break
+		}
+		l.lists.Add(1)
+		keys, err := l.cfg.Lister.List(ctx, page.Prefix, page.StartAfter, page.Limit)
+		if err != nil {
+			listErr = fmt.Errorf("sweep tenant %q: list %q after %q: %w", tenant, page.Prefix, page.StartAfter, err)
+			w.Abort()
+			break
+		}
+		w.Feed(keys)
+	}
+	res := w.Result()
+	l.cursors[tenant] = res.Cursor
+	l.entries.Add(int64(len(res.Entries)))
+	if n := len(res.Malformed); n > 0 {
+		l.malformed.Add(int64(n))
+		l.log.Warn("skipped keys that are not index entries", "tenant", tenant, "count", n, "first", res.Malformed[0])
+	}
+	if listErr != nil {
+		l.errs.Add(1)
+		l.log.Error("bucket listing failed; delivering what was read, retrying next period",
+			"tenant", tenant, "read", res.Read, "error", listErr)
+	}
+
+	plan := PlanSweep(PlanInput{
+		Entries:       res.Entries,
+		Now:           now,
+		Margin:        l.cfg.Margin,
+		Self:          l.cfg.Self,
+		Live:          live,
+		Busy:          l.cfg.Busy,
+		Rand:          l.cfg.Rand,
+		MaxDeliveries: l.cfg.MaxDeliveries,
+	})
+	for _, d := range plan.Deliveries {
+		l.cfg.Sink.Offer(d)
+	}
+	l.delivered.Add(int64(len(plan.Deliveries)))
+	if len(res.Entries) > 0 || len(plan.Deliveries) > 0 {
+		l.log.Debug("swept", "tenant", tenant, "entries", len(res.Entries), "delivered", len(plan.Deliveries),
+			"own", plan.Stats.Own, "anyone", plan.Stats.Anyone, "busy", plan.Stats.Busy,
+			"others", plan.Stats.Others, "deferred", plan.Stats.Deferred, "cursor", res.Cursor)
+	}
+	return listErr
+}
+
+// Cursor returns where the next sweep of tenant's index starts ("" for the
+// beginning).
+func (l *Loop) Cursor(tenant string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cursors[tenant]
+}
+
+// Stats returns the loop's counters.
+func (l *Loop) Stats() Stats {
+	return Stats{
+		Sweeps:    l.sweeps.Load(),
+		Lists:     l.lists.Load(),
+		Entries:   l.entries.Load(),
+		Delivered: l.delivered.Load(),
+		Malformed: l.malformed.Load(),
+		Errors:    l.errs.Load(),
+	}
+}
