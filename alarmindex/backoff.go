@@ -1,0 +1,48 @@
+package alarmindex
+
+import "time"
+
+// Committed-retry defaults (spec "Retries are committed").
+const (
+	// DefaultRetryBase is the delay after the first failure in a row.
+	DefaultRetryBase = time.Second
+	// DefaultRetryMax caps the doubling: retry_max, the longest backoff. It
+	// is also how long an entry the rules keep for an actor the bucket never
+	// had waits before it is tried again.
+	DefaultRetryMax = 5 * time.Minute
+)
+
+// RetryDelay is the delay before the attempt that follows the failures-th
+// failure in a row: base for the first (failures <= 1 counts as the first),
+// doubling with each further failure, capped at max. With the defaults:
+// 1 s, 2 s, 4 s, ... 256 s, then 5 min.
+func RetryDelay(failures int, base, max time.Duration) time.Duration {
+	if base >= max {
+		return max
+	}
+	d := base
+	for i := 1; i < failures; i++ {
+		if d > max/2 {
+			return max
+		}
+		d *= 2
+	}
+	return d
+}
+
+// AfterFailure is the alarm committed after on-alarm failed: whatever the
+// handler left due before retryAt (the same alarm, or one it set for now)
+// moves to retryAt; one it set for retryAt or later, or a clear (nil),
+// stands. retryAt is capped at MaxDueMs so the result can be indexed. The
+// result never aliases handlerLeft.
+func AfterFailure(handlerLeft *int64, retryAt int64) (newAlarm *int64) {
+	if handlerLeft == nil {
+		return nil
+	}
+	retryAt = min(retryAt, MaxDueMs)
+	v := *handlerLeft
+	if v < retryAt {
+		v = retryAt
+	}
+	return &v
+}

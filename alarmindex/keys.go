@@ -1,0 +1,322 @@
+package alarmindex
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// Key layout constants.
+const (
+	// Root is the prefix of every index entry.
+	Root = "alarms/"
+	// TaggedClassSuffix ends the class segment of a tagged entry: tagged
+	// entries sit in a sibling folder of the legacy ones, so no key is both
+	// an object and the folder of others.
+	TaggedClassSuffix = ".t"
+	// MaxDueMs is the latest due time a key can hold: 15 decimal digits.
+	MaxDueMs = abi.MaxAlarmMillis
+	// MaxKeyLen is the longest object key S3 accepts, in bytes. A key longer
+	// than this (a very long actor name) cannot be indexed.
+	MaxKeyLen = 1024
+
+	dueDigits = 15
+	genDigits = 20
+)
+
+// Meta keys in the actor's database that the rules speak about.
+const (
+	// MetaAlarmIndexed holds the entry that stands for the committed alarm,
+	// as [FormatRecorded] writes it.
+	MetaAlarmIndexed = "alarm_indexed"
+	// MetaOwnerFence is the one-line change an owner uploads before it
+	// removes entries as stale (DeliveryPlan.Fence).
+	MetaOwnerFence = "owner_fence"
+)
+
+// Actor names an actor: a tenant, a class and a name. The name may be any
+// non-empty bytes (it appears as hex in keys).
+type Actor struct {
+	Tenant, Class, Name string
+}
+
+// String gives "tenant/class/name" for messages. A name that is not
+// printable UTF-8 is quoted as a Go string.
+func (a Actor) String() string {
+	name := a.Name
+	if !printable(name) {
+		name = strconv.Quote(name)
+	}
+	return a.Tenant + "/" + a.Class + "/" + name
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports whether the actor can be indexed: the tenant non-empty
+// valid UTF-8 without '/', the class non-empty valid UTF-8 without '.' or
+// '/', and the name non-empty. The error names the offending field.
+func (a Actor) Validate() error {
+	switch {
+	case a.Tenant == "":
+		return a.invalid("tenant is empty")
+	case strings.Contains(a.Tenant, "/"):
+		return a.invalid("tenant contains '/'")
+	case !utf8.ValidString(a.Tenant):
+		return a.invalid("tenant is not valid UTF-8")
+	case a.Class == "":
+		return a.invalid("class is empty")
+	case strings.Contains(a.Class, "/"):
+		return a.invalid("class contains '/'")
+	case strings.Contains(a.Class, "."):
+		return a.invalid("class contains '.'")
+	case !utf8.ValidString(a.Class):
+		return a.invalid("class is not valid UTF-8")
+	case a.Name == "":
+		return a.invalid("name is empty")
+	}
+	return nil
+}
+
+func (a Actor) invalid(cause string) error {
+	return fmt.Errorf("alarm index: actor %s: %s", a, cause)
+}
+
+// Tag is the last segment of a tagged entry: the generation of the hold that
+// wrote it and a nonce that process never used before.
+type Tag struct {
+	Generation uint64
+	// Nonce is non-empty lowercase hex.
+	Nonce string
+}
+
+// String gives "<generation, 20 digits>-<nonce>".
+func (t Tag) String() string {
+	return fmt.Sprintf("%0*d-%s", genDigits, t.Generation, t.Nonce)
+}
+
+// Key is one index entry. Legacy entries (written before tags existed) have
+// a zero Tag. Keys are comparable with ==.
+type Key struct {
+	Actor Actor
+	// DueMs is the due time in Unix milliseconds, 0..MaxDueMs.
+	DueMs int64
+	// Legacy marks the untagged form alarms/<tenant>/<at>/<class>/<name hex>.
+	Legacy bool
+	// Tag is set for tagged entries, zero for legacy ones.
+	Tag Tag
+}
+
+// String gives the object key. It does not validate; see [Key.Validate].
+func (k Key) String() string {
+	if k.Legacy {
+		return LegacyKey(k.Actor, k.DueMs)
+	}
+	return TaggedPrefix(k.Actor, k.DueMs) + k.Tag.String()
+}
+
+// Validate reports whether the key is one [ParseKey] accepts: a valid actor,
+// a due time in range, a tag with a non-empty lowercase hex nonce (or a
+// zero tag for a legacy key), and at most MaxKeyLen bytes in all.
+func (k Key) Validate() error {
+	if err := k.Actor.Validate(); err != nil {
+		return err
+	}
+	if k.DueMs < 0 || k.DueMs > MaxDueMs {
+		return fmt.Errorf("alarm index: actor %s: due time %d outside 0..%d", k.Actor, k.DueMs, int64(MaxDueMs))
+	}
+	if k.Legacy {
+		if k.Tag != (Tag{}) {
+			return fmt.Errorf("alarm index: actor %s: a legacy key has no tag", k.Actor)
+		}
+	} else if !isLowerHex(k.Tag.Nonce) {
+		return fmt.Errorf("alarm index: actor %s: nonce %q is not non-empty lowercase hex", k.Actor, k.Tag.Nonce)
+	}
+	if n := len(k.String()); n > MaxKeyLen {
+		return fmt.Errorf("alarm index: actor %s: key is %d bytes, longer than %d (name too long)", k.Actor, n, MaxKeyLen)
+	}
+	return nil
+}
+
+// TenantPrefix is "alarms/<tenant>/": every entry of the tenant.
+func TenantPrefix(tenant string) string {
+	return Root + tenant + "/"
+}
+
+// TimePrefix is "alarms/<tenant>/<due>/": every entry of the tenant due at
+// dueMs (which should be in 0..MaxDueMs).
+func TimePrefix(tenant string, dueMs int64) string {
+	return TenantPrefix(tenant) + formatDue(dueMs) + "/"
+}
+
+// TaggedPrefix is the folder of the actor's tagged entries due at dueMs:
+// listing it is the one LIST a stale cleanup costs.
+func TaggedPrefix(a Actor, dueMs int64) string {
+	return TimePrefix(a.Tenant, dueMs) + a.Class + TaggedClassSuffix + "/" + hex.EncodeToString([]byte(a.Name)) + "/"
+}
+
+// LegacyKey is the untagged entry of the actor at dueMs.
+func LegacyKey(a Actor, dueMs int64) string {
+	return TimePrefix(a.Tenant, dueMs) + a.Class + "/" + hex.EncodeToString([]byte(a.Name))
+}
+
+func formatDue(ms int64) string {
+	return fmt.Sprintf("%0*d", dueDigits, ms)
+}
+
+// ParseKey parses an object key of either form. It accepts exactly what
+// [Key.String] writes for a valid key, so ParseKey(s) succeeding means
+// k.String() == s.
+func ParseKey(s string) (Key, error) {
+	if len(s) > MaxKeyLen {
+		return Key{}, keyErr(s, fmt.Sprintf("longer than %d bytes", MaxKeyLen))
+	}
+	rest, ok := strings.CutPrefix(s, Root)
+	if !ok {
+		return Key{}, keyErr(s, "does not start with "+Root)
+	}
+	parts := strings.Split(rest, "/")
+	var k Key
+	var classSeg, nameSeg string
+	switch len(parts) {
+	case 4:
+		k.Legacy = true
+		classSeg, nameSeg = parts[2], parts[3]
+	case 5:
+		var cut bool
+		classSeg, cut = strings.CutSuffix(parts[2], TaggedClassSuffix)
+		if !cut {
+			return Key{}, keyErr(s, "tagged class folder does not end in "+TaggedClassSuffix)
+		}
+		nameSeg = parts[3]
+		tag, err := parseTag(parts[4])
+		if err != nil {
+			return Key{}, keyErr(s, err.Error())
+		}
+		k.Tag = tag
+	default:
+		return Key{}, keyErr(s, "wrong number of segments")
+	}
+	due, err := parseDue(parts[1])
+	if err != nil {
+		return Key{}, keyErr(s, err.Error())
+	}
+	k.DueMs = due
+	if !isLowerHex(nameSeg) || len(nameSeg)%2 != 0 {
+		return Key{}, keyErr(s, "name is not non-empty lowercase hex")
+	}
+	name, _ := hex.DecodeString(nameSeg)
+	k.Actor = Actor{Tenant: parts[0], Class: classSeg, Name: string(name)}
+	if err := k.Actor.Validate(); err != nil {
+		return Key{}, keyErr(s, err.Error())
+	}
+	return k, nil
+}
+
+func keyErr(s, cause string) error {
+	return fmt.Errorf("alarm index: key %q: %s", s, cause)
+}
+
+func parseDue(s string) (int64, error) {
+	if len(s) != dueDigits || !isDigits(s) {
+		return 0, errors.New("due time is not 15 digits")
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errors.New("due time is not 15 digits")
+	}
+	return v, nil
+}
+
+func parseTag(s string) (Tag, error) {
+	genStr, nonce, ok := strings.Cut(s, "-")
+	if !ok {
+		return Tag{}, errors.New("tag has no '-'")
+	}
+	if len(genStr) != genDigits || !isDigits(genStr) {
+		return Tag{}, errors.New("generation is not 20 digits")
+	}
+	gen, err := strconv.ParseUint(genStr, 10, 64)
+	if err != nil {
+		return Tag{}, errors.New("generation overflows 64 bits")
+	}
+	if !isLowerHex(nonce) {
+		return Tag{}, errors.New("nonce is not non-empty lowercase hex")
+	}
+	return Tag{Generation: gen, Nonce: nonce}, nil
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLowerHex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// FormatRecorded gives the alarm_indexed meta value naming k: "" for none,
+// "<due>" (15 digits) for a legacy entry, "<due>/<tag>" for a tagged one.
+func FormatRecorded(k *Key) string {
+	if k == nil {
+		return ""
+	}
+	if k.Legacy {
+		return formatDue(k.DueMs)
+	}
+	return formatDue(k.DueMs) + "/" + k.Tag.String()
+}
+
+// ParseRecorded parses an alarm_indexed meta value of actor a: nil for "".
+// An error means the recorded entry cannot be read: the caller gives the
+// actor up rather than guess which entry stands for its alarm.
+func ParseRecorded(a Actor, s string) (*Key, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	dueStr, tagStr, tagged := strings.Cut(s, "/")
+	due, err := parseDue(dueStr)
+	if err != nil {
+		return nil, fmt.Errorf("alarm index: actor %s: recorded entry %q: %v", a, s, err)
+	}
+	k := &Key{Actor: a, DueMs: due, Legacy: !tagged}
+	if tagged {
+		tag, err := parseTag(tagStr)
+		if err != nil {
+			return nil, fmt.Errorf("alarm index: actor %s: recorded entry %q: %v", a, s, err)
+		}
+		k.Tag = tag
+	}
+	return k, nil
+}

@@ -1,0 +1,211 @@
+package alarmindex
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestKeyRoundTrip(t *testing.T) {
+	cases := []struct {
+		name string
+		key  Key
+		want string
+	}{
+		{
+			"tagged",
+			Key{Actor: Actor{"acme", "counter", "a"}, DueMs: 1_700_000_000_123, Tag: Tag{Generation: 42, Nonce: "beef01"}},
+			"alarms/acme/001700000000123/counter.t/61/00000000000000000042-beef01",
+		},
+		{
+			"legacy",
+			Key{Actor: Actor{"acme", "counter", "a"}, DueMs: 5, Legacy: true},
+			"alarms/acme/000000000000005/counter/61",
+		},
+		{
+			"name with slash, dot and binary bytes",
+			Key{Actor: Actor{"t", "c", "x/../\x00\xff"}, DueMs: 0, Tag: Tag{Generation: 0, Nonce: "0"}},
+			"alarms/t/000000000000000/c.t/782f2e2e2f00ff/00000000000000000000-0",
+		},
+		{
+			"largest due time and generation",
+			Key{Actor: Actor{"t", "c", "n"}, DueMs: MaxDueMs, Tag: Tag{Generation: ^uint64(0), Nonce: "f"}},
+			"alarms/t/999999999999999/c.t/6e/18446744073709551615-f",
+		},
+		{
+			"tenant with dots and unicode",
+			Key{Actor: Actor{"é.x", "Ж", "n"}, DueMs: 1, Legacy: true},
+			"alarms/é.x/000000000000001/Ж/6e",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.key.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if got := c.key.String(); got != c.want {
+				t.Fatalf("String() = %q, want %q", got, c.want)
+			}
+			got, err := ParseKey(c.want)
+			if err != nil {
+				t.Fatalf("ParseKey: %v", err)
+			}
+			if got != c.key {
+				t.Fatalf("ParseKey = %+v, want %+v", got, c.key)
+			}
+			if !strings.HasPrefix(c.want, TimePrefix(c.key.Actor.Tenant, c.key.DueMs)) {
+				t.Fatalf("key %q not under TimePrefix", c.want)
+			}
+			if !strings.HasPrefix(c.want, TenantPrefix(c.key.Actor.Tenant)) {
+				t.Fatalf("key %q not under TenantPrefix", c.want)
+			}
+			if c.key.Legacy {
+				if LegacyKey(c.key.Actor, c.key.DueMs) != c.want {
+					t.Fatalf("LegacyKey differs from String")
+				}
+			} else if !strings.HasPrefix(c.want, TaggedPrefix(c.key.Actor, c.key.DueMs)) {
+				t.Fatalf("tagged key %q not under TaggedPrefix", c.want)
+			}
+		})
+	}
+}
+
+func TestParseKeyRejects(t *testing.T) {
+	cases := []struct{ name, key, cause string }{
+		{"no root", "alarm/t/000000000000001/c/6e", "does not start"},
+		{"too few segments", "alarms/t/000000000000001/c", "segments"},
+		{"too many segments", "alarms/t/000000000000001/c.t/6e/00000000000000000001-a/x", "segments"},
+		{"due 14 digits", "alarms/t/00000000000001/c/6e", "15 digits"},
+		{"due 16 digits", "alarms/t/0000000000000001/c/6e", "15 digits"},
+		{"due signed", "alarms/t/+00000000000001/c/6e", "15 digits"},
+		{"empty tenant", "alarms//000000000000001/c/6e", "tenant is empty"},
+		{"empty class", "alarms/t/000000000000001//6e", "class is empty"},
+		{"legacy class with dot", "alarms/t/000000000000001/c.t/6e", "class contains '.'"},
+		{"tagged class with dot", "alarms/t/000000000000001/a.b.t/6e/00000000000000000001-a", "class contains '.'"},
+		{"tagged folder without .t", "alarms/t/000000000000001/c/6e/00000000000000000001-a", "does not end in .t"},
+		{"empty name", "alarms/t/000000000000001/c/", "name"},
+		{"uppercase name hex", "alarms/t/000000000000001/c/6E", "name"},
+		{"odd name hex", "alarms/t/000000000000001/c/6e6", "name"},
+		{"generation 19 digits", "alarms/t/000000000000001/c.t/6e/0000000000000000001-a", "20 digits"},
+		{"generation overflow", "alarms/t/000000000000001/c.t/6e/99999999999999999999-a", "overflows"},
+		{"tag without dash", "alarms/t/000000000000001/c.t/6e/00000000000000000001", "no '-'"},
+		{"empty nonce", "alarms/t/000000000000001/c.t/6e/00000000000000000001-", "nonce"},
+		{"uppercase nonce", "alarms/t/000000000000001/c.t/6e/00000000000000000001-AB", "nonce"},
+		{"invalid utf-8 tenant", "alarms/\xff/000000000000001/c/6e", "UTF-8"},
+		{"too long", "alarms/t/000000000000001/c/" + strings.Repeat("6e", 600), "longer than"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseKey(c.key)
+			if err == nil {
+				t.Fatalf("ParseKey(%q) accepted", c.key)
+			}
+			if !strings.Contains(err.Error(), c.cause) {
+				t.Fatalf("error %q does not name the cause %q", err, c.cause)
+			}
+		})
+	}
+}
+
+func TestActorValidateNamesTheField(t *testing.T) {
+	cases := []struct {
+		actor Actor
+		cause string
+	}{
+		{Actor{"", "c", "n"}, "tenant is empty"},
+		{Actor{"a/b", "c", "n"}, "tenant contains '/'"},
+		{Actor{"t", "", "n"}, "class is empty"},
+		{Actor{"t", "c.d", "n"}, "class contains '.'"},
+		{Actor{"t", "c/d", "n"}, "class contains '/'"},
+		{Actor{"t", "c", ""}, "name is empty"},
+	}
+	for _, c := range cases {
+		err := c.actor.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.cause) {
+			t.Errorf("%+v: Validate() = %v, want cause %q", c.actor, err, c.cause)
+		}
+	}
+	if err := (Actor{"t", "c", "any/name.with\x00bytes"}).Validate(); err != nil {
+		t.Errorf("valid actor rejected: %v", err)
+	}
+}
+
+func TestKeyValidateRejectsTooLongName(t *testing.T) {
+	k := Key{Actor: Actor{"t", "c", strings.Repeat("x", 500)}, DueMs: 1, Tag: Tag{1, "ab"}}
+	if err := k.Validate(); err == nil || !strings.Contains(err.Error(), "name too long") {
+		t.Fatalf("Validate() = %v, want a too-long error", err)
+	}
+}
+
+func TestActorString(t *testing.T) {
+	if got := (Actor{"t", "c", "n/1"}).String(); got != "t/c/n/1" {
+		t.Errorf("String() = %q", got)
+	}
+	if got := (Actor{"t", "c", "\x00"}).String(); got != `t/c/"\x00"` {
+		t.Errorf("String() of a binary name = %q", got)
+	}
+}
+
+func TestRecordedRoundTrip(t *testing.T) {
+	a := Actor{"t", "c", "n"}
+	cases := []struct {
+		name string
+		key  *Key
+		want string
+	}{
+		{"none", nil, ""},
+		{"legacy", &Key{Actor: a, DueMs: 12, Legacy: true}, "000000000000012"},
+		{"tagged", &Key{Actor: a, DueMs: 12, Tag: Tag{3, "0a"}}, "000000000000012/00000000000000000003-0a"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := FormatRecorded(c.key); got != c.want {
+				t.Fatalf("FormatRecorded = %q, want %q", got, c.want)
+			}
+			got, err := ParseRecorded(a, c.want)
+			if err != nil {
+				t.Fatalf("ParseRecorded: %v", err)
+			}
+			if (got == nil) != (c.key == nil) || (got != nil && *got != *c.key) {
+				t.Fatalf("ParseRecorded = %+v, want %+v", got, c.key)
+			}
+		})
+	}
+	for _, bad := range []string{"12", "000000000000012/", "000000000000012/3-0a", "000000000000012/00000000000000000003-", "x"} {
+		if _, err := ParseRecorded(a, bad); err == nil || !strings.Contains(err.Error(), "t/c/n") {
+			t.Errorf("ParseRecorded(%q) = %v, want an error naming the actor", bad, err)
+		}
+	}
+}
+
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{
+		"alarms/acme/001700000000123/counter.t/61/00000000000000000042-beef01",
+		"alarms/acme/000000000000005/counter/61",
+		"alarms/t/999999999999999/c.t/6e/18446744073709551615-f",
+		"alarms/t/000000000000001/c.t/6e/99999999999999999999-a",
+		"alarms//000000000000001/c/6e",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := ParseKey(s)
+		if err != nil {
+			return
+		}
+		if got := k.String(); got != s {
+			t.Fatalf("ParseKey(%q).String() = %q", s, got)
+		}
+		if err := k.Validate(); err != nil {
+			t.Fatalf("parsed key %q does not validate: %v", s, err)
+		}
+		k2, err := ParseKey(k.String())
+		if err != nil || k2 != k {
+			t.Fatalf("reparse of %q: %+v, %v", s, k2, err)
+		}
+		rec := FormatRecorded(&k)
+		back, err := ParseRecorded(k.Actor, rec)
+		if err != nil || back == nil || *back != k {
+			t.Fatalf("recorded %q of %q: %+v, %v", rec, s, back, err)
+		}
+	})
+}
