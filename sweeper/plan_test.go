@@ -444,3 +444,23 @@ func TestPlanDrainsAcrossSweeps(t *testing.T) {
 		}
 	}
 }
+
+// Own entries go earliest first whatever order the entries come in.
+func TestPlanOwnEarliestFirst(t *testing.T) {
+	self := nodes3[0]
+	var entries []Entry
+	for i, n := range namesFor("o", self, nodes3, 50) {
+		entries = append(entries, entry(n, ago(testMargin)-int64(i)))
+	}
+	rand.New(rand.NewPCG(5, 5)).Shuffle(len(entries), func(i, j int) { entries[i], entries[j] = entries[j], entries[i] })
+	p := PlanSweep(PlanInput{Entries: entries, Now: testNow, Margin: testMargin, Self: self, Live: nodes3,
+		MaxDeliveries: 16})
+	if len(p.Deliveries) != 16 {
+		t.Fatalf("%d deliveries", len(p.Deliveries))
+	}
+	for i, d := range p.Deliveries {
+		if want := ago(testMargin) - 49 + int64(i); d.DueMs != want {
+			t.Fatalf("delivery %d due %d, want %d (the earliest first)", i, d.DueMs, want)
+		}
+	}
+}

@@ -74,8 +74,7 @@ type Walk struct {
 	cutoffMs int64
 	limits   WalkLimits
 
-	startAfter string // the last key seen; where the next page starts
-	lastRead   string // the last key counted against the limit
+	startAfter string // the last key read; where the next page starts
 	res        WalkResult
 	done       bool
 }
@@ -124,19 +123,18 @@ func (w *Walk) Feed(keys []string) {
 			w.finish(true)
 			return
 		}
-		w.startAfter = k
 		key, err := parseKey(k)
-		if err != nil || key.Actor.Tenant != w.tenant {
+		switch {
+		case err != nil || key.Actor.Tenant != w.tenant:
 			w.res.Malformed = append(w.res.Malformed, k)
-			w.count(k)
-			continue
-		}
-		if key.DueMs > w.cutoffMs {
+		case key.DueMs > w.cutoffMs:
 			w.finish(true)
 			return
+		default:
+			w.res.Entries = append(w.res.Entries, Entry{Object: k, Key: key})
 		}
-		w.res.Entries = append(w.res.Entries, Entry{Object: k, Key: key})
-		w.count(k)
+		w.startAfter = k
+		w.res.Read++
 	}
 	switch {
 	case w.res.Read >= w.limits.MaxEntries:
@@ -161,11 +159,6 @@ func (w *Walk) Done() bool { return w.done }
 // the next walk too.
 func (w *Walk) Result() WalkResult { return w.res }
 
-func (w *Walk) count(k string) {
-	w.res.Read++
-	w.lastRead = k
-}
-
 func (w *Walk) finish(reachedEnd bool) {
 	w.done = true
 	w.res.ReachedEnd = reachedEnd
@@ -173,9 +166,6 @@ func (w *Walk) finish(reachedEnd bool) {
 		w.res.Cursor = ""
 		return
 	}
-	w.res.Cursor = w.lastRead
-	if w.res.Cursor == "" {
-		// Nothing read (aborted on the first page): keep the old start.
-		w.res.Cursor = w.startAfter
-	}
+	// The last key read; the old cursor if nothing was read yet.
+	w.res.Cursor = w.startAfter
 }
