@@ -321,7 +321,7 @@ func kvPut(ctx context.Context, mod api.Module, stack []uint64) {
 		ret(stack, e)
 		return
 	}
-	if stack[3] > abi.MaxValueLen {
+	if uint32(stack[3]) > abi.MaxValueLen {
 		ret(stack, abi.E2BIG)
 		return
 	}

@@ -1,0 +1,37 @@
+# wasmkeep alarms. `make demo` runs the demo; `make test` runs every test.
+GO ?= go
+VERSITYGW_VERSION := v1.8.0
+STATICCHECK_VERSION := v0.8.2
+GUEST_SOURCES := $(shell find guest-sdk examples/counter-actor -name '*.go' -o -name go.mod)
+
+.PHONY: demo test tools lint testdata bench
+
+demo: build/counter-actor.wasm
+	$(GO) run ./cmd/demo
+
+build/counter-actor.wasm: $(GUEST_SOURCES)
+	@mkdir -p build
+	cd examples/counter-actor && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o ../../build/counter-actor.wasm .
+
+# tools installs the S3 server the tests run against (cached after the first time).
+tools:
+	$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+test: tools
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+	cd guest-sdk && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+lint:
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
+	$(GO) vet ./...
+	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+# testdata rebuilds the .wasm fixtures from their .wat sources (needs wabt's wat2wasm).
+testdata:
+	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
+
+bench: build/counter-actor.wasm
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweeper/
+	$(GO) test -run '^$$' -bench . ./hostmod/
