@@ -1,0 +1,128 @@
+// Package bucket is the object-store client shared by the alarm index and the
+// reference cluster host: a small Bucket interface with conditional PUTs and
+// ordered listings, an S3 implementation over aws-sdk-go-v2, an in-memory
+// implementation with deterministic fault injection for unit tests and the
+// simulator, and a Counting wrapper that counts requests exactly.
+//
+// Both implementations follow S3's rules: keys list in byte order, a PUT with
+// If-None-Match: * fails if the key exists, a PUT with If-Match fails unless
+// the object's ETag matches, deleting a missing key succeeds, and all empty
+// objects share one ETag (the MD5 of nothing), so conditions on empty objects
+// prove only existence.
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound is wrapped by errors for a key that does not exist (S3 404,
+// NoSuchKey). Test with errors.Is.
+var ErrNotFound = errors.New("object not found")
+
+// ErrPrecondition is wrapped by errors for a conditional PUT whose condition
+// did not hold (S3 412 PreconditionFailed, or 409 ConditionalRequestConflict
+// when a concurrent conditional write won). Test with errors.Is.
+//
+// A PUT with If-Match on a key that does not exist fails with an error that
+// wraps both ErrPrecondition and ErrNotFound.
+var ErrPrecondition = errors.New("precondition failed")
+
+// Cond is the condition of a PUT. The zero value is an unconditional PUT.
+// At most one of the two may be set.
+type Cond struct {
+	// IfNoneMatch sends If-None-Match: *: the PUT succeeds only if the key
+	// does not exist.
+	IfNoneMatch bool
+	// IfMatch, if not empty, sends If-Match: the PUT succeeds only if the
+	// object exists with this ETag (as returned by Get or Put).
+	IfMatch string
+}
+
+func (c Cond) validate() error {
+	if c.IfNoneMatch && c.IfMatch != "" {
+		return errors.New("a condition cannot have both IfNoneMatch and IfMatch")
+	}
+	return nil
+}
+
+// Bucket is an S3-like object store. All methods are safe for concurrent use.
+// Errors are *OpError values naming the operation, the key and the cause.
+type Bucket interface {
+	// Get returns the object's body and ETag, or an error wrapping
+	// ErrNotFound if the key does not exist.
+	Get(ctx context.Context, key string) (body []byte, etag string, err error)
+	// Put stores body under key if cond holds and returns the new ETag. A
+	// failed condition is an error wrapping ErrPrecondition.
+	Put(ctx context.Context, key string, body []byte, cond Cond) (etag string, err error)
+	// Delete removes key. Deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List returns up to limit keys under prefix, in key (byte) order,
+	// strictly after startAfter ("" = from the start). limit must be at least
+	// 1 and may exceed 1,000: implementations read pages of at most 1,000.
+	List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error)
+}
+
+// MaxPage is the most keys one LIST request returns (S3's limit). List reads
+// pages of at most this many keys.
+const MaxPage = 1000
+
+// OpKind names a bucket operation.
+type OpKind string
+
+// The bucket operations.
+const (
+	OpGet    OpKind = "GET"
+	OpPut    OpKind = "PUT"
+	OpDelete OpKind = "DELETE"
+	OpList   OpKind = "LIST"
+)
+
+// OpError is the error every Bucket method returns. It names the bucket, the
+// operation and the key (for LIST, the prefix), and wraps the cause, so
+// errors.Is(err, ErrNotFound) and errors.Is(err, ErrPrecondition) work.
+type OpError struct {
+	// Bucket is the bucket's name ("mem" for Mem).
+	Bucket string
+	// Op is the operation that failed.
+	Op OpKind
+	// Key is the object key, or the prefix for OpList.
+	Key string
+	// Attempts is how many HTTP requests were sent for the operation (more
+	// than one when the client retried). After a retried conditional PUT, an
+	// ErrPrecondition may come from the first attempt having landed: callers
+	// that must know should read the object back.
+	Attempts int
+	// Err is the cause.
+	Err error
+}
+
+// Error describes the failure: bucket, operation, key, cause and attempts.
+func (e *OpError) Error() string {
+	what := "key"
+	if e.Op == OpList {
+		what = "prefix"
+	}
+	s := fmt.Sprintf("bucket %q: %s %s %q: %v", e.Bucket, e.Op, what, e.Key, e.Err)
+	if e.Attempts > 1 {
+		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
+	}
+	return s
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// pager is implemented by buckets that report how many LIST pages a List
+// call sent; Counting uses it to count pages exactly under concurrency.
+type pager interface {
+	listPaged(ctx context.Context, prefix, startAfter string, limit int) (keys []string, pages int, err error)
+}
+
+func checkLimit(limit int) error {
+	if limit < 1 {
+		return fmt.Errorf("list limit %d: must be at least 1", limit)
+	}
+	return nil
+}

@@ -1,0 +1,372 @@
+package bucket
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+)
+
+// Defaults of the S3 client's options.
+const (
+	// DefaultMaxAttempts is how many HTTP requests one operation may send
+	// (the first and its retries).
+	DefaultMaxAttempts = 3
+	// DefaultRetryMaxBackoff caps the pause between two attempts.
+	DefaultRetryMaxBackoff = 2 * time.Second
+	// DefaultRequestTimeout bounds each attempt, from dialling to reading
+	// the whole response.
+	DefaultRequestTimeout = 30 * time.Second
+	// DefaultRegion is used when neither an option nor the environment
+	// names a region.
+	DefaultRegion = "us-east-1"
+)
+
+// S3 is a Bucket on an S3-compatible store, through aws-sdk-go-v2. Create it
+// with NewS3. It is safe for concurrent use.
+type S3 struct {
+	client *s3.Client
+	name   string
+	pages  atomic.Int64
+}
+
+// S3Option configures NewS3.
+type S3Option func(*s3Options)
+
+type s3Options struct {
+	endpoint       string
+	region         string
+	accessKey      string
+	secretKey      string
+	maxAttempts    int
+	maxBackoff     time.Duration
+	requestTimeout time.Duration
+}
+
+// WithEndpoint sets the store's URL (such as http://127.0.0.1:7070),
+// overriding AWS_ENDPOINT_URL. An endpoint outside amazonaws.com gets
+// path-style addressing and checksums only where the API requires them.
+func WithEndpoint(url string) S3Option { return func(o *s3Options) { o.endpoint = url } }
+
+// WithRegion sets the region, overriding AWS_REGION.
+func WithRegion(region string) S3Option { return func(o *s3Options) { o.region = region } }
+
+// WithCredentials sets static credentials, overriding AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY.
+func WithCredentials(accessKeyID, secretAccessKey string) S3Option {
+	return func(o *s3Options) { o.accessKey, o.secretKey = accessKeyID, secretAccessKey }
+}
+
+// WithMaxAttempts bounds the HTTP requests one operation sends, retries
+// included (default DefaultMaxAttempts; 1 disables retries). The SDK's
+// standard retryer decides what is retried: 5xx responses, throttling,
+// connection errors and timeouts. It ignores AWS_MAX_ATTEMPTS.
+func WithMaxAttempts(n int) S3Option { return func(o *s3Options) { o.maxAttempts = n } }
+
+// WithRetryMaxBackoff caps the jittered pause between attempts (default
+// DefaultRetryMaxBackoff).
+func WithRetryMaxBackoff(d time.Duration) S3Option {
+	return func(o *s3Options) { o.maxBackoff = d }
+}
+
+// WithRequestTimeout bounds each HTTP attempt, from dialling to reading the
+// response body (default DefaultRequestTimeout). A timed-out attempt is
+// retried within the attempt bound; the request may still land at the store.
+func WithRequestTimeout(d time.Duration) S3Option {
+	return func(o *s3Options) { o.requestTimeout = d }
+}
+
+// NewS3 returns a client for the named bucket. Configuration comes from the
+// environment as the SDK reads it (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_REGION, shared config files), then opts; the
+// region defaults to us-east-1. It does not contact the store: see
+// EnsureBucket and Check.
+func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error) {
+	if bucketName == "" {
+		return nil, errors.New("bucket: NewS3: empty bucket name")
+	}
+	o := s3Options{
+		maxAttempts:    DefaultMaxAttempts,
+		maxBackoff:     DefaultRetryMaxBackoff,
+		requestTimeout: DefaultRequestTimeout,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxAttempts < 1 {
+		return nil, fmt.Errorf("bucket %q: max attempts %d: must be at least 1", bucketName, o.maxAttempts)
+	}
+	if o.requestTimeout <= 0 || o.maxBackoff < 0 {
+		return nil, fmt.Errorf("bucket %q: request timeout and retry backoff must be positive", bucketName)
+	}
+
+	retryer := func() aws.Retryer {
+		return retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxAttempts = o.maxAttempts
+			so.MaxBackoff = o.maxBackoff
+			// No process-wide retry quota: every operation gets its own
+			// bounded attempts, whatever others did before it.
+			so.RateLimiter = ratelimit.None
+		})
+	}
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithRetryer(retryer),
+	}
+	if o.region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(o.region))
+	}
+	if o.accessKey != "" || o.secretKey != "" {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(o.accessKey, o.secretKey, "")))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %q: loading the S3 configuration: %w", bucketName, err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	// The SDK's buildable client carries AWS_CA_BUNDLE if set; bound each
+	// attempt and count attempts around it.
+	hc, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
+	if !ok || hc == nil {
+		hc = awshttp.NewBuildableClient()
+	}
+	hc = hc.WithTimeout(o.requestTimeout).
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(o.requestTimeout, 10*time.Second) }).
+		WithTransportOptions(func(tr *http.Transport) { tr.MaxIdleConnsPerHost = 64 })
+	cfg.HTTPClient = attemptCounter{hc}
+	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		if o.endpoint != "" {
+			so.BaseEndpoint = aws.String(o.endpoint)
+		}
+		so.Retryer = retryer()
+		so.RetryMaxAttempts = 0 // keep AWS_MAX_ATTEMPTS from overriding the bound
+		if so.BaseEndpoint != nil && !isAWSEndpoint(*so.BaseEndpoint) {
+			so.UsePathStyle = true
+			so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+			so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+	})
+	return &S3{client: client, name: bucketName}, nil
+}
+
+func isAWSEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	return strings.HasSuffix(h, ".amazonaws.com") || strings.HasSuffix(h, ".amazonaws.com.cn")
+}
+
+// Name returns the bucket's name.
+func (b *S3) Name() string { return b.name }
+
+// Client returns the underlying SDK client, for what the Bucket interface
+// does not cover (such as removing a test bucket).
+func (b *S3) Client() *s3.Client { return b.client }
+
+// ListPagesSent returns how many LIST requests (pages) this client has sent
+// since it was created, failed ones included and retries not counted.
+func (b *S3) ListPagesSent() int64 { return b.pages.Load() }
+
+// attemptsKey carries an *atomic.Int32 that counts the HTTP attempts of one
+// operation.
+type attemptsKey struct{}
+
+// attemptCounter is the SDK's HTTP client, counting the attempts of the
+// operation whose context carries attemptsKey.
+type attemptCounter struct{ next *awshttp.BuildableClient }
+
+func (a attemptCounter) Do(r *http.Request) (*http.Response, error) {
+	if n, ok := r.Context().Value(attemptsKey{}).(*atomic.Int32); ok {
+		n.Add(1)
+	}
+	return a.next.Do(r)
+}
+
+func withAttempts(ctx context.Context) (context.Context, *atomic.Int32) {
+	n := new(atomic.Int32)
+	return context.WithValue(ctx, attemptsKey{}, n), n
+}
+
+func (b *S3) fail(op OpKind, key string, attempts *atomic.Int32, cause error) error {
+	return &OpError{Bucket: b.name, Op: op, Key: key, Attempts: int(attempts.Load()), Err: cause}
+}
+
+// classify maps an SDK error to ErrNotFound or ErrPrecondition where it is
+// one, keeping the SDK error as the detail.
+func classify(err error) error {
+	code, status := "", 0
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		code = apiErr.ErrorCode()
+	}
+	var httpErr interface{ HTTPStatusCode() int }
+	if errors.As(err, &httpErr) {
+		status = httpErr.HTTPStatusCode()
+	}
+	switch {
+	case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %w", ErrPrecondition, err)
+	case code == "ConditionalRequestConflict":
+		return fmt.Errorf("%w: a concurrent conditional write won: %w", ErrPrecondition, err)
+	case code == "NoSuchKey" || code == "NotFound" || (status == http.StatusNotFound && code == ""):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+// Get returns the object's body and ETag.
+func (b *S3) Get(ctx context.Context, key string) ([]byte, string, error) {
+	ctx, n := withAttempts(ctx)
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.name, Key: &key})
+	if err != nil {
+		return nil, "", b.fail(OpGet, key, n, classify(err))
+	}
+	defer out.Body.Close()
+	body, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, "", b.fail(OpGet, key, n, fmt.Errorf("reading the body: %w", err))
+	}
+	return body, aws.ToString(out.ETag), nil
+}
+
+// Put stores body under key if cond holds (If-None-Match: * or If-Match).
+func (b *S3) Put(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
+	ctx, n := withAttempts(ctx)
+	if err := cond.validate(); err != nil {
+		return "", b.fail(OpPut, key, n, err)
+	}
+	in := &s3.PutObjectInput{
+		Bucket:        &b.name,
+		Key:           &key,
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+	}
+	if cond.IfNoneMatch {
+		in.IfNoneMatch = aws.String("*")
+	}
+	if cond.IfMatch != "" {
+		in.IfMatch = aws.String(cond.IfMatch)
+	}
+	out, err := b.client.PutObject(ctx, in)
+	if err != nil {
+		err = classify(err)
+		if cond.IfMatch != "" && errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPrecondition) {
+			err = fmt.Errorf("%w: If-Match on a missing key: %w", ErrPrecondition, err)
+		}
+		return "", b.fail(OpPut, key, n, err)
+	}
+	return aws.ToString(out.ETag), nil
+}
+
+// Delete removes key; a missing key is not an error.
+func (b *S3) Delete(ctx context.Context, key string) error {
+	ctx, n := withAttempts(ctx)
+	_, err := b.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.name, Key: &key})
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return b.fail(OpDelete, key, n, err)
+	}
+	return nil
+}
+
+// List returns up to limit keys under prefix after startAfter, in key order,
+// reading pages of at most MaxPage keys with ListObjectsV2 (each page starts
+// after the last key of the one before).
+func (b *S3) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
+	keys, _, err := b.listPaged(ctx, prefix, startAfter, limit)
+	return keys, err
+}
+
+func (b *S3) listPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
+	ctx, n := withAttempts(ctx)
+	if err := checkLimit(limit); err != nil {
+		return nil, 0, b.fail(OpList, prefix, n, err)
+	}
+	var keys []string
+	pages := 0
+	after := startAfter
+	for len(keys) < limit {
+		in := &s3.ListObjectsV2Input{
+			Bucket:  &b.name,
+			Prefix:  &prefix,
+			MaxKeys: aws.Int32(int32(min(MaxPage, limit-len(keys)))),
+		}
+		if after != "" {
+			in.StartAfter = aws.String(after)
+		}
+		pages++
+		b.pages.Add(1)
+		out, err := b.client.ListObjectsV2(ctx, in)
+		if err != nil {
+			return nil, pages, b.fail(OpList, prefix, n, classify(err))
+		}
+		for _, obj := range out.Contents {
+			k := aws.ToString(obj.Key)
+			if k <= after || !strings.HasPrefix(k, prefix) {
+				return nil, pages, b.fail(OpList, prefix, n,
+					fmt.Errorf("the store listed %q after %q: keys out of order or outside the prefix", k, after))
+			}
+			keys = append(keys, k)
+			after = k
+		}
+		if !aws.ToBool(out.IsTruncated) || len(out.Contents) == 0 {
+			break
+		}
+	}
+	if len(keys) > limit {
+		keys = keys[:limit]
+	}
+	return keys, pages, nil
+}
+
+// EnsureBucket creates the bucket if it does not exist.
+func (b *S3) EnsureBucket(ctx context.Context) error {
+	ctx, n := withAttempts(ctx)
+	_, err := b.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &b.name})
+	if err == nil {
+		return nil
+	}
+	if err = classify(err); !errors.Is(err, ErrNotFound) {
+		return b.fail("HEAD BUCKET", "", n, err)
+	}
+	in := &s3.CreateBucketInput{Bucket: &b.name}
+	if region := b.client.Options().Region; region != DefaultRegion {
+		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{
+			LocationConstraint: types.BucketLocationConstraint(region),
+		}
+	}
+	_, err = b.client.CreateBucket(ctx, in)
+	var owned *types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
+		return b.fail("CREATE BUCKET", "", n, err)
+	}
+	return nil
+}
+
+// Check verifies that the store honours conditional writes, which the
+// cluster's correctness depends on; see CheckConditional.
+func (b *S3) Check(ctx context.Context) error { return CheckConditional(ctx, b) }
