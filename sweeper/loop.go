@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 // DefaultPeriod is the default alarm_sweep: how often a node sweeps.
@@ -65,7 +67,7 @@ type Config struct {
 	Tenants Tenants   // required
 	// Busy reports an actor already in flight or retrying on this node
 	// (see [PlanInput.Busy]). Nil: none.
-	Busy func(Actor) bool
+	Busy func(alarmindex.Actor) bool
 	// Rand rotates anyone's entries. Required; used by one sweep at a time.
 	Rand *rand.Rand
 	// Logger; nil logs nothing.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 // memBucket is an in-memory index that counts LIST calls.
@@ -305,7 +307,7 @@ func TestSweepDrainsBacklog(t *testing.T) {
 func TestSweepCursorPassesStuckEntries(t *testing.T) {
 	stuck := keysFrom("t", "s", ago(time.Hour), 3000)
 	h := newHarness(t, func(c *Config) {
-		c.Busy = func(a Actor) bool { return strings.HasPrefix(a.Name, "s") }
+		c.Busy = func(a alarmindex.Actor) bool { return strings.HasPrefix(a.Name, "s") }
 	})
 	h.bucket.put(stuck...)
 	good := keysFrom("t", "g", ago(time.Hour)+3000, 100)
@@ -341,7 +343,7 @@ func TestSweepCursorPerTenant(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
 		c.Tenants = StaticTenants{"a", "b"}
 		c.Walk = WalkLimits{MaxEntries: 2, PageSize: 2}
-		c.Busy = func(Actor) bool { return true }
+		c.Busy = func(alarmindex.Actor) bool { return true }
 	})
 	a := keysFrom("a", "x", ago(time.Hour), 3)
 	b := keysFrom("b", "x", ago(time.Hour), 1)

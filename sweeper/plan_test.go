@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 const testMargin = 15 * time.Second
@@ -18,14 +20,16 @@ func ago(d time.Duration) int64 { return testNow.Add(-d).UnixMilli() }
 // entry makes an overdue entry for actor name of tenant t, class C.
 func entry(name string, dueMs int64) Entry {
 	obj := tagged("t", dueMs, "C", name, 1, "01")
-	k, err := parseKey(obj)
+	k, err := alarmindex.ParseKey(obj)
 	if err != nil {
 		panic(err)
 	}
 	return Entry{Object: obj, Key: k}
 }
 
-func actor(name string) Actor { return Actor{Tenant: "t", Class: "C", Name: name} }
+func actor(name string) alarmindex.Actor {
+	return alarmindex.Actor{Tenant: "t", Class: "C", Name: name}
+}
 
 var nodes3 = []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
 
@@ -296,7 +300,7 @@ func compareStrings(a, b string) int {
 func TestPlanBusyNotCounted(t *testing.T) {
 	self := nodes3[0]
 	own := namesFor("o", self, nodes3, 300)
-	busy := map[Actor]bool{}
+	busy := map[alarmindex.Actor]bool{}
 	var entries []Entry
 	for i, n := range own {
 		entries = append(entries, entry(n, ago(testMargin)-int64(i)))
@@ -306,7 +310,7 @@ func TestPlanBusyNotCounted(t *testing.T) {
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return compareStrings(a.Object, b.Object) })
 	p := PlanSweep(PlanInput{Entries: entries, Now: testNow, Margin: testMargin, Self: self, Live: nodes3,
-		Busy: func(a Actor) bool { return busy[a] }})
+		Busy: func(a alarmindex.Actor) bool { return busy[a] }})
 	if len(p.Deliveries) != 200 || p.Stats.Busy != 100 || p.Stats.Deferred != 0 {
 		t.Fatalf("delivered %d, busy %d, deferred %d; want 200, 100, 0", len(p.Deliveries), p.Stats.Busy, p.Stats.Deferred)
 	}
@@ -323,9 +327,9 @@ func TestPlanOneDeliveryPerActor(t *testing.T) {
 	n := namesFor("o", self, nodes3, 2)
 	early, late := ago(2*testMargin), ago(testMargin)
 	leg := legacy("t", early, "C", n[0])
-	lk, _ := parseKey(leg)
+	lk, _ := alarmindex.ParseKey(leg)
 	second := tagged("t", early, "C", n[0], 2, "02")
-	sk, _ := parseKey(second)
+	sk, _ := alarmindex.ParseKey(second)
 	entries := []Entry{
 		entry(n[1], early),
 		entry(n[0], early),

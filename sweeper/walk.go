@@ -1,6 +1,10 @@
 package sweeper
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/wasmkeep/alarms/alarmindex"
+)
 
 // Defaults of a walk.
 const (
@@ -36,7 +40,7 @@ type Entry struct {
 	// Object is the entry's key in the bucket.
 	Object string
 	// Key is Object parsed.
-	Key Key
+	Key alarmindex.Key
 }
 
 // Page is one LIST the walk asks for: up to Limit keys under Prefix that sort
@@ -86,7 +90,7 @@ type Walk struct {
 func NewWalk(tenant, cursor string, cutoffMs int64, limits WalkLimits) *Walk {
 	w := &Walk{
 		tenant:   tenant,
-		prefix:   tenantPrefix(tenant),
+		prefix:   alarmindex.TenantPrefix(tenant),
 		cutoffMs: cutoffMs,
 		limits:   limits.withDefaults(),
 	}
@@ -123,7 +127,7 @@ func (w *Walk) Feed(keys []string) {
 			w.finish(true)
 			return
 		}
-		key, err := parseKey(k)
+		key, err := alarmindex.ParseKey(k)
 		switch {
 		case err != nil || key.Actor.Tenant != w.tenant:
 			w.res.Malformed = append(w.res.Malformed, k)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 // tagged formats a tagged index key the way the index writes it.
@@ -170,11 +172,12 @@ func TestWalk(t *testing.T) {
 }
 
 func TestWalkParsesEntries(t *testing.T) {
-	keys := sortedKeys(tagged("t1", 42, "Room", "lobby/1", 7, "beef"), legacy("t1", 43, "Room", ""))
+	keys := sortedKeys(tagged("t1", 42, "Room", "lobby/1", 7, "beef"), legacy("t1", 43, "Room", "b"))
 	res := runWalk(t, &pageLister{keys: keys}, "t1", "", 100, WalkLimits{})
-	want := []Key{
-		{Actor: Actor{"t1", "Room", "lobby/1"}, DueMs: 42},
-		{Actor: Actor{"t1", "Room", ""}, DueMs: 43, Legacy: true},
+	want := []alarmindex.Key{
+		{Actor: alarmindex.Actor{Tenant: "t1", Class: "Room", Name: "lobby/1"}, DueMs: 42,
+			Tag: alarmindex.Tag{Generation: 7, Nonce: "beef"}},
+		{Actor: alarmindex.Actor{Tenant: "t1", Class: "Room", Name: "b"}, DueMs: 43, Legacy: true},
 	}
 	if len(res.Entries) != len(want) {
 		t.Fatalf("entries %v", res.Entries)
