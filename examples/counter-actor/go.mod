@@ -1,0 +1,7 @@
+module github.com/wasmkeep/alarms/examples/counter-actor
+
+go 1.26
+
+require github.com/wasmkeep/alarms/guest-sdk v0.0.0
+
+replace github.com/wasmkeep/alarms/guest-sdk => ../../guest-sdk
