@@ -1,0 +1,161 @@
+package hostmod_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/testguest"
+)
+
+func benchEngine(b *testing.B, c hostmod.Clock) (*hostmod.Engine, *hostmod.Class) {
+	b.Helper()
+	ctx := context.Background()
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(c))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { eng.Close(ctx) })
+	cl, err := eng.Compile(ctx, "bench", testguest.Fixture(b, "bench_alarm"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng, cl
+}
+
+func openBench(b *testing.B, eng *hostmod.Engine, cl *hostmod.Class, dir, name string) *hostmod.Actor {
+	b.Helper()
+	ctx := context.Background()
+	a, err := eng.Open(ctx, abi.ActorID{Tenant: "b", Class: "bench", Name: name}, cl, filepath.Join(dir, name+".db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close(ctx) })
+	return a
+}
+
+func timeReq(ms int64) []byte {
+	var req [8]byte
+	binary.LittleEndian.PutUint64(req[:], uint64(ms))
+	return req[:]
+}
+
+// bareUpsert is the same row written the same way with SQLite alone: a
+// transaction around one upsert, on a database with the same settings.
+type bareUpsert struct {
+	conn *sqlite3.Conn
+	st   *sqlite3.Stmt
+}
+
+func newBareUpsert(b *testing.B, path string) *bareUpsert {
+	conn, err := sqlite3.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
+		CREATE TABLE a (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms INTEGER NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	st, _, err := conn.Prepare(`INSERT INTO a (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close(); conn.Close() })
+	return &bareUpsert{conn, st}
+}
+
+func (u *bareUpsert) do(b *testing.B, ms int64) {
+	if err := u.conn.Exec(`BEGIN IMMEDIATE`); err != nil {
+		b.Fatal(err)
+	}
+	u.st.BindInt64(1, ms)
+	if err := u.st.Exec(); err != nil {
+		b.Fatal(err)
+	}
+	u.st.Reset()
+	if err := u.conn.Exec(`COMMIT`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkSetAlarmVsUpsert measures one set-alarm from a guest inside an
+// event, end to end with its commit, against a bare SQLite upsert of the
+// same row, interleaved in the same run; "ratio" is event / upsert.
+func BenchmarkSetAlarmVsUpsert(b *testing.B) {
+	ctx := context.Background()
+	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	dir := b.TempDir()
+	a := openBench(b, eng, cl, dir, "a")
+	u := newBareUpsert(b, filepath.Join(dir, "bare.db"))
+	const base = 4_000_000_000_000
+	if _, err := a.Request(ctx, timeReq(base)); err != nil { // instance and on-init
+		b.Fatal(err)
+	}
+	var evNs, upNs time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if _, err := a.Request(ctx, timeReq(base+int64(i))); err != nil {
+			b.Fatal(err)
+		}
+		evNs += time.Since(t)
+		t = time.Now()
+		u.do(b, base+int64(i))
+		upNs += time.Since(t)
+	}
+	b.ReportMetric(float64(evNs.Nanoseconds())/float64(b.N), "ns/event")
+	b.ReportMetric(float64(upNs.Nanoseconds())/float64(b.N), "ns/upsert")
+	b.ReportMetric(float64(evNs)/float64(upNs), "ratio")
+}
+
+// BenchmarkDeliveryOneActor measures on-alarm deliveries per second on one
+// actor: each delivery reads the committed alarm, runs the handler (which
+// sets it again) and commits.
+func BenchmarkDeliveryOneActor(b *testing.B) {
+	ctx := context.Background()
+	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	a := openBench(b, eng, cl, b.TempDir(), "a")
+	if _, err := a.Request(ctx, timeReq(1000)); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	t := time.Now()
+	for i := 0; i < b.N; i++ {
+		d, err := a.DeliverAlarm(ctx)
+		if err != nil || !d.Ran || d.Err != nil {
+			b.Fatal(d, err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(t).Seconds(), "deliveries/s")
+}
+
+// BenchmarkDelivery1000Actors measures on-alarm deliveries per second
+// across 1,000 actors, each with its own database and instance, in turn.
+func BenchmarkDelivery1000Actors(b *testing.B) {
+	ctx := context.Background()
+	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	dir := b.TempDir()
+	actors := make([]*hostmod.Actor, 1000)
+	for i := range actors {
+		actors[i] = openBench(b, eng, cl, dir, fmt.Sprintf("a%04d", i))
+		if _, err := actors[i].Request(ctx, timeReq(1000)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	t := time.Now()
+	for i := 0; i < b.N; i++ {
+		d, err := actors[i%len(actors)].DeliverAlarm(ctx)
+		if err != nil || !d.Ran || d.Err != nil {
+			b.Fatal(d, err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(t).Seconds(), "deliveries/s")
+}
