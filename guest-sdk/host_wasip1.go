@@ -32,16 +32,19 @@ func hostKVDelete(key *byte, keyLen uint32) uint32
 // The exports the host calls. Every guest built with the SDK has all three,
 // whichever handlers it registers.
 
+//lint:ignore U1000 the host calls it: go:wasmexport exports it
 //go:wasmexport on-alarm
 func exportOnAlarm(scheduledMs int64, retryCount int32) int32 {
 	return onAlarm(scheduledMs, retryCount)
 }
 
+//lint:ignore U1000 the host calls it: go:wasmexport exports it
 //go:wasmexport on-request
 func exportOnRequest(reqLen int32) int32 {
 	return onRequest(reqLen)
 }
 
+//lint:ignore U1000 the host calls it: go:wasmexport exports it
 //go:wasmexport on-init
 func exportOnInit() int32 {
 	return onInit()
