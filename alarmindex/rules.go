@@ -52,6 +52,7 @@ type GiveUpError struct {
 	Cause string
 }
 
+// Error names the actor and the cause.
 func (e *GiveUpError) Error() string {
 	return fmt.Sprintf("alarm index: actor %s: %v: %s", e.Actor, ErrGiveUp, e.Cause)
 }
@@ -309,6 +310,7 @@ const (
 	OutcomeKeep
 )
 
+// String gives a short name for logs.
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeRun:
