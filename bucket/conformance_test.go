@@ -316,4 +316,3 @@ func putAll(t *testing.T, b bucket.Bucket, keys []string) {
 }
 
 func head(keys []string) []string { return keys[:min(3, len(keys))] }
-

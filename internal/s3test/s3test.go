@@ -45,6 +45,10 @@ type Server struct {
 	Name string
 	// Endpoint is the server's URL.
 	Endpoint string
+	// AccessKey and SecretKey are the local server's root credentials, or
+	// empty when the server comes from AWS_ENDPOINT_URL (whose credentials
+	// are in the environment).
+	AccessKey, SecretKey string
 	// Options reach the server (endpoint, credentials, region) and keep
 	// retry pauses short for tests. NewClient starts from them.
 	Options []bucket.S3Option
@@ -98,6 +102,9 @@ func Start(tb testing.TB) *Server {
 	}
 	name := bucketName(tb.Name())
 	srv := &Server{Name: name, Endpoint: sharedSrv.endpoint, Options: sharedSrv.options}
+	if !sharedSrv.external {
+		srv.AccessKey, srv.SecretKey = accessKey, secretKey
+	}
 	srv.Bucket = srv.NewClient(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -152,9 +159,6 @@ func startShared() (*shared, error) {
 }
 
 func findVersitygw() (string, error) {
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
 	var dirs []string
 	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
@@ -170,9 +174,17 @@ func findVersitygw() (string, error) {
 	for _, p := range filepath.SplitList(build.Default.GOPATH) {
 		dirs = append(dirs, filepath.Join(p, "bin"))
 	}
+	return locate(exec.LookPath, dirs)
+}
+
+// locate finds versitygw on PATH (through lookPath) or in one of dirs.
+func locate(lookPath func(string) (string, error), dirs []string) (string, error) {
+	if p, err := lookPath("versitygw"); err == nil {
+		return p, nil
+	}
 	for _, d := range dirs {
 		p := filepath.Join(d, "versitygw")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 			return p, nil
 		}
 	}
