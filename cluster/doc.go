@@ -1,0 +1,72 @@
+// Package cluster is the reference cluster host's ownership layer: node
+// leases and per-actor holds, kept in the shared bucket with conditional
+// writes, so that at most one node acts for an actor at a time.
+//
+// A node's right to run an actor (a hold, in the words of the alarm design)
+// is two things: an ownership record per actor naming the node
+// (<prefix>holds/<tenant>/<class>/<hex name>, see [Holds]) and a valid lease
+// of that node (<prefix>nodes/<node id>, see [Leases]). The alarm rules'
+// "lease view" is [Holds.Valid]: the hold exists (this node took it and has
+// not lost it) and the node lease is valid. Each new hold of an actor has a
+// higher generation than every hold before it, and release keeps the
+// generation, so generations only grow.
+//
+// A node ID is unique per process start: a restarted node is a new node,
+// and its old holds are taken over like those of any other dead node.
+//
+// # The margins
+//
+// Nodes do not share a clock and their wall clocks may be hours apart; the
+// only assumption is that each node's clock runs at the rate of real time to
+// within [MaxClockDrift]. Every interval below is measured on one machine's
+// own (monotonic) clock, and wall-clock readings in lease bodies
+// (renewed_ms) are for people only. With TTL, Margin and Grace from
+// [LeaseConfig] (defaults 10 s, 1 s and 2 s):
+//
+//   - The holder. A renewal is a conditional PUT of the node's lease object
+//     whose body carries a sequence number that grows with every write, so
+//     every version of the object differs from every other (S3 ETags of
+//     equal bodies are equal). If the renewal sent at time s (holder's
+//     clock) succeeds, the holder is valid until s + TTL - Margin. A renewal
+//     that fails ends validity at once; one whose answer arrives after the
+//     validity it would extend has ended does not extend it (the chain of
+//     renewals is broken). A later success starts a new chain, a new lease
+//     epoch, and holds taken in an earlier epoch are never valid again: they
+//     must be acquired anew, by a conditional write on the ownership record.
+//   - The taker. Another node treats the lease as expired only when it has
+//     seen the same version (ETag and sequence number) in a read it received
+//     at f, and again in a read it sent at g >= f + TTL + Grace (taker's
+//     clock), where TTL is the one the holder wrote in its lease; or when
+//     the lease object is gone, which only a clean shutdown does after the
+//     node stopped acting. So a node that has just started watches a lease
+//     for TTL + Grace before it can judge it expired, however long the
+//     holder has been dead.
+//
+// Why a lapsed holder stops acting before anyone can take its holds: say the
+// taker saw version v received at f and again in a read sent at g >= f +
+// TTL + Grace. Version v landed before f, so it was sent at s <= f, and the
+// validity it gave ends at s + TTL - Margin. The holder's next renewal in the
+// same chain would have had to be answered before that instant, and so to
+// land before g; but the object still held v when the read sent at g was
+// served, so it did not. Measured in real time, TTL - Margin on a clock
+// running fast by the drift bound ends before TTL + Grace on a clock running
+// slow by it, which is what [LeaseConfig.Validate] checks: (TTL + Grace)(1 -
+// d) > (TTL - Margin)(1 + d) with d = [MaxClockDrift]. The holder is
+// therefore no longer valid when the taker decides, and never valid again in
+// that epoch. A renewal that lands later starts a new epoch, and the holds
+// of the old one are invalid. With the defaults, the holder stops at most 9 s
+// after its last successful renewal was sent, and a taker needs at least 12 s
+// of its own clock after first seeing that renewal: 3 s to spare, enough for
+// about 14% of drift.
+//
+// Margin protects against the holder's clock running slow and its requests
+// being slow to return; Grace protects against the taker's clock running
+// fast. Neither may be negative, and TTL - Margin must leave room for a
+// renewal every period (TTL/3 by default).
+//
+// Two things the argument needs from the store: reads and conditional
+// writes are strongly consistent (S3 is), and nothing but the node itself
+// writes its lease object. An operator deleting a live node's lease object,
+// or deleting an ownership record (which resets its generation), breaks the
+// guarantees.
+package cluster

@@ -1,0 +1,609 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/bucket"
+)
+
+// Lease defaults; see "The margins" in the package documentation.
+const (
+	// DefaultPrefix is where the cluster keeps node leases and holds.
+	DefaultPrefix = "cluster/"
+	// DefaultTTL is how long a lease lasts after a renewal is sent.
+	DefaultTTL = 10 * time.Second
+	// DefaultMargin is how much earlier than TTL the holder stops trusting
+	// its lease.
+	DefaultMargin = 1 * time.Second
+	// DefaultGrace is how much longer than TTL another node watches an
+	// unchanged lease before it treats it as expired.
+	DefaultGrace = 2 * time.Second
+	// MaxClockDrift is the largest difference between the rate of a node's
+	// clock and the rate of real time that the margins must absorb (1%).
+	// Offsets between clocks do not matter.
+	MaxClockDrift = 0.01
+)
+
+// ErrLeaseLost is wrapped by renewal errors once the node's lease object was
+// replaced or removed by someone else: the node is no longer a member of the
+// cluster and never valid again under this node ID.
+var ErrLeaseLost = errors.New("node lease lost")
+
+// LeaseConfig configures [StartLeases]. Durations left zero take their
+// defaults; negative ones are refused.
+type LeaseConfig struct {
+	// Bucket is the shared bucket. Required.
+	Bucket bucket.Bucket
+	// Prefix is prepended to every key (default DefaultPrefix). The lease
+	// lives at <Prefix>nodes/<NodeID>.
+	Prefix string
+	// NodeID names this process: unique per process start (such as
+	// "n1-" followed by random hex), without '/'. Required.
+	NodeID string
+	// Addr is where other nodes reach this one (for request routing).
+	Addr string
+	// TTL, Margin and Grace are the margins (default DefaultTTL,
+	// DefaultMargin, DefaultGrace). See the package documentation.
+	TTL, Margin, Grace time.Duration
+	// Period is how often the lease is renewed and other nodes' leases are
+	// read (default TTL/3). It must be shorter than TTL - Margin.
+	Period time.Duration
+	// Clock defaults to SystemClock.
+	Clock Clock
+	// Logger defaults to a null logger.
+	Logger hclog.Logger
+	// Manual starts no background work: the caller renews with RenewNow
+	// and observes with RefreshNow (tests and simulators).
+	Manual bool
+}
+
+func (c LeaseConfig) withDefaults() LeaseConfig {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.Margin == 0 {
+		c.Margin = DefaultMargin
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Period == 0 && c.TTL > 0 {
+		c.Period = c.TTL / 3
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// Validate reports whether the configuration, with its defaults filled in,
+// is usable and safe: a bucket and a node ID are given, no duration is
+// negative, TTL - Margin leaves room for a renewal period, and the margins
+// absorb MaxClockDrift (see "The margins" in the package documentation).
+func (c LeaseConfig) Validate() error {
+	c = c.withDefaults()
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("lease config of node %q: %s", c.NodeID, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Bucket == nil:
+		return invalid("no bucket")
+	case c.NodeID == "":
+		return invalid("empty node ID")
+	case strings.Contains(c.NodeID, "/"):
+		return invalid("node ID contains '/'")
+	case c.TTL < 0:
+		return invalid("TTL %v is negative", c.TTL)
+	case c.Margin < 0:
+		return invalid("Margin %v is negative", c.Margin)
+	case c.Grace < 0:
+		return invalid("Grace %v is negative", c.Grace)
+	case c.Period < 0:
+		return invalid("Period %v is negative", c.Period)
+	case c.Margin >= c.TTL:
+		return invalid("Margin %v leaves nothing of TTL %v", c.Margin, c.TTL)
+	case c.Period >= c.TTL-c.Margin:
+		return invalid("Period %v is not shorter than TTL - Margin (%v): the lease would lapse between renewals", c.Period, c.TTL-c.Margin)
+	}
+	taker := float64(c.TTL+c.Grace) * (1 - MaxClockDrift)
+	holder := float64(c.TTL-c.Margin) * (1 + MaxClockDrift)
+	if taker <= holder {
+		return invalid("Margin %v + Grace %v too small for TTL %v: with %.0f%% clock drift a node could take holds while their holder still acts", c.Margin, c.Grace, c.TTL, MaxClockDrift*100)
+	}
+	return nil
+}
+
+// NodeInfo names a node and where to reach it.
+type NodeInfo struct {
+	ID   string
+	Addr string
+}
+
+// leaseRecord is the body of a lease object.
+type leaseRecord struct {
+	NodeID    string `json:"node_id"`
+	Addr      string `json:"addr"`
+	TTLms     int64  `json:"ttl_ms"`
+	RenewedMs int64  `json:"renewed_ms"`
+	Seq       uint64 `json:"seq"`
+	// Instance is random per Leases value: it tells this process's writes
+	// from those of another process started with the same node ID by
+	// mistake.
+	Instance string `json:"instance"`
+}
+
+// observed is what this node knows of another node's lease.
+type observed struct {
+	etag string
+	seq  uint64
+	ttl  time.Duration
+	addr string
+	// firstSeen is when the first read showing this version was received;
+	// confirmed is when the latest read showing it was sent.
+	firstSeen, confirmed time.Time
+	// presentTick orders the latest read that found the lease against
+	// LISTs (see Leases.ticks).
+	presentTick uint64
+	// gone: the lease was seen and then found deleted. Leases are never
+	// created again under the same ID, so this is final.
+	gone bool
+}
+
+// Leases is this node's lease in the bucket and its view of the other
+// nodes' leases. Create it with StartLeases. It is safe for concurrent use.
+type Leases struct {
+	cfg LeaseConfig
+	b   bucket.Bucket
+	clk Clock
+	log hclog.Logger
+	key string
+	// instance is written in every lease body (leaseRecord.Instance).
+	instance string
+
+	renewMu   sync.Mutex // one renewal at a time
+	observeMu sync.Mutex // one observation round at a time
+
+	// ticks orders requests of concurrent observations: a LIST that does
+	// not show a lease proves it deleted only if a read that found it had
+	// completed before the LIST was sent.
+	ticks atomic.Uint64
+
+	mu         sync.Mutex
+	etag       string    // ETag of our last write known to have landed
+	seq        uint64    // highest sequence number sent
+	confirmed  uint64    // sequence number of the write etag belongs to
+	validUntil time.Time // zero: not valid
+	epoch      uint64    // grows with every new chain of renewals
+	lastSent   time.Time // when the last PUT was sent
+	halted     bool      // Kill or Close: no more renewals
+	closed     bool      // Close: not valid
+	lost       bool      // someone replaced or removed our lease object
+	others     map[string]*observed
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// StartLeases validates cfg, creates this node's lease object (a PUT with
+// If-None-Match, so a node ID in use is refused) and, unless cfg.Manual,
+// starts renewing it every period and reading the other nodes' leases on
+// the same period (the first round at once). Valid is true from the moment
+// the creating PUT was sent, for TTL - Margin, if it was answered in time.
+func StartLeases(ctx context.Context, cfg LeaseConfig) (*Leases, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	l := &Leases{
+		cfg:    cfg,
+		b:      cfg.Bucket,
+		clk:    cfg.Clock,
+		log:    cfg.Logger.Named("lease").With("node", cfg.NodeID),
+		key:    cfg.Prefix + "nodes/" + cfg.NodeID,
+		others: map[string]*observed{},
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	l.instance = hex.EncodeToString(nonce[:])
+	if err := l.write(ctx, bucket.Cond{IfNoneMatch: true}); err != nil {
+		return nil, err
+	}
+	if !cfg.Manual {
+		lctx, cancel := context.WithCancel(context.Background())
+		l.cancel = cancel
+		l.wg.Add(2)
+		go l.renewLoop(lctx)
+		go l.observeLoop(lctx)
+	}
+	return l, nil
+}
+
+// NodeID returns this node's ID.
+func (l *Leases) NodeID() string { return l.cfg.NodeID }
+
+// Valid reports whether this node may act on its holds now: the lease was
+// renewed in time and has not lapsed, was not replaced, and the node was not
+// closed.
+func (l *Leases) Valid() bool {
+	_, ok := l.validEpoch()
+	return ok
+}
+
+// ValidUntil returns the instant (on this node's clock) at which the lease
+// stops being valid unless renewed, or the zero time if it is not valid now.
+func (l *Leases) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.validLocked() {
+		return time.Time{}
+	}
+	return l.validUntil
+}
+
+// validEpoch returns the current lease epoch and whether the lease is valid.
+func (l *Leases) validEpoch() (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch, l.validLocked()
+}
+
+func (l *Leases) validLocked() bool {
+	return !l.closed && !l.lost && !l.validUntil.IsZero() && l.clk.Now().Before(l.validUntil)
+}
+
+// RenewNow renews the lease once, now. It returns the error of a failed
+// renewal (after which Valid is false until a later renewal succeeds), an
+// error wrapping ErrLeaseLost once the lease object was replaced or removed
+// by someone else, or an error if the node was closed or killed. The
+// background loop calls it every period; tests with Manual call it directly.
+func (l *Leases) RenewNow(ctx context.Context) error {
+	return l.write(ctx, bucket.Cond{})
+}
+
+// write sends one version of the lease: the creating PUT (cond.IfNoneMatch)
+// or a renewal (If-Match the last ETag known to have landed).
+func (l *Leases) write(ctx context.Context, cond bucket.Cond) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	for attempt := 0; ; attempt++ {
+		retry, err := l.writeOnce(ctx, cond)
+		if !retry || attempt > 0 {
+			return err
+		}
+	}
+}
+
+// writeOnce sends one PUT. retry is true when the PUT failed only because an
+// earlier write of ours landed late, so one more PUT on its ETag may succeed.
+func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, err error) {
+	l.mu.Lock()
+	switch {
+	case l.lost:
+		l.mu.Unlock()
+		return false, fmt.Errorf("renewing the lease of node %s: %w", l.cfg.NodeID, ErrLeaseLost)
+	case l.halted:
+		l.mu.Unlock()
+		return false, fmt.Errorf("renewing the lease of node %s: the node was stopped", l.cfg.NodeID)
+	}
+	if !cond.IfNoneMatch {
+		cond.IfMatch = l.etag
+	}
+	l.seq++
+	seq := l.seq
+	prevEpoch := l.epoch
+	prevUntil := l.validUntil
+	if l.closed || l.lost || l.validUntil.IsZero() {
+		prevUntil = time.Time{}
+	}
+	l.mu.Unlock()
+
+	sent := l.clk.Now()
+	l.mu.Lock()
+	l.lastSent = sent
+	l.mu.Unlock()
+	body, _ := json.Marshal(leaseRecord{
+		NodeID:    l.cfg.NodeID,
+		Addr:      l.cfg.Addr,
+		TTLms:     l.cfg.TTL.Milliseconds(),
+		RenewedMs: sent.UnixMilli(),
+		Seq:       seq,
+		Instance:  l.instance,
+	})
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL)
+	defer cancel()
+	etag, err := l.b.Put(rctx, l.key, body, cond)
+	if errors.Is(err, bucket.ErrPrecondition) {
+		// A retried PUT whose first attempt landed, an earlier renewal of
+		// ours landing late, or someone else's write: read back to know.
+		gbody, getag, gerr := l.b.Get(rctx, l.key)
+		var rec leaseRecord
+		own := gerr == nil && json.Unmarshal(gbody, &rec) == nil && rec.NodeID == l.cfg.NodeID && rec.Instance == l.instance
+		l.mu.Lock()
+		switch {
+		case own && rec.Seq == seq:
+			etag, err = getag, nil // this very PUT landed
+			l.mu.Unlock()
+		case own && rec.Seq > l.confirmed && rec.Seq < seq:
+			l.etag, l.confirmed = getag, rec.Seq
+			l.validUntil = time.Time{}
+			l.mu.Unlock()
+			l.log.Warn("an earlier renewal landed late; renewing on top of it", "seq", rec.Seq)
+			return true, fmt.Errorf("renewing the lease of node %s: an earlier renewal (seq %d) landed late: %w", l.cfg.NodeID, rec.Seq, err)
+		case gerr != nil && !errors.Is(gerr, bucket.ErrNotFound):
+			l.validUntil = time.Time{}
+			l.mu.Unlock()
+			return false, fmt.Errorf("renewing the lease of node %s: precondition failed and reading it back failed (%v): %w", l.cfg.NodeID, gerr, err)
+		default:
+			l.lost = true
+			l.validUntil = time.Time{}
+			l.mu.Unlock()
+			what := "replaced by another writer"
+			if gerr != nil {
+				what = "removed"
+			}
+			if cond.IfNoneMatch {
+				l.log.Error("node ID already in use")
+				return false, fmt.Errorf("creating the lease of node %s: the node ID is already in use: %w", l.cfg.NodeID, err)
+			}
+			l.log.Error("lease object "+what+"; this node stops", "key", l.key)
+			return false, fmt.Errorf("renewing the lease of node %s: the lease object was %s: %w (%w)", l.cfg.NodeID, what, ErrLeaseLost, err)
+		}
+	}
+	recv := l.clk.Now()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.validUntil = time.Time{}
+		l.log.Warn("lease renewal failed; not valid until a renewal succeeds", "error", err)
+		return false, fmt.Errorf("renewing the lease of node %s: %w", l.cfg.NodeID, err)
+	}
+	l.etag, l.confirmed = etag, seq
+	until := sent.Add(l.cfg.TTL - l.cfg.Margin)
+	switch {
+	case l.closed || l.lost:
+		// Close raced with this renewal; the lease stays not valid.
+	case !prevUntil.IsZero() && recv.Before(prevUntil) && prevEpoch == l.epoch:
+		l.validUntil = until // the chain continues
+	case recv.Before(until):
+		l.epoch++ // a new chain: holds of earlier epochs stay invalid
+		l.validUntil = until
+		if prevEpoch != 0 {
+			l.log.Info("lease valid again in a new epoch; earlier holds are void", "epoch", l.epoch)
+		}
+	default:
+		l.validUntil = time.Time{}
+		l.log.Warn("lease renewal answered too late to extend validity", "took", recv.Sub(sent))
+		return false, fmt.Errorf("renewing the lease of node %s: the renewal took %v, past its own validity", l.cfg.NodeID, recv.Sub(sent))
+	}
+	return false, nil
+}
+
+// RefreshNow reads every node's lease once (a LIST of <prefix>nodes/ and a
+// GET of each other node's lease), updating Live, Expired and Addr. The
+// background loop calls it every period; tests with Manual call it directly.
+func (l *Leases) RefreshNow(ctx context.Context) error {
+	l.observeMu.Lock()
+	defer l.observeMu.Unlock()
+	prefix := l.cfg.Prefix + "nodes/"
+	listTick := l.ticks.Add(1)
+	keys, err := l.b.List(ctx, prefix, "", 1<<20)
+	if err != nil {
+		return fmt.Errorf("node %s reading the node leases: %w", l.cfg.NodeID, err)
+	}
+	listed := map[string]bool{}
+	var errs []error
+	for _, k := range keys {
+		id := strings.TrimPrefix(k, prefix)
+		if id == "" || strings.Contains(id, "/") || id == l.cfg.NodeID {
+			continue
+		}
+		listed[id] = true
+		if _, err := l.readLease(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.mu.Lock()
+	for id, o := range l.others {
+		if !listed[id] && !o.gone && o.presentTick < listTick {
+			o.gone = true
+			l.log.Info("node lease removed", "other", id)
+		}
+	}
+	l.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// readLease GETs another node's lease and records the observation. It
+// reports whether that lease counts as expired afterwards. Only call it for
+// a node ID learned from a LIST or a hold record read before: then a missing
+// object means the node removed its lease on a clean shutdown.
+func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err error) {
+	sent := l.clk.Now()
+	body, etag, err := l.b.Get(ctx, l.cfg.Prefix+"nodes/"+id)
+	recv := l.clk.Now()
+	tick := l.ticks.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o := l.others[id]
+	if errors.Is(err, bucket.ErrNotFound) {
+		if o == nil {
+			o = &observed{}
+			l.others[id] = o
+		}
+		if !o.gone {
+			o.gone = true
+			l.log.Info("node lease removed", "other", id)
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("node %s reading the lease of node %s: %w", l.cfg.NodeID, id, err)
+	}
+	if o == nil {
+		o = &observed{}
+		l.others[id] = o
+	}
+	if o.gone {
+		return true, nil
+	}
+	var rec leaseRecord
+	if json.Unmarshal(body, &rec) != nil {
+		rec = leaseRecord{} // unreadable: the ETag alone tells versions apart
+	}
+	ttl := time.Duration(rec.TTLms) * time.Millisecond
+	if ttl <= 0 {
+		ttl = l.cfg.TTL
+	}
+	if o.etag != etag || o.seq != rec.Seq {
+		*o = observed{etag: etag, seq: rec.Seq, ttl: ttl, addr: rec.Addr, firstSeen: recv, confirmed: sent}
+	} else if sent.After(o.confirmed) {
+		o.confirmed = sent
+	}
+	if tick > o.presentTick {
+		o.presentTick = tick
+	}
+	return l.expiredLocked(o), nil
+}
+
+func (l *Leases) expiredLocked(o *observed) bool {
+	return o.gone || o.confirmed.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace
+}
+
+// Expired reports whether this node may treat the node's lease as expired,
+// and so take its holds: it saw the node's lease removed, or saw the same
+// version of it, unchanged, for at least the holder's TTL + Grace of its own
+// clock (from receiving the first read showing it to sending the latest).
+// It is false for nodes it has not observed and for this node itself.
+func (l *Leases) Expired(nodeID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o := l.others[nodeID]
+	if nodeID == l.cfg.NodeID || o == nil {
+		return false
+	}
+	return l.expiredLocked(o)
+}
+
+// Live returns the nodes with a fresh heartbeat, sorted by ID: this node
+// while its lease is valid, and every other node whose lease this node saw
+// change within the holder's TTL + Grace of its own clock (so a node that
+// stopped renewing drops out when it could be judged expired). Wall-clock
+// times in lease bodies are not compared: clocks may be far apart.
+func (l *Leases) Live() []NodeInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []NodeInfo
+	if l.validLocked() {
+		out = append(out, NodeInfo{ID: l.cfg.NodeID, Addr: l.cfg.Addr})
+	}
+	now := l.clk.Now()
+	for id, o := range l.others {
+		if !o.gone && now.Sub(o.firstSeen) < o.ttl+l.cfg.Grace {
+			out = append(out, NodeInfo{ID: id, Addr: o.addr})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Addr returns the address a node announced in its lease, if this node has
+// seen that lease and not seen it removed (or if nodeID is this node).
+func (l *Leases) Addr(nodeID string) (string, bool) {
+	if nodeID == l.cfg.NodeID {
+		return l.cfg.Addr, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o := l.others[nodeID]
+	if o == nil || o.gone {
+		return "", false
+	}
+	return o.addr, true
+}
+
+// Close is a clean shutdown: Valid turns false, background work stops, and
+// the lease object is deleted, so other nodes may take this node's holds at
+// once. Stop acting on holds (finish events) before calling it.
+func (l *Leases) Close(ctx context.Context) error {
+	l.mu.Lock()
+	l.closed = true
+	l.halted = true
+	l.mu.Unlock()
+	l.stopLoops()
+	l.renewMu.Lock() // wait for a renewal in flight
+	defer l.renewMu.Unlock()
+	if err := l.b.Delete(ctx, l.key); err != nil {
+		return fmt.Errorf("closing node %s: deleting its lease: %w", l.cfg.NodeID, err)
+	}
+	l.log.Info("lease removed on shutdown")
+	return nil
+}
+
+// Kill stops renewing and observing without deleting the lease, as if the
+// process had crashed; for tests. Valid stays true until the last renewal's
+// validity runs out.
+func (l *Leases) Kill() {
+	l.mu.Lock()
+	l.halted = true
+	l.mu.Unlock()
+	l.stopLoops()
+}
+
+func (l *Leases) stopLoops() {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.wg.Wait()
+}
+
+func (l *Leases) renewLoop(ctx context.Context) {
+	defer l.wg.Done()
+	for {
+		// A period after the last PUT was sent, so slow requests do not
+		// stretch the period.
+		l.mu.Lock()
+		wait := l.cfg.Period - l.clk.Now().Sub(l.lastSent)
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.clk.After(wait):
+		}
+		if err := l.RenewNow(ctx); errors.Is(err, ErrLeaseLost) {
+			return
+		}
+	}
+}
+
+func (l *Leases) observeLoop(ctx context.Context) {
+	defer l.wg.Done()
+	for {
+		if err := l.RefreshNow(ctx); err != nil && ctx.Err() == nil {
+			l.log.Warn("reading node leases failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.clk.After(l.cfg.Period):
+		}
+	}
+}

@@ -1,0 +1,564 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/s3test"
+)
+
+func TestMain(m *testing.M) { os.Exit(s3test.Run(m)) }
+
+var t0 = time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
+
+// startManual starts a lease driven by hand (RenewNow, RefreshNow).
+func startManual(t *testing.T, b bucket.Bucket, clk cluster.Clock, id string, tweak ...func(*cluster.LeaseConfig)) *cluster.Leases {
+	t.Helper()
+	cfg := cluster.LeaseConfig{Bucket: b, NodeID: id, Addr: id + ".example:7000", Clock: clk, Manual: true}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	l, err := cluster.StartLeases(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("StartLeases(%s): %v", id, err)
+	}
+	return l
+}
+
+// onBoth runs a scenario on the in-memory bucket and on a real S3 server.
+func onBoth(t *testing.T, f func(t *testing.T, b bucket.Bucket)) {
+	t.Run("mem", func(t *testing.T) { f(t, bucket.NewMem()) })
+	t.Run("s3", func(t *testing.T) { f(t, s3test.Start(t).Bucket) })
+}
+
+// nodeClock is one machine's view of the test's real time (a FakeClock):
+// offset by an arbitrary wall-clock error and running at its own rate.
+type nodeClock struct {
+	ref    *cluster.FakeClock
+	origin time.Time // ref's reading when the clock was made
+	base   time.Time // this clock's reading then
+	rate   float64
+}
+
+func newNodeClock(ref *cluster.FakeClock, offset time.Duration, rate float64) nodeClock {
+	return nodeClock{ref: ref, origin: ref.Now(), base: ref.Now().Add(offset), rate: rate}
+}
+
+func (c nodeClock) Now() time.Time {
+	return c.base.Add(time.Duration(float64(c.ref.Now().Sub(c.origin)) * c.rate))
+}
+
+func (c nodeClock) After(d time.Duration) <-chan time.Time {
+	return c.ref.After(time.Duration(float64(d) / c.rate))
+}
+
+func containsNode(nodes []cluster.NodeInfo, id string) bool {
+	return slices.ContainsFunc(nodes, func(n cluster.NodeInfo) bool { return n.ID == id })
+}
+
+// TestMarginsKilledHolderStopsBeforeTakerMayTake runs the margins with a
+// killed holder and a taker that first sees the holder's last renewal the
+// instant it lands (the worst case), with clocks hours apart and drifting in
+// the unsafe direction by up to MaxClockDrift. At every step the holder is
+// valid exactly until its last renewal's send time + TTL - Margin on its own
+// clock, the taker judges it expired exactly from first sight + TTL + Grace on
+// its own clock, and the two are never true at once.
+func TestMarginsKilledHolderStopsBeforeTakerMayTake(t *testing.T) {
+	const d = cluster.MaxClockDrift
+	cases := []struct {
+		name                      string
+		ttl, margin, grace        time.Duration
+		holderRate, takerRate     float64
+		holderOffset, takerOffset time.Duration
+	}{
+		{name: "defaults, same clock", holderRate: 1, takerRate: 1},
+		{name: "defaults, offsets, holder slow, taker fast", holderRate: 1 - d, takerRate: 1 + d, holderOffset: 5 * time.Hour, takerOffset: -3 * time.Hour},
+		{name: "defaults, holder fast, taker slow", holderRate: 1 + d, takerRate: 1 - d, holderOffset: -time.Minute},
+		{name: "tight margins at the drift bound", ttl: 10 * time.Second, margin: 150 * time.Millisecond, grace: 100 * time.Millisecond, holderRate: 1 - d, takerRate: 1 + d, takerOffset: time.Hour},
+		{name: "large margin, tiny grace", ttl: 10 * time.Second, margin: 3 * time.Second, grace: time.Millisecond, holderRate: 1 - d, takerRate: 1 + d},
+		{name: "short ttl", ttl: 300 * time.Millisecond, margin: 30 * time.Millisecond, grace: 60 * time.Millisecond, holderRate: 1 - d, takerRate: 1 + d, holderOffset: 24 * time.Hour},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ttl, margin, grace := tc.ttl, tc.margin, tc.grace
+			if ttl == 0 {
+				ttl, margin, grace = cluster.DefaultTTL, cluster.DefaultMargin, cluster.DefaultGrace
+			}
+			set := func(c *cluster.LeaseConfig) { c.TTL, c.Margin, c.Grace = ttl, margin, grace }
+			ref := cluster.NewFakeClock(t0)
+			hc := newNodeClock(ref, tc.holderOffset, tc.holderRate)
+			tk := newNodeClock(ref, tc.takerOffset, tc.takerRate)
+			b := bucket.NewMem()
+			ctx := context.Background()
+			a := startManual(t, b, hc, "a", set)
+			taker := startManual(t, b, tk, "b", set)
+			if err := taker.RefreshNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			ref.Advance(ttl / 3)
+			sent := hc.Now()
+			if err := a.RenewNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+			invalidAt := sent.Add(ttl - margin) // holder's clock
+			if got := a.ValidUntil(); !got.Equal(invalidAt) {
+				t.Fatalf("ValidUntil = %v, want last send + TTL - Margin = %v", got, invalidAt)
+			}
+			a.Kill()
+			if err := taker.RefreshNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+			expiredAt := tk.Now().Add(ttl + grace) // taker's clock, from first sight
+
+			step := ttl / 2000
+			var invalidRef, expiredRef time.Time
+			for i := 0; expiredRef.IsZero(); i++ {
+				if i > 4000 {
+					t.Fatal("the taker never judged the killed holder expired")
+				}
+				ref.Advance(step)
+				if err := taker.RefreshNow(ctx); err != nil {
+					t.Fatal(err)
+				}
+				valid, expired := a.Valid(), taker.Expired("a")
+				if valid && expired {
+					t.Fatalf("at %v after the kill the holder is still valid and the taker judges it expired", ref.Now().Sub(t0))
+				}
+				if want := hc.Now().Before(invalidAt); valid != want {
+					t.Fatalf("holder Valid() = %v at its %v, want %v (until %v)", valid, hc.Now(), want, invalidAt)
+				}
+				if want := !tk.Now().Before(expiredAt); expired != want {
+					t.Fatalf("taker Expired = %v at its %v, want %v (from %v)", expired, tk.Now(), want, expiredAt)
+				}
+				if live := containsNode(taker.Live(), "a"); live == expired {
+					t.Fatalf("taker Live() lists the holder = %v while Expired = %v", live, expired)
+				}
+				if !valid && invalidRef.IsZero() {
+					invalidRef = ref.Now()
+				}
+				if expired {
+					expiredRef = ref.Now()
+				}
+			}
+			if invalidRef.IsZero() || !invalidRef.Before(expiredRef) {
+				t.Fatalf("holder stopped at %v, taker may take at %v: not strictly before", invalidRef, expiredRef)
+			}
+			t.Logf("holder stopped %v before the taker may take", expiredRef.Sub(invalidRef))
+		})
+	}
+}
+
+// TestLeaseConfigValidation: unsafe or unusable margins are refused before
+// anything is written.
+func TestLeaseConfigValidation(t *testing.T) {
+	s := time.Second
+	ms := time.Millisecond
+	cases := []struct {
+		name                       string
+		ttl, margin, grace, period time.Duration
+		noID                       bool
+		id                         string
+		wantErr                    string // "" = accepted
+	}{
+		{name: "defaults"},
+		{name: "negative grace", grace: -ms, wantErr: "Grace"},
+		{name: "negative margin", margin: -ms, wantErr: "Margin"},
+		{name: "negative ttl", ttl: -s, wantErr: "TTL"},
+		{name: "negative period", period: -s, wantErr: "Period"},
+		{name: "margin eats the ttl", ttl: s, margin: s, wantErr: "Margin"},
+		{name: "period too long", ttl: 3 * s, margin: s, period: 2 * s, wantErr: "Period"},
+		{name: "margins below the drift bound", ttl: 10 * s, margin: 100 * ms, grace: 99 * ms, wantErr: "drift"},
+		{name: "margins just above the drift bound", ttl: 10 * s, margin: 150 * ms, grace: 100 * ms},
+		{name: "short ttl", ttl: 300 * ms, margin: 30 * ms, grace: 60 * ms},
+		{name: "no node ID", noID: true, wantErr: "node ID"},
+		{name: "slash in node ID", id: "a/b", wantErr: "'/'"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := bucket.NewMem()
+			cfg := cluster.LeaseConfig{Bucket: b, NodeID: "n1", TTL: tc.ttl, Margin: tc.margin, Grace: tc.grace, Period: tc.period,
+				Clock: cluster.NewFakeClock(t0), Manual: true}
+			if tc.noID {
+				cfg.NodeID = ""
+			}
+			if tc.id != "" {
+				cfg.NodeID = tc.id
+			}
+			l, err := cluster.StartLeases(context.Background(), cfg)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if !l.Valid() {
+					t.Fatal("a fresh lease is not valid")
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.wantErr)
+			}
+			if keys := b.Keys(); len(keys) != 0 {
+				t.Fatalf("a refused config wrote %v", keys)
+			}
+		})
+	}
+}
+
+// TestNewNodeWatchesTTLPlusGrace: a node that starts long after another
+// died still watches that node's lease for TTL + Grace before judging it.
+func TestNewNodeWatchesTTLPlusGrace(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		clk := cluster.NewFakeClock(t0)
+		a := startManual(t, b, clk, "a")
+		a.Kill()
+		clk.Advance(time.Hour)
+		if a.Valid() {
+			t.Fatal("a killed node is valid an hour later")
+		}
+		c := startManual(t, b, clk, "c")
+		if err := c.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		watch := cluster.DefaultTTL + cluster.DefaultGrace
+		clk.Advance(watch - time.Millisecond)
+		if err := c.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c.Expired("a") {
+			t.Fatal("expired after watching less than TTL + Grace")
+		}
+		if !containsNode(c.Live(), "a") {
+			t.Fatal("Live() dropped a node before TTL + Grace of watching")
+		}
+		clk.Advance(time.Millisecond)
+		if err := c.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !c.Expired("a") {
+			t.Fatal("not expired after watching TTL + Grace")
+		}
+		if containsNode(c.Live(), "a") {
+			t.Fatal("Live() still lists an expired node")
+		}
+		if c.Expired("never-seen") {
+			t.Fatal("a node never observed counts as expired")
+		}
+	})
+}
+
+// TestCloseFreesAtOnce: a clean shutdown removes the lease, so others judge
+// the node expired at the next read, without waiting.
+func TestCloseFreesAtOnce(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		clk := cluster.NewFakeClock(t0)
+		a := startManual(t, b, clk, "a")
+		o := startManual(t, b, clk, "o")
+		if err := o.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := o.Live(); !containsNode(got, "a") || !containsNode(got, "o") {
+			t.Fatalf("Live() = %v, want a and o", got)
+		}
+		if addr, ok := o.Addr("a"); !ok || addr != "a.example:7000" {
+			t.Fatalf("Addr(a) = %q, %v", addr, ok)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if a.Valid() {
+			t.Fatal("a closed node is valid")
+		}
+		if _, _, err := b.Get(ctx, "cluster/nodes/a"); !errors.Is(err, bucket.ErrNotFound) {
+			t.Fatalf("lease object after Close: err = %v, want not found", err)
+		}
+		if err := o.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !o.Expired("a") || containsNode(o.Live(), "a") {
+			t.Fatalf("after a's Close: Expired = %v, Live = %v", o.Expired("a"), o.Live())
+		}
+		if _, ok := o.Addr("a"); ok {
+			t.Fatal("Addr still known for a closed node")
+		}
+		if err := a.RenewNow(ctx); err == nil {
+			t.Fatal("a closed node renewed")
+		}
+	})
+}
+
+// TestNodeIDInUse: a second process cannot take a node ID whose lease exists.
+func TestNodeIDInUse(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		clk := cluster.NewFakeClock(t0)
+		startManual(t, b, clk, "a")
+		_, err := cluster.StartLeases(context.Background(), cluster.LeaseConfig{Bucket: b, NodeID: "a", Clock: clk, Manual: true})
+		if err == nil || !strings.Contains(err.Error(), "in use") {
+			t.Fatalf("second start of node a: err = %v, want in use", err)
+		}
+	})
+}
+
+// faultyMem is a Mem whose PUTs to one key can be made to fail, be slow or
+// land late, on the fake clock.
+type faultyMem struct {
+	*bucket.Mem
+	key   string
+	mode  atomic.Int32 // 0 none, 1 error, 2 delay, 3 late
+	delay atomic.Int64
+}
+
+func newFaultyMem(clk *cluster.FakeClock, key string) *faultyMem {
+	f := &faultyMem{Mem: bucket.NewMem(), key: key}
+	f.Mem.Sleep = clk.Sleep
+	f.Mem.Faults = func(op bucket.Op) bucket.Fault {
+		if op.Kind != bucket.OpPut || op.Key != f.key {
+			return bucket.Fault{}
+		}
+		switch f.mode.Load() {
+		case 1:
+			return bucket.Fault{Err: errors.New("injected: connection reset")}
+		case 2:
+			return bucket.Fault{Delay: time.Duration(f.delay.Load())}
+		case 3:
+			return bucket.Fault{Late: true}
+		}
+		return bucket.Fault{}
+	}
+	return f
+}
+
+// TestFailedRenewalEndsValidityAtOnce: a failed renewal makes Valid false
+// that instant, long before the last validity would have run out; a later
+// success makes it valid again.
+func TestFailedRenewalEndsValidityAtOnce(t *testing.T) {
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	b := newFaultyMem(clk, "cluster/nodes/a")
+	a := startManual(t, b, clk, "a")
+	clk.Advance(time.Second)
+	b.mode.Store(1)
+	if err := a.RenewNow(ctx); err == nil || !strings.Contains(err.Error(), "node a") {
+		t.Fatalf("renewal with a failing PUT: err = %v, want an error naming node a", err)
+	}
+	if a.Valid() || !a.ValidUntil().IsZero() {
+		t.Fatalf("after a failed renewal: Valid = %v, ValidUntil = %v", a.Valid(), a.ValidUntil())
+	}
+	b.mode.Store(0)
+	clk.Advance(time.Second)
+	sent := clk.Now()
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Valid() || !a.ValidUntil().Equal(sent.Add(9*time.Second)) {
+		t.Fatalf("after a successful retry: Valid = %v, ValidUntil = %v", a.Valid(), a.ValidUntil())
+	}
+}
+
+// TestSlowRenewal: validity counts from when the renewal was sent, and a
+// renewal answered after the validity it would extend ran out extends
+// nothing.
+func TestSlowRenewal(t *testing.T) {
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	b := newFaultyMem(clk, "cluster/nodes/a")
+	a := startManual(t, b, clk, "a")
+	clk.Advance(3 * time.Second)
+	b.mode.Store(2)
+	b.delay.Store(int64(2 * time.Second))
+	sent := clk.Now()
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := sent.Add(9 * time.Second); !a.ValidUntil().Equal(want) {
+		t.Fatalf("ValidUntil = %v, want send time + TTL - Margin = %v", a.ValidUntil(), want)
+	}
+	// Now a renewal that takes 9.5 s: answered after validity ran out (at
+	// sent + 9 s), so the chain is broken and it cannot revive the lease
+	// either (it would last only until its own send + 9 s).
+	b.delay.Store(int64(9500 * time.Millisecond))
+	if err := a.RenewNow(ctx); err == nil {
+		t.Fatal("a renewal answered after its own validity succeeded")
+	}
+	if a.Valid() {
+		t.Fatal("valid after a renewal answered too late")
+	}
+}
+
+// TestLateRenewalIsAdopted: a renewal that failed to its caller but landed
+// later makes the next renewal's If-Match fail; the node recognises its own
+// write, renews on top of it and stays a member.
+func TestLateRenewalIsAdopted(t *testing.T) {
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	m := newFaultyMem(clk, "cluster/nodes/a")
+	b := bucket.NewCounting(m)
+	a := startManual(t, b, clk, "a")
+	clk.Advance(time.Second)
+	m.mode.Store(3)
+	if err := a.RenewNow(ctx); err == nil {
+		t.Fatal("a timed-out renewal succeeded")
+	}
+	if a.Valid() {
+		t.Fatal("valid after a timed-out renewal")
+	}
+	m.mode.Store(0)
+	if n := m.ApplyLate(); n != 1 {
+		t.Fatalf("ApplyLate applied %d", n)
+	}
+	b.Reset()
+	clk.Advance(time.Second)
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatalf("renewal after our own late write landed: %v", err)
+	}
+	if !a.Valid() {
+		t.Fatal("not valid after renewing on top of our own late write")
+	}
+	if got, want := b.Counts(), (bucket.Counts{Put: 2, Get: 1}); got != want {
+		t.Fatalf("requests = %+v, want %+v (failed PUT, read back, PUT)", got, want)
+	}
+}
+
+// TestReplacedLeaseStops: when someone else writes or removes a node's lease
+// object, the node stops for good.
+func TestReplacedLeaseStops(t *testing.T) {
+	for _, how := range []string{"replaced", "removed"} {
+		t.Run(how, func(t *testing.T) {
+			onBoth(t, func(t *testing.T, b bucket.Bucket) {
+				ctx := context.Background()
+				clk := cluster.NewFakeClock(t0)
+				a := startManual(t, b, clk, "a")
+				var err error
+				if how == "replaced" {
+					_, err = b.Put(ctx, "cluster/nodes/a", []byte(`{"node_id":"intruder","seq":1}`), bucket.Cond{})
+				} else {
+					err = b.Delete(ctx, "cluster/nodes/a")
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < 2; i++ {
+					if err := a.RenewNow(ctx); !errors.Is(err, cluster.ErrLeaseLost) {
+						t.Fatalf("renewal %d: err = %v, want ErrLeaseLost", i, err)
+					}
+					if a.Valid() {
+						t.Fatal("valid after losing the lease object")
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestRequestCounts: a renewal is one PUT; an observation round is one LIST
+// and one GET per other node.
+func TestRequestCounts(t *testing.T) {
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	b := bucket.NewCounting(bucket.NewMem())
+	a := startManual(t, b, clk, "a")
+	startManual(t, b, clk, "b")
+	startManual(t, b, clk, "c")
+	b.Reset()
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Counts(), (bucket.Counts{Put: 1}); got != want {
+		t.Fatalf("renewal: %+v, want %+v", got, want)
+	}
+	b.Reset()
+	if err := a.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Counts(), (bucket.Counts{List: 1, ListPages: 1, Get: 2}); got != want {
+		t.Fatalf("observation round: %+v, want %+v", got, want)
+	}
+	if got := a.Live(); len(got) != 3 {
+		t.Fatalf("Live() = %v, want a, b, c", got)
+	}
+}
+
+// TestRetriedRenewalThatLanded: on a real server, a renewal whose reply is
+// lost after it was applied is retried by the client and fails its
+// If-Match; the node reads its own write back and counts it as renewed.
+func TestRetriedRenewalThatLanded(t *testing.T) {
+	srv := s3test.Start(t)
+	p := s3test.NewProxy(t, srv.Endpoint)
+	b := srv.NewClient(t, bucket.WithEndpoint(p.URL))
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	a := startManual(t, b, clk, "a")
+	clk.Advance(time.Second)
+	p.FailNext("PUT", 1, s3test.DropAfterForward)
+	before := p.Count("PUT")
+	sent := clk.Now()
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatalf("renewal whose first attempt landed: %v", err)
+	}
+	if want := sent.Add(9 * time.Second); !a.ValidUntil().Equal(want) {
+		t.Fatalf("ValidUntil = %v, want %v", a.ValidUntil(), want)
+	}
+	if n := p.Count("PUT") - before; n != 2 {
+		t.Fatalf("PUTs through the proxy = %d, want 2 (the dropped one and its retry)", n)
+	}
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatalf("the next renewal: %v", err)
+	}
+}
+
+// TestBackgroundLeases: with the real clock and a 300 ms TTL on a real
+// server, leases renew and observe on their own; after a kill, the holder's
+// validity has run out before the observer judges it expired.
+func TestBackgroundLeases(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	start := func(id string) *cluster.Leases {
+		l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: srv.NewClient(t), NodeID: id, Addr: id + ":1",
+			TTL: 300 * time.Millisecond, Margin: 30 * time.Millisecond, Grace: 60 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, o := start("a"), start("o")
+	defer func() { _ = o.Close(ctx) }()
+	waitFor(t, 5*time.Second, "both nodes to see each other", func() bool {
+		return containsNode(o.Live(), "a") && containsNode(a.Live(), "o")
+	})
+	first := a.ValidUntil()
+	waitFor(t, 5*time.Second, "a renewal", func() bool { return a.ValidUntil().After(first) })
+
+	a.Kill()
+	until := a.ValidUntil()
+	waitFor(t, 5*time.Second, "the observer to judge the killed node expired", func() bool { return o.Expired("a") })
+	if a.Valid() {
+		t.Fatal("the killed node is still valid when the observer judges it expired")
+	}
+	if !until.IsZero() && !time.Now().After(until) {
+		t.Fatalf("judged expired before the killed node's validity (until %v) ran out", until)
+	}
+	if containsNode(o.Live(), "a") {
+		t.Fatal("Live() lists the expired node")
+	}
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
