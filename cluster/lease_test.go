@@ -562,3 +562,39 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSlowReadsCountConservatively: the watch starts when the first read
+// showing a version is received and ends when the confirming read is sent,
+// so slow reads never shorten it.
+func TestSlowReadsCountConservatively(t *testing.T) {
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	m := bucket.NewMem()
+	m.Sleep = clk.Sleep
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		if op.Kind == bucket.OpGet && op.Key == "cluster/nodes/a" {
+			return bucket.Fault{Delay: time.Second}
+		}
+		return bucket.Fault{}
+	}
+	a := startManual(t, m, clk, "a")
+	a.Kill()
+	o := startManual(t, m, clk, "o")
+	if err := o.RefreshNow(ctx); err != nil { // sent at 0, received at 1 s
+		t.Fatal(err)
+	}
+	watch := cluster.DefaultTTL + cluster.DefaultGrace
+	clk.Advance(watch - time.Millisecond) // sent at 1 s + watch - 1 ms
+	if err := o.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o.Expired("a") {
+		t.Fatal("expired by a confirming read sent less than TTL + Grace after the first read was received")
+	}
+	if err := o.RefreshNow(ctx); err != nil { // sent at 2 s + watch - 1 ms
+		t.Fatal(err)
+	}
+	if !o.Expired("a") {
+		t.Fatal("not expired by a confirming read sent TTL + Grace after the first read was received")
+	}
+}
