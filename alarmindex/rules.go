@@ -360,7 +360,14 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 	if err := r.check(a, f.Alarm, f.Recorded, f.HoldValid, f.ReplicationHealthy); err != nil {
 		return DeliveryPlan{}, err
 	}
-	if err := f.Delivered.Validate(); err != nil {
+	// A node timer knows the actor and the time, not which tagged entry a
+	// sweep saw: a tagged key with no tag stands for "the entries at that
+	// time" (only the actor, the time and Legacy decide anything here).
+	check := f.Delivered
+	if !check.Legacy && check.Tag == (Tag{}) {
+		check.Tag.Nonce = "0"
+	}
+	if err := check.Validate(); err != nil {
 		return DeliveryPlan{}, giveUp(a, "delivered entry: %v", err)
 	}
 	p := DeliveryPlan{

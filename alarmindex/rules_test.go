@@ -887,3 +887,18 @@ func (w *world) runDelivery(t *testing.T, p DeliveryPlan, db *database) {
 		}
 	}
 }
+
+// TestDeliverAcceptsATimeWithoutATag: the node timer delivers an actor at a
+// time, without knowing which tagged entry a sweep saw there.
+func TestDeliverAcceptsATimeWithoutATag(t *testing.T) {
+	a := Actor{Tenant: "t", Class: "c", Name: "n"}
+	at := int64(5000)
+	r := rulesWith(Mutations{})
+	p, err := r.Deliver(DeliveryFacts{
+		Delivered: Key{Actor: a, DueMs: at}, Alarm: &at, Generation: 2,
+		HoldValid: true, ReplicationHealthy: true, BucketHadActor: true,
+	})
+	if err != nil || p.Outcome != OutcomeRun {
+		t.Fatalf("Deliver of an untagged time = %v, %v; want OutcomeRun", p.Outcome, err)
+	}
+}

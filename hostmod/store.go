@@ -3,9 +3,11 @@ package hostmod
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 
 	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/ext/serdes"
 )
 
 // Meta keys in the _wasmkeep_meta table.
@@ -276,4 +278,43 @@ func (s *Store) KVDelete(key []byte) error {
 		return err
 	}
 	return st.Exec()
+}
+
+// Snapshot returns the committed database as one SQLite file image, for
+// replication. It must not be called while a transaction is open.
+func (s *Store) Snapshot() ([]byte, error) {
+	if s.inTx {
+		return nil, errors.New("snapshot: a transaction is open")
+	}
+	b, err := serdes.Serialize(s.conn, "main")
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", s.path, err)
+	}
+	return b, nil
+}
+
+// WriteSnapshot replaces the database file at path with a snapshot's bytes
+// (no database may be open on it). Its WAL and shared-memory files go too.
+func WriteSnapshot(path string, data []byte) error {
+	for _, p := range []string{path + "-wal", path + "-shm"} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// RemoveDatabase removes the database file at path with its WAL and
+// shared-memory files.
+func RemoveDatabase(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
 }

@@ -18,7 +18,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -36,7 +38,9 @@ type DeliveryEvent struct {
 	TimerAt  int64
 	At       time.Time
 	Delivery hostmod.Delivery
-	Err      error // a host error: the delivery is retried later
+	// Index is what the alarm plugin did with the entry (cluster mode).
+	Index alarms.Delivery
+	Err   error // a host error: the delivery is retried later
 }
 
 // Config configures a Node.
@@ -62,6 +66,10 @@ type Config struct {
 	MaxConcurrentDeliveries int
 	// OnDelivery, if set, is called after each delivery.
 	OnDelivery func(DeliveryEvent)
+	// Cluster, if set, makes the node one of a cluster sharing a bucket:
+	// actors are held by one node at a time and replicated to the bucket.
+	// Without it the node runs alone on its data directory.
+	Cluster *ClusterConfig
 }
 
 // Node runs actors on one machine.
@@ -72,8 +80,15 @@ type Node struct {
 	classes map[string]*hostmod.Class
 	timer   *sweeper.Timer
 
+	// Cluster mode only.
+	leases  *cluster.Leases
+	holds   *cluster.Holds
+	replica *cluster.Replica
+	plugin  *alarms.Plugin
+	tenants sync.Map // tenants seen, swept besides ClusterConfig.Tenants
+
 	mu       sync.Mutex
-	actors   map[abi.ActorID]*hostmod.Actor
+	entries  map[abi.ActorID]*entry
 	inflight map[string]bool
 	closed   bool
 
@@ -124,7 +139,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		engine:   eng,
 		classes:  map[string]*hostmod.Class{},
 		timer:    sweeper.NewTimer(cfg.RetryMax),
-		actors:   map[abi.ActorID]*hostmod.Actor{},
+		entries:  map[abi.ActorID]*entry{},
 		inflight: map[string]bool{},
 		sem:      make(chan struct{}, cfg.MaxConcurrentDeliveries),
 	}
@@ -140,9 +155,16 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.classes[name] = c
 	}
-	if err := n.scan(ctx); err != nil {
+	local, err := n.scan(ctx)
+	if err != nil {
 		eng.Close(ctx)
 		return nil, err
+	}
+	if cfg.Cluster != nil {
+		if err := n.joinCluster(ctx, local); err != nil {
+			n.Close(ctx)
+			return nil, err
+		}
 	}
 	return n, nil
 }
@@ -182,31 +204,20 @@ func Path(dataDir string, id abi.ActorID) string {
 	return filepath.Join(dataDir, id.Tenant, id.Class, hex.EncodeToString([]byte(id.Name))+".db")
 }
 
-// timerKey names an actor in the timer: tenant/class/hex(name).
-func timerKey(id abi.ActorID) string {
-	return id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name))
-}
+func timerKey(id abi.ActorID) string { return alarms.TimerKey(id) }
 
-func parseTimerKey(k string) (abi.ActorID, error) {
-	parts := strings.SplitN(k, "/", 3)
-	if len(parts) != 3 {
-		return abi.ActorID{}, fmt.Errorf("malformed timer key %q", k)
-	}
-	name, err := hex.DecodeString(parts[2])
-	if err != nil {
-		return abi.ActorID{}, fmt.Errorf("malformed timer key %q: %w", k, err)
-	}
-	return abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}, nil
-}
+func parseTimerKey(k string) (abi.ActorID, error) { return alarms.ParseTimerKey(k) }
 
-// scan fills the timer from the actor databases in the data directory.
-func (n *Node) scan(ctx context.Context) error {
+// scan fills the timer from the actor databases in the data directory and
+// returns the actors it found.
+func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 	count := 0
+	var found []abi.ActorID
 	err := filepath.WalkDir(n.cfg.DataDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".db") {
+		if d.IsDir() || !strings.HasSuffix(path, ".db") || strings.Contains(d.Name(), ".replaced") {
 			return nil
 		}
 		rel, _ := filepath.Rel(n.cfg.DataDir, path)
@@ -221,6 +232,7 @@ func (n *Node) scan(ctx context.Context) error {
 			n.log.Warn("scan: malformed actor file name, skipped", "path", path)
 			return nil
 		}
+		found = append(found, id)
 		st, err := hostmod.OpenStore(path)
 		if err != nil {
 			return fmt.Errorf("node: scan actor %s: %w", id, err)
@@ -237,10 +249,10 @@ func (n *Node) scan(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("node: scan %s: %w", n.cfg.DataDir, err)
+		return nil, fmt.Errorf("node: scan %s: %w", n.cfg.DataDir, err)
 	}
-	n.log.Info("scanned data directory", "dir", n.cfg.DataDir, "alarms", count)
-	return nil
+	n.log.Info("scanned data directory", "dir", n.cfg.DataDir, "actors", len(found), "alarms", count)
+	return found, nil
 }
 
 // Timer exposes the node timer (for sweeps and inspection).
@@ -248,170 +260,3 @@ func (n *Node) Timer() *sweeper.Timer { return n.timer }
 
 // Engine exposes the node's engine.
 func (n *Node) Engine() *hostmod.Engine { return n.engine }
-
-// Start runs the timer loop until Close.
-func (n *Node) Start(ctx context.Context) {
-	ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	n.loop = make(chan struct{})
-	go func() {
-		defer close(n.loop)
-		n.timer.Run(ctx, n.cfg.Clock, func(key string, at int64) { n.startDelivery(ctx, key, at) })
-	}()
-}
-
-// actor returns the open actor, opening it if needed.
-func (n *Node) actor(ctx context.Context, id abi.ActorID) (*hostmod.Actor, error) {
-	if err := validate(id); err != nil {
-		return nil, err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return nil, fmt.Errorf("actor %s: node closed", id)
-	}
-	if a, ok := n.actors[id]; ok {
-		return a, nil
-	}
-	c, ok := n.classes[id.Class]
-	if !ok {
-		return nil, fmt.Errorf("actor %s: class %q is not served by this node", id, id.Class)
-	}
-	p := Path(n.cfg.DataDir, id)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return nil, fmt.Errorf("actor %s: %w", id, err)
-	}
-	a, err := n.engine.Open(ctx, id, c, p)
-	if err != nil {
-		return nil, err
-	}
-	n.actors[id] = a
-	return a, nil
-}
-
-// Request runs a request event on the actor and updates the timer from the
-// committed alarm.
-func (n *Node) Request(ctx context.Context, id abi.ActorID, body []byte) (hostmod.Result, error) {
-	a, err := n.actor(ctx, id)
-	if err != nil {
-		return hostmod.Result{}, err
-	}
-	res, err := a.Request(ctx, body)
-	if err != nil {
-		return res, err
-	}
-	n.schedule(id, res)
-	return res, nil
-}
-
-// State reads an actor's committed alarm state.
-func (n *Node) State(ctx context.Context, id abi.ActorID) (hostmod.State, error) {
-	a, err := n.actor(ctx, id)
-	if err != nil {
-		return hostmod.State{}, err
-	}
-	return a.State(ctx)
-}
-
-func (n *Node) schedule(id abi.ActorID, r hostmod.Result) {
-	if !r.AlarmChanged {
-		return
-	}
-	if r.HasAlarm {
-		n.timer.Set(timerKey(id), r.Alarm)
-	} else {
-		n.timer.Remove(timerKey(id))
-	}
-}
-
-// startDelivery runs one delivery in the background, one per actor at a time.
-func (n *Node) startDelivery(ctx context.Context, key string, at int64) {
-	n.mu.Lock()
-	if n.closed || n.inflight[key] {
-		n.mu.Unlock()
-		return
-	}
-	n.inflight[key] = true
-	n.wg.Add(1)
-	n.mu.Unlock()
-	go func() {
-		defer n.wg.Done()
-		select {
-		case n.sem <- struct{}{}:
-		case <-ctx.Done():
-			n.doneDelivery(key)
-			return
-		}
-		defer func() { <-n.sem }()
-		n.deliver(ctx, key, at)
-		n.doneDelivery(key)
-	}()
-}
-
-func (n *Node) doneDelivery(key string) {
-	n.mu.Lock()
-	delete(n.inflight, key)
-	n.mu.Unlock()
-}
-
-// deliver runs the ordinary alarm event and re-arms the timer from the
-// committed alarm.
-func (n *Node) deliver(ctx context.Context, key string, at int64) {
-	ev := DeliveryEvent{TimerAt: at}
-	id, err := parseTimerKey(key)
-	if err != nil {
-		n.log.Error("dropping malformed timer entry", "key", key, "error", err)
-		return
-	}
-	ev.Actor = id
-	a, err := n.actor(ctx, id)
-	if err == nil {
-		ev.Delivery, err = a.DeliverAlarm(ctx)
-	}
-	ev.At = n.cfg.Clock.Now()
-	if err != nil {
-		ev.Err = err
-		if ctx.Err() == nil {
-			n.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", n.cfg.HostErrorRetry, "error", err)
-			n.timer.Offer(key, ev.At.Add(n.cfg.HostErrorRetry).UnixMilli(), ev.At.UnixMilli())
-		}
-	} else {
-		d := ev.Delivery
-		if d.HasAlarm {
-			n.timer.Set(key, d.Alarm)
-		}
-		if d.Ran && d.Err != nil {
-			n.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", d.RetryCount, "next_ms", d.Alarm, "error", d.Err)
-		} else if d.Ran {
-			n.log.Debug("alarm delivered", "actor", id.String(), "scheduled_ms", d.Scheduled)
-		}
-	}
-	if n.cfg.OnDelivery != nil {
-		n.cfg.OnDelivery(ev)
-	}
-}
-
-// Close stops the timer, waits for deliveries in flight, and closes every
-// actor and the engine.
-func (n *Node) Close(ctx context.Context) error {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil
-	}
-	n.closed = true
-	n.mu.Unlock()
-	if n.cancel != nil {
-		n.cancel()
-		<-n.loop
-	}
-	n.wg.Wait()
-	var errs []error
-	n.mu.Lock()
-	for _, a := range n.actors {
-		errs = append(errs, a.Close(ctx))
-	}
-	n.actors = nil
-	n.mu.Unlock()
-	errs = append(errs, n.engine.Close(ctx))
-	return errors.Join(errs...)
-}

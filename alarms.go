@@ -1,0 +1,428 @@
+// Package alarms wires durable alarms into a wazero-based host that runs
+// actors on a cluster of nodes sharing an S3 bucket.
+//
+// The parts: the host modules and committed backoff (package hostmod), the
+// node timer and the sweep (package sweeper), and the alarm index in the
+// bucket, whose rules (package alarmindex) this package carries out. A host
+// embeds them through two small interfaces it implements:
+//
+//   - [Host]: its clock, this node's name, the live nodes and the tenants.
+//   - [Actor]: an actor this node holds (its hold's generation and whether it
+//     is valid, whether this hold uploaded, whether the bucket had the actor
+//     when it was taken), read and write access to its database, and the
+//     host's own operations on it (upload now, run the alarm event, release).
+//
+// The host calls the plugin at its replication points ([Plugin.BeforeUpload]
+// before every upload of an actor's database: after an event, in the middle
+// of an exec-durable event, or a joining node's first upload; the returned
+// function after the upload succeeded) and when its timer fires for an actor
+// it holds ([Plugin.Deliver]). [Plugin.RunSweeps] runs the sweep loop, which
+// offers orphaned alarms to the host's timer.
+//
+// The reference host in package node is built on nothing else.
+package alarms
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// Host is what the plugin needs of the runtime that embeds it.
+type Host interface {
+	// Now is the host's clock; After waits on it.
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+	// Self is this node's name as LiveNodes reports it.
+	Self() string
+	// LiveNodes reports the nodes with fresh heartbeats.
+	LiveNodes(ctx context.Context) ([]string, error)
+	// Tenants reports the tenants whose index this node sweeps.
+	Tenants(ctx context.Context) ([]string, error)
+}
+
+// ActorState is what the plugin reads of an actor's committed database.
+type ActorState struct {
+	// Alarm is the committed alarm (Unix ms), nil when none is set.
+	Alarm *int64
+	// Indexed is the alarm_indexed meta ("" for none).
+	Indexed string
+	// InitRecorded: on-init ran and is recorded.
+	InitRecorded bool
+}
+
+// Actor is an actor the host holds, as the plugin sees it. The host calls
+// the plugin with the actor's lock held, and the plugin calls back only
+// these methods, on the same goroutine.
+type Actor interface {
+	ID() abi.ActorID
+	// Generation is the generation of this node's hold on the actor (for
+	// an exec-durable upload, the generation of the replica it uploads
+	// with).
+	Generation() uint64
+	// HoldValid: the hold exists and the node lease is valid (ADR 0020).
+	HoldValid() bool
+	// Uploaded: this hold has uploaded the actor's database.
+	Uploaded() bool
+	// BucketHadActor: the bucket had state for the actor when this node
+	// took it.
+	BucketHadActor() bool
+	// Read reads the committed state.
+	Read(ctx context.Context) (ActorState, error)
+	// WriteMeta commits a meta row in a transaction of its own.
+	WriteMeta(ctx context.Context, key, value string) error
+	// Upload replicates the database now (calling BeforeUpload itself).
+	Upload(ctx context.Context) error
+	// RunAlarm runs the ordinary alarm event: on-alarm if the committed
+	// alarm is due, committed, then replicated.
+	RunAlarm(ctx context.Context) error
+	// Release lets the hold go at once.
+	Release(ctx context.Context)
+}
+
+// UploadKind says which replication point an upload is.
+type UploadKind int
+
+const (
+	// AfterEvent: an event committed; its state is about to be uploaded.
+	AfterEvent UploadKind = iota
+	// MidEvent: an exec-durable event uploads before it replies.
+	MidEvent
+	// FirstUpload: a joining node uploads an actor the bucket does not have.
+	FirstUpload
+)
+
+// Config configures the plugin.
+type Config struct {
+	// Bucket holds the alarm index (under "alarms/").
+	Bucket bucket.Bucket
+	// Host is the embedding runtime.
+	Host Host
+	// Timer is the node timer that sweeps offer orphaned alarms to.
+	Timer *sweeper.Timer
+	// Margin is the lease period plus grace: how overdue an entry must be
+	// before a sweep delivers it.
+	Margin time.Duration
+	// SweepPeriod is alarm_sweep (default 10 s).
+	SweepPeriod time.Duration
+	// RetryMax is the longest backoff (default 5 min).
+	RetryMax time.Duration
+	// Busy reports an actor already in flight or retrying on this node.
+	Busy func(abi.ActorID) bool
+	// Nonces defaults to a source seeded from crypto/rand.
+	Nonces alarmindex.Nonces
+	// Mutations switch safety features off, for the simulator's mutation
+	// check only.
+	Mutations alarmindex.Mutations
+	// Logger defaults to a null logger.
+	Logger hclog.Logger
+}
+
+// Plugin carries out the index rules and runs the sweep for one node.
+type Plugin struct {
+	cfg   Config
+	rules alarmindex.Rules
+	log   hclog.Logger
+	loop  *sweeper.Loop
+
+	mu     sync.Mutex
+	legacy map[abi.ActorID]int64 // legacy entries a sweep offered, by due time
+}
+
+// Register creates the plugin for a host.
+func Register(cfg Config) (*Plugin, error) {
+	if cfg.Bucket == nil || cfg.Host == nil || cfg.Timer == nil {
+		return nil, errors.New("alarms: Register needs a Bucket, a Host and a Timer")
+	}
+	if cfg.Margin <= 0 {
+		return nil, errors.New("alarms: Margin (lease period plus grace) must be positive")
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = hostmod.DefaultRetryMax
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Nonces == nil {
+		ns, err := alarmindex.NewNonceSource(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("alarms: nonce source: %w", err)
+		}
+		cfg.Nonces = ns
+	}
+	p := &Plugin{
+		cfg:    cfg,
+		rules:  alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax, Mutations: cfg.Mutations},
+		log:    cfg.Logger,
+		legacy: map[abi.ActorID]int64{},
+	}
+	var seed [16]byte
+	_, _ = rand.Read(seed[:])
+	busy := func(a alarmindex.Actor) bool { return cfg.Busy != nil && cfg.Busy(abi.ActorID(a)) }
+	loop, err := sweeper.New(sweeper.Config{
+		Self:    cfg.Host.Self(),
+		Margin:  cfg.Margin,
+		Period:  cfg.SweepPeriod,
+		Lister:  cfg.Bucket,
+		Clock:   cfg.Host,
+		Sink:    sweeper.SinkFunc(p.offer),
+		Live:    cfg.Host,
+		Tenants: cfg.Host,
+		Busy:    busy,
+		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
+		Logger:  cfg.Logger.Named("sweep"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("alarms: %w", err)
+	}
+	p.loop = loop
+	return p, nil
+}
+
+func leUint64(b []byte) uint64 {
+	var v uint64
+	for i := 7; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return v
+}
+
+// TimerKey names an actor in the node timer: tenant/class/hex(name).
+func TimerKey(id abi.ActorID) string {
+	return id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name))
+}
+
+// ParseTimerKey reads a TimerKey.
+func ParseTimerKey(k string) (abi.ActorID, error) {
+	parts := strings.SplitN(k, "/", 3)
+	if len(parts) != 3 {
+		return abi.ActorID{}, fmt.Errorf("malformed timer key %q", k)
+	}
+	name, err := hex.DecodeString(parts[2])
+	if err != nil {
+		return abi.ActorID{}, fmt.Errorf("malformed timer key %q: %w", k, err)
+	}
+	return abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}, nil
+}
+
+// RunSweeps runs the sweep loop until ctx ends.
+func (p *Plugin) RunSweeps(ctx context.Context) { p.loop.Run(ctx) }
+
+// Sweep runs one sweep now (tests, tools).
+func (p *Plugin) Sweep(ctx context.Context) { p.loop.Sweep(ctx) }
+
+// SweepStats returns the sweep loop's counters.
+func (p *Plugin) SweepStats() sweeper.Stats { return p.loop.Stats() }
+
+// offer hands a sweep's delivery to the node timer, where a time it already
+// holds earlier, or a retry within the longest backoff, wins.
+func (p *Plugin) offer(d sweeper.Delivery) {
+	id := abi.ActorID(d.Actor)
+	legacy := false
+	for _, k := range d.Keys {
+		if pk, err := alarmindex.ParseKey(k); err == nil && pk.Legacy {
+			legacy = true
+		}
+	}
+	if p.cfg.Timer.Offer(TimerKey(id), d.DueMs, p.cfg.Host.Now().UnixMilli()) && legacy {
+		p.mu.Lock()
+		p.legacy[id] = d.DueMs
+		p.mu.Unlock()
+	}
+}
+
+func (p *Plugin) takeLegacy(id abi.ActorID, dueMs int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.legacy[id]
+	if ok && at == dueMs {
+		delete(p.legacy, id)
+		return true
+	}
+	return false
+}
+
+func toIndex(id abi.ActorID) alarmindex.Actor { return alarmindex.Actor(id) }
+
+func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts, error) {
+	st, err := a.Read(ctx)
+	if err != nil {
+		return alarmindex.EventFacts{}, fmt.Errorf("actor %s: read the committed alarm: %w", a.ID(), err)
+	}
+	rec, err := alarmindex.ParseRecorded(toIndex(a.ID()), st.Indexed)
+	if err != nil {
+		return alarmindex.EventFacts{}, fmt.Errorf("actor %s: the recorded index entry cannot be read: %w", a.ID(), err)
+	}
+	return alarmindex.EventFacts{
+		Actor:              toIndex(a.ID()),
+		Alarm:              st.Alarm,
+		Recorded:           rec,
+		Generation:         a.Generation(),
+		HoldValid:          a.HoldValid(),
+		ReplicationHealthy: true,
+	}, nil
+}
+
+// BeforeUpload brings the index in line with the committed alarm before an
+// upload of the actor's database: it PUTs a fresh entry (If-None-Match) and
+// records it in alarm_indexed, so the uploaded state names an entry that
+// exists. It returns what to do once the upload succeeded (DELETE the entry
+// the upload replaced). An error means: do not upload, give the actor up.
+func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (after func(context.Context), err error) {
+	f, err := p.eventFacts(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	var plan alarmindex.IndexPlan
+	switch kind {
+	case MidEvent:
+		plan, err = p.rules.MidEventUpload(f)
+	case FirstUpload:
+		plan, err = p.rules.FirstUpload(f)
+	default:
+		plan, err = p.rules.AfterEvent(f)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := p.putAndRecord(ctx, a, plan); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) { p.deleteAfter(ctx, a.ID(), plan) }, nil
+}
+
+// putAndRecord runs steps 1 and 2 of an index plan.
+func (p *Plugin) putAndRecord(ctx context.Context, a Actor, plan alarmindex.IndexPlan) error {
+	if plan.Put != nil {
+		_, err := p.cfg.Bucket.Put(ctx, plan.Put.String(), nil, bucket.Cond{IfNoneMatch: true})
+		if err != nil && !errors.Is(err, bucket.ErrPrecondition) {
+			return fmt.Errorf("actor %s: list the alarm in the index: %w", a.ID(), err)
+		}
+	}
+	if plan.Record {
+		if err := a.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, alarmindex.FormatRecorded(plan.Recorded)); err != nil {
+			return fmt.Errorf("actor %s: record the index entry: %w", a.ID(), err)
+		}
+	}
+	return nil
+}
+
+// deleteAfter runs step 4: a failure is harmless (an extra entry, removed
+// when it comes due).
+func (p *Plugin) deleteAfter(ctx context.Context, id abi.ActorID, plan alarmindex.IndexPlan) {
+	if plan.DeleteAfterReplicate == nil {
+		return
+	}
+	if err := p.cfg.Bucket.Delete(ctx, plan.DeleteAfterReplicate.String()); err != nil {
+		p.log.Debug("could not delete a replaced index entry; it is removed when it comes due", "actor", id.String(), "key", plan.DeleteAfterReplicate.String(), "error", err)
+	}
+}
+
+// Delivery is what Deliver did, for the host's logs and tests.
+type Delivery struct {
+	Outcome alarmindex.Outcome
+	// Deleted are the stale entries removed.
+	Deleted []string
+	// RetryAt, when not zero, is when the host's timer tries again.
+	RetryAt int64
+}
+
+// Deliver delivers the entry at dueMs for an actor the host took for it
+// (the host's timer fired): it runs the alarm event when the committed alarm
+// is that time, and otherwise removes the stale entries at that time as the
+// rules say (R2, R3, the fence, an actor with no state, a bucket that had
+// nothing). An error means: give the actor up; nothing was deleted.
+func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, error) {
+	id := a.ID()
+	st, err := a.Read(ctx)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: read the committed alarm: %w", id, err)
+	}
+	rec, err := alarmindex.ParseRecorded(toIndex(id), st.Indexed)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("actor %s: the recorded index entry cannot be read: %w", id, err)
+	}
+	delivered := alarmindex.Key{Actor: toIndex(id), DueMs: dueMs, Legacy: p.takeLegacy(id, dueMs)}
+	plan, err := p.rules.Deliver(alarmindex.DeliveryFacts{
+		Delivered:          delivered,
+		Alarm:              st.Alarm,
+		Recorded:           rec,
+		InitRecorded:       st.InitRecorded,
+		Generation:         a.Generation(),
+		HoldValid:          a.HoldValid(),
+		ReplicationHealthy: true,
+		Uploaded:           a.Uploaded(),
+		BucketHadActor:     a.BucketHadActor(),
+	})
+	if err != nil {
+		return Delivery{}, err
+	}
+	out := Delivery{Outcome: plan.Outcome}
+	if plan.Outcome == alarmindex.OutcomeRun {
+		return out, a.RunAlarm(ctx)
+	}
+	// 1. Index the committed alarm (a PUT, the record, an upload, then the
+	// replaced entry's DELETE).
+	if !plan.Index.Empty() {
+		if err := p.putAndRecord(ctx, a, plan.Index); err != nil {
+			return out, err
+		}
+		if err := a.Upload(ctx); err != nil {
+			return out, err
+		}
+		p.deleteAfter(ctx, id, plan.Index)
+	}
+	// 2. The fence: a one-line change, uploaded, ends the earlier owners'
+	// history before anything is removed as stale.
+	if plan.Fence {
+		if err := a.WriteMeta(ctx, alarmindex.MetaOwnerFence, fmt.Sprint(a.Generation())); err != nil {
+			return out, fmt.Errorf("actor %s: write the fence: %w", id, err)
+		}
+		if err := a.Upload(ctx); err != nil {
+			return out, fmt.Errorf("actor %s: upload the fence: %w", id, err)
+		}
+	}
+	// 3. One LIST of the actor's tagged entries at that time; DELETE the
+	// stale ones (and the legacy key by its exact name).
+	if plan.List {
+		keys, err := p.cfg.Bucket.List(ctx, alarmindex.TaggedPrefix(toIndex(id), dueMs), "", bucket.MaxPage)
+		if err != nil {
+			return out, fmt.Errorf("actor %s: list its entries at %d: %w", id, dueMs, err)
+		}
+		var listed []alarmindex.Key
+		for _, k := range keys {
+			if pk, err := alarmindex.ParseKey(k); err == nil {
+				listed = append(listed, pk)
+			}
+		}
+		for _, k := range plan.StaleDeletes(listed) {
+			if err := p.cfg.Bucket.Delete(ctx, k.String()); err != nil {
+				p.log.Debug("could not delete a stale index entry", "actor", id.String(), "key", k.String(), "error", err)
+				continue
+			}
+			out.Deleted = append(out.Deleted, k.String())
+		}
+	}
+	if plan.RetryAfter > 0 {
+		out.RetryAt = p.cfg.Host.Now().Add(plan.RetryAfter).UnixMilli()
+		p.cfg.Timer.Set(TimerKey(id), out.RetryAt)
+	}
+	if plan.Release {
+		a.Release(ctx)
+	}
+	return out, nil
+}

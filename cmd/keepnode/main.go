@@ -1,0 +1,144 @@
+// Command keepnode runs one node of the reference host: actor classes in
+// wazero, one SQLite database per actor, durable alarms, and an HTTP API
+// for events. With -bucket it joins a cluster that shares that S3 bucket
+// (configured from AWS_ENDPOINT_URL and the usual AWS_* variables).
+//
+//	keepnode -data ./data -class counter=counter-actor.wasm -listen 127.0.0.1:7601 -bucket wasmkeep
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/node"
+)
+
+type classFlags map[string]string
+
+func (c classFlags) String() string { return fmt.Sprint(map[string]string(c)) }
+func (c classFlags) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || path == "" {
+		return fmt.Errorf("want name=path.wasm, got %q", v)
+	}
+	c[name] = path
+	return nil
+}
+
+func main() {
+	classes := classFlags{}
+	fs := flag.NewFlagSet("keepnode", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: keepnode -data DIR -class NAME=FILE.wasm [flags]\n\n"+
+			"Runs one node of the wasmkeep reference host. With -bucket, the node joins the\n"+
+			"cluster that shares the bucket; S3 is configured from AWS_ENDPOINT_URL,\n"+
+			"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	dataDir := fs.String("data", "", "data directory: one SQLite file per actor (required)")
+	fs.Var(classes, "class", "an actor class: NAME=FILE.wasm (repeatable)")
+	listen := fs.String("listen", "127.0.0.1:7600", "HTTP listen address")
+	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address)")
+	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone)")
+	prefix := fs.String("prefix", "cluster/", "key prefix of the cluster's objects in the bucket")
+	nodeID := fs.String("node-id", "", "node name in the cluster, new for each start (default: random)")
+	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "node lease period")
+	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
+	leaseGrace := fs.Duration("lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
+	idle := fs.Duration("idle", time.Minute, "release an actor no event reached for this long")
+	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
+	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
+	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
+	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	fs.Parse(os.Args[1:])
+
+	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+	if err := run(logger, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
+		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax); err != nil {
+		logger.Error("exiting", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
+	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration) error {
+	if dataDir == "" {
+		return errors.New("-data is required")
+	}
+	if len(classes) == 0 {
+		return errors.New("at least one -class NAME=FILE.wasm is required")
+	}
+	wasm := map[string][]byte{}
+	for name, path := range classes {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("class %s: %w", name, err)
+		}
+		wasm[name] = b
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	if advertise == "" {
+		advertise = ln.Addr().String()
+	}
+	cfg := node.Config{
+		DataDir:       dataDir,
+		Classes:       wasm,
+		Logger:        logger,
+		RetryMax:      retryMax,
+		EngineOptions: []hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)},
+	}
+	if bucketName != "" {
+		b, err := bucket.NewS3(ctx, bucketName)
+		if err != nil {
+			return err
+		}
+		if err := b.EnsureBucket(ctx); err != nil {
+			return fmt.Errorf("bucket %s unreachable: %w", bucketName, err)
+		}
+		if err := bucket.CheckConditional(ctx, b); err != nil {
+			return fmt.Errorf("bucket %s: %w", bucketName, err)
+		}
+		cfg.Cluster = &node.ClusterConfig{
+			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
+			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace, IdleTimeout: idle,
+		}
+	}
+	n, err := node.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	n.Start(ctx)
+	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	id := ""
+	if l := n.Leases(); l != nil {
+		id = l.NodeID()
+	}
+	fmt.Printf("keepnode listening on http://%s node=%s\n", ln.Addr(), id)
+
+	<-ctx.Done()
+	logger.Info("shutting down: releasing actors")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	return n.Close(sctx)
+}

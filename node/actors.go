@@ -1,0 +1,819 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/hostmod"
+)
+
+// ClusterConfig makes a node one of a cluster that shares a bucket.
+type ClusterConfig struct {
+	// Bucket holds node leases, holds and replicated actor state.
+	Bucket bucket.Bucket
+	// Prefix is where the cluster keeps its objects (default "cluster/").
+	Prefix string
+	// NodeID names this process in the cluster; it must be new for each
+	// start (default: "node-" and random hex).
+	NodeID string
+	// Addr is this node's HTTP address as other nodes reach it (host:port).
+	Addr string
+	// Lease timing: see cluster.LeaseConfig (defaults 10 s, 1 s, 2 s).
+	LeaseTTL, LeaseMargin, LeaseGrace time.Duration
+	// IdleTimeout releases an actor no event reached for this long
+	// (default 1 min).
+	IdleTimeout time.Duration
+	// Tenants whose alarm index this node sweeps, besides those it has seen
+	// in its data directory and in events.
+	Tenants []string
+	// SweepPeriod is alarm_sweep (default 10 s).
+	SweepPeriod time.Duration
+}
+
+// EventKind says when an event's writes reach the bucket.
+type EventKind int
+
+const (
+	// Exec commits, replies, then replicates (in the background, at once).
+	Exec EventKind = iota
+	// ExecDurable commits and uploads before it replies: an acknowledged
+	// write is in the bucket.
+	ExecDurable
+)
+
+// ErrHeldElsewhere is returned (wrapped in *cluster.HeldElsewhereError) when
+// another node holds the actor.
+var ErrHeldElsewhere = errors.New("held by another node")
+
+// entry is the node's record of one actor. Its mutex serialises everything
+// done to the actor: events, uploads, releases.
+type entry struct {
+	id abi.ActorID
+	mu sync.Mutex
+
+	a    *hostmod.Actor
+	hold cluster.Hold
+	held bool
+
+	last      cluster.Snapshot // the snapshot the local database matches
+	hasLast   bool
+	bucketHad bool // the bucket had state for the actor when it was taken
+	uploaded  bool // this hold has uploaded
+	dirty     bool // committed events not yet uploaded
+	joining   bool // the next upload is a joining node's first (R4)
+	lastUsed  time.Time
+	delivery  hostmod.Delivery // what the last alarm event did
+}
+
+func (n *Node) entry(id abi.ActorID) (*entry, error) {
+	if err := validate(id); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, fmt.Errorf("actor %s: node closed", id)
+	}
+	if _, ok := n.classes[id.Class]; !ok {
+		return nil, fmt.Errorf("actor %s: class %q is not served by this node", id, id.Class)
+	}
+	e, ok := n.entries[id]
+	if !ok {
+		e = &entry{id: id}
+		n.entries[id] = e
+		n.tenants.Store(id.Tenant, true)
+	}
+	return e, nil
+}
+
+func (n *Node) path(id abi.ActorID) string { return Path(n.cfg.DataDir, id) }
+
+// open makes e ready for an event (e.mu held): in cluster mode it takes the
+// hold and restores the actor from the bucket when the local database is
+// not the newest state.
+func (n *Node) open(ctx context.Context, e *entry) error {
+	e.lastUsed = n.cfg.Clock.Now()
+	if n.leases == nil {
+		if e.a != nil {
+			return nil
+		}
+		return n.openLocal(ctx, e)
+	}
+	if e.a != nil && e.held && n.leases.Valid() {
+		return nil
+	}
+	if e.a != nil || e.held {
+		n.giveUp(ctx, e, errors.New("the node lease lapsed"))
+	}
+	hold, err := n.holds.Acquire(ctx, e.id)
+	if err != nil {
+		return err
+	}
+	if err := n.restore(ctx, e); err != nil {
+		n.releaseHold(ctx, hold)
+		return err
+	}
+	e.hold, e.held, e.uploaded, e.dirty = hold, true, false, false
+	if err := n.openLocal(ctx, e); err != nil {
+		n.releaseHold(ctx, hold)
+		e.held = false
+		return err
+	}
+	n.log.Debug("took actor", "actor", e.id.String(), "generation", hold.Generation, "restored", e.last.Key, "bucket_had", e.bucketHad)
+	// The new holder arms its timer with the committed alarm.
+	if st, err := e.a.State(ctx); err == nil && st.HasAlarm {
+		n.timer.Set(timerKey(e.id), st.Alarm)
+	}
+	return nil
+}
+
+func (n *Node) openLocal(ctx context.Context, e *entry) error {
+	p := n.path(e.id)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("actor %s: %w", e.id, err)
+	}
+	a, err := n.engine.Open(ctx, e.id, n.classes[e.id.Class], p)
+	if err != nil {
+		return err
+	}
+	e.a = a
+	return nil
+}
+
+// restore brings the local database in line with the bucket's newest state.
+// A local file that matches it (its sidecar names that snapshot) is kept;
+// another one is set aside as .replaced. When the bucket has nothing, the
+// local file (if any) stays: it is this node's own data, to be uploaded.
+func (n *Node) restore(ctx context.Context, e *entry) error {
+	latest, ok, err := n.replica.Latest(ctx, e.id)
+	if err != nil {
+		return err
+	}
+	p := n.path(e.id)
+	if !ok {
+		e.hasLast, e.bucketHad, e.last = false, false, cluster.Snapshot{}
+		return nil
+	}
+	e.hasLast, e.last = true, latest
+	if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == latest.Key {
+		e.bucketHad = !isTombstoneKnown(p)
+		return nil
+	}
+	data, err := n.replica.Download(ctx, e.id, latest)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("actor %s: %w", e.id, err)
+	}
+	if _, err := os.Stat(p); err == nil {
+		if err := os.Rename(p, p+".replaced"); err != nil {
+			return fmt.Errorf("actor %s: set the local database aside: %w", e.id, err)
+		}
+		_ = hostmod.RemoveDatabase(p)
+		n.log.Warn("local database differs from the bucket's newest state; set aside", "actor", e.id.String(), "as", p+".replaced", "snapshot", latest.Key)
+	}
+	if len(data) == 0 { // a tombstone: the actor was deleted
+		e.bucketHad = false
+		if err := hostmod.RemoveDatabase(p); err != nil {
+			return fmt.Errorf("actor %s: %w", e.id, err)
+		}
+	} else {
+		e.bucketHad = true
+		if err := hostmod.WriteSnapshot(p, data); err != nil {
+			return fmt.Errorf("actor %s: restore: %w", e.id, err)
+		}
+	}
+	return os.WriteFile(p+".sync", []byte(latest.Key), 0o644)
+}
+
+// isTombstoneKnown reports whether the local state is a deleted actor: no
+// database file next to a sidecar.
+func isTombstoneKnown(p string) bool {
+	_, err := os.Stat(p)
+	return os.IsNotExist(err)
+}
+
+// replicate uploads the actor's database when events committed since the
+// last upload (e.mu held). The alarm index is brought in line first (a PUT
+// and its record before the upload, the replaced entry's DELETE after). A
+// failed upload, or an index that cannot be brought in line, gives the
+// actor up.
+func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) error {
+	if n.leases == nil || !e.dirty || e.a == nil {
+		return nil
+	}
+	if !n.leases.Valid() {
+		err := fmt.Errorf("actor %s: not replicated: the node lease lapsed", e.id)
+		n.giveUp(ctx, e, err)
+		return err
+	}
+	if e.joining {
+		kind = alarms.FirstUpload
+	}
+	after, err := n.plugin.BeforeUpload(ctx, &clusterActor{n: n, e: e}, kind)
+	var data []byte
+	if err == nil {
+		err = e.a.Lock(func(st *hostmod.Store) error {
+			var err error
+			data, err = st.Snapshot()
+			return err
+		})
+	}
+	if err == nil {
+		err = n.upload(ctx, e, data)
+	}
+	if err != nil {
+		err = fmt.Errorf("actor %s: replicate: %w", e.id, err)
+		n.giveUp(ctx, e, err)
+		return err
+	}
+	e.dirty, e.joining = false, false
+	after(ctx)
+	return nil
+}
+
+// upload stores data as the next snapshot of the hold and prunes the one
+// it replaces.
+func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
+	seq := uint64(1)
+	if e.hasLast && e.last.Generation == e.hold.Generation {
+		seq = e.last.Seq + 1
+	}
+	snap, err := n.replica.Upload(ctx, e.id, e.hold.Generation, seq, data)
+	if err != nil {
+		return err
+	}
+	prev, hadPrev := e.last, e.hasLast
+	e.last, e.hasLast, e.uploaded = snap, true, true
+	if err := os.WriteFile(n.path(e.id)+".sync", []byte(snap.Key), 0o644); err != nil {
+		n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
+	}
+	if hadPrev && snap.Newer(prev) {
+		if err := n.cfg.Cluster.Bucket.Delete(ctx, prev.Key); err != nil {
+			n.log.Debug("could not prune a replaced snapshot", "actor", e.id.String(), "key", prev.Key, "error", err)
+		}
+	}
+	return nil
+}
+
+// giveUp closes the actor and lets its hold go: the bucket may lack what the
+// local database has, so the local copy is no longer trusted.
+func (n *Node) giveUp(ctx context.Context, e *entry, why error) {
+	n.log.Warn("giving the actor up", "actor", e.id.String(), "generation", e.hold.Generation, "why", why)
+	if e.a != nil {
+		e.a.Close(ctx)
+		e.a = nil
+	}
+	_ = os.Remove(n.path(e.id) + ".sync")
+	if e.held {
+		n.releaseHold(ctx, e.hold)
+	}
+	e.held, e.dirty = false, false
+}
+
+func (n *Node) releaseHold(ctx context.Context, h cluster.Hold) {
+	if err := n.holds.Release(ctx, h); err != nil {
+		n.log.Debug("could not release a hold", "actor", h.Actor.String(), "error", err)
+	}
+}
+
+// release uploads what is pending, closes the actor and releases the hold
+// (idle timeout, clean shutdown).
+func (n *Node) release(ctx context.Context, e *entry) error {
+	err := n.replicate(ctx, e, alarms.AfterEvent)
+	if e.a != nil {
+		e.a.Close(ctx)
+		e.a = nil
+	}
+	if e.held {
+		n.releaseHold(ctx, e.hold)
+		e.held = false
+		n.log.Debug("released actor", "actor", e.id.String(), "generation", e.hold.Generation)
+	}
+	return err
+}
+
+// Request runs a request event on the actor. In cluster mode it takes the
+// actor first (a *cluster.HeldElsewhereError says which node holds it) and
+// replicates the committed event, before replying for ExecDurable.
+func (n *Node) Request(ctx context.Context, id abi.ActorID, body []byte) (hostmod.Result, error) {
+	return n.Exec(ctx, id, body, ExecDurable)
+}
+
+// Exec runs a request event of the given kind.
+func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind EventKind) (hostmod.Result, error) {
+	e, err := n.entry(id)
+	if err != nil {
+		return hostmod.Result{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := n.open(ctx, e); err != nil {
+		return hostmod.Result{}, err
+	}
+	res, err := e.a.Request(ctx, body)
+	if err != nil {
+		return res, err
+	}
+	e.dirty = true
+	n.schedule(id, res)
+	if n.leases == nil {
+		return res, nil
+	}
+	if kind == ExecDurable {
+		if err := n.replicate(ctx, e, alarms.MidEvent); err != nil {
+			return res, err
+		}
+		return res, nil
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		_ = n.replicate(context.WithoutCancel(ctx), e, alarms.AfterEvent)
+	}()
+	return res, nil
+}
+
+// State reads an actor's committed alarm state (taking the actor in
+// cluster mode).
+func (n *Node) State(ctx context.Context, id abi.ActorID) (hostmod.State, error) {
+	e, err := n.entry(id)
+	if err != nil {
+		return hostmod.State{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := n.open(ctx, e); err != nil {
+		return hostmod.State{}, err
+	}
+	return e.a.State(ctx)
+}
+
+// Delete deletes the actor: its database here and, in cluster mode, its
+// state in the bucket (a tombstone snapshot that any restore reads as "no
+// state"). Its alarm is gone with it.
+func (n *Node) Delete(ctx context.Context, id abi.ActorID) error {
+	e, err := n.entry(id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := n.open(ctx, e); err != nil {
+		return err
+	}
+	e.a.Close(ctx)
+	e.a = nil
+	n.timer.Remove(timerKey(id))
+	p := n.path(id)
+	if n.leases != nil {
+		if err := n.upload(ctx, e, nil); err != nil {
+			n.giveUp(ctx, e, err)
+			return fmt.Errorf("actor %s: delete: %w", id, err)
+		}
+		e.dirty = false
+	}
+	if err := hostmod.RemoveDatabase(p); err != nil {
+		return fmt.Errorf("actor %s: delete: %w", id, err)
+	}
+	n.log.Info("deleted actor", "actor", id.String())
+	return nil
+}
+
+func (n *Node) schedule(id abi.ActorID, r hostmod.Result) {
+	if !r.AlarmChanged {
+		return
+	}
+	if r.HasAlarm {
+		n.timer.Set(timerKey(id), r.Alarm)
+	} else {
+		n.timer.Remove(timerKey(id))
+	}
+}
+
+// startDelivery runs one delivery in the background, one per actor at a time.
+func (n *Node) startDelivery(ctx context.Context, key string, at int64) {
+	n.mu.Lock()
+	if n.closed || n.inflight[key] {
+		n.mu.Unlock()
+		return
+	}
+	n.inflight[key] = true
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		defer n.doneDelivery(key)
+		select {
+		case n.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-n.sem }()
+		n.deliver(ctx, key, at)
+	}()
+}
+
+func (n *Node) doneDelivery(key string) {
+	n.mu.Lock()
+	delete(n.inflight, key)
+	n.mu.Unlock()
+}
+
+// deliver runs the ordinary alarm event: take the actor (restoring it from
+// the bucket), read the committed alarm, run on-alarm if due, replicate,
+// and re-arm the timer from the committed alarm. A node that cannot run it
+// because another node holds the actor drops it: the holder has it.
+func (n *Node) deliver(ctx context.Context, key string, at int64) {
+	ev := DeliveryEvent{TimerAt: at}
+	id, err := parseTimerKey(key)
+	if err != nil {
+		n.log.Error("dropping malformed timer entry", "key", key, "error", err)
+		return
+	}
+	ev.Actor = id
+	e, err := n.entry(id)
+	if err == nil {
+		e.mu.Lock()
+		err = n.open(ctx, e)
+		if err == nil && n.plugin == nil {
+			ev.Delivery, err = e.a.DeliverAlarm(ctx)
+		} else if err == nil {
+			e.delivery = hostmod.Delivery{}
+			var out alarms.Delivery
+			out, err = n.plugin.Deliver(ctx, &clusterActor{n: n, e: e}, at)
+			ev.Delivery, ev.Index = e.delivery, out
+			if err != nil {
+				n.giveUp(ctx, e, err)
+			} else if out.RetryAt == 0 && e.a != nil && !ev.Delivery.Ran {
+				// A stale entry: the committed alarm, if any, stays armed.
+				if st, serr := e.a.State(ctx); serr == nil && st.HasAlarm {
+					ev.Delivery.Result = hostmod.Result{Alarm: st.Alarm, HasAlarm: true, Failures: st.Failures}
+				}
+			}
+		}
+		e.mu.Unlock()
+	}
+	ev.At = n.cfg.Clock.Now()
+	var held *cluster.HeldElsewhereError
+	switch {
+	case errors.As(err, &held):
+		ev.Err = err
+		n.timer.Remove(key)
+		n.log.Debug("alarm dropped: another node holds the actor", "actor", id.String(), "holder", held.NodeID)
+	case err != nil:
+		ev.Err = err
+		if ctx.Err() == nil {
+			retry := n.cfg.HostErrorRetry
+			if n.cfg.Cluster != nil && n.cfg.Cluster.LeaseTTL > retry {
+				retry = n.cfg.Cluster.LeaseTTL
+			}
+			n.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", retry, "error", err)
+			n.timer.Offer(key, ev.At.Add(retry).UnixMilli(), ev.At.UnixMilli())
+		}
+	default:
+		d := ev.Delivery
+		if d.HasAlarm {
+			n.timer.Set(key, d.Alarm)
+		}
+		if d.Ran && d.Err != nil {
+			n.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", d.RetryCount, "next_ms", d.Alarm, "error", d.Err)
+		} else if d.Ran {
+			n.log.Debug("alarm delivered", "actor", id.String(), "scheduled_ms", d.Scheduled)
+		}
+	}
+	if n.cfg.OnDelivery != nil {
+		n.cfg.OnDelivery(ev)
+	}
+}
+
+// joinCluster starts the node's lease and uploads, as its first snapshot,
+// each local actor the bucket does not have.
+func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
+	c := n.cfg.Cluster
+	if c.Bucket == nil {
+		return errors.New("node: cluster mode needs a bucket")
+	}
+	if c.Prefix == "" {
+		c.Prefix = "cluster/"
+	}
+	if c.NodeID == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		c.NodeID = "node-" + hex.EncodeToString(b[:])
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = time.Minute
+	}
+	leases, err := cluster.StartLeases(ctx, cluster.LeaseConfig{
+		Bucket: c.Bucket, Prefix: c.Prefix, NodeID: c.NodeID, Addr: c.Addr,
+		TTL: c.LeaseTTL, Margin: c.LeaseMargin, Grace: c.LeaseGrace,
+		Logger: n.log.Named("lease"),
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.leases = leases
+	n.holds = cluster.NewHolds(c.Bucket, c.Prefix, leases, n.log.Named("hold"))
+	n.replica = cluster.NewReplica(c.Bucket, c.Prefix)
+	n.log = n.log.With("node", c.NodeID)
+	for _, t := range c.Tenants {
+		n.tenants.Store(t, true)
+	}
+	for _, id := range local {
+		n.tenants.Store(id.Tenant, true)
+	}
+	ttl := c.LeaseTTL
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	grace := c.LeaseGrace
+	if grace <= 0 {
+		grace = 2 * time.Second
+	}
+	n.plugin, err = alarms.Register(alarms.Config{
+		Bucket:      c.Bucket,
+		Host:        clusterHost{n},
+		Timer:       n.timer,
+		Margin:      ttl + grace,
+		SweepPeriod: c.SweepPeriod,
+		RetryMax:    n.cfg.RetryMax,
+		Busy: func(id abi.ActorID) bool {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			return n.inflight[timerKey(id)]
+		},
+		Logger: n.log.Named("alarms"),
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+
+	joined := 0
+	for _, id := range local {
+		if _, ok := n.classes[id.Class]; !ok {
+			continue
+		}
+		_, has, err := n.replica.Latest(ctx, id)
+		if err != nil {
+			return fmt.Errorf("node: join: %w", err)
+		}
+		if has {
+			continue
+		}
+		e, err := n.entry(id)
+		if err != nil {
+			return err
+		}
+		e.mu.Lock()
+		err = n.open(ctx, e)
+		if err == nil {
+			e.dirty, e.joining = true, true
+			err = n.replicate(ctx, e, alarms.FirstUpload)
+		}
+		e.mu.Unlock()
+		if err != nil {
+			n.log.Warn("could not upload a local actor as its first snapshot; it stays on this node only", "actor", id.String(), "error", err)
+			continue
+		}
+		joined++
+	}
+	if joined > 0 {
+		n.log.Info("joined with local data", "actors_uploaded", joined)
+	}
+	return nil
+}
+
+// Leases returns the node's lease (nil outside cluster mode).
+func (n *Node) Leases() *cluster.Leases { return n.leases }
+
+// reapIdle releases actors no event reached for the idle timeout.
+func (n *Node) reapIdle(ctx context.Context) {
+	idle := n.cfg.Cluster.IdleTimeout
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.cfg.Clock.After(idle / 4):
+		}
+		now := n.cfg.Clock.Now()
+		n.mu.Lock()
+		var list []*entry
+		for _, e := range n.entries {
+			list = append(list, e)
+		}
+		n.mu.Unlock()
+		for _, e := range list {
+			if !e.mu.TryLock() {
+				continue
+			}
+			if e.held && now.Sub(e.lastUsed) >= idle {
+				_ = n.release(ctx, e)
+			}
+			e.mu.Unlock()
+		}
+	}
+}
+
+// Start runs the timer loop (and, in cluster mode, the idle reaper) until
+// Close.
+func (n *Node) Start(ctx context.Context) {
+	ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	n.loop = make(chan struct{})
+	go func() {
+		defer close(n.loop)
+		var wg sync.WaitGroup
+		if n.leases != nil {
+			wg.Add(2)
+			go func() { defer wg.Done(); n.reapIdle(ctx) }()
+			go func() { defer wg.Done(); n.plugin.RunSweeps(ctx) }()
+		}
+		n.timer.Run(ctx, n.cfg.Clock, func(key string, at int64) { n.startDelivery(ctx, key, at) })
+		wg.Wait()
+	}()
+}
+
+// Close stops the timer, waits for deliveries in flight, and closes every
+// actor and the engine. In cluster mode it uploads what is pending, releases
+// every hold and deletes its node lease: a clean shutdown hands its actors
+// over at once.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	if n.cancel != nil {
+		n.cancel()
+		<-n.loop
+	}
+	n.wg.Wait()
+	var errs []error
+	n.mu.Lock()
+	list := n.entries
+	n.entries = map[abi.ActorID]*entry{}
+	n.mu.Unlock()
+	for _, e := range list {
+		e.mu.Lock()
+		if n.leases != nil {
+			errs = append(errs, n.release(ctx, e))
+		} else if e.a != nil {
+			errs = append(errs, e.a.Close(ctx))
+			e.a = nil
+		}
+		e.mu.Unlock()
+	}
+	if n.leases != nil {
+		errs = append(errs, n.leases.Close(ctx))
+	}
+	errs = append(errs, n.engine.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// Plugin returns the alarm plugin (nil outside cluster mode).
+func (n *Node) Plugin() *alarms.Plugin { return n.plugin }
+
+// clusterHost is the node as the alarm plugin's Host.
+type clusterHost struct{ n *Node }
+
+func (h clusterHost) Now() time.Time                         { return h.n.cfg.Clock.Now() }
+func (h clusterHost) After(d time.Duration) <-chan time.Time { return h.n.cfg.Clock.After(d) }
+func (h clusterHost) Self() string                           { return h.n.leases.NodeID() }
+
+func (h clusterHost) LiveNodes(context.Context) ([]string, error) {
+	var ids []string
+	for _, ni := range h.n.leases.Live() {
+		ids = append(ids, ni.ID)
+	}
+	return ids, nil
+}
+
+func (h clusterHost) Tenants(context.Context) ([]string, error) {
+	var ts []string
+	h.n.tenants.Range(func(k, _ any) bool { ts = append(ts, k.(string)); return true })
+	sort.Strings(ts)
+	return ts, nil
+}
+
+// clusterActor is an actor this node holds, as the alarm plugin sees it
+// (the entry's lock is held throughout).
+type clusterActor struct {
+	n *Node
+	e *entry
+}
+
+func (c *clusterActor) ID() abi.ActorID      { return c.e.id }
+func (c *clusterActor) Generation() uint64   { return c.e.hold.Generation }
+func (c *clusterActor) HoldValid() bool      { return c.e.held && c.e.a != nil && c.n.leases.Valid() }
+func (c *clusterActor) Uploaded() bool       { return c.e.uploaded }
+func (c *clusterActor) BucketHadActor() bool { return c.e.bucketHad }
+
+func (c *clusterActor) Read(context.Context) (alarms.ActorState, error) {
+	var out alarms.ActorState
+	if c.e.a == nil {
+		return out, fmt.Errorf("actor %s: not open", c.e.id)
+	}
+	err := c.e.a.Lock(func(st *hostmod.Store) error {
+		at, ok, err := st.Alarm()
+		if err != nil {
+			return err
+		}
+		if ok {
+			out.Alarm = &at
+		}
+		if out.Indexed, _, err = st.Meta(hostmod.MetaAlarmIndexed); err != nil {
+			return err
+		}
+		_, out.InitRecorded, err = st.Meta(hostmod.MetaInitDone)
+		return err
+	})
+	return out, err
+}
+
+func (c *clusterActor) WriteMeta(_ context.Context, key, value string) error {
+	if c.e.a == nil {
+		return fmt.Errorf("actor %s: not open", c.e.id)
+	}
+	return c.e.a.Lock(func(st *hostmod.Store) error {
+		if err := st.Begin(); err != nil {
+			return err
+		}
+		if err := st.SetMeta(key, value); err != nil {
+			st.Rollback()
+			return err
+		}
+		return st.Commit()
+	})
+}
+
+func (c *clusterActor) Upload(ctx context.Context) error {
+	c.e.dirty = true
+	return c.n.replicate(ctx, c.e, alarms.AfterEvent)
+}
+
+func (c *clusterActor) RunAlarm(ctx context.Context) error {
+	d, err := c.e.a.DeliverAlarm(ctx)
+	if err != nil {
+		return err
+	}
+	c.e.delivery = d
+	if !d.Ran {
+		return nil
+	}
+	c.e.dirty = true
+	return c.n.replicate(ctx, c.e, alarms.AfterEvent)
+}
+
+func (c *clusterActor) Release(ctx context.Context) { _ = c.n.release(ctx, c.e) }
+
+// Crash stops the node the way a killed process stops: no upload, no
+// release, its node lease left to expire. Tests of takeovers use it in
+// process; the cluster tests kill real processes with SIGKILL.
+func (n *Node) Crash() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	n.mu.Unlock()
+	if n.leases != nil {
+		n.leases.Kill()
+	}
+	if n.cancel != nil {
+		n.cancel()
+		<-n.loop
+	}
+	n.wg.Wait()
+	ctx := context.Background()
+	n.mu.Lock()
+	list := n.entries
+	n.entries = map[abi.ActorID]*entry{}
+	n.mu.Unlock()
+	for _, e := range list {
+		e.mu.Lock()
+		if e.a != nil {
+			e.a.Close(ctx)
+			e.a = nil
+		}
+		e.mu.Unlock()
+	}
+	n.engine.Close(ctx)
+}

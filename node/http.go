@@ -1,0 +1,181 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/hostmod"
+)
+
+// HTTP API, served by every node:
+//
+//	POST   /v1/actors/{tenant}/{class}/{name}?kind=exec|exec-durable   run a request event; the body is the request
+//	DELETE /v1/actors/{tenant}/{class}/{name}                          delete the actor
+//	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON)
+//	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
+//
+// {name} is path-escaped (a name may hold '/', as %2F). A node that does not
+// hold the actor forwards the call to the node that does, once.
+//
+// Status codes: 200 success; 400 a malformed tenant, class, name or kind;
+// 404 a class this node does not serve; 422 the guest failed the event
+// (its writes rolled back); 503 the actor is held by a node that cannot be
+// reached, or the bucket is unreachable (retry); 500 anything else.
+
+const forwardedHeader = "X-Wasmkeep-Forwarded"
+
+// MaxRequestBody bounds a request event's body.
+const MaxRequestBody = 4 << 20
+
+// Handler returns the node's HTTP API.
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/actors/{tenant}/{class}/{name}", n.handleExec)
+	mux.HandleFunc("DELETE /v1/actors/{tenant}/{class}/{name}", n.handleDelete)
+	mux.HandleFunc("GET /v1/actors/{tenant}/{class}/{name}/alarm", n.handleState)
+	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if n.leases != nil && !n.leases.Valid() {
+			http.Error(w, "node lease not valid", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+func actorFrom(r *http.Request) (abi.ActorID, error) {
+	id := abi.ActorID{Tenant: r.PathValue("tenant"), Class: r.PathValue("class"), Name: r.PathValue("name")}
+	return id, validate(id)
+}
+
+func (n *Node) handleExec(w http.ResponseWriter, r *http.Request) {
+	id, err := actorFrom(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	kind := Exec
+	switch r.URL.Query().Get("kind") {
+	case "", "exec":
+	case "exec-durable":
+		kind = ExecDurable
+	default:
+		http.Error(w, fmt.Sprintf("unknown kind %q: use exec or exec-durable", r.URL.Query().Get("kind")), http.StatusBadRequest)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBody+1))
+	if err != nil || len(body) > MaxRequestBody {
+		http.Error(w, "request body unreadable or over 4 MiB", http.StatusBadRequest)
+		return
+	}
+	res, err := n.Exec(r.Context(), id, body, kind)
+	if err != nil {
+		n.fail(w, r, body, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Write(res.Response)
+}
+
+func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
+	id, err := actorFrom(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := n.Delete(r.Context(), id); err != nil {
+		n.fail(w, r, nil, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// AlarmState is the JSON of GET .../alarm.
+type AlarmState struct {
+	AlarmMs  *int64 `json:"alarm_ms"`
+	Failures int    `json:"failures"`
+	Node     string `json:"node,omitempty"`
+}
+
+func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
+	id, err := actorFrom(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	st, err := n.State(r.Context(), id)
+	if err != nil {
+		n.fail(w, r, nil, err)
+		return
+	}
+	out := AlarmState{Failures: st.Failures}
+	if st.HasAlarm {
+		out.AlarmMs = &st.Alarm
+	}
+	if n.leases != nil {
+		out.Node = n.leases.NodeID()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// fail answers an error, forwarding to the holder when another node holds
+// the actor.
+func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err error) {
+	var held *cluster.HeldElsewhereError
+	var ge *hostmod.GuestError
+	switch {
+	case errors.As(err, &held):
+		if r.Header.Get(forwardedHeader) == "" && held.Addr != "" {
+			n.forward(w, r, held.Addr, body)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case errors.As(err, &ge):
+		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
+	case strings.Contains(err.Error(), "is not served by this node"):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	case strings.Contains(err.Error(), "invalid tenant") || strings.Contains(err.Error(), "invalid class") || strings.Contains(err.Error(), "empty name"):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	}
+}
+
+var forwardClient = &http.Client{Timeout: 60 * time.Second}
+
+func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
+	u := url.URL{Scheme: "http", Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	req.Header.Set(forwardedHeader, "1")
+	resp, err := forwardClient.Do(req)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("forward to the holder at %s: %v", addr, err), http.StatusServiceUnavailable)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
