@@ -59,6 +59,8 @@ func main() {
 	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
 	leaseGrace := fs.Duration("lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
 	idle := fs.Duration("idle", time.Minute, "release an actor no event reached for this long")
+	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (besides those it has seen)")
+	sweep := fs.Duration("sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
 	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
@@ -67,14 +69,14 @@ func main() {
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
 	if err := run(logger, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
-		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax); err != nil {
+		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
 }
 
 func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
-	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration) error {
+	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration) error {
 	if dataDir == "" {
 		return errors.New("-data is required")
 	}
@@ -120,6 +122,7 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 		cfg.Cluster = &node.ClusterConfig{
 			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
 			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace, IdleTimeout: idle,
+			Tenants: tenants, SweepPeriod: sweep,
 		}
 	}
 	n, err := node.New(ctx, cfg)
@@ -141,4 +144,14 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 	defer cancel()
 	srv.Shutdown(sctx)
 	return n.Close(sctx)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
