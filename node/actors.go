@@ -494,7 +494,7 @@ func (n *Node) deliver(ctx context.Context, key string, at int64) {
 		if d.Ran && d.Err != nil {
 			n.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", d.RetryCount, "next_ms", d.Alarm, "error", d.Err)
 		} else if d.Ran {
-			n.log.Debug("alarm delivered", "actor", id.String(), "scheduled_ms", d.Scheduled)
+			n.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", d.Scheduled, "fired_ms", ev.At.UnixMilli(), "retry_count", d.RetryCount)
 		}
 	}
 	if n.cfg.OnDelivery != nil {
