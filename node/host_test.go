@@ -1,0 +1,539 @@
+package node_test
+
+// Host-level tests of cluster mode: replication keys and restores, late
+// uploads from an earlier holder, failed uploads, clean shutdown and idle
+// release, joining with local data, the event kinds, on-init and delete.
+// Most run on both the in-memory bucket and versitygw.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/testguest"
+	"github.com/wasmkeep/alarms/node"
+)
+
+// hostConfig is what a host test varies about a cluster node.
+type hostConfig struct {
+	ttl, margin, grace time.Duration // default 10 s, 1 s, 2 s: no lease expires during a test
+	idle               time.Duration // default 1 h
+	addr               string        // default <name>.invalid:1
+	start              bool          // run the timer, reaper and sweeps
+}
+
+// startHost starts a cluster node on b with data in dir, closed when the
+// test ends (a second Close is harmless).
+func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[string][]byte, hc hostConfig) *node.Node {
+	t.Helper()
+	if hc.idle == 0 {
+		hc.idle = time.Hour
+	}
+	if hc.addr == "" {
+		hc.addr = name + ".invalid:1"
+	}
+	n, err := node.New(context.Background(), node.Config{
+		DataDir: dir, Classes: classes,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}}),
+		Cluster: &node.ClusterConfig{
+			Bucket: b, NodeID: name, Addr: hc.addr,
+			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace,
+			IdleTimeout: hc.idle, SweepPeriod: time.Hour,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc.start {
+		n.Start(context.Background())
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	return n
+}
+
+// Tests that need no fault injection run on versitygw; those that do run
+// on the in-memory bucket. Compiling a Go guest takes about a second, so
+// each node serves only the class its test needs.
+
+func scripted(t testing.TB) map[string][]byte {
+	return map[string][]byte{"s": testguest.Build(t, testguest.Scripted)}
+}
+
+// do runs a request event and returns the response as text.
+func do(t *testing.T, n *node.Node, id abi.ActorID, kind node.EventKind, req string) string {
+	t.Helper()
+	r, err := n.Exec(context.Background(), id, []byte(req), kind)
+	if err != nil {
+		t.Fatalf("%q on actor %s: %v", req, id, err)
+	}
+	return string(r.Response)
+}
+
+// snapshots lists the actor's snapshots in the bucket, oldest first.
+func snapshots(t *testing.T, b bucket.Bucket, id abi.ActorID) []cluster.Snapshot {
+	t.Helper()
+	s, err := cluster.NewReplica(b, "cluster/").List(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func latest(t *testing.T, b bucket.Bucket, id abi.ActorID) cluster.Snapshot {
+	t.Helper()
+	s := snapshots(t, b, id)
+	if len(s) == 0 {
+		t.Fatalf("the bucket has no snapshot of actor %s", id)
+	}
+	return s[len(s)-1]
+}
+
+func TestReplicationOrdersSnapshotsAndATakerRestoresTheNewest(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	classes := scripted(t)
+	id := abi.ActorID{Tenant: "t", Class: "s", Name: "r"}
+	dirA := t.TempDir()
+	a := startHost(t, b, "a", dirA, classes, hostConfig{})
+	for _, v := range []string{"1", "2", "3"} {
+		do(t, a, id, node.ExecDurable, "put k a"+v)
+	}
+	got := snapshots(t, b, id)
+	if len(got) != 1 || got[0].Generation != 1 || got[0].Seq != 3 {
+		t.Fatalf("after three events under the first hold: %+v, want only (1, 3): each upload replaces the one before", got)
+	}
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	bn := startHost(t, b, "b", t.TempDir(), classes, hostConfig{})
+	if v := do(t, bn, id, node.ExecDurable, "getkv k"); v != "a3" {
+		t.Fatalf("the next holder read %q, want a3 restored from the bucket", v)
+	}
+	if s := latest(t, b, id); s.Generation != 2 || s.Seq != 1 {
+		t.Fatalf("the next holder's first upload is %+v, want (2, 1)", s)
+	}
+	do(t, bn, id, node.ExecDurable, "put k b1")
+	if err := bn.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first node's data directory, opened by a new process, holds
+	// a3 with a sidecar naming (1, 3): older than the bucket's newest,
+	// which the new holder restores over it.
+	a2 := startHost(t, b, "a2", dirA, classes, hostConfig{})
+	if v := do(t, a2, id, node.ExecDurable, "getkv k"); v != "b1" {
+		t.Fatalf("a node on the first holder's data read %q, want b1 from the bucket", v)
+	}
+	if s := latest(t, b, id); s.Generation != 3 || s.Seq != 1 {
+		t.Fatalf("the third holder's upload is %+v, want (3, 1)", s)
+	}
+}
+
+// stateFaults is a Mem fault hook aimed at PUTs of actor snapshots: the
+// test arms the fault the next such PUT gets.
+type stateFaults struct {
+	mu   sync.Mutex
+	next *bucket.Fault
+}
+
+func (f *stateFaults) arm(fault bucket.Fault) { f.mu.Lock(); f.next = &fault; f.mu.Unlock() }
+
+func (f *stateFaults) hook(op bucket.Op) bucket.Fault {
+	if op.Kind != bucket.OpPut || !strings.HasPrefix(op.Key, "cluster/state/") {
+		return bucket.Fault{}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.next == nil {
+		return bucket.Fault{}
+	}
+	fault := *f.next
+	f.next = nil
+	return fault
+}
+
+// An upload from an earlier holder that lands after a takeover becomes the
+// state if and only if the new holder has not uploaded yet (ADR 0007's
+// late commit): keys order by (generation, sequence), and the newest wins.
+func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		newHolderPuts bool // the new holder uploads before the late PUT lands
+		want          string
+	}{
+		{"before the new holder uploaded", false, "a2"},
+		{"after the new holder uploaded", true, "b1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			mem := bucket.NewMem()
+			var faults stateFaults
+			mem.Faults = faults.hook
+			classes := scripted(t)
+			id := abi.ActorID{Tenant: "t", Class: "s", Name: "late"}
+
+			a := startHost(t, mem, "a", t.TempDir(), classes, hostConfig{})
+			do(t, a, id, node.ExecDurable, "put k a1")
+			faults.arm(bucket.Fault{Late: true})
+			_, err := a.Exec(ctx, id, []byte("put k a2"), node.ExecDurable)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("exec-durable whose upload timed out: %v, want the timeout", err)
+			}
+			if late := mem.Late(); len(late) != 1 || late[0].Key != replica(id, 1, 2) {
+				t.Fatalf("held requests %+v, want the PUT of (1, 2)", late)
+			}
+
+			// The failed upload gave the actor up, so b takes it at once
+			// (a's lease is valid for seconds yet) and restores (1, 1).
+			bn := startHost(t, mem, "b", t.TempDir(), classes, hostConfig{})
+			if _, err := bn.State(ctx, id); err != nil {
+				t.Fatalf("taking the actor after the holder gave it up: %v", err)
+			}
+			if tc.newHolderPuts {
+				do(t, bn, id, node.ExecDurable, "put k b1")
+			}
+			if n := mem.ApplyLate(); n != 1 {
+				t.Fatalf("applied %d late requests, want 1", n)
+			}
+			if err := bn.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c := startHost(t, mem, "c", t.TempDir(), classes, hostConfig{})
+			if v := do(t, c, id, node.ExecDurable, "getkv k"); v != tc.want {
+				t.Fatalf("the next holder read %q, want %q (snapshots were %v)", v, tc.want, mem.Keys())
+			}
+		})
+	}
+}
+
+// replica names the snapshot key of (generation, seq).
+func replica(id abi.ActorID, generation, seq uint64) string {
+	return cluster.NewReplica(nil, "cluster/").Key(id, generation, seq)
+}
+
+// A failed upload gives the actor up: the hold goes at once, and the local
+// database, which has writes the bucket lacks, is not trusted again.
+func TestAFailedUploadGivesTheActorUp(t *testing.T) {
+	for _, kind := range []node.EventKind{node.ExecDurable, node.Exec} {
+		name := map[node.EventKind]string{node.Exec: "exec", node.ExecDurable: "exec-durable"}[kind]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			mem := bucket.NewMem()
+			var faults stateFaults
+			mem.Faults = faults.hook
+			classes := scripted(t)
+			id := abi.ActorID{Tenant: "t", Class: "s", Name: "fails"}
+			dirA := t.TempDir()
+			a := startHost(t, mem, "a", dirA, classes, hostConfig{})
+			do(t, a, id, node.ExecDurable, "put k v1")
+			faults.arm(bucket.Fault{Err: errors.New("injected: the store refused the upload")})
+			_, err := a.Exec(ctx, id, []byte("put k v2"), kind)
+			if kind == node.ExecDurable && (err == nil || !strings.Contains(err.Error(), "injected")) {
+				t.Fatalf("exec-durable whose upload failed: %v, want the upload's error", err)
+			}
+			if kind == node.Exec && err != nil {
+				t.Fatalf("exec replies before it replicates: %v", err)
+			}
+			// Another node takes the actor as soon as a lets it go (a's
+			// lease stays valid: without the release b would be refused).
+			bn := startHost(t, mem, "b", t.TempDir(), classes, hostConfig{})
+			var v string
+			waitFor(t, "the holder giving the actor up", func() bool {
+				r, err := bn.Exec(ctx, id, []byte("getkv k"), node.ExecDurable)
+				var held *cluster.HeldElsewhereError
+				if errors.As(err, &held) {
+					return false
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				v = string(r.Response)
+				return true
+			})
+			if v != "v1" {
+				t.Fatalf("the next holder read %q, want v1: the bucket's state", v)
+			}
+			do(t, bn, id, node.ExecDurable, "put k b")
+			if err := bn.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// a's local database holds v2, which never reached the bucket;
+			// taking the actor again, a restores the bucket's state.
+			if v := do(t, a, id, node.ExecDurable, "getkv k"); v != "b" {
+				t.Fatalf("the node that gave the actor up read %q, want b from the bucket", v)
+			}
+		})
+	}
+}
+
+// A clean shutdown uploads what is pending and releases every hold, so
+// another node takes the actors at once, long before the lease could
+// expire.
+func TestACleanShutdownHandsActorsOverAtOnce(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	ctx := context.Background()
+	classes := scripted(t)
+	a := startHost(t, b, "a", t.TempDir(), classes, hostConfig{start: true})
+	ids := []abi.ActorID{{Tenant: "t", Class: "s", Name: "x"}, {Tenant: "t", Class: "s", Name: "y"}, {Tenant: "u", Class: "s", Name: "z/1"}}
+	for _, id := range ids {
+		do(t, a, id, node.Exec, "put k from-a") // plain exec: the upload may still be pending at Close
+	}
+	bn := startHost(t, b, "b", t.TempDir(), classes, hostConfig{})
+	var held *cluster.HeldElsewhereError
+	if _, err := bn.Exec(ctx, ids[0], []byte("getkv k"), node.ExecDurable); !errors.As(err, &held) || held.NodeID != "a" {
+		t.Fatalf("while a runs: %v, want the actor held by a", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if v := do(t, bn, id, node.ExecDurable, "getkv k"); v != "from-a" {
+			t.Fatalf("actor %s after a's shutdown: %q, want from-a", id, v)
+		}
+	}
+}
+
+// An actor no event reached for the idle timeout is released while its
+// node lives on.
+func TestAnIdleActorIsReleased(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	ctx := context.Background()
+	classes := scripted(t)
+	id := abi.ActorID{Tenant: "t", Class: "s", Name: "idle"}
+	bn := startHost(t, b, "b", t.TempDir(), classes, hostConfig{})
+	a := startHost(t, b, "a", t.TempDir(), classes, hostConfig{idle: 300 * time.Millisecond, start: true})
+	do(t, a, id, node.Exec, "put k v")
+	var held *cluster.HeldElsewhereError
+	if _, err := bn.Exec(ctx, id, []byte("getkv k"), node.ExecDurable); !errors.As(err, &held) {
+		t.Fatalf("right after a's event: %v, want the actor held by a", err)
+	}
+	var v string
+	waitFor(t, "a releasing the idle actor", func() bool {
+		r, err := bn.Exec(ctx, id, []byte("getkv k"), node.ExecDurable)
+		if errors.As(err, &held) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v = string(r.Response)
+		return true
+	})
+	if v != "v" {
+		t.Fatalf("after the idle release b read %q, want v", v)
+	}
+	if !a.Leases().Valid() {
+		t.Fatal("a's lease lapsed: the actor was taken over, not released")
+	}
+}
+
+// A node that ran alone and joins a cluster uploads, as its first snapshot,
+// each local actor the bucket lacks (with its alarm listed in the index
+// first, R4), and leaves alone those the bucket has.
+func TestJoiningWithLocalDataUploadsWhatTheBucketLacks(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	ctx := context.Background()
+	classes := counter(t)
+	mine := abi.ActorID{Tenant: "t", Class: "counter", Name: "mine"}
+	other := abi.ActorID{Tenant: "t", Class: "counter", Name: "other/1"}
+	shared := abi.ActorID{Tenant: "t", Class: "counter", Name: "shared"}
+
+	// Another node of the cluster created "shared" (1 request).
+	o := startHost(t, b, "o", t.TempDir(), classes, hostConfig{})
+	get(t, o, shared)
+	if err := o.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sharedKey := latest(t, b, shared).Key
+
+	// A node running alone: mine has 2 requests and an alarm, other 1,
+	// and its own "shared" 3.
+	dir := t.TempDir()
+	alone := newNode(t, dir, classes, node.Config{})
+	do(t, alone, mine, node.ExecDurable, "start 3600000")
+	for _, id := range []abi.ActorID{mine, other, shared, shared, shared} {
+		get(t, alone, id)
+	}
+	if err := alone.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	j := startHost(t, b, "j", dir, classes, hostConfig{})
+	for _, id := range []abi.ActorID{mine, other} {
+		if s := latest(t, b, id); s.Generation != 1 || s.Seq != 1 {
+			t.Fatalf("actor %s after joining: snapshot %+v, want its first, (1, 1)", id, s)
+		}
+	}
+	if s := snapshots(t, b, shared); len(s) != 1 || s[0].Key != sharedKey {
+		t.Fatalf("an actor the bucket had: snapshots %+v, want only %s (not uploaded again)", s, sharedKey)
+	}
+	entries, err := b.List(ctx, "alarms/t/", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || !strings.Contains(entries[0], "/counter.t/") {
+		t.Fatalf("alarm index after joining: %v, want one tagged entry for the local alarm (R4)", entries)
+	}
+	if err := j.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	c := startHost(t, b, "c", t.TempDir(), classes, hostConfig{})
+	for _, tc := range []struct {
+		id        abi.ActorID
+		requests  int
+		withAlarm bool
+	}{{mine, 3, true}, {other, 2, false}, {shared, 2, false}} {
+		if r := get(t, c, tc.id); r.Requests != tc.requests || (r.AlarmMs != nil) != tc.withAlarm {
+			t.Fatalf("actor %s on another node after the join: %+v, want %d requests, alarm %v", tc.id, r, tc.requests, tc.withAlarm)
+		}
+	}
+}
+
+// exec replies once the event committed, before its upload; exec-durable
+// replies only once the upload is in the bucket.
+func TestExecRepliesBeforeTheUploadAndExecDurableAfterIt(t *testing.T) {
+	ctx := context.Background()
+	mem := bucket.NewMem()
+	var gated atomic.Bool
+	arrived := make(chan string, 10)
+	release := make(chan struct{})
+	mem.Faults = func(op bucket.Op) bucket.Fault {
+		if op.Kind == bucket.OpPut && strings.HasPrefix(op.Key, "cluster/state/") && gated.Load() {
+			arrived <- op.Key
+			<-release
+		}
+		return bucket.Fault{}
+	}
+	id := abi.ActorID{Tenant: "t", Class: "s", Name: "kinds"}
+	a := startHost(t, mem, "a", t.TempDir(), scripted(t), hostConfig{})
+	do(t, a, id, node.ExecDurable, "put k 1")
+	if s := latest(t, mem, id); s.Seq != 1 {
+		t.Fatalf("exec-durable replied with %+v in the bucket, want (1, 1) there already", s)
+	}
+
+	// exec: the reply comes while the upload is held up.
+	gated.Store(true)
+	do(t, a, id, node.Exec, "put k 2")
+	key := <-arrived
+	if key != replica(id, 1, 2) {
+		t.Fatalf("upload of %s, want (1, 2)", key)
+	}
+	if s := latest(t, mem, id); s.Seq != 1 {
+		t.Fatalf("the upload is held up, yet the bucket has %+v", s)
+	}
+	gated.Store(false)
+	release <- struct{}{}
+
+	// exec-durable: no reply until the upload is done, and then it is there.
+	done := make(chan error, 1)
+	gated.Store(true)
+	go func() {
+		_, err := a.Exec(ctx, id, []byte("put k 3"), node.ExecDurable)
+		done <- err
+	}()
+	if key := <-arrived; key != replica(id, 1, 3) {
+		t.Fatalf("upload of %s, want (1, 3)", key)
+	}
+	time.Sleep(100 * time.Millisecond) // a wrong reply would come meanwhile
+	select {
+	case err := <-done:
+		t.Fatalf("exec-durable replied (%v) while its upload was held up", err)
+	default:
+	}
+	gated.Store(false)
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := latest(t, mem, id); s.Seq != 3 {
+		t.Fatalf("exec-durable replied with %+v in the bucket, want (1, 3)", s)
+	}
+}
+
+// on-init runs once per actor: its success is recorded in the database, so
+// neither another node nor a restart runs it again; a deleted actor starts
+// over, on-init included.
+func TestOnInitIsRecordedOnceAcrossNodes(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	ctx := context.Background()
+	classes := scripted(t)
+	id := abi.ActorID{Tenant: "t", Class: "s", Name: "init"}
+	a := startHost(t, b, "a", t.TempDir(), classes, hostConfig{})
+	if v := do(t, a, id, node.ExecDurable, "getkv inited"); v != "1" {
+		t.Fatalf("first event: on-init's mark is %q, want 1", v)
+	}
+	// Overwrite on-init's mark: if on-init ran again, it would be back.
+	do(t, a, id, node.Exec, "put inited 0")
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bn := startHost(t, b, "b", t.TempDir(), classes, hostConfig{})
+	if v := do(t, bn, id, node.ExecDurable, "getkv inited"); v != "0" {
+		t.Fatalf("on another node the mark is %q, want 0: on-init ran again", v)
+	}
+	if err := bn.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if v := do(t, bn, id, node.ExecDurable, "getkv inited"); v != "1" {
+		t.Fatalf("after a delete the mark is %q, want 1: a fresh actor runs on-init", v)
+	}
+}
+
+// Deleting an actor removes its state on every node: the bucket gets a
+// tombstone, and a node with an older local copy starts the actor fresh.
+func TestDeletingAnActorRemovesItEverywhere(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	ctx := context.Background()
+	classes := counter(t)
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "doomed/1"}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := startHost(t, b, "a", dirA, classes, hostConfig{})
+	do(t, a, id, node.ExecDurable, "start 3600000")
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bn := startHost(t, b, "b", dirB, classes, hostConfig{})
+	if c := get(t, bn, id); c.Requests != 2 {
+		t.Fatalf("on b before the delete: %+v, want 2 requests", c)
+	}
+	if err := bn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	a2 := startHost(t, b, "a2", dirA, classes, hostConfig{})
+	if err := a2.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(node.Path(dirA, id)); !os.IsNotExist(err) {
+		t.Fatalf("the deleting node's database: %v, want it gone", err)
+	}
+	if a2.Timer().Len() != 0 {
+		t.Fatalf("the deleting node's timer holds %d alarms, want none", a2.Timer().Len())
+	}
+	if s := latest(t, b, id); s.Generation != 3 {
+		t.Fatalf("newest snapshot after the delete %+v, want the tombstone of generation 3", s)
+	} else if body, _, err := b.Get(ctx, s.Key); err != nil || len(body) != 0 {
+		t.Fatalf("newest snapshot after the delete: %d bytes, %v; want an empty tombstone", len(body), err)
+	}
+	if err := a2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// b still has the actor's database from before the delete.
+	b2 := startHost(t, b, "b2", dirB, classes, hostConfig{})
+	if c := get(t, b2, id); c.Requests != 1 || c.AlarmMs != nil || c.IntervalMs != 0 {
+		t.Fatalf("after the delete, on a node with an old copy: %+v, want a fresh actor", c)
+	}
+}
