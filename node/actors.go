@@ -391,6 +391,13 @@ func (n *Node) Delete(ctx context.Context, id abi.ActorID) error {
 	if err := hostmod.RemoveDatabase(p); err != nil {
 		return fmt.Errorf("actor %s: delete: %w", id, err)
 	}
+	if e.held {
+		// Nothing is left to hold: the next event takes the actor afresh
+		// and restores the tombstone. A hold kept with no actor open would
+		// read as a lapsed lease there.
+		n.releaseHold(ctx, e.hold)
+		e.held = false
+	}
 	n.log.Info("deleted actor", "actor", id.String())
 	return nil
 }
