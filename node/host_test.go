@@ -8,6 +8,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ type hostConfig struct {
 	idle               time.Duration // default 1 h
 	addr               string        // default <name>.invalid:1
 	start              bool          // run the timer, reaper and sweeps
+	log                io.Writer     // also gets the node's log lines
 }
 
 // startHost starts a cluster node on b with data in dir, closed when the
@@ -43,9 +45,13 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 	if hc.addr == "" {
 		hc.addr = name + ".invalid:1"
 	}
+	var out io.Writer = testWriter{t}
+	if hc.log != nil {
+		out = io.MultiWriter(out, hc.log)
+	}
 	n, err := node.New(context.Background(), node.Config{
 		DataDir: dir, Classes: classes,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}}),
+		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,
 			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace,
@@ -512,7 +518,8 @@ func TestDeletingAnActorRemovesItEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a2 := startHost(t, b, "a2", dirA, classes, hostConfig{})
+	var warnings syncBuffer
+	a2 := startHost(t, b, "a2", dirA, classes, hostConfig{log: &warnings})
 	if err := a2.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -527,6 +534,17 @@ func TestDeletingAnActorRemovesItEverywhere(t *testing.T) {
 	} else if body, _, err := b.Get(ctx, s.Key); err != nil || len(body) != 0 {
 		t.Fatalf("newest snapshot after the delete: %d bytes, %v; want an empty tombstone", len(body), err)
 	}
+	// The deleting node starts the actor afresh too, as any node would;
+	// it has not lost its lease, nor given the actor up.
+	if c := get(t, a2, id); c.Requests != 1 || c.AlarmMs != nil {
+		t.Fatalf("after the delete, on the deleting node: %+v, want a fresh actor", c)
+	}
+	if w := warnings.String(); strings.Contains(w, "giving the actor up") {
+		t.Fatalf("the deleting node gave the actor up:\n%s", w)
+	}
+	if err := a2.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
 	if err := a2.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -536,4 +554,22 @@ func TestDeletingAnActorRemovesItEverywhere(t *testing.T) {
 	if c := get(t, b2, id); c.Requests != 1 || c.AlarmMs != nil || c.IntervalMs != 0 {
 		t.Fatalf("after the delete, on a node with an old copy: %+v, want a fresh actor", c)
 	}
+}
+
+// syncBuffer collects log lines from a node's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
 }

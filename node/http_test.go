@@ -1,0 +1,192 @@
+package node_test
+
+// The HTTP API on real servers on 127.0.0.1: routing to the holder from any
+// node, names holding '/', and the status codes.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/node"
+)
+
+// served is a cluster node with its HTTP API on a port of 127.0.0.1.
+type served struct {
+	*node.Node
+	URL  string
+	srv  *http.Server
+	addr string
+}
+
+// serveHost starts a cluster node whose advertised address is a real HTTP
+// server on 127.0.0.1. Both stop when the test ends.
+func serveHost(t *testing.T, b bucket.Bucket, name string, classes map[string][]byte, hc hostConfig) *served {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.addr = ln.Addr().String()
+	n := startHost(t, b, name, t.TempDir(), classes, hc)
+	s := &served{Node: n, URL: "http://" + hc.addr, srv: &http.Server{Handler: n.Handler()}, addr: hc.addr}
+	go s.srv.Serve(ln)
+	t.Cleanup(func() { s.srv.Close() })
+	return s
+}
+
+// call sends one HTTP request and returns the status and the body.
+func call(t *testing.T, method, u string, body []byte) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// A node that does not hold an actor forwards every call to the holder:
+// the actor's state is in one place, whichever node a client reaches. A
+// name with '/' (sent as %2F) stays one name through the forward.
+func TestAnyNodeRoutesToTheHolder(t *testing.T) {
+	ctx := context.Background()
+	b := s3test.Start(t).Bucket
+	classes := counter(t)
+	a := serveHost(t, b, "a", classes, hostConfig{})
+	bn := serveHost(t, b, "b", classes, hostConfig{})
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "a/b c?%x"}
+
+	out, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, []byte("get"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counts
+	for i, u := range []string{bn.URL, bn.URL, a.URL} {
+		out, err = clusterproc.Exec(ctx, u, id, clusterproc.KindExec, []byte("get"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out, &c); err != nil || c.Requests != i+2 {
+			t.Fatalf("request %d through %s: %s (%v), want %d requests counted in one place", i+2, u, out, err, i+2)
+		}
+	}
+	out, err = clusterproc.Exec(ctx, bn.URL, id, clusterproc.KindExecDurable, []byte("start 3600000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &c); err != nil || c.AlarmMs == nil {
+		t.Fatalf("start through b: %s (%v)", out, err)
+	}
+	st, err := clusterproc.Alarm(ctx, bn.URL, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Node != "a" || st.AlarmMs == nil || *st.AlarmMs != *c.AlarmMs {
+		t.Fatalf("alarm state through b: %+v, want a's answer with the alarm at %d", st, *c.AlarmMs)
+	}
+	// The name is the exact one, with its '/': the node in process sees the
+	// same actor, and b holds nothing.
+	if s, err := a.State(ctx, id); err != nil || !s.HasAlarm || s.Alarm != *c.AlarmMs {
+		t.Fatalf("actor %q in process on a: %+v %v", id.Name, s, err)
+	}
+	if keys, err := b.List(ctx, "cluster/state/t/counter/", "", 10); err != nil || len(keys) != 1 {
+		t.Fatalf("snapshots under the class: %v %v, want one actor's", keys, err)
+	}
+
+	// A delete through b reaches a too; the next request starts afresh.
+	if err := clusterproc.Delete(ctx, bn.URL, id); err != nil {
+		t.Fatal(err)
+	}
+	out, err = clusterproc.Exec(ctx, bn.URL, id, clusterproc.KindExecDurable, []byte("get"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &c); err != nil || c.Requests != 1 || c.AlarmMs != nil {
+		t.Fatalf("after the delete: %s (%v), want a fresh actor", out, err)
+	}
+}
+
+func TestHTTPStatusCodes(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	a := serveHost(t, b, "a", counter(t), hostConfig{})
+	actor := a.URL + "/v1/actors/t/counter/x"
+	for _, tc := range []struct {
+		name, method, url string
+		body              []byte
+		status            int
+		says              string
+	}{
+		{"an unknown kind", "POST", actor + "?kind=later", nil, 400, `unknown kind "later"`},
+		{"a class with a dot", "POST", a.URL + "/v1/actors/t/a.b/x", nil, 400, "invalid class"},
+		{"a tenant of ..", "POST", a.URL + "/v1/actors/%2E%2E/counter/x", nil, 400, "invalid tenant"},
+		{"a body over 4 MiB", "POST", actor, make([]byte, node.MaxRequestBody+1), 400, "over 4 MiB"},
+		{"a class not served", "POST", a.URL + "/v1/actors/t/nope/x", nil, 404, `class "nope" is not served`},
+		{"a class not served, delete", "DELETE", a.URL + "/v1/actors/t/nope/x", nil, 404, `class "nope" is not served`},
+		{"the guest failing", "POST", actor, []byte("explode"), 422, "on-request returned 1"},
+		{"an exec", "POST", actor + "?kind=exec", []byte("get"), 200, `"requests":1,`},
+		{"an exec-durable", "POST", actor + "?kind=exec-durable", []byte("get"), 200, `"requests":2,`},
+		{"the alarm state", "GET", actor + "/alarm", nil, 200, `"alarm_ms":null`},
+		{"health", "GET", a.URL + "/v1/healthz", nil, 200, "ok"},
+		{"a delete", "DELETE", actor, nil, 204, ""},
+	} {
+		status, body := call(t, tc.method, tc.url, tc.body)
+		if status != tc.status || !strings.Contains(body, tc.says) {
+			t.Errorf("%s: %d %q, want %d saying %q", tc.name, status, body, tc.status, tc.says)
+		}
+	}
+	// The failed event rolled back: only the two good requests counted
+	// (the delete then reset it).
+	if status, body := call(t, "POST", actor, []byte("get")); status != 200 || !strings.Contains(body, `"requests":1,`) {
+		t.Fatalf("after the delete: %d %q, want a fresh actor", status, body)
+	}
+}
+
+// While the holder cannot be reached (it crashed and its lease has not run
+// out), other nodes answer 503 with Retry-After: the client retries.
+func TestAnUnreachableHolderIs503(t *testing.T) {
+	ctx := context.Background()
+	b := s3test.Start(t).Bucket
+	classes := counter(t)
+	a := serveHost(t, b, "a", classes, hostConfig{})
+	bn := serveHost(t, b, "b", classes, hostConfig{})
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
+	if _, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, nil); err != nil {
+		t.Fatal(err)
+	}
+	a.srv.Close()
+	a.Crash()
+	req, _ := http.NewRequest("POST", clusterproc.ActorURL(bn.URL, id), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), a.addr) {
+		t.Fatalf("a request while the holder is down: %d %q (Retry-After %q), want 503 naming %s, with Retry-After",
+			resp.StatusCode, body, resp.Header.Get("Retry-After"), a.addr)
+	}
+	var se *clusterproc.StatusError
+	if _, err := clusterproc.Exec(ctx, bn.URL, id, "", nil); !errors.As(err, &se) || se.StatusCode != 503 {
+		t.Fatalf("through the client: %v, want a 503 StatusError", err)
+	}
+}
