@@ -75,13 +75,12 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 	bn := serveHost(t, b, "b", classes, hostConfig{})
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "a/b c?%x"}
 
-	out, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, []byte("get"))
-	if err != nil {
+	if _, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, []byte("get")); err != nil {
 		t.Fatal(err)
 	}
 	var c counts
 	for i, u := range []string{bn.URL, bn.URL, a.URL} {
-		out, err = clusterproc.Exec(ctx, u, id, clusterproc.KindExec, []byte("get"))
+		out, err := clusterproc.Exec(ctx, u, id, clusterproc.KindExec, []byte("get"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +88,7 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 			t.Fatalf("request %d through %s: %s (%v), want %d requests counted in one place", i+2, u, out, err, i+2)
 		}
 	}
-	out, err = clusterproc.Exec(ctx, bn.URL, id, clusterproc.KindExecDurable, []byte("start 3600000"))
+	out, err := clusterproc.Exec(ctx, bn.URL, id, clusterproc.KindExecDurable, []byte("start 3600000"))
 	if err != nil {
 		t.Fatal(err)
 	}
