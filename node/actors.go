@@ -166,9 +166,11 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 		e.hasLast, e.bucketHad, e.last = false, false, cluster.Snapshot{}
 		return nil
 	}
-	e.hasLast, e.last = true, latest
+	// A tombstone counts as state: no first snapshot of an earlier owner
+	// can land above it, so the entries of a deleted actor are removed
+	// when delivered rather than kept (OutcomeKeep) for ever.
+	e.hasLast, e.last, e.bucketHad = true, latest, true
 	if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == latest.Key {
-		e.bucketHad = !isTombstoneKnown(p)
 		return nil
 	}
 	data, err := n.replica.Download(ctx, e.id, latest)
@@ -186,24 +188,15 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 		n.log.Warn("local database differs from the bucket's newest state; set aside", "actor", e.id.String(), "as", p+".replaced", "snapshot", latest.Key)
 	}
 	if len(data) == 0 { // a tombstone: the actor was deleted
-		e.bucketHad = false
 		if err := hostmod.RemoveDatabase(p); err != nil {
 			return fmt.Errorf("actor %s: %w", e.id, err)
 		}
 	} else {
-		e.bucketHad = true
 		if err := hostmod.WriteSnapshot(p, data); err != nil {
 			return fmt.Errorf("actor %s: restore: %w", e.id, err)
 		}
 	}
 	return os.WriteFile(p+".sync", []byte(latest.Key), 0o644)
-}
-
-// isTombstoneKnown reports whether the local state is a deleted actor: no
-// database file next to a sidecar.
-func isTombstoneKnown(p string) bool {
-	_, err := os.Stat(p)
-	return os.IsNotExist(err)
 }
 
 // replicate uploads the actor's database when events committed since the
