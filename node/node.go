@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 // ValidateTenant refuses a tenant that is empty or holds '/' or is "." or "..".
 func ValidateTenant(t string) error {
 	if t == "" || strings.ContainsAny(t, "/\\\x00") || t == "." || t == ".." {
-		return fmt.Errorf("invalid tenant %q: must be non-empty, without '/', and not . or ..", t)
+		return fmt.Errorf("invalid tenant %q: must be non-empty, without '/', and neither \".\" nor \"..\"", t)
 	}
 	return nil
 }
