@@ -576,6 +576,12 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		if has {
 			continue
 		}
+		if ok, err := hasState(n.path(id)); err != nil {
+			return fmt.Errorf("node: join: actor %s: %w", id, err)
+		} else if !ok {
+			n.log.Debug("the local database holds nothing of the actor; not uploaded", "actor", id.String())
+			continue
+		}
 		e, err := n.entry(id)
 		if err != nil {
 			return err
@@ -597,6 +603,24 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		n.log.Info("joined with local data", "actors_uploaded", joined)
 	}
 	return nil
+}
+
+// hasState reports whether the local database at p holds anything of its
+// actor: an alarm or a recorded on-init. One with neither was opened by a
+// delivery or a read of an actor the bucket did not have; uploading it as a
+// first snapshot would create the actor in the bucket, empty, which the
+// rules avoid (spec 0009, R2: the bucket had nothing).
+func hasState(p string) (bool, error) {
+	st, err := hostmod.OpenStore(p)
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	if _, ok, err := st.Alarm(); err != nil || ok {
+		return ok, err
+	}
+	_, ok, err := st.Meta(hostmod.MetaInitDone)
+	return ok, err
 }
 
 // Leases returns the node's lease (nil outside cluster mode).
