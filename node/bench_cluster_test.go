@@ -121,7 +121,7 @@ func BenchmarkClusterCounter(b *testing.B) {
 		bucketTime := tb.time["put"] + tb.time["delete"] + tb.time["get"] + tb.time["list"]
 		tb.mu.Unlock()
 		b.ReportMetric(float64(event.Microseconds()), "event-us")
-		b.ReportMetric(float64((event-guest-snapshot-bucketTime/time.Duration(b.N)).Microseconds()), "rest-us")
+		b.ReportMetric(float64((event - guest - snapshot - bucketTime/time.Duration(b.N)).Microseconds()), "rest-us")
 	})
 	b.Run("exec", func(b *testing.B) {
 		round++
