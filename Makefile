@@ -4,10 +4,16 @@ VERSITYGW_VERSION := v1.8.0
 STATICCHECK_VERSION := v0.8.2
 GUEST_SOURCES := $(shell find guest-sdk examples/counter-actor -name '*.go' -o -name go.mod)
 
-.PHONY: demo test tools lint testdata bench
+.PHONY: demo demo-single test tools lint testdata bench sim
 
-demo: build/counter-actor.wasm
+# demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
+# alarms fire on the others.
+demo: build/counter-actor.wasm tools
 	$(GO) run ./cmd/demo
+
+# demo-single: the counter actor on one node, through a restart.
+demo-single: build/counter-actor.wasm
+	$(GO) run ./cmd/demo-single
 
 build/counter-actor.wasm: $(GUEST_SOURCES)
 	@mkdir -p build
