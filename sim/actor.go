@@ -1,0 +1,885 @@
+package sim
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+)
+
+// ---- taking an actor ----
+
+// take gets a hold on actor a for n and its database (restored from the
+// bucket, or from n's own data when the bucket has nothing). k gets the
+// held actor, or nil with the owning node (-1 for none) and why not.
+func (s *sim) take(n *node, a alarmindex.Actor, k func(h *held, owner int, why string)) {
+	ak := a.String()
+	if h := n.held[ak]; h != nil {
+		if s.holdValid(n, h) {
+			k(h, -1, "")
+			return
+		}
+		delete(n.held, ak)
+	}
+	if n.cut(s.now) {
+		k(nil, -1, "cut off")
+		return
+	}
+	s.step(n, n.boot, s.between(1, 10), func() {
+		if n.cut(s.now) {
+			k(nil, -1, "cut off")
+			return
+		}
+		if !s.leaseValid(n.id, n.epoch) || s.now >= n.validUntil {
+			k(nil, -1, "no valid node lease")
+			return
+		}
+		if o, ok := s.holder(ak); ok && o != n.id {
+			k(nil, o, "held elsewhere")
+			return
+		}
+		prev := s.holds[ak]
+		gen := uint64(1)
+		if prev != nil {
+			gen = prev.gen + 1
+			if prev.node != n.id {
+				s.c.Takeovers++
+			}
+		}
+		s.c.Holds++
+		s.holds[ak] = &holdRec{node: n.id, epoch: n.epoch, gen: gen}
+		s.logf("%s holds %s (generation %d)", n.addr, a, gen)
+		s.restore(n, a, gen, k)
+	})
+}
+
+func (s *sim) restore(n *node, a alarmindex.Actor, gen uint64, k func(*held, int, string)) {
+	ak := a.String()
+	epoch := n.epoch
+	failed := func(why string) {
+		if r := s.holds[ak]; r != nil && r.node == n.id && r.gen == gen && !n.cut(s.now) {
+			r.released = true
+		}
+		k(nil, -1, why)
+	}
+	s.send(n, request{kind: bucket.OpList, class: clsRead, prefix: statePrefix(a), limit: 100_000}, func(r result) {
+		if r.err != nil {
+			failed("restore: " + r.err.Error())
+			return
+		}
+		h := &held{actor: a, gen: gen, epoch: epoch, lastUse: s.now}
+		if len(r.keys) == 0 {
+			if d := n.local[ak]; d != nil {
+				h.db, h.fromLocal = d.clone(), true
+			}
+			s.logf("%s restores %s: bucket has nothing (own data: %t)", n.addr, a, h.fromLocal)
+			n.held[ak] = h
+			k(h, -1, "")
+			return
+		}
+		latest := r.keys[len(r.keys)-1]
+		s.send(n, request{kind: bucket.OpGet, class: clsRead, key: latest}, func(r result) {
+			if r.err != nil {
+				failed("restore: " + r.err.Error())
+				return
+			}
+			d, err := decode(a, r.body)
+			_, _, seq, ok := parseStateKey(latest)
+			if err != nil || !ok {
+				s.failf("sim", "actor %s: cannot read snapshot %s: %v", a, latest, err)
+				return
+			}
+			h.db, h.seq, h.bucketHad = d, seq, true
+			if n.local[ak] != nil {
+				// The bucket's version wins; the node's own file is set
+				// aside.
+				delete(n.local, ak)
+				s.c.JoinsReplaced++
+				s.logf("%s sets its own data for %s aside: the bucket has it", n.addr, a)
+			}
+			s.logf("%s restores %s from %s: %s", n.addr, a, latest, d)
+			n.held[ak] = h
+			k(h, -1, "")
+		})
+	})
+}
+
+// giveUp drops the actor, as for a failed upload.
+func (s *sim) giveUp(n *node, h *held, why string) {
+	s.c.GiveUps++
+	s.logf("%s gives %s up: %s", n.addr, h.actor, why)
+	s.release(n, h)
+}
+
+// ---- client requests ----
+
+type reqKind int
+
+const (
+	reqSet reqKind = iota
+	reqClear
+	reqRead
+	reqWrite
+	reqDurable
+	reqDelete
+)
+
+var reqNames = [...]string{"set", "clear", "read", "write", "exec-durable", "delete"}
+
+func (s *sim) requestLoop() {
+	s.after(s.between(100, requestGapMaxMs), func() {
+		if s.final {
+			return
+		}
+		s.newRequest()
+		s.requestLoop()
+	})
+}
+
+func (s *sim) newRequest() {
+	targets := slices.Clone(s.cluster)
+	for _, a := range s.joined {
+		if s.sh.latest[a.String()] != nil {
+			targets = append(targets, a)
+		}
+	}
+	a := targets[s.rng.IntN(len(targets))]
+	if s.lastTarget != nil && s.chance(pBurst) {
+		a = *s.lastTarget // traffic comes in bursts: often the same actor again
+	}
+	s.lastTarget = &a
+	var kind reqKind
+	switch x := s.rng.IntN(100); {
+	case x < 35:
+		kind = reqSet
+	case x < 45:
+		kind = reqClear
+	case x < 55:
+		kind = reqRead
+	case x < 100-6-durableShare:
+		kind = reqWrite
+	case x < 94:
+		kind = reqDurable
+	default:
+		kind = reqDelete
+	}
+	var ups []*node
+	for _, n := range s.nodes {
+		if n.up && !n.cut(s.now) {
+			ups = append(ups, n)
+		}
+	}
+	if len(ups) == 0 {
+		return
+	}
+	n := ups[s.rng.IntN(len(ups))]
+	s.step(n, n.boot, s.between(1, 20), func() { s.request(n, a, kind, 0) })
+}
+
+func (s *sim) request(n *node, a alarmindex.Actor, kind reqKind, tries int) {
+	ak := a.String()
+	if n.cut(s.now) || tries > 5 {
+		return
+	}
+	if n.busy[ak] {
+		s.step(n, n.boot, s.between(100, 400), func() { s.request(n, a, kind, tries+1) })
+		return
+	}
+	if o, ok := s.holder(ak); ok && o != n.id {
+		s.forward(s.nodes[o], a, kind, tries)
+		return
+	}
+	n.busy[ak] = true
+	boot := n.boot
+	finish := func() {
+		if n.boot == boot {
+			delete(n.busy, ak)
+		}
+	}
+	s.take(n, a, func(h *held, owner int, why string) {
+		if h == nil {
+			finish()
+			if owner >= 0 {
+				s.forward(s.nodes[owner], a, kind, tries)
+			}
+			return
+		}
+		s.runRequest(n, h, kind, finish)
+	})
+}
+
+func (s *sim) forward(o *node, a alarmindex.Actor, kind reqKind, tries int) {
+	s.step(o, o.boot, s.between(1, 20), func() { s.request(o, a, kind, tries+1) })
+}
+
+// handlerTime is how long a guest handler runs.
+func (s *sim) handlerTime() int64 {
+	if !s.final && s.chance(pSlowHandler) {
+		return s.between(1000, slowHandlerMaxMs)
+	}
+	return s.between(1, 30)
+}
+
+// durableRest is how long an exec-durable event runs after its upload.
+func (s *sim) durableRest() int64 {
+	if s.final {
+		return s.between(1, 30)
+	}
+	return s.between(durableRestMinMs, durableRestMaxMs)
+}
+
+func (s *sim) runRequest(n *node, h *held, kind reqKind, finish func()) {
+	s.step(n, n.boot, s.handlerTime(), func() {
+		s.c.Requests++
+		next := h.db.clone()
+		initRan := !next.init
+		next.init = true
+		s.logf("%s request %s on %s", n.addr, reqNames[kind], h.actor)
+		done := func(ok bool) {
+			h.lastUse = s.now
+			if ok {
+				s.setTimer(n, h)
+			}
+			finish()
+		}
+		switch kind {
+		case reqRead:
+			if !initRan {
+				done(false) // no writes: nothing to replicate
+				return
+			}
+		case reqSet:
+			next.alarm, next.failures = s.pickAlarm(h.actor), 0
+		case reqClear:
+			next.alarm, next.failures = nil, 0
+		case reqWrite:
+			next.writes++
+		case reqDelete:
+			next = db{rec: next.rec}
+		case reqDurable:
+			s.durable(n, h, next, done)
+			return
+		}
+		s.replicate(n, h, next, false, func(ok bool) {
+			if ok && kind == reqDelete {
+				s.c.ActorDeletes++
+			}
+			done(ok)
+		})
+	})
+}
+
+// durable is an exec-durable event, modelled on the durable-workflow idiom:
+// often the event first sets a resume alarm for now (so that if it dies
+// mid-way, the alarm resumes the work), checkpoints with an upload in the
+// middle of the event (MidEventUpload), runs on for a while (the actor is
+// busy: its own timer cannot deliver meanwhile), then clears or moves the
+// alarm and uploads after the event.
+func (s *sim) durable(n *node, h *held, next db, done func(bool)) {
+	resume := !s.final && s.chance(pResume)
+	if resume {
+		next.alarm, next.failures = s.pastAlarm(h.actor), 0
+	} else {
+		s.mutateAlarm(h.actor, &next)
+	}
+	s.replicate(n, h, next, true, func(ok bool) {
+		if !ok {
+			done(false)
+			return
+		}
+		s.c.MidEventUploads++
+		s.step(n, n.boot, s.durableRest(), func() {
+			next := h.db.clone()
+			switch {
+			case resume && s.chance(0.8):
+				// The work is done: clear the resume alarm or set the next
+				// one.
+				next.alarm, next.failures = nil, 0
+				if s.chance(0.3) {
+					next.alarm = s.pickAlarm(h.actor)
+				}
+			case s.chance(0.5):
+				s.mutateAlarm(h.actor, &next)
+			default:
+				next.writes++
+			}
+			s.replicate(n, h, next, false, done)
+		})
+	})
+}
+
+// pastAlarm is an alarm "for now": the current grid time, or a past time
+// the actor already has entries at.
+func (s *sim) pastAlarm(a alarmindex.Actor) *int64 {
+	at := (s.now / gridMs) * gridMs
+	if times := s.otherEntryTimes(a); len(times) > 0 && s.chance(0.5) {
+		if t := times[s.rng.IntN(len(times))]; t <= s.now {
+			at = t
+		}
+	}
+	return &at
+}
+
+// otherEntryTimes are the times the actor has index entries at, other than
+// its committed alarm's, in order.
+func (s *sim) otherEntryTimes(a alarmindex.Actor) []int64 {
+	var times []int64
+	cur := s.sh.latest[a.String()]
+	for _, k := range s.sh.entries[a.String()] {
+		if cur == nil || cur.db.alarm == nil || *cur.db.alarm != k.DueMs {
+			times = append(times, k.DueMs)
+		}
+	}
+	slices.Sort(times)
+	return slices.Compact(times)
+}
+
+func (s *sim) mutateAlarm(a alarmindex.Actor, d *db) {
+	switch s.rng.IntN(4) {
+	case 0, 1:
+		d.alarm, d.failures = s.pickAlarm(a), 0
+	case 2:
+		d.alarm, d.failures = nil, 0
+	default:
+		d.writes++
+	}
+}
+
+// pickAlarm chooses an alarm time on a coarse grid, often one the actor
+// already has entries at (so keys and times collide, as the rules must
+// survive), sometimes in the past ("now").
+func (s *sim) pickAlarm(a alarmindex.Actor) *int64 {
+	base := (s.now/gridMs + 1) * gridMs
+	var at int64
+	switch x := s.rng.IntN(100); {
+	case x < pReuse:
+		if times := s.otherEntryTimes(a); len(times) > 0 {
+			at = times[s.rng.IntN(len(times))]
+			break
+		}
+		fallthrough
+	case x < 35:
+		at = base - s.between(1, 4)*gridMs
+	case x < 92:
+		at = base + s.between(0, 6)*gridMs
+	default:
+		at = base + s.between(12, 30)*gridMs
+	}
+	return &at
+}
+
+// ---- replicating an event: the rules' IndexPlan around one upload ----
+
+// replicate brings the index in line with next and uploads it: the plan is
+// FirstUpload when this is the actor's first snapshot in the bucket,
+// MidEventUpload for exec-durable's upload in the middle of an event, else
+// AfterEvent. done(false) means the actor was given up.
+func (s *sim) replicate(n *node, h *held, next db, mid bool, done func(bool)) {
+	f := alarmindex.EventFacts{
+		Actor:              h.actor,
+		Alarm:              next.alarm,
+		Recorded:           next.rec,
+		Generation:         h.gen,
+		HoldValid:          s.holdValid(n, h),
+		ReplicationHealthy: !n.cut(s.now),
+	}
+	first := !h.bucketHad && !h.uploaded
+	var p alarmindex.IndexPlan
+	var err error
+	switch {
+	case first:
+		p, err = n.rules.FirstUpload(f)
+	case mid:
+		p, err = n.rules.MidEventUpload(f)
+	default:
+		p, err = n.rules.AfterEvent(f)
+	}
+	if err != nil {
+		s.giveUp(n, h, err.Error())
+		done(false)
+		return
+	}
+	var aimed bool
+	if first && h.fromLocal && !s.final && s.cfg.AimedJoinFault > 0 {
+		aimed = s.chance(s.cfg.AimedJoinFault)
+	}
+	s.execIndex(n, h, next, p, aimed, func(ok bool) {
+		if !ok {
+			done(false)
+			return
+		}
+		if first && h.fromLocal {
+			delete(n.local, h.actor.String())
+			h.fromLocal = false
+			s.c.Joins++
+			s.logf("%s joined %s to the cluster (R4)", n.addr, h.actor)
+		}
+		done(true)
+	})
+}
+
+// execIndex executes an IndexPlan around the upload of next, in the order
+// the plan documents. done(false) means the actor was given up.
+func (s *sim) execIndex(n *node, h *held, next db, p alarmindex.IndexPlan, aimed bool, done func(bool)) {
+	before := h.db
+	fail := func(why string) {
+		s.giveUp(n, h, why)
+		done(false)
+	}
+	record := func(d *db) bool {
+		if !p.Record {
+			return true
+		}
+		if !s.final && s.chance(0.01) {
+			return false // the database write fails
+		}
+		d.rec = nil
+		if p.Recorded != nil {
+			k := *p.Recorded
+			d.rec = &k
+		}
+		if h.fromLocal {
+			if l := n.local[h.actor.String()]; l != nil {
+				l.rec = d.rec // the node's own file records it too
+			}
+		}
+		return true
+	}
+	finished := func() {
+		if old := before.rec; old != nil && old.Legacy && next.alarm != nil && h.db.rec != nil && !h.db.rec.Legacy {
+			s.c.LegacyMigrations++
+		}
+		if old := before.alarm; next.alarm != nil && (old == nil || *old != *next.alarm) {
+			s.c.Alarms++
+		}
+		if p.DeleteAfterReplicate != nil {
+			s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: p.DeleteAfterReplicate.String()}, nil)
+		}
+		done(true)
+	}
+	if p.UploadBeforePut {
+		s.upload(n, h, next, aimed, func(ok bool) {
+			if !ok {
+				fail("upload failed")
+				return
+			}
+			s.putEntry(n, h, p.Put, func(ok bool) {
+				if !ok {
+					fail("entry PUT failed")
+					return
+				}
+				d := h.db.clone()
+				if !record(&d) {
+					fail("recording the entry failed")
+					return
+				}
+				h.db = d
+				finished()
+			})
+		})
+		return
+	}
+	s.putEntry(n, h, p.Put, func(ok bool) {
+		if !ok {
+			fail("entry PUT failed")
+			return
+		}
+		if p.Put != nil && !s.final && s.chance(0.01) {
+			s.crash(n) // between the PUT and the upload: an extra entry
+			return
+		}
+		if !record(&next) {
+			fail("recording the entry failed")
+			return
+		}
+		s.upload(n, h, next, aimed, func(ok bool) {
+			if !ok {
+				fail("upload failed")
+				return
+			}
+			if !s.final && s.chance(pCrashAfterUpload) {
+				s.crash(n) // between the upload and the DELETE: an extra entry
+				return
+			}
+			finished()
+		})
+	})
+}
+
+// putEntry PUTs a new index entry with If-None-Match: *, retrying the same
+// PUT once after a timeout (R1's one exception).
+func (s *sim) putEntry(n *node, h *held, k *alarmindex.Key, done func(bool)) {
+	if k == nil {
+		done(true)
+		return
+	}
+	if s.cfg.SkipPut {
+		s.logf("%s canary: records %s without PUTting it", n.addr, k)
+		done(true)
+		return
+	}
+	s.maybePause(n, 0.02, "before an entry PUT")
+	key := k.String()
+	s.step(n, n.boot, s.between(0, 5), func() {
+		req := request{kind: bucket.OpPut, class: clsEntryPut, key: key, cond: bucket.Cond{IfNoneMatch: true}}
+		s.send(n, req, func(r result) {
+			switch {
+			case r.err == nil || errors.Is(r.err, bucket.ErrPrecondition):
+				done(true)
+			case r.late:
+				s.c.PutRetries++
+				s.logf("%s retries PUT %s", n.addr, key)
+				req.class = clsEntryRetry
+				s.send(n, req, func(r result) {
+					switch {
+					case errors.Is(r.err, bucket.ErrPrecondition):
+						s.c.PutRetryLanded++
+						done(true)
+					case r.err == nil:
+						done(true)
+					default:
+						done(false)
+					}
+				})
+			default:
+				done(false)
+			}
+		})
+	})
+}
+
+// upload replicates next as the actor's next snapshot, only while the hold
+// is valid and the node can reach the bucket. aimed delays it at the bucket
+// and cuts the node off meanwhile (the fault aimed at a joining node's first
+// upload).
+func (s *sim) upload(n *node, h *held, next db, aimed bool, done func(bool)) {
+	if !s.holdValid(n, h) || n.cut(s.now) {
+		s.logf("%s cannot upload %s: hold lapsed or cut off", n.addr, h.actor)
+		done(false)
+		return
+	}
+	if !aimed {
+		s.maybePause(n, 0.02, "before an upload")
+	}
+	s.step(n, n.boot, s.between(0, 5), func() {
+		seq := h.seq + 1
+		key := stateKey(h.actor, h.gen, seq)
+		req := request{kind: bucket.OpPut, class: clsState, key: key, body: encode(next), cond: bucket.Cond{IfNoneMatch: true}}
+		if aimed {
+			d := s.between(45_000, 100_000)
+			req.forced = &bucket.Fault{Late: true}
+			req.lateAfter = d
+			n.cutUntil = max(n.cutUntil, s.now+d+s.between(1000, 10_000))
+			s.c.AimedFaults++
+			s.c.CutOffs++
+			s.logf("%s first upload of %s delayed at the bucket by %s; node cut off until %s", n.addr, h.actor, fmtMs(d), fmtMs(n.cutUntil-epochMs))
+		}
+		s.send(n, req, func(r result) {
+			if r.err != nil {
+				if errors.Is(r.err, bucket.ErrPrecondition) {
+					s.failf("sim", "snapshot key %s written twice", key)
+				}
+				done(false)
+				return
+			}
+			if !s.holdValid(n, h) && !s.cfg.TrustLateUploads {
+				// It landed, but the hold lapsed on the way: a newer
+				// holder may have uploaded first, so this snapshot may not
+				// be the state. Not a success: nothing is deleted after it.
+				s.logf("%s uploaded %s after its hold lapsed: not counted", n.addr, key)
+				done(false)
+				return
+			}
+			h.seq, h.db, h.uploaded = seq, next, true
+			s.c.Uploads++
+			s.logf("%s uploaded %s: %s", n.addr, key, next)
+			s.maybePause(n, pPauseAfterUpload, "after an upload")
+			done(true)
+		})
+	})
+}
+
+// ---- joining with one's own data (R4) ----
+
+func (s *sim) joinAttempt(n *node, a alarmindex.Actor) {
+	ak := a.String()
+	if n.local[ak] == nil {
+		return
+	}
+	boot := n.boot
+	retry := func() {
+		s.step(n, boot, s.between(5000, 15_000), func() { s.joinAttempt(n, a) })
+	}
+	if n.busy[ak] {
+		retry()
+		return
+	}
+	n.busy[ak] = true
+	finish := func() {
+		if n.boot == boot {
+			delete(n.busy, ak)
+		}
+	}
+	s.take(n, a, func(h *held, owner int, why string) {
+		if h == nil {
+			finish()
+			retry()
+			return
+		}
+		if !h.fromLocal {
+			finish() // the bucket had it: nothing to join
+			return
+		}
+		s.replicate(n, h, h.db.clone(), false, func(ok bool) {
+			h.lastUse = s.now
+			finish()
+			if !ok {
+				retry()
+				return
+			}
+			s.setTimer(n, h)
+		})
+	})
+}
+
+// ---- delivery ----
+
+// deliver handles a time n's timer popped for actor ak: take the actor
+// and hand the entry to the rules (Deliver).
+func (s *sim) deliver(n *node, ak string, at int64) {
+	a := s.byKey[ak]
+	pk, ok := n.pending[ak]
+	delete(n.pending, ak)
+	var entry *alarmindex.Key
+	swept := false
+	if ok && pk.at == at {
+		entry, swept = pk.key, pk.swept
+	}
+	if n.busy[ak] {
+		at := s.now + 500
+		n.timer.Set(ak, at)
+		n.pending[ak] = pendingKey{at: at, key: entry, swept: swept}
+		s.arm(n)
+		return
+	}
+	n.busy[ak] = true
+	boot := n.boot
+	finish := func() {
+		if n.boot == boot {
+			delete(n.busy, ak)
+		}
+	}
+	s.take(n, a, func(h *held, owner int, why string) {
+		if h == nil {
+			if owner >= 0 {
+				s.logf("%s drops %s at %s: %s owns it", n.addr, a, fmtMs(at-epochMs), s.nodes[owner].addr)
+			} else {
+				s.logf("%s cannot deliver %s now (%s); retries after a lease period", n.addr, a, why)
+				s.retryLater(n, ak, entry, leaseMs)
+			}
+			finish()
+			return
+		}
+		if h.fromLocal && !h.uploaded {
+			// The node's own data: its first snapshot first (R4).
+			s.replicate(n, h, h.db.clone(), false, func(ok bool) {
+				if !ok {
+					finish()
+					s.step(n, boot, s.between(5000, 15_000), func() { s.joinAttempt(n, a) })
+					return
+				}
+				s.deliverHeld(n, h, at, entry, swept, finish)
+			})
+			return
+		}
+		s.deliverHeld(n, h, at, entry, swept, finish)
+	})
+}
+
+func (s *sim) deliverHeld(n *node, h *held, at int64, entry *alarmindex.Key, swept bool, finish func()) {
+	d := h.db
+	if entry == nil && d.alarm != nil && *d.alarm == at && d.rec != nil && d.rec.DueMs == at {
+		k := *d.rec
+		entry = &k
+	}
+	if entry == nil {
+		if d.alarm != nil && *d.alarm <= s.now {
+			s.runAlarm(n, h, nil, false, finish)
+			return
+		}
+		s.logf("%s: nothing to deliver for %s at %s", n.addr, h.actor, fmtMs(at-epochMs))
+		h.lastUse = s.now
+		finish()
+		return
+	}
+	p, err := n.rules.Deliver(alarmindex.DeliveryFacts{
+		Delivered:          *entry,
+		Alarm:              d.alarm,
+		Recorded:           d.rec,
+		InitRecorded:       d.init,
+		Generation:         h.gen,
+		HoldValid:          s.holdValid(n, h),
+		ReplicationHealthy: !n.cut(s.now),
+		Uploaded:           h.uploaded,
+		BucketHadActor:     h.bucketHad,
+	})
+	if err != nil {
+		s.giveUp(n, h, err.Error())
+		s.retryLater(n, h.actor.String(), entry, leaseMs)
+		finish()
+		return
+	}
+	s.logf("%s delivers %s: %s", n.addr, entry, p.Outcome)
+	switch p.Outcome {
+	case alarmindex.OutcomeRun:
+		s.runAlarm(n, h, entry, swept, finish)
+	case alarmindex.OutcomeKeep:
+		s.c.Keeps++
+		s.retryLater(n, h.actor.String(), entry, p.RetryAfter.Milliseconds())
+		if p.Release {
+			s.release(n, h)
+		}
+		finish()
+	default:
+		if p.Outcome == alarmindex.OutcomeNoState {
+			s.c.NoState++
+		}
+		s.removeStale(n, h, p, *entry, finish)
+	}
+}
+
+// runAlarm runs on-alarm: success (clearing or re-arming), a failure with
+// committed backoff, or deleting the actor; then replicates the outcome.
+func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, finish func()) {
+	s.step(n, n.boot, s.handlerTime(), func() {
+		next := h.db.clone()
+		if next.alarm == nil {
+			finish()
+			return
+		}
+		scheduled := *next.alarm
+		x := s.rng.IntN(100)
+		if s.final {
+			x = 0
+		}
+		outcome := "cleared"
+		switch {
+		case x < 50:
+			next.alarm, next.failures = nil, 0
+		case x < 65:
+			next.alarm, next.failures = s.pickAlarm(h.actor), 0
+			outcome = "re-armed"
+		case x < 94:
+			// Committed retry: whatever the handler left due before the
+			// retry time moves there.
+			next.failures++
+			retryAt := s.now + alarmindex.RetryDelay(next.failures, alarmindex.DefaultRetryBase, retryMax).Milliseconds()
+			var left *int64
+			switch y := s.rng.IntN(10); {
+			case y < 6:
+				left = &scheduled
+			case y < 8:
+				now := s.now
+				left = &now
+			case y < 9:
+				left = s.pickAlarm(h.actor)
+			}
+			next.alarm = alarmindex.AfterFailure(left, retryAt)
+			outcome = "failed"
+		default:
+			next = db{rec: next.rec}
+			outcome = "deleted the actor"
+		}
+		s.logf("%s on-alarm %s at %s: %s", n.addr, h.actor, fmtMs(scheduled-epochMs), outcome)
+		s.replicate(n, h, next, false, func(ok bool) {
+			h.lastUse = s.now
+			if ok {
+				s.c.Deliveries++
+				if swept {
+					s.c.TimerDeliveries++
+				}
+				if outcome == "deleted the actor" {
+					s.c.ActorDeletes++
+				}
+				s.setTimer(n, h)
+			} else if entry != nil {
+				s.retryLater(n, h.actor.String(), entry, leaseMs)
+			}
+			finish()
+		})
+	})
+}
+
+// removeStale executes a Stale or NoState plan: bring the index in line,
+// fence if asked, then LIST the delivered time and DELETE what the rules
+// call stale.
+func (s *sim) removeStale(n *node, h *held, p alarmindex.DeliveryPlan, entry alarmindex.Key, finish func()) {
+	boot := n.boot
+	list := func() {
+		if !p.List {
+			h.lastUse = s.now
+			finish()
+			return
+		}
+		s.maybePause(n, pStaleListPause, "before a stale LIST")
+		s.step(n, boot, s.between(1, 5), func() {
+			prefix := alarmindex.TaggedPrefix(entry.Actor, entry.DueMs)
+			s.send(n, request{kind: bucket.OpList, class: clsRead, prefix: prefix, limit: 1000}, func(r result) {
+				h.lastUse = s.now
+				if r.err != nil {
+					finish()
+					return
+				}
+				var keys []alarmindex.Key
+				for _, o := range r.keys {
+					if k, err := alarmindex.ParseKey(o); err == nil {
+						keys = append(keys, k)
+					}
+				}
+				dels := p.StaleDeletes(keys)
+				s.maybePause(n, 0.03, "before stale DELETEs")
+				s.step(n, boot, s.between(1, 5), func() {
+					for _, k := range dels {
+						s.c.StaleDeletes++
+						if k.Legacy {
+							s.c.LegacyRemovals++
+						}
+						s.logf("%s deletes stale %s", n.addr, k)
+						s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: k.String()}, nil)
+					}
+					finish()
+				})
+			})
+		})
+	}
+	fence := func() {
+		if !p.Fence {
+			list()
+			return
+		}
+		next := h.db.clone()
+		next.fence = h.gen
+		s.upload(n, h, next, false, func(ok bool) {
+			if !ok {
+				s.giveUp(n, h, "fence upload failed")
+				finish()
+				return
+			}
+			s.c.Fences++
+			list()
+		})
+	}
+	if p.Index.Empty() {
+		fence()
+		return
+	}
+	s.execIndex(n, h, h.db.clone(), p.Index, false, func(ok bool) {
+		if !ok {
+			finish()
+			return
+		}
+		s.setTimer(n, h)
+		fence()
+	})
+}

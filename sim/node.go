@@ -1,0 +1,375 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+type node struct {
+	id      int
+	addr    string
+	joiner  bool
+	started bool
+
+	up          bool
+	boot        uint64 // changes at every crash and start: steps of an older boot are dropped
+	epoch       uint64 // the node lease this node believes it has
+	validUntil  int64  // when it stops trusting that lease
+	pausedUntil int64
+	cutUntil    int64
+
+	rules  alarmindex.Rules
+	rng    *rand.Rand // the sweep planner's rotation
+	timer  *sweeper.Timer
+	wakeAt int64
+	// pending is the entry behind each time the timer holds.
+	pending map[string]pendingKey
+	held    map[string]*held
+	busy    map[string]bool
+	cursor  string
+
+	// local is single-node data not yet in the bucket (a joining node's
+	// actors); it survives crashes.
+	local map[string]*db
+}
+
+type pendingKey struct {
+	at    int64
+	key   *alarmindex.Key
+	swept bool
+}
+
+// held is an actor a node holds: its hold generation and its database.
+type held struct {
+	actor     alarmindex.Actor
+	gen       uint64
+	epoch     uint64
+	db        db
+	seq       uint64 // sequence of the last snapshot in its chain
+	uploaded  bool   // this hold uploaded anything
+	bucketHad bool   // the bucket had state for the actor when taken
+	fromLocal bool   // the database came from the node's own data
+	lastUse   int64
+}
+
+func (n *node) cut(now int64) bool { return now < n.cutUntil }
+
+// step runs fn on node n after d, unless n crashed (or restarted) in
+// between; while n is paused, its steps wait.
+func (s *sim) step(n *node, boot uint64, d int64, fn func()) {
+	var run func()
+	run = func() {
+		if n.boot != boot || !n.up {
+			return
+		}
+		if s.now < n.pausedUntil {
+			s.at(n.pausedUntil, run)
+			return
+		}
+		fn()
+	}
+	if d == 0 {
+		run()
+		return
+	}
+	s.after(d, run)
+}
+
+// nodeEvery runs fn on n every period while this boot lasts.
+func (s *sim) nodeEvery(n *node, phase, period int64, fn func()) {
+	boot := n.boot
+	var tick func()
+	tick = func() {
+		fn()
+		s.step(n, boot, period, tick)
+	}
+	s.step(n, boot, phase, tick)
+}
+
+func (s *sim) boot(n *node) {
+	n.up = true
+	n.started = true
+	n.boot++
+	s.epochs++
+	n.epoch = s.epochs
+	s.leases[n.id] = storeLease{epoch: n.epoch, expires: s.now + leaseMs}
+	n.validUntil = s.now + leaseMs - safetyMs
+	var seed [32]byte
+	for i := range 4 {
+		v := s.rng.Uint64()
+		for j := range 8 {
+			seed[i*8+j] = byte(v >> (8 * j))
+		}
+	}
+	nonces, err := alarmindex.NewNonceSource(rand.NewChaCha8(seed))
+	if err != nil {
+		panic(err)
+	}
+	n.rules = alarmindex.Rules{Nonces: nonces, Mutations: s.cfg.Mutations}
+	n.rng = rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
+	n.timer = sweeper.NewTimer(retryMax)
+	n.wakeAt = 0
+	n.pending = map[string]pendingKey{}
+	n.held = map[string]*held{}
+	n.busy = map[string]bool{}
+	n.cursor = ""
+	s.logf("%s up (lease epoch %d)", n.addr, n.epoch)
+
+	// Start-up scan of its own data: alarms into the timer, and each actor
+	// the bucket may not have offered as a first snapshot.
+	for _, ak := range sortedKeys(n.local) {
+		if d := n.local[ak]; d.alarm != nil {
+			n.timer.Set(ak, *d.alarm)
+			n.pending[ak] = pendingKey{at: *d.alarm}
+		}
+		a := s.byKey[ak]
+		s.step(n, n.boot, s.between(1, 50), func() { s.joinAttempt(n, a) })
+	}
+	s.arm(n)
+	s.nodeEvery(n, renewMs, renewMs, func() { s.renew(n) })
+	s.nodeEvery(n, s.between(0, sweepMs), sweepMs, func() { s.sweep(n) })
+	s.nodeEvery(n, 5000, 5000, func() { s.releaseIdle(n) })
+}
+
+func (s *sim) crash(n *node) {
+	s.c.Crashes++
+	s.logf("%s crashes", n.addr)
+	n.up = false
+	n.boot++
+	n.held, n.busy, n.pending = nil, nil, nil
+	down := s.between(1000, 20_000)
+	if s.final {
+		down = 1
+	}
+	s.after(down, func() {
+		if !n.up {
+			s.boot(n)
+		}
+	})
+}
+
+// faultLoop injects crashes, pauses and cut-offs into n during the main
+// phase.
+func (s *sim) faultLoop(n *node) {
+	d := int64(s.rng.ExpFloat64() * 70_000)
+	s.after(max(d, 1000), func() {
+		if s.final {
+			return
+		}
+		switch x := s.rng.IntN(100); {
+		case x < 35:
+			if n.up {
+				s.crash(n)
+			}
+		case x < 70:
+			if n.up {
+				s.pause(n, s.between(2000, 30_000), "random")
+			}
+		default:
+			until := s.now + s.between(2000, 25_000)
+			if until > n.cutUntil {
+				n.cutUntil = until
+			}
+			s.c.CutOffs++
+			s.logf("%s cut off until %s", n.addr, fmtMs(n.cutUntil-epochMs))
+		}
+		s.faultLoop(n)
+	})
+}
+
+func (s *sim) pause(n *node, d int64, why string) {
+	until := s.now + d
+	if until > n.pausedUntil {
+		n.pausedUntil = until
+	}
+	s.c.Pauses++
+	s.logf("%s pauses until %s (%s)", n.addr, fmtMs(n.pausedUntil-epochMs), why)
+}
+
+// maybePause pauses n at an interesting point with probability p, for
+// longer than a lease: whatever n decided before, it does after another
+// node may have taken over.
+func (s *sim) maybePause(n *node, p float64, site string) {
+	if s.final || !s.chance(p) {
+		return
+	}
+	s.pause(n, s.between(leaseMs, 3*leaseMs), site)
+}
+
+// renew renews n's node lease. A node that finds its lease expired was
+// fenced out: it gets a new lease, and every hold it had is gone.
+func (s *sim) renew(n *node) {
+	if n.cut(s.now) {
+		return
+	}
+	if s.leaseValid(n.id, n.epoch) {
+		s.leases[n.id].expires = s.now + leaseMs
+		n.validUntil = s.now + leaseMs - safetyMs
+		return
+	}
+	s.c.LeasesLost++
+	s.epochs++
+	n.epoch = s.epochs
+	s.leases[n.id] = storeLease{epoch: n.epoch, expires: s.now + leaseMs}
+	n.validUntil = s.now + leaseMs - safetyMs
+	n.held = map[string]*held{}
+	s.logf("%s lost its lease; new lease epoch %d, holds dropped", n.addr, n.epoch)
+}
+
+// holdValid is what a node knows of its hold: it still has it, and its
+// node lease is valid by its own clock.
+func (s *sim) holdValid(n *node, h *held) bool {
+	return n.up && n.held[h.actor.String()] == h && h.epoch == n.epoch && s.now < n.validUntil
+}
+
+func (s *sim) releaseIdle(n *node) {
+	for _, ak := range sortedKeys(n.held) {
+		h := n.held[ak]
+		if !n.busy[ak] && s.now-h.lastUse > idleMs {
+			s.logf("%s releases idle %s", n.addr, h.actor)
+			s.release(n, h)
+		}
+	}
+}
+
+// release gives the hold back, if the node can still reach the store.
+func (s *sim) release(n *node, h *held) {
+	ak := h.actor.String()
+	if n.held[ak] == h {
+		delete(n.held, ak)
+	}
+	if r := s.holds[ak]; r != nil && r.node == n.id && r.gen == h.gen && !n.cut(s.now) {
+		r.released = true
+	}
+}
+
+// sweep is one alarm_sweep of n: walk the overdue part of the index,
+// plan with the production planner, offer to the node timer.
+func (s *sim) sweep(n *node) {
+	if n.cut(s.now) {
+		return
+	}
+	w := sweeper.NewWalk(tenant, n.cursor, s.now-marginMs, sweeper.WalkLimits{})
+	for {
+		pg, ok := w.Next()
+		if !ok {
+			break
+		}
+		keys, err := s.listNow(n, pg.Prefix, pg.StartAfter, pg.Limit)
+		if err != nil {
+			w.Abort()
+			break
+		}
+		w.Feed(keys)
+	}
+	res := w.Result()
+	n.cursor = res.Cursor
+	plan := sweeper.PlanSweep(sweeper.PlanInput{
+		Entries: res.Entries,
+		Now:     time.UnixMilli(s.now),
+		Margin:  marginMs * time.Millisecond,
+		Self:    n.addr,
+		Live:    s.liveAddrs(),
+		Busy:    func(a alarmindex.Actor) bool { return n.busy[a.String()] },
+		Rand:    n.rng,
+	})
+	for _, d := range plan.Deliveries {
+		ak := d.Actor.String()
+		if _, known := s.byKey[ak]; !known {
+			s.failf("sim", "sweep met an entry of unknown actor %s", d.Actor)
+			return
+		}
+		if n.timer.Offer(ak, d.DueMs, s.now) {
+			k := pickKey(d.Keys)
+			n.pending[ak] = pendingKey{at: d.DueMs, key: k, swept: true}
+			s.logf("%s sweep offers %s at %s (%d keys, anyone=%t)", n.addr, d.Actor, fmtMs(d.DueMs-epochMs), len(d.Keys), d.Anyone)
+		}
+	}
+	s.arm(n)
+}
+
+// pickKey chooses the entry a delivery names: a legacy one if there is one
+// (it is removed by its exact name), else the first.
+func pickKey(keys []string) *alarmindex.Key {
+	var first *alarmindex.Key
+	for _, o := range keys {
+		k, err := alarmindex.ParseKey(o)
+		if err != nil {
+			continue
+		}
+		if k.Legacy {
+			return &k
+		}
+		if first == nil {
+			first = &k
+		}
+	}
+	return first
+}
+
+// arm makes sure a wake-up is scheduled for the timer's next time.
+func (s *sim) arm(n *node) {
+	next, ok := n.timer.Next()
+	if !ok {
+		return
+	}
+	at := max(next, s.now)
+	if n.wakeAt != 0 && n.wakeAt <= at {
+		return
+	}
+	n.wakeAt = at
+	boot := n.boot
+	s.at(at, func() {
+		s.step(n, boot, 0, func() {
+			n.wakeAt = 0
+			for {
+				ak, due, ok := n.timer.PopDue(s.now)
+				if !ok {
+					break
+				}
+				s.deliver(n, ak, due)
+			}
+			s.arm(n)
+		})
+	})
+}
+
+// setTimer makes n's timer match the committed alarm of h (Set is
+// authoritative).
+func (s *sim) setTimer(n *node, h *held) {
+	ak := h.actor.String()
+	if h.db.alarm == nil {
+		n.timer.Remove(ak)
+		delete(n.pending, ak)
+		return
+	}
+	n.timer.Set(ak, *h.db.alarm)
+	var k *alarmindex.Key
+	if h.db.rec != nil {
+		c := *h.db.rec
+		k = &c
+	}
+	n.pending[ak] = pendingKey{at: *h.db.alarm, key: k}
+	s.arm(n)
+}
+
+// retryLater tries a delivery again after d.
+func (s *sim) retryLater(n *node, ak string, k *alarmindex.Key, d int64) {
+	at := s.now + d
+	n.timer.Set(ak, at)
+	n.pending[ak] = pendingKey{at: at, key: k}
+	s.arm(n)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,383 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"hash"
+	"math/rand/v2"
+	"reflect"
+
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+)
+
+// Config selects one simulation. The same Config gives the same trace.
+type Config struct {
+	// Seed selects the run: the world it starts from and every choice
+	// made during it.
+	Seed uint64
+	// Mutations turn safety features of the index rules off; the zero value
+	// runs the production rules.
+	Mutations alarmindex.Mutations
+	// SkipPut is the simulator's own canary: new index entries are recorded
+	// in the actor's database as if PUT, but never sent to the bucket. Any
+	// working invariant must catch it.
+	SkipPut bool
+	// TrustLateUploads is an unsafe executor: it counts an upload that
+	// returned after its hold lapsed as replicated, and goes on to delete
+	// the entry it replaced. The snapshot may not be the state (a newer
+	// holder may have uploaded first), so that DELETE can remove the entry
+	// the state names. A host must re-check its hold when an upload returns.
+	TrustLateUploads bool
+	// AimedJoinFault is the probability that a joining node's first upload
+	// is delayed at the bucket while the node is cut off (so its lease
+	// lapses and another node can take the actor while the bucket has
+	// nothing for it). Zero takes DefaultAimedJoinFault; negative disables.
+	AimedJoinFault float64
+	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
+	// the run; for replaying one seed).
+	KeepTrace bool
+}
+
+// DefaultAimedJoinFault is the default of Config.AimedJoinFault.
+const DefaultAimedJoinFault = 0.4
+
+// TailLines is how many trace lines Result.Tail keeps.
+const TailLines = 60
+
+// Failure is why a run failed: the invariant broke, an alarm was never
+// delivered in the final phase, or the simulator found itself inconsistent.
+type Failure struct {
+	// AtMs is the virtual time of the failure, in ms since the run began.
+	AtMs int64
+	// Kind is "invariant", "liveness" or "sim".
+	Kind string
+	// Msg names the actor and what was wrong.
+	Msg string
+}
+
+// Error describes the failure.
+func (f *Failure) Error() string {
+	return fmt.Sprintf("%s failure at %s: %s", f.Kind, fmtMs(f.AtMs), f.Msg)
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	Seed uint64
+	// Failure is nil when the invariant held throughout and every
+	// committed alarm fired in the final phase.
+	Failure *Failure
+	// Counters count what the run exercised.
+	Counters Counters
+	// TraceHash is an FNV-1a hash of every trace line: two runs of the same
+	// Config give the same hash.
+	TraceHash uint64
+	// TraceLines is how many lines the trace had.
+	TraceLines int
+	// Tail is the last TailLines lines of the trace.
+	Tail []string
+	// Trace is the whole trace when Config.KeepTrace is set.
+	Trace []string
+}
+
+// Counters count what a run (or, added up, many runs) exercised. Every
+// field is a count of events.
+type Counters struct {
+	// Takeovers: holds granted on an actor whose previous hold was another
+	// node's.
+	Takeovers int64
+	// Holds: holds granted (each with a new generation).
+	Holds int64
+	// Alarms: replicated events that set an alarm to a new time.
+	Alarms int64
+	// LateCommits: state uploads that became the actor's latest state while
+	// a newer hold existed (an earlier holder's upload landing late).
+	LateCommits int64
+	// LateDeletes: DELETEs that landed after their caller gave up and
+	// removed an entry.
+	LateDeletes int64
+	// Fences: owner_fence uploads made before removing stale entries.
+	Fences int64
+	// Joins: first snapshots uploaded by joining nodes from their own data
+	// (R4).
+	Joins int64
+	// Deliveries: on-alarm runs whose outcome was replicated.
+	Deliveries int64
+	// TimerDeliveries: deliveries that came out of a node timer holding
+	// an entry offered by a sweep.
+	TimerDeliveries int64
+	// MidEventUploads: exec-durable uploads in the middle of an event.
+	MidEventUploads int64
+	// ActorDeletes: replicated deletes of an actor.
+	ActorDeletes int64
+	// PutRetries: immediate retries of the same entry PUT after a timeout.
+	PutRetries int64
+	// PutRetryLanded: retries that found the first attempt had landed.
+	PutRetryLanded int64
+	// LegacyMigrations: legacy entries replaced by tagged ones.
+	LegacyMigrations int64
+	// LegacyRemovals: legacy entries removed by their exact name as stale.
+	LegacyRemovals int64
+	// Keeps: deliveries that kept an entry because the bucket had nothing
+	// for the actor.
+	Keeps int64
+	// StaleDeletes: DELETEs sent for stale entries.
+	StaleDeletes int64
+	// NoState: deliveries for an actor with no state.
+	NoState int64
+	// Requests: client requests that ran.
+	Requests int64
+	// Uploads: state uploads that succeeded.
+	Uploads int64
+	// GiveUps: actors given up (failed index step or upload, lost hold).
+	GiveUps int64
+	// LateOps: requests held to land after their caller gave up.
+	LateOps int64
+	// Crashes, Pauses, CutOffs: node faults injected.
+	Crashes, Pauses, CutOffs int64
+	// LeasesLost: node leases found expired at renewal (the node fenced
+	// out).
+	LeasesLost int64
+	// AimedFaults: joining nodes' first uploads delayed while cut off.
+	AimedFaults int64
+	// JoinsReplaced: joining nodes' data set aside because the bucket had
+	// the actor.
+	JoinsReplaced int64
+	// Checks: invariant checks of one actor.
+	Checks int64
+}
+
+// Add adds o to c.
+func (c *Counters) Add(o Counters) {
+	cv, ov := reflect.ValueOf(c).Elem(), reflect.ValueOf(o)
+	for i := range cv.NumField() {
+		cv.Field(i).SetInt(cv.Field(i).Int() + ov.Field(i).Int())
+	}
+}
+
+// Field is one named counter.
+type Field struct {
+	Name  string
+	Value int64
+}
+
+// Fields lists the counters in declaration order.
+func (c Counters) Fields() []Field {
+	v := reflect.ValueOf(c)
+	out := make([]Field, v.NumField())
+	for i := range out {
+		out[i] = Field{Name: v.Type().Field(i).Name, Value: v.Field(i).Int()}
+	}
+	return out
+}
+
+// Required are the counters a push run must see above zero: each names a
+// behaviour the model claims to cover.
+var Required = []string{
+	"Takeovers", "Alarms", "LateCommits", "LateDeletes", "Fences", "Joins",
+	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
+	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
+	"AimedFaults", "Checks",
+}
+
+// Run runs one simulation to its end and reports the outcome. It is
+// deterministic and single-threaded; runs may proceed in parallel.
+func Run(cfg Config) Result {
+	s := newSim(cfg)
+	s.run()
+	return s.result()
+}
+
+// Virtual time. Everything is in Unix milliseconds from epochMs.
+const (
+	epochMs  = 1_800_000_000_000
+	leaseMs  = 10_000 // node lease
+	renewMs  = 3_000  // lease renewal period
+	safetyMs = 1_000  // a node stops trusting its lease this long before it ends
+	graceMs  = 5_000
+	marginMs = leaseMs + graceMs // lease period plus grace: the sweep's cutoff
+	sweepMs  = 10_000            // alarm_sweep
+	checkMs  = 50                // invariant check period
+	mainMs   = 360_000           // main phase: faults, requests
+	finalMs  = 600_000           // final phase: faults off, no requests
+	gridMs   = 5_000             // alarm times fall on this grid, so they collide
+	idleMs   = 20_000            // a hold idle this long is released
+	tenant   = "acme"
+	class    = "counter"
+)
+
+var retryMax = alarmindex.DefaultRetryMax
+
+func fmtMs(ms int64) string { return fmt.Sprintf("%d.%03ds", ms/1000, ms%1000) }
+
+type event struct {
+	at  int64
+	seq uint64
+	fn  func()
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = event{}
+	*q = old[:len(old)-1]
+	return e
+}
+
+type sim struct {
+	cfg     Config
+	rng     *rand.Rand
+	now     int64
+	seq     uint64
+	q       eventQueue
+	final   bool
+	mainEnd int64
+	end     int64
+	fail    *Failure
+
+	b         *bucket.Mem
+	nextFault bucket.Fault
+	lateSeq   uint64
+
+	nodes      []*node
+	actors     []alarmindex.Actor // every actor, in creation order
+	actorKeys  []string
+	cluster    []alarmindex.Actor // actors client requests may reach from the start
+	joined     []alarmindex.Actor // joining nodes' actors
+	lastTarget *alarmindex.Actor
+	byKey      map[string]alarmindex.Actor
+
+	epochs uint64
+	leases []storeLease
+	holds  map[string]*holdRec
+
+	sh shadow
+	c  Counters
+	tr tracer
+}
+
+type tracer struct {
+	h    hash.Hash64
+	n    int
+	ring []string
+	next int
+	all  []string
+	keep bool
+}
+
+func (s *sim) logf(format string, args ...any) {
+	line := fmtMs(s.now-epochMs) + " " + fmt.Sprintf(format, args...)
+	t := &s.tr
+	t.h.Write([]byte(line))
+	t.h.Write([]byte{'\n'})
+	t.n++
+	if len(t.ring) < TailLines {
+		t.ring = append(t.ring, line)
+	} else {
+		t.ring[t.next] = line
+		t.next = (t.next + 1) % TailLines
+	}
+	if t.keep {
+		t.all = append(t.all, line)
+	}
+}
+
+func (s *sim) at(t int64, fn func()) {
+	if t < s.now {
+		t = s.now
+	}
+	s.seq++
+	heap.Push(&s.q, event{at: t, seq: s.seq, fn: fn})
+}
+
+func (s *sim) after(d int64, fn func()) { s.at(s.now+d, fn) }
+
+// failf records the first failure and stops the run.
+func (s *sim) failf(kind, format string, args ...any) {
+	if s.fail != nil {
+		return
+	}
+	s.fail = &Failure{AtMs: s.now - epochMs, Kind: kind, Msg: fmt.Sprintf(format, args...)}
+	s.logf("FAIL %s: %s", kind, s.fail.Msg)
+}
+
+func (s *sim) run() {
+	for s.q.Len() > 0 && s.fail == nil {
+		e := heap.Pop(&s.q).(event)
+		if e.at > s.end {
+			break
+		}
+		s.now = e.at
+		e.fn()
+	}
+	if s.fail == nil {
+		s.now = s.end
+		s.finalCheck()
+	}
+}
+
+func (s *sim) result() Result {
+	t := &s.tr
+	tail := make([]string, 0, len(t.ring))
+	tail = append(tail, t.ring[t.next:]...)
+	tail = append(tail, t.ring[:t.next]...)
+	return Result{
+		Seed:       s.cfg.Seed,
+		Failure:    s.fail,
+		Counters:   s.c,
+		TraceHash:  t.h.Sum64(),
+		TraceLines: t.n,
+		Tail:       tail,
+		Trace:      t.all,
+	}
+}
+
+// chance reports true with probability p, drawing from the run's source.
+func (s *sim) chance(p float64) bool { return s.rng.Float64() < p }
+
+// between draws uniformly from [lo, hi].
+func (s *sim) between(lo, hi int64) int64 { return lo + s.rng.Int64N(hi-lo+1) }
+
+// The model's rates. They are tuned so that every unsafe variant of the
+// rules is caught within 20 seeds while a run stays cheap; see doc.go for
+// why each race needs what it needs.
+const (
+	// requestGapMaxMs bounds the gap between client requests (uniform from
+	// 100 ms).
+	requestGapMaxMs = 1000
+	// pBurst: a request goes to the same actor as the one before.
+	pBurst = 0.3
+	// durableShare is the percentage of requests that are exec-durable.
+	durableShare = 30
+	// pResume: an exec-durable event first sets a resume alarm for now.
+	pResume = 0.6
+	// durableRestMinMs, durableRestMaxMs bound how long an exec-durable
+	// event runs after its mid-event upload.
+	durableRestMinMs = 500
+	durableRestMaxMs = 20_000
+	// pReuse is the percentage of alarm choices that reuse a time the
+	// actor already has other entries at.
+	pReuse = 40
+	// pSlowHandler: a handler runs for up to slowHandlerMaxMs.
+	pSlowHandler     = 0.05
+	slowHandlerMaxMs = 8000
+	// pStaleListPause: a node stalls for longer than a lease between
+	// deciding to remove stale entries and listing them (R3's race).
+	pStaleListPause = 0.5
+	// pPauseAfterUpload: a node stalls right after an upload.
+	pPauseAfterUpload = 0.02
+	// pCrashAfterUpload: a node crashes between an upload and the DELETE
+	// of the entry it replaced.
+	pCrashAfterUpload = 0.01
+)

@@ -1,0 +1,636 @@
+package sim
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+)
+
+var errCutOff = errors.New("node cut off from the network")
+var errInjected = errors.New("injected failure")
+
+func newSim(cfg Config) *sim {
+	if cfg.AimedJoinFault == 0 {
+		cfg.AimedJoinFault = DefaultAimedJoinFault
+	}
+	s := &sim{
+		cfg:   cfg,
+		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		now:   epochMs,
+		byKey: map[string]alarmindex.Actor{},
+		holds: map[string]*holdRec{},
+		sh:    shadow{latest: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}},
+		tr:    tracer{h: fnv.New64a(), keep: cfg.KeepTrace},
+	}
+	s.mainEnd = epochMs + mainMs
+	s.end = s.mainEnd + finalMs
+	s.b = bucket.NewMem()
+	s.b.Faults = s.faultHook
+	s.b.Sleep = func(context.Context, time.Duration) error { return nil }
+	s.b.OnChange = s.onChange
+	s.setup()
+	return s
+}
+
+// setup builds the starting world: actors (some with state from before,
+// with legacy entries), three nodes up, one or two nodes joining later with
+// alarms in their own data.
+func (s *sim) setup() {
+	names := []string{"a0", "a1", "a2", "a3", "a/4", "\x00\xff5"}
+	for _, n := range names {
+		a := alarmindex.Actor{Tenant: tenant, Class: class, Name: n}
+		s.addActor(a)
+		s.cluster = append(s.cluster, a)
+	}
+	// Actors from before: the first one to three carry legacy entries
+	// (written before tags existed), sometimes with a leftover legacy entry
+	// no state names; a3 has a tagged entry. a/4 and the last are new.
+	legacy := 1 + s.rng.IntN(3)
+	for i, a := range s.cluster[:4] {
+		gen := uint64(1 + s.rng.IntN(3))
+		at := epochMs + s.between(0, 12)*gridMs
+		d := db{init: true, alarm: &at}
+		if i < legacy {
+			d.rec = &alarmindex.Key{Actor: a, DueMs: at, Legacy: true}
+			if s.chance(0.5) {
+				old := alarmindex.Key{Actor: a, DueMs: at - s.between(1, 6)*gridMs, Legacy: true}
+				s.seedPut(old.String(), nil)
+			}
+		} else {
+			d.rec = &alarmindex.Key{Actor: a, DueMs: at, Tag: alarmindex.Tag{Generation: gen, Nonce: "0abc"}}
+		}
+		s.seedPut(d.rec.String(), nil)
+		s.seedPut(stateKey(a, gen, 1), encode(d))
+		s.holds[a.String()] = &holdRec{node: -1, gen: gen, released: true}
+	}
+
+	core := 3
+	joiners := 1 + s.rng.IntN(2)
+	for i := range core + joiners {
+		n := &node{id: i, addr: fmt.Sprintf("10.0.0.%d:7000", i+1), local: map[string]*db{}}
+		s.nodes = append(s.nodes, n)
+		s.leases = append(s.leases, storeLease{})
+	}
+	for _, n := range s.nodes[:core] {
+		s.after(s.between(0, 500), func() { s.boot(n) })
+		s.faultLoop(n)
+	}
+	for _, n := range s.nodes[core:] {
+		n.joiner = true
+		joinAt := epochMs + s.between(20_000, mainMs-90_000)
+		for k := range 1 + s.rng.IntN(2) {
+			a := alarmindex.Actor{Tenant: tenant, Class: class, Name: fmt.Sprintf("j%d-%d", n.id, k)}
+			if k == 1 && s.chance(0.3) {
+				// Data for an actor the cluster may have too: the bucket's
+				// version wins if it has one.
+				a = s.cluster[s.rng.IntN(len(s.cluster))]
+			} else {
+				s.addActor(a)
+				s.joined = append(s.joined, a)
+			}
+			var d db
+			d.init = true
+			// Mostly overdue when the node joins (so sweeps elsewhere find
+			// its entry at once), else soon.
+			at := (joinAt/gridMs)*gridMs - s.between(4, 12)*gridMs
+			if s.chance(0.3) {
+				at = (joinAt/gridMs + s.between(1, 6)) * gridMs
+			}
+			d.alarm = &at
+			switch s.rng.IntN(3) {
+			case 0: // an entry recorded in another bucket, before joining
+				k := alarmindex.Key{Actor: a, DueMs: at, Tag: alarmindex.Tag{Generation: uint64(s.between(1, 9)), Nonce: fmt.Sprintf("f%x", s.rng.Uint32())}}
+				d.rec = &k
+			case 1:
+				k := alarmindex.Key{Actor: a, DueMs: at, Legacy: true}
+				d.rec = &k
+			}
+			n.local[a.String()] = &d
+		}
+		s.at(joinAt, func() {
+			s.logf("%s joins with %d actors of its own", n.addr, len(n.local))
+			s.boot(n)
+			s.faultLoop(n)
+		})
+	}
+
+	s.every(checkMs, s.checkAll)
+	s.requestLoop()
+	s.at(s.mainEnd, s.startFinal)
+}
+
+func (s *sim) addActor(a alarmindex.Actor) {
+	s.actors = append(s.actors, a)
+	s.actorKeys = append(s.actorKeys, a.String())
+	s.byKey[a.String()] = a
+}
+
+// seedPut writes the starting bucket, with no faults.
+func (s *sim) seedPut(key string, body []byte) {
+	if _, err := s.b.Put(context.Background(), key, body, bucket.Cond{}); err != nil {
+		panic(err)
+	}
+}
+
+// every runs fn every period of virtual time until the run ends.
+func (s *sim) every(period int64, fn func()) {
+	var tick func()
+	tick = func() {
+		fn()
+		s.after(period, tick)
+	}
+	s.after(period, tick)
+}
+
+// startFinal turns faults and requests off: every node comes up and stays
+// up, and every committed alarm must now fire.
+func (s *sim) startFinal() {
+	s.final = true
+	s.logf("final phase: faults off, no requests")
+	for _, n := range s.nodes {
+		if !n.up {
+			s.boot(n)
+			if n.joiner && !n.started {
+				s.faultLoop(n)
+			}
+		}
+	}
+}
+
+// ---- state snapshots in the bucket ----
+
+func statePrefix(a alarmindex.Actor) string {
+	return "state/" + a.Tenant + "/" + a.Class + "/" + hex.EncodeToString([]byte(a.Name)) + "/"
+}
+
+// stateKey orders an actor's snapshots by (generation, sequence): the
+// latest state is the greatest key, so an earlier holder's upload that lands
+// late becomes the state if and only if nothing newer exists.
+func stateKey(a alarmindex.Actor, gen, seq uint64) string {
+	return fmt.Sprintf("%s%020d-%020d", statePrefix(a), gen, seq)
+}
+
+func parseStateKey(key string) (actorKey string, gen, seq uint64, ok bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 5 || parts[0] != "state" {
+		return "", 0, 0, false
+	}
+	name, err := hex.DecodeString(parts[3])
+	if err != nil {
+		return "", 0, 0, false
+	}
+	g, sq, found := strings.Cut(parts[4], "-")
+	if !found {
+		return "", 0, 0, false
+	}
+	gen, err1 := strconv.ParseUint(g, 10, 64)
+	seq, err2 := strconv.ParseUint(sq, 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	a := alarmindex.Actor{Tenant: parts[1], Class: parts[2], Name: string(name)}
+	return a.String(), gen, seq, true
+}
+
+// ---- the actor's database, as replicated ----
+
+type db struct {
+	alarm    *int64
+	rec      *alarmindex.Key // alarm_indexed
+	init     bool            // on-init ran
+	failures int             // alarm_failures
+	fence    uint64          // owner_fence
+	writes   int             // other writes
+}
+
+func (d db) clone() db {
+	c := d
+	if d.alarm != nil {
+		v := *d.alarm
+		c.alarm = &v
+	}
+	if d.rec != nil {
+		k := *d.rec
+		c.rec = &k
+	}
+	return c
+}
+
+func encode(d db) []byte {
+	alarm := "-"
+	if d.alarm != nil {
+		alarm = strconv.FormatInt(*d.alarm, 10)
+	}
+	init := 0
+	if d.init {
+		init = 1
+	}
+	return fmt.Appendf(nil, "alarm=%s\nalarm_indexed=%s\ninit=%d\nalarm_failures=%d\nowner_fence=%d\nwrites=%d\n",
+		alarm, alarmindex.FormatRecorded(d.rec), init, d.failures, d.fence, d.writes)
+}
+
+func decode(a alarmindex.Actor, body []byte) (db, error) {
+	var d db
+	for line := range strings.SplitSeq(strings.TrimSuffix(string(body), "\n"), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		var err error
+		switch k {
+		case "alarm":
+			if v != "-" {
+				var at int64
+				at, err = strconv.ParseInt(v, 10, 64)
+				d.alarm = &at
+			}
+		case "alarm_indexed":
+			d.rec, err = alarmindex.ParseRecorded(a, v)
+		case "init":
+			d.init = v == "1"
+		case "alarm_failures":
+			d.failures, err = strconv.Atoi(v)
+		case "owner_fence":
+			d.fence, err = strconv.ParseUint(v, 10, 64)
+		case "writes":
+			d.writes, err = strconv.Atoi(v)
+		default:
+			err = fmt.Errorf("unknown field %q", k)
+		}
+		if err != nil {
+			return db{}, fmt.Errorf("actor %s: snapshot: %w", a, err)
+		}
+	}
+	return d, nil
+}
+
+func (d db) String() string {
+	alarm := "none"
+	if d.alarm != nil {
+		alarm = fmtMs(*d.alarm - epochMs)
+	}
+	return fmt.Sprintf("alarm=%s indexed=%q init=%t", alarm, alarmindex.FormatRecorded(d.rec), d.init)
+}
+
+// ---- bucket requests ----
+
+// reqClass says which fault budget a request draws from.
+type reqClass int
+
+const (
+	clsEntryPut reqClass = iota
+	clsEntryRetry
+	clsState
+	clsDelete
+	clsRead
+)
+
+type request struct {
+	kind   bucket.OpKind
+	class  reqClass
+	key    string
+	body   []byte
+	cond   bucket.Cond
+	prefix string
+	limit  int
+	// forced, if set, replaces the drawn fault (an aimed fault); lateAfter
+	// is then when the held request lands.
+	forced    *bucket.Fault
+	lateAfter int64
+}
+
+type result struct {
+	err  error
+	keys []string
+	body []byte
+	late bool // timed out; it may still land
+}
+
+func (s *sim) faultHook(op bucket.Op) bucket.Fault {
+	f := s.nextFault
+	s.nextFault = bucket.Fault{}
+	if f.Late && (op.Kind == bucket.OpPut || op.Kind == bucket.OpDelete) {
+		s.lateSeq = op.Seq
+	}
+	return f
+}
+
+// drawFault decides a request's fate when it is sent.
+func (s *sim) drawFault(n *node, r *request) bucket.Fault {
+	if r.forced != nil {
+		return *r.forced
+	}
+	if n.cut(s.now) {
+		return bucket.Fault{Err: errCutOff}
+	}
+	if s.final {
+		return bucket.Fault{}
+	}
+	var pLate, pErr float64
+	switch r.class {
+	case clsEntryPut:
+		pLate, pErr = 0.05, 0.02
+	case clsEntryRetry:
+		pLate, pErr = 0.02, 0.01
+	case clsState:
+		pLate, pErr = 0.05, 0.02
+	case clsDelete:
+		pLate, pErr = 0.15, 0.03
+	case clsRead:
+		pErr = 0.02
+	}
+	x := s.rng.Float64()
+	switch {
+	case x < pLate:
+		return bucket.Fault{Late: true}
+	case x < pLate+pErr:
+		return bucket.Fault{Err: errInjected}
+	}
+	return bucket.Fault{}
+}
+
+// latency is how long a request takes to reach the bucket.
+func (s *sim) latency() int64 {
+	if !s.final && s.chance(0.03) {
+		return s.between(200, 4000)
+	}
+	return s.between(2, 25)
+}
+
+// lateDelay is how long after being sent a held request lands.
+func (s *sim) lateDelay() int64 {
+	switch x := s.rng.IntN(10); {
+	case x < 4:
+		return s.between(1, 3000)
+	case x < 8:
+		return s.between(3000, 30_000)
+	default:
+		return s.between(30_000, 120_000)
+	}
+}
+
+// timeoutMs is how long a caller waits before it takes a request as timed
+// out.
+const timeoutMs = 3000
+
+// send issues one bucket request from node n: it lands after a latency
+// (whether or not n is still alive: it is on the wire), and then k runs on n
+// with the outcome, unless n crashed meanwhile. k may be nil.
+func (s *sim) send(n *node, r request, k func(result)) {
+	boot := n.boot
+	f := s.drawFault(n, &r)
+	s.after(s.latency(), func() {
+		res := s.apply(n, &r, f)
+		if k == nil {
+			return
+		}
+		d := int64(0)
+		if res.late {
+			d = timeoutMs
+		}
+		s.step(n, boot, d, func() { k(res) })
+	})
+}
+
+// apply performs r against the bucket now, under fault f.
+func (s *sim) apply(n *node, r *request, f bucket.Fault) result {
+	ctx := context.Background()
+	s.nextFault = f
+	s.lateSeq = 0
+	var res result
+	switch r.kind {
+	case bucket.OpPut:
+		_, res.err = s.b.Put(ctx, r.key, r.body, r.cond)
+	case bucket.OpDelete:
+		res.err = s.b.Delete(ctx, r.key)
+	case bucket.OpGet:
+		res.body, _, res.err = s.b.Get(ctx, r.key)
+	case bucket.OpList:
+		res.keys, res.err = s.b.List(ctx, r.prefix, "", r.limit)
+	}
+	s.nextFault = bucket.Fault{}
+	res.late = f.Late && res.err != nil
+	if seq := s.lateSeq; seq != 0 {
+		s.c.LateOps++
+		d := r.lateAfter
+		if d == 0 {
+			d = s.lateDelay()
+		}
+		s.logf("%s %s %s timed out; lands in %s", n.addr, r.kind, r.key, fmtMs(d))
+		s.after(d, func() { s.landLate(seq) })
+	}
+	return res
+}
+
+// landLate applies the held request with sequence number seq.
+func (s *sim) landLate(seq uint64) {
+	for i, op := range s.b.Late() {
+		if op.Seq == seq {
+			err := s.b.ApplyLateOne(i)
+			s.logf("late %s %s landed (err=%v)", op.Kind, op.Key, err)
+			return
+		}
+	}
+	s.failf("sim", "late request %d is not held", seq)
+}
+
+// listNow lists at once (a sweep's pages), with a drawn fault.
+func (s *sim) listNow(n *node, prefix, startAfter string, limit int) ([]string, error) {
+	f := s.drawFault(n, &request{kind: bucket.OpList, class: clsRead})
+	s.nextFault = f
+	keys, err := s.b.List(context.Background(), prefix, startAfter, limit)
+	s.nextFault = bucket.Fault{}
+	return keys, err
+}
+
+// ---- the shadow of the bucket and the invariant ----
+
+type stateInfo struct {
+	key      string
+	gen, seq uint64
+	db       db
+	recKey   string // the object key of db.rec
+}
+
+type shadow struct {
+	latest  map[string]*stateInfo                // actor key -> latest snapshot
+	entries map[string]map[string]alarmindex.Key // actor key -> object key -> entry
+}
+
+func (s *sim) onChange(op bucket.Op) {
+	switch {
+	case strings.HasPrefix(op.Key, alarmindex.Root):
+		k, err := alarmindex.ParseKey(op.Key)
+		if err != nil {
+			s.failf("sim", "unparsable index key %q written: %v", op.Key, err)
+			return
+		}
+		ak := k.Actor.String()
+		m := s.sh.entries[ak]
+		if m == nil {
+			m = map[string]alarmindex.Key{}
+			s.sh.entries[ak] = m
+		}
+		if op.Kind == bucket.OpPut {
+			m[op.Key] = k
+		} else {
+			delete(m, op.Key)
+			if op.Late {
+				s.c.LateDeletes++
+			}
+		}
+		s.check(ak)
+	case strings.HasPrefix(op.Key, "state/"):
+		ak, gen, seq, ok := parseStateKey(op.Key)
+		a, known := s.byKey[ak]
+		if !ok || !known || op.Kind != bucket.OpPut {
+			s.failf("sim", "unexpected state change %s %s", op.Kind, op.Key)
+			return
+		}
+		cur := s.sh.latest[ak]
+		if cur != nil && (gen < cur.gen || gen == cur.gen && seq < cur.seq) {
+			return // an older snapshot: not the state
+		}
+		d, err := decode(a, op.Body)
+		if err != nil {
+			s.failf("sim", "%v", err)
+			return
+		}
+		st := &stateInfo{key: op.Key, gen: gen, seq: seq, db: d}
+		if d.rec != nil {
+			st.recKey = d.rec.String()
+		}
+		s.sh.latest[ak] = st
+		if h := s.holds[ak]; h != nil && h.gen > gen && cur != nil {
+			s.c.LateCommits++
+			s.logf("late commit: %s becomes the state of %s (hold is at generation %d): %s", op.Key, a, h.gen, d)
+		}
+		s.check(ak)
+	}
+}
+
+func (s *sim) checkAll() {
+	for _, ak := range s.actorKeys {
+		s.check(ak)
+		if s.fail != nil {
+			return
+		}
+	}
+}
+
+// check is the invariant for one actor: when the latest state in the bucket
+// has an alarm, it names an entry (alarm_indexed), that entry is at the
+// alarm's time, and it exists.
+func (s *sim) check(ak string) {
+	s.c.Checks++
+	st := s.sh.latest[ak]
+	if st == nil || st.db.alarm == nil {
+		return
+	}
+	at, rec := *st.db.alarm, st.db.rec
+	switch {
+	case rec == nil:
+		s.failf("invariant", "actor %s: state %s has an alarm at %s but names no entry", s.byKey[ak], st.key, fmtMs(at-epochMs))
+	case rec.DueMs != at:
+		s.failf("invariant", "actor %s: state %s has an alarm at %s but names entry %s at another time", s.byKey[ak], st.key, fmtMs(at-epochMs), rec)
+	default:
+		if _, ok := s.sh.entries[ak][st.recKey]; !ok {
+			s.failf("invariant", "actor %s: state %s has an alarm at %s whose named entry %s does not exist", s.byKey[ak], st.key, fmtMs(at-epochMs), rec)
+		}
+	}
+}
+
+// finalCheck runs at the end of the final phase: every committed alarm has
+// fired, every entry an actor with state had is gone, and the shadow agrees
+// with the bucket.
+func (s *sim) finalCheck() {
+	var want []string
+	for _, es := range s.sh.entries {
+		for k := range es {
+			want = append(want, k)
+		}
+	}
+	var got []string
+	for _, k := range s.b.Keys() {
+		if strings.HasPrefix(k, alarmindex.Root) {
+			got = append(got, k)
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(want, got) {
+		s.failf("sim", "shadow index (%d entries) differs from the bucket (%d)", len(want), len(got))
+		return
+	}
+	for _, a := range s.actors {
+		ak := a.String()
+		if st := s.sh.latest[ak]; st != nil && st.db.alarm != nil {
+			s.failf("liveness", "actor %s: committed alarm at %s never delivered (state %s)", a, fmtMs(*st.db.alarm-epochMs), st.key)
+			return
+		}
+	}
+	for _, a := range s.actors {
+		ak := a.String()
+		if s.sh.latest[ak] == nil {
+			continue // an actor the bucket never had keeps its entries (spec)
+		}
+		keys := make([]string, 0, len(s.sh.entries[ak]))
+		for k := range s.sh.entries[ak] {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			s.failf("liveness", "actor %s: entry %s still in the index at the end", a, k)
+			return
+		}
+	}
+}
+
+// ---- the coordination store: node leases and holds ----
+
+type storeLease struct {
+	epoch   uint64
+	expires int64
+}
+
+type holdRec struct {
+	node     int
+	epoch    uint64
+	gen      uint64
+	released bool
+}
+
+func (s *sim) leaseValid(node int, epoch uint64) bool {
+	if node < 0 {
+		return false
+	}
+	l := s.leases[node]
+	return l.epoch == epoch && s.now < l.expires
+}
+
+// holder is the node holding actor ak by the store's rule: the hold exists,
+// is not released, and its node lease is valid.
+func (s *sim) holder(ak string) (int, bool) {
+	h := s.holds[ak]
+	if h == nil || h.released || !s.leaseValid(h.node, h.epoch) {
+		return -1, false
+	}
+	return h.node, true
+}
+
+// liveAddrs are the nodes with fresh heartbeats (valid leases).
+func (s *sim) liveAddrs() []string {
+	var out []string
+	for i, n := range s.nodes {
+		if s.leaseValid(i, s.leases[i].epoch) {
+			out = append(out, n.addr)
+		}
+	}
+	return out
+}
