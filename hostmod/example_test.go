@@ -1,0 +1,68 @@
+package hostmod_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
+)
+
+// fixedClock is a clock an example can set.
+type fixedClock struct{ t time.Time }
+
+func (c *fixedClock) Now() time.Time { return c.t }
+
+// An engine runs actors: compile a class once, open each actor on its own
+// database, run events, and deliver alarms when they are due.
+func Example() {
+	ctx := context.Background()
+	clock := &fixedClock{t: time.UnixMilli(1_000_000)}
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(clock), hostmod.WithBackoff(time.Second, 5*time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close(ctx)
+
+	// oneshot_alarm sets the alarm to the time in its request; its
+	// on-alarm returns 0.
+	wasm, err := os.ReadFile("../testdata/wasm/oneshot_alarm.wasm")
+	if err != nil {
+		panic(err)
+	}
+	class, err := eng.Compile(ctx, "oneshot", wasm)
+	if err != nil {
+		panic(err)
+	}
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "a"}
+	actor, err := eng.Open(ctx, id, class, filepath.Join(dir, "a.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer actor.Close(ctx)
+
+	var req [8]byte
+	binary.LittleEndian.PutUint64(req[:], 1_005_000)
+	res, err := actor.Request(ctx, req[:])
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("committed alarm:", res.Alarm)
+
+	d, _ := actor.DeliverAlarm(ctx)
+	fmt.Println("ran before it was due:", d.Ran)
+
+	clock.t = time.UnixMilli(1_005_000)
+	d, _ = actor.DeliverAlarm(ctx)
+	fmt.Println("ran when due:", d.Ran, "scheduled:", d.Scheduled, "alarm left:", d.HasAlarm)
+	// Output:
+	// committed alarm: 1005000
+	// ran before it was due: false
+	// ran when due: true scheduled: 1005000 alarm left: false
+}
