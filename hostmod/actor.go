@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 // ErrClosed is returned by an Actor after Close.
@@ -307,7 +308,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 // On success the alarm is gone unless the handler set one, and the failure
 // count is reset. On failure (non-zero, trap, deadline) the handler's writes
 // roll back; then, in a new transaction, whatever alarm the handler left due
-// before the retry time moves to the retry time (now + RetryDelay), one it
+// before the retry time moves to the retry time (now + alarmindex.RetryDelay), one it
 // set later, or a clear, stands, and the failure count grows by one. So the
 // backoff is committed and survives restarts.
 //
@@ -384,8 +385,9 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 		return Delivery{}, fmt.Errorf("actor %s: begin: %w", a.id, err)
 	}
 	n := failures + 1
-	retryAt := now + RetryDelay(n, a.e.cfg.retryBase, a.e.cfg.retryMax).Milliseconds()
-	next := RetryTime(left, retryAt)
+	// The same arithmetic the simulator runs (package alarmindex is pure).
+	retryAt := now + alarmindex.RetryDelay(n, a.e.cfg.retryBase, a.e.cfg.retryMax).Milliseconds()
+	next := alarmindex.AfterFailure(left, retryAt)
 	if next == nil {
 		err = a.store.ClearAlarm()
 		if err == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 // Clock gives the host's time. Guests see it as their wall clock, and
@@ -32,8 +33,8 @@ func (SystemClock) Now() time.Time { return time.Now() }
 const (
 	DefaultAlarmDeadline = 30 * time.Second
 	DefaultEventDeadline = 30 * time.Second
-	DefaultRetryBase     = time.Second
-	DefaultRetryMax      = 5 * time.Minute
+	DefaultRetryBase     = alarmindex.DefaultRetryBase
+	DefaultRetryMax      = alarmindex.DefaultRetryMax
 )
 
 type config struct {
@@ -130,33 +131,6 @@ func (e *Engine) Close(ctx context.Context) error { return e.r.Close(ctx) }
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() Clock { return e.cfg.clock }
-
-// RetryDelay is the delay before the attempt that follows the n-th failure
-// in a row (n >= 1): base, doubling, capped at max.
-func RetryDelay(n int, base, max time.Duration) time.Duration {
-	d := base
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d
-}
-
-// RetryTime applies the committed-retry rule of spec 0009 to a failed
-// on-alarm run: an alarm the handler left due before retryAt moves to
-// retryAt; one it set later stands; a clear (left == nil) stands.
-func RetryTime(left *int64, retryAt int64) *int64 {
-	if left == nil {
-		return nil
-	}
-	if *left < retryAt {
-		return &retryAt
-	}
-	v := *left
-	return &v
-}
 
 // Class is a compiled actor class whose exports were checked.
 type Class struct {

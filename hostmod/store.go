@@ -8,6 +8,8 @@ import (
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/ext/serdes"
+
+	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 // Meta keys in the _wasmkeep_meta table.
@@ -16,10 +18,10 @@ const (
 	MetaAlarmFailures = "alarm_failures"
 	// MetaAlarmIndexed names the index entry that stands for the alarm
 	// (spec 0009: "<at>/<tag>", empty for none). Written by the index updater.
-	MetaAlarmIndexed = "alarm_indexed"
+	MetaAlarmIndexed = alarmindex.MetaAlarmIndexed
 	// MetaOwnerFence is the one-line change an owner uploads before it removes
 	// entries as stale (spec 0009, R2).
-	MetaOwnerFence = "owner_fence"
+	MetaOwnerFence = alarmindex.MetaOwnerFence
 	// MetaInitDone records that on-init ran and committed.
 	MetaInitDone = "init_done"
 )
