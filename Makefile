@@ -34,6 +34,11 @@ lint:
 	$(GO) vet ./...
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
 
+SEEDS ?= 2000
+# sim runs the deterministic simulation over SEEDS seeds (make sim SEEDS=20000).
+sim:
+	$(GO) test -count=1 -timeout 0 -run 'TestSim$$' -v ./sim -sim.seeds=$(SEEDS)
+
 # testdata rebuilds the .wasm fixtures from their .wat sources (needs wabt's wat2wasm).
 testdata:
 	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done

@@ -399,6 +399,9 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 	// 3. One LIST of the actor's tagged entries at that time; DELETE the
 	// stale ones (and the legacy key by its exact name).
 	if plan.List {
+		if !a.HoldValid() {
+			return out, fmt.Errorf("actor %s: the hold lapsed before its stale entries were removed", id)
+		}
 		keys, err := p.cfg.Bucket.List(ctx, alarmindex.TaggedPrefix(toIndex(id), dueMs), "", bucket.MaxPage)
 		if err != nil {
 			return out, fmt.Errorf("actor %s: list its entries at %d: %w", id, dueMs, err)

@@ -93,7 +93,9 @@ type EventFacts struct {
 //     meta in the database, before replicating. On failure: do not upload;
 //     give the actor up.
 //  3. Replicate (the upload).
-//  4. DeleteAfterReplicate: once the upload succeeded, DELETE this entry.
+//  4. DeleteAfterReplicate: once the upload succeeded and the hold was still
+//     valid when it returned, DELETE this entry (an upload that landed after
+//     a takeover may have been overtaken by a newer state naming this entry).
 //     Failure is harmless (an extra entry, removed when it comes due).
 //
 // UploadBeforePut is set only by Mutations.FirstUploadBeforeEntry: then the

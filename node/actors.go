@@ -234,6 +234,15 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 		return err
 	}
 	e.dirty, e.joining = false, false
+	// An upload counts as done only if the hold was still valid when it
+	// returned: one that landed after a takeover is on no chain the new
+	// holder built on, so the entry it replaced may be named by the newer
+	// state, and must not be deleted (found by the simulator).
+	if !n.holds.Valid(e.hold) {
+		err := fmt.Errorf("actor %s: the hold lapsed while its state was uploading", e.id)
+		n.giveUp(ctx, e, err)
+		return err
+	}
 	after(ctx)
 	return nil
 }
