@@ -106,6 +106,7 @@ func latest(t *testing.T, b bucket.Bucket, id abi.ActorID) cluster.Snapshot {
 }
 
 func TestReplicationOrdersSnapshotsAndATakerRestoresTheNewest(t *testing.T) {
+	t.Parallel()
 	b := s3test.Start(t).Bucket
 	classes := scripted(t)
 	id := abi.ActorID{Tenant: "t", Class: "s", Name: "r"}
@@ -173,6 +174,7 @@ func (f *stateFaults) hook(op bucket.Op) bucket.Fault {
 // state if and only if the new holder has not uploaded yet (ADR 0007's
 // late commit): keys order by (generation, sequence), and the newest wins.
 func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name          string
 		newHolderPuts bool // the new holder uploads before the late PUT lands
@@ -231,6 +233,7 @@ func replica(id abi.ActorID, generation, seq uint64) string {
 // A failed upload gives the actor up: the hold goes at once, and the local
 // database, which has writes the bucket lacks, is not trusted again.
 func TestAFailedUploadGivesTheActorUp(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []node.EventKind{node.ExecDurable, node.Exec} {
 		name := map[node.EventKind]string{node.Exec: "exec", node.ExecDurable: "exec-durable"}[kind]
 		t.Run(name, func(t *testing.T) {
@@ -287,6 +290,7 @@ func TestAFailedUploadGivesTheActorUp(t *testing.T) {
 // another node takes the actors at once, long before the lease could
 // expire.
 func TestACleanShutdownHandsActorsOverAtOnce(t *testing.T) {
+	t.Parallel()
 	b := s3test.Start(t).Bucket
 	ctx := context.Background()
 	classes := scripted(t)
@@ -313,12 +317,13 @@ func TestACleanShutdownHandsActorsOverAtOnce(t *testing.T) {
 // An actor no event reached for the idle timeout is released while its
 // node lives on.
 func TestAnIdleActorIsReleased(t *testing.T) {
+	t.Parallel()
 	b := s3test.Start(t).Bucket
 	ctx := context.Background()
 	classes := scripted(t)
 	id := abi.ActorID{Tenant: "t", Class: "s", Name: "idle"}
 	bn := startHost(t, b, "b", t.TempDir(), classes, hostConfig{})
-	a := startHost(t, b, "a", t.TempDir(), classes, hostConfig{idle: 300 * time.Millisecond, start: true})
+	a := startHost(t, b, "a", t.TempDir(), classes, hostConfig{idle: time.Second, start: true})
 	do(t, a, id, node.Exec, "put k v")
 	var held *cluster.HeldElsewhereError
 	if _, err := bn.Exec(ctx, id, []byte("getkv k"), node.ExecDurable); !errors.As(err, &held) {
@@ -348,6 +353,7 @@ func TestAnIdleActorIsReleased(t *testing.T) {
 // each local actor the bucket lacks (with its alarm listed in the index
 // first, R4), and leaves alone those the bucket has.
 func TestJoiningWithLocalDataUploadsWhatTheBucketLacks(t *testing.T) {
+	t.Parallel()
 	b := s3test.Start(t).Bucket
 	ctx := context.Background()
 	classes := counter(t)
@@ -410,6 +416,7 @@ func TestJoiningWithLocalDataUploadsWhatTheBucketLacks(t *testing.T) {
 // exec replies once the event committed, before its upload; exec-durable
 // replies only once the upload is in the bucket.
 func TestExecRepliesBeforeTheUploadAndExecDurableAfterIt(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := bucket.NewMem()
 	var gated atomic.Bool
@@ -472,6 +479,7 @@ func TestExecRepliesBeforeTheUploadAndExecDurableAfterIt(t *testing.T) {
 // neither another node nor a restart runs it again; a deleted actor starts
 // over, on-init included.
 func TestOnInitIsRecordedOnceAcrossNodes(t *testing.T) {
+	t.Parallel()
 	b := s3test.Start(t).Bucket
 	ctx := context.Background()
 	classes := scripted(t)
@@ -500,6 +508,7 @@ func TestOnInitIsRecordedOnceAcrossNodes(t *testing.T) {
 // Deleting an actor removes its state on every node: the bucket gets a
 // tombstone, and a node with an older local copy starts the actor fresh.
 func TestDeletingAnActorRemovesItEverywhere(t *testing.T) {
+	t.Parallel()
 	b := s3test.Start(t).Bucket
 	ctx := context.Background()
 	classes := counter(t)

@@ -68,6 +68,7 @@ func call(t *testing.T, method, u string, body []byte) (int, string) {
 // the actor's state is in one place, whichever node a client reaches. A
 // name with '/' (sent as %2F) stays one name through the forward.
 func TestAnyNodeRoutesToTheHolder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := s3test.Start(t).Bucket
 	classes := counter(t)
@@ -125,6 +126,7 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 }
 
 func TestHTTPStatusCodes(t *testing.T) {
+	t.Parallel()
 	b := s3test.Start(t).Bucket
 	a := serveHost(t, b, "a", counter(t), hostConfig{})
 	actor := a.URL + "/v1/actors/t/counter/x"
@@ -162,6 +164,7 @@ func TestHTTPStatusCodes(t *testing.T) {
 // While the holder cannot be reached (it crashed and its lease has not run
 // out), other nodes answer 503 with Retry-After: the client retries.
 func TestAnUnreachableHolderIs503(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := s3test.Start(t).Bucket
 	classes := counter(t)
