@@ -140,7 +140,8 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 	fmt.Printf("keepnode listening on http://%s node=%s\n", ln.Addr(), id)
 
 	<-ctx.Done()
-	logger.Info("shutting down: releasing actors")
+	stop() // a second signal ends the process at once, without the clean shutdown
+	logger.Info("shutting down: releasing actors (signal again to exit at once)")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv.Shutdown(sctx)
