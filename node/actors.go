@@ -168,8 +168,10 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 	}
 	// A tombstone counts as state: no first snapshot of an earlier owner
 	// can land above it, so the entries of a deleted actor are removed
-	// when delivered rather than kept (OutcomeKeep) for ever.
-	e.hasLast, e.last, e.bucketHad = true, latest, true
+	// when delivered rather than kept (OutcomeKeep) for ever. And once the
+	// bucket has the actor, no upload of this node is its first, even
+	// if this node's own first upload failed earlier.
+	e.hasLast, e.last, e.bucketHad, e.joining = true, latest, true, false
 	if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == latest.Key {
 		return nil
 	}
