@@ -1384,3 +1384,54 @@ func TestAnEntryOfADeletedActorIsRemovedWithoutRunningIt(t *testing.T) {
 		spy.noViolations(t)
 	})
 }
+
+func TestAfterAFailedFirstUploadAnUnchangedAlarmCostsNoRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, faults := memWithFaults()
+	spy := newIxSpy(t, m)
+	id := ixOneshot("rejoin")
+	dir := t.TempDir()
+	t1 := time.Now().Add(time.Hour).UnixMilli()
+	solo, err := node.New(ctx, node.Config{DataDir: dir, Classes: ixClasses(t, oneshotClass)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := solo.Request(ctx, id, setBody(t1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := solo.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// j joins, but the actor's first snapshot fails: it stays on j only.
+	faults.set(func(op bucket.Op) bucket.Fault {
+		if isStatePut(op) {
+			return bucket.Fault{Err: errInjected}
+		}
+		return bucket.Fault{}
+	})
+	j := ixNode(t, spy, "j", dir, ixConfig{class: oneshotClass, noStart: true})
+	faults.set(nil)
+	if s := latestOrZero(t, m, id); s.Key != "" {
+		t.Fatalf("the failed first upload left state %s", s.Key)
+	}
+
+	// Meanwhile another node creates the actor in the bucket.
+	bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{class: oneshotClass, noStart: true})
+	ixSet(t, nil, bn, id, node.ExecDurable, t1+1000)
+	_, named := ixNamed(t, m, id)
+	if err := bn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// j takes the actor from the bucket: its uploads are ordinary ones now,
+	// so an event that leaves the alarm alone costs no index request.
+	spy.counts()
+	ixSet(t, nil, j, id, node.ExecDurable, t1+1000)
+	spy.expect(t, "an event that leaves the restored alarm alone", 0, 0)
+	if _, e := ixNamed(t, m, id); e != named {
+		t.Errorf("the state names %s, want %s, which stands for the unchanged alarm", e, named)
+	}
+	spy.noViolations(t)
+}
