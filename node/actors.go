@@ -111,11 +111,14 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		}
 		return n.openLocal(ctx, e)
 	}
-	if e.a != nil && e.held && n.leases.Valid() {
+	// The hold, not only the lease: after a lapse the lease can be valid
+	// again in a new epoch, in which holds of the old one are void (another
+	// node may hold the actor now).
+	if e.a != nil && e.held && n.holds.Valid(e.hold) {
 		return nil
 	}
 	if e.a != nil || e.held {
-		n.giveUp(ctx, e, errors.New("the node lease lapsed"))
+		n.giveUp(ctx, e, errors.New("the hold is no longer valid (the node lease lapsed)"))
 	}
 	hold, err := n.holds.Acquire(ctx, e.id)
 	if err != nil {
@@ -756,7 +759,7 @@ type clusterActor struct {
 
 func (c *clusterActor) ID() abi.ActorID      { return c.e.id }
 func (c *clusterActor) Generation() uint64   { return c.e.hold.Generation }
-func (c *clusterActor) HoldValid() bool      { return c.e.held && c.e.a != nil && c.n.leases.Valid() }
+func (c *clusterActor) HoldValid() bool      { return c.e.held && c.e.a != nil && c.n.holds.Valid(c.e.hold) }
 func (c *clusterActor) Uploaded() bool       { return c.e.uploaded }
 func (c *clusterActor) BucketHadActor() bool { return c.e.bucketHad }
 
