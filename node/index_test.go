@@ -1435,3 +1435,45 @@ func TestAfterAFailedFirstUploadAnUnchangedAlarmCostsNoRequest(t *testing.T) {
 	}
 	spy.noViolations(t)
 }
+
+func TestAHoldFromBeforeALeaseLapseListsNothing(t *testing.T) {
+	t.Parallel()
+	m, faults := memWithFaults()
+	spy := newIxSpy(t, m)
+	id := ixOneshot("lapse")
+	t1 := time.Now().Add(time.Hour).UnixMilli()
+	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass, noStart: true})
+	bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{class: oneshotClass, noStart: true})
+	ixSet(t, nil, a, id, node.ExecDurable, t1)
+
+	// a's lease renewals fail until b has taken the actor over.
+	var cut atomic.Bool
+	cut.Store(true)
+	faults.set(func(op bucket.Op) bucket.Fault {
+		if cut.Load() && op.Kind == bucket.OpPut && op.Key == "cluster/nodes/a" {
+			return bucket.Fault{Err: errInjected}
+		}
+		return bucket.Fault{}
+	})
+	takeOver(t, bn, id, setBody(t1+1000))
+	before, named := ixNamed(t, m, id)
+	cut.Store(false)
+	waitFor(t, "a's lease valid again, in a new epoch", a.Leases().Valid)
+
+	// a's hold is void: an event there must not run under it, list an
+	// entry under its generation or upload.
+	spy.counts()
+	_, err := a.Exec(context.Background(), id, setBody(t1+2000), node.ExecDurable)
+	var held *cluster.HeldElsewhereError
+	if !errors.As(err, &held) || held.NodeID != "b" {
+		t.Errorf("the event on a: %v; want the actor held by b", err)
+	}
+	spy.expect(t, "an event on a void hold", 0, 0)
+	if s, e := ixNamed(t, m, id); s != before || e != named {
+		t.Errorf("the state is %s naming %s; want %s naming %s", s.Key, e, before.Key, named)
+	}
+	if got := ixEntries(t, m, id); len(got) != 1 || got[0] != named {
+		t.Errorf("index entries %v, want only %s", got, named)
+	}
+	spy.noViolations(t)
+}
