@@ -121,7 +121,9 @@ type Config struct {
 	SweepPeriod time.Duration
 	// RetryMax is the longest backoff (default 5 min).
 	RetryMax time.Duration
-	// Busy reports an actor already in flight or retrying on this node.
+	// Busy reports an actor already in flight on this node. Actors the
+	// Timer keeps against a sweep's offer (retrying) count as busy without
+	// it.
 	Busy func(abi.ActorID) bool
 	// Nonces defaults to a source seeded from crypto/rand.
 	Nonces alarmindex.Nonces
@@ -172,7 +174,18 @@ func Register(cfg Config) (*Plugin, error) {
 	}
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
-	busy := func(a alarmindex.Actor) bool { return cfg.Busy != nil && cfg.Busy(abi.ActorID(a)) }
+	// Actors in flight, and those the timer keeps (a retry in progress, or
+	// a time already earlier), do not count against a sweep's cap: an offer
+	// would change nothing for them, and counting them let more than 256
+	// retrying entries (a class this node does not serve, a bucket that was
+	// unreachable) hold every other overdue entry back.
+	busy := func(a alarmindex.Actor) bool {
+		id := abi.ActorID(a)
+		if cfg.Busy != nil && cfg.Busy(id) {
+			return true
+		}
+		return cfg.Timer.Keeps(TimerKey(id), cfg.Host.Now().UnixMilli())
+	}
 	loop, err := sweeper.New(sweeper.Config{
 		Self:    cfg.Host.Self(),
 		Margin:  cfg.Margin,

@@ -75,6 +75,18 @@ func (t *Timer) Offer(key string, atMs, nowMs int64) bool {
 	return true
 }
 
+// Keeps reports whether the timer holds key at a time that no offer of an
+// overdue time (one not after nowMs) can replace: a time not later than
+// nowMs plus the horizon (one already due or earlier, or a retry in
+// progress). A sweep leaves such actors out of its cap (see
+// [PlanInput.Busy]): offering them would change nothing.
+func (t *Timer) Keeps(key string, nowMs int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i, ok := t.index[key]
+	return ok && t.heap[i].at <= nowMs+t.horizon
+}
+
 // Remove unschedules key.
 func (t *Timer) Remove(key string) {
 	t.mu.Lock()
