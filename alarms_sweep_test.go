@@ -1,0 +1,346 @@
+package alarms_test
+
+// The sweep at plugin level: Register's sweeps offering overdue index
+// entries to node timers, over an in-memory bucket and over versitygw.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// TestMain stops the shared S3 server (versitygw) when the tests end.
+func TestMain(m *testing.M) { os.Exit(s3test.Run(m)) }
+
+// sweepHost is a Host on a clock that moves only when told, with a fixed
+// view of the live nodes. Sweeps are driven with Plugin.Sweep, so After
+// never fires.
+type sweepHost struct {
+	mu   sync.Mutex
+	now  time.Time
+	self string
+	live []string
+}
+
+func (h *sweepHost) Now() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.now
+}
+
+func (h *sweepHost) advance(d time.Duration) {
+	h.mu.Lock()
+	h.now = h.now.Add(d)
+	h.mu.Unlock()
+}
+
+func (h *sweepHost) After(time.Duration) <-chan time.Time { return nil }
+func (h *sweepHost) Self() string                         { return h.self }
+func (h *sweepHost) LiveNodes(context.Context) ([]string, error) {
+	return slices.Clone(h.live), nil
+}
+func (h *sweepHost) Tenants(context.Context) ([]string, error) { return []string{"t"}, nil }
+
+const (
+	swMargin   = 15 * time.Second // lease period plus grace
+	swRetryMax = 5 * time.Minute
+)
+
+var swStart = time.UnixMilli(1_800_000_000_000)
+
+// swNode is one node of a plugin-level test: its host, timer and plugin.
+type swNode struct {
+	host   *sweepHost
+	timer  *sweeper.Timer
+	plugin *alarms.Plugin
+}
+
+func newSwNode(t *testing.T, b bucket.Bucket, self string, live []string, now *time.Time) *swNode {
+	t.Helper()
+	h := &sweepHost{now: *now, self: self, live: live}
+	tm := sweeper.NewTimer(swRetryMax)
+	p, err := alarms.Register(alarms.Config{
+		Bucket: b, Host: h, Timer: tm, Margin: swMargin, SweepPeriod: 10 * time.Second, RetryMax: swRetryMax,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &swNode{host: h, timer: tm, plugin: p}
+}
+
+// popDue takes every due actor out of the node's timer, as its timer loop
+// would when it starts their deliveries.
+func (n *swNode) popDue(t *testing.T) []abi.ActorID {
+	t.Helper()
+	var out []abi.ActorID
+	for {
+		key, _, ok := n.timer.PopDue(n.host.Now().UnixMilli())
+		if !ok {
+			return out
+		}
+		id, err := alarms.ParseTimerKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, id)
+	}
+}
+
+// swBuckets runs f on an in-memory bucket and on a fresh versitygw bucket.
+func swBuckets(t *testing.T, f func(t *testing.T, b bucket.Bucket)) {
+	t.Run("mem", func(t *testing.T) { f(t, bucket.NewMem()) })
+	t.Run("s3", func(t *testing.T) { f(t, s3test.Start(t).Bucket) })
+}
+
+func swActor(i int) abi.ActorID {
+	return abi.ActorID{Tenant: "t", Class: "c", Name: fmt.Sprintf("a/%04d", i)}
+}
+
+func swKey(id abi.ActorID, dueMs int64) string {
+	return alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: dueMs, Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}.String()
+}
+
+// plant PUTs the empty index entries, eight at a time.
+func plant(t testing.TB, b bucket.Bucket, keys []string) {
+	t.Helper()
+	ctx := context.Background()
+	work := make(chan string)
+	errs := make(chan error, len(keys))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				if _, err := b.Put(ctx, k, nil, bucket.Cond{}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func deleteAll(t *testing.T, b bucket.Bucket, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if err := b.Delete(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Resuming after the delivery cap (spec 0009, "Sweep"; untested there): two
+// nodes share 1,200 overdue entries, about 600 each. Every sweep a node
+// offers its timer exactly min(256, what is left of its shard); the timer
+// delivers them (the entries go); the next sweep takes the next ones, until
+// every actor was offered exactly once, by its shard's node. Each sweep
+// costs one LIST page per 1,000 overdue entries, plus the one that ends it.
+func TestResumingAfterTheDeliveryCap(t *testing.T) {
+	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		cb := bucket.NewCounting(b)
+		names := []string{"node-a", "node-b"}
+		now := swStart
+		nodes := map[string]*swNode{}
+		for _, n := range names {
+			nodes[n] = newSwNode(t, cb, n, names, &now)
+		}
+		// Overdue by more than a margin, less than three: nobody's entries
+		// are anyone's, so each node delivers its shard only.
+		const total = 1200
+		keyOf := map[abi.ActorID]string{}
+		left := map[string]int{}
+		var keys []string
+		for i := range total {
+			id := swActor(i)
+			k := swKey(id, now.Add(-swMargin-2*time.Second).UnixMilli()+int64(i))
+			keyOf[id] = k
+			keys = append(keys, k)
+			left[sweeper.Shard(alarmindex.Actor(id), names)]++
+		}
+		// Entries not yet due stay where they are.
+		for i := range 5 {
+			keys = append(keys, swKey(swActor(total+i), now.Add(time.Hour).UnixMilli()))
+		}
+		plant(t, b, keys)
+		if left[names[0]] <= 2*sweeper.DefaultMaxDeliveries || left[names[1]] <= 2*sweeper.DefaultMaxDeliveries {
+			t.Fatalf("shards %v: the test needs more than the cap on each node", left)
+		}
+
+		offered := map[abi.ActorID]string{}
+		for round := 1; len(offered) < total; round++ {
+			if round > 10 {
+				t.Fatalf("after %d rounds %d of %d actors offered", round-1, len(offered), total)
+			}
+			for _, name := range names {
+				n := nodes[name]
+				cb.Reset()
+				n.plugin.Sweep(ctx)
+				// Pages of 1,000 keys up to the first entry not yet due.
+				if c, want := cb.Counts(), int64(total-len(offered))/1000+1; c.ListPages != want {
+					t.Errorf("%s sweep %d: %d LIST pages, want %d", name, round, c.ListPages, want)
+				}
+				got := n.popDue(t)
+				if want := min(sweeper.DefaultMaxDeliveries, left[name]); len(got) != want {
+					t.Fatalf("%s sweep %d: %d offered, want %d (%d of its shard left)", name, round, len(got), want, left[name])
+				}
+				left[name] -= len(got)
+				for _, id := range got {
+					if by, ok := offered[id]; ok {
+						t.Fatalf("%s offered %s again (first by %s)", name, id, by)
+					}
+					offered[id] = name
+					if s := sweeper.Shard(alarmindex.Actor(id), names); s != name {
+						t.Fatalf("%s offered %s of %s's shard", name, id, s)
+					}
+					deleteAll(t, b, keyOf[id]) // delivered: the entry goes
+				}
+			}
+		}
+		for _, name := range names {
+			nodes[name].plugin.Sweep(ctx)
+			if got := nodes[name].popDue(t); len(got) != 0 {
+				t.Fatalf("%s offered %d after the backlog drained", name, len(got))
+			}
+		}
+	})
+}
+
+// Entries the node already has retrying do not count against the cap: a
+// node whose first 256 deliveries failed (the host retries them later, as
+// after an unreachable bucket or a class it does not serve) offers the next
+// 256 on the next sweep instead of offering the same ones again for
+// nothing, and keeps their retry times.
+func TestRetryingEntriesDoNotCountAgainstTheCap(t *testing.T) {
+	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		now := swStart
+		n := newSwNode(t, b, "node-a", []string{"node-a"}, &now)
+		var keys []string
+		for i := range 600 {
+			keys = append(keys, swKey(swActor(i), now.Add(-swMargin-time.Second).UnixMilli()+int64(i)))
+		}
+		plant(t, b, keys)
+
+		n.plugin.Sweep(ctx)
+		first := n.popDue(t)
+		if len(first) != sweeper.DefaultMaxDeliveries {
+			t.Fatalf("first sweep offered %d, want %d", len(first), sweeper.DefaultMaxDeliveries)
+		}
+		// Each delivery fails; the host retries after a lease period.
+		retryAt := now.Add(10 * time.Second).UnixMilli()
+		for _, id := range first {
+			n.timer.Set(alarms.TimerKey(id), retryAt)
+		}
+		n.host.advance(time.Second)
+		n.plugin.Sweep(ctx)
+		second := n.popDue(t)
+		if len(second) != sweeper.DefaultMaxDeliveries {
+			t.Fatalf("second sweep offered %d new entries, want %d (the %d retrying ones must not count)",
+				len(second), sweeper.DefaultMaxDeliveries, len(first))
+		}
+		for _, id := range second {
+			if slices.Contains(first, id) {
+				t.Fatalf("second sweep offered %s, which is retrying", id)
+			}
+		}
+		for _, id := range first {
+			if at, ok := n.timer.Get(alarms.TimerKey(id)); !ok || at != retryAt {
+				t.Fatalf("%s: timer holds %d (%v), want the retry at %d", id, at, ok, retryAt)
+			}
+		}
+	})
+}
+
+// Sharding when nodes disagree (spec 0009, "Consequences"; untested there):
+// node a still sees the heartbeat of a dead "ghost" node, node b does not.
+// Entries a gives to the ghost and b gives to a are nobody's until they are
+// three margins overdue; then they are delivered. Every other entry is
+// delivered by the first sweep after it is a margin overdue, and every
+// entry is offered to some timer within three margins.
+func TestShardingWhenNodesDisagree(t *testing.T) {
+	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		const ghost = "node-ghost"
+		viewA := []string{"node-a", "node-b", ghost}
+		viewB := []string{"node-a", "node-b"}
+		due := swStart
+		now := due.Add(swMargin)
+		a := newSwNode(t, b, "node-a", viewA, &now)
+		bn := newSwNode(t, b, "node-b", viewB, &now)
+
+		const total = 300
+		keyOf := map[abi.ActorID]string{}
+		waits := map[abi.ActorID]bool{} // nobody's shard in its own view
+		var keys []string
+		for i := range total {
+			id := swActor(i)
+			keyOf[id] = swKey(id, due.UnixMilli())
+			keys = append(keys, keyOf[id])
+			x := alarmindex.Actor(id)
+			if sweeper.Shard(x, viewA) != "node-a" && sweeper.Shard(x, viewB) != "node-b" {
+				waits[id] = true
+				if s := sweeper.Shard(x, viewA); s != ghost {
+					t.Fatalf("%s waits but its shard in a's view is %s, not the ghost", id, s)
+				}
+			}
+		}
+		if len(waits) == 0 || len(waits) == total {
+			t.Fatalf("%d of %d actors wait: the views do not disagree usefully", len(waits), total)
+		}
+		plant(t, b, keys)
+
+		step := swMargin / 5
+		first := map[abi.ActorID]time.Duration{} // how overdue when first offered
+		for overdue := swMargin; overdue <= 3*swMargin+step; overdue += step {
+			for _, n := range []*swNode{a, bn} {
+				n.plugin.Sweep(ctx)
+			}
+			for _, n := range []*swNode{a, bn} {
+				for _, id := range n.popDue(t) {
+					if _, ok := first[id]; !ok {
+						first[id] = overdue
+						deleteAll(t, b, keyOf[id]) // delivered
+					}
+				}
+			}
+			a.host.advance(step)
+			bn.host.advance(step)
+		}
+		for i := range total {
+			id := swActor(i)
+			got, ok := first[id]
+			switch {
+			case !ok:
+				t.Errorf("%s was never offered", id)
+			case got > 3*swMargin:
+				t.Errorf("%s first offered %v overdue, past three margins", id, got)
+			case waits[id] && got < 3*swMargin:
+				t.Errorf("%s (the ghost's shard) offered %v overdue, before three margins", id, got)
+			case !waits[id] && got != swMargin:
+				t.Errorf("%s offered %v overdue, want the first sweep after a margin (%v)", id, got, swMargin)
+			}
+		}
+		t.Logf("%d of %d actors waited for three margins (the ghost's shard that a's view gives away)", len(waits), total)
+	})
+}
