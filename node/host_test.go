@@ -7,6 +7,8 @@ package node_test
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -306,6 +308,22 @@ func TestACleanShutdownHandsActorsOverAtOnce(t *testing.T) {
 	}
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// Each ownership record says released (no node), and a's lease is gone:
+	// either lets another node in at once, and a clean shutdown does both.
+	for _, id := range ids {
+		key := "cluster/holds/" + id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name))
+		body, _, err := b.Get(ctx, key)
+		var rec struct {
+			NodeID     string `json:"node_id"`
+			Generation uint64 `json:"generation"`
+		}
+		if err != nil || json.Unmarshal(body, &rec) != nil || rec.NodeID != "" || rec.Generation != 1 {
+			t.Fatalf("actor %s's ownership record after a's shutdown: %s %v, want released at generation 1", id, body, err)
+		}
+	}
+	if keys, err := b.List(ctx, "cluster/nodes/a", "", 10); err != nil || len(keys) != 0 {
+		t.Fatalf("a's lease after its shutdown: %v %v, want it deleted", keys, err)
 	}
 	for _, id := range ids {
 		if v := do(t, bn, id, node.ExecDurable, "getkv k"); v != "from-a" {

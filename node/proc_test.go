@@ -74,7 +74,8 @@ type actorLoad struct {
 }
 
 // Three nodes; one holds every actor; clients keep sending exec-durable
-// requests through the live nodes while that node is killed with SIGKILL.
+// requests through the live nodes while that node is killed with SIGKILL,
+// right after it acknowledged a write.
 // Another node takes the actors once the lease lapses, and every write
 // acknowledged to a client is there: each reply's count is above the one
 // before, and the final count lies between the acknowledged requests and
@@ -113,7 +114,21 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 
 	var live atomic.Pointer[[]*clusterproc.Node]
 	live.Store(&nodes)
-	var killed atomic.Bool
+	// Once armed, the first client to get an acknowledgement kills the
+	// victim at once: the moment an acknowledged write not yet in the
+	// bucket would be lost. Clients then stop sending to it; requests on
+	// their way to it, or forwarded to it, are cut off.
+	var armed, killed atomic.Bool
+	var killOnce sync.Once
+	killedNow := make(chan error, 1)
+	kill := func() {
+		killOnce.Do(func() {
+			rest := nodes[1:]
+			live.Store(&rest)
+			killed.Store(true)
+			killedNow <- victim.Kill()
+		})
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, l := range loads {
@@ -157,6 +172,9 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 				if sentAfterKill {
 					l.afterKill.Add(1)
 				}
+				if armed.Load() {
+					kill()
+				}
 			}
 		}()
 	}
@@ -196,12 +214,8 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 	}
 	waitUntil("traffic before the kill", each(10, func(l *actorLoad) int64 { return l.acked.Load() }))
 
-	// Stop sending to the victim just before it dies: requests already on
-	// their way to it, or forwarded to it, are cut off by the kill.
-	rest := nodes[1:]
-	live.Store(&rest)
-	killed.Store(true)
-	if err := victim.Kill(); err != nil {
+	armed.Store(true)
+	if err := <-killedNow; err != nil {
 		t.Fatal(err)
 	}
 	waitUntil("traffic after the takeover", each(10, func(l *actorLoad) int64 { return l.afterKill.Load() }))
