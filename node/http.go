@@ -27,10 +27,12 @@ import (
 // {name} is path-escaped (a name may hold '/', as %2F). A node that does not
 // hold the actor forwards the call to the node that does, once.
 //
-// Status codes: 200 success; 400 a malformed tenant, class, name or kind;
-// 404 a class this node does not serve; 422 the guest failed the event
-// (its writes rolled back); 503 the actor is held by a node that cannot be
-// reached, or the bucket is unreachable (retry); 500 anything else.
+// Status codes: 200 success (204 for a delete); 400 a malformed tenant,
+// class, name, kind or body; 404 a class this node does not serve; 422 the
+// guest failed the event (its writes rolled back); 503, with Retry-After,
+// for every other failure: the actor is held by a node that cannot be
+// reached, the bucket is unreachable, the node lease lapsed, an upload
+// failed (after an exec-durable event, whose outcome is then unknown).
 
 const forwardedHeader = "X-Wasmkeep-Forwarded"
 
