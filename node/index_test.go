@@ -68,15 +68,23 @@ type ixConfig struct {
 	log            *ixDeliveries // records the node's deliveries
 	noStart        bool          // do not run the timer, the reaper and the sweeps
 	class          string        // the class served: ixClass (default) or oneshotClass
+	// steady uses a 3 s lease (margin 1 s, grace 1 s) for tests that wait
+	// for no takeover and no sweep, so that a busy machine cannot make the
+	// lease lapse; the default is 600 ms (150 ms, 300 ms).
+	steady bool
 }
 
-// ixNode starts a cluster node on b with short lease timings (TTL 600 ms)
-// and a sweep every 200 ms; it is closed when the test ends.
+// ixNode starts a cluster node on b with short lease timings (TTL 600 ms,
+// unless steady) and a sweep every 200 ms; it is closed when the test ends.
 func ixNode(t *testing.T, b bucket.Bucket, name, dir string, c ixConfig) *node.Node {
 	t.Helper()
 	var onDelivery func(node.DeliveryEvent)
 	if c.log != nil {
 		onDelivery = c.log.add
+	}
+	ttl, margin, grace := 600*time.Millisecond, 150*time.Millisecond, 300*time.Millisecond
+	if c.steady {
+		ttl, margin, grace = 3*time.Second, time.Second, time.Second
 	}
 	n, err := node.New(context.Background(), node.Config{
 		DataDir: dir, Classes: ixClasses(t, c.class),
@@ -84,7 +92,7 @@ func ixNode(t *testing.T, b bucket.Bucket, name, dir string, c ixConfig) *node.N
 		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: name + ".invalid:1",
-			LeaseTTL: 600 * time.Millisecond, LeaseMargin: 150 * time.Millisecond, LeaseGrace: 300 * time.Millisecond,
+			LeaseTTL: ttl, LeaseMargin: margin, LeaseGrace: grace,
 			SweepPeriod: 200 * time.Millisecond, IdleTimeout: time.Hour, Tenants: []string{"t"},
 		},
 	})
@@ -535,7 +543,7 @@ func TestTheOwnerListsTheAlarmBeforeReplicatingTheEventAndDeletesTheReplacedEntr
 	t.Parallel()
 	ixBuckets(t, func(t *testing.T, b bucket.Bucket) {
 		spy := newIxSpy(t, b)
-		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{})
+		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true})
 		id := ixActor("owner")
 		t1 := time.Now().Add(time.Hour).UnixMilli()
 		t2 := t1 + 60_000
@@ -586,8 +594,8 @@ func TestIndexRequestsPerEvent(t *testing.T) {
 	t.Parallel()
 	ixBuckets(t, func(t *testing.T, b bucket.Bucket) {
 		spy := newIxSpy(t, b)
-		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{})
-		bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{})
+		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true})
+		bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{steady: true})
 		id := ixActor("count")
 		t1 := time.Now().Add(time.Hour).UnixMilli()
 		spy.counts()
@@ -637,7 +645,7 @@ func TestNewKeysCarryTheOwnersGeneration(t *testing.T) {
 		id := ixOneshot("gen")
 		t1 := time.Now().Add(time.Hour).UnixMilli()
 		for i, kind := range []node.EventKind{node.ExecDurable, node.Exec, node.ExecDurable} {
-			n := ixNode(t, spy, fmt.Sprintf("n%d", i), t.TempDir(), ixConfig{class: oneshotClass})
+			n := ixNode(t, spy, fmt.Sprintf("n%d", i), t.TempDir(), ixConfig{steady: true, class: oneshotClass})
 			ixSet(t, b, n, id, kind, t1+int64(i))
 			_, gen := ixHolder(t, b, id)
 			snap, e := ixNamed(t, b, id)
@@ -658,13 +666,13 @@ func TestExecDurableListsAPendingAlarmFirstUnderItsReplicasGeneration(t *testing
 		spy := newIxSpy(t, b)
 		id := ixOneshot("durable")
 		t1 := time.Now().Add(time.Hour).UnixMilli()
-		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass})
+		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true, class: oneshotClass})
 		ixSet(t, nil, a, id, node.ExecDurable, t1-1000)
 		_, e0 := ixNamed(t, b, id)
 		if err := a.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{class: oneshotClass})
+		bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{steady: true, class: oneshotClass})
 		// The reply of an exec-durable event comes after its upload: the
 		// entry exists and the snapshot names it when the request returns.
 		ixSet(t, nil, bn, id, node.ExecDurable, t1)
@@ -741,14 +749,14 @@ func TestALegacyEntryIsReplacedByATaggedOneOnTheNextEvent(t *testing.T) {
 		spy := newIxSpy(t, b)
 		id := ixOneshot("legacy")
 		t1 := time.Now().Add(time.Hour).UnixMilli()
-		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass})
+		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true, class: oneshotClass})
 		ixSet(t, nil, a, id, node.ExecDurable, t1)
 		if err := a.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		legacy := legacyState(t, b, id)
 
-		bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{class: oneshotClass})
+		bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{steady: true, class: oneshotClass})
 		spy.counts()
 		ixSet(t, nil, bn, id, node.ExecDurable, t1) // an event that leaves the alarm alone
 		spy.expect(t, "the first event after a legacy entry", 1, 1)
@@ -801,7 +809,7 @@ func TestAFailedIndexPutGivesTheActorUp(t *testing.T) {
 		spy := newIxSpy(t, b)
 		id := ixOneshot("putfails")
 		t1 := time.Now().Add(time.Hour).UnixMilli()
-		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass})
+		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true, class: oneshotClass})
 		ixSet(t, nil, a, id, node.ExecDurable, t1)
 		before, e1 := ixNamed(t, b, id)
 
@@ -887,7 +895,7 @@ func TestAListingWhoseReplyWasLostIsRetriedAsTheSameEntry(t *testing.T) {
 	spy := newIxSpy(t, b)
 	id := ixOneshot("lostreply")
 	t1 := time.Now().Add(time.Hour).UnixMilli()
-	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass})
+	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true, class: oneshotClass})
 	// The PUT lands but its reply is lost; the client's retry finds the
 	// entry (412), which the rules take as success (R1's one exception).
 	proxy.FailNext("PUT", 1, s3test.DropAfterForward)
@@ -1411,14 +1419,14 @@ func TestAfterAFailedFirstUploadAnUnchangedAlarmCostsNoRequest(t *testing.T) {
 		}
 		return bucket.Fault{}
 	})
-	j := ixNode(t, spy, "j", dir, ixConfig{class: oneshotClass, noStart: true})
+	j := ixNode(t, spy, "j", dir, ixConfig{steady: true, class: oneshotClass, noStart: true})
 	faults.set(nil)
 	if s := latestOrZero(t, m, id); s.Key != "" {
 		t.Fatalf("the failed first upload left state %s", s.Key)
 	}
 
 	// Meanwhile another node creates the actor in the bucket.
-	bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{class: oneshotClass, noStart: true})
+	bn := ixNode(t, spy, "b", t.TempDir(), ixConfig{steady: true, class: oneshotClass, noStart: true})
 	ixSet(t, nil, bn, id, node.ExecDurable, t1+1000)
 	_, named := ixNamed(t, m, id)
 	if err := bn.Close(ctx); err != nil {
