@@ -47,6 +47,7 @@ type config struct {
 	stdout        io.Writer
 	stderr        io.Writer
 	beforeCommit  BeforeCommitFunc
+	cache         wazero.CompilationCache
 }
 
 // BeforeCommitFunc runs inside an event's transaction, after the guest
@@ -82,6 +83,17 @@ func WithGuestOutput(stdout, stderr io.Writer) Option {
 	return func(o *config) { o.stdout, o.stderr = stdout, stderr }
 }
 
+// sharedCache lets every engine in the process compile a class once.
+var sharedCache = wazero.NewCompilationCache()
+
+// WithCompilationCache sets the wazero compilation cache (default: one
+// in-memory cache shared by every engine in the process, so each class is
+// compiled once). Pass wazero.NewCompilationCacheWithDir to keep compiled
+// classes across restarts.
+func WithCompilationCache(c wazero.CompilationCache) Option {
+	return func(o *config) { o.cache = c }
+}
+
 // WithBeforeCommit installs the hook run before each event commits.
 func WithBeforeCommit(f BeforeCommitFunc) Option { return func(o *config) { o.beforeCommit = f } }
 
@@ -114,7 +126,11 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.alarmDeadline <= 0 || cfg.eventDeadline <= 0 {
 		return nil, fmt.Errorf("hostmod: deadlines must be positive")
 	}
-	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
+	cache := cfg.cache
+	if cache == nil {
+		cache = sharedCache
+	}
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithCompilationCache(cache))
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
 		r.Close(ctx)
 		return nil, fmt.Errorf("hostmod: instantiate WASI: %w", err)

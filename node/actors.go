@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +54,10 @@ const (
 	ExecDurable
 )
 
+// ErrClassNotServed is returned for an actor whose class this node does
+// not serve.
+var ErrClassNotServed = errors.New("not served by this node")
+
 // ErrHeldElsewhere is returned (wrapped in *cluster.HeldElsewhereError) when
 // another node holds the actor.
 var ErrHeldElsewhere = errors.New("held by another node")
@@ -87,7 +92,7 @@ func (n *Node) entry(id abi.ActorID) (*entry, error) {
 		return nil, fmt.Errorf("actor %s: node closed", id)
 	}
 	if _, ok := n.classes[id.Class]; !ok {
-		return nil, fmt.Errorf("actor %s: class %q is not served by this node", id, id.Class)
+		return nil, fmt.Errorf("actor %s: class %q is %w", id, id.Class, ErrClassNotServed)
 	}
 	e, ok := n.entries[id]
 	if !ok {
@@ -234,7 +239,7 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 		err = n.upload(ctx, e, data)
 	}
 	if err != nil {
-		err = fmt.Errorf("actor %s: replicate: %w", e.id, err)
+		err = actorErr(e.id, "replicate", err)
 		n.giveUp(ctx, e, err)
 		return err
 	}
@@ -269,9 +274,15 @@ func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
 		n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
 	}
 	if hadPrev && snap.Newer(prev) {
-		if err := n.cfg.Cluster.Bucket.Delete(ctx, prev.Key); err != nil {
-			n.log.Debug("could not prune a replaced snapshot", "actor", e.id.String(), "key", prev.Key, "error", err)
-		}
+		// The replaced snapshot can no longer become the state (a newer
+		// one exists): prune it off the reply path.
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.cfg.Cluster.Bucket.Delete(context.WithoutCancel(ctx), prev.Key); err != nil {
+				n.log.Debug("could not prune a replaced snapshot", "actor", e.id.String(), "key", prev.Key, "error", err)
+			}
+		}()
 	}
 	return nil
 }
@@ -413,6 +424,9 @@ func (n *Node) schedule(id abi.ActorID, r hostmod.Result) {
 	if !r.AlarmChanged {
 		return
 	}
+	n.mu.Lock()
+	delete(n.redeliver, timerKey(id))
+	n.mu.Unlock()
 	if r.HasAlarm {
 		n.timer.Set(timerKey(id), r.Alarm)
 	} else {
@@ -454,6 +468,14 @@ func (n *Node) doneDelivery(key string) {
 // and re-arm the timer from the committed alarm. A node that cannot run it
 // because another node holds the actor drops it: the holder has it.
 func (n *Node) deliver(ctx context.Context, key string, at int64) {
+	n.mu.Lock()
+	if due, ok := n.redeliver[key]; ok {
+		delete(n.redeliver, key)
+		if due < at {
+			at = due
+		}
+	}
+	n.mu.Unlock()
 	ev := DeliveryEvent{TimerAt: at}
 	id, err := parseTimerKey(key)
 	if err != nil {
@@ -486,6 +508,12 @@ func (n *Node) deliver(ctx context.Context, key string, at int64) {
 	ev.At = n.cfg.Clock.Now()
 	var held *cluster.HeldElsewhereError
 	switch {
+	case errors.Is(err, ErrClassNotServed):
+		// Another node may serve it; a sweep offers it again later (it
+		// becomes anyone's after three margins).
+		ev.Err = err
+		n.timer.Remove(key)
+		n.log.Debug("alarm dropped: class not served here", "actor", id.String())
 	case errors.As(err, &held):
 		ev.Err = err
 		n.timer.Remove(key)
@@ -498,7 +526,12 @@ func (n *Node) deliver(ctx context.Context, key string, at int64) {
 				retry = n.cfg.Cluster.LeaseTTL
 			}
 			n.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", retry, "error", err)
-			n.timer.Offer(key, ev.At.Add(retry).UnixMilli(), ev.At.UnixMilli())
+			if n.timer.Offer(key, ev.At.Add(retry).UnixMilli(), ev.At.UnixMilli()) {
+				// The retry fires later but delivers the same entry time.
+				n.mu.Lock()
+				n.redeliver[key] = at
+				n.mu.Unlock()
+			}
 		}
 	default:
 		d := ev.Delivery
@@ -854,4 +887,13 @@ func (n *Node) Crash() {
 		e.mu.Unlock()
 	}
 	n.engine.Close(ctx)
+}
+
+// actorErr wraps err with what failed, naming the actor once: errors from
+// the plugin, the replica and the engine already start with "actor <id>:".
+func actorErr(id abi.ActorID, what string, err error) error {
+	if strings.HasPrefix(err.Error(), "actor "+id.String()+":") {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("actor %s: %s: %w", id, what, err)
 }

@@ -146,7 +146,7 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 	case errors.As(err, &ge):
 		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
-	case strings.Contains(err.Error(), "is not served by this node"):
+	case errors.Is(err, ErrClassNotServed):
 		http.Error(w, err.Error(), http.StatusNotFound)
 	case strings.Contains(err.Error(), "invalid tenant") || strings.Contains(err.Error(), "invalid class") || strings.Contains(err.Error(), "empty name"):
 		http.Error(w, err.Error(), http.StatusBadRequest)

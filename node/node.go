@@ -90,7 +90,10 @@ type Node struct {
 	mu       sync.Mutex
 	entries  map[abi.ActorID]*entry
 	inflight map[string]bool
-	closed   bool
+	// redeliver keeps the entry time of a delivery that failed on the host
+	// side, so its retry delivers that time rather than the retry's.
+	redeliver map[string]int64
+	closed    bool
 
 	sem    chan struct{}
 	wg     sync.WaitGroup
@@ -134,14 +137,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		engine:   eng,
-		classes:  map[string]*hostmod.Class{},
-		timer:    sweeper.NewTimer(cfg.RetryMax),
-		entries:  map[abi.ActorID]*entry{},
-		inflight: map[string]bool{},
-		sem:      make(chan struct{}, cfg.MaxConcurrentDeliveries),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		engine:    eng,
+		classes:   map[string]*hostmod.Class{},
+		timer:     sweeper.NewTimer(cfg.RetryMax),
+		entries:   map[abi.ActorID]*entry{},
+		inflight:  map[string]bool{},
+		redeliver: map[string]int64{},
+		sem:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
 	}
 	for name, wasm := range cfg.Classes {
 		if err := ValidateClass(name); err != nil {
