@@ -161,6 +161,12 @@ func (v *Versitygw) S3(bucket string) S3 {
 	return S3{Endpoint: v.Endpoint, AccessKey: v.AccessKey, SecretKey: v.SecretKey, Region: "us-east-1", Bucket: bucket}
 }
 
+// Exited is closed once the server process has exited.
+func (v *Versitygw) Exited() <-chan struct{} { return v.exited }
+
+// Pid is the server's process ID.
+func (v *Versitygw) Pid() int { return v.cmd.Process.Pid }
+
 // Stop kills the server and waits for it. Its directory stays (the caller
 // owns dir).
 func (v *Versitygw) Stop() {

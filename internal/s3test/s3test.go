@@ -11,18 +11,11 @@
 package s3test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"go/build"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -34,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/clusterproc"
 )
 
 // Server is a test's view of the S3 server: a client on a fresh bucket and
@@ -74,9 +68,8 @@ const testBackoff = 50 * time.Millisecond
 type shared struct {
 	endpoint string
 	options  []bucket.S3Option
-	external bool // named by AWS_ENDPOINT_URL: buckets are removed after each test
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	external bool                   // from AWS_ENDPOINT_URL
+	gw       *clusterproc.Versitygw // the local server, when not external
 	dir      string
 }
 
@@ -96,14 +89,14 @@ func Start(tb testing.TB) *Server {
 		tb.Fatalf("s3test: %v", sharedErr)
 	}
 	select {
-	case <-sharedSrv.exited:
-		tb.Fatalf("s3test: versitygw (pid %d) has exited; its log is in %s", sharedSrv.cmd.Process.Pid, sharedSrv.dir)
+	case <-sharedSrv.gwExited():
+		tb.Fatalf("s3test: versitygw (pid %d) has exited; its log is in %s", sharedSrv.gw.Pid(), sharedSrv.gw.Dir)
 	default:
 	}
 	name := bucketName(tb.Name())
 	srv := &Server{Name: name, Endpoint: sharedSrv.endpoint, Options: sharedSrv.options}
 	if !sharedSrv.external {
-		srv.AccessKey, srv.SecretKey = accessKey, secretKey
+		srv.AccessKey, srv.SecretKey = sharedSrv.gw.AccessKey, sharedSrv.gw.SecretKey
 	}
 	srv.Bucket = srv.NewClient(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -121,9 +114,8 @@ func Start(tb testing.TB) *Server {
 // and removes its directory. Call it from TestMain and exit with its result.
 func Run(m *testing.M) int {
 	code := m.Run()
-	if sharedSrv != nil && sharedSrv.cmd != nil {
-		_ = sharedSrv.cmd.Process.Kill()
-		<-sharedSrv.exited
+	if sharedSrv != nil && sharedSrv.gw != nil {
+		sharedSrv.gw.Stop()
 		_ = os.RemoveAll(sharedSrv.dir)
 	}
 	return code
@@ -151,148 +143,36 @@ func startShared() (*shared, error) {
 			external: true,
 		}, nil
 	}
-	bin, err := findVersitygw()
-	if err != nil {
-		return nil, err
-	}
-	return startVersitygw(bin)
-}
-
-func findVersitygw() (string, error) {
-	var dirs []string
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(lines) == 2 {
-			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
-				dirs = append(dirs, gobin)
-			}
-			for _, p := range filepath.SplitList(strings.TrimSpace(lines[1])) {
-				dirs = append(dirs, filepath.Join(p, "bin"))
-			}
-		}
-	}
-	for _, p := range filepath.SplitList(build.Default.GOPATH) {
-		dirs = append(dirs, filepath.Join(p, "bin"))
-	}
-	return locate(exec.LookPath, dirs)
-}
-
-// locate finds versitygw on PATH (through lookPath) or in one of dirs.
-func locate(lookPath func(string) (string, error), dirs []string) (string, error) {
-	if p, err := lookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "versitygw")
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New("no S3 server: AWS_ENDPOINT_URL is not set and versitygw is neither on PATH nor in $(go env GOPATH)/bin; " +
-		"run `make tools` (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
-}
-
-// Root credentials of the local server; it listens on 127.0.0.1 only.
-const (
-	accessKey = "s3test-access"
-	secretKey = "s3test-secret-key-0123456789"
-)
-
-func startVersitygw(bin string) (*shared, error) {
 	dir, err := os.MkdirTemp("", "s3test-versitygw-")
 	if err != nil {
 		return nil, fmt.Errorf("versitygw: temp dir: %w", err)
 	}
-	root := filepath.Join(dir, "root")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		return nil, fmt.Errorf("versitygw: %w", err)
-	}
-	var lastErr error
-	for try := 0; try < 3; try++ { // the free port may be taken before versitygw binds it
-		s, err := launch(bin, dir, root)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-	}
-	_ = os.RemoveAll(dir)
-	return nil, lastErr
-}
-
-func launch(bin, dir, root string) (*shared, error) {
-	port, err := freePort()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gw, err := clusterproc.StartVersitygw(ctx, dir)
 	if err != nil {
-		return nil, fmt.Errorf("versitygw: finding a free port: %w", err)
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logPath := filepath.Join(dir, "versitygw.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("versitygw: log file: %w", err)
-	}
-	defer logFile.Close()
-	cmd := exec.Command(bin,
-		"--access", accessKey, "--secret", secretKey,
-		"--port", addr, "--region", bucket.DefaultRegion, "--quiet",
-		"posix", root)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("versitygw: starting %s: %w", bin, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	s := &shared{
-		endpoint: "http://" + addr,
+	return &shared{
+		endpoint: gw.Endpoint,
 		options: []bucket.S3Option{
-			bucket.WithEndpoint("http://" + addr),
-			bucket.WithCredentials(accessKey, secretKey),
+			bucket.WithEndpoint(gw.Endpoint),
+			bucket.WithCredentials(gw.AccessKey, gw.SecretKey),
 			bucket.WithRegion(bucket.DefaultRegion),
 			bucket.WithRetryMaxBackoff(testBackoff),
 		},
-		cmd:    cmd,
-		exited: exited,
-		dir:    dir,
-	}
-	if err := waitReady(s.endpoint, exited, 15*time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		log, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("versitygw on %s: %w; log:\n%s", addr, err, bytes.TrimSpace(log))
-	}
-	return s, nil
+		gw:  gw,
+		dir: dir,
+	}, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// gwExited is closed once the local server exited (never for an external one).
+func (s *shared) gwExited() <-chan struct{} {
+	if s.gw == nil {
+		return nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// waitReady polls until the server answers HTTP (any status: an unsigned
-// request is refused, which proves it is serving).
-func waitReady(endpoint string, exited <-chan struct{}, within time.Duration) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := client.Get(endpoint + "/")
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited before answering")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering after %v: %w", within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return s.gw.Exited()
 }
 
 // removeBucket empties and deletes a test bucket on an external server.

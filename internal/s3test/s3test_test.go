@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -38,22 +37,6 @@ func TestStartGivesEachTestItsOwnBucket(t *testing.T) {
 	body, _, err := a.NewClient(t).Get(t.Context(), "only-in-a")
 	if err != nil || string(body) != "x" {
 		t.Fatalf("NewClient: Get = %q, %v", body, err)
-	}
-}
-
-func TestLocateSaysHowToInstall(t *testing.T) {
-	notFound := func(string) (string, error) { return "", errors.New("not on PATH") }
-	dir := t.TempDir()
-	_, err := locate(notFound, []string{dir})
-	if err == nil || !strings.Contains(err.Error(), "make tools") {
-		t.Fatalf("err = %v, want a hint to run make tools", err)
-	}
-	bin := filepath.Join(dir, "versitygw")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if p, err := locate(notFound, []string{filepath.Join(dir, "none"), dir}); err != nil || p != bin {
-		t.Fatalf("locate = %q, %v; want %q", p, err, bin)
 	}
 }
 
