@@ -270,12 +270,7 @@ func responseWrite(ctx context.Context, mod api.Module, stack []uint64) {
 // EFAULT for a range outside memory; E2BIG for a key over abi.MaxKeyLen;
 // EPERM outside an event; EIO when the database fails.
 func kvGet(ctx context.Context, mod api.Module, stack []uint64) {
-	ev, e := eventOf(ctx)
-	if e != 0 {
-		ret(stack, e)
-		return
-	}
-	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	ev, key, e := keyCall(ctx, mod, stack)
 	if e != 0 {
 		ret(stack, e)
 		return
@@ -311,12 +306,7 @@ func kvGet(ctx context.Context, mod api.Module, stack []uint64) {
 // event's transaction. Errno: EFAULT, E2BIG (key over abi.MaxKeyLen or value
 // over abi.MaxValueLen), EPERM outside an event, EIO.
 func kvPut(ctx context.Context, mod api.Module, stack []uint64) {
-	ev, e := eventOf(ctx)
-	if e != 0 {
-		ret(stack, e)
-		return
-	}
-	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	ev, key, e := keyCall(ctx, mod, stack)
 	if e != 0 {
 		ret(stack, e)
 		return
@@ -342,12 +332,7 @@ func kvPut(ctx context.Context, mod api.Module, stack []uint64) {
 // Errno: EFAULT, E2BIG, EPERM outside an event, EIO. Deleting an absent key
 // succeeds.
 func kvDelete(ctx context.Context, mod api.Module, stack []uint64) {
-	ev, e := eventOf(ctx)
-	if e != 0 {
-		ret(stack, e)
-		return
-	}
-	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	ev, key, e := keyCall(ctx, mod, stack)
 	if e != 0 {
 		ret(stack, e)
 		return
@@ -357,6 +342,16 @@ func kvDelete(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	ret(stack, abi.ESUCCESS)
+}
+
+// keyCall starts a kv function: the event, and the key at stack[0:2].
+func keyCall(ctx context.Context, mod api.Module, stack []uint64) (*event, []byte, abi.Errno) {
+	ev, e := eventOf(ctx)
+	if e != 0 {
+		return nil, nil, e
+	}
+	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	return ev, key, e
 }
 
 func readKey(mod api.Module, ptr, n uint32) ([]byte, abi.Errno) {
