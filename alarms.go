@@ -312,6 +312,15 @@ func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (af
 	if err != nil {
 		return nil, err
 	}
+	if plan.UploadBeforePut {
+		// Only the FirstUploadBeforeEntry mutation: the upload goes first,
+		// naming an entry that does not exist yet (for mutation tests).
+		return func(ctx context.Context) {
+			if err := p.putAndRecord(ctx, a, plan); err == nil {
+				p.deleteAfter(ctx, a.ID(), plan)
+			}
+		}, nil
+	}
 	if err := p.putAndRecord(ctx, a, plan); err != nil {
 		return nil, err
 	}
