@@ -125,6 +125,12 @@ type Config struct {
 	// Timer keeps against a sweep's offer (retrying) count as busy without
 	// it.
 	Busy func(abi.ActorID) bool
+	// Serves reports whether this node runs actors of a class (nil: every
+	// class). A sweep neither offers entries of other classes nor counts
+	// them against its cap of 256: nodes that serve the class deliver them
+	// (as anyone's once three margins overdue), and entries of a class no
+	// node serves cannot hold the others back.
+	Serves func(class string) bool
 	// Nonces defaults to a source seeded from crypto/rand.
 	Nonces alarmindex.Nonces
 	// Mutations switch safety features off, for the simulator's mutation
@@ -174,13 +180,16 @@ func Register(cfg Config) (*Plugin, error) {
 	}
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
-	// Actors in flight, and those the timer keeps (a retry in progress, or
-	// a time already earlier), do not count against a sweep's cap: an offer
-	// would change nothing for them, and counting them let more than 256
-	// retrying entries (a class this node does not serve, a bucket that was
-	// unreachable) hold every other overdue entry back.
+	// Actors of classes this node does not serve, actors in flight, and
+	// those the timer keeps (a retry in progress, or a time already
+	// earlier) do not count against a sweep's cap: an offer would change
+	// nothing for them, and counting them let more than 256 such entries
+	// hold every other overdue entry back.
 	busy := func(a alarmindex.Actor) bool {
 		id := abi.ActorID(a)
+		if cfg.Serves != nil && !cfg.Serves(a.Class) {
+			return true
+		}
 		if cfg.Busy != nil && cfg.Busy(id) {
 			return true
 		}

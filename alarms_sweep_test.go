@@ -68,10 +68,17 @@ type swNode struct {
 
 func newSwNode(t *testing.T, b bucket.Bucket, self string, live []string, now *time.Time) *swNode {
 	t.Helper()
+	return newSwNodeServing(t, b, self, live, now, nil)
+}
+
+// newSwNodeServing is newSwNode with Config.Serves.
+func newSwNodeServing(t *testing.T, b bucket.Bucket, self string, live []string, now *time.Time, serves func(string) bool) *swNode {
+	t.Helper()
 	h := &sweepHost{now: *now, self: self, live: live}
 	tm := sweeper.NewTimer(swRetryMax)
 	p, err := alarms.Register(alarms.Config{
 		Bucket: b, Host: h, Timer: tm, Margin: swMargin, SweepPeriod: 10 * time.Second, RetryMax: swRetryMax,
+		Serves: serves,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -267,6 +274,52 @@ func TestRetryingEntriesDoNotCountAgainstTheCap(t *testing.T) {
 		for _, id := range first {
 			if at, ok := n.timer.Get(alarms.TimerKey(id)); !ok || at != retryAt {
 				t.Fatalf("%s: timer holds %d (%v), want the retry at %d", id, at, ok, retryAt)
+			}
+		}
+	})
+}
+
+// Entries of a class the node does not serve are neither offered nor
+// counted against the cap: 600 of them sort before 100 of a class it
+// serves, and the first sweep offers exactly those 100 (counted, the 600
+// would have taken the whole cap of 256 every sweep). A node that serves
+// every class offers the first 256 in due order.
+func TestEntriesOfClassesNotServedDoNotCountAgainstTheCap(t *testing.T) {
+	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		now := swStart
+		var keys []string
+		due := now.Add(-swMargin - 2*time.Second).UnixMilli()
+		for i := range 600 {
+			id := abi.ActorID{Tenant: "t", Class: "unserved", Name: fmt.Sprint(i)}
+			keys = append(keys, swKey(id, due+int64(i)))
+		}
+		for i := range 100 {
+			keys = append(keys, swKey(swActor(i), due+1000+int64(i)))
+		}
+		plant(t, b, keys)
+
+		n := newSwNodeServing(t, b, "node-a", []string{"node-a"}, &now, func(class string) bool { return class == "c" })
+		n.plugin.Sweep(ctx)
+		got := n.popDue(t)
+		if len(got) != 100 {
+			t.Fatalf("offered %d, want the 100 of the class served", len(got))
+		}
+		for _, id := range got {
+			if id.Class != "c" {
+				t.Fatalf("offered %s, of a class the node does not serve", id)
+			}
+		}
+
+		all := newSwNode(t, b, "node-a", []string{"node-a"}, &now)
+		all.plugin.Sweep(ctx)
+		got = all.popDue(t)
+		if len(got) != sweeper.DefaultMaxDeliveries {
+			t.Fatalf("a node serving every class offered %d, want %d", len(got), sweeper.DefaultMaxDeliveries)
+		}
+		for _, id := range got {
+			if id.Class != "unserved" {
+				t.Fatalf("a node serving every class offered %s before the earlier entries", id)
 			}
 		}
 	})

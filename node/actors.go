@@ -605,6 +605,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 			defer n.mu.Unlock()
 			return n.inflight[timerKey(id)]
 		},
+		Serves: func(class string) bool { _, ok := n.classes[class]; return ok },
 		Logger: n.log.Named("alarms"),
 	})
 	if err != nil {
