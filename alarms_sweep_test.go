@@ -247,9 +247,9 @@ func TestResumingAfterTheDeliveryCap(t *testing.T) {
 
 // Entries the node already has retrying do not count against the cap: a
 // node whose first 256 deliveries failed (the host retries them later, as
-// after an unreachable bucket or a class it does not serve) offers the next
-// 256 on the next sweep instead of offering the same ones again for
-// nothing, and keeps their retry times.
+// after an unreachable bucket) offers the next 256 on the next sweep
+// instead of offering the same ones again for nothing, and keeps their
+// retry times.
 func TestRetryingEntriesDoNotCountAgainstTheCap(t *testing.T) {
 	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
