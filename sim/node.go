@@ -274,7 +274,7 @@ func (s *sim) sweep(n *node) {
 		Margin:  marginMs * time.Millisecond,
 		Self:    n.addr,
 		Live:    s.liveAddrs(),
-		Busy:    func(a alarmindex.Actor) bool { return n.busy[a.String()] },
+		Busy:    func(a alarmindex.Actor) bool { return n.busy[a.String()] || n.timer.Keeps(a.String(), s.now) },
 		Rand:    n.rng,
 	})
 	for _, d := range plan.Deliveries {
