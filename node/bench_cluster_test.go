@@ -100,8 +100,9 @@ func (t *timedBucket) report(b *testing.B, events int) {
 // of its own: guest-sqlite-us), Store.Snapshot (snapshot-us, of
 // snapshot-bytes), and a conditional PUT of a body that size (put-us).
 // event-us is the mean exec-durable event; rest-us what is left of it after
-// the guest and SQLite, the snapshot and the node's state requests (the alarm
-// plugin, the sidecar file, locking).
+// the guest and SQLite, the snapshot and the node's state requests on the
+// reply path (the alarm plugin, the sidecar file, locking); the DELETE of the
+// replaced snapshot runs in the background (node-delete-us).
 //
 //	go test -run '^$' -bench BenchmarkClusterCounter -benchtime 3s ./node/
 func BenchmarkClusterCounter(b *testing.B) {
@@ -118,7 +119,8 @@ func BenchmarkClusterCounter(b *testing.B) {
 		event := benchEvents(b, n, tb, node.ExecDurable, []abi.ActorID{id})
 		guest, snapshot := timeParts(b, ctx, classes["counter"], srv.Bucket)
 		tb.mu.Lock()
-		bucketTime := tb.time["put"] + tb.time["delete"] + tb.time["get"] + tb.time["list"]
+		// The DELETE of the replaced snapshot runs off the reply path.
+		bucketTime := tb.time["put"] + tb.time["get"] + tb.time["list"]
 		tb.mu.Unlock()
 		b.ReportMetric(float64(event.Microseconds()), "event-us")
 		b.ReportMetric(float64((event - guest - snapshot - bucketTime/time.Duration(b.N)).Microseconds()), "rest-us")
