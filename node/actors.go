@@ -522,8 +522,10 @@ func (n *Node) deliver(ctx context.Context, key string, at int64) {
 		ev.Err = err
 		if ctx.Err() == nil {
 			retry := n.cfg.HostErrorRetry
-			if n.cfg.Cluster != nil && n.cfg.Cluster.LeaseTTL > retry {
-				retry = n.cfg.Cluster.LeaseTTL
+			if n.leases != nil {
+				// Spec 0009: "If the bucket is unreachable it retries
+				// after a lease period."
+				retry = n.leaseTTL
 			}
 			n.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", retry, "error", err)
 			if n.timer.Offer(key, ev.At.Add(retry).UnixMilli(), ev.At.UnixMilli()) {
@@ -587,8 +589,9 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	}
 	ttl := c.LeaseTTL
 	if ttl <= 0 {
-		ttl = 10 * time.Second
+		ttl = cluster.DefaultTTL
 	}
+	n.leaseTTL = ttl
 	grace := c.LeaseGrace
 	if grace <= 0 {
 		grace = 2 * time.Second

@@ -2,14 +2,19 @@ package node_test
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -79,4 +84,63 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// TestADeliveryRetriesAfterALeasePeriodWhileTheBucketIsUnreachable: the
+// timer fires while every bucket request fails; the delivery fails, is tried
+// again a lease period later (not at once, not never), and the alarm fires
+// once the bucket answers again.
+func TestADeliveryRetriesAfterALeasePeriodWhileTheBucketIsUnreachable(t *testing.T) {
+	ctx := context.Background()
+	b := bucket.NewMem()
+	var down atomic.Bool
+	b.Faults = func(bucket.Op) bucket.Fault {
+		if down.Load() {
+			return bucket.Fault{Err: errors.New("bucket unreachable")}
+		}
+		return bucket.Fault{}
+	}
+	var mu sync.Mutex
+	var events []node.DeliveryEvent
+	n := clusterNode(t, b, "a", t.TempDir(), map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")}, func(ev node.DeliveryEvent) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	})
+	n.Start(ctx)
+	defer n.Close(ctx)
+	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "x"}
+	due := time.Now().Add(300 * time.Millisecond).UnixMilli()
+	var req [8]byte
+	binary.LittleEndian.PutUint64(req[:], uint64(due))
+	if _, err := n.Request(ctx, id, req[:]); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	waitFor(t, "a failed delivery", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) > 0
+	})
+	mu.Lock()
+	failed := events[0]
+	mu.Unlock()
+	if failed.Err == nil || failed.Delivery.Ran {
+		t.Fatalf("first delivery with the bucket down: %+v, want a host error", failed)
+	}
+	retryAt, ok := n.Timer().Get(alarms.TimerKey(id))
+	if lease := int64(600); !ok || retryAt < failed.At.UnixMilli()+lease-5 || retryAt > failed.At.UnixMilli()+lease+50 {
+		t.Fatalf("after the failure the timer holds %d (%v), want about a lease period (600 ms) after %d", retryAt, ok, failed.At.UnixMilli())
+	}
+	down.Store(false)
+	waitFor(t, "the alarm firing once the bucket answers", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range events {
+			if ev.Delivery.Ran && ev.Delivery.Scheduled == due {
+				return true
+			}
+		}
+		return false
+	})
 }

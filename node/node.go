@@ -60,7 +60,8 @@ type Config struct {
 	// against earlier offers from a sweep (default 5 min).
 	RetryMax time.Duration
 	// HostErrorRetry is how long after a host-side failure (the database)
-	// a delivery is tried again (default 5 s).
+	// a delivery is tried again on a node running alone (default 5 s); in
+	// cluster mode it is the lease period, as the spec says.
 	HostErrorRetry time.Duration
 	// MaxConcurrentDeliveries bounds deliveries in flight (default 64).
 	MaxConcurrentDeliveries int
@@ -85,7 +86,9 @@ type Node struct {
 	holds   *cluster.Holds
 	replica *cluster.Replica
 	plugin  *alarms.Plugin
-	tenants sync.Map // tenants seen, swept besides ClusterConfig.Tenants
+	// leaseTTL is the lease period in force (cluster mode).
+	leaseTTL time.Duration
+	tenants  sync.Map // tenants seen, swept besides ClusterConfig.Tenants
 
 	mu       sync.Mutex
 	entries  map[abi.ActorID]*entry
