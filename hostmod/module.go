@@ -158,12 +158,7 @@ func setAlarm(ctx context.Context, _ api.Module, stack []uint64) {
 		ret(stack, ev.ioErr(err))
 		return
 	}
-	if err := ev.store.SetFailures(0); err != nil {
-		ret(stack, ev.ioErr(err))
-		return
-	}
-	ev.alarmTouched = true
-	ret(stack, abi.ESUCCESS)
+	alarmChanged(ev, stack)
 }
 
 // getAlarm is get-alarm (param $out_ptr i32) (result i32).
@@ -209,6 +204,12 @@ func clearAlarm(ctx context.Context, _ api.Module, stack []uint64) {
 		ret(stack, ev.ioErr(err))
 		return
 	}
+	alarmChanged(ev, stack)
+}
+
+// alarmChanged ends set-alarm and clear-alarm: a change resets the failure
+// count (a failed on-alarm run rolls this back and commits its own count).
+func alarmChanged(ev *event, stack []uint64) {
 	if err := ev.store.SetFailures(0); err != nil {
 		ret(stack, ev.ioErr(err))
 		return

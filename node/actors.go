@@ -333,15 +333,11 @@ func (n *Node) Request(ctx context.Context, id abi.ActorID, body []byte) (hostmo
 
 // Exec runs a request event of the given kind.
 func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind EventKind) (hostmod.Result, error) {
-	e, err := n.entry(id)
+	e, err := n.lockOpen(ctx, id)
 	if err != nil {
 		return hostmod.Result{}, err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := n.open(ctx, e); err != nil {
-		return hostmod.Result{}, err
-	}
 	res, err := e.a.Request(ctx, body)
 	if err != nil {
 		return res, err
@@ -370,31 +366,38 @@ func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind Event
 // State reads an actor's committed alarm state (taking the actor in
 // cluster mode).
 func (n *Node) State(ctx context.Context, id abi.ActorID) (hostmod.State, error) {
-	e, err := n.entry(id)
+	e, err := n.lockOpen(ctx, id)
 	if err != nil {
 		return hostmod.State{}, err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := n.open(ctx, e); err != nil {
-		return hostmod.State{}, err
-	}
 	return e.a.State(ctx)
+}
+
+// lockOpen returns the actor's entry locked and ready for an event (taken,
+// in cluster mode); the caller unlocks it.
+func (n *Node) lockOpen(ctx context.Context, id abi.ActorID) (*entry, error) {
+	e, err := n.entry(id)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := n.open(ctx, e); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	return e, nil
 }
 
 // Delete deletes the actor: its database here and, in cluster mode, its
 // state in the bucket (a tombstone snapshot that any restore reads as "no
 // state"). Its alarm is gone with it.
 func (n *Node) Delete(ctx context.Context, id abi.ActorID) error {
-	e, err := n.entry(id)
+	e, err := n.lockOpen(ctx, id)
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := n.open(ctx, e); err != nil {
-		return err
-	}
 	e.a.Close(ctx)
 	e.a = nil
 	n.timer.Remove(timerKey(id))
