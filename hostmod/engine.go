@@ -48,6 +48,7 @@ type config struct {
 	stderr        io.Writer
 	beforeCommit  BeforeCommitFunc
 	cache         wazero.CompilationCache
+	memoryPages   uint32
 }
 
 // BeforeCommitFunc runs inside an event's transaction, after the guest
@@ -83,6 +84,16 @@ func WithGuestOutput(stdout, stderr io.Writer) Option {
 	return func(o *config) { o.stdout, o.stderr = stdout, stderr }
 }
 
+// DefaultMemoryLimit bounds each instance's linear memory.
+const DefaultMemoryLimit = 256 << 20
+
+// WithMemoryLimit bounds each guest instance's linear memory (default
+// 256 MiB, rounded down to 64 KiB pages): a guest that asks for more sees
+// memory.grow fail, and the host is unharmed.
+func WithMemoryLimit(bytes uint64) Option {
+	return func(o *config) { o.memoryPages = uint32(min(bytes/65536, 65536)) }
+}
+
 // sharedCache lets every engine in the process compile a class once.
 var sharedCache = wazero.NewCompilationCache()
 
@@ -116,12 +127,16 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		retryMax:      DefaultRetryMax,
 		stdout:        io.Discard,
 		stderr:        io.Discard,
+		memoryPages:   DefaultMemoryLimit / 65536,
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.retryBase <= 0 || cfg.retryMax < cfg.retryBase {
 		return nil, fmt.Errorf("hostmod: backoff base %v and max %v: need 0 < base <= max", cfg.retryBase, cfg.retryMax)
+	}
+	if cfg.memoryPages == 0 {
+		return nil, fmt.Errorf("hostmod: the memory limit must be at least one 64 KiB page")
 	}
 	if cfg.alarmDeadline <= 0 || cfg.eventDeadline <= 0 {
 		return nil, fmt.Errorf("hostmod: deadlines must be positive")
@@ -130,7 +145,10 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cache == nil {
 		cache = sharedCache
 	}
-	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithCompilationCache(cache))
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithCompilationCache(cache).
+		WithMemoryLimitPages(cfg.memoryPages))
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
 		r.Close(ctx)
 		return nil, fmt.Errorf("hostmod: instantiate WASI: %w", err)

@@ -477,3 +477,17 @@ func TestFailingHandlersDoNotHarmTheHost(t *testing.T) {
 		})
 	}
 }
+
+func TestAGuestCannotGrowPastTheMemoryLimit(t *testing.T) {
+	e := newEnv(t, hostmod.WithMemoryLimit(64<<20))
+	a := e.open(e.class("grow_memory", testguest.Fixture(t, "grow_memory")), "a")
+	if got := errnos([]byte(e.req(a, ""))); len(got) != 1 || got[0] != 0xffffffff {
+		t.Fatalf("memory.grow past a 64 MiB limit returned %v, want -1", got)
+	}
+	// Within the default limit the same growth succeeds (returns the old size, 1 page).
+	e2 := newEnv(t, hostmod.WithMemoryLimit(1<<30))
+	b := e2.open(e2.class("grow_memory", testguest.Fixture(t, "grow_memory")), "b")
+	if got := errnos([]byte(e2.req(b, ""))); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("memory.grow within a 1 GiB limit returned %v, want 1", got)
+	}
+}
