@@ -117,10 +117,15 @@ func TestReplicationOrdersSnapshotsAndATakerRestoresTheNewest(t *testing.T) {
 	for _, v := range []string{"1", "2", "3"} {
 		do(t, a, id, node.ExecDurable, "put k a"+v)
 	}
-	got := snapshots(t, b, id)
-	if len(got) != 1 || got[0].Generation != 1 || got[0].Seq != 3 {
-		t.Fatalf("after three events under the first hold: %+v, want only (1, 3): each upload replaces the one before", got)
+	// Each upload replaces the one before; the replaced one is pruned in
+	// the background, off the reply path.
+	if got := latest(t, b, id); got.Generation != 1 || got.Seq != 3 {
+		t.Fatalf("after three events under the first hold the newest is %+v, want (1, 3)", got)
 	}
+	waitFor(t, "the replaced snapshots pruned, leaving only (1, 3)", func() bool {
+		got := snapshots(t, b, id)
+		return len(got) == 1 && got[0].Generation == 1 && got[0].Seq == 3
+	})
 	if err := a.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
