@@ -6,9 +6,10 @@ import (
 	"math/rand"
 	"runtime"
 	"sort"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/cluster"
 )
 
 func TestTimerPopsInTimeOrder(t *testing.T) {
@@ -114,54 +115,8 @@ func TestTimerOffer(t *testing.T) {
 	}
 }
 
-// fakeClock is a manual clock for the timer loop.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	at := c.now.Add(d)
-	if !at.After(c.now) {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{at, ch})
-	return ch
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
-
 func TestTimerRunDeliversWhenDue(t *testing.T) {
-	clock := &fakeClock{now: time.UnixMilli(10_000)}
+	clock := cluster.NewFakeClock(time.UnixMilli(10_000))
 	tm := NewTimer(time.Minute)
 	got := make(chan string, 10)
 	ctx, cancel := context.WithCancel(context.Background())
