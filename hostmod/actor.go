@@ -138,10 +138,6 @@ func (a *Actor) State(context.Context) (State, error) {
 	return State{Alarm: at, HasAlarm: ok, Failures: n, Inited: a.inited}, nil
 }
 
-// Store returns the actor's database for hosts that need to read it between
-// events (for example to replicate it). Do not use it while an event runs.
-func (a *Actor) Store() *Store { return a.store }
-
 // Lock runs f while holding the actor, so no event runs meanwhile.
 func (a *Actor) Lock(f func(*Store) error) error {
 	a.mu.Lock()
@@ -235,7 +231,7 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 			return Result{}, fmt.Errorf("actor %s: record on-init: %w", a.id, err)
 		}
 	}
-	res, err := a.finish(ctx, before, ev.response)
+	res, err := a.finish(before, ev.response)
 	if err != nil {
 		return Result{}, err
 	}
@@ -243,8 +239,8 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 	return res, nil
 }
 
-// finish reads what is about to commit, runs the hook and commits.
-func (a *Actor) finish(ctx context.Context, before *int64, response []byte) (Result, error) {
+// finish reads what is about to commit and commits.
+func (a *Actor) finish(before *int64, response []byte) (Result, error) {
 	after, err := a.alarmNow()
 	if err != nil {
 		return Result{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
@@ -256,11 +252,6 @@ func (a *Actor) finish(ctx context.Context, before *int64, response []byte) (Res
 	res := Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
 	if after != nil {
 		res.Alarm, res.HasAlarm = *after, true
-	}
-	if h := a.e.cfg.beforeCommit; h != nil {
-		if err := h(ctx, a.id, a.store, res); err != nil {
-			return Result{}, fmt.Errorf("actor %s: before commit: %w", a.id, err)
-		}
 	}
 	if err := a.store.Commit(); err != nil {
 		return Result{}, fmt.Errorf("actor %s: commit: %w", a.id, err)
@@ -356,7 +347,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 		if err := a.store.SetFailures(0); err != nil {
 			return Delivery{}, fmt.Errorf("actor %s: %w", a.id, err)
 		}
-		res, err := a.finish(ctx, before, nil)
+		res, err := a.finish(before, nil)
 		if err != nil {
 			return Delivery{}, err
 		}
@@ -402,7 +393,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, fmt.Errorf("actor %s: commit retry: %w", a.id, err)
 	}
-	res, err := a.finish(ctx, before, nil)
+	res, err := a.finish(before, nil)
 	if err != nil {
 		return Delivery{}, err
 	}

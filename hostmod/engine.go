@@ -46,16 +46,9 @@ type config struct {
 	retryMax      time.Duration
 	stdout        io.Writer
 	stderr        io.Writer
-	beforeCommit  BeforeCommitFunc
 	cache         wazero.CompilationCache
 	memoryPages   uint32
 }
-
-// BeforeCommitFunc runs inside an event's transaction, after the guest
-// succeeded (or, for a failed on-alarm, after the retry was written) and
-// before the commit. It sees the committed-to-be alarm. An error rolls the
-// event back and fails it. It is the seam for the alarm index updater.
-type BeforeCommitFunc func(ctx context.Context, id abi.ActorID, st *Store, r Result) error
 
 // Option configures an Engine.
 type Option func(*config)
@@ -104,9 +97,6 @@ var sharedCache = wazero.NewCompilationCache()
 func WithCompilationCache(c wazero.CompilationCache) Option {
 	return func(o *config) { o.cache = c }
 }
-
-// WithBeforeCommit installs the hook run before each event commits.
-func WithBeforeCommit(f BeforeCommitFunc) Option { return func(o *config) { o.beforeCommit = f } }
 
 // Engine runs actor guests: one wazero runtime with the wasmkeep host modules
 // and WASI, the compiled classes, and the event and delivery logic. It is

@@ -264,6 +264,3 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 
 // Timer exposes the node timer (for sweeps and inspection).
 func (n *Node) Timer() *sweeper.Timer { return n.timer }
-
-// Engine exposes the node's engine.
-func (n *Node) Engine() *hostmod.Engine { return n.engine }
