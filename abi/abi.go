@@ -139,14 +139,3 @@ func itoa(e Errno) string {
 	}
 	return string(b[i:])
 }
-
-// ActorID names an actor: its tenant, its class and its name. Tenants and
-// classes are plain identifiers; a name may hold any bytes.
-type ActorID struct {
-	Tenant string
-	Class  string
-	Name   string
-}
-
-// String gives "tenant/class/name" for messages.
-func (a ActorID) String() string { return a.Tenant + "/" + a.Class + "/" + a.Name }

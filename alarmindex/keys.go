@@ -68,34 +68,9 @@ func printable(s string) bool {
 	return true
 }
 
-// Validate reports whether the actor can be indexed: the tenant non-empty
-// valid UTF-8 without '/', the class non-empty valid UTF-8 without '.' or
-// '/', and the name non-empty. The error names the offending field.
-func (a Actor) Validate() error {
-	switch {
-	case a.Tenant == "":
-		return a.invalid("tenant is empty")
-	case strings.Contains(a.Tenant, "/"):
-		return a.invalid("tenant contains '/'")
-	case !utf8.ValidString(a.Tenant):
-		return a.invalid("tenant is not valid UTF-8")
-	case a.Class == "":
-		return a.invalid("class is empty")
-	case strings.Contains(a.Class, "/"):
-		return a.invalid("class contains '/'")
-	case strings.Contains(a.Class, "."):
-		return a.invalid("class contains '.'")
-	case !utf8.ValidString(a.Class):
-		return a.invalid("class is not valid UTF-8")
-	case a.Name == "":
-		return a.invalid("name is empty")
-	}
-	return nil
-}
-
-func (a Actor) invalid(cause string) error {
-	return fmt.Errorf("alarm index: actor %s: %s", a, cause)
-}
+// Validate reports whether the actor can be indexed: its identity is
+// within abi's limits (see [abi.ActorID.Validate]).
+func (a Actor) Validate() error { return abi.ActorID(a).Validate() }
 
 // Tag is the last segment of a tagged entry: the generation of the hold that
 // wrote it and a nonce that process never used before.
@@ -217,10 +192,10 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, keyErr(s, err.Error())
 	}
 	k.DueMs = due
-	if !isLowerHex(nameSeg) || len(nameSeg)%2 != 0 {
-		return Key{}, keyErr(s, "name is not non-empty lowercase hex")
+	name, err := abi.DecodeNameHex(nameSeg)
+	if err != nil {
+		return Key{}, keyErr(s, err.Error())
 	}
-	name, _ := hex.DecodeString(nameSeg)
 	k.Actor = Actor{Tenant: parts[0], Class: classSeg, Name: string(name)}
 	if err := k.Actor.Validate(); err != nil {
 		return Key{}, keyErr(s, err.Error())

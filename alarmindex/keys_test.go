@@ -3,6 +3,8 @@ package alarmindex
 import (
 	"strings"
 	"testing"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 func TestKeyRoundTrip(t *testing.T) {
@@ -32,9 +34,9 @@ func TestKeyRoundTrip(t *testing.T) {
 			"alarms/t/999999999999999/c.t/6e/18446744073709551615-f",
 		},
 		{
-			"tenant with dots and unicode",
-			Key{Actor: Actor{"é.x", "Ж", "n"}, DueMs: 1, Legacy: true},
-			"alarms/é.x/000000000000001/Ж/6e",
+			"tenant and class with '-' and '_'",
+			Key{Actor: Actor{"acme-eu_1", "chat_room-2", "n"}, DueMs: 1, Legacy: true},
+			"alarms/acme-eu_1/000000000000001/chat_room-2/6e",
 		},
 	}
 	for _, c := range cases {
@@ -79,8 +81,10 @@ func TestParseKeyRejects(t *testing.T) {
 		{"due signed", "alarms/t/+00000000000001/c/6e", "15 digits"},
 		{"empty tenant", "alarms//000000000000001/c/6e", "tenant is empty"},
 		{"empty class", "alarms/t/000000000000001//6e", "class is empty"},
-		{"legacy class with dot", "alarms/t/000000000000001/c.t/6e", "class contains '.'"},
-		{"tagged class with dot", "alarms/t/000000000000001/a.b.t/6e/00000000000000000001-a", "class contains '.'"},
+		{"legacy class with dot", "alarms/t/000000000000001/c.t/6e", `class "c.t" holds '.'`},
+		{"tagged class with dot", "alarms/t/000000000000001/a.b.t/6e/00000000000000000001-a", `class "a.b" holds '.'`},
+		{"uppercase class", "alarms/t/000000000000001/Room/6e", `class "Room" does not start`},
+		{"name over the limit", "alarms/t/000000000000001/c/" + strings.Repeat("6e", 101), "not 2 to 200 lowercase hex digits"},
 		{"tagged folder without .t", "alarms/t/000000000000001/c/6e/00000000000000000001-a", "does not end in .t"},
 		{"empty name", "alarms/t/000000000000001/c/", "name"},
 		{"uppercase name hex", "alarms/t/000000000000001/c/6E", "name"},
@@ -90,7 +94,7 @@ func TestParseKeyRejects(t *testing.T) {
 		{"tag without dash", "alarms/t/000000000000001/c.t/6e/00000000000000000001", "no '-'"},
 		{"empty nonce", "alarms/t/000000000000001/c.t/6e/00000000000000000001-", "nonce"},
 		{"uppercase nonce", "alarms/t/000000000000001/c.t/6e/00000000000000000001-AB", "nonce"},
-		{"invalid utf-8 tenant", "alarms/\xff/000000000000001/c/6e", "UTF-8"},
+		{"invalid utf-8 tenant", "alarms/\xff/000000000000001/c/6e", "tenant \"\\xff\" does not start"},
 		{"too long", "alarms/t/000000000000001/c/" + strings.Repeat("6e", 600), "longer than"},
 	}
 	for _, c := range cases {
@@ -112,10 +116,10 @@ func TestActorValidateNamesTheField(t *testing.T) {
 		cause string
 	}{
 		{Actor{"", "c", "n"}, "tenant is empty"},
-		{Actor{"a/b", "c", "n"}, "tenant contains '/'"},
+		{Actor{"a/b", "c", "n"}, `tenant "a/b" holds '/'`},
 		{Actor{"t", "", "n"}, "class is empty"},
-		{Actor{"t", "c.d", "n"}, "class contains '.'"},
-		{Actor{"t", "c/d", "n"}, "class contains '/'"},
+		{Actor{"t", "c.d", "n"}, `class "c.d" holds '.'`},
+		{Actor{"t", "c/d", "n"}, `class "c/d" holds '/'`},
 		{Actor{"t", "c", ""}, "name is empty"},
 	}
 	for _, c := range cases {
@@ -131,8 +135,42 @@ func TestActorValidateNamesTheField(t *testing.T) {
 
 func TestKeyValidateRejectsTooLongName(t *testing.T) {
 	k := Key{Actor: Actor{"t", "c", strings.Repeat("x", 500)}, DueMs: 1, Tag: Tag{1, "ab"}}
-	if err := k.Validate(); err == nil || !strings.Contains(err.Error(), "name too long") {
+	if err := k.Validate(); err == nil || !strings.Contains(err.Error(), "the name is 500 bytes, over the limit of 100 bytes") {
 		t.Fatalf("Validate() = %v, want a too-long error", err)
+	}
+}
+
+// The longest identity abi accepts, at the latest time and the largest
+// generation, with a nonce as NonceSource makes them, gives a valid key of
+// 407 bytes: well within S3's 1,024, and no segment over the 255 bytes a
+// file-backed store (versitygw's posix backend) keeps in a name.
+func TestTheLongestIdentityFitsAKey(t *testing.T) {
+	src, err := NewNonceSource(strings.NewReader(strings.Repeat("\xff", NoncePrefixBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Key{
+		Actor: Actor{strings.Repeat("t", abi.MaxTenantLen), strings.Repeat("c", abi.MaxClassLen), strings.Repeat("\xff", abi.MaxNameLen)},
+		DueMs: MaxDueMs, Tag: Tag{Generation: ^uint64(0), Nonce: src.Next()},
+	}
+	if err := k.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := k.String()
+	if len(s) != 407 {
+		t.Errorf("the longest key is %d bytes, want 407 (as abi's limits state)", len(s))
+	}
+	for _, seg := range strings.Split(s, "/") {
+		if len(seg) > 255 {
+			t.Errorf("segment %q is %d bytes", seg, len(seg))
+		}
+	}
+	if got, err := ParseKey(s); err != nil || got != k {
+		t.Fatalf("ParseKey = %+v, %v", got, err)
+	}
+	legacy := LegacyKey(k.Actor, k.DueMs)
+	if got, err := ParseKey(legacy); err != nil || got.Actor != k.Actor {
+		t.Fatalf("ParseKey(legacy) = %+v, %v", got, err)
 	}
 }
 

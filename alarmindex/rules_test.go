@@ -255,13 +255,13 @@ func TestRulesGiveUp(t *testing.T) {
 		{"hold not valid", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
 		{"hold not valid, unchanged alarm", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Recorded: tagged(t1, 1, "a"), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
 		{"replication unhealthy", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, HoldValid: true}, "replication is not healthy"},
-		{"invalid actor", rulesWith(Mutations{}), EventFacts{Actor: Actor{"acme", "a.b", "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "class contains '.'"},
+		{"invalid actor", rulesWith(Mutations{}), EventFacts{Actor: Actor{"acme", "a.b", "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, `class "a.b" holds '.'`},
 		{"alarm out of range", rulesWith(Mutations{}), eventFacts(ms(MaxDueMs+1), nil, 1), "outside"},
 		{"negative alarm", rulesWith(Mutations{}), eventFacts(ms(-1), nil, 1), "outside"},
 		{"recorded entry of another actor", rulesWith(Mutations{}), eventFacts(ms(t1), &Key{Actor: other, DueMs: t1, Legacy: true}, 1), "belongs to actor"},
 		{"recorded entry unreadable", rulesWith(Mutations{}), eventFacts(ms(t1), &Key{Actor: actorA, DueMs: t1, Tag: Tag{1, "XY"}}, 1), "cannot be read"},
 		{"no nonce source", Rules{}, eventFacts(ms(t1), nil, 1), "no nonce source"},
-		{"name too long to index", rulesWith(Mutations{}), EventFacts{Actor: Actor{"acme", "c", strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "name too long"},
+		{"name too long to index", rulesWith(Mutations{}), EventFacts{Actor: Actor{"acme", "c", strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "the name is 480 bytes, over the limit of 100 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

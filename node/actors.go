@@ -24,7 +24,8 @@ import (
 type ClusterConfig struct {
 	// Bucket holds node leases, holds and replicated actor state.
 	Bucket bucket.Bucket
-	// Prefix is where the cluster keeps its objects (default "cluster/").
+	// Prefix is where the cluster keeps its objects (default "cluster/"), at
+	// most MaxPrefixLen bytes.
 	Prefix string
 	// NodeID names this process in the cluster; it must be new for each
 	// start (default: "node-" and random hex).
@@ -42,6 +43,11 @@ type ClusterConfig struct {
 	// SweepPeriod is alarm_sweep (default 10 s).
 	SweepPeriod time.Duration
 }
+
+// MaxPrefixLen is the longest ClusterConfig.Prefix: with the longest actor
+// identity abi accepts, a snapshot key is then at most 888 bytes, within
+// S3's 1,024.
+const MaxPrefixLen = 512
 
 // EventKind says when an event's writes reach the bucket.
 type EventKind int
@@ -83,7 +89,7 @@ type entry struct {
 }
 
 func (n *Node) entry(id abi.ActorID) (*entry, error) {
-	if err := validate(id); err != nil {
+	if err := id.Validate(); err != nil {
 		return nil, err
 	}
 	n.mu.Lock()
@@ -563,6 +569,14 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	}
 	if c.Prefix == "" {
 		c.Prefix = "cluster/"
+	}
+	if len(c.Prefix) > MaxPrefixLen {
+		return fmt.Errorf("node: the cluster prefix is %d bytes, over the limit of %d bytes", len(c.Prefix), MaxPrefixLen)
+	}
+	for _, t := range c.Tenants {
+		if err := abi.ValidateTenant(t); err != nil {
+			return fmt.Errorf("node: cluster tenants: %w", err)
+		}
 	}
 	if c.NodeID == "" {
 		var b [6]byte

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -28,7 +27,9 @@ import (
 // hold the actor forwards the call to the node that does, once.
 //
 // Status codes: 200 success (204 for a delete); 400 a malformed tenant,
-// class, name, kind or body; 404 a class this node does not serve; 422 the
+// class, name, kind or body (a tenant or class of 1 to 63 bytes of a-z, 0-9,
+// '-' and '_', starting with a letter or a digit; a name of 1 to 100 bytes,
+// any bytes: abi.ActorID.Validate; the message states the limit broken); 404 a class this node does not serve; 422 the
 // guest failed the event (its writes rolled back); 503, with Retry-After,
 // for every other failure: the actor is held by a node that cannot be
 // reached, the bucket is unreachable, the node lease lapsed, an upload
@@ -57,7 +58,7 @@ func (n *Node) Handler() http.Handler {
 
 func actorFrom(r *http.Request) (abi.ActorID, error) {
 	id := abi.ActorID{Tenant: r.PathValue("tenant"), Class: r.PathValue("class"), Name: r.PathValue("name")}
-	return id, validate(id)
+	return id, id.Validate()
 }
 
 func (n *Node) handleExec(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +149,7 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 	case errors.Is(err, ErrClassNotServed):
 		http.Error(w, err.Error(), http.StatusNotFound)
-	case strings.Contains(err.Error(), "invalid tenant") || strings.Contains(err.Error(), "invalid class") || strings.Contains(err.Error(), "empty name"):
+	case errors.Is(err, abi.ErrInvalidActorID):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	default:
 		w.Header().Set("Retry-After", "1")

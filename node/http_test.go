@@ -137,8 +137,14 @@ func TestHTTPStatusCodes(t *testing.T) {
 		says              string
 	}{
 		{"an unknown kind", "POST", actor + "?kind=later", nil, 400, `unknown kind "later"`},
-		{"a class with a dot", "POST", a.URL + "/v1/actors/t/a.b/x", nil, 400, "invalid class"},
-		{"a tenant of ..", "POST", a.URL + "/v1/actors/%2E%2E/counter/x", nil, 400, "invalid tenant"},
+		{"a class with a dot", "POST", a.URL + "/v1/actors/t/a.b/x", nil, 400, `the class "a.b" holds '.'`},
+		{"a tenant of ..", "POST", a.URL + "/v1/actors/%2E%2E/counter/x", nil, 400, `the tenant ".." does not start with a lowercase letter or a digit`},
+		{"an uppercase tenant", "POST", a.URL + "/v1/actors/Acme/counter/x", nil, 400, `the tenant "Acme" does not start with a lowercase letter or a digit`},
+		{"a tenant over 63 bytes", "POST", a.URL + "/v1/actors/" + strings.Repeat("t", 64) + "/counter/x", nil, 400, "the tenant is 64 bytes, over the limit of 63 bytes"},
+		{"a name over 100 bytes", "POST", a.URL + "/v1/actors/t/counter/" + strings.Repeat("n", 101), nil, 400, "the name is 101 bytes, over the limit of 100 bytes"},
+		{"a name of 1,000 bytes", "DELETE", a.URL + "/v1/actors/t/counter/" + strings.Repeat("%2F", 1000), nil, 400, "the name is 1000 bytes, over the limit of 100 bytes"},
+		{"a name of 1,000 bytes, state", "GET", a.URL + "/v1/actors/t/counter/" + strings.Repeat("n", 1000) + "/alarm", nil, 400, "over the limit of 100 bytes"},
+		{"a name of 100 bytes", "POST", a.URL + "/v1/actors/t/counter/" + strings.Repeat("%FF%2F", 50) + "?kind=exec-durable", []byte("get"), 200, `"requests":1,`},
 		{"a body over 4 MiB", "POST", actor, make([]byte, node.MaxRequestBody+1), 400, "over 4 MiB"},
 		{"a class not served", "POST", a.URL + "/v1/actors/t/nope/x", nil, 404, `class "nope" is not served`},
 		{"a class not served, delete", "DELETE", a.URL + "/v1/actors/t/nope/x", nil, 404, `class "nope" is not served`},

@@ -65,9 +65,11 @@ type ixConfig struct {
 	// hostErrorRetry is node.Config.HostErrorRetry (default 5 s; a failed
 	// delivery is retried after at least the lease TTL).
 	hostErrorRetry time.Duration
-	log            *ixDeliveries // records the node's deliveries
-	noStart        bool          // do not run the timer, the reaper and the sweeps
-	class          string        // the class served: ixClass (default) or oneshotClass
+	log            *ixDeliveries     // records the node's deliveries
+	noStart        bool              // do not run the timer, the reaper and the sweeps
+	class          string            // the class served: ixClass (default) or oneshotClass
+	classes        map[string][]byte // the classes served, if not class
+	tenants        []string          // the tenants swept (default "t")
 	// steady uses a 3 s lease (margin 1 s, grace 1 s) for tests that wait
 	// for no takeover and no sweep, so that a busy machine cannot make the
 	// lease lapse; the default is 600 ms (150 ms, 300 ms).
@@ -86,14 +88,21 @@ func ixNode(t *testing.T, b bucket.Bucket, name, dir string, c ixConfig) *node.N
 	if c.steady {
 		ttl, margin, grace = 3*time.Second, time.Second, time.Second
 	}
+	classes, tenants := c.classes, c.tenants
+	if classes == nil {
+		classes = ixClasses(t, c.class)
+	}
+	if tenants == nil {
+		tenants = []string{"t"}
+	}
 	n, err := node.New(context.Background(), node.Config{
-		DataDir: dir, Classes: ixClasses(t, c.class),
+		DataDir: dir, Classes: classes,
 		OnDelivery: onDelivery, RetryMax: c.retryMax, HostErrorRetry: c.hostErrorRetry,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: name + ".invalid:1",
 			LeaseTTL: ttl, LeaseMargin: margin, LeaseGrace: grace,
-			SweepPeriod: 200 * time.Millisecond, IdleTimeout: time.Hour, Tenants: []string{"t"},
+			SweepPeriod: 200 * time.Millisecond, IdleTimeout: time.Hour, Tenants: tenants,
 		},
 	})
 	if err != nil {

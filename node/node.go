@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		sem:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
 	}
 	for name, wasm := range cfg.Classes {
-		if err := ValidateClass(name); err != nil {
+		if err := abi.ValidateClass(name); err != nil {
 			eng.Close(ctx)
 			return nil, fmt.Errorf("node: %w", err)
 		}
@@ -174,36 +174,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	return n, nil
-}
-
-// ValidateTenant refuses a tenant that is empty or holds '/' or is "." or "..".
-func ValidateTenant(t string) error {
-	if t == "" || strings.ContainsAny(t, "/\\\x00") || t == "." || t == ".." {
-		return fmt.Errorf("invalid tenant %q: must be non-empty, without '/', and neither \".\" nor \"..\"", t)
-	}
-	return nil
-}
-
-// ValidateClass refuses a class that is empty or holds '/' or '.'.
-func ValidateClass(c string) error {
-	if c == "" || strings.ContainsAny(c, "/.\\\x00") {
-		return fmt.Errorf("invalid class %q: must be non-empty, without '/' or '.'", c)
-	}
-	return nil
-}
-
-// validate checks an actor identity.
-func validate(id abi.ActorID) error {
-	if err := ValidateTenant(id.Tenant); err != nil {
-		return fmt.Errorf("actor %s: %w", id, err)
-	}
-	if err := ValidateClass(id.Class); err != nil {
-		return fmt.Errorf("actor %s: %w", id, err)
-	}
-	if id.Name == "" {
-		return fmt.Errorf("actor %s: empty name", id)
-	}
-	return nil
 }
 
 // Path is where the actor's database lives under dataDir.
@@ -235,7 +205,7 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 		}
 		name, herr := hex.DecodeString(strings.TrimSuffix(parts[2], ".db"))
 		id := abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}
-		if herr != nil || validate(id) != nil {
+		if herr != nil || id.Validate() != nil {
 			n.log.Warn("scan: malformed actor file name, skipped", "path", path)
 			return nil
 		}

@@ -221,7 +221,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 func keysFrom(tenant, prefix string, fromMs int64, n int) []string {
 	out := make([]string, n)
 	for i := range n {
-		out[i] = tagged(tenant, fromMs+int64(i), "C", fmt.Sprintf("%s%d", prefix, i), 1, "01")
+		out[i] = tagged(tenant, fromMs+int64(i), "c", fmt.Sprintf("%s%d", prefix, i), 1, "01")
 	}
 	return out
 }
@@ -434,14 +434,14 @@ func TestSweepCountsMalformed(t *testing.T) {
 	h := newHarness(t, nil)
 	good := keysFrom("t", "x", ago(time.Hour), 2)
 	h.bucket.put(good...)
-	h.bucket.put("alarms/t/000000000000001/C/not-hex", "alarms/t/stray")
+	h.bucket.put("alarms/t/000000000000001/c/not-hex", "alarms/t/stray")
 	if err := h.loop.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if st := h.loop.Stats(); st.Malformed != 2 || st.Entries != 2 || st.Delivered != 2 {
 		t.Fatalf("stats %+v", st)
 	}
-	if !strings.Contains(h.logs.String(), "alarms/t/000000000000001/C/not-hex") {
+	if !strings.Contains(h.logs.String(), "alarms/t/000000000000001/c/not-hex") {
 		t.Fatalf("malformed key not reported: %s", h.logs.String())
 	}
 }

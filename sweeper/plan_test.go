@@ -19,7 +19,7 @@ func ago(d time.Duration) int64 { return testNow.Add(-d).UnixMilli() }
 
 // entry makes an overdue entry for actor name of tenant t, class C.
 func entry(name string, dueMs int64) Entry {
-	obj := tagged("t", dueMs, "C", name, 1, "01")
+	obj := tagged("t", dueMs, "c", name, 1, "01")
 	k, err := alarmindex.ParseKey(obj)
 	if err != nil {
 		panic(err)
@@ -28,7 +28,7 @@ func entry(name string, dueMs int64) Entry {
 }
 
 func actor(name string) alarmindex.Actor {
-	return alarmindex.Actor{Tenant: "t", Class: "C", Name: name}
+	return alarmindex.Actor{Tenant: "t", Class: "c", Name: name}
 }
 
 var nodes3 = []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
@@ -326,9 +326,9 @@ func TestPlanOneDeliveryPerActor(t *testing.T) {
 	self := nodes3[0]
 	n := namesFor("o", self, nodes3, 2)
 	early, late := ago(2*testMargin), ago(testMargin)
-	leg := legacy("t", early, "C", n[0])
+	leg := legacy("t", early, "c", n[0])
 	lk, _ := alarmindex.ParseKey(leg)
-	second := tagged("t", early, "C", n[0], 2, "02")
+	second := tagged("t", early, "c", n[0], 2, "02")
 	sk, _ := alarmindex.ParseKey(second)
 	entries := []Entry{
 		entry(n[1], early),

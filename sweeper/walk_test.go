@@ -66,8 +66,8 @@ func sortedKeys(keys ...string) []string {
 
 func TestWalk(t *testing.T) {
 	const cutoff = 10_000
-	k := func(due int64, name string) string { return tagged("t1", due, "C", name, 1, "0a") }
-	other := tagged("t2", 5, "C", "x", 1, "0a") // another tenant, sorts after t1
+	k := func(due int64, name string) string { return tagged("t1", due, "c", name, 1, "0a") }
+	other := tagged("t2", 5, "c", "x", 1, "0a") // another tenant, sorts after t1
 	tests := []struct {
 		name       string
 		keys       []string
@@ -120,18 +120,18 @@ func TestWalk(t *testing.T) {
 		},
 		{
 			name: "malformed keys are skipped, counted and read past",
-			keys: sortedKeys(k(1, "a"), "alarms/t1/000000000000002/C/zz", "alarms/t1/000000000000002/C.t/61",
-				"alarms/t1/00000000000000x/C/61", k(3, "c"), "alarms/t1/junk"),
+			keys: sortedKeys(k(1, "a"), "alarms/t1/000000000000002/c/zz", "alarms/t1/000000000000002/c.t/61",
+				"alarms/t1/00000000000000x/c/61", k(3, "c"), "alarms/t1/junk"),
 			wantNames: []string{k(1, "a"), k(3, "c")},
-			wantMal: []string{"alarms/t1/000000000000002/C.t/61", "alarms/t1/000000000000002/C/zz",
-				"alarms/t1/00000000000000x/C/61", "alarms/t1/junk"},
+			wantMal: []string{"alarms/t1/000000000000002/c.t/61", "alarms/t1/000000000000002/c/zz",
+				"alarms/t1/00000000000000x/c/61", "alarms/t1/junk"},
 			wantEnd:   true,
 			wantPages: []Page{{"alarms/t1/", "", 1000}},
 		},
 		{
 			name:      "legacy and tagged keys both read",
-			keys:      sortedKeys(legacy("t1", 7, "C", "a"), tagged("t1", 7, "C", "a", 3, "ff"), k(cutoff+1, "z")),
-			wantNames: sortedKeys(legacy("t1", 7, "C", "a"), tagged("t1", 7, "C", "a", 3, "ff")),
+			keys:      sortedKeys(legacy("t1", 7, "c", "a"), tagged("t1", 7, "c", "a", 3, "ff"), k(cutoff+1, "z")),
+			wantNames: sortedKeys(legacy("t1", 7, "c", "a"), tagged("t1", 7, "c", "a", 3, "ff")),
 			wantEnd:   true,
 			wantPages: []Page{{"alarms/t1/", "", 1000}},
 		},
@@ -172,12 +172,12 @@ func TestWalk(t *testing.T) {
 }
 
 func TestWalkParsesEntries(t *testing.T) {
-	keys := sortedKeys(tagged("t1", 42, "Room", "lobby/1", 7, "beef"), legacy("t1", 43, "Room", "b"))
+	keys := sortedKeys(tagged("t1", 42, "room", "lobby/1", 7, "beef"), legacy("t1", 43, "room", "b"))
 	res := runWalk(t, &pageLister{keys: keys}, "t1", "", 100, WalkLimits{})
 	want := []alarmindex.Key{
-		{Actor: alarmindex.Actor{Tenant: "t1", Class: "Room", Name: "lobby/1"}, DueMs: 42,
+		{Actor: alarmindex.Actor{Tenant: "t1", Class: "room", Name: "lobby/1"}, DueMs: 42,
 			Tag: alarmindex.Tag{Generation: 7, Nonce: "beef"}},
-		{Actor: alarmindex.Actor{Tenant: "t1", Class: "Room", Name: "b"}, DueMs: 43, Legacy: true},
+		{Actor: alarmindex.Actor{Tenant: "t1", Class: "room", Name: "b"}, DueMs: 43, Legacy: true},
 	}
 	if len(res.Entries) != len(want) {
 		t.Fatalf("entries %v", res.Entries)
@@ -194,7 +194,7 @@ func TestWalkParsesEntries(t *testing.T) {
 func TestWalkDefaultCaps(t *testing.T) {
 	var keys []string
 	for i := range 5000 {
-		keys = append(keys, tagged("t", int64(i), "C", fmt.Sprint(i), 1, "01"))
+		keys = append(keys, tagged("t", int64(i), "c", fmt.Sprint(i), 1, "01"))
 	}
 	slices.Sort(keys)
 	p := &pageLister{keys: keys}
@@ -224,7 +224,7 @@ func TestWalkDefaultCaps(t *testing.T) {
 // A lister that returns keys at or before StartAfter cannot keep the walk
 // going forever.
 func TestWalkStopsOnListerGoingBackwards(t *testing.T) {
-	k := tagged("t", 1, "C", "a", 1, "01")
+	k := tagged("t", 1, "c", "a", 1, "01")
 	w := NewWalk("t", "", 100, WalkLimits{MaxEntries: 10, PageSize: 1})
 	for range 5 {
 		pg, ok := w.Next()
@@ -240,7 +240,7 @@ func TestWalkStopsOnListerGoingBackwards(t *testing.T) {
 }
 
 func TestWalkAbort(t *testing.T) {
-	k := func(i int) string { return tagged("t", int64(i), "C", fmt.Sprint(i), 1, "01") }
+	k := func(i int) string { return tagged("t", int64(i), "c", fmt.Sprint(i), 1, "01") }
 	// Aborted before anything was read: the old cursor stands.
 	w := NewWalk("t", k(5), 100, WalkLimits{})
 	if _, ok := w.Next(); !ok {
