@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wasmkeep/alarms"
@@ -116,6 +118,7 @@ func (n *Node) path(id abi.ActorID) string { return Path(n.cfg.DataDir, id) }
 // not the newest state.
 func (n *Node) open(ctx context.Context, e *entry) error {
 	e.lastUsed = n.cfg.Clock.Now()
+	callTestHook("open", e.id)
 	if n.leases == nil {
 		if e.a != nil {
 			return nil
@@ -338,72 +341,116 @@ func (n *Node) Request(ctx context.Context, id abi.ActorID, body []byte) (hostmo
 }
 
 // Exec runs a request event of the given kind.
-func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind EventKind) (hostmod.Result, error) {
-	e, err := n.lockOpen(ctx, id)
-	if err != nil {
-		return hostmod.Result{}, err
-	}
-	defer e.mu.Unlock()
-	res, err := e.a.Request(ctx, body)
-	if err != nil {
-		return res, err
-	}
-	e.dirty = true
-	n.schedule(id, res)
-	if n.leases == nil {
-		return res, nil
-	}
-	if kind == ExecDurable {
-		if err := n.replicate(ctx, e, alarms.MidEvent); err != nil {
-			return res, err
+func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind EventKind) (res hostmod.Result, err error) {
+	err = n.withActor(ctx, id, "request", func(e *entry) error {
+		res, err = e.a.Request(ctx, body)
+		if err != nil {
+			return err
 		}
-		return res, nil
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		_ = n.replicate(context.WithoutCancel(ctx), e, alarms.AfterEvent)
-	}()
-	return res, nil
+		e.dirty = true
+		n.schedule(id, res)
+		if n.leases == nil {
+			return nil
+		}
+		if kind == ExecDurable {
+			return n.replicate(ctx, e, alarms.MidEvent)
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			_ = n.locked(ctx, e, "replicate", func() error {
+				callTestHook("replicate", id)
+				return n.replicate(context.WithoutCancel(ctx), e, alarms.AfterEvent)
+			})
+		}()
+		return nil
+	})
+	return res, err
 }
 
 // State reads an actor's committed alarm state (taking the actor in
 // cluster mode).
-func (n *Node) State(ctx context.Context, id abi.ActorID) (hostmod.State, error) {
-	e, err := n.lockOpen(ctx, id)
-	if err != nil {
-		return hostmod.State{}, err
-	}
-	defer e.mu.Unlock()
-	return e.a.State(ctx)
+func (n *Node) State(ctx context.Context, id abi.ActorID) (st hostmod.State, err error) {
+	err = n.withActor(ctx, id, "read state", func(e *entry) error {
+		st, err = e.a.State(ctx)
+		return err
+	})
+	return st, err
 }
 
-// lockOpen returns the actor's entry locked and ready for an event (taken,
-// in cluster mode); the caller unlocks it.
-func (n *Node) lockOpen(ctx context.Context, id abi.ActorID) (*entry, error) {
+// withActor runs fn on the actor's entry, locked and ready for an event
+// (taken, in cluster mode): the boundary of every event (see locked).
+func (n *Node) withActor(ctx context.Context, id abi.ActorID, op string, fn func(e *entry) error) error {
 	e, err := n.entry(id)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	return n.locked(ctx, e, op, func() error {
+		if err := n.open(ctx, e); err != nil {
+			return err
+		}
+		callTestHook(op, id)
+		return fn(e)
+	})
+}
+
+// locked runs fn with e.mu held. A panic in fn is recovered here: it is
+// logged with the actor and its stack, the actor is given up (its instance
+// and database may be in any state), and it is returned as an error
+// wrapping ErrInternal. The lock is released whatever happens, so the node
+// goes on serving the actor, the others, and its shutdown.
+func (n *Node) locked(ctx context.Context, e *entry, op string, fn func() error) (err error) {
 	e.mu.Lock()
-	if err := n.open(ctx, e); err != nil {
-		e.mu.Unlock()
-		return nil, err
+	defer e.mu.Unlock()
+	defer n.recoverEvent(ctx, e, op, &err)
+	return fn()
+}
+
+// ErrInternal is wrapped by the error an event returns when it panicked: a
+// bug in the host, recovered at the event's boundary.
+var ErrInternal = errors.New("internal error (a recovered panic)")
+
+// recoverEvent is locked's deferred recovery (e.mu held).
+func (n *Node) recoverEvent(ctx context.Context, e *entry, op string, err *error) {
+	r := recover()
+	if r == nil {
+		return
 	}
-	return e, nil
+	cause := fmt.Errorf("%w: %v", ErrInternal, r)
+	n.log.Error("panic in an event; giving the actor up", "actor", e.id.String(), "op", op, "panic", r, "stack", string(debug.Stack()))
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				n.log.Error("panic while giving the actor up", "actor", e.id.String(), "panic", r)
+				e.a, e.held, e.dirty = nil, false, false
+			}
+		}()
+		n.giveUp(context.WithoutCancel(ctx), e, cause)
+	}()
+	*err = &abi.ActorError{ID: e.id, Op: op, Err: cause}
+}
+
+// testHook, set only by this package's tests (export_test.go), is called
+// with e.mu held: inside open (op "open"), once the actor is open for an
+// event (op as withActor names it), and before a background upload (op
+// "replicate"), to provoke panics.
+var testHook atomic.Pointer[func(op string, id abi.ActorID)]
+
+func callTestHook(op string, id abi.ActorID) {
+	if h := testHook.Load(); h != nil {
+		(*h)(op, id)
+	}
 }
 
 // Delete deletes the actor: its database here and, in cluster mode, its
 // state in the bucket (a tombstone snapshot that any restore reads as "no
 // state"). Its alarm is gone with it.
 func (n *Node) Delete(ctx context.Context, id abi.ActorID) error {
-	e, err := n.lockOpen(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer e.mu.Unlock()
+	return n.withActor(ctx, id, "delete", func(e *entry) error { return n.delete(ctx, e) })
+}
+
+func (n *Node) delete(ctx context.Context, e *entry) error {
+	id := e.id
 	e.a.Close(ctx)
 	e.a = nil
 	n.timer.Remove(timerKey(id))
@@ -456,6 +503,12 @@ func (n *Node) startDelivery(ctx context.Context, key string, at int64) {
 	go func() {
 		defer n.wg.Done()
 		defer n.doneDelivery(key)
+		defer func() {
+			// A panic outside the actor's event (which recovers its own).
+			if r := recover(); r != nil {
+				n.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
 		select {
 		case n.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -492,28 +545,25 @@ func (n *Node) deliver(ctx context.Context, key string, at int64) {
 		return
 	}
 	ev.Actor = id
-	e, err := n.entry(id)
-	if err == nil {
-		e.mu.Lock()
-		err = n.open(ctx, e)
-		if err == nil && n.plugin == nil {
+	err = n.withActor(ctx, id, "deliver", func(e *entry) error {
+		if n.plugin == nil {
+			var err error
 			ev.Delivery, err = e.a.DeliverAlarm(ctx)
-		} else if err == nil {
-			e.delivery = hostmod.Delivery{}
-			var out alarms.Delivery
-			out, err = n.plugin.Deliver(ctx, &clusterActor{n: n, e: e}, at)
-			ev.Delivery, ev.Index = e.delivery, out
-			if err != nil {
-				n.giveUp(ctx, e, err)
-			} else if out.RetryAt == 0 && e.a != nil && !ev.Delivery.Ran {
-				// A stale entry: the committed alarm, if any, stays armed.
-				if st, serr := e.a.State(ctx); serr == nil && st.HasAlarm {
-					ev.Delivery.Result = hostmod.Result{Alarm: st.Alarm, HasAlarm: true, Failures: st.Failures}
-				}
+			return err
+		}
+		e.delivery = hostmod.Delivery{}
+		out, err := n.plugin.Deliver(ctx, &clusterActor{n: n, e: e}, at)
+		ev.Delivery, ev.Index = e.delivery, out
+		if err != nil {
+			n.giveUp(ctx, e, err)
+		} else if out.RetryAt == 0 && e.a != nil && !ev.Delivery.Ran {
+			// A stale entry: the committed alarm, if any, stays armed.
+			if st, serr := e.a.State(ctx); serr == nil && st.HasAlarm {
+				ev.Delivery.Result = hostmod.Result{Alarm: st.Alarm, HasAlarm: true, Failures: st.Failures}
 			}
 		}
-		e.mu.Unlock()
-	}
+		return err
+	})
 	ev.At = n.cfg.Clock.Now()
 	var held *cluster.HeldElsewhereError
 	switch {
@@ -650,17 +700,10 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 			n.log.Debug("the local database holds nothing of the actor; not uploaded", "actor", id.String())
 			continue
 		}
-		e, err := n.entry(id)
-		if err != nil {
-			return err
-		}
-		e.mu.Lock()
-		err = n.open(ctx, e)
-		if err == nil {
+		err = n.withActor(ctx, id, "join", func(e *entry) error {
 			e.dirty, e.joining = true, true
-			err = n.replicate(ctx, e, alarms.FirstUpload)
-		}
-		e.mu.Unlock()
+			return n.replicate(ctx, e, alarms.FirstUpload)
+		})
 		if err != nil {
 			n.log.Warn("could not upload a local actor as its first snapshot; it stays on this node only", "actor", id.String(), "error", err)
 			continue
@@ -714,10 +757,14 @@ func (n *Node) reapIdle(ctx context.Context) {
 			if !e.mu.TryLock() {
 				continue
 			}
-			if e.held && now.Sub(e.lastUsed) >= idle {
-				_ = n.release(ctx, e)
-			}
-			e.mu.Unlock()
+			func() {
+				defer e.mu.Unlock()
+				var err error
+				defer n.recoverEvent(ctx, e, "release", &err)
+				if e.held && now.Sub(e.lastUsed) >= idle {
+					err = n.release(ctx, e)
+				}
+			}()
 		}
 	}
 }
@@ -763,14 +810,17 @@ func (n *Node) Close(ctx context.Context) error {
 	n.entries = map[abi.ActorID]*entry{}
 	n.mu.Unlock()
 	for _, e := range list {
-		e.mu.Lock()
-		if n.leases != nil {
-			errs = append(errs, n.release(ctx, e))
-		} else if e.a != nil {
-			errs = append(errs, e.a.Close(ctx))
+		errs = append(errs, n.locked(ctx, e, "close", func() error {
+			if n.leases != nil {
+				return n.release(ctx, e)
+			}
+			if e.a == nil {
+				return nil
+			}
+			err := e.a.Close(ctx)
 			e.a = nil
-		}
-		e.mu.Unlock()
+			return err
+		}))
 	}
 	if n.leases != nil {
 		errs = append(errs, n.leases.Close(ctx))

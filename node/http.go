@@ -30,7 +30,9 @@ import (
 // class, name, kind or body (a tenant or class of 1 to 63 bytes of a-z, 0-9,
 // '-' and '_', starting with a letter or a digit; a name of 1 to 100 bytes,
 // any bytes: abi.ActorID.Validate; the message states the limit broken); 404 a class this node does not serve; 422 the
-// guest failed the event (its writes rolled back); 503, with Retry-After,
+// guest failed the event (its writes rolled back); 500 the event panicked
+// in the host (a bug: recovered, logged with the actor, which is given up
+// and taken afresh by its next event); 503, with Retry-After,
 // for every other failure: the actor is held by a node that cannot be
 // reached, the bucket is unreachable, the node lease lapsed, an upload
 // failed (after an exec-durable event, whose outcome is then unknown).
@@ -151,6 +153,8 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		http.Error(w, err.Error(), http.StatusNotFound)
 	case errors.Is(err, abi.ErrInvalidActorID):
 		http.Error(w, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, ErrInternal):
+		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
