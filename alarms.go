@@ -185,9 +185,8 @@ func Register(cfg Config) (*Plugin, error) {
 	// earlier) do not count against a sweep's cap: an offer would change
 	// nothing for them, and counting them let more than 256 such entries
 	// hold every other overdue entry back.
-	busy := func(a alarmindex.Actor) bool {
-		id := abi.ActorID(a)
-		if cfg.Serves != nil && !cfg.Serves(a.Class) {
+	busy := func(id abi.ActorID) bool {
+		if cfg.Serves != nil && !cfg.Serves(id.Class) {
 			return true
 		}
 		if cfg.Busy != nil && cfg.Busy(id) {
@@ -253,7 +252,7 @@ func (p *Plugin) SweepStats() sweeper.Stats { return p.loop.Stats() }
 // offer hands a sweep's delivery to the node timer, where a time it already
 // holds earlier, or a retry within the longest backoff, wins.
 func (p *Plugin) offer(d sweeper.Delivery) {
-	id := abi.ActorID(d.Actor)
+	id := d.Actor
 	legacy := false
 	for _, k := range d.Keys {
 		if pk, err := alarmindex.ParseKey(k); err == nil && pk.Legacy {
@@ -278,7 +277,7 @@ func (p *Plugin) takeLegacy(id abi.ActorID, dueMs int64) bool {
 	return false
 }
 
-func toIndex(id abi.ActorID) alarmindex.Actor { return alarmindex.Actor(id) }
+func toIndex(id abi.ActorID) abi.ActorID { return id }
 
 func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts, error) {
 	st, err := a.Read(ctx)

@@ -121,7 +121,7 @@ func swActor(i int) abi.ActorID {
 }
 
 func swKey(id abi.ActorID, dueMs int64) string {
-	return alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: dueMs, Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}.String()
+	return alarmindex.Key{Actor: id, DueMs: dueMs, Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}.String()
 }
 
 // plant PUTs the empty index entries, eight at a time.
@@ -195,7 +195,7 @@ func TestResumingAfterTheDeliveryCap(t *testing.T) {
 			k := swKey(id, now.Add(-swMargin-2*time.Second).UnixMilli()+int64(i))
 			keyOf[id] = k
 			keys = append(keys, k)
-			left[sweeper.Shard(alarmindex.Actor(id), names)]++
+			left[sweeper.Shard(id, names)]++
 		}
 		// Entries not yet due stay where they are.
 		for i := range 5 {
@@ -229,7 +229,7 @@ func TestResumingAfterTheDeliveryCap(t *testing.T) {
 						t.Fatalf("%s offered %s again (first by %s)", name, id, by)
 					}
 					offered[id] = name
-					if s := sweeper.Shard(alarmindex.Actor(id), names); s != name {
+					if s := sweeper.Shard(id, names); s != name {
 						t.Fatalf("%s offered %s of %s's shard", name, id, s)
 					}
 					deleteAll(t, b, keyOf[id]) // delivered: the entry goes
@@ -362,7 +362,7 @@ func TestShardingWhenNodesDisagree(t *testing.T) {
 			id := swActor(i)
 			keyOf[id] = swKey(id, due.UnixMilli())
 			keys = append(keys, keyOf[id])
-			x := alarmindex.Actor(id)
+			x := id
 			if sweeper.Shard(x, viewA) != "node-a" && sweeper.Shard(x, viewB) != "node-b" {
 				waits[id] = true
 				if s := sweeper.Shard(x, viewA); s != ghost {

@@ -196,7 +196,7 @@ var xid = abi.ActorID{Tenant: "t", Class: "c", Name: "x"}
 
 // tagged is the key of the actor's entry at due with the given tag.
 func tagged(due int64, gen uint64, nonce string) alarmindex.Key {
-	return alarmindex.Key{Actor: alarmindex.Actor(xid), DueMs: due, Tag: alarmindex.Tag{Generation: gen, Nonce: nonce}}
+	return alarmindex.Key{Actor: xid, DueMs: due, Tag: alarmindex.Tag{Generation: gen, Nonce: nonce}}
 }
 
 // put stores an entry directly (not journaled).
@@ -295,7 +295,7 @@ func TestBeforeUploadReplacesALegacyEntryByATaggedOne(t *testing.T) {
 	f := newFixture(t)
 	a := f.actor(4)
 	a.alarm = ptr(t1)
-	legacy := alarmindex.Key{Actor: alarmindex.Actor(a.id), DueMs: t1, Legacy: true}
+	legacy := alarmindex.Key{Actor: a.id, DueMs: t1, Legacy: true}
 	f.put(t, legacy)
 	record(a, &legacy)
 	if err := f.beforeUpload(t, a, alarms.AfterEvent); err != nil {
@@ -443,7 +443,7 @@ func TestDeliverRemovesStaleEntriesButNotTheNamedOneOrANewerOwners(t *testing.T)
 	if d.Outcome != alarmindex.OutcomeStale {
 		t.Errorf("outcome %v, want stale", d.Outcome)
 	}
-	prefix := alarmindex.TaggedPrefix(alarmindex.Actor(a.id), t1)
+	prefix := alarmindex.TaggedPrefix(a.id, t1)
 	wantJournal(t, f.j.take(), "LIST "+prefix, "DELETE "+old.String(), "DELETE "+mine.String())
 	if want := []string{old.String(), mine.String()}; !reflect.DeepEqual(d.Deleted, want) {
 		t.Errorf("Deleted %v, want %v", d.Deleted, want)
@@ -470,7 +470,7 @@ func TestDeliverFencesBeforeRemovingWhenThisHoldUploadedNothing(t *testing.T) {
 	}
 	wantJournal(t, f.j.take(),
 		"META owner_fence=6", "UPLOAD",
-		"LIST "+alarmindex.TaggedPrefix(alarmindex.Actor(a.id), t1), "DELETE "+stale.String())
+		"LIST "+alarmindex.TaggedPrefix(a.id, t1), "DELETE "+stale.String())
 }
 
 func TestDeliverIndexesTheCommittedAlarmBeforeRemovingAnything(t *testing.T) {
@@ -488,7 +488,7 @@ func TestDeliverIndexesTheCommittedAlarmBeforeRemovingAnything(t *testing.T) {
 	e := tagged(t2, 6, "1")
 	wantJournal(t, f.j.take(),
 		"PUT-IF-NONE-MATCH "+e.String(), "META alarm_indexed="+alarmindex.FormatRecorded(&e), "UPLOAD",
-		"LIST "+alarmindex.TaggedPrefix(alarmindex.Actor(a.id), t1), "DELETE "+stale.String())
+		"LIST "+alarmindex.TaggedPrefix(a.id, t1), "DELETE "+stale.String())
 }
 
 func TestDeliverKeepsAnEntryWhileTheBucketNeverHadTheActor(t *testing.T) {
@@ -529,7 +529,7 @@ func TestDeliverRemovesTheEntriesOfAnActorWithNoStateWithoutRunningIt(t *testing
 	if d.Outcome != alarmindex.OutcomeNoState {
 		t.Errorf("outcome %v, want no-state", d.Outcome)
 	}
-	wantJournal(t, f.j.take(), "LIST "+alarmindex.TaggedPrefix(alarmindex.Actor(a.id), t1), "DELETE "+e.String())
+	wantJournal(t, f.j.take(), "LIST "+alarmindex.TaggedPrefix(a.id, t1), "DELETE "+e.String())
 }
 
 func TestDeliverGivesUpWhenTheListingFailsAndDeletesNothing(t *testing.T) {
@@ -554,7 +554,7 @@ func TestDeliverGivesUpWhenTheListingFailsAndDeletesNothing(t *testing.T) {
 	if len(d.Deleted) != 0 {
 		t.Errorf("deleted %v", d.Deleted)
 	}
-	wantJournal(t, f.j.take(), "LIST "+alarmindex.TaggedPrefix(alarmindex.Actor(a.id), t1))
+	wantJournal(t, f.j.take(), "LIST "+alarmindex.TaggedPrefix(a.id, t1))
 	if _, _, ok := f.mem.Object(stale.String()); !ok {
 		t.Error("the stale entry was removed though the listing failed")
 	}
@@ -578,7 +578,7 @@ func TestALegacyEntryASweepOfferedIsDeletedByItsExactName(t *testing.T) {
 	named := tagged(t2, 3, "5")
 	f.put(t, named)
 	record(a, &named)
-	legacy := alarmindex.Key{Actor: alarmindex.Actor(a.id), DueMs: t1, Legacy: true}
+	legacy := alarmindex.Key{Actor: a.id, DueMs: t1, Legacy: true}
 	beside := tagged(t1, 2, "7")
 	f.put(t, legacy)
 	f.put(t, beside)
@@ -594,7 +594,7 @@ func TestALegacyEntryASweepOfferedIsDeletedByItsExactName(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantJournal(t, f.j.take(),
-		"LIST "+alarmindex.TaggedPrefix(alarmindex.Actor(a.id), t1),
+		"LIST "+alarmindex.TaggedPrefix(a.id, t1),
 		"DELETE "+beside.String(), "DELETE "+legacy.String())
 	if want := []string{beside.String(), legacy.String()}; !reflect.DeepEqual(d.Deleted, want) {
 		t.Errorf("Deleted %v, want %v", d.Deleted, want)
@@ -605,7 +605,7 @@ func TestALegacyEntryASweepOfferedIsDeletedByItsExactName(t *testing.T) {
 	if _, err := f.p.Deliver(context.Background(), a, t1); err != nil {
 		t.Fatal(err)
 	}
-	wantJournal(t, f.j.take(), "LIST "+alarmindex.TaggedPrefix(alarmindex.Actor(a.id), t1))
+	wantJournal(t, f.j.take(), "LIST "+alarmindex.TaggedPrefix(a.id, t1))
 }
 
 func TestTimerKeysRoundTrip(t *testing.T) {

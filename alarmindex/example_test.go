@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // An owner sets an alarm, then moves it. Each event yields a plan the caller
@@ -17,7 +19,7 @@ func Example() {
 		panic(err)
 	}
 	rules := alarmindex.Rules{Nonces: nonces}
-	actor := alarmindex.Actor{Tenant: "acme", Class: "counter", Name: "a/1"}
+	actor := abi.ActorID{Tenant: "acme", Class: "counter", Name: "a/1"}
 
 	at := int64(1_700_000_000_000)
 	var recorded *alarmindex.Key // the alarm_indexed meta, parsed

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/wasmkeep/alarms/abi"
 )
@@ -40,38 +38,6 @@ const (
 	MetaOwnerFence = "owner_fence"
 )
 
-// Actor names an actor: a tenant, a class and a name. The name may be any
-// non-empty bytes (it appears as hex in keys).
-type Actor struct {
-	Tenant, Class, Name string
-}
-
-// String gives "tenant/class/name" for messages. A name that is not
-// printable UTF-8 is quoted as a Go string.
-func (a Actor) String() string {
-	name := a.Name
-	if !printable(name) {
-		name = strconv.Quote(name)
-	}
-	return a.Tenant + "/" + a.Class + "/" + name
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// Validate reports whether the actor can be indexed: its identity is
-// within abi's limits (see [abi.ActorID.Validate]).
-func (a Actor) Validate() error { return abi.ActorID(a).Validate() }
-
 // Tag is the last segment of a tagged entry: the generation of the hold that
 // wrote it and a nonce that process never used before.
 type Tag struct {
@@ -88,7 +54,7 @@ func (t Tag) String() string {
 // Key is one index entry. Legacy entries (written before tags existed) have
 // a zero Tag. Keys are comparable with ==.
 type Key struct {
-	Actor Actor
+	Actor abi.ActorID
 	// DueMs is the due time in Unix milliseconds, 0..MaxDueMs.
 	DueMs int64
 	// Legacy marks the untagged form alarms/<tenant>/<at>/<class>/<name hex>.
@@ -141,12 +107,12 @@ func TimePrefix(tenant string, dueMs int64) string {
 
 // TaggedPrefix is the folder of the actor's tagged entries due at dueMs:
 // listing it is the one LIST a stale cleanup costs.
-func TaggedPrefix(a Actor, dueMs int64) string {
+func TaggedPrefix(a abi.ActorID, dueMs int64) string {
 	return TimePrefix(a.Tenant, dueMs) + a.Class + TaggedClassSuffix + "/" + hex.EncodeToString([]byte(a.Name)) + "/"
 }
 
 // LegacyKey is the untagged entry of the actor at dueMs.
-func LegacyKey(a Actor, dueMs int64) string {
+func LegacyKey(a abi.ActorID, dueMs int64) string {
 	return TimePrefix(a.Tenant, dueMs) + a.Class + "/" + hex.EncodeToString([]byte(a.Name))
 }
 
@@ -196,7 +162,7 @@ func ParseKey(s string) (Key, error) {
 	if err != nil {
 		return Key{}, keyErr(s, err.Error())
 	}
-	k.Actor = Actor{Tenant: parts[0], Class: classSeg, Name: string(name)}
+	k.Actor = abi.ActorID{Tenant: parts[0], Class: classSeg, Name: string(name)}
 	if err := k.Actor.Validate(); err != nil {
 		return Key{}, keyErr(s, err.Error())
 	}
@@ -273,7 +239,7 @@ func FormatRecorded(k *Key) string {
 // ParseRecorded parses an alarm_indexed meta value of actor a: nil for "".
 // An error means the recorded entry cannot be read: the caller gives the
 // actor up rather than guess which entry stands for its alarm.
-func ParseRecorded(a Actor, s string) (*Key, error) {
+func ParseRecorded(a abi.ActorID, s string) (*Key, error) {
 	if s == "" {
 		return nil, nil
 	}

@@ -15,27 +15,27 @@ func TestKeyRoundTrip(t *testing.T) {
 	}{
 		{
 			"tagged",
-			Key{Actor: Actor{"acme", "counter", "a"}, DueMs: 1_700_000_000_123, Tag: Tag{Generation: 42, Nonce: "beef01"}},
+			Key{Actor: abi.ActorID{Tenant: "acme", Class: "counter", Name: "a"}, DueMs: 1_700_000_000_123, Tag: Tag{Generation: 42, Nonce: "beef01"}},
 			"alarms/acme/001700000000123/counter.t/61/00000000000000000042-beef01",
 		},
 		{
 			"legacy",
-			Key{Actor: Actor{"acme", "counter", "a"}, DueMs: 5, Legacy: true},
+			Key{Actor: abi.ActorID{Tenant: "acme", Class: "counter", Name: "a"}, DueMs: 5, Legacy: true},
 			"alarms/acme/000000000000005/counter/61",
 		},
 		{
 			"name with slash, dot and binary bytes",
-			Key{Actor: Actor{"t", "c", "x/../\x00\xff"}, DueMs: 0, Tag: Tag{Generation: 0, Nonce: "0"}},
+			Key{Actor: abi.ActorID{Tenant: "t", Class: "c", Name: "x/../\x00\xff"}, DueMs: 0, Tag: Tag{Generation: 0, Nonce: "0"}},
 			"alarms/t/000000000000000/c.t/782f2e2e2f00ff/00000000000000000000-0",
 		},
 		{
 			"largest due time and generation",
-			Key{Actor: Actor{"t", "c", "n"}, DueMs: MaxDueMs, Tag: Tag{Generation: ^uint64(0), Nonce: "f"}},
+			Key{Actor: abi.ActorID{Tenant: "t", Class: "c", Name: "n"}, DueMs: MaxDueMs, Tag: Tag{Generation: ^uint64(0), Nonce: "f"}},
 			"alarms/t/999999999999999/c.t/6e/18446744073709551615-f",
 		},
 		{
 			"tenant and class with '-' and '_'",
-			Key{Actor: Actor{"acme-eu_1", "chat_room-2", "n"}, DueMs: 1, Legacy: true},
+			Key{Actor: abi.ActorID{Tenant: "acme-eu_1", Class: "chat_room-2", Name: "n"}, DueMs: 1, Legacy: true},
 			"alarms/acme-eu_1/000000000000001/chat_room-2/6e",
 		},
 	}
@@ -110,31 +110,8 @@ func TestParseKeyRejects(t *testing.T) {
 	}
 }
 
-func TestActorValidateNamesTheField(t *testing.T) {
-	cases := []struct {
-		actor Actor
-		cause string
-	}{
-		{Actor{"", "c", "n"}, "tenant is empty"},
-		{Actor{"a/b", "c", "n"}, `tenant "a/b" holds '/'`},
-		{Actor{"t", "", "n"}, "class is empty"},
-		{Actor{"t", "c.d", "n"}, `class "c.d" holds '.'`},
-		{Actor{"t", "c/d", "n"}, `class "c/d" holds '/'`},
-		{Actor{"t", "c", ""}, "name is empty"},
-	}
-	for _, c := range cases {
-		err := c.actor.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.cause) {
-			t.Errorf("%+v: Validate() = %v, want cause %q", c.actor, err, c.cause)
-		}
-	}
-	if err := (Actor{"t", "c", "any/name.with\x00bytes"}).Validate(); err != nil {
-		t.Errorf("valid actor rejected: %v", err)
-	}
-}
-
 func TestKeyValidateRejectsTooLongName(t *testing.T) {
-	k := Key{Actor: Actor{"t", "c", strings.Repeat("x", 500)}, DueMs: 1, Tag: Tag{1, "ab"}}
+	k := Key{Actor: abi.ActorID{Tenant: "t", Class: "c", Name: strings.Repeat("x", 500)}, DueMs: 1, Tag: Tag{1, "ab"}}
 	if err := k.Validate(); err == nil || !strings.Contains(err.Error(), "the name is 500 bytes, over the limit of 100 bytes") {
 		t.Fatalf("Validate() = %v, want a too-long error", err)
 	}
@@ -150,7 +127,7 @@ func TestTheLongestIdentityFitsAKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := Key{
-		Actor: Actor{strings.Repeat("t", abi.MaxTenantLen), strings.Repeat("c", abi.MaxClassLen), strings.Repeat("\xff", abi.MaxNameLen)},
+		Actor: abi.ActorID{Tenant: strings.Repeat("t", abi.MaxTenantLen), Class: strings.Repeat("c", abi.MaxClassLen), Name: strings.Repeat("\xff", abi.MaxNameLen)},
 		DueMs: MaxDueMs, Tag: Tag{Generation: ^uint64(0), Nonce: src.Next()},
 	}
 	if err := k.Validate(); err != nil {
@@ -174,17 +151,8 @@ func TestTheLongestIdentityFitsAKey(t *testing.T) {
 	}
 }
 
-func TestActorString(t *testing.T) {
-	if got := (Actor{"t", "c", "n/1"}).String(); got != "t/c/n/1" {
-		t.Errorf("String() = %q", got)
-	}
-	if got := (Actor{"t", "c", "\x00"}).String(); got != `t/c/"\x00"` {
-		t.Errorf("String() of a binary name = %q", got)
-	}
-}
-
 func TestRecordedRoundTrip(t *testing.T) {
-	a := Actor{"t", "c", "n"}
+	a := abi.ActorID{Tenant: "t", Class: "c", Name: "n"}
 	cases := []struct {
 		name string
 		key  *Key

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // Mutations each turn one safety feature of the rules off, so that the
@@ -48,7 +50,7 @@ var ErrGiveUp = errors.New("give the actor up")
 
 // GiveUpError says which actor to give up and why. It wraps ErrGiveUp.
 type GiveUpError struct {
-	Actor Actor
+	Actor abi.ActorID
 	Cause string
 }
 
@@ -60,7 +62,7 @@ func (e *GiveUpError) Error() string {
 // Unwrap returns ErrGiveUp.
 func (e *GiveUpError) Unwrap() error { return ErrGiveUp }
 
-func giveUp(a Actor, format string, args ...any) error {
+func giveUp(a abi.ActorID, format string, args ...any) error {
 	return &GiveUpError{Actor: a, Cause: fmt.Sprintf(format, args...)}
 }
 
@@ -68,7 +70,7 @@ func giveUp(a Actor, format string, args ...any) error {
 // is about to happen: after an event, in the middle of one (exec-durable),
 // or for a joining node's first snapshot.
 type EventFacts struct {
-	Actor Actor
+	Actor abi.ActorID
 	// Alarm is the committed alarm in Unix ms; nil when none is set.
 	Alarm *int64
 	// Recorded is the entry alarm_indexed names (see ParseRecorded); nil
@@ -113,7 +115,7 @@ func (p IndexPlan) Empty() bool {
 	return p.Put == nil && !p.Record && p.DeleteAfterReplicate == nil
 }
 
-func (r Rules) check(a Actor, alarm *int64, rec *Key, holdValid, replHealthy bool) error {
+func (r Rules) check(a abi.ActorID, alarm *int64, rec *Key, holdValid, replHealthy bool) error {
 	// Spec: "Only while its lease is valid and replication is healthy, so
 	// what the database names is in the bucket."
 	if !holdValid {
@@ -141,7 +143,7 @@ func (r Rules) check(a Actor, alarm *int64, rec *Key, holdValid, replHealthy boo
 
 // freshKey is R1: "A fresh key for every PUT." Under UntaggedKeys it is the
 // legacy key, reused for the same actor and time.
-func (r Rules) freshKey(a Actor, due int64, gen uint64) (*Key, error) {
+func (r Rules) freshKey(a abi.ActorID, due int64, gen uint64) (*Key, error) {
 	var k Key
 	if r.Mutations.UntaggedKeys {
 		k = Key{Actor: a, DueMs: due, Legacy: true}

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
-var actorA = Actor{Tenant: "acme", Class: "counter", Name: "a/1"}
+var actorA = abi.ActorID{Tenant: "acme", Class: "counter", Name: "a/1"}
 
 const (
 	t1 = int64(1_700_000_000_000)
@@ -245,7 +247,7 @@ func TestEveryPutUsesAFreshKey(t *testing.T) {
 }
 
 func TestRulesGiveUp(t *testing.T) {
-	other := Actor{Tenant: "acme", Class: "counter", Name: "b"}
+	other := abi.ActorID{Tenant: "acme", Class: "counter", Name: "b"}
 	cases := []struct {
 		name  string
 		rules Rules
@@ -255,13 +257,13 @@ func TestRulesGiveUp(t *testing.T) {
 		{"hold not valid", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
 		{"hold not valid, unchanged alarm", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Recorded: tagged(t1, 1, "a"), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
 		{"replication unhealthy", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, HoldValid: true}, "replication is not healthy"},
-		{"invalid actor", rulesWith(Mutations{}), EventFacts{Actor: Actor{"acme", "a.b", "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, `class "a.b" holds '.'`},
+		{"invalid actor", rulesWith(Mutations{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "a.b", Name: "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, `class "a.b" holds '.'`},
 		{"alarm out of range", rulesWith(Mutations{}), eventFacts(ms(MaxDueMs+1), nil, 1), "outside"},
 		{"negative alarm", rulesWith(Mutations{}), eventFacts(ms(-1), nil, 1), "outside"},
 		{"recorded entry of another actor", rulesWith(Mutations{}), eventFacts(ms(t1), &Key{Actor: other, DueMs: t1, Legacy: true}, 1), "belongs to actor"},
 		{"recorded entry unreadable", rulesWith(Mutations{}), eventFacts(ms(t1), &Key{Actor: actorA, DueMs: t1, Tag: Tag{1, "XY"}}, 1), "cannot be read"},
 		{"no nonce source", Rules{}, eventFacts(ms(t1), nil, 1), "no nonce source"},
-		{"name too long to index", rulesWith(Mutations{}), EventFacts{Actor: Actor{"acme", "c", strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "the name is 480 bytes, over the limit of 100 bytes"},
+		{"name too long to index", rulesWith(Mutations{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "c", Name: strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "the name is 480 bytes, over the limit of 100 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -438,7 +440,7 @@ func TestDeliver(t *testing.T) {
 		{
 			"listing keys of other actors or times are ignored",
 			deliveryFacts(d, ms(t3), tagged(t3, 5, "c3"), own),
-			append(keys(d, d, tagged(t1, 1, "01")), Key{Actor: Actor{"acme", "counter", "b"}, DueMs: t2, Tag: Tag{1, "02"}}),
+			append(keys(d, d, tagged(t1, 1, "01")), Key{Actor: abi.ActorID{Tenant: "acme", Class: "counter", Name: "b"}, DueMs: t2, Tag: Tag{1, "02"}}),
 			"stale; delete [t2@g4]",
 		},
 		{
@@ -891,7 +893,7 @@ func (w *world) runDelivery(t *testing.T, p DeliveryPlan, db *database) {
 // TestDeliverAcceptsATimeWithoutATag: the node timer delivers an actor at a
 // time, without knowing which tagged entry a sweep saw there.
 func TestDeliverAcceptsATimeWithoutATag(t *testing.T) {
-	a := Actor{Tenant: "t", Class: "c", Name: "n"}
+	a := abi.ActorID{Tenant: "t", Class: "c", Name: "n"}
 	at := int64(5000)
 	r := rulesWith(Mutations{})
 	p, err := r.Deliver(DeliveryFacts{

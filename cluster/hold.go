@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 )
 
@@ -42,7 +41,7 @@ type HeldElsewhereError struct {
 
 // Error says which node holds the actor.
 func (e *HeldElsewhereError) Error() string {
-	return fmt.Sprintf("actor %s is held by node %s (%s)", actorString(e.Actor), e.NodeID, e.Addr)
+	return fmt.Sprintf("actor %s is held by node %s (%s)", e.Actor, e.NodeID, e.Addr)
 }
 
 // holdRecord is the body of an ownership record. NodeID is empty once
@@ -91,10 +90,8 @@ func (h *Holds) Key(id abi.ActorID) string {
 	return h.prefix + "holds/" + id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name))
 }
 
-func actorString(id abi.ActorID) string { return alarmindex.Actor(id).String() }
-
 func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {
-	return fmt.Errorf("hold of actor %s on node %s: %w", actorString(id), h.l.NodeID(), fmt.Errorf(format, args...))
+	return fmt.Errorf("hold of actor %s on node %s: %w", id, h.l.NodeID(), fmt.Errorf(format, args...))
 }
 
 // Acquire takes the actor's hold for this node, or returns the one it has.
@@ -114,7 +111,7 @@ func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {
 // Acquire refuses to work while this node's lease is not valid, and fails if
 // the lease lapsed while it worked.
 func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
-	if err := alarmindex.Actor(id).Validate(); err != nil {
+	if err := id.Validate(); err != nil {
 		return Hold{}, h.errorf(id, "%w", err)
 	}
 	epoch, ok := h.l.validEpoch()
@@ -152,7 +149,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 		if !expired {
 			return Hold{}, &HeldElsewhereError{Actor: id, NodeID: rec.NodeID, Addr: rec.Addr}
 		}
-		h.log.Info("taking over from a node whose lease expired", "actor", actorString(id), "from", rec.NodeID, "generation", rec.Generation+1)
+		h.log.Info("taking over from a node whose lease expired", "actor", id, "from", rec.NodeID, "generation", rec.Generation+1)
 	}
 	return h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag})
 }
@@ -242,7 +239,7 @@ func (h *Holds) Release(ctx context.Context, hold Hold) error {
 // record naming this node counts as held while this node's lease is valid.
 // A holder this node has not observed yet counts as holding.
 func (h *Holds) Lookup(ctx context.Context, id abi.ActorID) (holder NodeInfo, held bool, err error) {
-	if err := alarmindex.Actor(id).Validate(); err != nil {
+	if err := id.Validate(); err != nil {
 		return NodeInfo{}, false, h.errorf(id, "%w", err)
 	}
 	body, _, err := h.b.Get(ctx, h.Key(id))

@@ -352,7 +352,7 @@ func ixDecode(path string, data []byte, id abi.ActorID) (ixDB, error) {
 	if _, out.inited, err = st.Meta(hostmod.MetaInitDone); err != nil {
 		return out, err
 	}
-	k, err := alarmindex.ParseRecorded(alarmindex.Actor(id), out.indexed)
+	k, err := alarmindex.ParseRecorded(id, out.indexed)
 	if err != nil {
 		return out, err
 	}
@@ -413,7 +413,7 @@ func ixEntries(t *testing.T, b bucket.Bucket, id abi.ActorID) []alarmindex.Key {
 		if err != nil {
 			t.Fatalf("a key in the index does not parse: %q: %v", k, err)
 		}
-		if pk.Actor == alarmindex.Actor(id) {
+		if pk.Actor == id {
 			out = append(out, pk)
 		}
 	}
@@ -722,7 +722,7 @@ func legacyState(t *testing.T, b bucket.Bucket, id abi.ActorID) alarmindex.Key {
 	if err != nil {
 		t.Fatal(err)
 	}
-	legacy := alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: e.DueMs, Legacy: true}
+	legacy := alarmindex.Key{Actor: id, DueMs: e.DueMs, Legacy: true}
 	if err := st.Begin(); err != nil {
 		t.Fatal(err)
 	}
@@ -1109,8 +1109,8 @@ func TestLegacyEntriesNextToTaggedOnes(t *testing.T) {
 
 		ixSet(t, nil, a, id, node.ExecDurable, t1)
 		_, e1 := ixNamed(t, b, id)
-		stale := alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: t0, Legacy: true}
-		beside := alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: t1, Legacy: true}
+		stale := alarmindex.Key{Actor: id, DueMs: t0, Legacy: true}
+		beside := alarmindex.Key{Actor: id, DueMs: t1, Legacy: true}
 		for _, k := range []alarmindex.Key{stale, beside} {
 			if _, err := b.Put(context.Background(), k.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
 				t.Fatal(err)
@@ -1188,7 +1188,7 @@ func TestAnEntryForAnActorTheBucketNeverHadStaysWithoutCreatingIt(t *testing.T) 
 		spy := newIxSpy(t, b)
 		id := ixOneshot("never")
 		due := time.Now().Add(-2 * time.Second).UnixMilli()
-		entry := alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: due, Tag: alarmindex.Tag{Generation: 1, Nonce: "ab"}}
+		entry := alarmindex.Key{Actor: id, DueMs: due, Tag: alarmindex.Tag{Generation: 1, Nonce: "ab"}}
 		if _, err := b.Put(ctx, entry.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -1335,7 +1335,7 @@ func TestGivingTheActorUpAfterAFailedListing(t *testing.T) {
 		if isIndexDelete(op) && op.Key == e1.String() && deleteFails.Load() {
 			return bucket.Fault{Err: errInjected}
 		}
-		if op.Kind == bucket.OpList && op.Prefix == alarmindex.TaggedPrefix(alarmindex.Actor(id), t1) && listFails.Load() {
+		if op.Kind == bucket.OpList && op.Prefix == alarmindex.TaggedPrefix(id, t1) && listFails.Load() {
 			return bucket.Fault{Err: errInjected}
 		}
 		return bucket.Fault{}

@@ -61,7 +61,7 @@ func TestTheLongestIdentityFitsTheDataDirectoryAndTheBucket(t *testing.T) {
 		j.noStart = true
 		jn := ixNode(t, b, "j", dir, j)
 		snap, e := ixNamed(t, b, id)
-		if e.DueMs != t1 || abi.ActorID(e.Actor) != id {
+		if e.DueMs != t1 || e.Actor != id {
 			t.Fatalf("the first snapshot %s names %+v, want the actor's entry at %d", snap.Key, e, t1)
 		}
 		if n := len(e.String()); n > 1024 {

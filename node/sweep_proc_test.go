@@ -384,7 +384,7 @@ func TestStuckEntriesDoNotHoldBackOrphanedAlarms(t *testing.T) {
 	past := time.Now().Add(-time.Hour).UnixMilli()
 	for i := range stuck {
 		stuck[i] = alarmindex.Key{
-			Actor: alarmindex.Actor{Tenant: "t", Class: "unserved", Name: fmt.Sprintf("s/%05d", i)},
+			Actor: abi.ActorID{Tenant: "t", Class: "unserved", Name: fmt.Sprintf("s/%05d", i)},
 			DueMs: past + int64(i), Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"},
 		}.String()
 	}
@@ -511,7 +511,7 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 			retryAt := first.Delivery.Alarm
 			// The stale entry: an earlier alarm's, left behind (say by a
 			// crash before its DELETE), due long ago.
-			stale := alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: time.Now().Add(-time.Hour).UnixMilli(),
+			stale := alarmindex.Key{Actor: id, DueMs: time.Now().Add(-time.Hour).UnixMilli(),
 				Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}.String()
 			if _, err := b.Put(ctx, stale, nil, bucket.Cond{}); err != nil {
 				t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // ---- taking an actor ----
@@ -13,7 +15,7 @@ import (
 // take gets a hold on actor a for n and its database (restored from the
 // bucket, or from n's own data when the bucket has nothing). k gets the
 // held actor, or nil with the owning node (-1 for none) and why not.
-func (s *sim) take(n *node, a alarmindex.Actor, k func(h *held, owner int, why string)) {
+func (s *sim) take(n *node, a abi.ActorID, k func(h *held, owner int, why string)) {
 	ak := a.String()
 	if h := n.held[ak]; h != nil {
 		if s.holdValid(n, h) {
@@ -54,7 +56,7 @@ func (s *sim) take(n *node, a alarmindex.Actor, k func(h *held, owner int, why s
 	})
 }
 
-func (s *sim) restore(n *node, a alarmindex.Actor, gen uint64, k func(*held, int, string)) {
+func (s *sim) restore(n *node, a abi.ActorID, gen uint64, k func(*held, int, string)) {
 	ak := a.String()
 	epoch := n.epoch
 	failed := func(why string) {
@@ -177,7 +179,7 @@ func (s *sim) newRequest() {
 	s.step(n, n.boot, s.between(1, 20), func() { s.request(n, a, kind, 0) })
 }
 
-func (s *sim) request(n *node, a alarmindex.Actor, kind reqKind, tries int) {
+func (s *sim) request(n *node, a abi.ActorID, kind reqKind, tries int) {
 	ak := a.String()
 	if n.cut(s.now) || tries > 5 {
 		return
@@ -209,7 +211,7 @@ func (s *sim) request(n *node, a alarmindex.Actor, kind reqKind, tries int) {
 	})
 }
 
-func (s *sim) forward(o *node, a alarmindex.Actor, kind reqKind, tries int) {
+func (s *sim) forward(o *node, a abi.ActorID, kind reqKind, tries int) {
 	s.step(o, o.boot, s.between(1, 20), func() { s.request(o, a, kind, tries+1) })
 }
 
@@ -311,7 +313,7 @@ func (s *sim) durable(n *node, h *held, next db, done func(bool)) {
 
 // pastAlarm is an alarm "for now": the current grid time, or a past time
 // the actor already has entries at.
-func (s *sim) pastAlarm(a alarmindex.Actor) *int64 {
+func (s *sim) pastAlarm(a abi.ActorID) *int64 {
 	at := (s.now / gridMs) * gridMs
 	if times := s.otherEntryTimes(a); len(times) > 0 && s.chance(0.5) {
 		if t := times[s.rng.IntN(len(times))]; t <= s.now {
@@ -323,7 +325,7 @@ func (s *sim) pastAlarm(a alarmindex.Actor) *int64 {
 
 // otherEntryTimes are the times the actor has index entries at, other than
 // its committed alarm's, in order.
-func (s *sim) otherEntryTimes(a alarmindex.Actor) []int64 {
+func (s *sim) otherEntryTimes(a abi.ActorID) []int64 {
 	var times []int64
 	cur := s.sh.latest[a.String()]
 	for _, k := range s.sh.entries[a.String()] {
@@ -335,7 +337,7 @@ func (s *sim) otherEntryTimes(a alarmindex.Actor) []int64 {
 	return slices.Compact(times)
 }
 
-func (s *sim) mutateAlarm(a alarmindex.Actor, d *db) {
+func (s *sim) mutateAlarm(a abi.ActorID, d *db) {
 	switch s.rng.IntN(4) {
 	case 0, 1:
 		d.alarm, d.failures = s.pickAlarm(a), 0
@@ -349,7 +351,7 @@ func (s *sim) mutateAlarm(a alarmindex.Actor, d *db) {
 // pickAlarm chooses an alarm time on a coarse grid, often one the actor
 // already has entries at (so keys and times collide, as the rules must
 // survive), sometimes in the past ("now").
-func (s *sim) pickAlarm(a alarmindex.Actor) *int64 {
+func (s *sim) pickAlarm(a abi.ActorID) *int64 {
 	base := (s.now/gridMs + 1) * gridMs
 	var at int64
 	switch x := s.rng.IntN(100); {
@@ -602,7 +604,7 @@ func (s *sim) upload(n *node, h *held, next db, aimed bool, done func(bool)) {
 
 // ---- joining with one's own data (R4) ----
 
-func (s *sim) joinAttempt(n *node, a alarmindex.Actor) {
+func (s *sim) joinAttempt(n *node, a abi.ActorID) {
 	ak := a.String()
 	if n.local[ak] == nil {
 		return

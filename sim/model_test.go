@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // Snapshot keys sort as (generation, sequence): the latest state is the
 // greatest key, which is what makes a late upload the state only when
 // nothing newer exists.
 func TestSnapshotKeysSortByGenerationThenSequence(t *testing.T) {
-	a := alarmindex.Actor{Tenant: tenant, Class: class, Name: "x/\xff"}
+	a := abi.ActorID{Tenant: tenant, Class: class, Name: "x/\xff"}
 	order := [][2]uint64{{1, 1}, {1, 2}, {1, 10}, {2, 1}, {9, 99}, {10, 1}, {10, 2}}
 	var keys []string
 	for _, gs := range order {
@@ -34,7 +36,7 @@ func TestSnapshotKeysSortByGenerationThenSequence(t *testing.T) {
 }
 
 func TestDatabaseRoundTrip(t *testing.T) {
-	a := alarmindex.Actor{Tenant: tenant, Class: class, Name: "a"}
+	a := abi.ActorID{Tenant: tenant, Class: class, Name: "a"}
 	at := int64(epochMs + 5000)
 	for _, d := range []db{
 		{},

@@ -7,6 +7,8 @@ import (
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/sweeper"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 type node struct {
@@ -45,7 +47,7 @@ type pendingKey struct {
 
 // held is an actor a node holds: its hold generation and its database.
 type held struct {
-	actor     alarmindex.Actor
+	actor     abi.ActorID
 	gen       uint64
 	epoch     uint64
 	db        db
@@ -274,7 +276,7 @@ func (s *sim) sweep(n *node) {
 		Margin:  marginMs * time.Millisecond,
 		Self:    n.addr,
 		Live:    s.liveAddrs(),
-		Busy:    func(a alarmindex.Actor) bool { return n.busy[a.String()] || n.timer.Keeps(a.String(), s.now) },
+		Busy:    func(a abi.ActorID) bool { return n.busy[a.String()] || n.timer.Keeps(a.String(), s.now) },
 		Rand:    n.rng,
 	})
 	for _, d := range plan.Deliveries {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // Config selects one simulation. The same Config gives the same trace.
@@ -251,12 +253,12 @@ type sim struct {
 	lateSeq   uint64
 
 	nodes      []*node
-	actors     []alarmindex.Actor // every actor, in creation order
+	actors     []abi.ActorID // every actor, in creation order
 	actorKeys  []string
-	cluster    []alarmindex.Actor // actors client requests may reach from the start
-	joined     []alarmindex.Actor // joining nodes' actors
-	lastTarget *alarmindex.Actor
-	byKey      map[string]alarmindex.Actor
+	cluster    []abi.ActorID // actors client requests may reach from the start
+	joined     []abi.ActorID // joining nodes' actors
+	lastTarget *abi.ActorID
+	byKey      map[string]abi.ActorID
 
 	epochs uint64
 	leases []storeLease

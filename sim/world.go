@@ -14,6 +14,8 @@ import (
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 var errCutOff = errors.New("node cut off from the network")
@@ -27,7 +29,7 @@ func newSim(cfg Config) *sim {
 		cfg:   cfg,
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		now:   epochMs,
-		byKey: map[string]alarmindex.Actor{},
+		byKey: map[string]abi.ActorID{},
 		holds: map[string]*holdRec{},
 		sh:    shadow{latest: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}},
 		tr:    tracer{h: fnv.New64a(), keep: cfg.KeepTrace},
@@ -48,7 +50,7 @@ func newSim(cfg Config) *sim {
 func (s *sim) setup() {
 	names := []string{"a0", "a1", "a2", "a3", "a/4", "\x00\xff5"}
 	for _, n := range names {
-		a := alarmindex.Actor{Tenant: tenant, Class: class, Name: n}
+		a := abi.ActorID{Tenant: tenant, Class: class, Name: n}
 		s.addActor(a)
 		s.cluster = append(s.cluster, a)
 	}
@@ -89,7 +91,7 @@ func (s *sim) setup() {
 		n.joiner = true
 		joinAt := epochMs + s.between(20_000, mainMs-90_000)
 		for k := range 1 + s.rng.IntN(2) {
-			a := alarmindex.Actor{Tenant: tenant, Class: class, Name: fmt.Sprintf("j%d-%d", n.id, k)}
+			a := abi.ActorID{Tenant: tenant, Class: class, Name: fmt.Sprintf("j%d-%d", n.id, k)}
 			if k == 1 && s.chance(0.3) {
 				// Data for an actor the cluster may have too: the bucket's
 				// version wins if it has one.
@@ -129,7 +131,7 @@ func (s *sim) setup() {
 	s.at(s.mainEnd, s.startFinal)
 }
 
-func (s *sim) addActor(a alarmindex.Actor) {
+func (s *sim) addActor(a abi.ActorID) {
 	s.actors = append(s.actors, a)
 	s.actorKeys = append(s.actorKeys, a.String())
 	s.byKey[a.String()] = a
@@ -169,14 +171,14 @@ func (s *sim) startFinal() {
 
 // ---- state snapshots in the bucket ----
 
-func statePrefix(a alarmindex.Actor) string {
+func statePrefix(a abi.ActorID) string {
 	return "state/" + a.Tenant + "/" + a.Class + "/" + hex.EncodeToString([]byte(a.Name)) + "/"
 }
 
 // stateKey orders an actor's snapshots by (generation, sequence): the
 // latest state is the greatest key, so an earlier holder's upload that lands
 // late becomes the state if and only if nothing newer exists.
-func stateKey(a alarmindex.Actor, gen, seq uint64) string {
+func stateKey(a abi.ActorID, gen, seq uint64) string {
 	return fmt.Sprintf("%s%020d-%020d", statePrefix(a), gen, seq)
 }
 
@@ -198,7 +200,7 @@ func parseStateKey(key string) (actorKey string, gen, seq uint64, ok bool) {
 	if err1 != nil || err2 != nil {
 		return "", 0, 0, false
 	}
-	a := alarmindex.Actor{Tenant: parts[1], Class: parts[2], Name: string(name)}
+	a := abi.ActorID{Tenant: parts[1], Class: parts[2], Name: string(name)}
 	return a.String(), gen, seq, true
 }
 
@@ -239,7 +241,7 @@ func encode(d db) []byte {
 		alarm, alarmindex.FormatRecorded(d.rec), init, d.failures, d.fence, d.writes)
 }
 
-func decode(a alarmindex.Actor, body []byte) (db, error) {
+func decode(a abi.ActorID, body []byte) (db, error) {
 	var d db
 	for line := range strings.SplitSeq(strings.TrimSuffix(string(body), "\n"), "\n") {
 		k, v, _ := strings.Cut(line, "=")

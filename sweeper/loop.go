@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // DefaultPeriod is the default alarm_sweep: how often a node sweeps.
@@ -67,7 +67,7 @@ type Config struct {
 	Tenants Tenants   // required
 	// Busy reports an actor already in flight or retrying on this node
 	// (see [PlanInput.Busy]). Nil: none.
-	Busy func(alarmindex.Actor) bool
+	Busy func(abi.ActorID) bool
 	// Rand rotates anyone's entries. Required; used by one sweep at a time.
 	Rand *rand.Rand
 	// Logger; nil logs nothing.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // memBucket is an in-memory index that counts LIST calls.
@@ -307,7 +307,7 @@ func TestSweepDrainsBacklog(t *testing.T) {
 func TestSweepCursorPassesStuckEntries(t *testing.T) {
 	stuck := keysFrom("t", "s", ago(time.Hour), 3000)
 	h := newHarness(t, func(c *Config) {
-		c.Busy = func(a alarmindex.Actor) bool { return strings.HasPrefix(a.Name, "s") }
+		c.Busy = func(a abi.ActorID) bool { return strings.HasPrefix(a.Name, "s") }
 	})
 	h.bucket.put(stuck...)
 	good := keysFrom("t", "g", ago(time.Hour)+3000, 100)
@@ -343,7 +343,7 @@ func TestSweepCursorPerTenant(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
 		c.Tenants = StaticTenants{"a", "b"}
 		c.Walk = WalkLimits{MaxEntries: 2, PageSize: 2}
-		c.Busy = func(alarmindex.Actor) bool { return true }
+		c.Busy = func(abi.ActorID) bool { return true }
 	})
 	a := keysFrom("a", "x", ago(time.Hour), 3)
 	b := keysFrom("b", "x", ago(time.Hour), 1)

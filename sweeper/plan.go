@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // Defaults of a plan.
@@ -26,7 +26,7 @@ const (
 // of its earliest overdue entries, and the keys of all its entries at that
 // time.
 type Delivery struct {
-	Actor alarmindex.Actor
+	Actor abi.ActorID
 	// DueMs is the due time in Unix milliseconds.
 	DueMs int64
 	// Keys are the object keys of the actor's entries at DueMs, in listing
@@ -56,7 +56,7 @@ type PlanInput struct {
 	// Busy reports an actor this node already has in flight or retrying;
 	// its entries are neither delivered again nor counted against the cap.
 	// Nil: none.
-	Busy func(alarmindex.Actor) bool
+	Busy func(abi.ActorID) bool
 	// Rand picks the rotation of anyone's entries. Nil: no rotation.
 	Rand *rand.Rand
 	// MaxDeliveries caps the plan; zero takes DefaultMaxDeliveries.
@@ -149,7 +149,7 @@ func PlanSweep(in PlanInput) Plan {
 // time with all its keys at that time, ordered by due time (then first
 // appearance).
 func earliestPerActor(entries []Entry, st *PlanStats) []Delivery {
-	idx := make(map[alarmindex.Actor]int, len(entries))
+	idx := make(map[abi.ActorID]int, len(entries))
 	var out []Delivery
 	for _, e := range entries {
 		i, ok := idx[e.Key.Actor]
@@ -200,7 +200,7 @@ func liveNodes(self string, live []string) []string {
 // three-margin rule.
 // Shard returns "" for no nodes. The hash is fixed (FNV-1a, then a 64-bit
 // finalizer), the same on every node and every run.
-func Shard(actor alarmindex.Actor, nodes []string) string {
+func Shard(actor abi.ActorID, nodes []string) string {
 	var best string
 	var bestScore uint64
 	for i, n := range nodes {
@@ -219,7 +219,7 @@ const (
 
 // score hashes node and actor, each field length-prefixed so no two
 // different tuples hash the same bytes.
-func score(node string, a alarmindex.Actor) uint64 {
+func score(node string, a abi.ActorID) uint64 {
 	h := uint64(fnvOffset64)
 	for _, s := range [...]string{node, a.Tenant, a.Class, a.Name} {
 		n := uint64(len(s))

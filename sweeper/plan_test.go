@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 const testMargin = 15 * time.Second
@@ -27,8 +29,8 @@ func entry(name string, dueMs int64) Entry {
 	return Entry{Object: obj, Key: k}
 }
 
-func actor(name string) alarmindex.Actor {
-	return alarmindex.Actor{Tenant: "t", Class: "c", Name: name}
+func actor(name string) abi.ActorID {
+	return abi.ActorID{Tenant: "t", Class: "c", Name: name}
 }
 
 var nodes3 = []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
@@ -300,7 +302,7 @@ func compareStrings(a, b string) int {
 func TestPlanBusyNotCounted(t *testing.T) {
 	self := nodes3[0]
 	own := namesFor("o", self, nodes3, 300)
-	busy := map[alarmindex.Actor]bool{}
+	busy := map[abi.ActorID]bool{}
 	var entries []Entry
 	for i, n := range own {
 		entries = append(entries, entry(n, ago(testMargin)-int64(i)))
@@ -310,7 +312,7 @@ func TestPlanBusyNotCounted(t *testing.T) {
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return compareStrings(a.Object, b.Object) })
 	p := PlanSweep(PlanInput{Entries: entries, Now: testNow, Margin: testMargin, Self: self, Live: nodes3,
-		Busy: func(a alarmindex.Actor) bool { return busy[a] }})
+		Busy: func(a abi.ActorID) bool { return busy[a] }})
 	if len(p.Deliveries) != 200 || p.Stats.Busy != 100 || p.Stats.Deferred != 0 {
 		t.Fatalf("delivered %d, busy %d, deferred %d; want 200, 100, 0", len(p.Deliveries), p.Stats.Busy, p.Stats.Deferred)
 	}

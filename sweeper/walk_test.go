@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // tagged formats a tagged index key the way the index writes it.
@@ -175,9 +177,9 @@ func TestWalkParsesEntries(t *testing.T) {
 	keys := sortedKeys(tagged("t1", 42, "room", "lobby/1", 7, "beef"), legacy("t1", 43, "room", "b"))
 	res := runWalk(t, &pageLister{keys: keys}, "t1", "", 100, WalkLimits{})
 	want := []alarmindex.Key{
-		{Actor: alarmindex.Actor{Tenant: "t1", Class: "room", Name: "lobby/1"}, DueMs: 42,
+		{Actor: abi.ActorID{Tenant: "t1", Class: "room", Name: "lobby/1"}, DueMs: 42,
 			Tag: alarmindex.Tag{Generation: 7, Nonce: "beef"}},
-		{Actor: alarmindex.Actor{Tenant: "t1", Class: "room", Name: "b"}, DueMs: 43, Legacy: true},
+		{Actor: abi.ActorID{Tenant: "t1", Class: "room", Name: "b"}, DueMs: 43, Legacy: true},
 	}
 	if len(res.Entries) != len(want) {
 		t.Fatalf("entries %v", res.Entries)
