@@ -25,11 +25,9 @@ package alarms
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -222,23 +220,11 @@ func leUint64(b []byte) uint64 {
 	return v
 }
 
-// TimerKey names an actor in the node timer: tenant/class/hex(name).
-func TimerKey(id abi.ActorID) string {
-	return id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name))
-}
+// TimerKey names an actor in the node timer: its [abi.ActorID.Path].
+func TimerKey(id abi.ActorID) string { return id.Path() }
 
-// ParseTimerKey reads a TimerKey.
-func ParseTimerKey(k string) (abi.ActorID, error) {
-	parts := strings.SplitN(k, "/", 3)
-	if len(parts) != 3 {
-		return abi.ActorID{}, fmt.Errorf("malformed timer key %q", k)
-	}
-	name, err := hex.DecodeString(parts[2])
-	if err != nil {
-		return abi.ActorID{}, fmt.Errorf("malformed timer key %q: %w", k, err)
-	}
-	return abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}, nil
-}
+// ParseTimerKey reads a TimerKey (see [abi.ParsePath]).
+func ParseTimerKey(k string) (abi.ActorID, error) { return abi.ParsePath(k) }
 
 // RunSweeps runs the sweep loop until ctx ends.
 func (p *Plugin) RunSweeps(ctx context.Context) { p.loop.Run(ctx) }

@@ -1,7 +1,6 @@
 package alarmindex
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -108,12 +107,12 @@ func TimePrefix(tenant string, dueMs int64) string {
 // TaggedPrefix is the folder of the actor's tagged entries due at dueMs:
 // listing it is the one LIST a stale cleanup costs.
 func TaggedPrefix(a abi.ActorID, dueMs int64) string {
-	return TimePrefix(a.Tenant, dueMs) + a.Class + TaggedClassSuffix + "/" + hex.EncodeToString([]byte(a.Name)) + "/"
+	return TimePrefix(a.Tenant, dueMs) + a.Class + TaggedClassSuffix + "/" + a.NameHex() + "/"
 }
 
 // LegacyKey is the untagged entry of the actor at dueMs.
 func LegacyKey(a abi.ActorID, dueMs int64) string {
-	return TimePrefix(a.Tenant, dueMs) + a.Class + "/" + hex.EncodeToString([]byte(a.Name))
+	return TimePrefix(a.Tenant, dueMs) + a.Class + "/" + a.NameHex()
 }
 
 func formatDue(ms int64) string {

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,7 +86,7 @@ func NewHolds(b bucket.Bucket, prefix string, l *Leases, logger hclog.Logger) *H
 // Key returns the object key of the actor's ownership record:
 // <prefix>holds/<tenant>/<class>/<name as hex>.
 func (h *Holds) Key(id abi.ActorID) string {
-	return h.prefix + "holds/" + id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name))
+	return h.prefix + "holds/" + id.Path()
 }
 
 func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -48,7 +47,7 @@ func NewReplica(b bucket.Bucket, prefix string) *Replica {
 
 // ActorPrefix is the folder of an actor's snapshots.
 func (r *Replica) ActorPrefix(id abi.ActorID) string {
-	return r.prefix + "state/" + id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name)) + "/"
+	return r.prefix + "state/" + id.Path() + "/"
 }
 
 // Key names the snapshot of id at (generation, seq).

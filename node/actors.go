@@ -539,7 +539,7 @@ func (n *Node) deliver(ctx context.Context, key string, at int64) {
 	}
 	n.mu.Unlock()
 	ev := DeliveryEvent{TimerAt: at}
-	id, err := parseTimerKey(key)
+	id, err := alarms.ParseTimerKey(key)
 	if err != nil {
 		n.log.Error("dropping malformed timer entry", "key", key, "error", err)
 		return

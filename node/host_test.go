@@ -7,7 +7,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -317,7 +316,7 @@ func TestACleanShutdownHandsActorsOverAtOnce(t *testing.T) {
 	// Each ownership record says released (no node), and a's lease is gone:
 	// either lets another node in at once, and a clean shutdown does both.
 	for _, id := range ids {
-		key := "cluster/holds/" + id.Tenant + "/" + id.Class + "/" + hex.EncodeToString([]byte(id.Name))
+		key := "cluster/holds/" + id.Path()
 		body, _, err := b.Get(ctx, key)
 		var rec struct {
 			NodeID     string `json:"node_id"`

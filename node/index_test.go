@@ -10,7 +10,6 @@ package node_test
 import (
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -316,15 +315,12 @@ type ixDB struct {
 // ixStateActor reads the actor from a snapshot key,
 // cluster/state/<tenant>/<class>/<hex name>/<generation>-<seq>.
 func ixStateActor(key string) (abi.ActorID, error) {
-	parts := strings.Split(strings.TrimPrefix(key, "cluster/state/"), "/")
-	if len(parts) != 4 {
+	rest := strings.TrimPrefix(key, "cluster/state/")
+	i := strings.LastIndex(rest, "/")
+	if i < 0 {
 		return abi.ActorID{}, fmt.Errorf("malformed snapshot key %q", key)
 	}
-	name, err := hex.DecodeString(parts[2])
-	if err != nil {
-		return abi.ActorID{}, fmt.Errorf("malformed snapshot key %q: %v", key, err)
-	}
-	return abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}, nil
+	return abi.ParsePath(rest[:i])
 }
 
 // ixDecode reads a snapshot image of the actor by writing it to path.
@@ -437,7 +433,7 @@ func ixExists(t *testing.T, b bucket.Bucket, key string) bool {
 // released) and the generation.
 func ixHolder(t *testing.T, b bucket.Bucket, id abi.ActorID) (string, uint64) {
 	t.Helper()
-	body, _, err := b.Get(context.Background(), "cluster/holds/"+id.Tenant+"/"+id.Class+"/"+hex.EncodeToString([]byte(id.Name)))
+	body, _, err := b.Get(context.Background(), "cluster/holds/"+id.Path())
 	if err != nil {
 		t.Fatal(err)
 	}

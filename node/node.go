@@ -6,7 +6,6 @@ package node
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -178,12 +177,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 // Path is where the actor's database lives under dataDir.
 func Path(dataDir string, id abi.ActorID) string {
-	return filepath.Join(dataDir, id.Tenant, id.Class, hex.EncodeToString([]byte(id.Name))+".db")
+	return filepath.Join(dataDir, filepath.FromSlash(id.Path())+".db")
 }
 
 func timerKey(id abi.ActorID) string { return alarms.TimerKey(id) }
-
-func parseTimerKey(k string) (abi.ActorID, error) { return alarms.ParseTimerKey(k) }
 
 // scan fills the timer from the actor databases in the data directory and
 // returns the actors it found.
@@ -198,15 +195,9 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 			return nil
 		}
 		rel, _ := filepath.Rel(n.cfg.DataDir, path)
-		parts := strings.Split(filepath.ToSlash(rel), "/")
-		if len(parts) != 3 {
-			n.log.Warn("scan: file outside the <tenant>/<class>/<name>.db layout, skipped", "path", path)
-			return nil
-		}
-		name, herr := hex.DecodeString(strings.TrimSuffix(parts[2], ".db"))
-		id := abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}
-		if herr != nil || id.Validate() != nil {
-			n.log.Warn("scan: malformed actor file name, skipped", "path", path)
+		id, err := abi.ParsePath(strings.TrimSuffix(filepath.ToSlash(rel), ".db"))
+		if err != nil {
+			n.log.Warn("scan: not an actor's database (<tenant>/<class>/<name as hex>.db), skipped", "path", path, "error", err)
 			return nil
 		}
 		found = append(found, id)

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -172,7 +171,7 @@ func (s *sim) startFinal() {
 // ---- state snapshots in the bucket ----
 
 func statePrefix(a abi.ActorID) string {
-	return "state/" + a.Tenant + "/" + a.Class + "/" + hex.EncodeToString([]byte(a.Name)) + "/"
+	return "state/" + a.Path() + "/"
 }
 
 // stateKey orders an actor's snapshots by (generation, sequence): the
@@ -187,7 +186,7 @@ func parseStateKey(key string) (actorKey string, gen, seq uint64, ok bool) {
 	if len(parts) != 5 || parts[0] != "state" {
 		return "", 0, 0, false
 	}
-	name, err := hex.DecodeString(parts[3])
+	a, err := abi.ParsePath(strings.Join(parts[1:4], "/"))
 	if err != nil {
 		return "", 0, 0, false
 	}
@@ -200,7 +199,6 @@ func parseStateKey(key string) (actorKey string, gen, seq uint64, ok bool) {
 	if err1 != nil || err2 != nil {
 		return "", 0, 0, false
 	}
-	a := abi.ActorID{Tenant: parts[1], Class: parts[2], Name: string(name)}
 	return a.String(), gen, seq, true
 }
 
