@@ -268,11 +268,11 @@ func toIndex(id abi.ActorID) abi.ActorID { return id }
 func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts, error) {
 	st, err := a.Read(ctx)
 	if err != nil {
-		return alarmindex.EventFacts{}, fmt.Errorf("actor %s: read the committed alarm: %w", a.ID(), err)
+		return alarmindex.EventFacts{}, &abi.ActorError{ID: a.ID(), Op: "read the committed alarm", Err: err}
 	}
 	rec, err := alarmindex.ParseRecorded(toIndex(a.ID()), st.Indexed)
 	if err != nil {
-		return alarmindex.EventFacts{}, fmt.Errorf("actor %s: the recorded index entry cannot be read: %w", a.ID(), err)
+		return alarmindex.EventFacts{}, &abi.ActorError{ID: a.ID(), Op: "the recorded index entry cannot be read", Err: err}
 	}
 	return alarmindex.EventFacts{
 		Actor:              toIndex(a.ID()),
@@ -326,12 +326,12 @@ func (p *Plugin) putAndRecord(ctx context.Context, a Actor, plan alarmindex.Inde
 	if plan.Put != nil {
 		_, err := p.cfg.Bucket.Put(ctx, plan.Put.String(), nil, bucket.Cond{IfNoneMatch: true})
 		if err != nil && !errors.Is(err, bucket.ErrPrecondition) {
-			return fmt.Errorf("actor %s: list the alarm in the index: %w", a.ID(), err)
+			return &abi.ActorError{ID: a.ID(), Op: "list the alarm in the index", Err: err}
 		}
 	}
 	if plan.Record {
 		if err := a.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, alarmindex.FormatRecorded(plan.Recorded)); err != nil {
-			return fmt.Errorf("actor %s: record the index entry: %w", a.ID(), err)
+			return &abi.ActorError{ID: a.ID(), Op: "record the index entry", Err: err}
 		}
 	}
 	return nil
@@ -366,11 +366,11 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 	id := a.ID()
 	st, err := a.Read(ctx)
 	if err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: read the committed alarm: %w", id, err)
+		return Delivery{}, &abi.ActorError{ID: id, Op: "read the committed alarm", Err: err}
 	}
 	rec, err := alarmindex.ParseRecorded(toIndex(id), st.Indexed)
 	if err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: the recorded index entry cannot be read: %w", id, err)
+		return Delivery{}, &abi.ActorError{ID: id, Op: "the recorded index entry cannot be read", Err: err}
 	}
 	delivered := alarmindex.Key{Actor: toIndex(id), DueMs: dueMs, Legacy: p.takeLegacy(id, dueMs)}
 	plan, err := p.rules.Deliver(alarmindex.DeliveryFacts{
@@ -406,21 +406,21 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 	// history before anything is removed as stale.
 	if plan.Fence {
 		if err := a.WriteMeta(ctx, alarmindex.MetaOwnerFence, fmt.Sprint(a.Generation())); err != nil {
-			return out, fmt.Errorf("actor %s: write the fence: %w", id, err)
+			return out, &abi.ActorError{ID: id, Op: "write the fence", Err: err}
 		}
 		if err := a.Upload(ctx); err != nil {
-			return out, fmt.Errorf("actor %s: upload the fence: %w", id, err)
+			return out, &abi.ActorError{ID: id, Op: "upload the fence", Err: err}
 		}
 	}
 	// 3. One LIST of the actor's tagged entries at that time; DELETE the
 	// stale ones (and the legacy key by its exact name).
 	if plan.List {
 		if !a.HoldValid() {
-			return out, fmt.Errorf("actor %s: the hold lapsed before its stale entries were removed", id)
+			return out, &abi.ActorError{ID: id, Err: errors.New("the hold lapsed before its stale entries were removed")}
 		}
 		keys, err := p.cfg.Bucket.List(ctx, alarmindex.TaggedPrefix(toIndex(id), dueMs), "", bucket.MaxPage)
 		if err != nil {
-			return out, fmt.Errorf("actor %s: list its entries at %d: %w", id, dueMs, err)
+			return out, &abi.ActorError{ID: id, Err: fmt.Errorf("list its entries at %d: %w", dueMs, err)}
 		}
 		var listed []alarmindex.Key
 		for _, k := range keys {

@@ -78,17 +78,17 @@ func (k Key) Validate() error {
 		return err
 	}
 	if k.DueMs < 0 || k.DueMs > MaxDueMs {
-		return fmt.Errorf("alarm index: actor %s: due time %d outside 0..%d", k.Actor, k.DueMs, int64(MaxDueMs))
+		return &abi.ActorError{ID: k.Actor, Op: "alarm index", Err: fmt.Errorf("due time %d outside 0..%d", k.DueMs, int64(MaxDueMs))}
 	}
 	if k.Legacy {
 		if k.Tag != (Tag{}) {
-			return fmt.Errorf("alarm index: actor %s: a legacy key has no tag", k.Actor)
+			return &abi.ActorError{ID: k.Actor, Op: "alarm index", Err: errors.New("a legacy key has no tag")}
 		}
 	} else if !isLowerHex(k.Tag.Nonce) {
-		return fmt.Errorf("alarm index: actor %s: nonce %q is not non-empty lowercase hex", k.Actor, k.Tag.Nonce)
+		return &abi.ActorError{ID: k.Actor, Op: "alarm index", Err: fmt.Errorf("nonce %q is not non-empty lowercase hex", k.Tag.Nonce)}
 	}
 	if n := len(k.String()); n > MaxKeyLen {
-		return fmt.Errorf("alarm index: actor %s: key is %d bytes, longer than %d (name too long)", k.Actor, n, MaxKeyLen)
+		return &abi.ActorError{ID: k.Actor, Op: "alarm index", Err: fmt.Errorf("key is %d bytes, longer than %d (name too long)", n, MaxKeyLen)}
 	}
 	return nil
 }
@@ -248,13 +248,13 @@ func ParseRecorded(a abi.ActorID, s string) (*Key, error) {
 	dueStr, tagStr, tagged := strings.Cut(s, "/")
 	due, err := parseDue(dueStr)
 	if err != nil {
-		return nil, fmt.Errorf("alarm index: actor %s: recorded entry %q: %v", a, s, err)
+		return nil, &abi.ActorError{ID: a, Op: "alarm index", Err: fmt.Errorf("recorded entry %q: %v", s, err)}
 	}
 	k := &Key{Actor: a, DueMs: due, Legacy: !tagged}
 	if tagged {
 		tag, err := parseTag(tagStr)
 		if err != nil {
-			return nil, fmt.Errorf("alarm index: actor %s: recorded entry %q: %v", a, s, err)
+			return nil, &abi.ActorError{ID: a, Op: "alarm index", Err: fmt.Errorf("recorded entry %q: %v", s, err)}
 		}
 		k.Tag = tag
 	}

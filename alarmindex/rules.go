@@ -48,22 +48,23 @@ type Rules struct {
 // could find.
 var ErrGiveUp = errors.New("give the actor up")
 
-// GiveUpError says which actor to give up and why. It wraps ErrGiveUp.
+// GiveUpError says which actor to give up and why. It wraps ErrGiveUp. The
+// rules return it as the cause of an *abi.ActorError, which names the actor.
 type GiveUpError struct {
 	Actor abi.ActorID
 	Cause string
 }
 
-// Error names the actor and the cause.
+// Error gives the cause.
 func (e *GiveUpError) Error() string {
-	return fmt.Sprintf("alarm index: actor %s: %v: %s", e.Actor, ErrGiveUp, e.Cause)
+	return fmt.Sprintf("alarm index: %v: %s", ErrGiveUp, e.Cause)
 }
 
 // Unwrap returns ErrGiveUp.
 func (e *GiveUpError) Unwrap() error { return ErrGiveUp }
 
 func giveUp(a abi.ActorID, format string, args ...any) error {
-	return &GiveUpError{Actor: a, Cause: fmt.Sprintf(format, args...)}
+	return &abi.ActorError{ID: a, Err: &GiveUpError{Actor: a, Cause: fmt.Sprintf(format, args...)}}
 }
 
 // EventFacts are what the owner knows when an upload of the actor's database

@@ -90,7 +90,7 @@ func (h *Holds) Key(id abi.ActorID) string {
 }
 
 func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {
-	return fmt.Errorf("hold of actor %s on node %s: %w", id, h.l.NodeID(), fmt.Errorf(format, args...))
+	return &abi.ActorError{ID: id, Op: "hold on node " + h.l.NodeID(), Err: fmt.Errorf(format, args...)}
 }
 
 // Acquire takes the actor's hold for this node, or returns the one it has.
@@ -111,7 +111,7 @@ func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {
 // the lease lapsed while it worked.
 func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	if err := id.Validate(); err != nil {
-		return Hold{}, h.errorf(id, "%w", err)
+		return Hold{}, err
 	}
 	epoch, ok := h.l.validEpoch()
 	if !ok {

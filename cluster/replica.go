@@ -60,12 +60,12 @@ func (r *Replica) Parse(id abi.ActorID, key string) (Snapshot, error) {
 	rest, ok := strings.CutPrefix(key, r.ActorPrefix(id))
 	g, s, ok2 := strings.Cut(rest, "-")
 	if !ok || !ok2 || len(g) != 20 || len(s) != 20 {
-		return Snapshot{}, fmt.Errorf("actor %s: malformed snapshot key %q", id, key)
+		return Snapshot{}, &abi.ActorError{ID: id, Err: fmt.Errorf("malformed snapshot key %q", key)}
 	}
 	gen, err1 := strconv.ParseUint(g, 10, 64)
 	seq, err2 := strconv.ParseUint(s, 10, 64)
 	if err1 != nil || err2 != nil {
-		return Snapshot{}, fmt.Errorf("actor %s: malformed snapshot key %q", id, key)
+		return Snapshot{}, &abi.ActorError{ID: id, Err: fmt.Errorf("malformed snapshot key %q", key)}
 	}
 	return Snapshot{Key: key, Generation: gen, Seq: seq}, nil
 }
@@ -78,7 +78,7 @@ func (r *Replica) List(ctx context.Context, id abi.ActorID) ([]Snapshot, error) 
 	for {
 		keys, err := r.b.List(ctx, r.ActorPrefix(id), after, bucket.MaxPage)
 		if err != nil {
-			return nil, fmt.Errorf("actor %s: list snapshots: %w", id, err)
+			return nil, &abi.ActorError{ID: id, Op: "list snapshots", Err: err}
 		}
 		for _, k := range keys {
 			if s, err := r.Parse(id, k); err == nil {
@@ -106,7 +106,7 @@ func (r *Replica) Latest(ctx context.Context, id abi.ActorID) (s Snapshot, ok bo
 func (r *Replica) Download(ctx context.Context, id abi.ActorID, s Snapshot) ([]byte, error) {
 	body, _, err := r.b.Get(ctx, s.Key)
 	if err != nil {
-		return nil, fmt.Errorf("actor %s: download snapshot %s: %w", id, s.Key, err)
+		return nil, &abi.ActorError{ID: id, Err: fmt.Errorf("download snapshot %s: %w", s.Key, err)}
 	}
 	return body, nil
 }
@@ -129,7 +129,7 @@ func (r *Replica) Upload(ctx context.Context, id abi.ActorID, generation, seq ui
 		}
 	}
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("actor %s: upload snapshot %s: %w", id, key, err)
+		return Snapshot{}, &abi.ActorError{ID: id, Err: fmt.Errorf("upload snapshot %s: %w", key, err)}
 	}
 	return Snapshot{Key: key, Generation: generation, Seq: seq}, nil
 }

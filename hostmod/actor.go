@@ -17,7 +17,8 @@ import (
 var ErrClosed = errors.New("actor closed")
 
 // GuestError says that a guest export failed: it returned non-zero, trapped,
-// or ran past its deadline.
+// or ran past its deadline. An Actor's methods return it as the cause of an
+// *abi.ActorError, which names the actor.
 type GuestError struct {
 	Actor  abi.ActorID
 	Export string
@@ -27,9 +28,9 @@ type GuestError struct {
 
 func (e *GuestError) Error() string {
 	if e.Cause != nil {
-		return fmt.Sprintf("actor %s: %s failed: %v", e.Actor, e.Export, e.Cause)
+		return fmt.Sprintf("%s failed: %v", e.Export, e.Cause)
 	}
-	return fmt.Sprintf("actor %s: %s returned %d", e.Actor, e.Export, e.Code)
+	return fmt.Sprintf("%s returned %d", e.Export, e.Code)
 }
 
 func (e *GuestError) Unwrap() error { return e.Cause }
@@ -87,12 +88,12 @@ type Actor struct {
 func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string) (*Actor, error) {
 	st, err := OpenStore(path)
 	if err != nil {
-		return nil, fmt.Errorf("actor %s: %w", id, err)
+		return nil, &abi.ActorError{ID: id, Err: err}
 	}
 	_, inited, err := st.Meta(MetaInitDone)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("actor %s: read meta: %w", id, err)
+		return nil, &abi.ActorError{ID: id, Op: "read meta", Err: err}
 	}
 	return &Actor{e: e, id: id, class: c, store: st, inited: inited}, nil
 }
@@ -125,15 +126,15 @@ func (a *Actor) State(context.Context) (State, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return State{}, fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+		return State{}, &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
 	at, ok, err := a.store.Alarm()
 	if err != nil {
-		return State{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+		return State{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
 	}
 	n, err := a.store.Failures()
 	if err != nil {
-		return State{}, fmt.Errorf("actor %s: %w", a.id, err)
+		return State{}, &abi.ActorError{ID: a.id, Err: err}
 	}
 	return State{Alarm: at, HasAlarm: ok, Failures: n, Inited: a.inited}, nil
 }
@@ -143,7 +144,7 @@ func (a *Actor) Lock(f func(*Store) error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+		return &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
 	return f(a.store)
 }
@@ -154,13 +155,13 @@ func (a *Actor) Request(ctx context.Context, body []byte) (Result, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return Result{}, fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+		return Result{}, &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
 	if err := a.ensureInit(ctx); err != nil {
 		return Result{}, err
 	}
 	if !a.class.onRequest {
-		return Result{}, fmt.Errorf("actor %s: class %s does not export %q", a.id, a.class.Name, abi.ExportOnRequest)
+		return Result{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("class %s does not export %q", a.class.Name, abi.ExportOnRequest)}
 	}
 	return a.event(ctx, abi.ExportOnRequest, body, []uint64{uint64(uint32(len(body)))})
 }
@@ -170,7 +171,7 @@ func (a *Actor) Init(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+		return &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
 	return a.ensureInit(ctx)
 }
@@ -209,12 +210,12 @@ func sameAlarm(x, y *int64) bool {
 // records on-init for guests without one).
 func (a *Actor) event(ctx context.Context, export string, req []byte, params []uint64) (Result, error) {
 	if err := a.store.Begin(); err != nil {
-		return Result{}, fmt.Errorf("actor %s: begin: %w", a.id, err)
+		return Result{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
 	}
 	defer a.store.Rollback()
 	before, err := a.alarmNow()
 	if err != nil {
-		return Result{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+		return Result{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
 	}
 	ev := &event{store: a.store, request: req}
 	if export != "" {
@@ -223,12 +224,12 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 			return Result{}, err
 		}
 		if code != 0 {
-			return Result{}, &GuestError{Actor: a.id, Export: export, Code: code}
+			return Result{}, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: export, Code: code}}
 		}
 	}
 	if !a.inited {
 		if err := a.store.SetMeta(MetaInitDone, "1"); err != nil {
-			return Result{}, fmt.Errorf("actor %s: record on-init: %w", a.id, err)
+			return Result{}, &abi.ActorError{ID: a.id, Op: "record on-init", Err: err}
 		}
 	}
 	res, err := a.finish(before, ev.response)
@@ -243,18 +244,18 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 func (a *Actor) finish(before *int64, response []byte) (Result, error) {
 	after, err := a.alarmNow()
 	if err != nil {
-		return Result{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+		return Result{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
 	}
 	n, err := a.store.Failures()
 	if err != nil {
-		return Result{}, fmt.Errorf("actor %s: %w", a.id, err)
+		return Result{}, &abi.ActorError{ID: a.id, Err: err}
 	}
 	res := Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
 	if after != nil {
 		res.Alarm, res.HasAlarm = *after, true
 	}
 	if err := a.store.Commit(); err != nil {
-		return Result{}, fmt.Errorf("actor %s: commit: %w", a.id, err)
+		return Result{}, &abi.ActorError{ID: a.id, Op: "commit", Err: err}
 	}
 	return res, nil
 }
@@ -267,13 +268,13 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 		m, err := a.e.instantiate(ctx, a.id, a.class)
 		if err != nil {
 			a.mod = nil
-			return 0, &GuestError{Actor: a.id, Export: "_initialize", Cause: err}
+			return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: "_initialize", Cause: err}}
 		}
 		a.mod = m
 	}
 	fn := a.mod.ExportedFunction(export)
 	if fn == nil {
-		return 0, fmt.Errorf("actor %s: class %s does not export %q", a.id, a.class.Name, export)
+		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("class %s does not export %q", a.class.Name, export)}
 	}
 	cctx, cancel := context.WithTimeout(withCall(ctx, &call{actor: a.id, ev: ev}), deadline)
 	defer cancel()
@@ -285,10 +286,10 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 		if cctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("stopped at the %v deadline: %w", deadline, err)
 		}
-		return 0, &GuestError{Actor: a.id, Export: export, Cause: err}
+		return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: export, Cause: err}}
 	}
 	if ev.storageErr != nil {
-		return 0, fmt.Errorf("actor %s: %s: database: %w", a.id, export, ev.storageErr)
+		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%s: database: %w", export, ev.storageErr)}
 	}
 	return uint32(res[0]), nil
 }
@@ -309,43 +310,43 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return Delivery{}, fmt.Errorf("actor %s: %w", a.id, ErrClosed)
+		return Delivery{}, &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
 	now := a.e.cfg.clock.Now().UnixMilli()
 	at, ok, err := a.store.Alarm()
 	if err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+		return Delivery{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
 	}
 	failures, err := a.store.Failures()
 	if err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: %w", a.id, err)
+		return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
 	}
 	if !ok || at > now {
 		return Delivery{Result: Result{Alarm: at, HasAlarm: ok, Failures: failures}}, nil
 	}
 	if !a.class.onAlarm {
-		return Delivery{}, fmt.Errorf("actor %s: class %s does not export %q", a.id, a.class.Name, abi.ExportOnAlarm)
+		return Delivery{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("class %s does not export %q", a.class.Name, abi.ExportOnAlarm)}
 	}
 	d := Delivery{Ran: true, Scheduled: at, RetryCount: failures}
 
 	if err := a.store.Begin(); err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: begin: %w", a.id, err)
+		return Delivery{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
 	}
 	defer a.store.Rollback()
 	before := &at
 	ev := &event{store: a.store}
 	code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
 	if err == nil && code != 0 {
-		err = &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code}
+		err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code}}
 	}
 	if err == nil {
 		if !ev.alarmTouched {
 			if err := a.store.ClearAlarm(); err != nil {
-				return Delivery{}, fmt.Errorf("actor %s: clear delivered alarm: %w", a.id, err)
+				return Delivery{}, &abi.ActorError{ID: a.id, Op: "clear delivered alarm", Err: err}
 			}
 		}
 		if err := a.store.SetFailures(0); err != nil {
-			return Delivery{}, fmt.Errorf("actor %s: %w", a.id, err)
+			return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
 		}
 		res, err := a.finish(before, nil)
 		if err != nil {
@@ -366,14 +367,14 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	left := before
 	if ev.alarmTouched {
 		if left, err = a.alarmNow(); err != nil {
-			return Delivery{}, fmt.Errorf("actor %s: read alarm: %w", a.id, err)
+			return Delivery{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
 		}
 	}
 	if err := a.store.Rollback(); err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: roll back failed on-alarm: %w", a.id, err)
+		return Delivery{}, &abi.ActorError{ID: a.id, Op: "roll back failed on-alarm", Err: err}
 	}
 	if err := a.store.Begin(); err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: begin: %w", a.id, err)
+		return Delivery{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
 	}
 	n := failures + 1
 	// The same arithmetic the simulator runs (package alarmindex is pure).
@@ -391,7 +392,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 		}
 	}
 	if err != nil {
-		return Delivery{}, fmt.Errorf("actor %s: commit retry: %w", a.id, err)
+		return Delivery{}, &abi.ActorError{ID: a.id, Op: "commit retry", Err: err}
 	}
 	res, err := a.finish(before, nil)
 	if err != nil {

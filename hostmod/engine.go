@@ -289,7 +289,7 @@ func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class) (api
 	defer cancel()
 	m, err := e.r.InstantiateModule(ctx, c.compiled, mc)
 	if err != nil {
-		return nil, fmt.Errorf("actor %s: instantiate class %s: %w", id, c.Name, err)
+		return nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
 	}
 	return m, nil
 }

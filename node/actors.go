@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,10 +96,10 @@ func (n *Node) entry(id abi.ActorID) (*entry, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return nil, fmt.Errorf("actor %s: node closed", id)
+		return nil, &abi.ActorError{ID: id, Err: errors.New("node closed")}
 	}
 	if _, ok := n.classes[id.Class]; !ok {
-		return nil, fmt.Errorf("actor %s: class %q is %w", id, id.Class, ErrClassNotServed)
+		return nil, &abi.ActorError{ID: id, Err: fmt.Errorf("class %q is %w", id.Class, ErrClassNotServed)}
 	}
 	e, ok := n.entries[id]
 	if !ok {
@@ -159,7 +158,7 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 func (n *Node) openLocal(ctx context.Context, e *entry) error {
 	p := n.path(e.id)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return fmt.Errorf("actor %s: %w", e.id, err)
+		return &abi.ActorError{ID: e.id, Err: err}
 	}
 	a, err := n.engine.Open(ctx, e.id, n.classes[e.id.Class], p)
 	if err != nil {
@@ -197,22 +196,22 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return fmt.Errorf("actor %s: %w", e.id, err)
+		return &abi.ActorError{ID: e.id, Err: err}
 	}
 	if _, err := os.Stat(p); err == nil {
 		if err := os.Rename(p, p+".replaced"); err != nil {
-			return fmt.Errorf("actor %s: set the local database aside: %w", e.id, err)
+			return &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
 		}
 		_ = hostmod.RemoveDatabase(p)
 		n.log.Warn("local database differs from the bucket's newest state; set aside", "actor", e.id.String(), "as", p+".replaced", "snapshot", latest.Key)
 	}
 	if len(data) == 0 { // a tombstone: the actor was deleted
 		if err := hostmod.RemoveDatabase(p); err != nil {
-			return fmt.Errorf("actor %s: %w", e.id, err)
+			return &abi.ActorError{ID: e.id, Err: err}
 		}
 	} else {
 		if err := hostmod.WriteSnapshot(p, data); err != nil {
-			return fmt.Errorf("actor %s: restore: %w", e.id, err)
+			return &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 		}
 	}
 	return os.WriteFile(p+".sync", []byte(latest.Key), 0o644)
@@ -228,7 +227,7 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 		return nil
 	}
 	if !n.leases.Valid() {
-		err := fmt.Errorf("actor %s: not replicated: the node lease lapsed", e.id)
+		err := &abi.ActorError{ID: e.id, Err: errors.New("not replicated: the node lease lapsed")}
 		n.giveUp(ctx, e, err)
 		return err
 	}
@@ -248,7 +247,7 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 		err = n.upload(ctx, e, data)
 	}
 	if err != nil {
-		err = actorErr(e.id, "replicate", err)
+		err = &abi.ActorError{ID: e.id, Op: "replicate", Err: err}
 		n.giveUp(ctx, e, err)
 		return err
 	}
@@ -258,7 +257,7 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 	// holder built on, so the entry it replaced may be named by the newer
 	// state, and must not be deleted (found by the simulator).
 	if !n.holds.Valid(e.hold) {
-		err := fmt.Errorf("actor %s: the hold lapsed while its state was uploading", e.id)
+		err := &abi.ActorError{ID: e.id, Err: errors.New("the hold lapsed while its state was uploading")}
 		n.giveUp(ctx, e, err)
 		return err
 	}
@@ -458,12 +457,12 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 	if n.leases != nil {
 		if err := n.upload(ctx, e, nil); err != nil {
 			n.giveUp(ctx, e, err)
-			return fmt.Errorf("actor %s: delete: %w", id, err)
+			return &abi.ActorError{ID: id, Op: "delete", Err: err}
 		}
 		e.dirty = false
 	}
 	if err := hostmod.RemoveDatabase(p); err != nil {
-		return fmt.Errorf("actor %s: delete: %w", id, err)
+		return &abi.ActorError{ID: id, Op: "delete", Err: err}
 	}
 	if e.held {
 		// Nothing is left to hold: the next event takes the actor afresh
@@ -695,7 +694,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 			continue
 		}
 		if ok, err := hasState(n.path(id)); err != nil {
-			return fmt.Errorf("node: join: actor %s: %w", id, err)
+			return fmt.Errorf("node: join: %w", &abi.ActorError{ID: id, Op: "read the local database", Err: err})
 		} else if !ok {
 			n.log.Debug("the local database holds nothing of the actor; not uploaded", "actor", id.String())
 			continue
@@ -870,7 +869,7 @@ func (c *clusterActor) BucketHadActor() bool { return c.e.bucketHad }
 func (c *clusterActor) Read(context.Context) (alarms.ActorState, error) {
 	var out alarms.ActorState
 	if c.e.a == nil {
-		return out, fmt.Errorf("actor %s: not open", c.e.id)
+		return out, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
 	err := c.e.a.Lock(func(st *hostmod.Store) error {
 		at, ok, err := st.Alarm()
@@ -891,7 +890,7 @@ func (c *clusterActor) Read(context.Context) (alarms.ActorState, error) {
 
 func (c *clusterActor) WriteMeta(_ context.Context, key, value string) error {
 	if c.e.a == nil {
-		return fmt.Errorf("actor %s: not open", c.e.id)
+		return &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
 	return c.e.a.Lock(func(st *hostmod.Store) error {
 		if err := st.Begin(); err != nil {
@@ -958,13 +957,4 @@ func (n *Node) Crash() {
 		e.mu.Unlock()
 	}
 	n.engine.Close(ctx)
-}
-
-// actorErr wraps err with what failed, naming the actor once: errors from
-// the plugin, the replica and the engine already start with "actor <id>:".
-func actorErr(id abi.ActorID, what string, err error) error {
-	if strings.HasPrefix(err.Error(), "actor "+id.String()+":") {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return fmt.Errorf("actor %s: %s: %w", id, what, err)
 }

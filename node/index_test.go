@@ -823,8 +823,9 @@ func TestAFailedIndexPutGivesTheActorUp(t *testing.T) {
 		if err == nil {
 			t.Fatal("the event succeeded though its alarm could not be listed")
 		}
-		if !strings.Contains(err.Error(), id.String()) {
-			t.Errorf("the error %q does not name the actor %s", err, id)
+		var ae *abi.ActorError
+		if !errors.As(err, &ae) || ae.ID != id || strings.Count(err.Error(), id.String()) != 1 {
+			t.Errorf("the error %q is not an *abi.ActorError naming the actor %s once", err, id)
 		}
 		ixGivenUp(t, b, id, before, e1)
 		if got := ixEntries(t, b, id); len(got) != 1 || got[0] != e1 {

@@ -203,12 +203,12 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 		found = append(found, id)
 		st, err := hostmod.OpenStore(path)
 		if err != nil {
-			return fmt.Errorf("node: scan actor %s: %w", id, err)
+			return fmt.Errorf("node: scan: %w", &abi.ActorError{ID: id, Op: "open", Err: err})
 		}
 		at, ok, err := st.Alarm()
 		st.Close()
 		if err != nil {
-			return fmt.Errorf("node: scan actor %s: read alarm: %w", id, err)
+			return fmt.Errorf("node: scan: %w", &abi.ActorError{ID: id, Op: "read alarm", Err: err})
 		}
 		if ok {
 			n.timer.Set(timerKey(id), at)
