@@ -1,7 +1,9 @@
 // Package abi is the contract between wasmkeep hosts and actor guests: the
 // import module and function names, the wasm signatures, the errno values and
-// the export names. It holds constants only; ABI.md beside this file gives
-// every signature in .wat.
+// the export names; ABI.md beside this file gives every signature in .wat.
+// It also holds the one actor identity every package shares, [ActorID], with
+// its limits and encoding, and the one error about an actor, [ActorError].
+// It depends on nothing of this module.
 package abi
 
 // Import modules.
