@@ -72,3 +72,23 @@ func TestTheLongestIdentityFitsTheDataDirectoryAndTheBucket(t *testing.T) {
 
 	})
 }
+
+// A cluster configuration that would let a key outgrow S3's limit, or that
+// names a tenant no actor can have, is refused at start.
+func TestClusterConfigWithinTheLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		c    node.ClusterConfig
+		says string
+	}{
+		{"a prefix over 512 bytes", node.ClusterConfig{Prefix: strings.Repeat("p", node.MaxPrefixLen+1)}, "the cluster prefix is 513 bytes, over the limit of 512 bytes"},
+		{"an invalid tenant", node.ClusterConfig{Tenants: []string{"t", "Acme"}}, `the tenant "Acme" does not start`},
+	} {
+		tc.c.Bucket = bucket.NewMem()
+		_, err := node.New(context.Background(), node.Config{DataDir: t.TempDir(), Cluster: &tc.c})
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.says)
+		}
+	}
+}
