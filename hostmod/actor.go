@@ -16,6 +16,11 @@ import (
 // ErrClosed is returned by an Actor after Close.
 var ErrClosed = errors.New("actor closed")
 
+// ErrNoExport is wrapped by the error of an event whose export the guest
+// does not have (a request to a class without on-request): retrying cannot
+// help.
+var ErrNoExport = errors.New("missing export")
+
 // GuestError says that a guest export failed: it returned non-zero, trapped,
 // or ran past its deadline. An Actor's methods return it as the cause of an
 // *abi.ActorError, which names the actor.
@@ -161,7 +166,7 @@ func (a *Actor) Request(ctx context.Context, body []byte) (Result, error) {
 		return Result{}, err
 	}
 	if !a.class.onRequest {
-		return Result{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("class %s does not export %q", a.class.Name, abi.ExportOnRequest)}
+		return Result{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, abi.ExportOnRequest)}
 	}
 	return a.event(ctx, abi.ExportOnRequest, body, []uint64{uint64(uint32(len(body)))})
 }
@@ -274,7 +279,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	}
 	fn := a.mod.ExportedFunction(export)
 	if fn == nil {
-		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("class %s does not export %q", a.class.Name, export)}
+		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, export)}
 	}
 	cctx, cancel := context.WithTimeout(withCall(ctx, &call{actor: a.id, ev: ev}), deadline)
 	defer cancel()
@@ -325,7 +330,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 		return Delivery{Result: Result{Alarm: at, HasAlarm: ok, Failures: failures}}, nil
 	}
 	if !a.class.onAlarm {
-		return Delivery{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("class %s does not export %q", a.class.Name, abi.ExportOnAlarm)}
+		return Delivery{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, abi.ExportOnAlarm)}
 	}
 	d := Delivery{Ran: true, Scheduled: at, RetryCount: failures}
 

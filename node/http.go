@@ -26,16 +26,22 @@ import (
 // {name} is path-escaped (a name may hold '/', as %2F). A node that does not
 // hold the actor forwards the call to the node that does, once.
 //
-// Status codes: 200 success (204 for a delete); 400 a malformed tenant,
-// class, name, kind or body (a tenant or class of 1 to 63 bytes of a-z, 0-9,
-// '-' and '_', starting with a letter or a digit; a name of 1 to 100 bytes,
-// any bytes: abi.ActorID.Validate; the message states the limit broken); 404 a class this node does not serve; 422 the
-// guest failed the event (its writes rolled back); 500 the event panicked
-// in the host (a bug: recovered, logged with the actor, which is given up
-// and taken afresh by its next event); 503, with Retry-After,
-// for every other failure: the actor is held by a node that cannot be
-// reached, the bucket is unreachable, the node lease lapsed, an upload
-// failed (after an exec-durable event, whose outcome is then unknown).
+// Status codes:
+//
+//   - 200 success (204 for a delete);
+//   - 400 a malformed tenant, class, name, kind or body, or a request to a
+//     class without on-request: the message says what is wrong, and a
+//     retry cannot help. A tenant or class is 1 to 63 bytes of a-z, 0-9,
+//     '-' and '_', starting with a letter or a digit; a name 1 to 100
+//     bytes, any bytes (abi.ActorID.Validate);
+//   - 404 a class this node does not serve;
+//   - 422 the guest failed the event (its writes rolled back);
+//   - 500 the event panicked in the host (a bug: recovered, logged with the
+//     actor, which is given up and taken afresh by its next event);
+//   - 503, with Retry-After, for every other failure: the actor is held by
+//     a node that cannot be reached, the bucket is unreachable, the node
+//     lease lapsed, an upload failed (after an exec-durable event, whose
+//     outcome is then unknown).
 
 const forwardedHeader = "X-Wasmkeep-Forwarded"
 
@@ -151,7 +157,7 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 	case errors.Is(err, ErrClassNotServed):
 		http.Error(w, err.Error(), http.StatusNotFound)
-	case errors.Is(err, abi.ErrInvalidActorID):
+	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, hostmod.ErrNoExport):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	case errors.Is(err, ErrInternal):
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -128,7 +128,9 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 func TestHTTPStatusCodes(t *testing.T) {
 	t.Parallel()
 	b := s3test.Start(t).Bucket
-	a := serveHost(t, b, "a", counter(t), hostConfig{})
+	classes := counter(t)
+	classes["empty"] = []byte("\x00asm\x01\x00\x00\x00") // a module that exports nothing
+	a := serveHost(t, b, "a", classes, hostConfig{})
 	actor := a.URL + "/v1/actors/t/counter/x"
 	for _, tc := range []struct {
 		name, method, url string
@@ -145,6 +147,7 @@ func TestHTTPStatusCodes(t *testing.T) {
 		{"a name of 1,000 bytes", "DELETE", a.URL + "/v1/actors/t/counter/" + strings.Repeat("%2F", 1000), nil, 400, "the name is 1000 bytes, over the limit of 100 bytes"},
 		{"a name of 1,000 bytes, state", "GET", a.URL + "/v1/actors/t/counter/" + strings.Repeat("n", 1000) + "/alarm", nil, 400, "over the limit of 100 bytes"},
 		{"a name of 100 bytes", "POST", a.URL + "/v1/actors/t/counter/" + strings.Repeat("%FF%2F", 50) + "?kind=exec-durable", []byte("get"), 200, `"requests":1,`},
+		{"a class without on-request", "POST", a.URL + "/v1/actors/t/empty/x", nil, 400, `missing export: class empty does not export "on-request"`},
 		{"a body over 4 MiB", "POST", actor, make([]byte, node.MaxRequestBody+1), 400, "over 4 MiB"},
 		{"a class not served", "POST", a.URL + "/v1/actors/t/nope/x", nil, 404, `class "nope" is not served`},
 		{"a class not served, delete", "DELETE", a.URL + "/v1/actors/t/nope/x", nil, 404, `class "nope" is not served`},
