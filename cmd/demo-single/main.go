@@ -125,7 +125,7 @@ func run(wasmPath, dataDir string, duration time.Duration, verbose bool) error {
 				var c counts
 				if err := json.Unmarshal(r.Response, &c); err != nil {
 					n.Close(ctx)
-					return fmt.Errorf("actor %s: reply %q: %w", id, r.Response, err)
+					return &abi.ActorError{ID: id, Op: fmt.Sprintf("reply %q", r.Response), Err: err}
 				}
 				fmt.Printf("   %-22s requests %d, fired %d (committed in its database)\n", id.String(), c.Requests, c.Fired)
 			}
