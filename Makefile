@@ -3,21 +3,50 @@ GO ?= go
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK_VERSION := v0.8.2
 GUEST_SOURCES := $(shell find guest-sdk examples/counter-actor -name '*.go' -o -name go.mod)
+RUST_SOURCES := $(shell find guest-sdk-rust examples/counter-actor-rust -name '*.rs')
+AS_SOURCES := $(shell find guest-sdk-as/assembly examples/counter-actor-as -name '*.ts') guest-sdk-as/asconfig.json guest-sdk-as/transform.mjs
 
-.PHONY: demo demo-single test tools lint testdata bench bench-failover sim
+# GUEST picks the counter actor's language for the demos: go, rust or as.
+GUEST ?= go
+COUNTER_go := build/counter-actor.wasm
+COUNTER_rust := build/counter-actor-rust.wasm
+COUNTER_as := build/counter-actor-as.wasm
+
+.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover sim
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
 # alarms fire on the others.
-demo: build/counter-actor.wasm tools
-	$(GO) run ./cmd/demo
+demo: $(COUNTER_$(GUEST)) tools
+	$(GO) run ./cmd/demo -guest $(GUEST)
 
 # demo-single: the counter actor on one node, through a restart.
-demo-single: build/counter-actor.wasm
-	$(GO) run ./cmd/demo-single
+demo-single: $(COUNTER_$(GUEST))
+	$(GO) run ./cmd/demo-single -guest $(GUEST)
+
+# guests builds the counter actor in each language (Rust needs rustc with
+# the wasm32-wasi standard library; AssemblyScript node and npm).
+guests: $(COUNTER_go) $(COUNTER_rust) $(COUNTER_as)
 
 build/counter-actor.wasm: $(GUEST_SOURCES)
 	@mkdir -p build
 	cd examples/counter-actor && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o ../../build/counter-actor.wasm .
+
+build/counter-actor-rust.wasm: $(RUST_SOURCES)
+	@mkdir -p build
+	$(GO) run ./internal/guestbuild/buildguest rust examples/counter-actor-rust $@
+
+build/counter-actor-as.wasm: guest-sdk-as/node_modules $(AS_SOURCES)
+	@mkdir -p build
+	$(GO) run ./internal/guestbuild/buildguest as examples/counter-actor-as/assembly/index.ts $@
+
+# guest-tools installs the AssemblyScript compiler from the lockfile. Rust
+# and wabt come from the system's packages (Debian: apt-get install rustc
+# libstd-rust-dev-wasm32 wabt); .ci/run installs them.
+guest-tools: guest-sdk-as/node_modules
+
+guest-sdk-as/node_modules: guest-sdk-as/package-lock.json
+	cd guest-sdk-as && npm ci --no-audit --no-fund
+	@touch $@
 
 # tools installs the S3 server the tests run against (cached after the first time).
 tools:

@@ -21,11 +21,23 @@ import (
 )
 
 func main() {
-	wasmPath := flag.String("wasm", "build/counter-actor.wasm", "the counter actor, built for GOOS=wasip1 (make demo-single builds it)")
+	guest := flag.String("guest", "go", "the counter actor's language: go, rust or as (AssemblyScript); make demo-single GUEST=rust builds it")
+	wasmPath := flag.String("wasm", "", "the counter actor's module (default build/counter-actor.wasm, or -rust.wasm or -as.wasm after -guest)")
 	dataDir := flag.String("data", "", "data directory (default: a new temporary one)")
 	duration := flag.Duration("duration", 6*time.Second, "how long each node runs")
 	verbose := flag.Bool("v", false, "log the node's debug output")
 	flag.Parse()
+	if *wasmPath == "" {
+		switch *guest {
+		case "go":
+			*wasmPath = "build/counter-actor.wasm"
+		case "rust", "as":
+			*wasmPath = "build/counter-actor-" + *guest + ".wasm"
+		default:
+			fmt.Fprintf(os.Stderr, "demo: -guest %q: want go, rust or as\n", *guest)
+			os.Exit(2)
+		}
+	}
 	if err := run(*wasmPath, *dataDir, *duration, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -42,7 +54,7 @@ type counts struct {
 func run(wasmPath, dataDir string, duration time.Duration, verbose bool) error {
 	wasm, err := os.ReadFile(wasmPath)
 	if err != nil {
-		return fmt.Errorf("read the counter actor: %w (run `make demo-single`, which builds it)", err)
+		return fmt.Errorf("read the counter actor: %w (run `make demo-single`, or with GUEST=rust or GUEST=as, which builds it)", err)
 	}
 	if dataDir == "" {
 		dataDir, err = os.MkdirTemp("", "wasmkeep-demo-")

@@ -39,7 +39,8 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.wasm, "wasm", "build/counter-actor.wasm", "the counter actor, built for GOOS=wasip1 (make demo builds it)")
+	guest := flag.String("guest", "go", "the counter actor's language: go, rust or as (AssemblyScript); make demo GUEST=rust builds it")
+	flag.StringVar(&o.wasm, "wasm", "", "the counter actor's module (default build/counter-actor.wasm, or -rust.wasm or -as.wasm after -guest)")
 	flag.IntVar(&o.actors, "actors", 60, "how many counter actors")
 	flag.DurationVar(&o.interval, "interval", 3*time.Second, "each actor's alarm interval")
 	flag.DurationVar(&o.before, "before", 5*time.Second, "how long the cluster runs before the kill")
@@ -50,6 +51,17 @@ func main() {
 	flag.DurationVar(&o.sweep, "sweep", time.Second, "alarm_sweep (the spec's default is 10s)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, data, bucket)")
 	flag.Parse()
+	if o.wasm == "" {
+		switch *guest {
+		case "go":
+			o.wasm = "build/counter-actor.wasm"
+		case "rust", "as":
+			o.wasm = "build/counter-actor-" + *guest + ".wasm"
+		default:
+			fmt.Fprintf(os.Stderr, "demo: -guest %q: want go, rust or as\n", *guest)
+			os.Exit(2)
+		}
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "\ndemo:", err)
 		os.Exit(1)
@@ -108,7 +120,7 @@ func run(o options) error {
 		_, err = os.Stat(wasm)
 	}
 	if err != nil {
-		return fmt.Errorf("the counter actor: %w (run `make demo`, which builds it)", err)
+		return fmt.Errorf("the counter actor: %w (run `make demo`, or `make demo GUEST=rust` or `GUEST=as`, which build it)", err)
 	}
 	dir, err := os.MkdirTemp("", "wasmkeep-demo-")
 	if err != nil {
