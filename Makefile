@@ -76,10 +76,11 @@ testdata:
 # failover runs, several minutes at the spec's defaults).
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweeper/
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./hostmod/
+	$(GO) test -run '^$$' -bench 'SetAlarmVsUpsert|Delivery' -benchtime 2s ./hostmod/
 	$(GO) test -run '^$$' -bench IdleLateness -benchtime 5x ./node/
 	$(GO) test -run '^$$' -bench ClusterCounter -benchtime 3s ./node/
 	$(GO) test -run '^$$' -bench SweepNoneOverdue -benchtime 200x .
+	$(GO) test -run '^$$' -bench CounterGuests -benchtime 1000x -timeout 30m ./hostmod/
 
 bench-failover: tools
 	$(GO) test -run '^$$' -bench Failover -benchtime 1x -timeout 30m ./node/

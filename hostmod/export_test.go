@@ -1,0 +1,15 @@
+package hostmod
+
+import (
+	"context"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// InstantiateClass makes a fresh instance of a class, as an event does, for
+// the benchmarks that time it alone.
+func (e *Engine) InstantiateClass(ctx context.Context, id abi.ActorID, c *Class) (api.Module, error) {
+	return e.instantiate(ctx, id, c)
+}
