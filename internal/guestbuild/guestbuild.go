@@ -150,3 +150,50 @@ func run(dir, name string, args ...string) error {
 	}
 	return nil
 }
+
+// CToolchain finds a clang ($CC if set) that can build for wasm32-wasi:
+// one that finds wasi-libc's libc.a and the wasm32 compiler-rt builtins.
+func CToolchain() (string, error) {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "clang"
+	}
+	path, err := exec.LookPath(cc)
+	if err == nil {
+		for _, probe := range [][]string{{"-print-file-name=libc.a"}, {"-print-libgcc-file-name"}} {
+			out, perr := exec.Command(path, append([]string{"--target=wasm32-wasi"}, probe...)...).Output()
+			if _, serr := os.Stat(strings.TrimSpace(string(out))); perr != nil || serr != nil || !filepath.IsAbs(strings.TrimSpace(string(out))) {
+				err = fmt.Errorf("%s %s finds nothing", cc, probe[0])
+				break
+			}
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("c: no clang that builds for wasm32-wasi: %v (Debian: apt-get install clang wasi-libc libclang-rt-dev-wasm32): %w", err, ErrNoToolchain)
+	}
+	return path, nil
+}
+
+// C builds the C file <root>/<file> as a WASI reactor with abi/wasmkeep.h on
+// the include path, and returns the module's bytes.
+func C(root, file string) ([]byte, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := CToolchain()
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "guestbuild-c-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "guest.wasm")
+	if err := run(root, cc, "--target=wasm32-wasi", "-mexec-model=reactor", "-O2", "-Wall", "-Werror",
+		"-Wl,--strip-all", "-I", filepath.Join(root, "abi"), "-o", out, filepath.Join(root, file)); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(out)
+}

@@ -43,6 +43,18 @@ func BuildAS(tb testing.TB, entry string) []byte {
 	return buildOnce(tb, "as:"+entry, func(root string) ([]byte, error) { return guestbuild.AssemblyScript(root, entry) })
 }
 
+// ReminderC is the C example actor, built with clang and wasi-libc.
+const ReminderC = "examples/c-actor/reminder.c"
+
+// BuildC builds a C guest file (such as "examples/c-actor/reminder.c") as a
+// WASI reactor with abi/wasmkeep.h, once per process. Without clang, wasi-libc
+// and the wasm32 builtins the test is skipped, or fails when
+// WASMKEEP_ALL_GUESTS=1.
+func BuildC(tb testing.TB, file string) []byte {
+	tb.Helper()
+	return buildOnce(tb, "c:"+file, func(root string) ([]byte, error) { return guestbuild.C(root, file) })
+}
+
 // Counter returns the counter actor written in lang ("go", "rust" or "as").
 func Counter(tb testing.TB, lang string) []byte {
 	tb.Helper()
