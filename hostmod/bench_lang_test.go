@@ -30,7 +30,8 @@ import (
 //   - cold-firings/s: a delivery on an actor that is not open: open the
 //     database, instantiate, deliver and commit, close (over 100 actors).
 //
-// b.N is the number of warm firings; the rest are fixed counts.
+// b.N is the number of warm firings (ns/op is the time of one); the rest
+// are fixed counts.
 func BenchmarkCounterGuests(b *testing.B) {
 	for _, lang := range testguest.Languages {
 		b.Run(lang, func(b *testing.B) { benchCounter(b, testguest.Counter(b, lang)) })
