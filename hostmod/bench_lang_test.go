@@ -22,7 +22,7 @@ import (
 //   - module-KiB: the module's size;
 //   - compile-ms: compiling it with an empty compilation cache;
 //   - instantiate-ms: one fresh instance, _initialize included;
-//   - mem-KiB/instance: the instance's linear memory after a request;
+//   - mem-KiB/instance: a fresh instance's linear memory (start-up done);
 //   - heap-KiB/instance: the host's Go heap per live actor (instance,
 //     database, buffers), over 100 actors that each served a request;
 //   - warm-firings/s: on-alarm deliveries on one actor with a live instance
