@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +37,9 @@ type ClusterConfig struct {
 	// IdleTimeout releases an actor no event reached for this long
 	// (default 1 min).
 	IdleTimeout time.Duration
-	// Tenants whose alarm index this node sweeps, besides those it has seen
-	// in its data directory and in events.
+	// Tenants, if not empty, are the only tenants whose alarm index this
+	// node sweeps. Empty: every tenant with entries in the index (found by
+	// a delimited LIST each sweep).
 	Tenants []string
 	// SweepPeriod is alarm_sweep (default 10 s).
 	SweepPeriod time.Duration
@@ -105,7 +105,6 @@ func (n *Node) entry(id abi.ActorID) (*entry, error) {
 	if !ok {
 		e = &entry{id: id}
 		n.entries[id] = e
-		n.tenants.Store(id.Tenant, true)
 	}
 	return e, nil
 }
@@ -647,12 +646,6 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	n.holds = cluster.NewHolds(c.Bucket, c.Prefix, leases, n.log.Named("hold"))
 	n.replica = cluster.NewReplica(c.Bucket, c.Prefix)
 	n.log = n.log.With("node", c.NodeID)
-	for _, t := range c.Tenants {
-		n.tenants.Store(t, true)
-	}
-	for _, id := range local {
-		n.tenants.Store(id.Tenant, true)
-	}
 	ttl := c.LeaseTTL
 	if ttl <= 0 {
 		ttl = cluster.DefaultTTL
@@ -664,6 +657,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	}
 	n.plugin, err = alarms.Register(alarms.Config{
 		Bucket:      c.Bucket,
+		Tenants:     c.Tenants,
 		Host:        clusterHost{n},
 		Timer:       n.timer,
 		Margin:      ttl + grace,
@@ -844,13 +838,6 @@ func (h clusterHost) LiveNodes(context.Context) ([]string, error) {
 		ids = append(ids, ni.ID)
 	}
 	return ids, nil
-}
-
-func (h clusterHost) Tenants(context.Context) ([]string, error) {
-	var ts []string
-	h.n.tenants.Range(func(k, _ any) bool { ts = append(ts, k.(string)); return true })
-	sort.Strings(ts)
-	return ts, nil
 }
 
 // clusterActor is an actor this node holds, as the alarm plugin sees it

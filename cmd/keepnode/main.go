@@ -59,7 +59,7 @@ func main() {
 	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
 	leaseGrace := fs.Duration("lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
 	idle := fs.Duration("idle", time.Minute, "release an actor no event reached for this long")
-	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (besides those it has seen)")
+	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	sweep := fs.Duration("sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
 	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
