@@ -27,8 +27,10 @@ type ClusterConfig struct {
 	// Prefix is where the cluster keeps its objects (default "cluster/"), at
 	// most MaxPrefixLen bytes.
 	Prefix string
-	// NodeID names this process in the cluster; it must be new for each
-	// start (default: "node-" and random hex).
+	// NodeID names this node in the cluster (default: "node-" and random
+	// hex). It may be stable across restarts: a node started under the
+	// name of one that crashed takes it back once that one's lease has
+	// expired, and the crashed one's holds are void.
 	NodeID string
 	// Addr is this node's HTTP address as other nodes reach it (host:port).
 	Addr string
