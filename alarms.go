@@ -104,7 +104,10 @@ const (
 
 // Config configures the plugin.
 type Config struct {
-	// Bucket holds the alarm index (under "alarms/").
+	// Bucket holds the alarm index (under "alarms/"). A host that keeps
+	// its objects under a root passes bucket.WithPrefix(b, root), so the
+	// index is <root>alarms/... and clusters sharing a bucket under
+	// different roots never see each other's entries.
 	Bucket bucket.Bucket
 	// Tenants, if not empty, are the only tenants whose index this node
 	// sweeps. Empty (the usual case): every sweep first finds every tenant

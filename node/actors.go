@@ -24,8 +24,9 @@ import (
 type ClusterConfig struct {
 	// Bucket holds node leases, holds and replicated actor state.
 	Bucket bucket.Bucket
-	// Prefix is where the cluster keeps its objects (default "cluster/"), at
-	// most MaxPrefixLen bytes.
+	// Prefix is where the cluster keeps all its objects (default
+	// "cluster/"), at most MaxPrefixLen bytes: node leases, holds,
+	// replicated state, and the alarm index (<Prefix>alarms/).
 	Prefix string
 	// NodeID names this node in the cluster (default: "node-" and random
 	// hex). It may be stable across restarts: a node started under the
@@ -658,7 +659,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		grace = 2 * time.Second
 	}
 	n.plugin, err = alarms.Register(alarms.Config{
-		Bucket:      c.Bucket,
+		Bucket:      bucket.WithPrefix(c.Bucket, c.Prefix), // the index under the cluster's root
 		Tenants:     c.Tenants,
 		Host:        clusterHost{n},
 		Timer:       n.timer,

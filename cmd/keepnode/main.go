@@ -53,7 +53,7 @@ func main() {
 	listen := fs.String("listen", "127.0.0.1:7600", "HTTP listen address")
 	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address)")
 	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone)")
-	prefix := fs.String("prefix", "cluster/", "key prefix of the cluster's objects in the bucket")
+	prefix := fs.String("prefix", "cluster/", "key prefix of all the cluster's objects in the bucket (leases, holds, state, alarm index)")
 	nodeID := fs.String("node-id", "", "node name in the cluster (default: random); a node started under the name of one that crashed takes it back once that one's lease has expired")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "node lease period")
 	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
