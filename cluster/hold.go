@@ -89,9 +89,7 @@ func NewHolds(b bucket.Bucket, prefix string, l *Leases, logger hclog.Logger) *H
 
 // Key returns the object key of the actor's ownership record:
 // <prefix>holds/<tenant>/<class>/<name as hex>.
-func (h *Holds) Key(id abi.ActorID) string {
-	return h.prefix + "holds/" + id.Path()
-}
+func (h *Holds) Key(id abi.ActorID) string { return HoldKey(h.prefix, id) }
 
 func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {
 	return &abi.ActorError{ID: id, Op: "hold on node " + h.l.NodeID(), Err: fmt.Errorf(format, args...)}
@@ -279,6 +277,43 @@ func (h *Holds) Lookup(ctx context.Context, id abi.ActorID) (holder NodeInfo, he
 		}
 	}
 	return NodeInfo{ID: rec.NodeID, Addr: rec.Addr}, true, nil
+}
+
+// Ownership is an actor's ownership record as it stands in the bucket,
+// for tools that inspect a cluster without joining it.
+type Ownership struct {
+	// NodeID names the holder; empty once released.
+	NodeID     string
+	Generation uint64
+	Addr       string
+	// Instance is the holding process's lease instance.
+	Instance string
+}
+
+// HoldKey is the object key of the actor's ownership record under prefix
+// ("" means DefaultPrefix).
+func HoldKey(prefix string, id abi.ActorID) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + "holds/" + id.Path()
+}
+
+// ReadOwnership reads the actor's ownership record with one GET, writing
+// nothing; ok is false when the actor has none.
+func ReadOwnership(ctx context.Context, b bucket.Bucket, prefix string, id abi.ActorID) (rec Ownership, ok bool, err error) {
+	body, _, err := b.Get(ctx, HoldKey(prefix, id))
+	if errors.Is(err, bucket.ErrNotFound) {
+		return Ownership{}, false, nil
+	}
+	if err != nil {
+		return Ownership{}, false, &abi.ActorError{ID: id, Op: "read the ownership record", Err: err}
+	}
+	hr, err := parseHold(body)
+	if err != nil {
+		return Ownership{}, false, &abi.ActorError{ID: id, Op: "ownership record " + HoldKey(prefix, id), Err: err}
+	}
+	return Ownership{NodeID: hr.NodeID, Generation: hr.Generation, Addr: hr.Addr, Instance: hr.Instance}, true, nil
 }
 
 func parseHold(body []byte) (holdRecord, error) {
