@@ -20,11 +20,15 @@ import (
 //
 //	POST   /v1/actors/{tenant}/{class}/{name}?kind=exec|exec-durable   run a request event; the body is the request
 //	DELETE /v1/actors/{tenant}/{class}/{name}                          delete the actor
-//	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON)
+//	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON), read only
 //	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
 //
 // {name} is path-escaped (a name may hold '/', as %2F). A node that does not
-// hold the actor forwards the call to the node that does, once.
+// hold the actor forwards the call to the node that does, once. Reading
+// the alarm state creates nothing and takes no hold: the holder answers
+// from its database; with no holder, the node reads the actor's latest
+// state in the bucket ("from": "holder", "bucket", or "none" for an actor
+// that does not exist).
 //
 // Status codes:
 //
@@ -115,7 +119,9 @@ func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 type AlarmState struct {
 	AlarmMs  *int64 `json:"alarm_ms"`
 	Failures int    `json:"failures"`
-	Node     string `json:"node,omitempty"`
+	// Node is the node that answered; From where it read (see Peek).
+	Node string `json:"node,omitempty"`
+	From string `json:"from"`
 }
 
 func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
@@ -124,12 +130,13 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	st, err := n.State(r.Context(), id)
+	p, err := n.Peek(r.Context(), id)
 	if err != nil {
 		n.fail(w, r, nil, err)
 		return
 	}
-	out := AlarmState{Failures: st.Failures}
+	st := p.State
+	out := AlarmState{Failures: st.Failures, From: p.From}
 	if st.HasAlarm {
 		out.AlarmMs = &st.Alarm
 	}
