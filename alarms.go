@@ -245,6 +245,10 @@ func (p *Plugin) Sweep(ctx context.Context) { p.loop.Sweep(ctx) }
 // SweepStats returns the sweep loop's counters.
 func (p *Plugin) SweepStats() sweeper.Stats { return p.loop.Stats() }
 
+// LastSweep reports when the latest sweep ended (zero before the first)
+// and its failures (nil: the index of every tenant was read).
+func (p *Plugin) LastSweep() (time.Time, error) { return p.loop.Last() }
+
 // offer hands a sweep's delivery to the node timer, where a time it already
 // holds earlier, or a retry within the longest backoff, wins.
 func (p *Plugin) offer(d sweeper.Delivery) {

@@ -22,6 +22,7 @@ import (
 //	DELETE /v1/actors/{tenant}/{class}/{name}                          delete the actor
 //	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON), read only
 //	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
+//	GET    /v1/readyz                                                  readiness (JSON): lease, bucket and sweep checks
 //
 // {name} is path-escaped (a name may hold '/', as %2F). A node that does not
 // hold the actor forwards the call to the node that does, once. Reading
@@ -46,6 +47,9 @@ import (
 //     a node that cannot be reached, the bucket is unreachable, the node
 //     lease lapsed, an upload failed (after an exec-durable event, whose
 //     outcome is then unknown).
+//
+// /v1/healthz answers 503 while the node lease is not valid; /v1/readyz
+// answers 200 when ready and 503 (with Retry-After) when a check fails.
 
 const forwardedHeader = "X-Wasmkeep-Forwarded"
 
@@ -58,6 +62,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/actors/{tenant}/{class}/{name}", n.handleExec)
 	mux.HandleFunc("DELETE /v1/actors/{tenant}/{class}/{name}", n.handleDelete)
 	mux.HandleFunc("GET /v1/actors/{tenant}/{class}/{name}/alarm", n.handleState)
+	mux.HandleFunc("GET /v1/readyz", n.handleReady)
 	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if n.leases != nil && !n.leases.Valid() {
 			http.Error(w, "node lease not valid", http.StatusServiceUnavailable)

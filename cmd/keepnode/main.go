@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -66,7 +67,13 @@ func main() {
 	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log one JSON object per line")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Parse(os.Args[1:])
+	if *showVersion {
+		bi, ok := debug.ReadBuildInfo()
+		fmt.Println(versionLine(bi, ok))
+		return
+	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
 	if err := run(logger, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
@@ -146,6 +153,44 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 	defer cancel()
 	srv.Shutdown(sctx)
 	return n.Close(sctx)
+}
+
+// versionLine describes the binary: its module version, the commit it was
+// built from (with "+dirty" for uncommitted changes) and its Go version.
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "keepnode (unknown version: no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	line := "keepnode " + v
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if dirty {
+			rev += "+dirty"
+		}
+		line += " commit " + rev
+		if at != "" {
+			line += " (" + at + ")"
+		}
+	}
+	return line + " " + bi.GoVersion
 }
 
 func splitList(s string) []string {
