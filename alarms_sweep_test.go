@@ -537,27 +537,43 @@ func TestSweepsFindEveryTenantOfTheIndex(t *testing.T) {
 	})
 }
 
+// discoverBench holds BenchmarkDiscoverTenants's buckets, planted once per
+// process, by number of tenants.
+var discoverBench struct {
+	mu  sync.Mutex
+	srv map[int]*s3test.Server
+}
+
 // BenchmarkDiscoverTenants measures how a sweep finds the index's tenants
 // on versitygw: one delimited LIST of the index root (lists/op; anything
 // but 1 is an error), with 1,000 tenants of one entry each, and with 10
-// tenants of 10,000 entries each (the store rolls their keys up into one
-// folder each). Planting takes about a minute, once per process:
+// tenants of 2,000 entries each (the store rolls their keys up into one
+// folder each). Planting takes about a minute:
 //
 //	go test -run '^$' -bench DiscoverTenants -benchtime 200x .
 func BenchmarkDiscoverTenants(b *testing.B) {
-	for _, c := range []struct{ tenants, each int }{{1000, 1}, {10, 10_000}} {
+	for _, c := range []struct{ tenants, each int }{{1000, 1}, {10, 2000}} {
 		b.Run(fmt.Sprintf("tenants=%d/entries=%d", c.tenants, c.each), func(b *testing.B) {
-			srv := s3test.Start(b)
-			var keys []string
-			for tn := range c.tenants {
-				for i := range c.each {
-					id := abi.ActorID{Tenant: fmt.Sprintf("t%04d", tn), Class: "c", Name: fmt.Sprintf("a/%06d", i)}
-					keys = append(keys, swKey(id, swStart.Add(time.Hour).UnixMilli()+int64(i)))
-				}
+			discoverBench.mu.Lock()
+			if discoverBench.srv == nil {
+				discoverBench.srv = map[int]*s3test.Server{}
 			}
-			start := time.Now()
-			plantN(b, srv.Bucket, keys, 32)
-			b.Logf("planted %d entries in %v", len(keys), time.Since(start).Round(time.Millisecond))
+			srv := discoverBench.srv[c.tenants]
+			if srv == nil {
+				srv = s3test.Start(b)
+				discoverBench.srv[c.tenants] = srv
+				var keys []string
+				for tn := range c.tenants {
+					for i := range c.each {
+						id := abi.ActorID{Tenant: fmt.Sprintf("t%04d", tn), Class: "c", Name: fmt.Sprintf("a/%06d", i)}
+						keys = append(keys, swKey(id, swStart.Add(time.Hour).UnixMilli()+int64(i)))
+					}
+				}
+				start := time.Now()
+				plantN(b, srv.Bucket, keys, 32)
+				b.Logf("planted %d entries in %v", len(keys), time.Since(start).Round(time.Millisecond))
+			}
+			discoverBench.mu.Unlock()
 			cb := bucket.NewCounting(srv.NewClient(b))
 			d := sweeper.IndexTenants{Lister: cb}
 			ctx := context.Background()
