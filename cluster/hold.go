@@ -283,11 +283,11 @@ func (h *Holds) Lookup(ctx context.Context, id abi.ActorID) (holder NodeInfo, he
 // for tools that inspect a cluster without joining it.
 type Ownership struct {
 	// NodeID names the holder; empty once released.
-	NodeID     string
-	Generation uint64
-	Addr       string
+	NodeID     string `json:"node_id"`
+	Generation uint64 `json:"generation"`
+	Addr       string `json:"addr"`
 	// Instance is the holding process's lease instance.
-	Instance string
+	Instance string `json:"instance,omitempty"`
 }
 
 // HoldKey is the object key of the actor's ownership record under prefix
@@ -313,7 +313,7 @@ func ReadOwnership(ctx context.Context, b bucket.Bucket, prefix string, id abi.A
 	if err != nil {
 		return Ownership{}, false, &abi.ActorError{ID: id, Op: "ownership record " + HoldKey(prefix, id), Err: err}
 	}
-	return Ownership{NodeID: hr.NodeID, Generation: hr.Generation, Addr: hr.Addr, Instance: hr.Instance}, true, nil
+	return Ownership(hr), true, nil
 }
 
 func parseHold(body []byte) (holdRecord, error) {
