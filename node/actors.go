@@ -49,8 +49,8 @@ type ClusterConfig struct {
 }
 
 // MaxPrefixLen is the longest ClusterConfig.Prefix: with the longest actor
-// identity abi accepts, a snapshot key is then at most 888 bytes, within
-// S3's 1,024.
+// identity abi accepts, a snapshot key is then at most 888 bytes and an
+// index entry (under the prefix too) at most 919, within S3's 1,024.
 const MaxPrefixLen = 512
 
 // EventKind says when an event's writes reach the bucket.
