@@ -6,7 +6,7 @@
 // bucket, whose rules (package alarmindex) this package carries out. A host
 // embeds them through two small interfaces it implements:
 //
-//   - [Host]: its clock, this node's name, the live nodes and the tenants.
+//   - [Host]: its clock, this node's name and the live nodes.
 //   - [Actor]: an actor this node holds (its hold's generation and whether it
 //     is valid, whether this hold uploaded, whether the bucket had the actor
 //     when it was taken), read and write access to its database, and the
@@ -49,8 +49,6 @@ type Host interface {
 	Self() string
 	// LiveNodes reports the nodes with fresh heartbeats.
 	LiveNodes(ctx context.Context) ([]string, error)
-	// Tenants reports the tenants whose index this node sweeps.
-	Tenants(ctx context.Context) ([]string, error)
 }
 
 // ActorState is what the plugin reads of an actor's committed database.
@@ -106,8 +104,16 @@ const (
 
 // Config configures the plugin.
 type Config struct {
-	// Bucket holds the alarm index (under "alarms/").
+	// Bucket holds the alarm index (under "alarms/"). A host that keeps
+	// its objects under a root passes bucket.WithPrefix(b, root), so the
+	// index is <root>alarms/... and clusters sharing a bucket under
+	// different roots never see each other's entries.
 	Bucket bucket.Bucket
+	// Tenants, if not empty, are the only tenants whose index this node
+	// sweeps. Empty (the usual case): every sweep first finds every tenant
+	// with entries in the index, with one delimited LIST of "alarms/" per
+	// 1,000 tenants, so no alarm waits for its tenant to be named.
+	Tenants []string
 	// Host is the embedding runtime.
 	Host Host
 	// Timer is the node timer that sweeps offer orphaned alarms to.
@@ -176,6 +182,10 @@ func Register(cfg Config) (*Plugin, error) {
 		log:    cfg.Logger,
 		legacy: map[abi.ActorID]int64{},
 	}
+	var tenants sweeper.Tenants = sweeper.StaticTenants(cfg.Tenants)
+	if len(cfg.Tenants) == 0 {
+		tenants = sweeper.IndexTenants{Lister: cfg.Bucket}
+	}
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
 	// Actors of classes this node does not serve, actors in flight, and
@@ -200,7 +210,7 @@ func Register(cfg Config) (*Plugin, error) {
 		Clock:   cfg.Host,
 		Sink:    sweeper.SinkFunc(p.offer),
 		Live:    cfg.Host,
-		Tenants: cfg.Host,
+		Tenants: tenants,
 		Busy:    busy,
 		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
 		Logger:  cfg.Logger.Named("sweep"),
@@ -234,6 +244,10 @@ func (p *Plugin) Sweep(ctx context.Context) { p.loop.Sweep(ctx) }
 
 // SweepStats returns the sweep loop's counters.
 func (p *Plugin) SweepStats() sweeper.Stats { return p.loop.Stats() }
+
+// LastSweep reports when the latest sweep ended (zero before the first)
+// and its failures (nil: the index of every tenant was read).
+func (p *Plugin) LastSweep() (time.Time, error) { return p.loop.Last() }
 
 // offer hands a sweep's delivery to the node timer, where a time it already
 // holds earlier, or a retry within the longest backoff, wins.

@@ -6,6 +6,7 @@ package alarms_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -27,11 +28,10 @@ func TestMain(m *testing.M) { os.Exit(s3test.Run(m)) }
 // view of the live nodes. Sweeps are driven with Plugin.Sweep, so After
 // never fires.
 type sweepHost struct {
-	mu      sync.Mutex
-	now     time.Time
-	self    string
-	live    []string
-	tenants []string // nil: "t"
+	mu   sync.Mutex
+	now  time.Time
+	self string
+	live []string
 }
 
 func (h *sweepHost) Now() time.Time {
@@ -50,12 +50,6 @@ func (h *sweepHost) After(time.Duration) <-chan time.Time { return nil }
 func (h *sweepHost) Self() string                         { return h.self }
 func (h *sweepHost) LiveNodes(context.Context) ([]string, error) {
 	return slices.Clone(h.live), nil
-}
-func (h *sweepHost) Tenants(context.Context) ([]string, error) {
-	if h.tenants == nil {
-		return []string{"t"}, nil
-	}
-	return h.tenants, nil
 }
 
 const (
@@ -173,7 +167,8 @@ func deleteAll(t *testing.T, b bucket.Bucket, keys ...string) {
 // offers its timer exactly min(256, what is left of its shard); the timer
 // delivers them (the entries go); the next sweep takes the next ones, until
 // every actor was offered exactly once, by its shard's node. Each sweep
-// costs one LIST page per 1,000 overdue entries, plus the one that ends it.
+// costs one LIST page per 1,000 overdue entries, plus the one that ends it,
+// plus the delimited LIST of the index root that finds the tenant.
 func TestResumingAfterTheDeliveryCap(t *testing.T) {
 	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
@@ -215,8 +210,9 @@ func TestResumingAfterTheDeliveryCap(t *testing.T) {
 				n := nodes[name]
 				cb.Reset()
 				n.plugin.Sweep(ctx)
-				// Pages of 1,000 keys up to the first entry not yet due.
-				if c, want := cb.Counts(), int64(total-len(offered))/1000+1; c.ListPages != want {
+				// The tenants, then pages of 1,000 keys up to the first
+				// entry not yet due.
+				if c, want := cb.Counts(), 1+int64(total-len(offered))/1000+1; c.ListPages != want {
 					t.Errorf("%s sweep %d: %d LIST pages, want %d", name, round, c.ListPages, want)
 				}
 				got := n.popDue(t)
@@ -450,9 +446,9 @@ func BenchmarkSweepNoneOverdue(b *testing.B) {
 			sweepBench.mu.Unlock()
 
 			cb := bucket.NewCounting(srv.NewClient(b))
-			h := &sweepHost{now: swStart, self: "node-a", live: []string{"node-a"}, tenants: []string{tenant}}
+			h := &sweepHost{now: swStart, self: "node-a", live: []string{"node-a"}}
 			tm := sweeper.NewTimer(swRetryMax)
-			p, err := alarms.Register(alarms.Config{Bucket: cb, Host: h, Timer: tm, Margin: swMargin, RetryMax: swRetryMax})
+			p, err := alarms.Register(alarms.Config{Bucket: cb, Host: h, Timer: tm, Margin: swMargin, RetryMax: swRetryMax, Tenants: []string{tenant}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -470,6 +466,130 @@ func BenchmarkSweepNoneOverdue(b *testing.B) {
 			}
 			if st := p.SweepStats(); st.Entries != 0 || tm.Len() != 0 || st.Errors != 0 {
 				b.Errorf("a sweep with nothing overdue met %d entries, offered %d, failed %d times", st.Entries, tm.Len(), st.Errors)
+			}
+		})
+	}
+}
+
+// Tenant discovery: a node configured with no tenant sweeps every tenant
+// that has entries in the index, found with one delimited LIST of the
+// index root per sweep (then one LIST per tenant's walk). Configured
+// tenants are a filter: only their index is swept, and nothing is
+// listed to find them.
+func TestSweepsFindEveryTenantOfTheIndex(t *testing.T) {
+	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		now := swStart
+		tenants := []string{"a", "b-2", "zz"}
+		var keys []string
+		want := map[abi.ActorID]bool{}
+		for _, tn := range tenants {
+			for i := range 3 {
+				id := abi.ActorID{Tenant: tn, Class: "c", Name: fmt.Sprint(i)}
+				want[id] = true
+				keys = append(keys, swKey(id, now.Add(-swMargin-time.Second).UnixMilli()+int64(i)))
+			}
+			// Not yet due: ends the tenant's walk.
+			keys = append(keys, swKey(abi.ActorID{Tenant: tn, Class: "c", Name: "later"}, now.Add(time.Hour).UnixMilli()))
+		}
+		plant(t, b, keys)
+
+		cb := bucket.NewCounting(b)
+		n := newSwNode(t, cb, "node-a", []string{"node-a"}, &now)
+		n.plugin.Sweep(ctx)
+		got := map[abi.ActorID]bool{}
+		for _, id := range n.popDue(t) {
+			got[id] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("a node with no tenant configured offered %v, want every overdue entry of every tenant %v", got, want)
+		}
+		if c := cb.Counts(); c != (bucket.Counts{List: 4, ListPages: 4}) {
+			t.Errorf("one sweep of three tenants sent %+v, want one delimited LIST and one LIST per tenant", c)
+		}
+		if st := n.plugin.SweepStats(); st.Sweeps != 3 || st.Errors != 0 {
+			t.Errorf("stats %+v: want 3 tenant sweeps, no errors", st)
+		}
+
+		// A filter: only tenant "b-2".
+		cb.Reset()
+		h := &sweepHost{now: now, self: "node-a", live: []string{"node-a"}}
+		tm := sweeper.NewTimer(swRetryMax)
+		p, err := alarms.Register(alarms.Config{Bucket: cb, Host: h, Timer: tm, Margin: swMargin, RetryMax: swRetryMax, Tenants: []string{"b-2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Sweep(ctx)
+		f := &swNode{host: h, timer: tm, plugin: p}
+		got = map[abi.ActorID]bool{}
+		for _, id := range f.popDue(t) {
+			if id.Tenant != "b-2" {
+				t.Errorf("the filter names b-2 only; %s was offered", id)
+			}
+			got[id] = true
+		}
+		if len(got) != 3 {
+			t.Errorf("with the filter b-2, %d actors offered, want its 3", len(got))
+		}
+		if c := cb.Counts(); c != (bucket.Counts{List: 1, ListPages: 1}) {
+			t.Errorf("one filtered sweep sent %+v, want the one LIST of its tenant", c)
+		}
+	})
+}
+
+// discoverBench holds BenchmarkDiscoverTenants's buckets, planted once per
+// process, by number of tenants.
+var discoverBench struct {
+	mu  sync.Mutex
+	srv map[int]*s3test.Server
+}
+
+// BenchmarkDiscoverTenants measures how a sweep finds the index's tenants
+// on versitygw: one delimited LIST of the index root (lists/op; anything
+// but 1 is an error), with 1,000 tenants of one entry each, and with 10
+// tenants of 2,000 entries each (the store rolls their keys up into one
+// folder each). Planting takes about a minute:
+//
+//	go test -run '^$' -bench DiscoverTenants -benchtime 200x .
+func BenchmarkDiscoverTenants(b *testing.B) {
+	for _, c := range []struct{ tenants, each int }{{1000, 1}, {10, 2000}} {
+		b.Run(fmt.Sprintf("tenants=%d/entries=%d", c.tenants, c.each), func(b *testing.B) {
+			discoverBench.mu.Lock()
+			if discoverBench.srv == nil {
+				discoverBench.srv = map[int]*s3test.Server{}
+			}
+			srv := discoverBench.srv[c.tenants]
+			if srv == nil {
+				srv = s3test.Start(b)
+				discoverBench.srv[c.tenants] = srv
+				var keys []string
+				for tn := range c.tenants {
+					for i := range c.each {
+						id := abi.ActorID{Tenant: fmt.Sprintf("t%04d", tn), Class: "c", Name: fmt.Sprintf("a/%06d", i)}
+						keys = append(keys, swKey(id, swStart.Add(time.Hour).UnixMilli()+int64(i)))
+					}
+				}
+				start := time.Now()
+				plantN(b, srv.Bucket, keys, 32)
+				b.Logf("planted %d entries in %v", len(keys), time.Since(start).Round(time.Millisecond))
+			}
+			discoverBench.mu.Unlock()
+			cb := bucket.NewCounting(srv.NewClient(b))
+			d := sweeper.IndexTenants{Lister: cb}
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				got, err := d.Tenants(ctx)
+				if err != nil || len(got) != c.tenants {
+					b.Fatalf("found %d tenants (%v), want %d", len(got), err, c.tenants)
+				}
+			}
+			b.StopTimer()
+			n := cb.Counts()
+			b.ReportMetric(float64(n.ListPages)/float64(b.N), "lists/op")
+			if n.ListPages != int64(b.N) || n.Get+n.Put+n.Delete != 0 {
+				b.Errorf("%d discoveries sent %d LIST requests (want one each), %d other requests (want none)",
+					b.N, n.ListPages, n.Get+n.Put+n.Delete)
 			}
 		})
 	}

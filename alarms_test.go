@@ -76,7 +76,6 @@ func (h *fakeHost) Now() time.Time                              { return h.now }
 func (h *fakeHost) After(time.Duration) <-chan time.Time        { return nil }
 func (h *fakeHost) Self() string                                { return "n1" }
 func (h *fakeHost) LiveNodes(context.Context) ([]string, error) { return []string{"n1"}, nil }
-func (h *fakeHost) Tenants(context.Context) ([]string, error)   { return []string{"t"}, nil }
 
 // counterNonces hands out 1, 2, 3... in hex.
 type counterNonces struct {

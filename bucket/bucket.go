@@ -62,6 +62,13 @@ type Bucket interface {
 	// strictly after startAfter ("" = from the start). limit must be at least
 	// 1 and may exceed 1,000: implementations read pages of at most 1,000.
 	List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error)
+	// ListFolders returns the folders directly under prefix, in byte
+	// order, at most limit of them: prefix+segment+"/" for every key that
+	// starts prefix+segment+"/" (S3's common prefixes for the delimiter
+	// "/"). Keys directly under prefix (with no further "/") are not
+	// returned. Each LIST request returns at most MaxPage folders and keys
+	// together; limit must be at least 1.
+	ListFolders(ctx context.Context, prefix string, limit int) ([]string, error)
 }
 
 // MaxPage is the most keys one LIST request returns (S3's limit). List reads

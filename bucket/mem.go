@@ -30,6 +30,9 @@ type Op struct {
 	// Prefix, StartAfter and Limit are the List arguments.
 	Prefix, StartAfter string
 	Limit              int
+	// Delimiter is "/" for a ListFolders page (StartAfter is then the
+	// first key the page may hold), "" for a List.
+	Delimiter string
 	// Late is set when OnChange reports an operation held by a Late fault and
 	// applied later by ApplyLate or ApplyLateOne.
 	Late bool

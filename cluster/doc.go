@@ -11,8 +11,12 @@
 // higher generation than every hold before it, and release keeps the
 // generation, so generations only grow.
 //
-// A node ID is unique per process start: a restarted node is a new node,
-// and its old holds are taken over like those of any other dead node.
+// A node ID may be stable across restarts (one per machine or pod). Each
+// process has a random instance, written in its lease and in every
+// ownership record it writes. A process started under the ID of one that
+// crashed takes the ID back only once that one's lease has expired by the
+// rule below (see [StartLeases]); from then on the records of the earlier
+// instance are void, and any node takes them over at once.
 //
 // # The margins
 //

@@ -49,6 +49,10 @@ type holdRecord struct {
 	NodeID     string `json:"node_id"`
 	Generation uint64 `json:"generation"`
 	Addr       string `json:"addr"`
+	// Instance is the holding process's lease instance: a hold of an
+	// earlier process under a node ID that a later one took back is void.
+	// Empty in records written before it existed.
+	Instance string `json:"instance,omitempty"`
 }
 
 // Holds takes, checks and releases this node's holds of actors. Create it
@@ -85,9 +89,7 @@ func NewHolds(b bucket.Bucket, prefix string, l *Leases, logger hclog.Logger) *H
 
 // Key returns the object key of the actor's ownership record:
 // <prefix>holds/<tenant>/<class>/<name as hex>.
-func (h *Holds) Key(id abi.ActorID) string {
-	return h.prefix + "holds/" + id.Path()
-}
+func (h *Holds) Key(id abi.ActorID) string { return HoldKey(h.prefix, id) }
 
 func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {
 	return &abi.ActorError{ID: id, Op: "hold on node " + h.l.NodeID(), Err: fmt.Errorf(format, args...)}
@@ -145,10 +147,13 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 		if err != nil {
 			return Hold{}, h.errorf(id, "checking holder %s: %w", rec.NodeID, err)
 		}
-		if !expired {
+		// The lease was read after the record: an instance other than the
+		// record's is a later process's, which took the node ID back only
+		// once the record's process had expired.
+		if !expired && !h.l.earlierInstance(rec.NodeID, rec.Instance) {
 			return Hold{}, &HeldElsewhereError{Actor: id, NodeID: rec.NodeID, Addr: rec.Addr}
 		}
-		h.log.Info("taking over from a node whose lease expired", "actor", id, "from", rec.NodeID, "generation", rec.Generation+1)
+		h.log.Info("taking over from a node whose lease expired", "actor", id, "from", rec.NodeID, "instance", rec.Instance, "generation", rec.Generation+1)
 	}
 	return h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag})
 }
@@ -159,7 +164,7 @@ func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, con
 		return Hold{}, h.errorf(id, "this node's lease lapsed before taking the hold")
 	}
 	key := h.Key(id)
-	self := holdRecord{NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr}
+	self := holdRecord{NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance}
 	body, _ := json.Marshal(self)
 	etag, err := h.b.Put(ctx, key, body, cond)
 	if errors.Is(err, bucket.ErrPrecondition) {
@@ -261,8 +266,54 @@ func (h *Holds) Lookup(ctx context.Context, id abi.ActorID) (holder NodeInfo, he
 		}
 	case h.l.Expired(rec.NodeID):
 		return NodeInfo{}, false, nil
+	case rec.Instance != "" && h.l.earlierInstance(rec.NodeID, rec.Instance):
+		// Seen a later process of the node ID: make sure with a read made
+		// after the record's (the view may be older than the record).
+		if _, err := h.l.readLease(ctx, rec.NodeID); err != nil {
+			return NodeInfo{}, false, h.errorf(id, "checking holder %s: %w", rec.NodeID, err)
+		}
+		if h.l.Expired(rec.NodeID) || h.l.earlierInstance(rec.NodeID, rec.Instance) {
+			return NodeInfo{}, false, nil
+		}
 	}
 	return NodeInfo{ID: rec.NodeID, Addr: rec.Addr}, true, nil
+}
+
+// Ownership is an actor's ownership record as it stands in the bucket,
+// for tools that inspect a cluster without joining it.
+type Ownership struct {
+	// NodeID names the holder; empty once released.
+	NodeID     string `json:"node_id"`
+	Generation uint64 `json:"generation"`
+	Addr       string `json:"addr"`
+	// Instance is the holding process's lease instance.
+	Instance string `json:"instance,omitempty"`
+}
+
+// HoldKey is the object key of the actor's ownership record under prefix
+// ("" means DefaultPrefix).
+func HoldKey(prefix string, id abi.ActorID) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + "holds/" + id.Path()
+}
+
+// ReadOwnership reads the actor's ownership record with one GET, writing
+// nothing; ok is false when the actor has none.
+func ReadOwnership(ctx context.Context, b bucket.Bucket, prefix string, id abi.ActorID) (rec Ownership, ok bool, err error) {
+	body, _, err := b.Get(ctx, HoldKey(prefix, id))
+	if errors.Is(err, bucket.ErrNotFound) {
+		return Ownership{}, false, nil
+	}
+	if err != nil {
+		return Ownership{}, false, &abi.ActorError{ID: id, Op: "read the ownership record", Err: err}
+	}
+	hr, err := parseHold(body)
+	if err != nil {
+		return Ownership{}, false, &abi.ActorError{ID: id, Op: "ownership record " + HoldKey(prefix, id), Err: err}
+	}
+	return Ownership(hr), true, nil
 }
 
 func parseHold(body []byte) (holdRecord, error) {

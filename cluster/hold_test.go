@@ -447,7 +447,7 @@ func TestHoldKeyLayout(t *testing.T) {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
 	body, _, ok := m.Object(want)
-	if !ok || string(body) != `{"node_id":"a","generation":1,"addr":"a.example:7000"}` {
+	if !ok || string(body) != `{"node_id":"a","generation":1,"addr":"a.example:7000","instance":"`+l.Instance()+`"}` || l.Instance() == "" {
 		t.Fatalf("record %q = %s, %v", want, body, ok)
 	}
 	if _, _, ok := m.Object("p/nodes/a"); !ok {

@@ -49,8 +49,10 @@ type LeaseConfig struct {
 	// Prefix is prepended to every key (default DefaultPrefix). The lease
 	// lives at <Prefix>nodes/<NodeID>.
 	Prefix string
-	// NodeID names this process: unique per process start (such as
-	// "n1-" followed by random hex), without '/'. Required.
+	// NodeID names this node, without '/'. Required. It may be stable
+	// (one per machine or pod): a process started under the name of one
+	// that crashed takes it back once that one's lease has expired (see
+	// [StartLeases]).
 	NodeID string
 	// Addr is where other nodes reach this one (for request routing).
 	Addr string
@@ -162,9 +164,12 @@ type observed struct {
 	// presentTick orders the latest read that found the lease against
 	// LISTs (see Leases.ticks).
 	presentTick uint64
-	// gone: the lease was seen and then found deleted. Leases are never
-	// created again under the same ID, so this is final.
+	// gone: the lease was seen and then found deleted. Only a lease of a
+	// later process under the same ID (another instance) ends it.
 	gone bool
+	// instance is the lease's leaseRecord.Instance: which process of the
+	// node ID wrote it.
+	instance string
 }
 
 // Leases is this node's lease in the bucket and its view of the other
@@ -203,10 +208,19 @@ type Leases struct {
 }
 
 // StartLeases validates cfg, creates this node's lease object (a PUT with
-// If-None-Match, so a node ID in use is refused) and, unless cfg.Manual,
-// starts renewing it every period and reading the other nodes' leases on
-// the same period (the first round at once). Valid is true from the moment
-// the creating PUT was sent, for TTL - Margin, if it was answered in time.
+// If-None-Match) and, unless cfg.Manual, starts renewing it every period
+// and reading the other nodes' leases on the same period (the first round
+// at once). Valid is true from the moment the creating PUT was sent, for
+// TTL - Margin, if it was answered in time.
+//
+// If a lease of another process with the same node ID exists (the node
+// crashed and was restarted under its name), StartLeases takes the name
+// back only once that lease has expired by the rule every other node uses:
+// it watches the lease and must see the same version for the TTL the lease
+// names plus Grace, then replaces it with If-Match on that version. If the
+// lease changes meanwhile, a live process has the name and StartLeases
+// fails. Holds the earlier process took are then void: they name its
+// instance, and every node takes them over (see Holds.Acquire).
 func StartLeases(ctx context.Context, cfg LeaseConfig) (*Leases, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -223,7 +237,11 @@ func StartLeases(ctx context.Context, cfg LeaseConfig) (*Leases, error) {
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	l.instance = hex.EncodeToString(nonce[:])
-	if err := l.write(ctx, bucket.Cond{IfNoneMatch: true}); err != nil {
+	err := l.write(ctx, bucket.Cond{IfNoneMatch: true})
+	if errors.Is(err, errNameTaken) {
+		err = l.takeBack(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if !cfg.Manual {
@@ -238,6 +256,10 @@ func StartLeases(ctx context.Context, cfg LeaseConfig) (*Leases, error) {
 
 // NodeID returns this node's ID.
 func (l *Leases) NodeID() string { return l.cfg.NodeID }
+
+// Instance returns this process's lease instance: random hex, new for each
+// StartLeases, written in the lease and in every hold this process takes.
+func (l *Leases) Instance() string { return l.instance }
 
 // Valid reports whether this node may act on its holds now: the lease was
 // renewed in time and has not lapsed, was not replaced, and the node was not
@@ -351,6 +373,11 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 			l.validUntil = time.Time{}
 			l.mu.Unlock()
 			return false, fmt.Errorf("renewing the lease of node %s: precondition failed and reading it back failed (%v): %w", l.cfg.NodeID, gerr, err)
+		case cond.IfNoneMatch && gerr == nil:
+			// Another process's lease under this node ID: takeBack
+			// decides whether it is a crashed one's.
+			l.mu.Unlock()
+			return false, fmt.Errorf("creating the lease of node %s: another process's lease exists: %w (%w)", l.cfg.NodeID, errNameTaken, err)
 		default:
 			l.lost = true
 			l.validUntil = time.Time{}
@@ -395,6 +422,70 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		return false, fmt.Errorf("renewing the lease of node %s: the renewal took %v, past its own validity", l.cfg.NodeID, recv.Sub(sent))
 	}
 	return false, nil
+}
+
+// errNameTaken: the creating PUT found another process's lease under this
+// node ID.
+var errNameTaken = errors.New("the node ID has a lease of another process")
+
+// takeBack takes this node ID back from an earlier process whose lease is
+// in the bucket (see StartLeases): it reads the lease every period until
+// it has seen the same version for that lease's TTL + Grace (from
+// receiving the first read to sending the last, as Expired judges), then
+// replaces it, If-Match that version. A version that changes means a live
+// process holds the name: an error, nothing written.
+func (l *Leases) takeBack(ctx context.Context) error {
+	var (
+		first     leaseRecord
+		firstETag string
+		firstSeen time.Time
+	)
+	for round := 0; ; round++ {
+		sent := l.clk.Now()
+		body, etag, err := l.b.Get(ctx, l.key)
+		recv := l.clk.Now()
+		if errors.Is(err, bucket.ErrNotFound) {
+			// Removed meanwhile (a clean shutdown): create it as usual.
+			if err := l.write(ctx, bucket.Cond{IfNoneMatch: true}); err != nil {
+				return fmt.Errorf("creating the lease of node %s after the earlier one was removed: %w", l.cfg.NodeID, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: reading the lease of an earlier process under this node ID: %w", l.cfg.NodeID, err)
+		}
+		var rec leaseRecord
+		if json.Unmarshal(body, &rec) != nil {
+			rec = leaseRecord{} // unreadable: the ETag alone tells versions apart
+		}
+		ttl := time.Duration(rec.TTLms) * time.Millisecond
+		if ttl <= 0 {
+			ttl = l.cfg.TTL
+		}
+		if round == 0 {
+			first, firstETag, firstSeen = rec, etag, recv
+			l.log.Warn("the node ID has the lease of an earlier process; taking it back once it has expired",
+				"instance", rec.Instance, "addr", rec.Addr, "wait", ttl+l.cfg.Grace)
+		} else if etag != firstETag || rec.Seq != first.Seq || rec.Instance != first.Instance {
+			return fmt.Errorf("creating the lease of node %s: the node ID is in use by a live process (its lease, instance %s at %s, was renewed while this one waited for it to expire); stop that process or start this one under another node ID",
+				l.cfg.NodeID, rec.Instance, rec.Addr)
+		}
+		if sent.Sub(firstSeen) >= ttl+l.cfg.Grace {
+			l.mu.Lock()
+			l.etag = firstETag
+			l.mu.Unlock()
+			if err := l.write(ctx, bucket.Cond{}); err != nil {
+				return fmt.Errorf("taking back node ID %s: %w", l.cfg.NodeID, err)
+			}
+			l.log.Info("took the node ID back; the earlier process's holds are void", "earlier_instance", first.Instance)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s: waiting for the lease of an earlier process to expire: %w", l.cfg.NodeID, ctx.Err())
+		case <-l.clk.After(min(l.cfg.Period, firstSeen.Add(ttl+l.cfg.Grace).Sub(sent))):
+		}
+	}
 }
 
 // RefreshNow reads every node's lease once (a LIST of <prefix>nodes/ and a
@@ -462,19 +553,25 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 		o = &observed{}
 		l.others[id] = o
 	}
-	if o.gone {
-		return true, nil
-	}
 	var rec leaseRecord
 	if json.Unmarshal(body, &rec) != nil {
 		rec = leaseRecord{} // unreadable: the ETag alone tells versions apart
+	}
+	if o.gone && (rec.Instance == "" || rec.Instance == o.instance) {
+		return true, nil
+	}
+	// A lease seen gone and found again is a later process's under the
+	// same node ID: a node of its own, watched from now on.
+	if o.gone {
+		*o = observed{}
+		l.log.Info("node ID back with a new process", "other", id, "instance", rec.Instance)
 	}
 	ttl := time.Duration(rec.TTLms) * time.Millisecond
 	if ttl <= 0 {
 		ttl = l.cfg.TTL
 	}
-	if o.etag != etag || o.seq != rec.Seq {
-		*o = observed{etag: etag, seq: rec.Seq, ttl: ttl, addr: rec.Addr, firstSeen: recv, confirmed: sent}
+	if o.etag != etag || o.seq != rec.Seq || o.instance != rec.Instance {
+		*o = observed{etag: etag, seq: rec.Seq, ttl: ttl, addr: rec.Addr, instance: rec.Instance, firstSeen: recv, confirmed: sent}
 	} else if sent.After(o.confirmed) {
 		o.confirmed = sent
 	}
@@ -501,6 +598,22 @@ func (l *Leases) Expired(nodeID string) bool {
 		return false
 	}
 	return l.expiredLocked(o)
+}
+
+// earlierInstance reports whether the lease this node last read for
+// nodeID belongs to a process other than instance (a hold record's): then,
+// if that read was made after the record was read, the record's process
+// is gone for good, since a process takes a node ID back only once the
+// earlier one's lease has expired. An empty instance (a record from before
+// instances were recorded) is never judged earlier.
+func (l *Leases) earlierInstance(nodeID, instance string) bool {
+	if instance == "" {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o := l.others[nodeID]
+	return o != nil && !o.gone && o.instance != "" && o.instance != instance
 }
 
 // Live returns the nodes with a fresh heartbeat, sorted by ID: this node

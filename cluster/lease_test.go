@@ -297,18 +297,6 @@ func TestCloseFreesAtOnce(t *testing.T) {
 	})
 }
 
-// TestNodeIDInUse: a second process cannot take a node ID whose lease exists.
-func TestNodeIDInUse(t *testing.T) {
-	onBoth(t, func(t *testing.T, b bucket.Bucket) {
-		clk := cluster.NewFakeClock(t0)
-		startManual(t, b, clk, "a")
-		_, err := cluster.StartLeases(context.Background(), cluster.LeaseConfig{Bucket: b, NodeID: "a", Clock: clk, Manual: true})
-		if err == nil || !strings.Contains(err.Error(), "in use") {
-			t.Fatalf("second start of node a: err = %v, want in use", err)
-		}
-	})
-}
-
 // faultyMem is a Mem whose PUTs to one key can be made to fail, be slow or
 // land late, on the fake clock.
 type faultyMem struct {

@@ -29,13 +29,20 @@ type GuestError struct {
 	Export string
 	Code   uint32 // the non-zero result, when the export returned
 	Cause  error  // the trap or deadline, when it did not
+	// Said is the last line the guest wrote to stderr during the event
+	// (the Go SDK writes the error a handler returned), "" for none.
+	Said string
 }
 
 func (e *GuestError) Error() string {
-	if e.Cause != nil {
-		return fmt.Sprintf("%s failed: %v", e.Export, e.Cause)
+	said := ""
+	if e.Said != "" {
+		said = fmt.Sprintf(" (the guest said: %s)", e.Said)
 	}
-	return fmt.Sprintf("%s returned %d", e.Export, e.Code)
+	if e.Cause != nil {
+		return fmt.Sprintf("%s failed: %v%s", e.Export, e.Cause, said)
+	}
+	return fmt.Sprintf("%s returned %d%s", e.Export, e.Code, said)
 }
 
 func (e *GuestError) Unwrap() error { return e.Cause }
@@ -86,6 +93,8 @@ type Actor struct {
 	mod    api.Module
 	inited bool
 	closed bool
+
+	stdout, stderr *guestOutput
 }
 
 // Open opens the actor whose database is at path (created if missing). The
@@ -100,7 +109,8 @@ func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string
 		st.Close()
 		return nil, &abi.ActorError{ID: id, Op: "read meta", Err: err}
 	}
-	return &Actor{e: e, id: id, class: c, store: st, inited: inited}, nil
+	return &Actor{e: e, id: id, class: c, store: st, inited: inited,
+		stdout: newGuestOutput(e, id, "stdout", e.cfg.stdout), stderr: newGuestOutput(e, id, "stderr", e.cfg.stderr)}, nil
 }
 
 // ID returns the actor's identity.
@@ -229,7 +239,7 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 			return Result{}, err
 		}
 		if code != 0 {
-			return Result{}, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: export, Code: code}}
+			return Result{}, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: export, Code: code, Said: a.stderr.takeLast()}}
 		}
 	}
 	if !a.inited {
@@ -269,11 +279,12 @@ func (a *Actor) finish(before *int64, response []byte) (Result, error) {
 // event ev. A trap, a deadline or a storage error discards the instance and
 // returns an error; otherwise it returns the export's i32 result.
 func (a *Actor) call(ctx context.Context, ev *event, export string, params []uint64, deadline time.Duration) (uint32, error) {
+	a.stderr.takeLast() // the error of this event names only its own output
 	if a.mod == nil || a.mod.IsClosed() {
-		m, err := a.e.instantiate(ctx, a.id, a.class)
+		m, err := a.e.instantiate(ctx, a.id, a.class, a.stdout, a.stderr)
 		if err != nil {
 			a.mod = nil
-			return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: "_initialize", Cause: err}}
+			return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: "_initialize", Cause: err, Said: a.stderr.takeLast()}}
 		}
 		a.mod = m
 	}
@@ -291,7 +302,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 		if cctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("stopped at the %v deadline: %w", deadline, err)
 		}
-		return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: export, Cause: err}}
+		return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: export, Cause: err, Said: a.stderr.takeLast()}}
 	}
 	if ev.storageErr != nil {
 		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%s: database: %w", export, ev.storageErr)}
@@ -342,7 +353,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	ev := &event{store: a.store}
 	code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
 	if err == nil && code != 0 {
-		err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code}}
+		err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
 	}
 	if err == nil {
 		if !ev.alarmTouched {

@@ -72,7 +72,9 @@ func WithBackoff(base, max time.Duration) Option {
 	return func(o *config) { o.retryBase, o.retryMax = base, max }
 }
 
-// WithGuestOutput sets where guests' stdout and stderr go (default: discarded).
+// WithGuestOutput sets where guests' stdout and stderr go besides the
+// engine's logger, which gets each line (rate limited, with the actor's
+// name; default: the logger only).
 func WithGuestOutput(stdout, stderr io.Writer) Option {
 	return func(o *config) { o.stdout, o.stderr = stdout, stderr }
 }
@@ -272,13 +274,13 @@ func sig(params, results []api.ValueType) string {
 // instantiate makes a fresh instance of the class for the actor. Its
 // _initialize runs with the actor in context but outside any event, so the
 // imports answer EPERM there.
-func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class) (api.Module, error) {
+func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdout, stderr io.Writer) (api.Module, error) {
 	clock := e.cfg.clock
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions(abi.ExportInitialize).
-		WithStdout(e.cfg.stdout).
-		WithStderr(e.cfg.stderr).
+		WithStdout(stdout).
+		WithStderr(stderr).
 		WithRandSource(rand.Reader).
 		WithSysNanotime().
 		WithWalltime(func() (int64, int32) {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,11 +24,14 @@ import (
 type ClusterConfig struct {
 	// Bucket holds node leases, holds and replicated actor state.
 	Bucket bucket.Bucket
-	// Prefix is where the cluster keeps its objects (default "cluster/"), at
-	// most MaxPrefixLen bytes.
+	// Prefix is where the cluster keeps all its objects (default
+	// "cluster/"), at most MaxPrefixLen bytes: node leases, holds,
+	// replicated state, and the alarm index (<Prefix>alarms/).
 	Prefix string
-	// NodeID names this process in the cluster; it must be new for each
-	// start (default: "node-" and random hex).
+	// NodeID names this node in the cluster (default: "node-" and random
+	// hex). It may be stable across restarts: a node started under the
+	// name of one that crashed takes it back once that one's lease has
+	// expired, and the crashed one's holds are void.
 	NodeID string
 	// Addr is this node's HTTP address as other nodes reach it (host:port).
 	Addr string
@@ -38,16 +40,17 @@ type ClusterConfig struct {
 	// IdleTimeout releases an actor no event reached for this long
 	// (default 1 min).
 	IdleTimeout time.Duration
-	// Tenants whose alarm index this node sweeps, besides those it has seen
-	// in its data directory and in events.
+	// Tenants, if not empty, are the only tenants whose alarm index this
+	// node sweeps. Empty: every tenant with entries in the index (found by
+	// a delimited LIST each sweep).
 	Tenants []string
 	// SweepPeriod is alarm_sweep (default 10 s).
 	SweepPeriod time.Duration
 }
 
 // MaxPrefixLen is the longest ClusterConfig.Prefix: with the longest actor
-// identity abi accepts, a snapshot key is then at most 888 bytes, within
-// S3's 1,024.
+// identity abi accepts, a snapshot key is then at most 888 bytes and an
+// index entry (under the prefix too) at most 919, within S3's 1,024.
 const MaxPrefixLen = 512
 
 // EventKind says when an event's writes reach the bucket.
@@ -105,7 +108,6 @@ func (n *Node) entry(id abi.ActorID) (*entry, error) {
 	if !ok {
 		e = &entry{id: id}
 		n.entries[id] = e
-		n.tenants.Store(id.Tenant, true)
 	}
 	return e, nil
 }
@@ -647,12 +649,6 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	n.holds = cluster.NewHolds(c.Bucket, c.Prefix, leases, n.log.Named("hold"))
 	n.replica = cluster.NewReplica(c.Bucket, c.Prefix)
 	n.log = n.log.With("node", c.NodeID)
-	for _, t := range c.Tenants {
-		n.tenants.Store(t, true)
-	}
-	for _, id := range local {
-		n.tenants.Store(id.Tenant, true)
-	}
 	ttl := c.LeaseTTL
 	if ttl <= 0 {
 		ttl = cluster.DefaultTTL
@@ -663,7 +659,8 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		grace = 2 * time.Second
 	}
 	n.plugin, err = alarms.Register(alarms.Config{
-		Bucket:      c.Bucket,
+		Bucket:      bucket.WithPrefix(c.Bucket, c.Prefix), // the index under the cluster's root
+		Tenants:     c.Tenants,
 		Host:        clusterHost{n},
 		Timer:       n.timer,
 		Margin:      ttl + grace,
@@ -844,13 +841,6 @@ func (h clusterHost) LiveNodes(context.Context) ([]string, error) {
 		ids = append(ids, ni.ID)
 	}
 	return ids, nil
-}
-
-func (h clusterHost) Tenants(context.Context) ([]string, error) {
-	var ts []string
-	h.n.tenants.Range(func(k, _ any) bool { ts = append(ts, k.(string)); return true })
-	sort.Strings(ts)
-	return ts, nil
 }
 
 // clusterActor is an actor this node holds, as the alarm plugin sees it

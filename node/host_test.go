@@ -412,7 +412,7 @@ func TestJoiningWithLocalDataUploadsWhatTheBucketLacks(t *testing.T) {
 	if s := snapshots(t, b, shared); len(s) != 1 || s[0].Key != sharedKey {
 		t.Fatalf("an actor the bucket had: snapshots %+v, want only %s (not uploaded again)", s, sharedKey)
 	}
-	entries, err := b.List(ctx, "alarms/t/", "", 100)
+	entries, err := b.List(ctx, "cluster/alarms/t/", "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,11 +20,16 @@ import (
 //
 //	POST   /v1/actors/{tenant}/{class}/{name}?kind=exec|exec-durable   run a request event; the body is the request
 //	DELETE /v1/actors/{tenant}/{class}/{name}                          delete the actor
-//	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON)
+//	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON), read only
 //	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
+//	GET    /v1/readyz                                                  readiness (JSON): lease, bucket and sweep checks
 //
 // {name} is path-escaped (a name may hold '/', as %2F). A node that does not
-// hold the actor forwards the call to the node that does, once.
+// hold the actor forwards the call to the node that does, once. Reading
+// the alarm state creates nothing and takes no hold: the holder answers
+// from its database; with no holder, the node reads the actor's latest
+// state in the bucket ("from": "holder", "bucket", or "none" for an actor
+// that does not exist).
 //
 // Status codes:
 //
@@ -42,6 +47,9 @@ import (
 //     a node that cannot be reached, the bucket is unreachable, the node
 //     lease lapsed, an upload failed (after an exec-durable event, whose
 //     outcome is then unknown).
+//
+// /v1/healthz answers 503 while the node lease is not valid; /v1/readyz
+// answers 200 when ready and 503 (with Retry-After) when a check fails.
 
 const forwardedHeader = "X-Wasmkeep-Forwarded"
 
@@ -54,6 +62,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/actors/{tenant}/{class}/{name}", n.handleExec)
 	mux.HandleFunc("DELETE /v1/actors/{tenant}/{class}/{name}", n.handleDelete)
 	mux.HandleFunc("GET /v1/actors/{tenant}/{class}/{name}/alarm", n.handleState)
+	mux.HandleFunc("GET /v1/readyz", n.handleReady)
 	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if n.leases != nil && !n.leases.Valid() {
 			http.Error(w, "node lease not valid", http.StatusServiceUnavailable)
@@ -115,7 +124,9 @@ func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 type AlarmState struct {
 	AlarmMs  *int64 `json:"alarm_ms"`
 	Failures int    `json:"failures"`
-	Node     string `json:"node,omitempty"`
+	// Node is the node that answered; From where it read (see Peek).
+	Node string `json:"node,omitempty"`
+	From string `json:"from"`
 }
 
 func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
@@ -124,12 +135,13 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	st, err := n.State(r.Context(), id)
+	p, err := n.Peek(r.Context(), id)
 	if err != nil {
 		n.fail(w, r, nil, err)
 		return
 	}
-	out := AlarmState{Failures: st.Failures}
+	st := p.State
+	out := AlarmState{Failures: st.Failures, From: p.From}
 	if st.HasAlarm {
 		out.AlarmMs = &st.Alarm
 	}

@@ -190,7 +190,7 @@ func newIxSpy(t *testing.T, b bucket.Bucket) *ixSpy {
 }
 
 func (s *ixSpy) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
-	if strings.HasPrefix(key, alarmindex.Root) {
+	if strings.HasPrefix(key, ixRoot) {
 		s.mu.Lock()
 		s.puts++
 		s.mu.Unlock()
@@ -208,7 +208,7 @@ func (s *ixSpy) Put(ctx context.Context, key string, body []byte, cond bucket.Co
 }
 
 func (s *ixSpy) Delete(ctx context.Context, key string) error {
-	if strings.HasPrefix(key, alarmindex.Root) {
+	if strings.HasPrefix(key, ixRoot) {
 		s.mu.Lock()
 		s.dels++
 		s.mu.Unlock()
@@ -242,7 +242,7 @@ func (s *ixSpy) check(ctx context.Context, key string, body []byte) {
 	case st.named == nil:
 		problem = fmt.Sprintf("alarm at %d, alarm_indexed %q names no entry at that time", *st.alarm, st.indexed)
 	default:
-		if _, _, err := s.Bucket.Get(ctx, st.named.String()); err != nil {
+		if _, _, err := s.Bucket.Get(ctx, ixPrefix+st.named.String()); err != nil {
 			problem = fmt.Sprintf("alarm at %d names %s, which does not exist: %v", *st.alarm, st.named, err)
 		}
 	}
@@ -399,13 +399,13 @@ func ixNamed(t *testing.T, b bucket.Bucket, id abi.ActorID) (cluster.Snapshot, a
 // ixEntries lists the actor's index entries, tagged and legacy.
 func ixEntries(t *testing.T, b bucket.Bucket, id abi.ActorID) []alarmindex.Key {
 	t.Helper()
-	keys, err := b.List(context.Background(), alarmindex.TenantPrefix(id.Tenant), "", 100000)
+	keys, err := b.List(context.Background(), ixPrefix+alarmindex.TenantPrefix(id.Tenant), "", 100000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []alarmindex.Key
 	for _, k := range keys {
-		pk, err := alarmindex.ParseKey(k)
+		pk, err := alarmindex.ParseKey(strings.TrimPrefix(k, ixPrefix))
 		if err != nil {
 			t.Fatalf("a key in the index does not parse: %q: %v", k, err)
 		}
@@ -416,10 +416,17 @@ func ixEntries(t *testing.T, b bucket.Bucket, id abi.ActorID) []alarmindex.Key {
 	return out
 }
 
-// ixExists reports whether the object exists.
+// ixPrefix is the cluster's root: the index is under it.
+const ixPrefix = "cluster/"
+
+// ixRoot starts every index entry's object key.
+const ixRoot = ixPrefix + alarmindex.Root
+
+// ixExists reports whether the index entry (a key of the index's format)
+// exists.
 func ixExists(t *testing.T, b bucket.Bucket, key string) bool {
 	t.Helper()
-	_, _, err := b.Get(context.Background(), key)
+	_, _, err := b.Get(context.Background(), ixPrefix+key)
 	if errors.Is(err, bucket.ErrNotFound) {
 		return false
 	}
@@ -528,11 +535,11 @@ func memWithFaults() (*bucket.Mem, *ixFaults) {
 
 // isIndexPut and friends match requests for fault hooks.
 func isIndexPut(op bucket.Op) bool {
-	return op.Kind == bucket.OpPut && strings.HasPrefix(op.Key, alarmindex.Root)
+	return op.Kind == bucket.OpPut && strings.HasPrefix(op.Key, ixRoot)
 }
 
 func isIndexDelete(op bucket.Op) bool {
-	return op.Kind == bucket.OpDelete && strings.HasPrefix(op.Key, alarmindex.Root)
+	return op.Kind == bucket.OpDelete && strings.HasPrefix(op.Key, ixRoot)
 }
 
 func isStatePut(op bucket.Op) bool {
@@ -562,7 +569,7 @@ func TestTheOwnerListsTheAlarmBeforeReplicatingTheEventAndDeletesTheReplacedEntr
 			if got := ixEntries(t, b, id); len(got) != 1 || got[0] != e1 {
 				t.Fatalf("index entries %v, want only %s", got, e1)
 			}
-			if log := spy.mutations(); !ixBefore(log, "PUT "+e1.String(), "PUT "+snap1.Key) {
+			if log := spy.mutations(); !ixBefore(log, "PUT "+ixPrefix+e1.String(), "PUT "+snap1.Key) {
 				t.Fatalf("the entry %s was not listed before the snapshot %s was uploaded: %v", e1, snap1.Key, log)
 			}
 
@@ -575,7 +582,7 @@ func TestTheOwnerListsTheAlarmBeforeReplicatingTheEventAndDeletesTheReplacedEntr
 				t.Fatalf("index entries %v, want only %s: the replaced entry is deleted", got, e2)
 			}
 			log := spy.mutations()
-			if !ixBefore(log, "PUT "+e2.String(), "PUT "+snap2.Key) || !ixBefore(log, "PUT "+snap2.Key, "DELETE "+e1.String()) {
+			if !ixBefore(log, "PUT "+ixPrefix+e2.String(), "PUT "+snap2.Key) || !ixBefore(log, "PUT "+snap2.Key, "DELETE "+ixPrefix+e1.String()) {
 				t.Fatalf("want PUT %s, then the snapshot %s, then DELETE %s; got %v", e2, snap2.Key, e1, log)
 			}
 
@@ -587,7 +594,7 @@ func TestTheOwnerListsTheAlarmBeforeReplicatingTheEventAndDeletesTheReplacedEntr
 			if got := ixEntries(t, b, id); len(got) != 0 {
 				t.Fatalf("index entries %v after clear, want none", got)
 			}
-			if !ixBefore(spy.mutations(), "PUT "+snap3.Key, "DELETE "+e2.String()) {
+			if !ixBefore(spy.mutations(), "PUT "+snap3.Key, "DELETE "+ixPrefix+e2.String()) {
 				t.Fatalf("the cleared alarm's entry was deleted before the event was replicated: %v", spy.mutations())
 			}
 		}
@@ -691,7 +698,7 @@ func TestExecDurableListsAPendingAlarmFirstUnderItsReplicasGeneration(t *testing
 		if !ixExists(t, b, e.String()) {
 			t.Fatalf("the entry %s does not exist", e)
 		}
-		if log := spy.mutations(); !ixBefore(log, "PUT "+e.String(), "PUT "+snap.Key) {
+		if log := spy.mutations(); !ixBefore(log, "PUT "+ixPrefix+e.String(), "PUT "+snap.Key) {
 			t.Fatalf("the entry was not listed before the replica was uploaded: %v", log)
 		}
 		spy.noViolations(t)
@@ -736,10 +743,10 @@ func legacyState(t *testing.T, b bucket.Bucket, id abi.ActorID) alarmindex.Key {
 	if _, err := r.Upload(ctx, id, snap.Generation, snap.Seq+1, data); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Delete(ctx, e.String()); err != nil {
+	if err := b.Delete(ctx, ixPrefix+e.String()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Put(ctx, legacy.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
+	if _, err := b.Put(ctx, ixPrefix+legacy.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
 		t.Fatal(err)
 	}
 	if got := alarmindex.FormatRecorded(&legacy); len(got) != 15 {
@@ -772,7 +779,7 @@ func TestALegacyEntryIsReplacedByATaggedOneOnTheNextEvent(t *testing.T) {
 		if got := ixEntries(t, b, id); len(got) != 1 || got[0] != e {
 			t.Fatalf("index entries %v, want only %s: the legacy entry is replaced", got, e)
 		}
-		if log := spy.mutations(); !ixBefore(log, "PUT "+snap.Key, "DELETE "+legacy.String()) {
+		if log := spy.mutations(); !ixBefore(log, "PUT "+snap.Key, "DELETE "+ixPrefix+legacy.String()) {
 			t.Fatalf("the legacy entry was deleted before the snapshot naming its replacement was uploaded: %v", log)
 		}
 		ixSet(t, nil, bn, id, node.ExecDurable, t1)
@@ -871,7 +878,7 @@ type ixSplit struct {
 }
 
 func (s ixSplit) pick(key string) bucket.Bucket {
-	if strings.HasPrefix(key, alarmindex.Root) {
+	if strings.HasPrefix(key, ixRoot) {
 		return s.index
 	}
 	return s.Bucket
@@ -1033,7 +1040,7 @@ func TestADeleteThatLandsLateAfterATakeoverRemovesNothingNamed(t *testing.T) {
 	late.Store(true)
 	ixSet(t, nil, a, id, node.ExecDurable, t2)
 	late.Store(false)
-	if held := m.Late(); len(held) != 1 || held[0].Key != e1.String() {
+	if held := m.Late(); len(held) != 1 || held[0].Key != ixPrefix+e1.String() {
 		t.Fatalf("held requests %v, want the DELETE of %s", held, e1)
 	}
 	a.Crash()
@@ -1109,7 +1116,7 @@ func TestLegacyEntriesNextToTaggedOnes(t *testing.T) {
 		stale := alarmindex.Key{Actor: id, DueMs: t0, Legacy: true}
 		beside := alarmindex.Key{Actor: id, DueMs: t1, Legacy: true}
 		for _, k := range []alarmindex.Key{stale, beside} {
-			if _, err := b.Put(context.Background(), k.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
+			if _, err := b.Put(context.Background(), ixPrefix+k.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1167,7 +1174,7 @@ func TestAnAlarmFromSingleNodeDataIsIndexedBeforeItsFirstUpload(t *testing.T) {
 		if snap.Generation != 1 || snap.Seq != 1 || e.DueMs != t1 || e.Legacy || e.Tag.Generation != 1 {
 			t.Fatalf("the first snapshot %s names %s; want (1, 1) naming a tagged entry at %d of generation 1", snap.Key, e, t1)
 		}
-		if log := spy.mutations(); !ixBefore(log, "PUT "+e.String(), "PUT "+snap.Key) {
+		if log := spy.mutations(); !ixBefore(log, "PUT "+ixPrefix+e.String(), "PUT "+snap.Key) {
 			t.Fatalf("the entry was not listed before the first upload: %v", log)
 		}
 		spy.noViolations(t)
@@ -1186,7 +1193,7 @@ func TestAnEntryForAnActorTheBucketNeverHadStaysWithoutCreatingIt(t *testing.T) 
 		id := ixOneshot("never")
 		due := time.Now().Add(-2 * time.Second).UnixMilli()
 		entry := alarmindex.Key{Actor: id, DueMs: due, Tag: alarmindex.Tag{Generation: 1, Nonce: "ab"}}
-		if _, err := b.Put(ctx, entry.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
+		if _, err := b.Put(ctx, ixPrefix+entry.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil {
 			t.Fatal(err)
 		}
 		const retryMax = 1500 * time.Millisecond
@@ -1329,10 +1336,10 @@ func TestGivingTheActorUpAfterAFailedListing(t *testing.T) {
 	listFails.Store(true)
 	deleteFails.Store(true)
 	faults.set(func(op bucket.Op) bucket.Fault {
-		if isIndexDelete(op) && op.Key == e1.String() && deleteFails.Load() {
+		if isIndexDelete(op) && op.Key == ixPrefix+e1.String() && deleteFails.Load() {
 			return bucket.Fault{Err: errInjected}
 		}
-		if op.Kind == bucket.OpList && op.Prefix == alarmindex.TaggedPrefix(id, t1) && listFails.Load() {
+		if op.Kind == bucket.OpList && op.Prefix == ixPrefix+alarmindex.TaggedPrefix(id, t1) && listFails.Load() {
 			return bucket.Fault{Err: errInjected}
 		}
 		return bucket.Fault{}

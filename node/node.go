@@ -87,7 +87,6 @@ type Node struct {
 	plugin  *alarms.Plugin
 	// leaseTTL is the lease period in force (cluster mode).
 	leaseTTL time.Duration
-	tenants  sync.Map // tenants seen, swept besides ClusterConfig.Tenants
 
 	mu       sync.Mutex
 	entries  map[abi.ActorID]*entry

@@ -319,7 +319,7 @@ func (o swOutcome) check(t *testing.T, bound time.Duration, what string) {
 // swIndexLeft lists what is left of tenant t's alarm index.
 func swIndexLeft(t *testing.T, b bucket.Bucket) []string {
 	t.Helper()
-	keys, err := b.List(context.Background(), alarmindex.TenantPrefix("t"), "", 100_000)
+	keys, err := b.List(context.Background(), ixPrefix+alarmindex.TenantPrefix("t"), "", 100_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestStuckEntriesDoNotHoldBackOrphanedAlarms(t *testing.T) {
 	stuck := make([]string, 3000)
 	past := time.Now().Add(-time.Hour).UnixMilli()
 	for i := range stuck {
-		stuck[i] = alarmindex.Key{
+		stuck[i] = ixPrefix + alarmindex.Key{
 			Actor: abi.ActorID{Tenant: "t", Class: "unserved", Name: fmt.Sprintf("s/%05d", i)},
 			DueMs: past + int64(i), Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"},
 		}.String()
@@ -513,7 +513,7 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 			// crash before its DELETE), due long ago.
 			stale := alarmindex.Key{Actor: id, DueMs: time.Now().Add(-time.Hour).UnixMilli(),
 				Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}.String()
-			if _, err := b.Put(ctx, stale, nil, bucket.Cond{}); err != nil {
+			if _, err := b.Put(ctx, ixPrefix+stale, nil, bucket.Cond{}); err != nil {
 				t.Fatal(err)
 			}
 			entries0 := n.Plugin().SweepStats().Entries

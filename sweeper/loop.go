@@ -104,6 +104,10 @@ type Loop struct {
 	mu      sync.Mutex // one sweep at a time: cursors, rand
 	cursors map[string]string
 
+	lastMu  sync.Mutex
+	lastAt  time.Time // when the latest sweep ended (Clock)
+	lastErr error     // its failures
+
 	sweeps, lists, entries, delivered, malformed, errs atomic.Int64
 }
 
@@ -175,13 +179,17 @@ func (l *Loop) Sweep(ctx context.Context) error {
 	if err != nil {
 		l.errs.Add(1)
 		l.log.Error("sweep skipped: cannot read live nodes; retrying next period", "error", err)
-		return fmt.Errorf("sweep: live nodes: %w", err)
+		err = fmt.Errorf("sweep: live nodes: %w", err)
+		l.setLast(err)
+		return err
 	}
 	tenants, err := l.cfg.Tenants.Tenants(ctx)
 	if err != nil {
 		l.errs.Add(1)
 		l.log.Error("sweep skipped: cannot read tenants; retrying next period", "error", err)
-		return fmt.Errorf("sweep: tenants: %w", err)
+		err = fmt.Errorf("sweep: tenants: %w", err)
+		l.setLast(err)
+		return err
 	}
 	var errs []error
 	for _, t := range tenants {
@@ -193,7 +201,23 @@ func (l *Loop) Sweep(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	err = errors.Join(errs...)
+	l.setLast(err)
+	return err
+}
+
+func (l *Loop) setLast(err error) {
+	l.lastMu.Lock()
+	l.lastAt, l.lastErr = l.cfg.Clock.Now(), err
+	l.lastMu.Unlock()
+}
+
+// Last reports when the latest sweep ended (zero before the first) and
+// its failures (nil: every tenant's index was read).
+func (l *Loop) Last() (time.Time, error) {
+	l.lastMu.Lock()
+	defer l.lastMu.Unlock()
+	return l.lastAt, l.lastErr
 }
 
 func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) error {

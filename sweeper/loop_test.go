@@ -369,9 +369,15 @@ func TestSweepBucketUnreachable(t *testing.T) {
 	keys := keysFrom("t", "x", ago(time.Hour), 3)
 	h.bucket.put(keys...)
 
+	if at, err := h.loop.Last(); !at.IsZero() || err != nil {
+		t.Fatalf("Last before any sweep = %v, %v; want zero", at, err)
+	}
 	err := h.loop.Sweep(context.Background())
 	if !errors.Is(err, down) || !strings.Contains(err.Error(), `tenant "t"`) {
 		t.Fatalf("error %v, want one naming the tenant and the cause", err)
+	}
+	if at, err := h.loop.Last(); at.IsZero() || !errors.Is(err, down) {
+		t.Fatalf("Last after the failed sweep = %v, %v; want its time and its failure", at, err)
 	}
 	if st := h.loop.Stats(); st.Errors != 1 || st.Lists != 1 || st.Delivered != 0 {
 		t.Fatalf("stats %+v", st)
@@ -382,6 +388,9 @@ func TestSweepBucketUnreachable(t *testing.T) {
 	h.bucket.fail = nil
 	if err := h.loop.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if at, err := h.loop.Last(); at.IsZero() || err != nil {
+		t.Fatalf("Last after a good sweep = %v, %v; want its time, no failure", at, err)
 	}
 	if got := h.sink.take(); len(got) != 3 {
 		t.Fatalf("retry delivered %d, want 3", len(got))

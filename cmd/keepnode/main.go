@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -53,20 +54,26 @@ func main() {
 	listen := fs.String("listen", "127.0.0.1:7600", "HTTP listen address")
 	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address)")
 	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone)")
-	prefix := fs.String("prefix", "cluster/", "key prefix of the cluster's objects in the bucket")
-	nodeID := fs.String("node-id", "", "node name in the cluster, new for each start (default: random)")
+	prefix := fs.String("prefix", "cluster/", "key prefix of all the cluster's objects in the bucket (leases, holds, state, alarm index)")
+	nodeID := fs.String("node-id", "", "node name in the cluster (default: random); a node started under the name of one that crashed takes it back once that one's lease has expired")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "node lease period")
 	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
 	leaseGrace := fs.Duration("lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
 	idle := fs.Duration("idle", time.Minute, "release an actor no event reached for this long")
-	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (besides those it has seen)")
+	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	sweep := fs.Duration("sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
 	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log one JSON object per line")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Parse(os.Args[1:])
+	if *showVersion {
+		bi, ok := debug.ReadBuildInfo()
+		fmt.Println(versionLine(bi, ok))
+		return
+	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
 	if err := run(logger, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
@@ -146,6 +153,44 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 	defer cancel()
 	srv.Shutdown(sctx)
 	return n.Close(sctx)
+}
+
+// versionLine describes the binary: its module version, the commit it was
+// built from (with "+dirty" for uncommitted changes) and its Go version.
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "keepnode (unknown version: no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	line := "keepnode " + v
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if dirty {
+			rev += "+dirty"
+		}
+		line += " commit " + rev
+		if at != "" {
+			line += " (" + at + ")"
+		}
+	}
+	return line + " " + bi.GoVersion
 }
 
 func splitList(s string) []string {

@@ -74,6 +74,8 @@ type AlarmState struct {
 	AlarmMs  *int64 `json:"alarm_ms"`
 	Failures int    `json:"failures"`
 	Node     string `json:"node,omitempty"`
+	// From is where the answer was read: "holder", "bucket" or "none".
+	From string `json:"from"`
 }
 
 // Alarm reads the actor's committed alarm state through the node at nodeURL.

@@ -146,7 +146,8 @@ type Node struct {
 	URL string
 	// Addr is URL without the scheme: the address the node advertises.
 	Addr string
-	// NodeID is the node's ID in the cluster (new for each start).
+	// NodeID is the node's ID in the cluster (random for each start
+	// unless -node-id names it).
 	NodeID string
 	// DataDir is the node's data directory.
 	DataDir string

@@ -1,0 +1,358 @@
+// Command keepctl inspects a cluster's alarms in its S3 bucket without
+// joining the cluster. It reads the same bucket configuration as keepnode
+// (-bucket, -prefix, and AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_REGION from the environment).
+//
+//	keepctl -bucket wasmkeep alarms list [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-json]
+//	keepctl -bucket wasmkeep actor inspect TENANT/CLASS/NAME [-json]
+//	keepctl -bucket wasmkeep verify [-serves CLASS,...] [-json]
+//	keepctl -bucket wasmkeep backfill
+//
+// Exit status: 0 on success, 1 when verify finds a committed alarm with no
+// entry, 2 for bad usage or a failure to read the bucket.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/inspect"
+)
+
+const usage = `Usage: keepctl -bucket NAME [-prefix cluster/] COMMAND [flags]
+
+Inspects the alarms of a wasmkeep cluster in its S3 bucket, without joining
+it. S3 is configured as for keepnode: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY and AWS_REGION.
+
+Commands:
+  alarms list [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-json]
+        the index entries, by tenant and due time (TIME: RFC 3339 or Unix ms)
+  actor inspect TENANT/CLASS/NAME [-json]
+        the actor's committed alarm, retry count, alarm_indexed, fence,
+        generation and hold, read from the bucket (no hold taken, nothing written)
+  verify [-serves CLASS,...] [-json]
+        the index doctor: every committed alarm has an entry at its time;
+        explains the extra entries; exits 1 if an alarm has none
+  backfill
+        lists an entry for every committed alarm that has none; deletes nothing
+
+Flags:
+`
+
+// opener opens the named bucket.
+type opener func(ctx context.Context, name string) (bucket.Bucket, error)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	open := func(ctx context.Context, name string) (bucket.Bucket, error) { return bucket.NewS3(ctx, name) }
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, open))
+}
+
+// run runs keepctl with args and returns its exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, open opener) int {
+	fs := flag.NewFlagSet("keepctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (required)")
+	prefix := fs.String("prefix", "cluster/", "key prefix of the cluster's objects in the bucket")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	rest := fs.Args()
+	if *bucketName == "" || len(rest) == 0 {
+		fs.Usage()
+		return 2
+	}
+	b, err := open(ctx, *bucketName)
+	if err != nil {
+		fmt.Fprintf(stderr, "keepctl: %v\n", err)
+		return 2
+	}
+	c := inspect.New(b, *prefix)
+	cmd := rest[0]
+	if len(rest) > 1 && (cmd == "alarms" || cmd == "actor") {
+		cmd += " " + rest[1]
+		rest = rest[1:]
+	}
+	rest = rest[1:]
+	var status int
+	switch cmd {
+	case "alarms list":
+		status, err = alarmsList(ctx, c, rest, stdout, stderr)
+	case "actor inspect":
+		status, err = actorInspect(ctx, c, rest, stdout, stderr)
+	case "verify":
+		status, err = verify(ctx, c, rest, stdout, stderr)
+	case "backfill":
+		status, err = backfill(ctx, c, rest, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "keepctl: unknown command %q\n\n", cmd)
+		fs.Usage()
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "keepctl %s: %v\n", cmd, err)
+		return 2
+	}
+	return status
+}
+
+var errUsage = errors.New("bad usage")
+
+func subFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("keepctl "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseTime reads RFC 3339 or Unix milliseconds.
+func parseTime(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return ms, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, fmt.Errorf("time %q: want RFC 3339 (2026-11-30T12:00:00Z) or Unix milliseconds", s)
+	}
+	return t.UnixMilli(), nil
+}
+
+func formatMs(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("alarms list", stderr)
+	tenant := fs.String("tenant", "", "only this tenant")
+	class := fs.String("class", "", "only this class")
+	after := fs.String("due-after", "", "only entries due at or after this time")
+	before := fs.String("due-before", "", "only entries due at or before this time")
+	asJSON := fs.Bool("json", false, "one JSON array")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return 2, errUsage
+	}
+	f := inspect.Filter{Tenant: *tenant, Class: *class}
+	var err error
+	if f.DueAfter, err = parseTime(*after); err != nil {
+		return 2, err
+	}
+	if f.DueBefore, err = parseTime(*before); err != nil {
+		return 2, err
+	}
+	entries, malformed, err := c.Alarms(ctx, f)
+	if err != nil {
+		return 2, err
+	}
+	for _, k := range malformed {
+		fmt.Fprintf(stderr, "keepctl: skipped a key that is not an index entry: %s\n", k)
+	}
+	if *asJSON {
+		if entries == nil {
+			entries = []inspect.Entry{}
+		}
+		return 0, writeJSON(stdout, entries)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DUE\tACTOR\tGENERATION\tOBJECT")
+	for _, e := range entries {
+		gen := strconv.FormatUint(e.Generation, 10)
+		if e.Legacy {
+			gen = "legacy"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", formatMs(e.DueMs), e.Name, gen, e.Object)
+	}
+	if err := tw.Flush(); err != nil {
+		return 2, err
+	}
+	fmt.Fprintf(stdout, "%d entries\n", len(entries))
+	return 0, nil
+}
+
+func parseActor(s string) (abi.ActorID, error) {
+	parts := strings.SplitN(s, "/", 3)
+	if len(parts) != 3 {
+		return abi.ActorID{}, fmt.Errorf("actor %q: want TENANT/CLASS/NAME", s)
+	}
+	id := abi.ActorID{Tenant: parts[0], Class: parts[1], Name: parts[2]}
+	if err := id.Validate(); err != nil {
+		return abi.ActorID{}, err
+	}
+	return id, nil
+}
+
+func actorInspect(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("actor inspect", stderr)
+	asJSON := fs.Bool("json", false, "one JSON object")
+	// The actor may come before or after the flags.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2, errUsage
+	}
+	if name == "" && fs.NArg() == 1 {
+		name = fs.Arg(0)
+	} else if name == "" || fs.NArg() > 0 {
+		return 2, fmt.Errorf("%w: want one TENANT/CLASS/NAME", errUsage)
+	}
+	id, err := parseActor(name)
+	if err != nil {
+		return 2, err
+	}
+	info, err := c.Actor(ctx, id)
+	if err != nil {
+		return 2, err
+	}
+	if *asJSON {
+		return 0, writeJSON(stdout, info)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("actor", info.Name)
+	if info.Hold != nil {
+		who := info.Hold.NodeID
+		if who == "" {
+			who = "(released)"
+		}
+		row("hold", fmt.Sprintf("%s, generation %d, instance %s, at %s", who, info.Hold.Generation, info.Hold.Instance, info.Hold.Addr))
+	} else {
+		row("hold", "(none)")
+	}
+	if !info.InBucket {
+		row("state", "(none in the bucket)")
+		return 0, tw.Flush()
+	}
+	row("snapshot", fmt.Sprintf("%s (generation %d, seq %d)", info.Snapshot, info.Generation, info.Seq))
+	if info.Deleted {
+		row("state", "deleted")
+		return 0, tw.Flush()
+	}
+	alarm := "(none)"
+	if info.AlarmMs != nil {
+		alarm = fmt.Sprintf("%s (%d)", formatMs(*info.AlarmMs), *info.AlarmMs)
+	}
+	row("alarm", alarm)
+	row("retry count", strconv.Itoa(info.RetryCount))
+	row("alarm_indexed", quoteEmpty(info.AlarmIndexed))
+	if info.Named != "" {
+		exists := "exists"
+		if !info.NamedExists {
+			exists = "MISSING"
+		}
+		row("named entry", info.Named+" ("+exists+")")
+	}
+	row("owner_fence", quoteEmpty(info.OwnerFence))
+	row("on-init done", strconv.FormatBool(info.InitDone))
+	return 0, tw.Flush()
+}
+
+func quoteEmpty(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+func verify(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("verify", stderr)
+	serves := fs.String("serves", "", "the classes the cluster serves, comma-separated (default: all); entries of others are reported as such")
+	asJSON := fs.Bool("json", false, "the report as one JSON object")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return 2, errUsage
+	}
+	opts := inspect.VerifyOptions{
+		Progress: func(done, total int) {
+			if total >= 1000 {
+				fmt.Fprintf(stderr, "keepctl verify: read %d of %d actors\n", done, total)
+			}
+		},
+	}
+	if *serves != "" {
+		set := map[string]bool{}
+		for _, s := range strings.Split(*serves, ",") {
+			set[strings.TrimSpace(s)] = true
+		}
+		opts.Serves = func(class string) bool { return set[class] }
+	}
+	rep, err := c.Verify(ctx, opts)
+	if err != nil {
+		return 2, err
+	}
+	status := 0
+	if !rep.OK() {
+		status = 1
+	}
+	if *asJSON {
+		return status, writeJSON(stdout, rep)
+	}
+	fmt.Fprintf(stdout, "actors %d, committed alarms %d (named entry present %d, covered by an unnamed entry %d, missing %d), index entries %d, extra %d\n",
+		rep.Actors, rep.Alarms, rep.Named, rep.Covered, len(rep.Missing), rep.Entries, len(rep.Extra))
+	fmt.Fprintf(stdout, "requests: %d LIST, %d GET\n", rep.Requests.ListPages, rep.Requests.Get)
+	for _, m := range rep.Missing {
+		named := "names no entry"
+		if m.Named != "" {
+			named = "names " + m.Named
+		}
+		fmt.Fprintf(stdout, "MISSING %s: alarm at %s (%d) has no entry at its time; its state %s (run keepctl backfill)\n", m.Name, formatMs(m.AlarmMs), m.AlarmMs, named)
+	}
+	for _, x := range rep.Extra {
+		detail := ""
+		if x.Detail != "" {
+			detail = " (" + x.Detail + ")"
+		}
+		fmt.Fprintf(stdout, "extra %s: %s%s\n", x.Object, x.Reason, detail)
+	}
+	for _, k := range rep.Malformed {
+		fmt.Fprintf(stdout, "malformed %s\n", k)
+	}
+	if status != 0 {
+		fmt.Fprintf(stderr, "keepctl verify: %d committed alarms have no index entry\n", len(rep.Missing))
+	}
+	return status, nil
+}
+
+func backfill(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("backfill", stderr)
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return 2, errUsage
+	}
+	nonces, err := alarmindex.NewNonceSource(rand.Reader)
+	if err != nil {
+		return 2, err
+	}
+	rep, err := c.Backfill(ctx, nonces)
+	for _, k := range rep.Put {
+		fmt.Fprintf(stdout, "listed %s\n", k)
+	}
+	if err != nil {
+		return 2, err
+	}
+	fmt.Fprintf(stdout, "actors %d, committed alarms %d, entries listed %d\n", rep.Actors, rep.Alarms, len(rep.Put))
+	return 0, nil
+}

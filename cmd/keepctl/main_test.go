@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/inspect"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/testguest"
+	"github.com/wasmkeep/alarms/node"
+)
+
+func TestMain(m *testing.M) { os.Exit(s3test.Run(m)) }
+
+// keepctl against versitygw: a cluster whose node set three alarms; the
+// index lists them; actor inspect shows one; verify passes; an entry
+// removed by hand makes verify fail (exit 1, naming the actor); backfill
+// mends it; verify passes again.
+func TestKeepctlVerifyBackfillOnVersitygw(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	n, err := node.New(ctx, node.Config{
+		DataDir: t.TempDir(), Classes: map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")},
+		Logger: hclog.NewNullLogger(),
+		Cluster: &node.ClusterConfig{Bucket: srv.Bucket, NodeID: "n1", Addr: "n1.invalid:1",
+			LeaseTTL: 3 * time.Second, LeaseMargin: time.Second, LeaseGrace: time.Second, IdleTimeout: time.Hour, SweepPeriod: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Crash) // the timer never ran: the alarms stay pending
+	base := time.Now().Add(time.Hour).UnixMilli()
+	for i, name := range []string{"a", "b", "c"} {
+		id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: name}
+		if _, err := n.Exec(ctx, id, binary.LittleEndian.AppendUint64(nil, uint64(base+int64(i))), node.ExecDurable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(_ context.Context, name string) (bucket.Bucket, error) {
+		if name != srv.Name {
+			t.Fatalf("keepctl opened bucket %q, want %q", name, srv.Name)
+		}
+		return srv.NewClient(t), nil
+	}
+	keepctl := func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if got := run(ctx, append([]string{"-bucket", srv.Name}, args...), &out, &errOut, open); got != want {
+			t.Fatalf("keepctl %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, got, want, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+
+	var entries []inspect.Entry
+	if err := json.Unmarshal([]byte(keepctl(0, "alarms", "list", "-tenant", "t", "-json")), &entries); err != nil || len(entries) != 3 {
+		t.Fatalf("alarms list -json: %v, %v", entries, err)
+	}
+	if out := keepctl(0, "alarms", "list", "-due-after", time.UnixMilli(base+1).UTC().Format(time.RFC3339Nano)); !strings.Contains(out, "t/oneshot/b") || strings.Contains(out, "t/oneshot/a ") || !strings.Contains(out, "2 entries") {
+		t.Fatalf("alarms list -due-after:\n%s", out)
+	}
+	out := keepctl(0, "actor", "inspect", "t/oneshot/b")
+	t.Logf("keepctl actor inspect t/oneshot/b:\n%s", out)
+	for _, want := range []string{"n1, generation 1", "retry count", "(exists)", "alarm_indexed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("actor inspect lacks %q:\n%s", want, out)
+		}
+	}
+	var info inspect.ActorInfo
+	if err := json.Unmarshal([]byte(keepctl(0, "actor", "inspect", "-json", "t/oneshot/b")), &info); err != nil || info.AlarmMs == nil || *info.AlarmMs != base+1 {
+		t.Fatalf("actor inspect -json: %+v, %v", info, err)
+	}
+	if out := keepctl(0, "verify"); !strings.Contains(out, "missing 0") {
+		t.Fatalf("verify on a healthy cluster:\n%s", out)
+	}
+
+	if err := srv.Bucket.Delete(ctx, info.Named); err != nil { // by hand
+		t.Fatal(err)
+	}
+	out = keepctl(1, "verify")
+	t.Logf("keepctl verify, an entry removed by hand:\n%s", out)
+	if !strings.Contains(out, "MISSING t/oneshot/b") {
+		t.Fatalf("verify after removing an entry by hand:\n%s", out)
+	}
+	if out := keepctl(0, "backfill"); !strings.Contains(out, "listed "+info.Named) || !strings.Contains(out, "entries listed 1") {
+		t.Fatalf("backfill:\n%s", out)
+	}
+	if out := keepctl(0, "verify"); !strings.Contains(out, "missing 0") {
+		t.Fatalf("verify after backfill:\n%s", out)
+	}
+	keepctl(2, "frobnicate")
+	keepctl(2, "actor", "inspect", "no-slashes")
+}

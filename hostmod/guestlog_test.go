@@ -1,0 +1,95 @@
+package hostmod_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/testguest"
+)
+
+type stillClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stillClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *stillClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// A guest's stderr reaches the node's log with the actor's name, at most
+// GuestLogBurst lines at once and GuestLogRate a second after that (the
+// rest counted and reported); a failed request's error carries the last
+// line the guest wrote during that event (the Go SDK writes the error its
+// handler returned).
+func TestGuestOutputGoesToTheLogAndIntoTheError(t *testing.T) {
+	ctx := context.Background()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), Level: hclog.Info})
+	clock := &stillClock{now: time.UnixMilli(1_800_000_000_000)}
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithLogger(logger), hostmod.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	class, err := eng.Compile(ctx, "counter", testguest.Build(t, "examples/counter-actor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "loud"}
+	a, err := eng.Open(ctx, id, class, filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+
+	_, err = a.Request(ctx, []byte("explode"))
+	var ge *hostmod.GuestError
+	if !errors.As(err, &ge) || !strings.Contains(ge.Said, `unknown command "explode"`) || !strings.Contains(err.Error(), "the guest said: ") {
+		t.Fatalf("a failed request: %v (said %q), want the guest's error line in it", err, ge.Said)
+	}
+	if _, err := a.Request(ctx, []byte("get")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Request(ctx, []byte("start -1"))
+	if !errors.As(err, &ge) || !strings.Contains(ge.Said, "positive interval") || strings.Contains(ge.Said, "explode") {
+		t.Fatalf("the next failed request: %v, want its own line only", err)
+	}
+
+	count := func(s string) int { mu.Lock(); defer mu.Unlock(); return strings.Count(logs.String(), s) }
+	if n := count("guest stderr: actor=t/counter/loud"); n != 2 {
+		t.Fatalf("%d guest lines logged with the actor's name, want 2:\n%s", n, logs.String())
+	}
+	for range hostmod.GuestLogBurst + 10 {
+		_, _ = a.Request(ctx, []byte("explode"))
+	}
+	if n := count("guest stderr: actor="); n != hostmod.GuestLogBurst {
+		t.Fatalf("%d lines logged in a burst, want the limit %d", n, hostmod.GuestLogBurst)
+	}
+	clock.advance(time.Second)
+	_, _ = a.Request(ctx, []byte("explode"))
+	if n := count("guest stderr: actor="); n != hostmod.GuestLogBurst+1 || count("guest output dropped over the rate limit: actor=t/counter/loud stream=stderr lines=12") != 1 {
+		t.Fatalf("after a second: %d lines, want %d, and the 12 dropped reported:\n%s", n, hostmod.GuestLogBurst+1, logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

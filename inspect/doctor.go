@@ -1,0 +1,274 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
+)
+
+// Missing is an actor whose committed alarm has no entry in the index at
+// its time: no node's sweep will find it, so it fires only if an event
+// reaches the actor or a node that holds it is alive.
+type Missing struct {
+	Actor   abi.ActorID `json:"-"`
+	Name    string      `json:"actor"`
+	AlarmMs int64       `json:"alarm_ms"`
+	// Named is the entry the state names ("" for none).
+	Named string `json:"named_entry"`
+}
+
+// Extra is an index entry no actor's state names, and why it is there.
+type Extra struct {
+	Entry
+	// Reason is one of the Reason constants; Detail says more.
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Reasons for an extra entry.
+const (
+	// ReasonNoState: the bucket has no state for the actor (never
+	// uploaded, or a joining node's entry whose first upload never landed).
+	ReasonNoState = "no state"
+	// ReasonDeleted: the actor was deleted (its latest state is a
+	// tombstone); the entry is removed when it comes due.
+	ReasonDeleted = "deleted actor"
+	// ReasonStale: the committed alarm is at another time, or cleared; the
+	// entry is removed when it comes due (R2).
+	ReasonStale = "stale"
+	// ReasonOlderGeneration: at the alarm's time, written by an earlier
+	// hold than the named entry's (a crash between PUT and upload).
+	ReasonOlderGeneration = "older generation"
+	// ReasonUnnamed: at the alarm's time, not older, but not the one the
+	// state names (a backfilled entry, or the PUT whose record failed).
+	ReasonUnnamed = "unnamed at the alarm's time"
+	// ReasonUnservedClass: no node serves the class (only when
+	// VerifyOptions.Serves is set); it stays, and sweeps step past it.
+	ReasonUnservedClass = "unserved class"
+)
+
+// Report is what Verify found.
+type Report struct {
+	// Actors with state in the bucket, Alarms among them with a committed
+	// alarm, Entries in the index.
+	Actors  int `json:"actors"`
+	Alarms  int `json:"alarms"`
+	Entries int `json:"entries"`
+	// Named counts alarms whose named entry exists; Covered those listed
+	// only by an unnamed entry at their time (they fire all the same).
+	Named   int `json:"named"`
+	Covered int `json:"covered"`
+	// Missing are alarms with no entry at their time: the failures.
+	Missing []Missing `json:"missing"`
+	// Extra are the entries no state names.
+	Extra []Extra `json:"extra"`
+	// Malformed are keys under the index or the state that are neither.
+	Malformed []string `json:"malformed,omitempty"`
+	// Requests are the requests the check sent: one LIST page per 1,000
+	// tenants, per 1,000 entries and per 1,000 snapshots, and one GET per
+	// actor.
+	Requests bucket.Counts `json:"requests"`
+}
+
+// OK reports whether every committed alarm has an entry at its time.
+func (r Report) OK() bool { return len(r.Missing) == 0 }
+
+// VerifyOptions tune Verify.
+type VerifyOptions struct {
+	// Serves reports whether some node serves a class (nil: every class);
+	// entries of other classes are reported as ReasonUnservedClass.
+	Serves func(class string) bool
+	// Progress, if set, is called after every 100 actors read and after
+	// the last, with how many were read of how many.
+	Progress func(done, total int)
+}
+
+// scan is the index and the latest state of every actor.
+type scan struct {
+	entries map[abi.ActorID][]Entry
+	total   int
+	states  map[abi.ActorID]cluster.Snapshot
+	bad     []string
+}
+
+func (c *Cluster) scan(ctx context.Context) (scan, error) {
+	all, malformed, err := c.Alarms(ctx, Filter{})
+	if err != nil {
+		return scan{}, err
+	}
+	s := scan{entries: map[abi.ActorID][]Entry{}, total: len(all), bad: malformed}
+	for _, e := range all {
+		s.entries[e.Actor] = append(s.entries[e.Actor], e)
+	}
+	states, bad, err := c.latestStates(ctx)
+	if err != nil {
+		return scan{}, err
+	}
+	s.states, s.bad = states, append(s.bad, bad...)
+	return s, nil
+}
+
+// Verify is the index doctor: for every actor with state in the bucket, it
+// reads the latest state and checks that its committed alarm has an entry
+// in the index at its time, and it explains every entry no state names.
+// The cluster may run meanwhile: an actor changed during the check can
+// show up as missing or extra, so check a failure again. It writes nothing.
+func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error) {
+	before := c.b.Counts()
+	s, err := c.scan(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Actors: len(s.states), Entries: s.total, Malformed: s.bad, Missing: []Missing{}, Extra: []Extra{}}
+	explained := map[string]bool{}
+	ids := sortedActors(s.states)
+	for i, id := range ids {
+		st, err := c.readState(ctx, id, s.states[id])
+		if err != nil {
+			return rep, err
+		}
+		mine := s.entries[id]
+		if st.alarm != nil {
+			rep.Alarms++
+			at := *st.alarm
+			named, covered := false, false
+			for _, e := range mine {
+				if e.DueMs != at {
+					continue
+				}
+				covered = true
+				if st.named != nil && e.key() == *st.named {
+					named = true
+					explained[e.Object] = true
+				}
+			}
+			switch {
+			case named:
+				rep.Named++
+			case covered:
+				rep.Covered++
+			default:
+				m := Missing{Actor: id, Name: id.String(), AlarmMs: at}
+				if st.named != nil {
+					m.Named = c.prefix + st.named.String()
+				}
+				rep.Missing = append(rep.Missing, m)
+			}
+		}
+		for _, e := range mine {
+			if explained[e.Object] {
+				continue
+			}
+			explained[e.Object] = true
+			x := Extra{Entry: e}
+			switch {
+			case st.deleted:
+				x.Reason = ReasonDeleted
+			case st.alarm == nil:
+				x.Reason, x.Detail = ReasonStale, "no alarm is committed"
+			case e.DueMs != *st.alarm:
+				x.Reason, x.Detail = ReasonStale, fmt.Sprintf("the committed alarm is at %d", *st.alarm)
+			case st.named != nil && st.named.DueMs == e.DueMs && !st.named.Legacy && (e.Legacy || e.Generation < st.named.Tag.Generation):
+				x.Reason, x.Detail = ReasonOlderGeneration, fmt.Sprintf("the named entry is of generation %d", st.named.Tag.Generation)
+			default:
+				x.Reason = ReasonUnnamed
+			}
+			rep.Extra = append(rep.Extra, c.unserved(x, opts))
+		}
+		if opts.Progress != nil && ((i+1)%100 == 0 || i+1 == len(ids)) {
+			opts.Progress(i+1, len(ids))
+		}
+	}
+	for id, list := range s.entries {
+		if _, ok := s.states[id]; ok {
+			continue
+		}
+		for _, e := range list {
+			rep.Extra = append(rep.Extra, c.unserved(Extra{Entry: e, Reason: ReasonNoState}, opts))
+		}
+	}
+	sortExtra(rep.Extra)
+	rep.Requests = sub(c.b.Counts(), before)
+	return rep, nil
+}
+
+func (c *Cluster) unserved(x Extra, opts VerifyOptions) Extra {
+	if opts.Serves != nil && !opts.Serves(x.Actor.Class) {
+		if x.Detail != "" {
+			x.Detail = x.Reason + ": " + x.Detail
+		} else {
+			x.Detail = x.Reason
+		}
+		x.Reason = ReasonUnservedClass
+	}
+	return x
+}
+
+func sortExtra(xs []Extra) {
+	for i := 1; i < len(xs); i++ { // insertion sort: reports are small
+		for j := i; j > 0 && xs[j].Object < xs[j-1].Object; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
+}
+
+func sub(a, b bucket.Counts) bucket.Counts {
+	return bucket.Counts{Get: a.Get - b.Get, Put: a.Put - b.Put, Delete: a.Delete - b.Delete, List: a.List - b.List, ListPages: a.ListPages - b.ListPages}
+}
+
+// BackfillReport is what Backfill did.
+type BackfillReport struct {
+	// Actors read, Alarms among them.
+	Actors, Alarms int
+	// Put are the entries listed (object keys).
+	Put []string
+	// Requests sent, the PUTs included.
+	Requests bucket.Counts
+}
+
+// Backfill lists an entry for every committed alarm that has none at its
+// time (the spec's "alarms set before this change", or an entry removed by
+// hand), as the rules' [alarmindex.Rules.Backfill] plans it: the named
+// entry again under its own key, or a fresh one tagged with the state's
+// generation. It never deletes, and a PUT it sends at worst leaves an extra
+// entry, so it is safe while the cluster runs.
+func (c *Cluster) Backfill(ctx context.Context, nonces alarmindex.Nonces) (BackfillReport, error) {
+	before := c.b.Counts()
+	s, err := c.scan(ctx)
+	if err != nil {
+		return BackfillReport{}, err
+	}
+	rules := alarmindex.Rules{Nonces: nonces}
+	rep := BackfillReport{Actors: len(s.states), Put: []string{}}
+	for _, id := range sortedActors(s.states) {
+		st, err := c.readState(ctx, id, s.states[id])
+		if err != nil {
+			return rep, err
+		}
+		if st.alarm == nil {
+			continue
+		}
+		rep.Alarms++
+		f := alarmindex.BackfillFacts{Actor: id, Alarm: st.alarm, Recorded: st.named, Generation: st.generation}
+		for _, e := range s.entries[id] {
+			f.AtAlarm = append(f.AtAlarm, e.key())
+		}
+		k, err := rules.Backfill(f)
+		if err != nil {
+			return rep, err
+		}
+		if k == nil {
+			continue
+		}
+		if _, err := c.index.Put(ctx, k.String(), nil, bucket.Cond{IfNoneMatch: true}); err != nil && !isPrecondition(err) {
+			return rep, fmt.Errorf("actor %s: listing its alarm: %w", id, err)
+		}
+		rep.Put = append(rep.Put, c.prefix+k.String())
+	}
+	rep.Requests = sub(c.b.Counts(), before)
+	return rep, nil
+}

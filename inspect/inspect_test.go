@@ -1,0 +1,205 @@
+package inspect_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/inspect"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/testguest"
+	"github.com/wasmkeep/alarms/node"
+)
+
+func TestMain(m *testing.M) { os.Exit(s3test.Run(m)) }
+
+const prefix = "app/"
+
+type counterNonces struct{ n int }
+
+func (c *counterNonces) Next() string { c.n++; return fmt.Sprintf("%x", 0xb0+c.n) }
+
+// cluster starts one node (its timer not running, so alarms stay pending)
+// under prefix and sets the alarm of each actor to its due time through
+// exec-durable requests.
+func cluster(t *testing.T, b bucket.Bucket, due map[abi.ActorID]int64) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := node.New(ctx, node.Config{
+		DataDir: t.TempDir(), Classes: map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")},
+		Logger: hclog.NewNullLogger(),
+		Cluster: &node.ClusterConfig{Bucket: b, Prefix: prefix, NodeID: "n1", Addr: "n1.invalid:1",
+			LeaseTTL: 3 * time.Second, LeaseMargin: time.Second, LeaseGrace: time.Second, IdleTimeout: time.Hour, SweepPeriod: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Crash() }) // leave the actors as they are
+	for id, at := range due {
+		if _, err := n.Exec(ctx, id, binary.LittleEndian.AppendUint64(nil, uint64(at)), node.ExecDurable); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func onBoth(t *testing.T, f func(t *testing.T, b bucket.Bucket)) {
+	t.Run("mem", func(t *testing.T) { f(t, bucket.NewMem()) })
+	t.Run("s3", func(t *testing.T) { f(t, s3test.Start(t).Bucket) })
+}
+
+func actor(tenant, name string) abi.ActorID {
+	return abi.ActorID{Tenant: tenant, Class: "oneshot", Name: name}
+}
+
+// The index doctor on a healthy cluster, then with an entry removed by
+// hand (it fails, naming the actor), mended by backfill (it passes again),
+// with its cost in requests counted exactly; extra entries are explained.
+func TestVerifyFindsAMissingEntryAndBackfillMendsIt(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		base := time.Now().Add(time.Hour).UnixMilli()
+		due := map[abi.ActorID]int64{}
+		for i := range 5 {
+			due[actor("t", fmt.Sprint(i))] = base + int64(i)
+		}
+		due[actor("u", "x")] = base + 100
+		cluster(t, b, due)
+
+		c := inspect.New(b, prefix)
+		rep, err := c.Verify(ctx, inspect.VerifyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.OK() || rep.Actors != 6 || rep.Alarms != 6 || rep.Named != 6 || rep.Entries != 6 || len(rep.Extra) != 0 {
+			t.Fatalf("healthy cluster: %+v", rep)
+		}
+		// One delimited LIST for the tenants, one LIST per tenant, one of
+		// the state; a GET per actor; nothing written.
+		if want := (bucket.Counts{List: 4, ListPages: 4, Get: 6}); rep.Requests != want {
+			t.Errorf("verify sent %+v, want %+v", rep.Requests, want)
+		}
+
+		victim := actor("t", "3")
+		info, err := c.Actor(ctx, victim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.AlarmMs == nil || *info.AlarmMs != due[victim] || !info.NamedExists || info.Hold == nil || info.Hold.NodeID != "n1" || info.Generation != info.Hold.Generation {
+			t.Fatalf("actor inspect: %+v (hold %+v)", info, info.Hold)
+		}
+		if err := b.Delete(ctx, info.Named); err != nil { // by hand
+			t.Fatal(err)
+		}
+		rep, err = c.Verify(ctx, inspect.VerifyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.OK() || len(rep.Missing) != 1 || rep.Missing[0].Actor != victim || rep.Missing[0].Named != info.Named {
+			t.Fatalf("after removing %s by hand: missing %+v, want that actor, naming it", info.Named, rep.Missing)
+		}
+
+		before := c.Requests()
+		br, err := c.Backfill(ctx, &counterNonces{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(br.Put, []string{info.Named}) || br.Alarms != 6 {
+			t.Fatalf("backfill listed %v (of %d alarms), want the named entry %s again", br.Put, br.Alarms, info.Named)
+		}
+		if got := c.Requests(); got.Delete != before.Delete || got.Put != before.Put+1 {
+			t.Errorf("backfill sent %d PUTs and %d DELETEs, want 1 and none", got.Put-before.Put, got.Delete-before.Delete)
+		}
+		rep, err = c.Verify(ctx, inspect.VerifyOptions{})
+		if err != nil || !rep.OK() || rep.Named != 6 {
+			t.Fatalf("after backfill: %+v, %v", rep, err)
+		}
+
+		// Extra entries, and why they are there.
+		ix := bucket.WithPrefix(b, prefix)
+		stale := alarmindex.Key{Actor: actor("t", "1"), DueMs: base - 5000, Tag: alarmindex.Tag{Generation: 1, Nonce: "01"}}
+		ghost := alarmindex.Key{Actor: actor("t", "ghost"), DueMs: base, Tag: alarmindex.Tag{Generation: 1, Nonce: "02"}}
+		older := alarmindex.Key{Actor: actor("u", "x"), DueMs: base + 100, Tag: alarmindex.Tag{Generation: 0, Nonce: "03"}}
+		unserved := alarmindex.Key{Actor: abi.ActorID{Tenant: "t", Class: "gone", Name: "g"}, DueMs: base, Tag: alarmindex.Tag{Generation: 1, Nonce: "04"}}
+		for _, k := range []alarmindex.Key{stale, ghost, older, unserved} {
+			if _, err := ix.Put(ctx, k.String(), nil, bucket.Cond{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep, err = c.Verify(ctx, inspect.VerifyOptions{Serves: func(class string) bool { return class == "oneshot" }})
+		if err != nil || !rep.OK() {
+			t.Fatalf("with extra entries: %+v, %v", rep, err)
+		}
+		got := map[string]string{}
+		for _, x := range rep.Extra {
+			got[x.Object] = x.Reason
+		}
+		want := map[string]string{
+			prefix + stale.String():    inspect.ReasonStale,
+			prefix + ghost.String():    inspect.ReasonNoState,
+			prefix + older.String():    inspect.ReasonOlderGeneration,
+			prefix + unserved.String(): inspect.ReasonUnservedClass,
+		}
+		if !mapsEqual(got, want) {
+			t.Errorf("extra entries %v, want %v", got, want)
+		}
+	})
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// alarms list: by tenant, class and due time, in due order per tenant.
+func TestAlarmsList(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		base := time.Now().Add(time.Hour).UnixMilli()
+		due := map[abi.ActorID]int64{actor("a", "1"): base + 30, actor("a", "2"): base + 10, actor("b", "1"): base + 20}
+		cluster(t, b, due)
+		c := inspect.New(b, prefix)
+		names := func(f inspect.Filter) []string {
+			t.Helper()
+			es, bad, err := c.Alarms(ctx, f)
+			if err != nil || len(bad) != 0 {
+				t.Fatalf("Alarms(%+v): %v, malformed %v", f, err, bad)
+			}
+			var out []string
+			for _, e := range es {
+				out = append(out, e.Name)
+			}
+			return out
+		}
+		for _, tc := range []struct {
+			f    inspect.Filter
+			want []string
+		}{
+			{inspect.Filter{}, []string{"a/oneshot/2", "a/oneshot/1", "b/oneshot/1"}},
+			{inspect.Filter{Tenant: "b"}, []string{"b/oneshot/1"}},
+			{inspect.Filter{Class: "other"}, nil},
+			{inspect.Filter{DueAfter: base + 20}, []string{"a/oneshot/1", "b/oneshot/1"}},
+			{inspect.Filter{DueBefore: base + 20}, []string{"a/oneshot/2", "b/oneshot/1"}},
+			{inspect.Filter{DueAfter: base + 11, DueBefore: base + 29}, []string{"b/oneshot/1"}},
+		} {
+			if got := names(tc.f); !slices.Equal(got, tc.want) {
+				t.Errorf("Alarms(%+v) = %v, want %v", tc.f, got, tc.want)
+			}
+		}
+	})
+}
