@@ -28,6 +28,10 @@ type Mutations struct {
 	// when the bucket had nothing for the actor and nothing was uploaded
 	// since, and neither keeps the entry nor releases the hold.
 	ClearWhileBucketEmpty bool
+	// TrustLateUploads drops the executor's re-check of the hold after an
+	// upload: an upload that returned after the hold lapsed counts as
+	// done, and the entry it replaced is deleted.
+	TrustLateUploads bool
 }
 
 // Rules decide what to do to the alarm index from facts the caller gathered;
@@ -53,6 +57,8 @@ var ErrGiveUp = errors.New("give the actor up")
 type GiveUpError struct {
 	Actor abi.ActorID
 	Cause string
+	// Err is the failed request's error, if one caused it.
+	Err error
 }
 
 // Error gives the cause.
@@ -60,8 +66,13 @@ func (e *GiveUpError) Error() string {
 	return fmt.Sprintf("alarm index: %v: %s", ErrGiveUp, e.Cause)
 }
 
-// Unwrap returns ErrGiveUp.
-func (e *GiveUpError) Unwrap() error { return ErrGiveUp }
+// Unwrap returns ErrGiveUp and the request's error, if any.
+func (e *GiveUpError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrGiveUp, e.Err}
+	}
+	return []error{ErrGiveUp}
+}
 
 func giveUp(a abi.ActorID, format string, args ...any) error {
 	return &abi.ActorError{ID: a, Err: &GiveUpError{Actor: a, Cause: fmt.Sprintf(format, args...)}}

@@ -60,7 +60,7 @@
 //     is valid and counts only if the hold is still valid when it returns:
 //     otherwise a newer holder may have uploaded first, this snapshot may not
 //     be the state, and deleting the entry it replaced could remove the one
-//     the state names (Config.TrustLateUploads shows the simulator catches
+//     the state names (Mutations.TrustLateUploads shows the simulator catches
 //     that executor bug). A host must do the same.
 //   - Faults: requests fail or time out and land later (up to two minutes)
 //     or are slow; nodes crash and restart, pause (a stall longer than a
