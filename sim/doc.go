@@ -61,7 +61,7 @@
 //     otherwise a newer holder may have uploaded first, this snapshot may not
 //     be the state, and deleting the entry it replaced could remove the one
 //     the state names (Mutations.TrustLateUploads shows the simulator catches
-//     that executor bug). A host must do the same.
+//     that executor bug). The plugin runs the same executor.
 //   - Faults: requests fail or time out and land later (up to two minutes)
 //     or are slow; nodes crash and restart, pause (a stall longer than a
 //     lease, at random and at the points where the rules race: before a
