@@ -101,7 +101,9 @@ func NewModuleBuilders(r wazero.Runtime) (alarm, actor wazero.HostModuleBuilder)
 
 // Instantiate instantiates the wasmkeep:alarm and wasmkeep:actor host modules
 // in r. Guests instantiated afterwards can import them; each call into a guest
-// must carry its actor in the context (the Engine does this).
+// must carry its actor and event in the context, which only an Engine does:
+// to run guests in a runtime of your own, pass it to NewEngine with
+// WithRuntime (which calls Instantiate when the modules are not there yet).
 func Instantiate(ctx context.Context, r wazero.Runtime) error {
 	alarm, actor := NewModuleBuilders(r)
 	if _, err := alarm.Instantiate(ctx); err != nil {
