@@ -248,38 +248,23 @@ func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class
 	return c, nil
 }
 
-var importSigs = map[string]map[string][2][]api.ValueType{
-	abi.AlarmModule: {
-		abi.FuncSetAlarm:   {{i64}, {i32}},
-		abi.FuncGetAlarm:   {{i32}, {i32}},
-		abi.FuncClearAlarm: {nil, {i32}},
-	},
-	abi.ActorModule: {
-		abi.FuncRequestRead:   {{i32, i32}, {i32}},
-		abi.FuncResponseWrite: {{i32, i32}, {i32}},
-		abi.FuncKVGet:         {{i32, i32, i32, i32, i32}, {i32}},
-		abi.FuncKVPut:         {{i32, i32, i32, i32}, {i32}},
-		abi.FuncKVDelete:      {{i32, i32}, {i32}},
-	},
-}
-
 func (c *Class) check() error {
 	importsAlarm := false
 	for _, f := range c.compiled.ImportedFunctions() {
 		mod, name, _ := f.Import()
-		sigs, ours := importSigs[mod]
-		if !ours {
+		if mod != abi.AlarmModule && mod != abi.ActorModule {
 			continue
 		}
 		if mod == abi.AlarmModule {
 			importsAlarm = true
 		}
-		want, known := sigs[name]
+		want, known := lookupFunc(mod, name)
 		if !known {
 			return fmt.Errorf("imports %s %q, which the host does not provide", mod, name)
 		}
-		if !sameTypes(f.ParamTypes(), want[0]) || !sameTypes(f.ResultTypes(), want[1]) {
-			return fmt.Errorf("imports %s %q with signature %s, want %s", mod, name, sig(f.ParamTypes(), f.ResultTypes()), sig(want[0], want[1]))
+		results := []api.ValueType{i32}
+		if !sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), results) {
+			return fmt.Errorf("imports %s %q with signature %s, want %s", mod, name, sig(f.ParamTypes(), f.ResultTypes()), sig(want.params, results))
 		}
 	}
 	exports := c.compiled.ExportedFunctions()

@@ -14,20 +14,19 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
 
-// importSigs are the signatures of every import, as abi/ABI.md gives them.
-var importSigs = map[[2]string][2][]api.ValueType{
-	{abi.AlarmModule, abi.FuncSetAlarm}:      {{api.ValueTypeI64}, {api.ValueTypeI32}},
-	{abi.AlarmModule, abi.FuncGetAlarm}:      {{api.ValueTypeI32}, {api.ValueTypeI32}},
-	{abi.AlarmModule, abi.FuncClearAlarm}:    {{}, {api.ValueTypeI32}},
-	{abi.ActorModule, abi.FuncRequestRead}:   {{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
-	{abi.ActorModule, abi.FuncResponseWrite}: {{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
-	{abi.ActorModule, abi.FuncKVGet}:         {{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
-	{abi.ActorModule, abi.FuncKVPut}:         {{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
-	{abi.ActorModule, abi.FuncKVDelete}:      {{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
-}
+// importSigs are the signatures of every import, from the host's table of
+// functions (hostmod's test holds that table to abi/ABI.md).
+var importSigs = func() map[[2]string][2][]api.ValueType {
+	m := map[[2]string][2][]api.ValueType{}
+	for _, f := range hostmod.Functions() {
+		m[[2]string{f.Module, f.Name}] = [2][]api.ValueType{f.Params, {api.ValueTypeI32}}
+	}
+	return m
+}()
 
 // exportSigs are the exports' signatures from package abi.
 var exportSigs = map[string][2][]byte{
