@@ -32,6 +32,12 @@ type Mutations struct {
 	// upload: an upload that returned after the hold lapsed counts as
 	// done, and the entry it replaced is deleted.
 	TrustLateUploads bool
+	// RetryNotDoubled commits every retry one base delay (1 s) after the
+	// failure, however many failures came before.
+	RetryNotDoubled bool
+	// RetryMovesLaterAlarm moves an alarm the failed handler set for after
+	// the retry time back to the retry time.
+	RetryMovesLaterAlarm bool
 }
 
 // Rules decide what to do to the alarm index from facts the caller gathered;

@@ -848,7 +848,6 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			// Committed retry: whatever the handler left due before the
 			// retry time moves there.
 			next.failures++
-			retryAt := s.now + alarmindex.RetryDelay(next.failures, alarmindex.DefaultRetryBase, retryMax).Milliseconds()
 			var left *int64
 			switch y := s.rng.IntN(10); {
 			case y < 6:
@@ -859,7 +858,8 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			case y < 9:
 				left = s.pickAlarm(h.actor)
 			}
-			next.alarm = alarmindex.AfterFailure(left, retryAt)
+			next.alarm = n.rules.AfterFailureAt(left, next.failures, s.now)
+			s.checkRetry(h.actor, left, next.failures, next.alarm)
 			outcome = "failed"
 		default:
 			next = db{rec: next.rec}
@@ -883,4 +883,31 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			finish()
 		})
 	})
+}
+
+// checkRetry holds a committed retry to the rule, written out here apart
+// from the production arithmetic: the n-th failure in a row retries after
+// 1 s doubled n-1 times, at most retry_max (5 min); an alarm the handler
+// left before that time moves to it, a later one or a clear stands.
+func (s *sim) checkRetry(a alarmindex.Actor, left *int64, failures int, got *int64) {
+	delay := int64(1000)
+	for i := 1; i < failures && delay < retryMax.Milliseconds(); i++ {
+		delay *= 2
+	}
+	delay = min(delay, retryMax.Milliseconds())
+	var want *int64
+	if left != nil {
+		w := max(*left, s.now+delay)
+		want = &w
+	}
+	if (want == nil) != (got == nil) || (want != nil && *want != *got) {
+		s.failf("backoff", "actor %s: failure %d with %s left committed a retry at %s, want %s", a, failures, fmtAlarm(left), fmtAlarm(got), fmtAlarm(want))
+	}
+}
+
+func fmtAlarm(at *int64) string {
+	if at == nil {
+		return "none"
+	}
+	return fmtMs(*at - epochMs)
 }

@@ -18,7 +18,8 @@
 // Mutations), the key and meta formats (Key.String, ParseKey,
 // FormatRecorded, ParseRecorded), NonceSource (its boot prefix read from a
 // ChaCha8 stream seeded by the run), the committed backoff
-// (alarmindex.RetryDelay, AfterFailure), and sweeper.Walk, PlanSweep (so
+// (alarmindex.RetryDelay, AfterFailure, through Rules.AfterFailureAt; each
+// committed retry is checked against the rule written out apart), and sweeper.Walk, PlanSweep (so
 // Shard) and Timer. The bucket is bucket.Mem: its Faults hook fails
 // requests or holds them as late (applied later with ApplyLateOne), and its
 // OnChange hook reports every applied change.

@@ -46,7 +46,8 @@ const TailLines = 60
 type Failure struct {
 	// AtMs is the virtual time of the failure, in ms since the run began.
 	AtMs int64
-	// Kind is "invariant", "liveness" or "sim".
+	// Kind is "invariant", "liveness", "backoff" (a committed retry off the
+	// rule) or "sim".
 	Kind string
 	// Msg names the actor and what was wrong.
 	Msg string

@@ -38,6 +38,8 @@ var variants = []struct {
 	{name: "FirstUploadBeforeEntry", cfg: Config{Mutations: alarmindex.Mutations{FirstUploadBeforeEntry: true}}},
 	{name: "ClearWhileBucketEmpty", cfg: Config{Mutations: alarmindex.Mutations{ClearWhileBucketEmpty: true}}},
 	{name: "TrustLateUploads", cfg: Config{Mutations: alarmindex.Mutations{TrustLateUploads: true}}},
+	{name: "RetryNotDoubled", cfg: Config{Mutations: alarmindex.Mutations{RetryNotDoubled: true}}},
+	{name: "RetryMovesLaterAlarm", cfg: Config{Mutations: alarmindex.Mutations{RetryMovesLaterAlarm: true}}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 
