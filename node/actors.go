@@ -777,42 +777,18 @@ func (c *nodeActor) HoldValid() bool      { return c.e.held && c.e.a != nil && c
 func (c *nodeActor) Uploaded() bool       { return c.e.uploaded }
 func (c *nodeActor) BucketHadActor() bool { return c.e.bucketHad }
 
-func (c *nodeActor) Read(context.Context) (alarms.ActorState, error) {
-	var out alarms.ActorState
+func (c *nodeActor) Read(ctx context.Context) (alarms.ActorState, error) {
 	if c.e.a == nil {
-		return out, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
+		return alarms.ActorState{}, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
-	err := c.e.a.Lock(func(st *hostmod.Store) error {
-		at, ok, err := st.Alarm()
-		if err != nil {
-			return err
-		}
-		if ok {
-			out.Alarm = &at
-		}
-		if out.Indexed, _, err = st.Meta(hostmod.MetaAlarmIndexed); err != nil {
-			return err
-		}
-		_, out.InitRecorded, err = st.Meta(hostmod.MetaInitDone)
-		return err
-	})
-	return out, err
+	return alarms.ReadHostmod(ctx, c.e.a)
 }
 
-func (c *nodeActor) WriteMeta(_ context.Context, key, value string) error {
+func (c *nodeActor) WriteMeta(ctx context.Context, key, value string) error {
 	if c.e.a == nil {
 		return &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
-	return c.e.a.Lock(func(st *hostmod.Store) error {
-		if err := st.Begin(); err != nil {
-			return err
-		}
-		if err := st.SetMeta(key, value); err != nil {
-			st.Rollback()
-			return err
-		}
-		return st.Commit()
-	})
+	return alarms.WriteHostmodMeta(ctx, c.e.a, key, value)
 }
 
 // Upload uploads a snapshot of the database as the hold's next one.
