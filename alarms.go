@@ -72,7 +72,7 @@ type Actor interface {
 	// an exec-durable upload, the generation of the replica it uploads
 	// with).
 	Generation() uint64
-	// HoldValid: the hold exists and the node lease is valid (ADR 0020).
+	// HoldValid: the hold exists and the node lease is valid (docs/design.md#the-index).
 	HoldValid() bool
 	// Uploaded: this hold has uploaded the actor's database.
 	Uploaded() bool

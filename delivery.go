@@ -163,8 +163,8 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		if ctx.Err() != nil {
 			return d
 		}
-		// Spec 0009: "If the bucket is unreachable it retries after a
-		// lease period." The retry delivers the same entry time.
+		// docs/design.md#delivery: tried again a lease period later, for
+		// the same entry time.
 		retry := d.At.Add(p.cfg.RetryAfterError).UnixMilli()
 		p.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", p.cfg.RetryAfterError, "error", err)
 		if p.cfg.Timer.Offer(key, retry, d.At.UnixMilli()) {

@@ -2,7 +2,7 @@ package alarmindex
 
 import "time"
 
-// Committed-retry defaults (spec "Retries are committed").
+// Committed-retry defaults (docs/design.md#retries).
 const (
 	// DefaultRetryBase is the delay after the first failure in a row.
 	DefaultRetryBase = time.Second

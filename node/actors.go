@@ -571,8 +571,8 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		RetryMax:    n.cfg.RetryMax,
 		Serves:      func(class string) bool { _, ok := n.classes[class]; return ok },
 		Logger:      n.log.Named("alarms"),
-		// Spec 0009: "If the bucket is unreachable it retries after a
-		// lease period."
+		// docs/design.md#delivery: a failed delivery is tried again a
+		// lease period later.
 		RetryAfterError:         ttl,
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
@@ -619,7 +619,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 // actor: an alarm or a recorded on-init. One with neither was opened by a
 // delivery or a read of an actor the bucket did not have; uploading it as a
 // first snapshot would create the actor in the bucket, empty, which the
-// rules avoid (spec 0009, R2: the bucket had nothing).
+// rules avoid (docs/design.md#bucket-empty).
 func hasState(p string) (bool, error) {
 	st, err := hostmod.OpenStore(p)
 	if err != nil {

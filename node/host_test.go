@@ -177,7 +177,7 @@ func (f *stateFaults) hook(op bucket.Op) bucket.Fault {
 }
 
 // An upload from an earlier holder that lands after a takeover becomes the
-// state if and only if the new holder has not uploaded yet (ADR 0007's
+// state if and only if the new holder has not uploaded yet (a late commit's
 // late commit): keys order by (generation, sequence), and the newest wins.
 func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t *testing.T) {
 	t.Parallel()

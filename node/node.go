@@ -60,7 +60,7 @@ type Config struct {
 	RetryMax time.Duration
 	// HostErrorRetry is how long after a host-side failure (the database)
 	// a delivery is tried again on a node running alone (default 5 s); in
-	// cluster mode it is the lease period, as the spec says.
+	// cluster mode it is the lease period, as docs/design.md#delivery says.
 	HostErrorRetry time.Duration
 	// MaxConcurrentDeliveries bounds deliveries in flight (default 64).
 	MaxConcurrentDeliveries int

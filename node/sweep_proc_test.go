@@ -112,7 +112,7 @@ type swTimings struct {
 
 // bound is how late an orphaned alarm may fire. By the rules, an entry is
 // a survivor's to deliver once it is a margin (lease period plus grace)
-// overdue (spec 0009, "Consequences"), and a survivor's sweep comes round
+// overdue (docs/design.md#sweep), and a survivor's sweep comes round
 // within one sweep period after that: lease + grace + sweep. What follows
 // is the machine's: the takeover (eight bucket requests, a restore, the
 // upload: 0.1 s to 0.8 s on an idle two-core machine) and the queue of
@@ -345,7 +345,7 @@ func swIndexLeft(t *testing.T, b bucket.Bucket) []string {
 // afterwards (each fired entry was removed). Duplicates are counted and
 // logged.
 //
-// Timings are the spec's scaled down by five (lease 2 s, margin 400 ms,
+// Timings are the design's scaled down by five (lease 2 s, margin 400 ms,
 // grace 1 s, sweep 1 s: the rules' bound is 4 s, 9 s with swRoom). On a two-core machine that also
 // runs versitygw, a takeover (eight bucket requests, a restore, the
 // upload) takes 0.1 s to 0.8 s; with a 500 ms sweep the second sweep of the
@@ -476,7 +476,7 @@ func (d *swDeliveries) list() []node.DeliveryEvent {
 	return slices.Clone(d.evs)
 }
 
-// The timer's backoff horizon, end to end (spec 0009, "Sweep"; untested
+// The timer's backoff horizon, end to end (docs/design.md#sweep; untested
 // there): a node holds an actor whose on-alarm fails, so its alarm moves to
 // a committed retry two seconds on. A stale entry of the actor, long
 // overdue, is in the index; the node's sweeps meet it while the retry is

@@ -81,7 +81,7 @@
 // stronger than "the named entry exists"; every unsafe variant is caught
 // under either statement.
 //
-// The spec's one known exception (recording the entry fails after its PUT,
+// The design's one known exception (recording the entry fails after its PUT,
 // and the event is replicated anyway naming the previous entry) does not
 // arise here: the executor follows IndexPlan, where a failed record means
 // give the actor up and upload nothing. The failure is modelled; the
@@ -91,7 +91,7 @@
 // every node up, and runs ten more minutes with handlers that succeed. Then
 // every actor's latest state must have no alarm (each committed alarm was
 // delivered), and every entry of an actor the bucket has state for must be
-// gone (entries of an actor the bucket never had stay, as the spec says).
+// gone (entries of an actor the bucket never had stay, as docs/design.md#bucket-empty says).
 //
 // # Not modelled
 //
