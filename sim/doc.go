@@ -15,7 +15,8 @@
 //
 // What runs unchanged: alarmindex.Rules (AfterEvent, MidEventUpload,
 // FirstUpload, Deliver and DeliveryPlan.StaleDeletes, with or without
-// Mutations), the key and meta formats (Key.String, ParseKey,
+// Mutations), alarmindex.Exec, the executor of their plans that the plugin
+// drives too (the simulator answers its steps with simulated requests), the key and meta formats (Key.String, ParseKey,
 // FormatRecorded, ParseRecorded), NonceSource (its boot prefix read from a
 // ChaCha8 stream seeded by the run), the committed backoff
 // (alarmindex.RetryDelay, AfterFailure, through Rules.AfterFailureAt; each
