@@ -173,7 +173,7 @@ func (r *rig) entries(id abi.ActorID) []alarmindex.Key {
 		if err != nil {
 			r.t.Fatalf("index key %q does not parse: %v", k, err)
 		}
-		if pk.Actor == alarmindex.Actor(id) {
+		if pk.Actor == id {
 			out = append(out, pk)
 		}
 	}
@@ -331,8 +331,8 @@ func stale(t *testing.T, h Host) {
 	future := time.Now().Add(time.Hour).UnixMilli()
 	r.request(n, id, Body(future, 0))
 	past := time.Now().Add(-time.Hour).UnixMilli()
-	old := alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: past, Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}
-	newer := alarmindex.Key{Actor: alarmindex.Actor(id), DueMs: past, Tag: alarmindex.Tag{Generation: 1 << 40, Nonce: "0b"}}
+	old := alarmindex.Key{Actor: id, DueMs: past, Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}
+	newer := alarmindex.Key{Actor: id, DueMs: past, Tag: alarmindex.Tag{Generation: 1 << 40, Nonce: "0b"}}
 	for _, k := range []alarmindex.Key{old, newer} {
 		if _, err := r.mem.Put(context.Background(), k.String(), nil, bucket.Cond{}); err != nil {
 			t.Fatal(err)

@@ -889,7 +889,7 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 // from the production arithmetic: the n-th failure in a row retries after
 // 1 s doubled n-1 times, at most retry_max (5 min); an alarm the handler
 // left before that time moves to it, a later one or a clear stands.
-func (s *sim) checkRetry(a alarmindex.Actor, left *int64, failures int, got *int64) {
+func (s *sim) checkRetry(a abi.ActorID, left *int64, failures int, got *int64) {
 	delay := int64(1000)
 	for i := 1; i < failures && delay < retryMax.Milliseconds(); i++ {
 		delay *= 2
