@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
 )
 
 // ErrNotHere is wrapped by a Taker's error when the actor is not this
@@ -79,6 +80,19 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	} else {
 		p.cfg.Timer.Remove(key)
 	}
+}
+
+// ArmEvent is Arm after an event run by package hostmod: it re-arms the
+// timer from the event's result when the event changed the alarm.
+func (p *Plugin) ArmEvent(id abi.ActorID, r hostmod.Result) {
+	if !r.AlarmChanged {
+		return
+	}
+	var alarm *int64
+	if r.HasAlarm {
+		alarm = &r.Alarm
+	}
+	p.Arm(id, alarm)
 }
 
 func (p *Plugin) inFlight(key string) bool {

@@ -323,7 +323,7 @@ func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind Event
 			return err
 		}
 		e.dirty = true
-		n.schedule(id, res)
+		n.plugin.ArmEvent(id, res)
 		if n.leases == nil {
 			return nil
 		}
@@ -454,17 +454,6 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 	}
 	n.log.Info("deleted actor", "actor", id.String())
 	return nil
-}
-
-func (n *Node) schedule(id abi.ActorID, r hostmod.Result) {
-	if !r.AlarmChanged {
-		return
-	}
-	var alarm *int64
-	if r.HasAlarm {
-		alarm = &r.Alarm
-	}
-	n.plugin.Arm(id, alarm)
 }
 
 // nodeTaker takes actors for the deliveries of the plugin's timer loop.

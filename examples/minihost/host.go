@@ -7,8 +7,8 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -73,12 +73,7 @@ func (h *Host) Request(ctx context.Context, id abi.ActorID, body []byte) ([]byte
 	if err != nil {
 		return nil, err
 	}
-	if at := &res.Alarm; res.AlarmChanged {
-		if !res.HasAlarm {
-			at = nil
-		}
-		h.p.Arm(id, at)
-	}
+	h.p.ArmEvent(id, res) // the timer follows the committed alarm
 	return res.Response, nil
 }
 
@@ -112,8 +107,12 @@ func (h *Host) take(ctx context.Context, id abi.ActorID) (*actor, error) {
 	if a.bucketHad = err == nil; errors.Is(err, bucket.ErrNotFound) {
 		err = nil
 	}
+	p := filepath.Join(h.dir, filepath.FromSlash(id.Path())+".db")
 	if err == nil {
-		a.a, err = h.eng.Open(ctx, id, h.class, filepath.Join(h.dir, id.Tenant+"-"+hex.EncodeToString([]byte(id.Name))+".db"))
+		err = os.MkdirAll(filepath.Dir(p), 0o755)
+	}
+	if err == nil {
+		a.a, err = h.eng.Open(ctx, id, h.class, p)
 	}
 	if err != nil {
 		a.mu.Unlock()
