@@ -70,7 +70,7 @@ type Actor interface {
 	// an exec-durable upload, the generation of the replica it uploads
 	// with).
 	Generation() uint64
-	// HoldValid: the hold exists and the node lease is valid (ADR 0020).
+	// HoldValid: the hold exists and the node lease is valid (docs/design.md#the-index).
 	HoldValid() bool
 	// Uploaded: this hold has uploaded the actor's database.
 	Uploaded() bool
@@ -81,11 +81,12 @@ type Actor interface {
 	Read(ctx context.Context) (ActorState, error)
 	// WriteMeta commits a meta row in a transaction of its own.
 	WriteMeta(ctx context.Context, key, value string) error
-	// Upload replicates the database now (calling BeforeUpload itself).
+	// Upload uploads the database now: the replication alone. The plugin
+	// brings the index in line around it (Plugin.Replicate).
 	Upload(ctx context.Context) error
 	// RunAlarm runs the ordinary alarm event: on-alarm if the committed
-	// alarm is due, committed, then replicated.
-	RunAlarm(ctx context.Context) error
+	// alarm is due, committed, then replicated (through Plugin.Replicate).
+	RunAlarm(ctx context.Context) (hostmod.Delivery, error)
 	// Release lets the hold go at once.
 	Release(ctx context.Context)
 }
@@ -137,11 +138,28 @@ type Config struct {
 	Serves func(class string) bool
 	// Nonces defaults to a source seeded from crypto/rand.
 	Nonces alarmindex.Nonces
-	// Mutations switch safety features off, for the simulator's mutation
-	// check only.
-	Mutations alarmindex.Mutations
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
+
+	// SingleNode: the host runs alone, without a bucket. There is no index
+	// and no sweep; a delivery runs the alarm event. Bucket and Margin are
+	// then not needed.
+	SingleNode bool
+	// RetryAfterError is how long after a failed delivery (the bucket
+	// unreachable, the actor's database failing) RunTimer tries the same
+	// entry time again: the lease period in a cluster, as a holder that
+	// cannot reach the bucket loses its lease in that time (default:
+	// Margin; 5 s for SingleNode).
+	RetryAfterError time.Duration
+	// MaxConcurrentDeliveries bounds RunTimer's deliveries in flight
+	// (default 64).
+	MaxConcurrentDeliveries int
+	// OnDelivery, if set, is called after each delivery RunTimer makes.
+	OnDelivery func(Delivered)
+
+	// mutations switch safety features off, for mutation tests only
+	// (set through the package's internal test hooks).
+	mutations alarmindex.Mutations
 }
 
 // Plugin carries out the index rules and runs the sweep for one node.
@@ -153,15 +171,31 @@ type Plugin struct {
 
 	mu     sync.Mutex
 	legacy map[abi.ActorID]int64 // legacy entries a sweep offered, by due time
+	// inflight are the actors RunTimer is delivering.
+	inflight map[string]bool
+	// redeliver keeps the entry time of a delivery that failed, so that
+	// its retry delivers that time rather than the retry's.
+	redeliver map[string]int64
+	sem       chan struct{}
+	wg        sync.WaitGroup
 }
 
 // Register creates the plugin for a host.
 func Register(cfg Config) (*Plugin, error) {
-	if cfg.Bucket == nil || cfg.Host == nil || cfg.Timer == nil {
+	if (cfg.Bucket == nil && !cfg.SingleNode) || cfg.Host == nil || cfg.Timer == nil {
 		return nil, errors.New("alarms: Register needs a Bucket, a Host and a Timer")
 	}
-	if cfg.Margin <= 0 {
+	if cfg.Margin <= 0 && !cfg.SingleNode {
 		return nil, errors.New("alarms: Margin (lease period plus grace) must be positive")
+	}
+	if cfg.RetryAfterError <= 0 {
+		cfg.RetryAfterError = cfg.Margin
+		if cfg.SingleNode {
+			cfg.RetryAfterError = 5 * time.Second
+		}
+	}
+	if cfg.MaxConcurrentDeliveries <= 0 {
+		cfg.MaxConcurrentDeliveries = 64
 	}
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = hostmod.DefaultRetryMax
@@ -177,10 +211,16 @@ func Register(cfg Config) (*Plugin, error) {
 		cfg.Nonces = ns
 	}
 	p := &Plugin{
-		cfg:    cfg,
-		rules:  alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax, Mutations: cfg.Mutations},
-		log:    cfg.Logger,
-		legacy: map[abi.ActorID]int64{},
+		cfg:       cfg,
+		rules:     alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax, Mutations: cfg.mutations},
+		log:       cfg.Logger,
+		legacy:    map[abi.ActorID]int64{},
+		inflight:  map[string]bool{},
+		redeliver: map[string]int64{},
+		sem:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
+	}
+	if cfg.SingleNode {
+		return p, nil
 	}
 	var tenants sweeper.Tenants = sweeper.StaticTenants(cfg.Tenants)
 	if len(cfg.Tenants) == 0 {
@@ -198,6 +238,9 @@ func Register(cfg Config) (*Plugin, error) {
 			return true
 		}
 		if cfg.Busy != nil && cfg.Busy(id) {
+			return true
+		}
+		if p.inFlight(TimerKey(id)) {
 			return true
 		}
 		return cfg.Timer.Keeps(TimerKey(id), cfg.Host.Now().UnixMilli())
@@ -236,14 +279,27 @@ func TimerKey(id abi.ActorID) string { return id.Path() }
 // ParseTimerKey reads a TimerKey (see [abi.ParsePath]).
 func ParseTimerKey(k string) (abi.ActorID, error) { return abi.ParsePath(k) }
 
-// RunSweeps runs the sweep loop until ctx ends.
-func (p *Plugin) RunSweeps(ctx context.Context) { p.loop.Run(ctx) }
+// RunSweeps runs the sweep loop until ctx ends (at once for SingleNode).
+func (p *Plugin) RunSweeps(ctx context.Context) {
+	if p.loop != nil {
+		p.loop.Run(ctx)
+	}
+}
 
 // Sweep runs one sweep now (tests, tools).
-func (p *Plugin) Sweep(ctx context.Context) { p.loop.Sweep(ctx) }
+func (p *Plugin) Sweep(ctx context.Context) {
+	if p.loop != nil {
+		p.loop.Sweep(ctx)
+	}
+}
 
 // SweepStats returns the sweep loop's counters.
-func (p *Plugin) SweepStats() sweeper.Stats { return p.loop.Stats() }
+func (p *Plugin) SweepStats() sweeper.Stats {
+	if p.loop == nil {
+		return sweeper.Stats{}
+	}
+	return p.loop.Stats()
+}
 
 // LastSweep reports when the latest sweep ended (zero before the first)
 // and its failures (nil: the index of every tenant was read).
@@ -298,12 +354,8 @@ func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts
 	}, nil
 }
 
-// BeforeUpload brings the index in line with the committed alarm before an
-// upload of the actor's database: it PUTs a fresh entry (If-None-Match) and
-// records it in alarm_indexed, so the uploaded state names an entry that
-// exists. It returns what to do once the upload succeeded (DELETE the entry
-// the upload replaced). An error means: do not upload, give the actor up.
-func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (after func(context.Context), err error) {
+// indexExec plans the upload of kind and returns its executor.
+func (p *Plugin) indexExec(ctx context.Context, a Actor, kind UploadKind) (*alarmindex.Exec, error) {
 	f, err := p.eventFacts(ctx, a)
 	if err != nil {
 		return nil, err
@@ -320,51 +372,126 @@ func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (af
 	if err != nil {
 		return nil, err
 	}
-	if plan.UploadBeforePut {
-		// Only the FirstUploadBeforeEntry mutation: the upload goes first,
-		// naming an entry that does not exist yet (for mutation tests).
-		return func(ctx context.Context) {
-			if err := p.putAndRecord(ctx, a, plan); err == nil {
-				p.deleteAfter(ctx, a.ID(), plan)
-			}
-		}, nil
+	return p.rules.ExecIndex(f.Actor, plan), nil
+}
+
+// Replicate uploads the actor's database (Actor.Upload) with the alarm
+// index brought in line around it, in the only safe order: PUT a fresh
+// entry for a changed alarm and record it in the database, upload, check
+// that the hold is still valid, and only then DELETE the entry the upload
+// replaced. It is what a host calls at each replication point: after an
+// event, in the middle of an exec-durable event (MidEvent), and for a
+// joining node's first upload (FirstUpload). An error means: the upload
+// did not happen or does not count; give the actor up.
+func (p *Plugin) Replicate(ctx context.Context, a Actor, kind UploadKind) error {
+	if p.cfg.SingleNode {
+		return nil
 	}
-	if err := p.putAndRecord(ctx, a, plan); err != nil {
+	x, err := p.indexExec(ctx, a, kind)
+	if err != nil {
+		return err
+	}
+	return p.run(ctx, a, x, nil)
+}
+
+// BeforeUpload is Replicate for a host whose upload is not one call: it
+// PUTs and records the entry for the committed alarm and returns what to
+// do once the upload succeeded. after checks that the hold is still valid
+// and then DELETEs the entry the upload replaced; its error means the
+// upload does not count (the hold lapsed on the way): give the actor up.
+// Call after only when the upload succeeded. An error from BeforeUpload
+// means: do not upload; give the actor up.
+func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (after func(context.Context) error, err error) {
+	if p.cfg.SingleNode {
+		return func(context.Context) error { return nil }, nil
+	}
+	x, err := p.indexExec(ctx, a, kind)
+	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) { p.deleteAfter(ctx, a.ID(), plan) }, nil
+	// Run the steps up to the upload, which is the host's.
+	for {
+		s := x.Next()
+		if s.Kind == alarmindex.StepDone {
+			return nil, x.Err() // a plan has an upload: only a failure ends here
+		}
+		if s.Kind == alarmindex.StepUpload {
+			x.Report(nil)
+			return func(ctx context.Context) error { return p.run(ctx, a, x, nil) }, nil
+		}
+		p.step(ctx, a, x, s, nil)
+	}
 }
 
-// putAndRecord runs steps 1 and 2 of an index plan.
-func (p *Plugin) putAndRecord(ctx context.Context, a Actor, plan alarmindex.IndexPlan) error {
-	if plan.Put != nil {
-		_, err := p.cfg.Bucket.Put(ctx, plan.Put.String(), nil, bucket.Cond{IfNoneMatch: true})
-		if err != nil && !errors.Is(err, bucket.ErrPrecondition) {
-			return &abi.ActorError{ID: a.ID(), Op: "list the alarm in the index", Err: err}
+// run carries out the rest of x's steps with a's operations and the bucket.
+func (p *Plugin) run(ctx context.Context, a Actor, x *alarmindex.Exec, d *Delivery) error {
+	for {
+		s := x.Next()
+		if s.Kind == alarmindex.StepDone {
+			if err := x.Err(); err != nil {
+				return err
+			}
+			return nil
 		}
+		p.step(ctx, a, x, s, d)
 	}
-	if plan.Record {
-		if err := a.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, alarmindex.FormatRecorded(plan.Recorded)); err != nil {
-			return &abi.ActorError{ID: a.ID(), Op: "record the index entry", Err: err}
-		}
-	}
-	return nil
 }
 
-// deleteAfter runs step 4: a failure is harmless (an extra entry, removed
-// when it comes due).
-func (p *Plugin) deleteAfter(ctx context.Context, id abi.ActorID, plan alarmindex.IndexPlan) {
-	if plan.DeleteAfterReplicate == nil {
-		return
-	}
-	if err := p.cfg.Bucket.Delete(ctx, plan.DeleteAfterReplicate.String()); err != nil {
-		p.log.Debug("could not delete a replaced index entry; it is removed when it comes due", "actor", id.String(), "key", plan.DeleteAfterReplicate.String(), "error", err)
+// step carries out one step and reports it.
+func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmindex.Step, d *Delivery) {
+	id := a.ID()
+	switch s.Kind {
+	case alarmindex.StepPut:
+		_, err := p.cfg.Bucket.Put(ctx, s.Key.String(), nil, bucket.Cond{IfNoneMatch: true})
+		if errors.Is(err, bucket.ErrPrecondition) {
+			err = nil // an earlier try of the same PUT landed
+		}
+		x.Report(err)
+	case alarmindex.StepRecord:
+		x.Report(a.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, s.Value))
+	case alarmindex.StepFence:
+		x.Report(a.WriteMeta(ctx, alarmindex.MetaOwnerFence, s.Value))
+	case alarmindex.StepUpload:
+		x.Report(a.Upload(ctx))
+	case alarmindex.StepCheckHold:
+		x.ReportHold(a.HoldValid())
+	case alarmindex.StepDelete:
+		err := p.cfg.Bucket.Delete(ctx, s.Key.String())
+		if err != nil {
+			p.log.Debug("could not delete an index entry; it is removed when it comes due", "actor", id.String(), "key", s.Key.String(), "stale", s.Stale, "error", err)
+		} else if s.Stale && d != nil {
+			d.Deleted = append(d.Deleted, s.Key.String())
+		}
+		x.Report(err)
+	case alarmindex.StepList:
+		x.ReportList(p.cfg.Bucket.List(ctx, s.Prefix, "", bucket.MaxPage))
+	case alarmindex.StepRun:
+		ev, err := a.RunAlarm(ctx)
+		if d != nil && err == nil {
+			// A run whose outcome failed to replicate is given up: as far
+			// as the cluster knows it did not run, and it is retried.
+			d.Event = ev
+		}
+		x.Report(err)
+	case alarmindex.StepRetry:
+		if d != nil {
+			d.RetryAt = p.cfg.Host.Now().Add(s.After).UnixMilli()
+			p.cfg.Timer.Set(TimerKey(id), d.RetryAt)
+		}
+		x.Report(nil)
+	case alarmindex.StepRelease:
+		a.Release(ctx)
+		x.Report(nil)
+	default:
+		x.Report(fmt.Errorf("unknown step %s", s.Kind))
 	}
 }
 
 // Delivery is what Deliver did, for the host's logs and tests.
 type Delivery struct {
 	Outcome alarmindex.Outcome
+	// Event is what the alarm event did (OutcomeRun).
+	Event hostmod.Delivery
 	// Deleted are the stale entries removed.
 	Deleted []string
 	// RetryAt, when not zero, is when the host's timer tries again.
@@ -376,7 +503,17 @@ type Delivery struct {
 // is that time, and otherwise removes the stale entries at that time as the
 // rules say (R2, R3, the fence, an actor with no state, a bucket that had
 // nothing). An error means: give the actor up; nothing was deleted.
+//
+// RunTimer calls it for each alarm the node timer pops; a host with a timer
+// loop of its own calls it directly.
 func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, error) {
+	if p.cfg.SingleNode {
+		ev, err := a.RunAlarm(ctx)
+		if err != nil {
+			return Delivery{Outcome: alarmindex.OutcomeRun}, err
+		}
+		return Delivery{Outcome: alarmindex.OutcomeRun, Event: ev}, nil
+	}
 	id := a.ID()
 	st, err := a.Read(ctx)
 	if err != nil {
@@ -402,60 +539,6 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 		return Delivery{}, err
 	}
 	out := Delivery{Outcome: plan.Outcome}
-	if plan.Outcome == alarmindex.OutcomeRun {
-		return out, a.RunAlarm(ctx)
-	}
-	// 1. Index the committed alarm (a PUT, the record, an upload, then the
-	// replaced entry's DELETE).
-	if !plan.Index.Empty() {
-		if err := p.putAndRecord(ctx, a, plan.Index); err != nil {
-			return out, err
-		}
-		if err := a.Upload(ctx); err != nil {
-			return out, err
-		}
-		p.deleteAfter(ctx, id, plan.Index)
-	}
-	// 2. The fence: a one-line change, uploaded, ends the earlier owners'
-	// history before anything is removed as stale.
-	if plan.Fence {
-		if err := a.WriteMeta(ctx, alarmindex.MetaOwnerFence, fmt.Sprint(a.Generation())); err != nil {
-			return out, &abi.ActorError{ID: id, Op: "write the fence", Err: err}
-		}
-		if err := a.Upload(ctx); err != nil {
-			return out, &abi.ActorError{ID: id, Op: "upload the fence", Err: err}
-		}
-	}
-	// 3. One LIST of the actor's tagged entries at that time; DELETE the
-	// stale ones (and the legacy key by its exact name).
-	if plan.List {
-		if !a.HoldValid() {
-			return out, &abi.ActorError{ID: id, Err: errors.New("the hold lapsed before its stale entries were removed")}
-		}
-		keys, err := p.cfg.Bucket.List(ctx, alarmindex.TaggedPrefix(toIndex(id), dueMs), "", bucket.MaxPage)
-		if err != nil {
-			return out, &abi.ActorError{ID: id, Err: fmt.Errorf("list its entries at %d: %w", dueMs, err)}
-		}
-		var listed []alarmindex.Key
-		for _, k := range keys {
-			if pk, err := alarmindex.ParseKey(k); err == nil {
-				listed = append(listed, pk)
-			}
-		}
-		for _, k := range plan.StaleDeletes(listed) {
-			if err := p.cfg.Bucket.Delete(ctx, k.String()); err != nil {
-				p.log.Debug("could not delete a stale index entry", "actor", id.String(), "key", k.String(), "error", err)
-				continue
-			}
-			out.Deleted = append(out.Deleted, k.String())
-		}
-	}
-	if plan.RetryAfter > 0 {
-		out.RetryAt = p.cfg.Host.Now().Add(plan.RetryAfter).UnixMilli()
-		p.cfg.Timer.Set(TimerKey(id), out.RetryAt)
-	}
-	if plan.Release {
-		a.Release(ctx)
-	}
-	return out, nil
+	err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
+	return out, err
 }

@@ -162,7 +162,7 @@ func deleteAll(t *testing.T, b bucket.Bucket, keys ...string) {
 	}
 }
 
-// Resuming after the delivery cap (spec 0009, "Sweep"; untested there): two
+// Resuming after the delivery cap (docs/design.md#sweep; untested in the original design record): two
 // nodes share 1,200 overdue entries, about 600 each. Every sweep a node
 // offers its timer exactly min(256, what is left of its shard); the timer
 // delivers them (the entries go); the next sweep takes the next ones, until
@@ -333,7 +333,7 @@ func TestEntriesOfClassesNotServedDoNotCountAgainstTheCap(t *testing.T) {
 	})
 }
 
-// Sharding when nodes disagree (spec 0009, "Consequences"; untested there):
+// Sharding when nodes disagree (docs/design.md#sweep; untested in the original design record):
 // node a still sees the heartbeat of a dead "ghost" node, node b does not.
 // Entries a gives to the ghost and b gives to a are nobody's until they are
 // three margins overdue; then they are delivered. Every other entry is

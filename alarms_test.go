@@ -19,6 +19,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
@@ -108,6 +109,8 @@ type fakeActor struct {
 
 	writeMetaErr, uploadErr error
 	released                bool
+	// lapseOnUpload: the hold lapses while an upload is on its way.
+	lapseOnUpload bool
 }
 
 func (a *fakeActor) ID() abi.ActorID      { return a.id }
@@ -129,25 +132,23 @@ func (a *fakeActor) WriteMeta(_ context.Context, key, value string) error {
 	return nil
 }
 
-// Upload does what a host's upload does: BeforeUpload, the upload, then
-// the function BeforeUpload returned.
+// Upload is the host's upload alone: the plugin brings the index in line
+// around it.
 func (a *fakeActor) Upload(ctx context.Context) error {
-	after, err := a.p.BeforeUpload(ctx, a, alarms.AfterEvent)
-	if err != nil {
-		return err
-	}
 	a.j.add("UPLOAD")
 	if a.uploadErr != nil {
 		return a.uploadErr
 	}
 	a.uploaded = true
-	after(ctx)
+	if a.lapseOnUpload {
+		a.holdValid = false
+	}
 	return nil
 }
 
-func (a *fakeActor) RunAlarm(context.Context) error {
+func (a *fakeActor) RunAlarm(context.Context) (hostmod.Delivery, error) {
 	a.j.add("RUN-ALARM")
-	return nil
+	return hostmod.Delivery{Ran: true}, nil
 }
 
 func (a *fakeActor) Release(context.Context) {
@@ -232,8 +233,7 @@ func (f *fixture) beforeUpload(t *testing.T, a *fakeActor, kind alarms.UploadKin
 		return err
 	}
 	f.j.add("UPLOAD")
-	after(context.Background())
-	return nil
+	return after(context.Background())
 }
 
 const (

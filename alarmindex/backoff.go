@@ -2,7 +2,7 @@ package alarmindex
 
 import "time"
 
-// Committed-retry defaults (spec "Retries are committed").
+// Committed-retry defaults (docs/design.md#retries).
 const (
 	// DefaultRetryBase is the delay after the first failure in a row.
 	DefaultRetryBase = time.Second
@@ -45,4 +45,27 @@ func AfterFailure(handlerLeft *int64, retryAt int64) (newAlarm *int64) {
 		v = retryAt
 	}
 	return &v
+}
+
+// AfterFailureAt is the alarm committed when on-alarm failed at nowMs for
+// the failures-th time in a row and the handler left handlerLeft:
+// AfterFailure(handlerLeft, nowMs + RetryDelay(failures, DefaultRetryBase,
+// r.RetryMax)). The simulator commits retries with it, and holds each to
+// the rule written out independently; the mutations RetryNotDoubled and
+// RetryMovesLaterAlarm break it on purpose.
+func (r Rules) AfterFailureAt(handlerLeft *int64, failures int, nowMs int64) *int64 {
+	retryMax := r.RetryMax
+	if retryMax <= 0 {
+		retryMax = DefaultRetryMax
+	}
+	delay := RetryDelay(failures, DefaultRetryBase, retryMax)
+	if r.Mutations.RetryNotDoubled {
+		delay = DefaultRetryBase
+	}
+	retryAt := nowMs + delay.Milliseconds()
+	if r.Mutations.RetryMovesLaterAlarm && handlerLeft != nil {
+		// A later alarm the handler set is moved back to the retry time.
+		return &retryAt
+	}
+	return AfterFailure(handlerLeft, retryAt)
 }

@@ -28,6 +28,16 @@ type Mutations struct {
 	// when the bucket had nothing for the actor and nothing was uploaded
 	// since, and neither keeps the entry nor releases the hold.
 	ClearWhileBucketEmpty bool
+	// TrustLateUploads drops the executor's re-check of the hold after an
+	// upload: an upload that returned after the hold lapsed counts as
+	// done, and the entry it replaced is deleted.
+	TrustLateUploads bool
+	// RetryNotDoubled commits every retry one base delay (1 s) after the
+	// failure, however many failures came before.
+	RetryNotDoubled bool
+	// RetryMovesLaterAlarm moves an alarm the failed handler set for after
+	// the retry time back to the retry time.
+	RetryMovesLaterAlarm bool
 }
 
 // Rules decide what to do to the alarm index from facts the caller gathered;
@@ -53,6 +63,8 @@ var ErrGiveUp = errors.New("give the actor up")
 type GiveUpError struct {
 	Actor abi.ActorID
 	Cause string
+	// Err is the failed request's error, if one caused it.
+	Err error
 }
 
 // Error gives the cause.
@@ -60,8 +72,13 @@ func (e *GiveUpError) Error() string {
 	return fmt.Sprintf("alarm index: %v: %s", ErrGiveUp, e.Cause)
 }
 
-// Unwrap returns ErrGiveUp.
-func (e *GiveUpError) Unwrap() error { return ErrGiveUp }
+// Unwrap returns ErrGiveUp and the request's error, if any.
+func (e *GiveUpError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrGiveUp, e.Err}
+	}
+	return []error{ErrGiveUp}
+}
 
 func giveUp(a abi.ActorID, format string, args ...any) error {
 	return &abi.ActorError{ID: a, Err: &GiveUpError{Actor: a, Cause: fmt.Sprintf(format, args...)}}
@@ -117,8 +134,8 @@ func (p IndexPlan) Empty() bool {
 }
 
 func (r Rules) check(a abi.ActorID, alarm *int64, rec *Key, holdValid, replHealthy bool) error {
-	// Spec: "Only while its lease is valid and replication is healthy, so
-	// what the database names is in the bucket."
+	// docs/design.md#in-line: Only while its lease is valid and replication is healthy, so
+	// what the database names is in the bucket.
 	if !holdValid {
 		return giveUp(a, "the hold is not valid (lease lapsed or hold lost)")
 	}
@@ -186,9 +203,9 @@ func (r Rules) AfterEvent(f EventFacts) (IndexPlan, error) {
 }
 
 // MidEventUpload is AfterEvent for exec-durable, which uploads in the middle
-// of an event. Spec: "exec-durable, which uploads in the middle of an event,
+// of an event. docs/design.md#in-line: exec-durable, which uploads in the middle of an event,
 // lists a pending alarm first too, under the generation of the replica it
-// uploads with": f.Generation is that replica's generation.
+// uploads with: f.Generation is that replica's generation.
 func (r Rules) MidEventUpload(f EventFacts) (IndexPlan, error) {
 	return r.AfterEvent(f)
 }
@@ -203,23 +220,23 @@ func (r Rules) bringInLine(f EventFacts, migrateLegacy bool) (IndexPlan, error) 
 			return IndexPlan{}, nil
 		}
 		// A cleared alarm: record "" (empty for none), then remove the entry
-		// listed before after replicating. Spec: "removes the entry it
+		// listed before after replicating. docs/design.md#in-line: removes the entry it
 		// listed before after replicating it, so a crash in between leaves
-		// an extra entry, never a missing one."
+		// an extra entry, never a missing one.
 		return IndexPlan{Record: true, DeleteAfterReplicate: r.deletable(rec, f.Generation)}, nil
 	}
 	due := *f.Alarm
 	if rec != nil && rec.DueMs == due {
-		// Spec: "An unchanged alarm keeps its entry, whichever owner wrote
-		// it" — no request, even on the first event of a new generation.
+		// docs/design.md#in-line: An unchanged alarm keeps its entry, whichever owner wrote
+		// it — no request, even on the first event of a new generation.
 		if !rec.Legacy || !migrateLegacy || r.Mutations.UntaggedKeys {
 			return IndexPlan{}, nil
 		}
-		// Spec: "a legacy one is replaced by a tagged one on the next event
-		// (migration)." Falls through to a fresh PUT.
+		// docs/design.md#in-line: a legacy one is replaced by a tagged one on the next event
+		// (migration). Falls through to a fresh PUT.
 	}
-	// Spec: "the owner lists the committed alarm before replicating the
-	// event, and removes the entry it listed before after replicating it".
+	// docs/design.md#in-line: the owner lists the committed alarm before replicating the
+	// event, and removes the entry it listed before after replicating it.
 	put, err := r.freshKey(f.Actor, due, f.Generation)
 	if err != nil {
 		return IndexPlan{}, err
@@ -236,10 +253,10 @@ func (r Rules) bringInLine(f EventFacts, migrateLegacy bool) (IndexPlan, error) 
 
 // FirstUpload is R4, for an upload that is the actor's first snapshot in the
 // bucket (the bucket had nothing for it: a node that ran on its own and
-// joins, or a new actor). Spec: "If that database holds an alarm, the node
+// joins, or a new actor). docs/design.md#r4: If that database holds an alarm, the node
 // lists it under a fresh key and records the entry in the database first, so
 // the snapshot names an entry that exists; if it cannot, nothing is uploaded
-// and the alarm stays on that node only." The entry recorded before joining
+// and the alarm stays on that node only. The entry recorded before joining
 // is not trusted to exist in this bucket, so a fresh key is listed even for
 // an unchanged time, and nothing is deleted: an earlier attempt's snapshot
 // naming that entry may still land (each failed attempt leaves one extra
@@ -382,31 +399,31 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 	}
 	due := f.Delivered.DueMs
 	if f.Alarm != nil && *f.Alarm == due {
-		// Spec: "Delivery is the ordinary alarm event: take the actor
+		// docs/design.md#delivery: Delivery is the ordinary alarm event: take the actor
 		// (restoring it from the bucket), read the committed alarm, run
-		// on-alarm if due." Other entries at this time stay; each is removed
+		// on-alarm if due. Other entries at this time stay; each is removed
 		// as stale when delivered after the alarm moved.
 		p.Outcome = OutcomeRun
 		return p, nil
 	}
 	p.Outcome = OutcomeStale
 	if f.Alarm == nil && !f.InitRecorded {
-		// Spec: "An entry delivered for an actor with no state (no committed
+		// docs/design.md#delivery: An entry delivered for an actor with no state (no committed
 		// alarm and no on-init recorded: deleted since, or never
 		// initialised) is removed without running the actor, which would
-		// only create it again." Removing it is a stale removal: the rules
+		// only create it again. Removing it is a stale removal: the rules
 		// below (bucket had nothing, fence, R3) apply as well.
 		p.Outcome = OutcomeNoState
 	}
 	if !f.BucketHadActor && !f.Uploaded {
 		if !r.Mutations.ClearWhileBucketEmpty {
-			// Spec: "An owner that found nothing in the bucket for the
+			// docs/design.md#bucket-empty: An owner that found nothing in the bucket for the
 			// actor, and has uploaded nothing since, removes nothing: an
 			// earlier owner's first snapshot can name an entry (R4) and
 			// still land. It does not fence by uploading either [...] It
 			// retries such an entry after the longest backoff (retry_max,
 			// 5 min) rather than on every sweep, and releases the actor's
-			// lease at once".
+			// lease at once.
 			p.Outcome = OutcomeKeep
 			p.RetryAfter = r.RetryMax
 			if p.RetryAfter <= 0 {
@@ -420,9 +437,9 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 		p.spared = copyKey(f.Recorded)
 		return p, nil
 	}
-	// Spec: "Entries at a time that does not match the committed alarm are
+	// docs/design.md#delivery: Entries at a time that does not match the committed alarm are
 	// stale and are removed (R2, R3), after the committed alarm is
-	// indexed". A legacy entry at the alarm's time counts as indexed here
+	// indexed. A legacy entry at the alarm's time counts as indexed here
 	// (it lists the alarm); migration waits for the next event.
 	idx, err := r.bringInLine(EventFacts{
 		Actor:              a,
@@ -451,8 +468,8 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 	// extra upload per hold." Step 1's upload, if any, already ends the
 	// history.
 	p.Fence = !f.Uploaded && !idx.Record && !r.Mutations.NoFence
-	// Spec: "that costs one LIST of the actor's tagged entries at that
-	// time (the legacy key is deleted by its exact name)."
+	// docs/design.md#delivery: that costs one LIST of the actor's tagged entries at that
+	// time (the legacy key is deleted by its exact name).
 	p.List = true
 	return p, nil
 }

@@ -161,7 +161,7 @@ func TestAfterEvent(t *testing.T) {
 }
 
 func TestUnchangedAlarmCostsNoRequestUnderNewGeneration(t *testing.T) {
-	// Spec: "One extra PUT per event that changes the alarm (plus a DELETE
+	// docs/design.md: one extra PUT per event that changes the alarm (plus a DELETE
 	// of the old entry); none for events that leave it alone, even under a
 	// new lease generation."
 	for _, writer := range []uint64{1, 8, 9, 10} {
@@ -647,7 +647,7 @@ func TestAnEntryForAnActorTheBucketNeverHadStaysWithoutCreatingIt(t *testing.T) 
 	}
 }
 
-// Spec: "no delete sent earlier can remove a newer entry." Owner A moves an
+// docs/design.md#r1: no delete sent earlier can remove a newer entry. Owner A moves an
 // alarm away from t1 and its delete of the t1 entry lands late, after a new
 // owner B (and, separately, A itself) set the alarm back to t1.
 func TestLateDeleteAfterTakeoverRemovesNothingNamed(t *testing.T) {

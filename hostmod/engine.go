@@ -3,8 +3,10 @@ package hostmod
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -48,6 +50,8 @@ type config struct {
 	stderr        io.Writer
 	cache         wazero.CompilationCache
 	memoryPages   uint32
+	runtime       wazero.Runtime
+	moduleConfig  func(abi.ActorID) wazero.ModuleConfig
 }
 
 // Option configures an Engine.
@@ -100,12 +104,38 @@ func WithCompilationCache(c wazero.CompilationCache) Option {
 	return func(o *config) { o.cache = c }
 }
 
+// WithRuntime runs the guests in r, a runtime the embedder owns, next to
+// its own host modules and its own WASI set-up, instead of a runtime of the
+// engine's own. NewEngine instantiates wasmkeep:alarm and wasmkeep:actor in
+// r unless they are there already (hostmod.Instantiate), and
+// wasi_snapshot_preview1 unless r has a module of that name. Close does not
+// close r. The runtime's own configuration then applies:
+// WithCompilationCache and WithMemoryLimit are ignored, and r must be
+// created with wazero.RuntimeConfig.WithCloseOnContextDone(true), or the
+// alarm and event deadlines cannot stop a guest that runs too long.
+func WithRuntime(r wazero.Runtime) Option { return func(o *config) { o.runtime = r } }
+
+// WithModuleConfig gives the base configuration of each actor's instance
+// (environment, files, standard streams: the embedder's own WASI
+// configuration), called for every instance. The engine then sets what
+// the contract needs on it: an anonymous name, the _initialize start
+// function, and the wall clock from the engine's clock.
+func WithModuleConfig(f func(abi.ActorID) wazero.ModuleConfig) Option {
+	return func(o *config) { o.moduleConfig = f }
+}
+
 // Engine runs actor guests: one wazero runtime with the wasmkeep host modules
 // and WASI, the compiled classes, and the event and delivery logic. It is
 // safe for concurrent use; each Actor runs one event at a time.
 type Engine struct {
 	r   wazero.Runtime
 	cfg config
+	// owned: the engine made r and closes it; otherwise Close closes the
+	// classes it compiled.
+	owned bool
+
+	mu       sync.Mutex
+	compiled []wazero.CompiledModule
 }
 
 // NewEngine creates an engine. Close it to free the runtime.
@@ -133,6 +163,19 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.alarmDeadline <= 0 || cfg.eventDeadline <= 0 {
 		return nil, fmt.Errorf("hostmod: deadlines must be positive")
 	}
+	if r := cfg.runtime; r != nil {
+		if r.Module(wasi_snapshot_preview1.ModuleName) == nil {
+			if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+				return nil, fmt.Errorf("hostmod: instantiate WASI in the embedder's runtime: %w", err)
+			}
+		}
+		if r.Module(abi.AlarmModule) == nil || r.Module(abi.ActorModule) == nil {
+			if err := Instantiate(ctx, r); err != nil {
+				return nil, fmt.Errorf("hostmod: instantiate host modules in the embedder's runtime: %w", err)
+			}
+		}
+		return &Engine{r: r, cfg: cfg}, nil
+	}
 	cache := cfg.cache
 	if cache == nil {
 		cache = sharedCache
@@ -149,11 +192,26 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		r.Close(ctx)
 		return nil, fmt.Errorf("hostmod: instantiate host modules: %w", err)
 	}
-	return &Engine{r: r, cfg: cfg}, nil
+	return &Engine{r: r, cfg: cfg, owned: true}, nil
 }
 
-// Close closes the runtime and every instance in it.
-func (e *Engine) Close(ctx context.Context) error { return e.r.Close(ctx) }
+// Close closes the runtime and every instance in it; with WithRuntime, it
+// closes only the classes the engine compiled (close the actors first) and
+// leaves the embedder's runtime open.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.owned {
+		return e.r.Close(ctx)
+	}
+	e.mu.Lock()
+	list := e.compiled
+	e.compiled = nil
+	e.mu.Unlock()
+	var errs []error
+	for _, cm := range list {
+		errs = append(errs, cm.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() Clock { return e.cfg.clock }
@@ -184,41 +242,31 @@ func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class
 		cm.Close(ctx)
 		return nil, fmt.Errorf("class %s: %w", class, err)
 	}
+	if !e.owned {
+		e.mu.Lock()
+		e.compiled = append(e.compiled, cm)
+		e.mu.Unlock()
+	}
 	return c, nil
-}
-
-var importSigs = map[string]map[string][2][]api.ValueType{
-	abi.AlarmModule: {
-		abi.FuncSetAlarm:   {{i64}, {i32}},
-		abi.FuncGetAlarm:   {{i32}, {i32}},
-		abi.FuncClearAlarm: {nil, {i32}},
-	},
-	abi.ActorModule: {
-		abi.FuncRequestRead:   {{i32, i32}, {i32}},
-		abi.FuncResponseWrite: {{i32, i32}, {i32}},
-		abi.FuncKVGet:         {{i32, i32, i32, i32, i32}, {i32}},
-		abi.FuncKVPut:         {{i32, i32, i32, i32}, {i32}},
-		abi.FuncKVDelete:      {{i32, i32}, {i32}},
-	},
 }
 
 func (c *Class) check() error {
 	importsAlarm := false
 	for _, f := range c.compiled.ImportedFunctions() {
 		mod, name, _ := f.Import()
-		sigs, ours := importSigs[mod]
-		if !ours {
+		if mod != abi.AlarmModule && mod != abi.ActorModule {
 			continue
 		}
 		if mod == abi.AlarmModule {
 			importsAlarm = true
 		}
-		want, known := sigs[name]
+		want, known := lookupFunc(mod, name)
 		if !known {
 			return fmt.Errorf("imports %s %q, which the host does not provide", mod, name)
 		}
-		if !sameTypes(f.ParamTypes(), want[0]) || !sameTypes(f.ResultTypes(), want[1]) {
-			return fmt.Errorf("imports %s %q with signature %s, want %s", mod, name, sig(f.ParamTypes(), f.ResultTypes()), sig(want[0], want[1]))
+		results := []api.ValueType{i32}
+		if !sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), results) {
+			return fmt.Errorf("imports %s %q with signature %s, want %s", mod, name, sig(f.ParamTypes(), f.ResultTypes()), sig(want.params, results))
 		}
 	}
 	exports := c.compiled.ExportedFunctions()
@@ -276,13 +324,19 @@ func sig(params, results []api.ValueType) string {
 // imports answer EPERM there.
 func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdout, stderr io.Writer) (api.Module, error) {
 	clock := e.cfg.clock
-	mc := wazero.NewModuleConfig().
+	var mc wazero.ModuleConfig
+	if e.cfg.moduleConfig != nil {
+		mc = e.cfg.moduleConfig(id)
+	} else {
+		mc = wazero.NewModuleConfig().
+			WithStdout(stdout).
+			WithStderr(stderr).
+			WithRandSource(rand.Reader).
+			WithSysNanotime()
+	}
+	mc = mc.
 		WithName("").
 		WithStartFunctions(abi.ExportInitialize).
-		WithStdout(stdout).
-		WithStderr(stderr).
-		WithRandSource(rand.Reader).
-		WithSysNanotime().
 		WithWalltime(func() (int64, int32) {
 			t := clock.Now()
 			return t.Unix(), int32(t.Nanosecond())

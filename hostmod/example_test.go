@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
 )
@@ -65,4 +68,55 @@ func Example() {
 	// committed alarm: 1005000
 	// ran before it was due: false
 	// ran when due: true scheduled: 1005000 alarm left: false
+}
+
+// An embedder that owns its wazero runtime (its own WASI set-up, host
+// modules of its own) runs actors in it: the guest here imports the
+// embedder's "example:host" module and wasmkeep:alarm side by side.
+func ExampleWithRuntime() {
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
+	defer r.Close(ctx)
+	wasi_snapshot_preview1.MustInstantiate(ctx, r)
+	_, err := r.NewHostModuleBuilder("example:host").
+		NewFunctionBuilder().WithFunc(func() int64 { return 1_000_000 }).Export("offset").
+		Instantiate(ctx)
+	if err != nil {
+		panic(err)
+	}
+
+	eng, err := hostmod.NewEngine(ctx,
+		hostmod.WithClock(&fixedClock{t: time.UnixMilli(1_000_000)}),
+		hostmod.WithRuntime(r),
+		hostmod.WithModuleConfig(func(id abi.ActorID) wazero.ModuleConfig {
+			return wazero.NewModuleConfig().WithEnv("ACTOR", id.Name) // per-actor WASI environment
+		}))
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close(ctx)
+	// embedder_imports sets its alarm to offset() + 1000 per environment
+	// variable.
+	wasm, err := os.ReadFile("../testdata/wasm/embedder_imports.wasm")
+	if err != nil {
+		panic(err)
+	}
+	class, err := eng.Compile(ctx, "emb", wasm)
+	if err != nil {
+		panic(err)
+	}
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	actor, err := eng.Open(ctx, abi.ActorID{Tenant: "t", Class: "emb", Name: "a"}, class, filepath.Join(dir, "a.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer actor.Close(ctx)
+	res, err := actor.Request(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("committed alarm:", res.Alarm)
+	// Output:
+	// committed alarm: 1001000
 }

@@ -2,6 +2,7 @@ package hostmod
 
 import (
 	"context"
+	"io"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -11,5 +12,5 @@ import (
 // InstantiateClass makes a fresh instance of a class, as an event does, for
 // the benchmarks that time it alone.
 func (e *Engine) InstantiateClass(ctx context.Context, id abi.ActorID, c *Class) (api.Module, error) {
-	return e.instantiate(ctx, id, c)
+	return e.instantiate(ctx, id, c, io.Discard, io.Discard)
 }

@@ -301,7 +301,7 @@ func TestDeliveryKeepsAnAlarmTheHandlerSet(t *testing.T) {
 }
 
 // TestCommittedBackoff walks a handler that keeps failing through the
-// spec's schedule: 1 s doubling to the cap, the count committed and passed
+// design's schedule (docs/design.md#retries): 1 s doubling to the cap, the count committed and passed
 // to the handler, then success resets it.
 func TestCommittedBackoff(t *testing.T) {
 	e := newEnv(t, hostmod.WithBackoff(time.Second, 8*time.Second))

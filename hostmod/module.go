@@ -59,49 +59,34 @@ func callFrom(ctx context.Context) *call {
 }
 
 // NewModuleBuilders returns the builders of the two host modules, for hosts
-// that want to add functions of their own before instantiating.
+// that want to add functions of their own before instantiating. Every
+// function comes from one table (Functions).
 func NewModuleBuilders(r wazero.Runtime) (alarm, actor wazero.HostModuleBuilder) {
 	alarm = r.NewHostModuleBuilder(abi.AlarmModule)
-	alarm.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(setAlarm), []api.ValueType{i64}, []api.ValueType{i32}).
-		WithParameterNames("at_ms").WithResultNames("errno").
-		Export(abi.FuncSetAlarm)
-	alarm.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(getAlarm), []api.ValueType{i32}, []api.ValueType{i32}).
-		WithParameterNames("out_ptr").WithResultNames("errno").
-		Export(abi.FuncGetAlarm)
-	alarm.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(clearAlarm), nil, []api.ValueType{i32}).
-		WithResultNames("errno").
-		Export(abi.FuncClearAlarm)
-
 	actor = r.NewHostModuleBuilder(abi.ActorModule)
-	actor.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(requestRead), []api.ValueType{i32, i32}, []api.ValueType{i32}).
-		WithParameterNames("buf", "buf_len").WithResultNames("errno").
-		Export(abi.FuncRequestRead)
-	actor.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(responseWrite), []api.ValueType{i32, i32}, []api.ValueType{i32}).
-		WithParameterNames("buf", "len").WithResultNames("errno").
-		Export(abi.FuncResponseWrite)
-	actor.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(kvGet), []api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32}).
-		WithParameterNames("key", "key_len", "buf", "buf_len", "out_len_ptr").WithResultNames("errno").
-		Export(abi.FuncKVGet)
-	actor.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(kvPut), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}).
-		WithParameterNames("key", "key_len", "val", "val_len").WithResultNames("errno").
-		Export(abi.FuncKVPut)
-	actor.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(kvDelete), []api.ValueType{i32, i32}, []api.ValueType{i32}).
-		WithParameterNames("key", "key_len").WithResultNames("errno").
-		Export(abi.FuncKVDelete)
+	for _, f := range hostFuncs {
+		b := alarm
+		if f.module == abi.ActorModule {
+			b = actor
+		}
+		h := f.handler
+		b.NewFunctionBuilder().
+			WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+				// The handler reads its parameters; then the errno goes
+				// over stack[0].
+				stack[0] = uint64(h(ctx, mod, stack))
+			}), f.params, []api.ValueType{i32}).
+			WithParameterNames(f.paramNames...).WithResultNames("errno").
+			Export(f.name)
+	}
 	return alarm, actor
 }
 
 // Instantiate instantiates the wasmkeep:alarm and wasmkeep:actor host modules
 // in r. Guests instantiated afterwards can import them; each call into a guest
-// must carry its actor in the context (the Engine does this).
+// must carry its actor and event in the context, which only an Engine does:
+// to run guests in a runtime of your own, pass it to NewEngine with
+// WithRuntime (which calls Instantiate when the modules are not there yet).
 func Instantiate(ctx context.Context, r wazero.Runtime) error {
 	alarm, actor := NewModuleBuilders(r)
 	if _, err := alarm.Instantiate(ctx); err != nil {
@@ -117,8 +102,6 @@ func MustInstantiate(ctx context.Context, r wazero.Runtime) {
 		panic(err)
 	}
 }
-
-func ret(stack []uint64, e abi.Errno) { stack[0] = uint64(e) }
 
 // eventOf returns the event of this call, or an errno for the guest.
 func eventOf(ctx context.Context) (*event, abi.Errno) {
@@ -143,22 +126,19 @@ func (ev *event) ioErr(err error) abi.Errno {
 // It sets the actor's one alarm to at_ms (Unix milliseconds), replacing any,
 // and resets the failure count. Errno: EINVAL when at_ms < 0 or
 // > abi.MaxAlarmMillis; EPERM outside an event; EIO when the database fails.
-func setAlarm(ctx context.Context, _ api.Module, stack []uint64) {
+func setAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	at := int64(stack[0])
 	if at < 0 || at > abi.MaxAlarmMillis {
-		ret(stack, abi.EINVAL)
-		return
+		return abi.EINVAL
 	}
 	if err := ev.store.SetAlarm(at); err != nil {
-		ret(stack, ev.ioErr(err))
-		return
+		return ev.ioErr(err)
 	}
-	alarmChanged(ev, stack)
+	return alarmChanged(ev)
 }
 
 // getAlarm is get-alarm (param $out_ptr i32) (result i32).
@@ -166,67 +146,59 @@ func setAlarm(ctx context.Context, _ api.Module, stack []uint64) {
 // It writes the alarm time as an i64, little-endian, at out_ptr. Errno:
 // ENOENT when none is set; EFAULT when the 8 bytes are not inside memory;
 // EPERM outside an event; EIO when the database fails.
-func getAlarm(ctx context.Context, mod api.Module, stack []uint64) {
+func getAlarm(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	ptr := uint32(stack[0])
 	at, ok, err := ev.store.Alarm()
 	if err != nil {
-		ret(stack, ev.ioErr(err))
-		return
+		return ev.ioErr(err)
 	}
 	if !ok {
-		ret(stack, abi.ENOENT)
-		return
+		return abi.ENOENT
 	}
 	mem := mod.Memory()
 	if mem == nil || !mem.WriteUint64Le(ptr, uint64(at)) {
-		ret(stack, abi.EFAULT)
-		return
+		return abi.EFAULT
 	}
-	ret(stack, abi.ESUCCESS)
+	return abi.ESUCCESS
 }
 
 // clearAlarm is clear-alarm (result i32).
 //
 // It removes the alarm, if any, and resets the failure count. Errno: EPERM
 // outside an event; EIO when the database fails.
-func clearAlarm(ctx context.Context, _ api.Module, stack []uint64) {
+func clearAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	if err := ev.store.ClearAlarm(); err != nil {
-		ret(stack, ev.ioErr(err))
-		return
+		return ev.ioErr(err)
 	}
-	alarmChanged(ev, stack)
+	return alarmChanged(ev)
 }
 
 // alarmChanged ends set-alarm and clear-alarm: a change resets the failure
 // count (a failed on-alarm run rolls this back and commits its own count).
-func alarmChanged(ev *event, stack []uint64) {
+func alarmChanged(ev *event) abi.Errno {
 	if err := ev.store.SetFailures(0); err != nil {
-		ret(stack, ev.ioErr(err))
-		return
+		return ev.ioErr(err)
 	}
 	ev.alarmTouched = true
-	ret(stack, abi.ESUCCESS)
+	return abi.ESUCCESS
 }
 
 // requestRead is request-read (param $buf i32) (param $buf_len i32) (result i32).
 //
 // It copies min(buf_len, request length) bytes of the request body to buf.
 // Errno: EFAULT when that range is not inside memory; EPERM outside an event.
-func requestRead(ctx context.Context, mod api.Module, stack []uint64) {
+func requestRead(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	buf, n := uint32(stack[0]), uint32(stack[1])
 	if uint64(n) > uint64(len(ev.request)) {
@@ -234,33 +206,29 @@ func requestRead(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 	mem := mod.Memory()
 	if mem == nil || !mem.Write(buf, ev.request[:n]) {
-		ret(stack, abi.EFAULT)
-		return
+		return abi.EFAULT
 	}
-	ret(stack, abi.ESUCCESS)
+	return abi.ESUCCESS
 }
 
 // responseWrite is response-write (param $buf i32) (param $len i32) (result i32).
 //
 // It appends len bytes at buf to the response. Errno: EFAULT when the range
 // is not inside memory; E2BIG past 16 MiB of response; EPERM outside an event.
-func responseWrite(ctx context.Context, mod api.Module, stack []uint64) {
+func responseWrite(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	b, ok := readMem(mod, uint32(stack[0]), uint32(stack[1]))
 	if !ok {
-		ret(stack, abi.EFAULT)
-		return
+		return abi.EFAULT
 	}
 	if len(ev.response)+len(b) > maxResponse {
-		ret(stack, abi.E2BIG)
-		return
+		return abi.E2BIG
 	}
 	ev.response = append(ev.response, b...)
-	ret(stack, abi.ESUCCESS)
+	return abi.ESUCCESS
 }
 
 // kvGet is kv-get (param $key i32) (param $key_len i32) (param $buf i32)
@@ -270,21 +238,18 @@ func responseWrite(ctx context.Context, mod api.Module, stack []uint64) {
 // min(buf_len, length) bytes to buf. Errno: ENOENT when the key is absent;
 // EFAULT for a range outside memory; E2BIG for a key over abi.MaxKeyLen;
 // EPERM outside an event; EIO when the database fails.
-func kvGet(ctx context.Context, mod api.Module, stack []uint64) {
+func kvGet(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 	ev, key, e := keyCall(ctx, mod, stack)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	buf, bufLen, outLen := uint32(stack[2]), uint32(stack[3]), uint32(stack[4])
 	v, ok, err := ev.store.KVGet(key)
 	if err != nil {
-		ret(stack, ev.ioErr(err))
-		return
+		return ev.ioErr(err)
 	}
 	if !ok {
-		ret(stack, abi.ENOENT)
-		return
+		return abi.ENOENT
 	}
 	mem := mod.Memory()
 	n := uint32(len(v))
@@ -294,10 +259,9 @@ func kvGet(ctx context.Context, mod api.Module, stack []uint64) {
 	var lenLE [4]byte
 	binary.LittleEndian.PutUint32(lenLE[:], uint32(len(v)))
 	if mem == nil || !mem.Write(outLen, lenLE[:]) || !mem.Write(buf, v[:n]) {
-		ret(stack, abi.EFAULT)
-		return
+		return abi.EFAULT
 	}
-	ret(stack, abi.ESUCCESS)
+	return abi.ESUCCESS
 }
 
 // kvPut is kv-put (param $key i32) (param $key_len i32) (param $val i32)
@@ -306,43 +270,37 @@ func kvGet(ctx context.Context, mod api.Module, stack []uint64) {
 // It writes the value under the key in the guest's own table, in the
 // event's transaction. Errno: EFAULT, E2BIG (key over abi.MaxKeyLen or value
 // over abi.MaxValueLen), EPERM outside an event, EIO.
-func kvPut(ctx context.Context, mod api.Module, stack []uint64) {
+func kvPut(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 	ev, key, e := keyCall(ctx, mod, stack)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	if uint32(stack[3]) > abi.MaxValueLen {
-		ret(stack, abi.E2BIG)
-		return
+		return abi.E2BIG
 	}
 	val, ok := readMem(mod, uint32(stack[2]), uint32(stack[3]))
 	if !ok {
-		ret(stack, abi.EFAULT)
-		return
+		return abi.EFAULT
 	}
 	if err := ev.store.KVPut(key, val); err != nil {
-		ret(stack, ev.ioErr(err))
-		return
+		return ev.ioErr(err)
 	}
-	ret(stack, abi.ESUCCESS)
+	return abi.ESUCCESS
 }
 
 // kvDelete is kv-delete (param $key i32) (param $key_len i32) (result i32).
 //
 // Errno: EFAULT, E2BIG, EPERM outside an event, EIO. Deleting an absent key
 // succeeds.
-func kvDelete(ctx context.Context, mod api.Module, stack []uint64) {
+func kvDelete(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 	ev, key, e := keyCall(ctx, mod, stack)
 	if e != 0 {
-		ret(stack, e)
-		return
+		return e
 	}
 	if err := ev.store.KVDelete(key); err != nil {
-		ret(stack, ev.ioErr(err))
-		return
+		return ev.ioErr(err)
 	}
-	ret(stack, abi.ESUCCESS)
+	return abi.ESUCCESS
 }
 
 // keyCall starts a kv function: the event, and the key at stack[0:2].

@@ -17,10 +17,10 @@ const (
 	// MetaAlarmFailures is the committed failure count of the pending alarm.
 	MetaAlarmFailures = "alarm_failures"
 	// MetaAlarmIndexed names the index entry that stands for the alarm
-	// (spec 0009: "<at>/<tag>", empty for none). Written by the index updater.
+	// (docs/design.md#the-index: "<at>/<tag>", empty for none). Written by the index updater.
 	MetaAlarmIndexed = alarmindex.MetaAlarmIndexed
 	// MetaOwnerFence is the one-line change an owner uploads before it removes
-	// entries as stale (spec 0009, R2).
+	// entries as stale (docs/design.md#r2).
 	MetaOwnerFence = alarmindex.MetaOwnerFence
 	// MetaInitDone records that on-init ran and committed.
 	MetaInitDone = "init_done"

@@ -89,7 +89,6 @@ type entry struct {
 	dirty     bool // committed events not yet uploaded
 	joining   bool // the next upload is a joining node's first (R4)
 	lastUsed  time.Time
-	delivery  hostmod.Delivery // what the last alarm event did
 }
 
 func (n *Node) entry(id abi.ActorID) (*entry, error) {
@@ -220,10 +219,9 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 }
 
 // replicate uploads the actor's database when events committed since the
-// last upload (e.mu held). The alarm index is brought in line first (a PUT
-// and its record before the upload, the replaced entry's DELETE after). A
-// failed upload, or an index that cannot be brought in line, gives the
-// actor up.
+// last upload (e.mu held), through the plugin, which brings the alarm
+// index in line around the upload. A failed upload, an index that cannot be
+// brought in line, or a hold that lapsed on the way gives the actor up.
 func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) error {
 	if n.leases == nil || !e.dirty || e.a == nil {
 		return nil
@@ -236,34 +234,12 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 	if e.joining {
 		kind = alarms.FirstUpload
 	}
-	after, err := n.plugin.BeforeUpload(ctx, &clusterActor{n: n, e: e}, kind)
-	var data []byte
-	if err == nil {
-		err = e.a.Lock(func(st *hostmod.Store) error {
-			var err error
-			data, err = st.Snapshot()
-			return err
-		})
-	}
-	if err == nil {
-		err = n.upload(ctx, e, data)
-	}
-	if err != nil {
+	if err := n.plugin.Replicate(ctx, &nodeActor{n: n, e: e}, kind); err != nil {
 		err = &abi.ActorError{ID: e.id, Op: "replicate", Err: err}
 		n.giveUp(ctx, e, err)
 		return err
 	}
 	e.dirty, e.joining = false, false
-	// An upload counts as done only if the hold was still valid when it
-	// returned: one that landed after a takeover is on no chain the new
-	// holder built on, so the entry it replaced may be named by the newer
-	// state, and must not be deleted (found by the simulator).
-	if !n.holds.Valid(e.hold) {
-		err := &abi.ActorError{ID: e.id, Err: errors.New("the hold lapsed while its state was uploading")}
-		n.giveUp(ctx, e, err)
-		return err
-	}
-	after(ctx)
 	return nil
 }
 
@@ -349,7 +325,7 @@ func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind Event
 			return err
 		}
 		e.dirty = true
-		n.schedule(id, res)
+		n.plugin.ArmEvent(id, res)
 		if n.leases == nil {
 			return nil
 		}
@@ -403,6 +379,11 @@ func (n *Node) withActor(ctx context.Context, id abi.ActorID, op string, fn func
 func (n *Node) locked(ctx context.Context, e *entry, op string, fn func() error) (err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return n.guarded(ctx, e, op, fn)
+}
+
+// guarded runs fn (e.mu held) with locked's recovery.
+func (n *Node) guarded(ctx context.Context, e *entry, op string, fn func() error) (err error) {
 	defer n.recoverEvent(ctx, e, op, &err)
 	return fn()
 }
@@ -477,138 +458,47 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 	return nil
 }
 
-func (n *Node) schedule(id abi.ActorID, r hostmod.Result) {
-	if !r.AlarmChanged {
-		return
-	}
-	n.mu.Lock()
-	delete(n.redeliver, timerKey(id))
-	n.mu.Unlock()
-	if r.HasAlarm {
-		n.timer.Set(timerKey(id), r.Alarm)
-	} else {
-		n.timer.Remove(timerKey(id))
-	}
-}
+// nodeTaker takes actors for the deliveries of the plugin's timer loop.
+type nodeTaker struct{ n *Node }
 
-// startDelivery runs one delivery in the background, one per actor at a time.
-func (n *Node) startDelivery(ctx context.Context, key string, at int64) {
-	n.mu.Lock()
-	if n.closed || n.inflight[key] {
-		n.mu.Unlock()
-		return
-	}
-	n.inflight[key] = true
-	n.wg.Add(1)
-	n.mu.Unlock()
-	go func() {
-		defer n.wg.Done()
-		defer n.doneDelivery(key)
-		defer func() {
-			// A panic outside the actor's event (which recovers its own).
-			if r := recover(); r != nil {
-				n.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
+func (t nodeTaker) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, error) {
+	e, err := t.n.entry(id)
+	if err == nil {
+		// Locked until Done; a panic while taking it is recovered as in
+		// any event.
+		e.mu.Lock()
+		err = t.n.guarded(ctx, e, "deliver", func() error {
+			if err := t.n.open(ctx, e); err != nil {
+				return err
 			}
-		}()
-		select {
-		case n.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		defer func() { <-n.sem }()
-		n.deliver(ctx, key, at)
-	}()
-}
-
-func (n *Node) doneDelivery(key string) {
-	n.mu.Lock()
-	delete(n.inflight, key)
-	n.mu.Unlock()
-}
-
-// deliver runs the ordinary alarm event: take the actor (restoring it from
-// the bucket), read the committed alarm, run on-alarm if due, replicate,
-// and re-arm the timer from the committed alarm. A node that cannot run it
-// because another node holds the actor drops it: the holder has it.
-func (n *Node) deliver(ctx context.Context, key string, at int64) {
-	n.mu.Lock()
-	if due, ok := n.redeliver[key]; ok {
-		delete(n.redeliver, key)
-		if due < at {
-			at = due
-		}
-	}
-	n.mu.Unlock()
-	ev := DeliveryEvent{TimerAt: at}
-	id, err := alarms.ParseTimerKey(key)
-	if err != nil {
-		n.log.Error("dropping malformed timer entry", "key", key, "error", err)
-		return
-	}
-	ev.Actor = id
-	err = n.withActor(ctx, id, "deliver", func(e *entry) error {
-		if n.plugin == nil {
-			var err error
-			ev.Delivery, err = e.a.DeliverAlarm(ctx)
-			return err
-		}
-		e.delivery = hostmod.Delivery{}
-		out, err := n.plugin.Deliver(ctx, &clusterActor{n: n, e: e}, at)
-		ev.Delivery, ev.Index = e.delivery, out
+			callTestHook("deliver", id)
+			return nil
+		})
 		if err != nil {
-			n.giveUp(ctx, e, err)
-		} else if out.RetryAt == 0 && e.a != nil && !ev.Delivery.Ran {
-			// A stale entry: the committed alarm, if any, stays armed.
-			if st, serr := e.a.State(ctx); serr == nil && st.HasAlarm {
-				ev.Delivery.Result = hostmod.Result{Alarm: st.Alarm, HasAlarm: true, Failures: st.Failures}
-			}
+			e.mu.Unlock()
 		}
-		return err
-	})
-	ev.At = n.cfg.Clock.Now()
+	}
 	var held *cluster.HeldElsewhereError
-	switch {
-	case errors.Is(err, ErrClassNotServed):
-		// Another node may serve it; a sweep offers it again later (it
-		// becomes anyone's after three margins).
-		ev.Err = err
-		n.timer.Remove(key)
-		n.log.Debug("alarm dropped: class not served here", "actor", id.String())
-	case errors.As(err, &held):
-		ev.Err = err
-		n.timer.Remove(key)
-		n.log.Debug("alarm dropped: another node holds the actor", "actor", id.String(), "holder", held.NodeID)
-	case err != nil:
-		ev.Err = err
-		if ctx.Err() == nil {
-			retry := n.cfg.HostErrorRetry
-			if n.leases != nil {
-				// Spec 0009: "If the bucket is unreachable it retries
-				// after a lease period."
-				retry = n.leaseTTL
-			}
-			n.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", retry, "error", err)
-			if n.timer.Offer(key, ev.At.Add(retry).UnixMilli(), ev.At.UnixMilli()) {
-				// The retry fires later but delivers the same entry time.
-				n.mu.Lock()
-				n.redeliver[key] = at
-				n.mu.Unlock()
-			}
-		}
-	default:
-		d := ev.Delivery
-		if d.HasAlarm {
-			n.timer.Set(key, d.Alarm)
-		}
-		if d.Ran && d.Err != nil {
-			n.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", d.RetryCount, "next_ms", d.Alarm, "error", d.Err)
-		} else if d.Ran {
-			n.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", d.Scheduled, "fired_ms", ev.At.UnixMilli(), "retry_count", d.RetryCount)
-		}
+	if errors.Is(err, ErrClassNotServed) || errors.As(err, &held) {
+		return nil, alarms.NotHere(err)
 	}
-	if n.cfg.OnDelivery != nil {
-		n.cfg.OnDelivery(ev)
+	if err != nil {
+		return nil, err
 	}
+	return &nodeActor{n: t.n, e: e}, nil
+}
+
+// delivered reports a delivery of the plugin's timer loop to OnDelivery.
+func (n *Node) delivered(d alarms.Delivered) {
+	if n.cfg.OnDelivery == nil {
+		return
+	}
+	ev := DeliveryEvent{Actor: d.Actor, TimerAt: d.TimerAt, At: d.At, Delivery: d.Index.Event, Index: d.Index, Err: d.Err}
+	if !ev.Delivery.Ran && d.Alarm != nil {
+		// A stale entry: the committed alarm stays armed.
+		ev.Delivery.Result = hostmod.Result{Alarm: *d.Alarm, HasAlarm: true}
+	}
+	n.cfg.OnDelivery(ev)
 }
 
 // joinCluster starts the node's lease and uploads, as its first snapshot,
@@ -653,7 +543,6 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	if ttl <= 0 {
 		ttl = cluster.DefaultTTL
 	}
-	n.leaseTTL = ttl
 	grace := c.LeaseGrace
 	if grace <= 0 {
 		grace = 2 * time.Second
@@ -666,13 +555,13 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		Margin:      ttl + grace,
 		SweepPeriod: c.SweepPeriod,
 		RetryMax:    n.cfg.RetryMax,
-		Busy: func(id abi.ActorID) bool {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			return n.inflight[timerKey(id)]
-		},
-		Serves: func(class string) bool { _, ok := n.classes[class]; return ok },
-		Logger: n.log.Named("alarms"),
+		Serves:      func(class string) bool { _, ok := n.classes[class]; return ok },
+		Logger:      n.log.Named("alarms"),
+		// docs/design.md#delivery: a failed delivery is tried again a
+		// lease period later.
+		RetryAfterError:         ttl,
+		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
+		OnDelivery:              n.delivered,
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -716,7 +605,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 // actor: an alarm or a recorded on-init. One with neither was opened by a
 // delivery or a read of an actor the bucket did not have; uploading it as a
 // first snapshot would create the actor in the bucket, empty, which the
-// rules avoid (spec 0009, R2: the bucket had nothing).
+// rules avoid (docs/design.md#bucket-empty).
 func hasState(p string) (bool, error) {
 	st, err := hostmod.OpenStore(p)
 	if err != nil {
@@ -778,7 +667,7 @@ func (n *Node) Start(ctx context.Context) {
 			go func() { defer wg.Done(); n.reapIdle(ctx) }()
 			go func() { defer wg.Done(); n.plugin.RunSweeps(ctx) }()
 		}
-		n.timer.Run(ctx, n.cfg.Clock, func(key string, at int64) { n.startDelivery(ctx, key, at) })
+		n.plugin.RunTimer(ctx, nodeTaker{n})
 		wg.Wait()
 	}()
 }
@@ -826,14 +715,24 @@ func (n *Node) Close(ctx context.Context) error {
 }
 
 // Plugin returns the alarm plugin (nil outside cluster mode).
-func (n *Node) Plugin() *alarms.Plugin { return n.plugin }
+func (n *Node) Plugin() *alarms.Plugin {
+	if n.leases == nil {
+		return nil
+	}
+	return n.plugin
+}
 
 // clusterHost is the node as the alarm plugin's Host.
 type clusterHost struct{ n *Node }
 
 func (h clusterHost) Now() time.Time                         { return h.n.cfg.Clock.Now() }
 func (h clusterHost) After(d time.Duration) <-chan time.Time { return h.n.cfg.Clock.After(d) }
-func (h clusterHost) Self() string                           { return h.n.leases.NodeID() }
+func (h clusterHost) Self() string {
+	if h.n.leases == nil {
+		return "local"
+	}
+	return h.n.leases.NodeID()
+}
 
 func (h clusterHost) LiveNodes(context.Context) ([]string, error) {
 	var ids []string
@@ -843,76 +742,67 @@ func (h clusterHost) LiveNodes(context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// clusterActor is an actor this node holds, as the alarm plugin sees it
-// (the entry's lock is held throughout).
-type clusterActor struct {
+// nodeActor is an actor this node holds, as the alarm plugin sees it
+// (the entry's lock is held throughout). Outside cluster mode the plugin
+// only runs its alarm event.
+type nodeActor struct {
 	n *Node
 	e *entry
 }
 
-func (c *clusterActor) ID() abi.ActorID      { return c.e.id }
-func (c *clusterActor) Generation() uint64   { return c.e.hold.Generation }
-func (c *clusterActor) HoldValid() bool      { return c.e.held && c.e.a != nil && c.n.holds.Valid(c.e.hold) }
-func (c *clusterActor) Uploaded() bool       { return c.e.uploaded }
-func (c *clusterActor) BucketHadActor() bool { return c.e.bucketHad }
+func (c *nodeActor) ID() abi.ActorID      { return c.e.id }
+func (c *nodeActor) Generation() uint64   { return c.e.hold.Generation }
+func (c *nodeActor) HoldValid() bool      { return c.e.held && c.e.a != nil && c.n.holds.Valid(c.e.hold) }
+func (c *nodeActor) Uploaded() bool       { return c.e.uploaded }
+func (c *nodeActor) BucketHadActor() bool { return c.e.bucketHad }
 
-func (c *clusterActor) Read(context.Context) (alarms.ActorState, error) {
-	var out alarms.ActorState
+func (c *nodeActor) Read(ctx context.Context) (alarms.ActorState, error) {
 	if c.e.a == nil {
-		return out, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
+		return alarms.ActorState{}, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
-	err := c.e.a.Lock(func(st *hostmod.Store) error {
-		at, ok, err := st.Alarm()
-		if err != nil {
-			return err
-		}
-		if ok {
-			out.Alarm = &at
-		}
-		if out.Indexed, _, err = st.Meta(hostmod.MetaAlarmIndexed); err != nil {
-			return err
-		}
-		_, out.InitRecorded, err = st.Meta(hostmod.MetaInitDone)
-		return err
-	})
-	return out, err
+	return alarms.ReadHostmod(ctx, c.e.a)
 }
 
-func (c *clusterActor) WriteMeta(_ context.Context, key, value string) error {
+func (c *nodeActor) WriteMeta(ctx context.Context, key, value string) error {
 	if c.e.a == nil {
 		return &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
-	return c.e.a.Lock(func(st *hostmod.Store) error {
-		if err := st.Begin(); err != nil {
-			return err
-		}
-		if err := st.SetMeta(key, value); err != nil {
-			st.Rollback()
-			return err
-		}
-		return st.Commit()
+	return alarms.WriteHostmodMeta(ctx, c.e.a, key, value)
+}
+
+// Upload uploads a snapshot of the database as the hold's next one.
+func (c *nodeActor) Upload(ctx context.Context) error {
+	var data []byte
+	err := c.e.a.Lock(func(st *hostmod.Store) error {
+		var err error
+		data, err = st.Snapshot()
+		return err
 	})
-}
-
-func (c *clusterActor) Upload(ctx context.Context) error {
-	c.e.dirty = true
-	return c.n.replicate(ctx, c.e, alarms.AfterEvent)
-}
-
-func (c *clusterActor) RunAlarm(ctx context.Context) error {
-	d, err := c.e.a.DeliverAlarm(ctx)
 	if err != nil {
 		return err
 	}
-	c.e.delivery = d
-	if !d.Ran {
-		return nil
-	}
-	c.e.dirty = true
-	return c.n.replicate(ctx, c.e, alarms.AfterEvent)
+	return c.n.upload(ctx, c.e, data)
 }
 
-func (c *clusterActor) Release(ctx context.Context) { _ = c.n.release(ctx, c.e) }
+func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
+	d, err := c.e.a.DeliverAlarm(ctx)
+	if err != nil || !d.Ran {
+		return d, err
+	}
+	c.e.dirty = true
+	return d, c.n.replicate(ctx, c.e, alarms.AfterEvent)
+}
+
+func (c *nodeActor) Release(ctx context.Context) { _ = c.n.release(ctx, c.e) }
+
+// Done ends a delivery: one that failed part-way gives the actor up (in
+// cluster mode the local copy is no longer trusted).
+func (c *nodeActor) Done(ctx context.Context, err error) {
+	if err != nil && c.n.leases != nil {
+		c.n.giveUp(ctx, c.e, err)
+	}
+	c.e.mu.Unlock()
+}
 
 // Crash stops the node the way a killed process stops: no upload, no
 // release, its node lease left to expire. Tests of takeovers use it in

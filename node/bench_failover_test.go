@@ -9,7 +9,7 @@ import (
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 )
 
-// swDefaults are the spec's timings: lease 10 s (margin 1 s), grace 2 s,
+// swDefaults are the design's timings: lease 10 s (margin 1 s), grace 2 s,
 // alarm_sweep 10 s.
 var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 * time.Second, sweep: 10 * time.Second}
 
@@ -20,17 +20,17 @@ var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 
 //
 //   - lateness: 100 alarms due over one sweep period, starting a lease
 //     period after the kill. Metrics: late-p50-s, late-p99-s, late-max-s
-//     (fired minus due; the spec expects about lease + grace + up to one
+//     (fired minus due; the design expects about lease + grace + up to one
 //     sweep: 12 s to 22 s with the defaults, about 25 s).
 //   - drain: 2,000 alarms all due at one instant, a lease period after the
 //     kill (1,000 per survivor, four sweeps' worth with the defaults'
 //     cap of 256). Metrics: drain-alarms/s/node, the alarms each survivor
 //     fired divided by the time from when they became readable (due + lease
-//   - grace) to its last firing, averaged over the survivors (the spec
+//   - grace) to its last firing, averaged over the survivors (the design
 //     expects about 25 with the defaults: 256 per 10 s sweep); and the
 //     lateness percentiles.
 //
-// Each at the spec's defaults (lease 10 s, margin 1 s, grace 2 s, sweep
+// Each at the design's defaults (lease 10 s, margin 1 s, grace 2 s, sweep
 // 10 s) and scaled down by five (2 s, 400 ms, 1 s, 1 s: the process tests'
 // timings) and by ten (1 s, 200 ms, 500 ms, 500 ms). Scaled down, the
 // machine rather than the cap of 256 per sweep sets the drain rate. lost counts alarms that never

@@ -177,7 +177,7 @@ func (f *stateFaults) hook(op bucket.Op) bucket.Fault {
 }
 
 // An upload from an earlier holder that lands after a takeover becomes the
-// state if and only if the new holder has not uploaded yet (ADR 0007's
+// state if and only if the new holder has not uploaded yet (a late commit's
 // late commit): keys order by (generation, sequence), and the newest wins.
 func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t *testing.T) {
 	t.Parallel()
@@ -472,25 +472,30 @@ func TestExecRepliesBeforeTheUploadAndExecDurableAfterIt(t *testing.T) {
 	release <- struct{}{}
 
 	// exec-durable: no reply until the upload is done, and then it is there.
-	done := make(chan error, 1)
+	// The reply notes whether the snapshot had landed when it came; the
+	// upload cannot land before the test releases it.
+	type reply struct {
+		err    error
+		landed bool
+	}
+	done := make(chan reply, 1)
 	gated.Store(true)
 	go func() {
 		_, err := a.Exec(ctx, id, []byte("put k 3"), node.ExecDurable)
-		done <- err
+		_, _, landed := mem.Object(replica(id, 1, 3))
+		done <- reply{err, landed}
 	}()
 	if key := <-arrived; key != replica(id, 1, 3) {
 		t.Fatalf("upload of %s, want (1, 3)", key)
 	}
-	time.Sleep(100 * time.Millisecond) // a wrong reply would come meanwhile
-	select {
-	case err := <-done:
-		t.Fatalf("exec-durable replied (%v) while its upload was held up", err)
-	default:
-	}
 	gated.Store(false)
 	release <- struct{}{}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !r.landed {
+		t.Fatal("exec-durable replied before its upload landed")
 	}
 	if s := latest(t, mem, id); s.Seq != 3 {
 		t.Fatalf("exec-durable replied with %+v in the bucket, want (1, 3)", s)

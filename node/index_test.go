@@ -1,6 +1,6 @@
 package node_test
 
-// Host-level tests of the alarm index (spec 0009): the owner keeps the index
+// Host-level tests of the alarm index (docs/design.md): the owner keeps the index
 // equal to the committed alarm, the requests it costs, the rules that make
 // late deletes harmless (R1-R3), R4 for a node that joins with its own data,
 // and the ways a node gives an actor up. Tests that need no fault run on
@@ -924,7 +924,7 @@ func TestAListingWhoseReplyWasLostIsRetriedAsTheSameEntry(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------
-// The spec's cases.
+// The design's cases.
 
 func TestACrashBetweenThePutAndTheUploadLeavesAnExtraEntryNeverAMissingOne(t *testing.T) {
 	t.Parallel()

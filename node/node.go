@@ -60,7 +60,7 @@ type Config struct {
 	RetryMax time.Duration
 	// HostErrorRetry is how long after a host-side failure (the database)
 	// a delivery is tried again on a node running alone (default 5 s); in
-	// cluster mode it is the lease period, as the spec says.
+	// cluster mode it is the lease period, as docs/design.md#delivery says.
 	HostErrorRetry time.Duration
 	// MaxConcurrentDeliveries bounds deliveries in flight (default 64).
 	MaxConcurrentDeliveries int
@@ -88,15 +88,10 @@ type Node struct {
 	// leaseTTL is the lease period in force (cluster mode).
 	leaseTTL time.Duration
 
-	mu       sync.Mutex
-	entries  map[abi.ActorID]*entry
-	inflight map[string]bool
-	// redeliver keeps the entry time of a delivery that failed on the host
-	// side, so its retry delivers that time rather than the retry's.
-	redeliver map[string]int64
-	closed    bool
+	mu      sync.Mutex
+	entries map[abi.ActorID]*entry
+	closed  bool
 
-	sem    chan struct{}
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
 	loop   chan struct{}
@@ -138,15 +133,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		engine:    eng,
-		classes:   map[string]*hostmod.Class{},
-		timer:     sweeper.NewTimer(cfg.RetryMax),
-		entries:   map[abi.ActorID]*entry{},
-		inflight:  map[string]bool{},
-		redeliver: map[string]int64{},
-		sem:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		engine:  eng,
+		classes: map[string]*hostmod.Class{},
+		timer:   sweeper.NewTimer(cfg.RetryMax),
+		entries: map[abi.ActorID]*entry{},
 	}
 	for name, wasm := range cfg.Classes {
 		if err := abi.ValidateClass(name); err != nil {
@@ -170,6 +162,21 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			n.Close(ctx)
 			return nil, err
 		}
+		return n, nil
+	}
+	n.plugin, err = alarms.Register(alarms.Config{
+		SingleNode:              true,
+		Host:                    clusterHost{n},
+		Timer:                   n.timer,
+		RetryMax:                cfg.RetryMax,
+		RetryAfterError:         cfg.HostErrorRetry,
+		MaxConcurrentDeliveries: cfg.MaxConcurrentDeliveries,
+		OnDelivery:              n.delivered,
+		Logger:                  n.log.Named("alarms"),
+	})
+	if err != nil {
+		eng.Close(ctx)
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	return n, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -181,7 +182,11 @@ func TestAHungHandlerDoesNotHoldUpOtherActors(t *testing.T) {
 	if _, err := n.Request(ctx, hang, nil); err != nil { // alarm at 1000 ms: due
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the hung handler is running
+	// The hung handler's delivery has begun: the timer popped it.
+	waitFor(t, "the hung actor's delivery to start", func() bool {
+		_, held := n.Timer().Get(alarms.TimerKey(hang))
+		return !held
+	})
 	other := abi.ActorID{Tenant: "t", Class: "bench", Name: "o"}
 	var req [8]byte
 	binary.LittleEndian.PutUint64(req[:], uint64(time.Now().UnixMilli()))

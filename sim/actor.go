@@ -421,92 +421,169 @@ func (s *sim) replicate(n *node, h *held, next db, mid bool, done func(bool)) {
 	})
 }
 
-// execIndex executes an IndexPlan around the upload of next, in the order
-// the plan documents. done(false) means the actor was given up.
+// execIndex executes an IndexPlan around the upload of next with the
+// executor production runs (alarmindex.Exec). done(false) means the actor
+// was given up.
 func (s *sim) execIndex(n *node, h *held, next db, p alarmindex.IndexPlan, aimed bool, done func(bool)) {
 	before := h.db
-	fail := func(why string) {
-		s.giveUp(n, h, why)
-		done(false)
-	}
-	record := func(d *db) bool {
-		if !p.Record {
-			return true
+	x := n.rules.ExecIndex(h.actor, p)
+	s.drive(n, h, x, &driven{next: next, aimed: aimed, uploadFirst: p.UploadBeforePut}, func(err error) {
+		if err != nil {
+			s.giveUp(n, h, err.Error())
+			done(false)
+			return
 		}
-		if !s.final && s.chance(0.01) {
-			return false // the database write fails
-		}
-		d.rec = nil
-		if p.Recorded != nil {
-			k := *p.Recorded
-			d.rec = &k
-		}
-		if h.fromLocal {
-			if l := n.local[h.actor.String()]; l != nil {
-				l.rec = d.rec // the node's own file records it too
-			}
-		}
-		return true
-	}
-	finished := func() {
 		if old := before.rec; old != nil && old.Legacy && next.alarm != nil && h.db.rec != nil && !h.db.rec.Legacy {
 			s.c.LegacyMigrations++
 		}
 		if old := before.alarm; next.alarm != nil && (old == nil || *old != *next.alarm) {
 			s.c.Alarms++
 		}
-		if p.DeleteAfterReplicate != nil {
-			s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: p.DeleteAfterReplicate.String()}, nil)
-		}
 		done(true)
-	}
-	if p.UploadBeforePut {
-		s.upload(n, h, next, aimed, func(ok bool) {
-			if !ok {
-				fail("upload failed")
-				return
-			}
-			s.putEntry(n, h, p.Put, func(ok bool) {
-				if !ok {
-					fail("entry PUT failed")
-					return
-				}
-				d := h.db.clone()
-				if !record(&d) {
-					fail("recording the entry failed")
-					return
-				}
-				h.db = d
-				finished()
-			})
-		})
-		return
-	}
-	s.putEntry(n, h, p.Put, func(ok bool) {
-		if !ok {
-			fail("entry PUT failed")
-			return
-		}
-		if p.Put != nil && !s.final && s.chance(0.01) {
-			s.crash(n) // between the PUT and the upload: an extra entry
-			return
-		}
-		if !record(&next) {
-			fail("recording the entry failed")
-			return
-		}
-		s.upload(n, h, next, aimed, func(ok bool) {
-			if !ok {
-				fail("upload failed")
-				return
-			}
-			if !s.final && s.chance(pCrashAfterUpload) {
-				s.crash(n) // between the upload and the DELETE: an extra entry
-				return
-			}
-			finished()
-		})
 	})
+}
+
+// driven is what drive keeps while it carries out one plan.
+type driven struct {
+	next     db   // the state the next upload replicates
+	aimed    bool // the fault aimed at a joining node's first upload
+	uploaded bool // the index plan's upload happened
+	// uploadFirst: the index plan uploads before its PUT (a mutation).
+	uploadFirst bool
+	indexed     bool // a delivery's index step ended (the timer is re-armed)
+	entry       alarmindex.Key
+	swept       bool
+	finish      func()
+}
+
+var errStep = errors.New("failed")
+
+// drive carries out x's steps for n on h, each the way the simulated node
+// does it (requests through the faulty bucket, pauses, crashes), and calls
+// k with the plan's outcome (nil, or why to give the actor up). A crash
+// ends it without calling k.
+func (s *sim) drive(n *node, h *held, x *alarmindex.Exec, d *driven, k func(error)) {
+	boot := n.boot
+	var loop func()
+	report := func(ok bool) {
+		if ok {
+			x.Report(nil)
+		} else {
+			x.Report(errStep)
+		}
+		loop()
+	}
+	loop = func() {
+		st := x.Next()
+		if d.finish != nil && !d.indexed && st.Phase != alarmindex.PhaseIndex && x.Err() == nil {
+			d.indexed = true
+			s.setTimer(n, h)
+		}
+		switch st.Kind {
+		case alarmindex.StepDone:
+			k(x.Err())
+		case alarmindex.StepPut:
+			key := st.Key
+			s.putEntry(n, h, &key, func(ok bool) {
+				if ok && !d.uploaded && !s.final && s.chance(0.01) {
+					s.crash(n) // between the PUT and the upload: an extra entry
+					return
+				}
+				report(ok)
+			})
+		case alarmindex.StepRecord:
+			rec, err := alarmindex.ParseRecorded(h.actor, st.Value)
+			if err != nil {
+				s.failf("sim", "actor %s: the executor records %q: %v", h.actor, st.Value, err)
+				return
+			}
+			if !s.final && s.chance(0.01) {
+				report(false) // the database write fails
+				return
+			}
+			target := &d.next
+			var after db
+			if d.uploaded {
+				after = h.db.clone() // the mutation's order: the upload went first
+				target = &after
+			}
+			target.rec = rec
+			if h.fromLocal {
+				if l := n.local[h.actor.String()]; l != nil {
+					l.rec = rec // the node's own file records it too
+				}
+			}
+			if d.uploaded {
+				h.db = after
+			}
+			report(true)
+		case alarmindex.StepFence:
+			d.next = h.db.clone()
+			d.next.fence = h.gen
+			report(true)
+		case alarmindex.StepUpload:
+			index := st.Phase == alarmindex.PhaseIndex
+			s.upload(n, h, d.next, d.aimed && index, func(ok bool) {
+				if index {
+					d.uploaded = true
+				}
+				if ok && st.Phase == alarmindex.PhaseFence {
+					s.c.Fences++
+				}
+				if ok && index && !d.uploadFirst && !s.final && s.chance(pCrashAfterUpload) {
+					s.crash(n) // between the upload and the DELETE: an extra entry
+					return
+				}
+				report(ok)
+			})
+		case alarmindex.StepCheckHold:
+			valid := s.holdValid(n, h)
+			if !valid && st.Phase != alarmindex.PhaseStale {
+				// It landed, but the hold lapsed on the way: a newer
+				// holder may have uploaded first, so this snapshot may
+				// not be the state. Not a success: nothing is deleted
+				// after it.
+				s.logf("%s uploaded %s after its hold lapsed: not counted", n.addr, h.actor)
+			}
+			x.ReportHold(valid)
+			loop()
+		case alarmindex.StepDelete:
+			if st.Stale {
+				s.c.StaleDeletes++
+				if st.Key.Legacy {
+					s.c.LegacyRemovals++
+				}
+				s.logf("%s deletes stale %s", n.addr, st.Key)
+			}
+			s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: st.Key.String()}, nil)
+			report(true)
+		case alarmindex.StepList:
+			s.maybePause(n, pStaleListPause, "before a stale LIST")
+			s.step(n, boot, s.between(1, 5), func() {
+				s.send(n, request{kind: bucket.OpList, class: clsRead, prefix: st.Prefix, limit: 1000}, func(r result) {
+					h.lastUse = s.now
+					x.ReportList(r.keys, r.err)
+					if r.err != nil {
+						loop()
+						return
+					}
+					s.maybePause(n, 0.03, "before stale DELETEs")
+					s.step(n, boot, s.between(1, 5), loop)
+				})
+			})
+		case alarmindex.StepRun:
+			s.runAlarm(n, h, &d.entry, d.swept, func() { report(true) })
+		case alarmindex.StepRetry:
+			s.retryLater(n, h.actor.String(), &d.entry, st.After.Milliseconds())
+			report(true)
+		case alarmindex.StepRelease:
+			s.release(n, h)
+			report(true)
+		default:
+			s.failf("sim", "actor %s: unknown step %s", h.actor, st.Kind)
+		}
+	}
+	loop()
 }
 
 // putEntry PUTs a new index entry with If-None-Match: *, retrying the same
@@ -582,14 +659,6 @@ func (s *sim) upload(n *node, h *held, next db, aimed bool, done func(bool)) {
 				if errors.Is(r.err, bucket.ErrPrecondition) {
 					s.failf("sim", "snapshot key %s written twice", key)
 				}
-				done(false)
-				return
-			}
-			if !s.holdValid(n, h) && !s.cfg.TrustLateUploads {
-				// It landed, but the hold lapsed on the way: a newer
-				// holder may have uploaded first, so this snapshot may not
-				// be the state. Not a success: nothing is deleted after it.
-				s.logf("%s uploaded %s after its hold lapsed: not counted", n.addr, key)
 				done(false)
 				return
 			}
@@ -734,21 +803,24 @@ func (s *sim) deliverHeld(n *node, h *held, at int64, entry *alarmindex.Key, swe
 	}
 	s.logf("%s delivers %s: %s", n.addr, entry, p.Outcome)
 	switch p.Outcome {
-	case alarmindex.OutcomeRun:
-		s.runAlarm(n, h, entry, swept, finish)
 	case alarmindex.OutcomeKeep:
 		s.c.Keeps++
-		s.retryLater(n, h.actor.String(), entry, p.RetryAfter.Milliseconds())
-		if p.Release {
-			s.release(n, h)
+	case alarmindex.OutcomeNoState:
+		s.c.NoState++
+	}
+	// The executor production runs: index, fence, LIST and DELETE the
+	// stale entries, or run; a failure gives the actor up and retries the
+	// same entry after a lease period, as the plugin's timer loop does.
+	ak := h.actor.String()
+	dr := &driven{next: h.db.clone(), entry: *entry, swept: swept, finish: finish, indexed: p.Index.Empty()}
+	s.drive(n, h, n.rules.ExecDelivery(p), dr, func(err error) {
+		h.lastUse = s.now
+		if err != nil && p.Outcome != alarmindex.OutcomeRun {
+			s.giveUp(n, h, err.Error())
+			s.retryLater(n, ak, entry, leaseMs)
 		}
 		finish()
-	default:
-		if p.Outcome == alarmindex.OutcomeNoState {
-			s.c.NoState++
-		}
-		s.removeStale(n, h, p, *entry, finish)
-	}
+	})
 }
 
 // runAlarm runs on-alarm: success (clearing or re-arming), a failure with
@@ -776,7 +848,6 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			// Committed retry: whatever the handler left due before the
 			// retry time moves there.
 			next.failures++
-			retryAt := s.now + alarmindex.RetryDelay(next.failures, alarmindex.DefaultRetryBase, retryMax).Milliseconds()
 			var left *int64
 			switch y := s.rng.IntN(10); {
 			case y < 6:
@@ -787,7 +858,8 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			case y < 9:
 				left = s.pickAlarm(h.actor)
 			}
-			next.alarm = alarmindex.AfterFailure(left, retryAt)
+			next.alarm = n.rules.AfterFailureAt(left, next.failures, s.now)
+			s.checkRetry(h.actor, left, next.failures, next.alarm)
 			outcome = "failed"
 		default:
 			next = db{rec: next.rec}
@@ -813,75 +885,29 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 	})
 }
 
-// removeStale executes a Stale or NoState plan: bring the index in line,
-// fence if asked, then LIST the delivered time and DELETE what the rules
-// call stale.
-func (s *sim) removeStale(n *node, h *held, p alarmindex.DeliveryPlan, entry alarmindex.Key, finish func()) {
-	boot := n.boot
-	list := func() {
-		if !p.List {
-			h.lastUse = s.now
-			finish()
-			return
-		}
-		s.maybePause(n, pStaleListPause, "before a stale LIST")
-		s.step(n, boot, s.between(1, 5), func() {
-			prefix := alarmindex.TaggedPrefix(entry.Actor, entry.DueMs)
-			s.send(n, request{kind: bucket.OpList, class: clsRead, prefix: prefix, limit: 1000}, func(r result) {
-				h.lastUse = s.now
-				if r.err != nil {
-					finish()
-					return
-				}
-				var keys []alarmindex.Key
-				for _, o := range r.keys {
-					if k, err := alarmindex.ParseKey(o); err == nil {
-						keys = append(keys, k)
-					}
-				}
-				dels := p.StaleDeletes(keys)
-				s.maybePause(n, 0.03, "before stale DELETEs")
-				s.step(n, boot, s.between(1, 5), func() {
-					for _, k := range dels {
-						s.c.StaleDeletes++
-						if k.Legacy {
-							s.c.LegacyRemovals++
-						}
-						s.logf("%s deletes stale %s", n.addr, k)
-						s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: k.String()}, nil)
-					}
-					finish()
-				})
-			})
-		})
+// checkRetry holds a committed retry to the rule, written out here apart
+// from the production arithmetic: the n-th failure in a row retries after
+// 1 s doubled n-1 times, at most retry_max (5 min); an alarm the handler
+// left before that time moves to it, a later one or a clear stands.
+func (s *sim) checkRetry(a abi.ActorID, left *int64, failures int, got *int64) {
+	delay := int64(1000)
+	for i := 1; i < failures && delay < retryMax.Milliseconds(); i++ {
+		delay *= 2
 	}
-	fence := func() {
-		if !p.Fence {
-			list()
-			return
-		}
-		next := h.db.clone()
-		next.fence = h.gen
-		s.upload(n, h, next, false, func(ok bool) {
-			if !ok {
-				s.giveUp(n, h, "fence upload failed")
-				finish()
-				return
-			}
-			s.c.Fences++
-			list()
-		})
+	delay = min(delay, retryMax.Milliseconds())
+	var want *int64
+	if left != nil {
+		w := max(*left, s.now+delay)
+		want = &w
 	}
-	if p.Index.Empty() {
-		fence()
-		return
+	if (want == nil) != (got == nil) || (want != nil && *want != *got) {
+		s.failf("backoff", "actor %s: failure %d with %s left committed a retry at %s, want %s", a, failures, fmtAlarm(left), fmtAlarm(got), fmtAlarm(want))
 	}
-	s.execIndex(n, h, h.db.clone(), p.Index, false, func(ok bool) {
-		if !ok {
-			finish()
-			return
-		}
-		s.setTimer(n, h)
-		fence()
-	})
+}
+
+func fmtAlarm(at *int64) string {
+	if at == nil {
+		return "none"
+	}
+	return fmtMs(*at - epochMs)
 }

@@ -15,10 +15,12 @@
 //
 // What runs unchanged: alarmindex.Rules (AfterEvent, MidEventUpload,
 // FirstUpload, Deliver and DeliveryPlan.StaleDeletes, with or without
-// Mutations), the key and meta formats (Key.String, ParseKey,
+// Mutations), alarmindex.Exec, the executor of their plans that the plugin
+// drives too (the simulator answers its steps with simulated requests), the key and meta formats (Key.String, ParseKey,
 // FormatRecorded, ParseRecorded), NonceSource (its boot prefix read from a
 // ChaCha8 stream seeded by the run), the committed backoff
-// (alarmindex.RetryDelay, AfterFailure), and sweeper.Walk, PlanSweep (so
+// (alarmindex.RetryDelay, AfterFailure, through Rules.AfterFailureAt; each
+// committed retry is checked against the rule written out apart), and sweeper.Walk, PlanSweep (so
 // Shard) and Timer. The bucket is bucket.Mem: its Faults hook fails
 // requests or holds them as late (applied later with ApplyLateOne), and its
 // OnChange hook reports every applied change.
@@ -60,8 +62,8 @@
 //     is valid and counts only if the hold is still valid when it returns:
 //     otherwise a newer holder may have uploaded first, this snapshot may not
 //     be the state, and deleting the entry it replaced could remove the one
-//     the state names (Config.TrustLateUploads shows the simulator catches
-//     that executor bug). A host must do the same.
+//     the state names (Mutations.TrustLateUploads shows the simulator catches
+//     that executor bug). The plugin runs the same executor.
 //   - Faults: requests fail or time out and land later (up to two minutes)
 //     or are slow; nodes crash and restart, pause (a stall longer than a
 //     lease, at random and at the points where the rules race: before a
@@ -80,7 +82,7 @@
 // stronger than "the named entry exists"; every unsafe variant is caught
 // under either statement.
 //
-// The spec's one known exception (recording the entry fails after its PUT,
+// The design's one known exception (recording the entry fails after its PUT,
 // and the event is replicated anyway naming the previous entry) does not
 // arise here: the executor follows IndexPlan, where a failed record means
 // give the actor up and upload nothing. The failure is modelled; the
@@ -90,7 +92,7 @@
 // every node up, and runs ten more minutes with handlers that succeed. Then
 // every actor's latest state must have no alarm (each committed alarm was
 // delivered), and every entry of an actor the bucket has state for must be
-// gone (entries of an actor the bucket never had stay, as the spec says).
+// gone (entries of an actor the bucket never had stay, as docs/design.md#bucket-empty says).
 //
 // # Not modelled
 //

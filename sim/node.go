@@ -111,7 +111,7 @@ func (s *sim) boot(n *node) {
 	if err != nil {
 		panic(err)
 	}
-	n.rules = alarmindex.Rules{Nonces: nonces, Mutations: s.cfg.Mutations}
+	n.rules = alarmindex.Rules{Nonces: nonces, RetryMax: retryMax, Mutations: s.cfg.Mutations}
 	n.rng = rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
 	n.timer = sweeper.NewTimer(retryMax)
 	n.wakeAt = 0

@@ -15,7 +15,7 @@ var regressions = []struct {
 	// deleted the entry it replaced, which the newer holder's state named.
 	// Fixed in the executor: an upload that returns after the hold lapsed is
 	// not a success. These seeds catch the unfixed executor
-	// (Config.TrustLateUploads) in the current model.
+	// (Mutations.TrustLateUploads) in the current model.
 	{4, "upload counted after the hold lapsed, then DeleteAfterReplicate"},
 	{5, "upload counted after the hold lapsed, then DeleteAfterReplicate"},
 	{11, "upload counted after the hold lapsed, then DeleteAfterReplicate"},

@@ -25,12 +25,6 @@ type Config struct {
 	// in the actor's database as if PUT, but never sent to the bucket. Any
 	// working invariant must catch it.
 	SkipPut bool
-	// TrustLateUploads is an unsafe executor: it counts an upload that
-	// returned after its hold lapsed as replicated, and goes on to delete
-	// the entry it replaced. The snapshot may not be the state (a newer
-	// holder may have uploaded first), so that DELETE can remove the entry
-	// the state names. A host must re-check its hold when an upload returns.
-	TrustLateUploads bool
 	// AimedJoinFault is the probability that a joining node's first upload
 	// is delayed at the bucket while the node is cut off (so its lease
 	// lapses and another node can take the actor while the bucket has
@@ -52,7 +46,8 @@ const TailLines = 60
 type Failure struct {
 	// AtMs is the virtual time of the failure, in ms since the run began.
 	AtMs int64
-	// Kind is "invariant", "liveness" or "sim".
+	// Kind is "invariant", "liveness", "backoff" (a committed retry off the
+	// rule) or "sim".
 	Kind string
 	// Msg names the actor and what was wrong.
 	Msg string

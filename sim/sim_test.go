@@ -37,7 +37,9 @@ var variants = []struct {
 	{name: "NoFence", cfg: Config{Mutations: alarmindex.Mutations{NoFence: true}}},
 	{name: "FirstUploadBeforeEntry", cfg: Config{Mutations: alarmindex.Mutations{FirstUploadBeforeEntry: true}}},
 	{name: "ClearWhileBucketEmpty", cfg: Config{Mutations: alarmindex.Mutations{ClearWhileBucketEmpty: true}}},
-	{name: "TrustLateUploads", cfg: Config{TrustLateUploads: true}},
+	{name: "TrustLateUploads", cfg: Config{Mutations: alarmindex.Mutations{TrustLateUploads: true}}},
+	{name: "RetryNotDoubled", cfg: Config{Mutations: alarmindex.Mutations{RetryNotDoubled: true}}},
+	{name: "RetryMovesLaterAlarm", cfg: Config{Mutations: alarmindex.Mutations{RetryMovesLaterAlarm: true}}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 

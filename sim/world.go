@@ -578,7 +578,7 @@ func (s *sim) finalCheck() {
 	for _, a := range s.actors {
 		ak := a.String()
 		if s.sh.latest[ak] == nil {
-			continue // an actor the bucket never had keeps its entries (spec)
+			continue // an actor the bucket never had keeps its entries (docs/design.md#bucket-empty)
 		}
 		keys := make([]string, 0, len(s.sh.entries[ak]))
 		for k := range s.sh.entries[ak] {

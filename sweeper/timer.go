@@ -29,7 +29,7 @@ type timerItem struct {
 }
 
 // NewTimer returns an empty timer whose Offer keeps held times within
-// horizon of now (spec 0009: the longest backoff, 5 min).
+// horizon of now (docs/design.md#sweep: the longest backoff, 5 min).
 func NewTimer(horizon time.Duration) *Timer {
 	return &Timer{index: make(map[string]int32), horizon: horizon.Milliseconds(), wake: make(chan struct{}, 1)}
 }

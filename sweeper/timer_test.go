@@ -115,34 +115,56 @@ func TestTimerOffer(t *testing.T) {
 	}
 }
 
+// signalClock reports each wait of the timer loop on the loop's own
+// channel of events, so a test knows when the loop has delivered all that
+// is due and is waiting (no sleeping to give it time).
+type signalClock struct {
+	*cluster.FakeClock
+	ev chan string
+}
+
+func (c signalClock) After(d time.Duration) <-chan time.Time {
+	c.ev <- "wait"
+	return c.FakeClock.After(d)
+}
+
 func TestTimerRunDeliversWhenDue(t *testing.T) {
-	clock := cluster.NewFakeClock(time.UnixMilli(10_000))
+	ev := make(chan string, 100)
+	clock := signalClock{cluster.NewFakeClock(time.UnixMilli(10_000)), ev}
 	tm := NewTimer(time.Minute)
-	got := make(chan string, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		tm.Run(ctx, clock, func(key string, at int64) { got <- fmt.Sprintf("%s@%d", key, at) })
+		tm.Run(ctx, clock, func(key string, at int64) { ev <- fmt.Sprintf("%s@%d", key, at) })
 		close(done)
 	}()
+	// next returns the loop's next delivery, skipping its waits.
+	next := func() string {
+		for e := range ev {
+			if e != "wait" {
+				return e
+			}
+		}
+		return ""
+	}
 	tm.Set("late", 12_000)
 	tm.Set("early", 11_000)
 	tm.Set("past", 5_000) // already due: fires at once
-	if g := <-got; g != "past@5000" {
+	if g := next(); g != "past@5000" {
 		t.Fatalf("first delivery %q, want past@5000", g)
 	}
-	select {
-	case g := <-got:
-		t.Fatalf("delivered %q before its time", g)
-	case <-time.After(50 * time.Millisecond):
+	// The loop delivers everything due, then waits: the event after
+	// past's delivery must be a wait, not another delivery.
+	if e := <-ev; e != "wait" {
+		t.Fatalf("delivered %q before its time", e)
 	}
 	clock.Advance(time.Second)
-	if g := <-got; g != "early@11000" {
+	if g := next(); g != "early@11000" {
 		t.Fatalf("delivery %q, want early@11000", g)
 	}
 	clock.Advance(time.Second)
-	if g := <-got; g != "late@12000" {
+	if g := next(); g != "late@12000" {
 		t.Fatalf("delivery %q, want late@12000", g)
 	}
 	cancel()

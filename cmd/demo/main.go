@@ -45,10 +45,10 @@ func main() {
 	flag.DurationVar(&o.interval, "interval", 3*time.Second, "each actor's alarm interval")
 	flag.DurationVar(&o.before, "before", 5*time.Second, "how long the cluster runs before the kill")
 	flag.DurationVar(&o.after, "after", 15*time.Second, "how long it runs after the kill")
-	flag.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "node lease period (the spec's default is 10s)")
+	flag.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "node lease period (the design's default is 10s)")
 	flag.DurationVar(&o.margin, "lease-margin", 400*time.Millisecond, "lease margin")
 	flag.DurationVar(&o.grace, "lease-grace", time.Second, "lease grace")
-	flag.DurationVar(&o.sweep, "sweep", time.Second, "alarm_sweep (the spec's default is 10s)")
+	flag.DurationVar(&o.sweep, "sweep", time.Second, "alarm_sweep (the design's default is 10s)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, data, bucket)")
 	flag.Parse()
 	if o.wasm == "" {
@@ -291,7 +291,7 @@ func run(o options) error {
 	fmt.Printf("  fired:                 %d (%d before the kill)\n", len(firings), countBefore(firings, killedAt))
 	if len(lates) > 0 {
 		fmt.Printf("  orphaned alarms:       %d fired on the survivors, late by p50 %.1fs, p99 %.1fs, max %.1fs\n"+
-			"                         (expected about lease %v + grace %v + up to one sweep %v; the spec's defaults, 10s+2s+10s, give about 25s)\n",
+			"                         (expected about lease %v + grace %v + up to one sweep %v; the design's defaults, 10s+2s+10s, give about 25s)\n",
 			len(lates),
 			pct(lates, 50), pct(lates, 99), lates[len(lates)-1], o.leaseTTL, o.grace, o.sweep)
 	}

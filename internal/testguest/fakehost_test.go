@@ -18,6 +18,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
 )
 
 // The tests share one runtime, with the fake host modules in it, and compile
@@ -116,7 +117,13 @@ func (h *fakeHost) record(name string, args []any, errno uint32) uint32 {
 
 func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
-	fn := func(b wazero.HostModuleBuilder, name string, params []api.ValueType, f func(h *fakeHost, m api.Module, p []uint64) uint32) {
+	// The signatures come from the host's own table, declared once.
+	sigs := map[string][]api.ValueType{}
+	for _, f := range hostmod.Functions() {
+		sigs[f.Name] = f.Params
+	}
+	fn := func(b wazero.HostModuleBuilder, name string, f func(h *fakeHost, m api.Module, p []uint64) uint32) {
+		params := sigs[name]
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
 			h := ctx.Value(hostKey{}).(*fakeHost)
 			var errno uint32
@@ -139,7 +146,7 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 	// f reads its arguments from the stack and must not change it: they are
 	// recorded after it returns, then the errno goes over stack[0].
 	alarm := r.NewHostModuleBuilder(abi.AlarmModule)
-	fn(alarm, abi.FuncSetAlarm, []api.ValueType{i64}, func(h *fakeHost, _ api.Module, p []uint64) uint32 {
+	fn(alarm, abi.FuncSetAlarm, func(h *fakeHost, _ api.Module, p []uint64) uint32 {
 		at := int64(p[0])
 		if at < 0 || at > abi.MaxAlarmMillis {
 			return abi.EINVAL
@@ -147,7 +154,7 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 		h.alarm, h.touched = &at, true
 		return 0
 	})
-	fn(alarm, abi.FuncGetAlarm, []api.ValueType{i32}, func(h *fakeHost, m api.Module, p []uint64) uint32 {
+	fn(alarm, abi.FuncGetAlarm, func(h *fakeHost, m api.Module, p []uint64) uint32 {
 		if h.alarm == nil {
 			return abi.ENOENT
 		}
@@ -156,7 +163,7 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 		}
 		return 0
 	})
-	fn(alarm, abi.FuncClearAlarm, nil, func(h *fakeHost, _ api.Module, _ []uint64) uint32 {
+	fn(alarm, abi.FuncClearAlarm, func(h *fakeHost, _ api.Module, _ []uint64) uint32 {
 		h.alarm, h.touched = nil, true
 		return 0
 	})
@@ -165,14 +172,14 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 	}
 
 	actor := r.NewHostModuleBuilder(abi.ActorModule)
-	fn(actor, abi.FuncRequestRead, []api.ValueType{i32, i32}, func(h *fakeHost, m api.Module, p []uint64) uint32 {
+	fn(actor, abi.FuncRequestRead, func(h *fakeHost, m api.Module, p []uint64) uint32 {
 		n := min(int(uint32(p[1])), len(h.req))
 		if !m.Memory().Write(uint32(p[0]), h.req[:n]) {
 			return abi.EFAULT
 		}
 		return 0
 	})
-	fn(actor, abi.FuncResponseWrite, []api.ValueType{i32, i32}, func(h *fakeHost, m api.Module, p []uint64) uint32 {
+	fn(actor, abi.FuncResponseWrite, func(h *fakeHost, m api.Module, p []uint64) uint32 {
 		b, ok := m.Memory().Read(uint32(p[0]), uint32(p[1]))
 		if !ok {
 			return abi.EFAULT
@@ -180,7 +187,7 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 		h.resp = append(h.resp, b...)
 		return 0
 	})
-	fn(actor, abi.FuncKVGet, []api.ValueType{i32, i32, i32, i32, i32}, func(h *fakeHost, m api.Module, p []uint64) uint32 {
+	fn(actor, abi.FuncKVGet, func(h *fakeHost, m api.Module, p []uint64) uint32 {
 		key, ok := m.Memory().Read(uint32(p[0]), uint32(p[1]))
 		if !ok {
 			return abi.EFAULT
@@ -195,7 +202,7 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 		}
 		return 0
 	})
-	fn(actor, abi.FuncKVPut, []api.ValueType{i32, i32, i32, i32}, func(h *fakeHost, m api.Module, p []uint64) uint32 {
+	fn(actor, abi.FuncKVPut, func(h *fakeHost, m api.Module, p []uint64) uint32 {
 		if uint32(p[1]) > abi.MaxKeyLen || uint32(p[3]) > abi.MaxValueLen {
 			return abi.E2BIG
 		}
@@ -207,7 +214,7 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 		h.kv[string(key)] = string(val)
 		return 0
 	})
-	fn(actor, abi.FuncKVDelete, []api.ValueType{i32, i32}, func(h *fakeHost, m api.Module, p []uint64) uint32 {
+	fn(actor, abi.FuncKVDelete, func(h *fakeHost, m api.Module, p []uint64) uint32 {
 		key, ok := m.Memory().Read(uint32(p[0]), uint32(p[1]))
 		if !ok {
 			return abi.EFAULT

@@ -1,0 +1,291 @@
+package alarms_test
+
+// The ordering the plugin owns: Replicate and BeforeUpload re-check the
+// hold after the upload, and the timer loop (DeliverDue, RunTimer) takes
+// the actor, delivers, gives up and retries the same entry time after a
+// failure, drops an alarm that is not this node's, and re-arms the timer
+// from the committed state.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+func TestReplicateRunsTheWholeOrderAroundTheHostsUpload(t *testing.T) {
+	f := newFixture(t)
+	a := f.actor(3)
+	e1 := tagged(t1, 3, "9")
+	f.put(t, e1)
+	record(a, &e1)
+	a.alarm = ptr(t2)
+	if err := f.p.Replicate(context.Background(), a, alarms.AfterEvent); err != nil {
+		t.Fatal(err)
+	}
+	e2 := tagged(t2, 3, "1")
+	wantJournal(t, f.j.take(),
+		"PUT-IF-NONE-MATCH "+e2.String(),
+		"META alarm_indexed="+alarmindex.FormatRecorded(&e2),
+		"UPLOAD",
+		"DELETE "+e1.String())
+}
+
+// An upload that returned after the hold lapsed does not count: the entry
+// it replaced may be named by a newer holder's state, so it stays, and the
+// host is told to give the actor up. (Found by the simulator; the plugin,
+// not each host, does this check.)
+func TestAnUploadThatReturnsAfterTheHoldLapsedDeletesNothing(t *testing.T) {
+	for _, via := range []string{"Replicate", "BeforeUpload"} {
+		t.Run(via, func(t *testing.T) {
+			f := newFixture(t)
+			a := f.actor(3)
+			e1 := tagged(t1, 3, "9")
+			f.put(t, e1)
+			record(a, &e1)
+			a.alarm = ptr(t2)
+			a.lapseOnUpload = true
+			var err error
+			if via == "Replicate" {
+				err = f.p.Replicate(context.Background(), a, alarms.AfterEvent)
+			} else {
+				after, berr := f.p.BeforeUpload(context.Background(), a, alarms.AfterEvent)
+				if berr != nil {
+					t.Fatal(berr)
+				}
+				if err = a.Upload(context.Background()); err == nil {
+					err = after(context.Background())
+				}
+			}
+			if !errors.Is(err, alarmindex.ErrGiveUp) || !strings.Contains(err.Error(), "lapsed") || !strings.Contains(err.Error(), a.id.String()) {
+				t.Fatalf("%s: %v; want a give-up naming the actor and the lapsed hold", via, err)
+			}
+			for _, l := range f.j.take() {
+				if strings.HasPrefix(l, "DELETE") {
+					t.Fatalf("%s deleted %s after an upload the hold did not outlive", via, l)
+				}
+			}
+			if _, _, ok := f.mem.Object(e1.String()); !ok {
+				t.Fatal("the replaced entry is gone")
+			}
+		})
+	}
+	// The unsafe executor (a host that trusts a late upload) deletes it:
+	// the check above is what stops it.
+	f := newFixture(t)
+	p, err := alarms.Register(alarms.WithMutations(alarms.Config{
+		Bucket: f.mem, Host: f.host, Timer: f.timer, Margin: time.Second, Nonces: &counterNonces{},
+	}, alarmindex.Mutations{TrustLateUploads: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.actor(3)
+	e1 := tagged(t1, 3, "9")
+	f.put(t, e1)
+	record(a, &e1)
+	a.alarm, a.lapseOnUpload = ptr(t2), true
+	if err := p.Replicate(context.Background(), a, alarms.AfterEvent); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := f.mem.Object(e1.String()); ok {
+		t.Fatal("TrustLateUploads kept the replaced entry: the mutation no longer reaches the executor")
+	}
+}
+
+// R3 on the after-event path: an upload under an older generation (an
+// exec-durable replica's) that clears the alarm never deletes the entry a
+// newer owner wrote, though the database names it.
+func TestAnUploadNeverDeletesANewerOwnersEntry(t *testing.T) {
+	f := newFixture(t)
+	a := f.actor(2)
+	newer := tagged(t1, 5, "7")
+	f.put(t, newer)
+	record(a, &newer)
+	a.alarm = nil
+	for _, kind := range []alarms.UploadKind{alarms.AfterEvent, alarms.MidEvent} {
+		if err := f.p.Replicate(context.Background(), a, kind); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range f.j.take() {
+			if strings.HasPrefix(l, "DELETE") {
+				t.Fatalf("%v: deleted an entry of generation 5 under generation 2: %s", kind, l)
+			}
+		}
+		if _, _, ok := f.mem.Object(newer.String()); !ok {
+			t.Fatalf("%v: the newer owner's entry is gone", kind)
+		}
+		record(a, &newer)
+	}
+	// Moving the alarm elsewhere does not delete it either.
+	a.alarm = ptr(t2)
+	if err := f.p.Replicate(context.Background(), a, alarms.AfterEvent); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := f.mem.Object(newer.String()); !ok {
+		t.Fatal("moving the alarm deleted the newer owner's entry")
+	}
+}
+
+// taker is a host for the timer loop: Take hands out the fixture's actor,
+// or fails with takeErr.
+type taker struct {
+	mu      sync.Mutex
+	a       *fakeActor
+	takeErr error
+	runErr  error
+	takes   []abi.ActorID
+	dones   []error
+}
+
+type takenActor struct {
+	*fakeActor
+	t *taker
+}
+
+func (ta takenActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
+	d, _ := ta.fakeActor.RunAlarm(ctx)
+	if ta.t.runErr != nil {
+		return hostmod.Delivery{}, ta.t.runErr
+	}
+	// The handler set its next alarm.
+	ta.alarm = ptr(t2)
+	return d, nil
+}
+
+func (ta takenActor) Done(_ context.Context, err error) {
+	ta.t.mu.Lock()
+	ta.t.dones = append(ta.t.dones, err)
+	ta.t.mu.Unlock()
+}
+
+func (tk *taker) Take(_ context.Context, id abi.ActorID) (alarms.Taken, error) {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	tk.takes = append(tk.takes, id)
+	if tk.takeErr != nil {
+		return nil, tk.takeErr
+	}
+	return takenActor{fakeActor: tk.a, t: tk}, nil
+}
+
+func TestDeliverDueRunsAndReArmsFromTheCommittedAlarm(t *testing.T) {
+	f := newFixture(t)
+	a := f.actor(3)
+	a.alarm = ptr(t1)
+	tk := &taker{a: a}
+	key := alarms.TimerKey(a.id)
+	d := f.p.DeliverDue(context.Background(), tk, key, t1)
+	if d.Err != nil || d.Index.Outcome != alarmindex.OutcomeRun || !d.Index.Event.Ran {
+		t.Fatalf("DeliverDue: %+v; want the alarm run", d)
+	}
+	if at, ok := f.timer.Get(key); !ok || at != t2 {
+		t.Errorf("timer holds %d (%v), want the alarm the handler committed, %d", at, ok, t2)
+	}
+	if len(tk.dones) != 1 || tk.dones[0] != nil {
+		t.Errorf("Done calls %v, want one with no error", tk.dones)
+	}
+}
+
+// A delivery that fails on the way gives the actor up, and its retry, a
+// lease period later, delivers the same entry time (not the retry's).
+func TestDeliverDueRetriesTheSameEntryTimeAfterAFailure(t *testing.T) {
+	f := newFixture(t)
+	a := f.actor(3)
+	a.alarm = ptr(t1)
+	f.host.now = time.UnixMilli(t1).Add(time.Second)
+	tk := &taker{a: a, runErr: errors.New("disk I/O error")}
+	key := alarms.TimerKey(a.id)
+	d := f.p.DeliverDue(context.Background(), tk, key, t1)
+	if d.Err == nil || len(tk.dones) != 1 || tk.dones[0] == nil {
+		t.Fatalf("DeliverDue: err %v, Done calls %v; want the failure reported and the actor given up", d.Err, tk.dones)
+	}
+	want := f.host.now.Add(15 * time.Second).UnixMilli() // RetryAfterError defaults to Margin
+	if at, ok := f.timer.Get(key); !ok || at != want || d.RetryAt != want {
+		t.Fatalf("timer holds %d (%v), RetryAt %d; want the retry at %d", at, ok, d.RetryAt, want)
+	}
+	// The bucket is unreachable for the retry too: still the same entry.
+	// (The timer pops what it delivers.)
+	f.timer.Remove(key)
+	tk.runErr, tk.takeErr = nil, errors.New("bucket unreachable")
+	d = f.p.DeliverDue(context.Background(), tk, key, want)
+	if d.TimerAt != t1 || d.Err == nil {
+		t.Fatalf("the retry delivered %d (err %v), want the entry time %d", d.TimerAt, d.Err, t1)
+	}
+	tk.takeErr = nil
+	f.timer.Remove(key)
+	d = f.p.DeliverDue(context.Background(), tk, key, f.host.now.Add(30*time.Second).UnixMilli())
+	if d.TimerAt != t1 || d.Err != nil || d.Index.Outcome != alarmindex.OutcomeRun {
+		t.Fatalf("the second retry: %+v; want the entry time %d run", d, t1)
+	}
+	// An event that moves the alarm drops the pending retry's time.
+	f.p.DeliverDue(context.Background(), &taker{a: a, takeErr: errors.New("x")}, key, t2)
+	f.p.Arm(a.id, ptr(t2))
+	if d := f.p.DeliverDue(context.Background(), tk, key, t2); d.TimerAt != t2 {
+		t.Errorf("after Arm the delivery was for %d, want %d", d.TimerAt, t2)
+	}
+}
+
+func TestDeliverDueDropsAnAlarmThatIsNotThisNodes(t *testing.T) {
+	f := newFixture(t)
+	a := f.actor(3)
+	key := alarms.TimerKey(a.id)
+	f.timer.Set(key, t1)
+	tk := &taker{a: a, takeErr: alarms.NotHere(errors.New("held by n2"))}
+	d := f.p.DeliverDue(context.Background(), tk, key, t1)
+	if !errors.Is(d.Err, alarms.ErrNotHere) {
+		t.Fatalf("err %v, want ErrNotHere", d.Err)
+	}
+	if _, ok := f.timer.Get(key); ok {
+		t.Error("the timer still holds the alarm of an actor another node holds")
+	}
+}
+
+// RunTimer delivers what the timer pops, one delivery per actor at a time,
+// and returns once its deliveries ended.
+func TestRunTimerDeliversDueAlarms(t *testing.T) {
+	clock := &tickingHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}
+	timer := sweeper.NewTimer(retryMax)
+	got := make(chan alarms.Delivered, 4)
+	p, err := alarms.Register(alarms.Config{
+		Bucket: newFixture(t).mem, Host: clock, Timer: timer, Margin: time.Second,
+		OnDelivery: func(d alarms.Delivered) { got <- d },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	a := f.actor(3)
+	a.p = p
+	a.alarm = ptr(t1)
+	timer.Set(alarms.TimerKey(a.id), t1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.RunTimer(ctx, &taker{a: a}); close(done) }()
+	select {
+	case d := <-got:
+		if d.Err != nil || !d.Index.Event.Ran || d.Actor != a.id {
+			t.Fatalf("delivery %+v", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery in 30 s")
+	}
+	cancel()
+	<-done
+}
+
+// tickingHost's After fires at once, so the timer loop does not wait.
+type tickingHost struct{ fakeHost }
+
+func (h *tickingHost) After(time.Duration) <-chan time.Time {
+	c := make(chan time.Time, 1)
+	c <- h.now
+	return c
+}

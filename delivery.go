@@ -1,0 +1,221 @@
+package alarms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
+)
+
+// ErrNotHere is wrapped by a Taker's error when the actor is not this
+// node's to run: another node holds it, or this node does not serve its
+// class. RunTimer then drops the alarm from the node timer: the holder has
+// it, and a sweep offers an orphaned one again.
+var ErrNotHere = errors.New("the actor is not this node's to run")
+
+// Taker is what RunTimer asks of the host: take an actor for a delivery.
+type Taker interface {
+	// Take takes the actor (in a cluster: its hold, restoring the actor
+	// from the bucket when the local copy is not the newest state) and
+	// returns it locked for the caller. An error wrapping ErrNotHere
+	// drops the alarm; any other error retries the same entry time after
+	// Config.RetryAfterError.
+	Take(ctx context.Context, id abi.ActorID) (Taken, error)
+}
+
+// Taken is an actor a Taker took for a delivery.
+type Taken interface {
+	Actor
+	// Done ends the delivery and unlocks the actor. A non-nil err means
+	// the delivery failed part-way: the host gives the actor up (closes
+	// its local copy and lets the hold go), as for a failed upload.
+	Done(ctx context.Context, err error)
+}
+
+// Delivered is what one delivery of RunTimer did.
+type Delivered struct {
+	Actor abi.ActorID
+	// TimerAt is the entry time delivered (the time of the first try when
+	// this is a retry).
+	TimerAt int64
+	// At is when the delivery ended, on the host's clock.
+	At time.Time
+	// Index is what Deliver did (nothing when the actor was not taken).
+	Index Delivery
+	// Err is why the delivery did not happen or failed: wrapping
+	// ErrNotHere, the alarm was dropped; otherwise it is retried at
+	// RetryAt.
+	Err     error
+	RetryAt int64
+	// Alarm is the committed alarm the timer was re-armed with (nil:
+	// none, or not re-armed).
+	Alarm *int64
+}
+
+// RunTimer runs the node timer (Config.Timer) until ctx ends: each alarm
+// it pops is delivered in the background, one delivery per actor at a
+// time and at most Config.MaxConcurrentDeliveries at once: take the actor
+// (Taker), Deliver, then re-arm the timer from the committed alarm. A
+// delivery that failed on the way gives the actor up and delivers the same
+// entry time again after Config.RetryAfterError. It returns once every
+// delivery it started has ended.
+func (p *Plugin) RunTimer(ctx context.Context, t Taker) {
+	defer p.wg.Wait()
+	p.cfg.Timer.Run(ctx, p.cfg.Host, func(key string, at int64) { p.start(ctx, t, key, at) })
+}
+
+// Arm sets the node timer to an actor's committed alarm (nil: none) after
+// an event changed it; a retry pending from a failed delivery is dropped.
+func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
+	key := TimerKey(id)
+	p.mu.Lock()
+	delete(p.redeliver, key)
+	p.mu.Unlock()
+	if alarm != nil {
+		p.cfg.Timer.Set(key, *alarm)
+	} else {
+		p.cfg.Timer.Remove(key)
+	}
+}
+
+// ArmEvent is Arm after an event run by package hostmod: it re-arms the
+// timer from the event's result when the event changed the alarm.
+func (p *Plugin) ArmEvent(id abi.ActorID, r hostmod.Result) {
+	if !r.AlarmChanged {
+		return
+	}
+	var alarm *int64
+	if r.HasAlarm {
+		alarm = &r.Alarm
+	}
+	p.Arm(id, alarm)
+}
+
+func (p *Plugin) inFlight(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflight[key]
+}
+
+func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
+	p.mu.Lock()
+	if p.inflight[key] {
+		p.mu.Unlock()
+		return
+	}
+	p.inflight[key] = true
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		defer func() {
+			p.mu.Lock()
+			delete(p.inflight, key)
+			p.mu.Unlock()
+		}()
+		defer func() {
+			// A panic outside the actor's delivery (OnDelivery, say) ends
+			// this delivery only.
+			if r := recover(); r != nil {
+				p.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-p.sem }()
+		d := p.DeliverDue(ctx, t, key, at)
+		if p.cfg.OnDelivery != nil {
+			p.cfg.OnDelivery(d)
+		}
+	}()
+}
+
+// DeliverDue delivers one alarm the node timer popped (key is a TimerKey)
+// as RunTimer does, on the calling goroutine: for a host that runs its
+// own timer loop.
+func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) Delivered {
+	p.mu.Lock()
+	if due, ok := p.redeliver[key]; ok {
+		delete(p.redeliver, key)
+		at = min(at, due)
+	}
+	p.mu.Unlock()
+	d := Delivered{TimerAt: at}
+	id, err := ParseTimerKey(key)
+	if err != nil {
+		p.log.Error("dropping a malformed timer entry", "key", key, "error", err)
+		d.Err = err
+		return d
+	}
+	d.Actor = id
+	a, err := t.Take(ctx, id)
+	if err == nil {
+		d.Index, d.Alarm, err = p.deliverTaken(ctx, a, key, at)
+		a.Done(ctx, err)
+	}
+	d.At = p.cfg.Host.Now()
+	switch {
+	case err == nil:
+		if ev := d.Index.Event; ev.Ran && ev.Err != nil {
+			p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
+		} else if ev.Ran {
+			p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", d.At.UnixMilli(), "retry_count", ev.RetryCount)
+		}
+	case errors.Is(err, ErrNotHere):
+		d.Err = err
+		p.cfg.Timer.Remove(key)
+		p.log.Debug("alarm dropped: the actor is not this node's to run", "actor", id.String(), "error", err)
+	default:
+		d.Err = err
+		if ctx.Err() != nil {
+			return d
+		}
+		// docs/design.md#delivery: tried again a lease period later, for
+		// the same entry time.
+		retry := d.At.Add(p.cfg.RetryAfterError).UnixMilli()
+		p.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", p.cfg.RetryAfterError, "error", err)
+		if p.cfg.Timer.Offer(key, retry, d.At.UnixMilli()) {
+			d.RetryAt = retry
+			p.mu.Lock()
+			p.redeliver[key] = at
+			p.mu.Unlock()
+		}
+	}
+	return d
+}
+
+// ErrPanicked is wrapped by the error of a delivery that panicked: the
+// actor is given up (Taken.Done) and the delivery retried like any other
+// that failed.
+var ErrPanicked = errors.New("a delivery panicked")
+
+// deliverTaken delivers to a taken actor and re-arms the timer from the
+// committed state; a panic in the host or the plugin is recovered here.
+func (p *Plugin) deliverTaken(ctx context.Context, a Taken, key string, at int64) (d Delivery, alarm *int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("panic in a delivery; giving the actor up", "actor", a.ID().String(), "panic", r, "stack", string(debug.Stack()))
+			err = &abi.ActorError{ID: a.ID(), Op: "deliver", Err: fmt.Errorf("%w: %v", ErrPanicked, r)}
+		}
+	}()
+	d, err = p.Deliver(ctx, a, at)
+	if err == nil && d.RetryAt == 0 {
+		// Re-arm from the committed state (a failed on-alarm committed its
+		// retry; a handler may have set the next alarm).
+		if st, rerr := a.Read(ctx); rerr == nil && st.Alarm != nil {
+			alarm = st.Alarm
+			p.cfg.Timer.Set(key, *st.Alarm)
+		}
+	}
+	return d, alarm, err
+}
+
+// NotHere wraps err in ErrNotHere, for a Taker.
+func NotHere(err error) error { return fmt.Errorf("%w: %w", ErrNotHere, err) }

@@ -1,0 +1,122 @@
+package alarms_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// exampleHost is a host of one node that holds every actor (alarms.Host).
+type exampleHost struct{ now time.Time }
+
+func (h exampleHost) Now() time.Time                              { return h.now }
+func (h exampleHost) After(d time.Duration) <-chan time.Time      { return time.After(d) }
+func (h exampleHost) Self() string                                { return "n1" }
+func (h exampleHost) LiveNodes(context.Context) ([]string, error) { return []string{"n1"}, nil }
+func (h exampleHost) Tenants(context.Context) ([]string, error)   { return []string{"t"}, nil }
+
+// exampleActor is an actor run by hostmod, as the plugin sees it
+// (alarms.Actor): the host's only jobs are the upload and the alarm event.
+type exampleActor struct {
+	a        *hostmod.Actor
+	p        *alarms.Plugin
+	b        bucket.Bucket
+	uploaded bool
+}
+
+func (x *exampleActor) ID() abi.ActorID      { return x.a.ID() }
+func (x *exampleActor) Generation() uint64   { return 1 }
+func (x *exampleActor) HoldValid() bool      { return true }
+func (x *exampleActor) Uploaded() bool       { return x.uploaded }
+func (x *exampleActor) BucketHadActor() bool { return x.uploaded }
+func (x *exampleActor) Read(ctx context.Context) (alarms.ActorState, error) {
+	return alarms.ReadHostmod(ctx, x.a)
+}
+func (x *exampleActor) WriteMeta(ctx context.Context, k, v string) error {
+	return alarms.WriteHostmodMeta(ctx, x.a, k, v)
+}
+func (x *exampleActor) Upload(ctx context.Context) error {
+	var data []byte
+	if err := x.a.Lock(func(s *hostmod.Store) (err error) { data, err = s.Snapshot(); return err }); err != nil {
+		return err
+	}
+	_, err := x.b.Put(ctx, "state/"+alarms.TimerKey(x.ID()), data, bucket.Cond{})
+	x.uploaded = x.uploaded || err == nil
+	return err
+}
+func (x *exampleActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
+	d, err := x.a.DeliverAlarm(ctx)
+	if err == nil && d.Ran {
+		err = x.p.Replicate(ctx, x, alarms.AfterEvent)
+	}
+	return d, err
+}
+func (x *exampleActor) Release(context.Context) {}
+
+// A host registers the plugin, replicates each event through it (which
+// lists the alarm in the bucket's index around the upload), and hands the
+// timer's alarms to Deliver.
+func Example() {
+	ctx := context.Background()
+	now := time.UnixMilli(1_800_000_000_000)
+	mem := bucket.NewMem()
+	p, err := alarms.Register(alarms.Config{
+		Bucket: mem, Host: exampleHost{now: now}, Timer: sweeper.NewTimer(5 * time.Minute), Margin: 12 * time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(exampleHost{now: now}))
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close(ctx)
+	wasm, err := os.ReadFile("testdata/wasm/oneshot_alarm.wasm") // on-request sets the alarm to its body's i64
+	if err != nil {
+		panic(err)
+	}
+	class, err := eng.Compile(ctx, "oneshot", wasm)
+	if err != nil {
+		panic(err)
+	}
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	a, err := eng.Open(ctx, abi.ActorID{Tenant: "t", Class: "oneshot", Name: "a"}, class, filepath.Join(dir, "a.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close(ctx)
+	actor := &exampleActor{a: a, p: p, b: mem}
+
+	var req [8]byte
+	binary.LittleEndian.PutUint64(req[:], uint64(now.UnixMilli()))
+	if _, err := a.Request(ctx, req[:]); err != nil {
+		panic(err)
+	}
+	if err := p.Replicate(ctx, actor, alarms.AfterEvent); err != nil { // PUT, record, upload, hold check, DELETE
+		panic(err)
+	}
+	keys, _ := mem.List(ctx, alarmindex.TenantPrefix("t"), "", 10)
+	k, _ := alarmindex.ParseKey(keys[0])
+	fmt.Println("index entries:", len(keys), "due:", k.DueMs, "generation:", k.Tag.Generation)
+
+	d, err := p.Deliver(ctx, actor, now.UnixMilli())
+	if err != nil {
+		panic(err)
+	}
+	keys, _ = mem.List(ctx, alarmindex.TenantPrefix("t"), "", 10)
+	fmt.Println("delivered:", d.Outcome, "ran:", d.Event.Ran, "entries left:", len(keys))
+	// Output:
+	// index entries: 1 due: 1800000000000 generation: 1
+	// delivered: run ran: true entries left: 0
+}

@@ -1,0 +1,63 @@
+package hostmod
+
+import (
+	"context"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// hostFunc is one host function of the ABI: where it is imported from, its
+// handler (which reads its parameters and returns the errno, the one
+// result), and its parameters' types and names as abi/ABI.md gives them.
+type hostFunc struct {
+	module, name string
+	handler      func(ctx context.Context, mod api.Module, params []uint64) abi.Errno
+	params       []api.ValueType
+	paramNames   []string
+}
+
+// hostFuncs is every host function, declared once: it drives the module
+// builders (NewModuleBuilders), the import checks at load (Compile) and
+// Functions; a test holds it to the signatures in abi/ABI.md.
+var hostFuncs = []hostFunc{
+	{abi.AlarmModule, abi.FuncSetAlarm, setAlarm, []api.ValueType{i64}, []string{"at_ms"}},
+	{abi.AlarmModule, abi.FuncGetAlarm, getAlarm, []api.ValueType{i32}, []string{"out_ptr"}},
+	{abi.AlarmModule, abi.FuncClearAlarm, clearAlarm, nil, nil},
+	{abi.ActorModule, abi.FuncRequestRead, requestRead, []api.ValueType{i32, i32}, []string{"buf", "buf_len"}},
+	{abi.ActorModule, abi.FuncResponseWrite, responseWrite, []api.ValueType{i32, i32}, []string{"buf", "len"}},
+	{abi.ActorModule, abi.FuncKVGet, kvGet, []api.ValueType{i32, i32, i32, i32, i32}, []string{"key", "key_len", "buf", "buf_len", "out_len_ptr"}},
+	{abi.ActorModule, abi.FuncKVPut, kvPut, []api.ValueType{i32, i32, i32, i32}, []string{"key", "key_len", "val", "val_len"}},
+	{abi.ActorModule, abi.FuncKVDelete, kvDelete, []api.ValueType{i32, i32}, []string{"key", "key_len"}},
+}
+
+// Function describes one host function of the ABI. Every one returns a
+// single i32, the errno.
+type Function struct {
+	Module, Name string
+	Params       []api.ValueType
+	ParamNames   []string
+}
+
+// Functions returns the signature of every host function the modules
+// provide, in the order ABI.md lists them: for tools, and for test hosts
+// that must offer the same imports.
+func Functions() []Function {
+	out := make([]Function, len(hostFuncs))
+	for i, f := range hostFuncs {
+		out[i] = Function{Module: f.module, Name: f.name,
+			Params: append([]api.ValueType(nil), f.params...), ParamNames: append([]string(nil), f.paramNames...)}
+	}
+	return out
+}
+
+// lookupFunc returns the host function module.name, if there is one.
+func lookupFunc(module, name string) (hostFunc, bool) {
+	for _, f := range hostFuncs {
+		if f.module == module && f.name == name {
+			return f, true
+		}
+	}
+	return hostFunc{}, false
+}
