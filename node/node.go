@@ -85,8 +85,6 @@ type Node struct {
 	holds   *cluster.Holds
 	replica *cluster.Replica
 	plugin  *alarms.Plugin
-	// leaseTTL is the lease period in force (cluster mode).
-	leaseTTL time.Duration
 
 	mu      sync.Mutex
 	entries map[abi.ActorID]*entry
