@@ -84,6 +84,10 @@ type Host struct {
 	// MultiNode: the host runs several nodes on one bucket, and a node's
 	// Crash lets its lease lapse (the takeover scenario runs).
 	MultiNode bool
+	// IndexPrefix is where in the bucket the host keeps the alarm index:
+	// its entries are under IndexPrefix + "alarms/" ("" for the bucket's
+	// root; the reference host's default is "cluster/").
+	IndexPrefix string
 }
 
 // Fast are the timings the scenarios use: short enough for a test, long
@@ -119,9 +123,11 @@ type rig struct {
 	t   *testing.T
 	h   Host
 	mem *bucket.Mem
+	// idx is the bucket as seen from the host's IndexPrefix.
+	idx bucket.Bucket
 
 	mu sync.Mutex
-	// down fails every request to the index ("alarms/") while set.
+	// down fails every request to the index while set.
 	down bool
 	got  []alarms.Delivered
 	// node names the node of each delivery in got.
@@ -130,10 +136,11 @@ type rig struct {
 
 func newRig(t *testing.T, h Host) *rig {
 	r := &rig{t: t, h: h, mem: bucket.NewMem()}
+	r.idx = bucket.WithPrefix(r.mem, h.IndexPrefix)
 	r.mem.Faults = func(op bucket.Op) bucket.Fault {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.down && strings.HasPrefix(op.Key, "alarms/") {
+		if r.down && strings.HasPrefix(op.Key, h.IndexPrefix+"alarms/") {
 			return bucket.Fault{Err: errors.New("alarmstest: the index is unreachable")}
 		}
 		return bucket.Fault{}
@@ -163,7 +170,7 @@ func (r *rig) request(n Node, id abi.ActorID, body []byte) {
 // entries are the actor's index entries.
 func (r *rig) entries(id abi.ActorID) []alarmindex.Key {
 	r.t.Helper()
-	keys, err := r.mem.List(context.Background(), alarmindex.TenantPrefix(id.Tenant), "", 100_000)
+	keys, err := r.idx.List(context.Background(), alarmindex.TenantPrefix(id.Tenant), "", 100_000)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -334,15 +341,15 @@ func stale(t *testing.T, h Host) {
 	old := alarmindex.Key{Actor: id, DueMs: past, Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}
 	newer := alarmindex.Key{Actor: id, DueMs: past, Tag: alarmindex.Tag{Generation: 1 << 40, Nonce: "0b"}}
 	for _, k := range []alarmindex.Key{old, newer} {
-		if _, err := r.mem.Put(context.Background(), k.String(), nil, bucket.Cond{}); err != nil {
+		if _, err := r.idx.Put(context.Background(), k.String(), nil, bucket.Cond{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	r.waitFor("the stale entry to be removed", func() bool {
-		_, _, ok := r.mem.Object(old.String())
+		_, _, ok := r.mem.Object(h.IndexPrefix + old.String())
 		return !ok
 	})
-	if _, _, ok := r.mem.Object(newer.String()); !ok {
+	if _, _, ok := r.mem.Object(h.IndexPrefix + newer.String()); !ok {
 		t.Error("the entry of a newer generation was removed (R3)")
 	}
 	var atFuture int

@@ -12,7 +12,7 @@ import (
 
 // The reference host passes the plugin's conformance kit.
 func TestConformance(t *testing.T) {
-	alarmstest.Run(t, alarmstest.Host{Start: startKitNode, MultiNode: true})
+	alarmstest.Run(t, alarmstest.Host{Start: startKitNode, MultiNode: true, IndexPrefix: "cluster/"})
 }
 
 type kitNode struct{ *node.Node }
