@@ -37,6 +37,10 @@ const (
 	// DefaultRegion is used when neither an option nor the environment
 	// names a region.
 	DefaultRegion = "us-east-1"
+	// DefaultMaxIdleConns is how many idle connections to the store the
+	// client keeps for reuse: a node's deliveries in flight (64 by default)
+	// plus its uploads, prunes, lease renewals and sweeps.
+	DefaultMaxIdleConns = 128
 )
 
 // S3 is a Bucket on an S3-compatible store, through aws-sdk-go-v2. Create it
@@ -58,6 +62,7 @@ type s3Options struct {
 	maxAttempts    int
 	maxBackoff     time.Duration
 	requestTimeout time.Duration
+	maxIdleConns   int
 }
 
 // WithEndpoint sets the store's URL (such as http://127.0.0.1:7070),
@@ -93,6 +98,12 @@ func WithRequestTimeout(d time.Duration) S3Option {
 	return func(o *s3Options) { o.requestTimeout = d }
 }
 
+// WithMaxIdleConns sets how many idle connections to the store the client
+// keeps open for reuse (default DefaultMaxIdleConns). Size it for the
+// requests a process has in flight at once: a request that finds no idle
+// connection dials a new one, and one returned to a full pool is closed.
+func WithMaxIdleConns(n int) S3Option { return func(o *s3Options) { o.maxIdleConns = n } }
+
 // NewS3 returns a client for the named bucket. Configuration comes from the
 // environment as the SDK reads it (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY, AWS_REGION, shared config files), then opts; the
@@ -106,12 +117,16 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 		maxAttempts:    DefaultMaxAttempts,
 		maxBackoff:     DefaultRetryMaxBackoff,
 		requestTimeout: DefaultRequestTimeout,
+		maxIdleConns:   DefaultMaxIdleConns,
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.maxAttempts < 1 {
 		return nil, fmt.Errorf("bucket %q: max attempts %d: must be at least 1", bucketName, o.maxAttempts)
+	}
+	if o.maxIdleConns < 1 {
+		return nil, fmt.Errorf("bucket %q: max idle connections %d: must be at least 1", bucketName, o.maxIdleConns)
 	}
 	if o.requestTimeout <= 0 || o.maxBackoff < 0 {
 		return nil, fmt.Errorf("bucket %q: request timeout and retry backoff must be positive", bucketName)
@@ -144,14 +159,20 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 		cfg.Region = DefaultRegion
 	}
 	// The SDK's buildable client carries AWS_CA_BUNDLE if set; bound each
-	// attempt and count attempts around it.
+	// attempt and count attempts around it. One client (and so one pool of
+	// connections) serves every request of the bucket, as the SDK advises;
+	// the pool is sized so concurrent requests reuse their connections
+	// rather than dial (Go's default keeps two idle per host).
 	hc, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
 	if !ok || hc == nil {
 		hc = awshttp.NewBuildableClient()
 	}
 	hc = hc.WithTimeout(o.requestTimeout).
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(o.requestTimeout, 10*time.Second) }).
-		WithTransportOptions(func(tr *http.Transport) { tr.MaxIdleConnsPerHost = 64 })
+		WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConns = max(tr.MaxIdleConns, o.maxIdleConns)
+			tr.MaxIdleConnsPerHost = o.maxIdleConns
+		})
 	cfg.HTTPClient = attemptCounter{hc}
 	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if o.endpoint != "" {

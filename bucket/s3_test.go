@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/url"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,5 +233,131 @@ func TestS3EnsureBucketCreatesOnceAndCheckPasses(t *testing.T) {
 	}
 	if keys, err := b.List(ctx(t), "", "", 10); err != nil || len(keys) != 0 {
 		t.Fatalf("bucket after Check holds %q, %v; want nothing", keys, err)
+	}
+}
+
+// dialCounter is a TCP relay to an S3 server that counts the connections
+// clients open through it. A connection the server closes is closed to the
+// client too, so a server that closes after each request shows up as one
+// connection per request.
+type dialCounter struct {
+	URL   string
+	conns atomic.Int64
+}
+
+func newDialCounter(t *testing.T, endpoint string) *dialCounter {
+	t.Helper()
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dialCounter{URL: "http://" + l.Addr().String()}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		open  []net.Conn
+		ended bool
+	)
+	track := func(c net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		open = append(open, c)
+		return !ended
+	}
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		ended = true
+		for _, c := range open { // idle keep-alive connections stay open otherwise
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			d.conns.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				up, err := net.Dial("tcp", u.Host)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				if !track(c) || !track(up) {
+					return
+				}
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+				<-done // either side closed: close both
+			}()
+		}
+	}()
+	return d
+}
+
+// A burst of requests reuses the client's connections rather than dialling
+// for each: the server keeps them alive (versitygw needs --keep-alive) and
+// the client's pool keeps as many idle as run at once. Each dial costs a
+// TCP handshake and, on a real endpoint, a TLS one.
+func TestS3ReusesConnectionsOverABurst(t *testing.T) {
+	srv := s3test.Start(t)
+	relay := newDialCounter(t, srv.Endpoint)
+	b := srv.NewClient(t, bucket.WithEndpoint(relay.URL))
+
+	// One after another: one connection serves them all.
+	const sequential = 60
+	for i := range sequential / 3 {
+		key := fmt.Sprintf("seq/%03d", i)
+		mustPut(t, b, key, []byte("x"), bucket.Cond{IfNoneMatch: true})
+		mustGet(t, b, key)
+		if err := b.Delete(ctx(t), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := relay.conns.Load(); n > 2 {
+		t.Fatalf("%d sequential requests opened %d connections; want 1 (2 at most)", sequential, n)
+	}
+
+	// 32 at once, 20 rounds: no more connections than requests in flight.
+	// With Go's default pool (2 idle per host), most of each round's
+	// connections are closed when returned, and the next round dials again.
+	const workers, rounds = 32, 20
+	before := relay.conns.Load()
+	for r := range rounds {
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.Put(ctx(t), fmt.Sprintf("burst/%02d/%02d", r, w), []byte("x"), bucket.Cond{})
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := relay.conns.Load() - before; n > workers+4 {
+		t.Fatalf("%d rounds of %d concurrent PUTs opened %d connections; want at most %d (about one per worker)",
+			rounds, workers, n, workers+4)
 	}
 }

@@ -110,8 +110,11 @@ func launchVersitygw(ctx context.Context, bin, home, root string) (*Versitygw, e
 		Dir:       home,
 		exited:    make(chan struct{}),
 	}
+	// --keep-alive: versitygw closes every connection after one request
+	// unless told otherwise, so each S3 request would dial anew; real S3
+	// endpoints keep connections open, and so should the one we measure on.
 	v.cmd = exec.Command(bin, "--access", v.AccessKey, "--secret", v.SecretKey,
-		"--port", addr, "--region", "us-east-1", "--quiet", "posix", root)
+		"--port", addr, "--region", "us-east-1", "--keep-alive", "--quiet", "posix", root)
 	v.cmd.Stdout, v.cmd.Stderr = logFile, logFile
 	v.cmd.SysProcAttr = sysProcAttr()
 	if err := v.cmd.Start(); err != nil {
