@@ -58,6 +58,14 @@ type Bucket interface {
 	Put(ctx context.Context, key string, body []byte, cond Cond) (etag string, err error)
 	// Delete removes key. Deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error
+	// DeleteBatch removes keys with multi-object delete requests (S3's
+	// DeleteObjects), at most MaxDeleteBatch keys each: one request where
+	// Delete would send one per key. Missing keys are not errors. It
+	// returns the keys the store removed (or did not have); err, when not
+	// nil, is a *BatchError naming the others, or the *OpError of a request
+	// that failed as a whole (then no key of that request is reported
+	// removed, though some may have been). An empty keys sends nothing.
+	DeleteBatch(ctx context.Context, keys []string) (deleted []string, err error)
 	// List returns up to limit keys under prefix, in key (byte) order,
 	// strictly after startAfter ("" = from the start). limit must be at least
 	// 1 and may exceed 1,000: implementations read pages of at most 1,000.
@@ -75,6 +83,10 @@ type Bucket interface {
 // pages of at most this many keys.
 const MaxPage = 1000
 
+// MaxDeleteBatch is the most keys one multi-object delete request carries
+// (S3's limit). DeleteBatch splits longer lists.
+const MaxDeleteBatch = 1000
+
 // OpKind names a bucket operation.
 type OpKind string
 
@@ -84,6 +96,8 @@ const (
 	OpPut    OpKind = "PUT"
 	OpDelete OpKind = "DELETE"
 	OpList   OpKind = "LIST"
+	// OpDeleteBatch is a multi-object delete (S3: POST ?delete).
+	OpDeleteBatch OpKind = "DELETE-BATCH"
 )
 
 // OpError is the error every Bucket method returns. It names the bucket, the
@@ -120,6 +134,27 @@ func (e *OpError) Error() string {
 
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
+
+// BatchError is the error of a multi-object delete whose request succeeded
+// but the store refused some of its keys.
+type BatchError struct {
+	// Bucket is the bucket's name.
+	Bucket string
+	// Failed maps each key the store did not remove to its reason.
+	Failed map[string]error
+}
+
+// Error names the bucket, how many keys failed, and one of them with its
+// reason.
+func (e *BatchError) Error() string {
+	first := ""
+	for k := range e.Failed {
+		if first == "" || k < first {
+			first = k
+		}
+	}
+	return fmt.Sprintf("bucket %q: %s: %d keys not deleted, such as %q: %v", e.Bucket, OpDeleteBatch, len(e.Failed), first, e.Failed[first])
+}
 
 // pager is implemented by buckets that report how many LIST pages a List
 // call sent; Counting uses it to count pages exactly under concurrency.

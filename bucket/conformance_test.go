@@ -49,6 +49,33 @@ func conformance(t *testing.T, newBucket func(t *testing.T) bucket.Bucket) {
 		}
 	})
 
+	t.Run("DeleteBatch", func(t *testing.T) {
+		b := newBucket(t)
+		keep := []string{"batch/keep-a", "batch/keep-b"}
+		var gone []string
+		for i := range 1203 { // two requests: 1,000 keys and 203
+			gone = append(gone, fmt.Sprintf("batch/gone/%04d", i))
+		}
+		for _, k := range append(slices.Clone(keep), gone[:1100]...) {
+			mustPut(t, b, k, nil, bucket.Cond{})
+		}
+		// The last 103 keys do not exist: deleting them is no error.
+		deleted, err := b.DeleteBatch(ctx(t), gone)
+		if err != nil {
+			t.Fatalf("DeleteBatch: %v", err)
+		}
+		if !slices.Equal(deleted, gone) {
+			t.Fatalf("DeleteBatch reported %d keys deleted, want all %d", len(deleted), len(gone))
+		}
+		left, err := b.List(ctx(t), "batch/", "", 5000)
+		if err != nil || !slices.Equal(left, keep) {
+			t.Fatalf("after DeleteBatch the bucket holds %q, %v; want %q", left, err, keep)
+		}
+		if deleted, err := b.DeleteBatch(ctx(t), nil); err != nil || len(deleted) != 0 {
+			t.Fatalf("DeleteBatch of nothing = %q, %v", deleted, err)
+		}
+	})
+
 	t.Run("IfNoneMatch", func(t *testing.T) {
 		b := newBucket(t)
 		mustPut(t, b, "hold", []byte("first"), bucket.Cond{IfNoneMatch: true})

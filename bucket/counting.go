@@ -10,6 +10,10 @@ type Counts struct {
 	// Get, Put, Delete and List count calls of each method, failed ones
 	// included.
 	Get, Put, Delete, List int64
+	// DeleteBatch counts multi-object delete requests (a DeleteBatch call
+	// of more than MaxDeleteBatch keys sends several), BatchKeys the keys
+	// they carried.
+	DeleteBatch, BatchKeys int64
 	// ListPages counts the LIST requests those List calls sent, as reported
 	// by the wrapped bucket (S3, Mem and Counting report it; any other
 	// bucket counts as one page per List call).
@@ -22,6 +26,7 @@ type Counts struct {
 type Counting struct {
 	inner                          Bucket
 	get, put, del, list, listPages atomic.Int64
+	batch, batchKeys               atomic.Int64
 }
 
 // NewCounting returns a Counting wrapper around b.
@@ -30,11 +35,13 @@ func NewCounting(b Bucket) *Counting { return &Counting{inner: b} }
 // Counts returns the counts so far.
 func (c *Counting) Counts() Counts {
 	return Counts{
-		Get:       c.get.Load(),
-		Put:       c.put.Load(),
-		Delete:    c.del.Load(),
-		List:      c.list.Load(),
-		ListPages: c.listPages.Load(),
+		Get:         c.get.Load(),
+		Put:         c.put.Load(),
+		Delete:      c.del.Load(),
+		List:        c.list.Load(),
+		ListPages:   c.listPages.Load(),
+		DeleteBatch: c.batch.Load(),
+		BatchKeys:   c.batchKeys.Load(),
 	}
 }
 
@@ -45,6 +52,8 @@ func (c *Counting) Reset() {
 	c.del.Store(0)
 	c.list.Store(0)
 	c.listPages.Store(0)
+	c.batch.Store(0)
+	c.batchKeys.Store(0)
 }
 
 // Unwrap returns the wrapped bucket.
@@ -66,6 +75,13 @@ func (c *Counting) Put(ctx context.Context, key string, body []byte, cond Cond) 
 func (c *Counting) Delete(ctx context.Context, key string) error {
 	c.del.Add(1)
 	return c.inner.Delete(ctx, key)
+}
+
+// DeleteBatch counts its requests and keys and forwards the call.
+func (c *Counting) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	c.batch.Add(int64((len(keys) + MaxDeleteBatch - 1) / MaxDeleteBatch))
+	c.batchKeys.Add(int64(len(keys)))
+	return c.inner.DeleteBatch(ctx, keys)
 }
 
 // List counts one LIST call and the pages it sent, and forwards the call.

@@ -21,8 +21,12 @@ type Op struct {
 	Seq uint64
 	// Kind is the operation.
 	Kind OpKind
-	// Key is the object key (Get, Put, Delete).
+	// Key is the object key (Get, Put, Delete). For OnChange of a
+	// DeleteBatch, the key that batch removed.
 	Key string
+	// Keys are the keys of a DeleteBatch request (at most MaxDeleteBatch).
+	// Treat them as read-only.
+	Keys []string
 	// Body is the PUT body. Treat it as read-only.
 	Body []byte
 	// Cond is the PUT condition.
@@ -47,7 +51,7 @@ type Fault struct {
 	// Err fails the request with this cause without applying it.
 	Err error
 	// Late fails the request to its caller with a timeout (an error wrapping
-	// context.DeadlineExceeded) but, for a PUT or DELETE, holds the
+	// context.DeadlineExceeded) but, for a PUT, DELETE or DELETE-BATCH, holds the
 	// operation: ApplyLate or ApplyLateOne applies it later, modelling a
 	// request that lands after its caller gave up. Its condition is checked
 	// when it is applied. A late GET or LIST only fails. Err wins over Late.
@@ -76,8 +80,9 @@ type Mem struct {
 	// stops early when ctx ends. A simulator sets it to advance its own clock.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// OnChange, if set, is called after every applied mutation (a PUT that
-	// stored an object, a DELETE that removed one), including late ones, in
-	// the order they were applied. It may read the bucket (Keys, Object,
+	// stored an object, a DELETE that removed one, and for a DELETE-BATCH
+	// once per key it removed, in the batch's order, with Key set to it),
+	// including late ones, in the order they were applied. It may read the bucket (Keys, Object,
 	// Get, List) but must not mutate it.
 	OnChange func(op Op)
 
@@ -136,7 +141,7 @@ func (m *Mem) admit(ctx context.Context, op Op) (held bool, err error) {
 		return false, m.fail(op, f.Err)
 	}
 	if f.Late {
-		if op.Kind == OpPut || op.Kind == OpDelete {
+		if op.Kind == OpPut || op.Kind == OpDelete || op.Kind == OpDeleteBatch {
 			m.mu.Lock()
 			m.late = append(m.late, op)
 			m.mu.Unlock()
@@ -199,11 +204,48 @@ func (m *Mem) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// apply performs a PUT or DELETE and reports it to OnChange if it changed
+// DeleteBatch removes keys, MaxDeleteBatch per request; each request meets
+// the fault hook once, as one Op with Keys, and is applied key by key in
+// its order (S3's multi-object delete is not atomic either).
+func (m *Mem) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	var deleted []string
+	for len(keys) > 0 {
+		n := min(len(keys), MaxDeleteBatch)
+		chunk := slices.Clone(keys[:n])
+		keys = keys[n:]
+		op := m.nextOp(Op{Kind: OpDeleteBatch, Key: chunk[0], Keys: chunk})
+		if _, err := m.admit(ctx, op); err != nil {
+			return deleted, err
+		}
+		_, _ = m.apply(op)
+		deleted = append(deleted, chunk...)
+	}
+	return deleted, nil
+}
+
+// apply performs a PUT, DELETE or DELETE-BATCH and reports it to OnChange if it changed
 // the bucket. The error is the bare cause (a failed condition).
 func (m *Mem) apply(op Op) (string, error) {
 	m.change.Lock()
 	defer m.change.Unlock()
+	if op.Kind == OpDeleteBatch {
+		for _, k := range op.Keys {
+			m.mu.Lock()
+			_, exists := m.objs[k]
+			if exists {
+				delete(m.objs, k)
+				i, _ := slices.BinarySearch(m.keys, k)
+				m.keys = slices.Delete(m.keys, i, i+1)
+			}
+			m.mu.Unlock()
+			if exists && m.OnChange != nil {
+				one := op
+				one.Key = k
+				m.OnChange(one)
+			}
+		}
+		return "", nil
+	}
 	m.mu.Lock()
 	if m.objs == nil {
 		m.objs = map[string]memObject{}

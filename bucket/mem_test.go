@@ -110,6 +110,58 @@ func TestMemLateDeleteRemovesWhatIsThereWhenItLands(t *testing.T) {
 	}
 }
 
+func TestMemLateDeleteBatchLandsKeyByKey(t *testing.T) {
+	m := bucket.NewMem()
+	var seen []bucket.Op
+	m.Faults = faultsOn(&seen, bucket.Fault{Late: true}, 3)
+	var changes []bucket.Op
+	m.OnChange = func(op bucket.Op) { changes = append(changes, op) }
+	mustPut(t, m, "a", nil, bucket.Cond{})
+	mustPut(t, m, "b", nil, bucket.Cond{})
+	deleted, err := m.DeleteBatch(ctx(t), []string{"a", "b", "c"})
+	if !errors.Is(err, context.DeadlineExceeded) || len(deleted) != 0 {
+		t.Fatalf("late DELETE-BATCH: %q, %v; want nothing deleted and a timeout", deleted, err)
+	}
+	if op := seen[2]; op.Kind != bucket.OpDeleteBatch || !slices.Equal(op.Keys, []string{"a", "b", "c"}) {
+		t.Fatalf("the fault hook saw %+v, want one DELETE-BATCH of a, b, c", op)
+	}
+	if keys := m.Keys(); len(keys) != 2 {
+		t.Fatalf("a held batch changed the bucket: %q", keys)
+	}
+	mustPut(t, m, "c", nil, bucket.Cond{})
+	changes = nil
+	if n := m.ApplyLate(); n != 1 {
+		t.Fatalf("ApplyLate applied %d, want 1", n)
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Fatalf("keys = %q after the late batch landed, want none", keys)
+	}
+	var got []string
+	for _, op := range changes {
+		if op.Kind != bucket.OpDeleteBatch || !op.Late {
+			t.Fatalf("OnChange got %+v, want late DELETE-BATCH changes", op)
+		}
+		got = append(got, op.Key)
+	}
+	if !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("OnChange saw %q removed, want a, b, c in order", got)
+	}
+}
+
+func TestMemDeleteBatchErrFaultIsNotApplied(t *testing.T) {
+	injected := errors.New("injected")
+	m := bucket.NewMem()
+	var seen []bucket.Op
+	m.Faults = faultsOn(&seen, bucket.Fault{Err: injected}, 2)
+	mustPut(t, m, "a", nil, bucket.Cond{})
+	if _, err := m.DeleteBatch(ctx(t), []string{"a"}); !errors.Is(err, injected) {
+		t.Fatalf("faulted DELETE-BATCH: err = %v, want the injected error", err)
+	}
+	if keys := m.Keys(); !slices.Equal(keys, []string{"a"}) {
+		t.Fatalf("a failed batch removed keys: %q", keys)
+	}
+}
+
 func TestMemLateConditionIsCheckedWhenItLands(t *testing.T) {
 	m := bucket.NewMem()
 	var seen []bucket.Op

@@ -314,6 +314,49 @@ func (b *S3) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// DeleteBatch removes keys with DeleteObjects requests (quiet mode: the
+// store answers only with the keys it could not delete), MaxDeleteBatch
+// keys each.
+func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	var deleted []string
+	for len(keys) > 0 {
+		n := min(len(keys), MaxDeleteBatch)
+		chunk := keys[:n]
+		keys = keys[n:]
+		ids := make([]types.ObjectIdentifier, n)
+		for i := range chunk {
+			ids[i] = types.ObjectIdentifier{Key: &chunk[i]}
+		}
+		actx, attempts := withAttempts(ctx)
+		out, err := b.client.DeleteObjects(actx, &s3.DeleteObjectsInput{
+			Bucket: &b.name,
+			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
+		})
+		if err != nil {
+			return deleted, b.fail(OpDeleteBatch, chunk[0], attempts, classify(err))
+		}
+		var failed map[string]error
+		for _, e := range out.Errors {
+			if aws.ToString(e.Code) == "NoSuchKey" {
+				continue // a missing key is deleted
+			}
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[aws.ToString(e.Key)] = fmt.Errorf("%s: %s", aws.ToString(e.Code), aws.ToString(e.Message))
+		}
+		for _, k := range chunk {
+			if _, bad := failed[k]; !bad {
+				deleted = append(deleted, k)
+			}
+		}
+		if failed != nil {
+			return deleted, &BatchError{Bucket: b.name, Failed: failed}
+		}
+	}
+	return deleted, nil
+}
+
 // List returns up to limit keys under prefix after startAfter, in key order,
 // reading pages of at most MaxPage keys with ListObjectsV2 (each page starts
 // after the last key of the one before).

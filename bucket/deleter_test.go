@@ -1,0 +1,100 @@
+package bucket_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/bucket"
+)
+
+// Keys queued within the window go out in one multi-object request; a
+// full batch goes at once; nothing is sent before.
+func TestDeleterGathersKeysIntoBatches(t *testing.T) {
+	m := bucket.NewMem()
+	c := bucket.NewCounting(m)
+	var keys []string
+	for i := range 2050 {
+		k := fmt.Sprintf("k/%05d", i)
+		keys = append(keys, k)
+		mustPut(t, m, k, nil, bucket.Cond{})
+	}
+	d := bucket.NewDeleter(c, time.Hour, nil) // only a full batch or Flush sends
+	for _, k := range keys[:10] {
+		d.Delete(k)
+	}
+	if n := c.Counts(); n.DeleteBatch != 0 || n.Delete != 0 || d.Pending() != 10 {
+		t.Fatalf("queued keys were sent before the window ended: %+v, %d pending", n, d.Pending())
+	}
+	d.Flush(ctx(t))
+	if n := c.Counts(); n.DeleteBatch != 1 || n.BatchKeys != 10 || n.Delete != 0 {
+		t.Fatalf("Flush of 10 keys: %+v, want one request of 10 keys", n)
+	}
+	for _, k := range keys[10:] { // 2,040 keys: two full batches go at once
+		d.Delete(k)
+	}
+	waitUntil(t, func() bool { return c.Counts().DeleteBatch == 3 })
+	if d.Pending() != 40 {
+		t.Fatalf("%d keys pending, want 40", d.Pending())
+	}
+	d.Flush(ctx(t))
+	if n := c.Counts(); n.DeleteBatch != 4 || n.BatchKeys != 2050 || n.Delete != 0 {
+		t.Fatalf("after 2,050 keys: %+v, want 4 requests (1,000 keys at most each) and 2,050 keys", n)
+	}
+	if left := m.Keys(); len(left) != 0 {
+		t.Fatalf("%d keys left, want none", len(left))
+	}
+}
+
+func TestDeleterSendsWhenTheWindowEnds(t *testing.T) {
+	m := bucket.NewMem()
+	c := bucket.NewCounting(m)
+	mustPut(t, m, "a", nil, bucket.Cond{})
+	mustPut(t, m, "b", nil, bucket.Cond{})
+	d := bucket.NewDeleter(c, 20*time.Millisecond, nil)
+	d.Delete("a")
+	d.Delete("b")
+	waitUntil(t, func() bool { return len(m.Keys()) == 0 })
+	if n := c.Counts(); n.DeleteBatch != 1 || n.BatchKeys != 2 {
+		t.Fatalf("%+v, want one request of 2 keys", n)
+	}
+}
+
+func TestDeleterReportsAFailedRequest(t *testing.T) {
+	m := bucket.NewMem()
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		if op.Kind == bucket.OpDeleteBatch {
+			return bucket.Fault{Err: fmt.Errorf("injected")}
+		}
+		return bucket.Fault{}
+	}
+	var mu sync.Mutex
+	var failed []string
+	d := bucket.NewDeleter(m, time.Hour, func(keys []string, err error) {
+		mu.Lock()
+		failed = append(failed, keys...)
+		mu.Unlock()
+	})
+	mustPut(t, m, "a", nil, bucket.Cond{})
+	d.Delete("a")
+	d.Flush(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(failed, []string{"a"}) || len(m.Keys()) != 1 {
+		t.Fatalf("failed keys %q, bucket %q; want a reported and kept", failed, m.Keys())
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
