@@ -136,6 +136,12 @@ type Config struct {
 	// (as anyone's once three margins overdue), and entries of a class no
 	// node serves cannot hold the others back.
 	Serves func(class string) bool
+	// Deletes gathers the DELETEs of entries that replicated state replaced
+	// into multi-object requests (nil: a Deleter of the plugin's own on
+	// Bucket, with bucket.DefaultDeleteWindow). A host may share it for its
+	// own deletes that can land late, such as replaced snapshots, and
+	// should Flush it when it stops (FlushDeletes does).
+	Deletes *bucket.Deleter
 	// Nonces defaults to a source seeded from crypto/rand.
 	Nonces alarmindex.Nonces
 	// Logger defaults to a null logger.
@@ -202,6 +208,12 @@ func Register(cfg Config) (*Plugin, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Deletes == nil {
+		log := cfg.Logger
+		cfg.Deletes = bucket.NewDeleter(cfg.Bucket, 0, func(keys []string, err error) {
+			log.Debug("could not delete replaced index entries; each is removed when it comes due", "keys", len(keys), "error", err)
+		})
 	}
 	if cfg.Nonces == nil {
 		ns, err := alarmindex.NewNonceSource(rand.Reader)
@@ -456,6 +468,18 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 	case alarmindex.StepCheckHold:
 		x.ReportHold(a.HoldValid())
 	case alarmindex.StepDelete:
+		if !s.Stale {
+			// The entry the upload replaced, once the hold was re-checked:
+			// its DELETE joins the next multi-object request, within a
+			// short window. Sending it later changes nothing: keys are
+			// never written again (R1), so a DELETE that lands late
+			// removes nothing a newer state names; a failure, or a crash
+			// before it is sent, leaves an extra entry, removed when it
+			// comes due.
+			p.cfg.Deletes.Delete(s.Key.String())
+			x.Report(nil)
+			return
+		}
 		err := p.cfg.Bucket.Delete(ctx, s.Key.String())
 		if err != nil {
 			p.log.Debug("could not delete an index entry; it is removed when it comes due", "actor", id.String(), "key", s.Key.String(), "stale", s.Stale, "error", err)
@@ -486,6 +510,11 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 		x.Report(fmt.Errorf("unknown step %s", s.Kind))
 	}
 }
+
+// FlushDeletes sends the queued DELETEs of replaced entries now and waits
+// for them (a host calls it when it stops; tests, to see the bucket
+// settled).
+func (p *Plugin) FlushDeletes(ctx context.Context) { p.cfg.Deletes.Flush(ctx) }
 
 // Delivery is what Deliver did, for the host's logs and tests.
 type Delivery struct {

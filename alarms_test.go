@@ -65,6 +65,11 @@ func (b journaled) Delete(ctx context.Context, key string) error {
 	return b.Bucket.Delete(ctx, key)
 }
 
+func (b journaled) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	b.j.add("DELETE-BATCH %s", strings.Join(keys, " "))
+	return b.Bucket.DeleteBatch(ctx, keys)
+}
+
 func (b journaled) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
 	b.j.add("LIST %s", prefix)
 	return b.Bucket.List(ctx, prefix, startAfter, limit)
@@ -170,9 +175,12 @@ const retryMax = 5 * time.Minute
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{mem: bucket.NewMem(), j: &journal{}, host: &fakeHost{now: time.UnixMilli(1_800_000_000_000)}, timer: sweeper.NewTimer(retryMax)}
+	b := journaled{Bucket: f.mem, j: f.j}
 	p, err := alarms.Register(alarms.Config{
-		Bucket: journaled{Bucket: f.mem, j: f.j}, Host: f.host, Timer: f.timer,
+		Bucket: b, Host: f.host, Timer: f.timer,
 		Margin: 15 * time.Second, RetryMax: retryMax, Nonces: &counterNonces{},
+		// Queued DELETEs go out on FlushDeletes only.
+		Deletes: bucket.NewDeleter(b, time.Hour, nil),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +241,9 @@ func (f *fixture) beforeUpload(t *testing.T, a *fakeActor, kind alarms.UploadKin
 		return err
 	}
 	f.j.add("UPLOAD")
-	return after(context.Background())
+	err = after(context.Background())
+	f.p.FlushDeletes(context.Background())
+	return err
 }
 
 const (
@@ -263,13 +273,13 @@ func TestBeforeUploadListsTheAlarmAndRecordsItBeforeTheUploadThenDeletesTheRepla
 		"PUT-IF-NONE-MATCH "+e2.String(),
 		"META alarm_indexed="+alarmindex.FormatRecorded(&e2),
 		"UPLOAD",
-		"DELETE "+e1.String())
+		"DELETE-BATCH "+e1.String())
 
 	a.alarm = nil
 	if err := f.beforeUpload(t, a, alarms.AfterEvent); err != nil {
 		t.Fatal(err)
 	}
-	wantJournal(t, f.j.take(), "META alarm_indexed=", "UPLOAD", "DELETE "+e2.String())
+	wantJournal(t, f.j.take(), "META alarm_indexed=", "UPLOAD", "DELETE-BATCH "+e2.String())
 	if keys := f.mem.Keys(); len(keys) != 0 {
 		t.Fatalf("bucket holds %v after the alarm was cleared, want nothing", keys)
 	}
@@ -305,7 +315,7 @@ func TestBeforeUploadReplacesALegacyEntryByATaggedOne(t *testing.T) {
 		"PUT-IF-NONE-MATCH "+e.String(),
 		"META alarm_indexed="+alarmindex.FormatRecorded(&e),
 		"UPLOAD",
-		"DELETE "+legacy.String())
+		"DELETE-BATCH "+legacy.String())
 }
 
 func TestMidEventUploadListsUnderTheReplicasGeneration(t *testing.T) {
@@ -637,5 +647,38 @@ func TestRegisterRefusesAnIncompleteConfig(t *testing.T) {
 		if _, err := alarms.Register(cfg); err == nil {
 			t.Errorf("%s: Register succeeded", name)
 		}
+	}
+}
+
+// The replaced entries' DELETEs are gathered: after each upload the entry
+// it replaced is queued, nothing is sent until the deleter's window ends
+// (here: FlushDeletes), and then one multi-object request removes them all.
+func TestReplacedEntriesAreDeletedTogetherInOneRequest(t *testing.T) {
+	f := newFixture(t)
+	a := f.actor(3)
+	ctx := context.Background()
+	var entries []alarmindex.Key
+	for i, at := range []int64{t1, t2, t2 + 1000} {
+		a.alarm = ptr(at)
+		after, err := f.p.BeforeUpload(ctx, a, alarms.AfterEvent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.j.add("UPLOAD")
+		after(ctx)
+		entries = append(entries, tagged(at, 3, fmt.Sprint(i+1)))
+	}
+	for _, line := range f.j.take() {
+		if strings.HasPrefix(line, "DELETE") {
+			t.Fatalf("%q sent before the window ended", line)
+		}
+	}
+	if keys := f.mem.Keys(); len(keys) != 3 {
+		t.Fatalf("bucket holds %q, want the three entries until the DELETEs go", keys)
+	}
+	f.p.FlushDeletes(ctx)
+	wantJournal(t, f.j.take(), "DELETE-BATCH "+entries[0].String()+" "+entries[1].String())
+	if keys := f.mem.Keys(); len(keys) != 1 || keys[0] != entries[2].String() {
+		t.Fatalf("bucket holds %q, want only %s", keys, entries[2])
 	}
 }

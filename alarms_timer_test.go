@@ -31,12 +31,13 @@ func TestReplicateRunsTheWholeOrderAroundTheHostsUpload(t *testing.T) {
 	if err := f.p.Replicate(context.Background(), a, alarms.AfterEvent); err != nil {
 		t.Fatal(err)
 	}
+	f.p.FlushDeletes(context.Background()) // the DELETE waits for its batch
 	e2 := tagged(t2, 3, "1")
 	wantJournal(t, f.j.take(),
 		"PUT-IF-NONE-MATCH "+e2.String(),
 		"META alarm_indexed="+alarmindex.FormatRecorded(&e2),
 		"UPLOAD",
-		"DELETE "+e1.String())
+		"DELETE-BATCH "+e1.String())
 }
 
 // An upload that returned after the hold lapsed does not count: the entry
@@ -68,6 +69,7 @@ func TestAnUploadThatReturnsAfterTheHoldLapsedDeletesNothing(t *testing.T) {
 			if !errors.Is(err, alarmindex.ErrGiveUp) || !strings.Contains(err.Error(), "lapsed") || !strings.Contains(err.Error(), a.id.String()) {
 				t.Fatalf("%s: %v; want a give-up naming the actor and the lapsed hold", via, err)
 			}
+			f.p.FlushDeletes(context.Background())
 			for _, l := range f.j.take() {
 				if strings.HasPrefix(l, "DELETE") {
 					t.Fatalf("%s deleted %s after an upload the hold did not outlive", via, l)
@@ -95,6 +97,7 @@ func TestAnUploadThatReturnsAfterTheHoldLapsedDeletesNothing(t *testing.T) {
 	if err := p.Replicate(context.Background(), a, alarms.AfterEvent); err != nil {
 		t.Fatal(err)
 	}
+	p.FlushDeletes(context.Background())
 	if _, _, ok := f.mem.Object(e1.String()); ok {
 		t.Fatal("TrustLateUploads kept the replaced entry: the mutation no longer reaches the executor")
 	}

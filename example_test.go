@@ -114,6 +114,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	p.FlushDeletes(ctx) // the replaced entry's DELETE waits for its batch
 	keys, _ = mem.List(ctx, alarmindex.TenantPrefix("t"), "", 10)
 	fmt.Println("delivered:", d.Outcome, "ran:", d.Event.Ran, "entries left:", len(keys))
 	// Output:

@@ -44,6 +44,17 @@ func (p *Prefixed) Delete(ctx context.Context, key string) error {
 	return p.inner.Delete(ctx, p.prefix+key)
 }
 
+// DeleteBatch deletes prefix+key for each key and reports the keys
+// deleted without the prefix.
+func (p *Prefixed) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = p.prefix + k
+	}
+	deleted, err := p.inner.DeleteBatch(ctx, full)
+	return p.cut(deleted), err
+}
+
 // List lists under prefix+sub and cuts the prefix off the keys.
 func (p *Prefixed) List(ctx context.Context, sub, startAfter string, limit int) ([]string, error) {
 	keys, _, err := p.listPaged(ctx, sub, startAfter, limit)
