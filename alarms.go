@@ -179,6 +179,9 @@ type Plugin struct {
 	legacy map[abi.ActorID]int64 // legacy entries a sweep offered, by due time
 	// inflight are the actors RunTimer is delivering.
 	inflight map[string]bool
+	// again keeps a time the timer popped for an actor in flight; it is
+	// armed again when that delivery ends.
+	again map[string]int64
 	// redeliver keeps the entry time of a delivery that failed, so that
 	// its retry delivers that time rather than the retry's.
 	redeliver map[string]int64
@@ -228,6 +231,7 @@ func Register(cfg Config) (*Plugin, error) {
 		log:       cfg.Logger,
 		legacy:    map[abi.ActorID]int64{},
 		inflight:  map[string]bool{},
+		again:     map[string]int64{},
 		redeliver: map[string]int64{},
 		sem:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
 	}

@@ -104,6 +104,12 @@ func (p *Plugin) inFlight(key string) bool {
 func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 	p.mu.Lock()
 	if p.inflight[key] {
+		// The timer popped a time while a delivery for the actor is still
+		// under way (an alarm re-armed for now, due before that delivery
+		// ended): keep it, or the actor would wait for a sweep.
+		if prev, ok := p.again[key]; !ok || at < prev {
+			p.again[key] = at
+		}
 		p.mu.Unlock()
 		return
 	}
@@ -115,7 +121,13 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 		defer func() {
 			p.mu.Lock()
 			delete(p.inflight, key)
+			at, again := p.again[key]
+			delete(p.again, key)
 			p.mu.Unlock()
+			if _, held := p.cfg.Timer.Get(key); again && !held {
+				// Nothing armed the actor since that time was popped.
+				p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())
+			}
 		}()
 		defer func() {
 			// A panic outside the actor's delivery (OnDelivery, say) ends

@@ -46,6 +46,10 @@ type ClusterConfig struct {
 	Tenants []string
 	// SweepPeriod is alarm_sweep (default 10 s).
 	SweepPeriod time.Duration
+	// DeleteWindow is how long the node gathers the DELETEs of replaced
+	// index entries and snapshots before it sends them in one multi-object
+	// request (default bucket.DefaultDeleteWindow, 100 ms).
+	DeleteWindow time.Duration
 }
 
 // MaxPrefixLen is the longest ClusterConfig.Prefix: with the longest actor
@@ -261,14 +265,9 @@ func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
 	}
 	if hadPrev && snap.Newer(prev) {
 		// The replaced snapshot can no longer become the state (a newer
-		// one exists): prune it off the reply path.
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := n.cfg.Cluster.Bucket.Delete(context.WithoutCancel(ctx), prev.Key); err != nil {
-				n.log.Debug("could not prune a replaced snapshot", "actor", e.id.String(), "key", prev.Key, "error", err)
-			}
-		}()
+		// one exists): prune it off the reply path, with the next batch
+		// of deletes.
+		n.deletes.Delete(prev.Key)
 	}
 	return nil
 }
@@ -539,6 +538,11 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	n.holds = cluster.NewHolds(c.Bucket, c.Prefix, leases, n.log.Named("hold"))
 	n.replica = cluster.NewReplica(c.Bucket, c.Prefix)
 	n.log = n.log.With("node", c.NodeID)
+	dlog := n.log.Named("delete")
+	n.deletes = bucket.NewDeleter(c.Bucket, c.DeleteWindow, func(keys []string, err error) {
+		// A replaced snapshot left behind is never read: a newer one exists.
+		dlog.Debug("could not delete replaced snapshots", "keys", len(keys), "error", err)
+	})
 	ttl := c.LeaseTTL
 	if ttl <= 0 {
 		ttl = cluster.DefaultTTL
@@ -708,10 +712,23 @@ func (n *Node) Close(ctx context.Context) error {
 		}))
 	}
 	if n.leases != nil {
+		n.FlushDeletes(ctx)
 		errs = append(errs, n.leases.Close(ctx))
 	}
 	errs = append(errs, n.engine.Close(ctx))
 	return errors.Join(errs...)
+}
+
+// FlushDeletes sends the DELETEs of replaced index entries and snapshots
+// that wait for their batch, and waits for them (cluster mode; Close does
+// it too).
+func (n *Node) FlushDeletes(ctx context.Context) {
+	if n.deletes != nil {
+		n.deletes.Flush(ctx)
+	}
+	if n.plugin != nil {
+		n.plugin.FlushDeletes(ctx)
+	}
 }
 
 // Plugin returns the alarm plugin (nil outside cluster mode).

@@ -108,6 +108,7 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 	if s, err := a.State(ctx, id); err != nil || !s.HasAlarm || s.Alarm != *c.AlarmMs {
 		t.Fatalf("actor %q in process on a: %+v %v", id.Name, s, err)
 	}
+	a.FlushDeletes(ctx) // the replaced snapshots' DELETEs wait for their batch
 	if keys, err := b.List(ctx, "cluster/state/t/counter/", "", 10); err != nil || len(keys) != 1 {
 		t.Fatalf("snapshots under the class: %v %v, want one actor's", keys, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,7 +124,8 @@ func ixBuckets(t *testing.T, f func(t *testing.T, b bucket.Bucket)) {
 // ixEvent runs a request event and, for Exec, waits until its background
 // replication finished: a newer snapshot is in the bucket, and State (which
 // takes the actor's lock and costs no request while the node holds it)
-// returns after the replaced entry's DELETE. b may be nil for ExecDurable.
+// returns after the replaced entry's DELETE is queued, which it then sends.
+// b may be nil for ExecDurable.
 func ixEvent(t *testing.T, b bucket.Bucket, n *node.Node, id abi.ActorID, kind node.EventKind, body []byte) []byte {
 	t.Helper()
 	var before cluster.Snapshot
@@ -140,6 +142,8 @@ func ixEvent(t *testing.T, b bucket.Bucket, n *node.Node, id abi.ActorID, kind n
 			t.Fatal(err)
 		}
 	}
+	// The replaced entry's DELETE waits for its batch: send it now.
+	n.FlushDeletes(context.Background())
 	return r.Response
 }
 
@@ -179,7 +183,8 @@ type ixSpy struct {
 	dir string
 
 	mu         sync.Mutex
-	puts, dels int
+	puts, dels int      // index PUTs, and index keys deleted (alone or in batches)
+	single     int      // index keys deleted by single-key DELETE requests
 	log        []string // "PUT key" and "DELETE key", as they succeeded
 	bad        []string // snapshots that named no existing entry
 	n          int
@@ -211,6 +216,7 @@ func (s *ixSpy) Delete(ctx context.Context, key string) error {
 	if strings.HasPrefix(key, ixRoot) {
 		s.mu.Lock()
 		s.dels++
+		s.single++
 		s.mu.Unlock()
 	}
 	err := s.Bucket.Delete(ctx, key)
@@ -220,6 +226,23 @@ func (s *ixSpy) Delete(ctx context.Context, key string) error {
 		s.mu.Unlock()
 	}
 	return err
+}
+
+func (s *ixSpy) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	s.mu.Lock()
+	for _, k := range keys {
+		if strings.HasPrefix(k, ixRoot) {
+			s.dels++
+		}
+	}
+	s.mu.Unlock()
+	deleted, err := s.Bucket.DeleteBatch(ctx, keys)
+	s.mu.Lock()
+	for _, k := range deleted {
+		s.log = append(s.log, "DELETE "+k)
+	}
+	s.mu.Unlock()
+	return deleted, err
 }
 
 // check records a snapshot about to be uploaded that holds an alarm but
@@ -253,22 +276,26 @@ func (s *ixSpy) check(ctx context.Context, key string, body []byte) {
 	}
 }
 
-// counts returns the index PUTs and DELETEs so far and sets them to zero.
-func (s *ixSpy) counts() (puts, dels int) {
+// counts returns the index PUTs, the index keys deleted, and those of them
+// deleted by single-key DELETE requests so far, and sets them to zero.
+func (s *ixSpy) counts() (puts, dels, single int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	puts, dels = s.puts, s.dels
-	s.puts, s.dels = 0, 0
-	return puts, dels
+	puts, dels, single = s.puts, s.dels, s.single
+	s.puts, s.dels, s.single = 0, 0, 0
+	return puts, dels, single
 }
 
 // expect fails the test unless the index requests since the last call are
-// exactly puts PUTs and dels DELETEs.
+// exactly puts PUTs and dels keys deleted, in multi-object requests.
 func (s *ixSpy) expect(t *testing.T, what string, puts, dels int) {
 	t.Helper()
-	p, d := s.counts()
+	p, d, single := s.counts()
 	if p != puts || d != dels {
-		t.Errorf("%s: %d index PUTs and %d DELETEs, want %d and %d", what, p, d, puts, dels)
+		t.Errorf("%s: %d index PUTs and %d keys deleted, want %d and %d", what, p, d, puts, dels)
+	}
+	if single != 0 {
+		t.Errorf("%s: %d index keys deleted one request each, want them in multi-object requests", what, single)
 	}
 }
 
@@ -539,7 +566,23 @@ func isIndexPut(op bucket.Op) bool {
 }
 
 func isIndexDelete(op bucket.Op) bool {
-	return op.Kind == bucket.OpDelete && strings.HasPrefix(op.Key, ixRoot)
+	switch op.Kind {
+	case bucket.OpDelete:
+		return strings.HasPrefix(op.Key, ixRoot)
+	case bucket.OpDeleteBatch:
+		for _, k := range op.Keys {
+			if strings.HasPrefix(k, ixRoot) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// deletesKey: op is a DELETE of key, or a multi-object delete that has it.
+func deletesKey(op bucket.Op, key string) bool {
+	return (op.Kind == bucket.OpDelete && op.Key == key) ||
+		(op.Kind == bucket.OpDeleteBatch && slices.Contains(op.Keys, key))
 }
 
 func isStatePut(op bucket.Op) bool {
@@ -896,6 +939,20 @@ func (s ixSplit) Delete(ctx context.Context, key string) error {
 	return s.pick(key).Delete(ctx, key)
 }
 
+func (s ixSplit) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	var index, rest []string
+	for _, k := range keys {
+		if strings.HasPrefix(k, ixRoot) {
+			index = append(index, k)
+		} else {
+			rest = append(rest, k)
+		}
+	}
+	d1, err1 := s.index.DeleteBatch(ctx, index)
+	d2, err2 := s.Bucket.DeleteBatch(ctx, rest)
+	return append(d1, d2...), errors.Join(err1, err2)
+}
+
 func (s ixSplit) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
 	return s.pick(prefix).List(ctx, prefix, startAfter, limit)
 }
@@ -1018,6 +1075,7 @@ func takeOver(t *testing.T, n *node.Node, id abi.ActorID, req []byte) {
 	if err != nil {
 		t.Fatalf("%q on actor %s: %v", req, id, err)
 	}
+	n.FlushDeletes(context.Background())
 }
 
 func TestADeleteThatLandsLateAfterATakeoverRemovesNothingNamed(t *testing.T) {
@@ -1040,7 +1098,7 @@ func TestADeleteThatLandsLateAfterATakeoverRemovesNothingNamed(t *testing.T) {
 	late.Store(true)
 	ixSet(t, nil, a, id, node.ExecDurable, t2)
 	late.Store(false)
-	if held := m.Late(); len(held) != 1 || held[0].Key != ixPrefix+e1.String() {
+	if held := m.Late(); len(held) != 1 || !slices.Contains(held[0].Keys, ixPrefix+e1.String()) {
 		t.Fatalf("held requests %v, want the DELETE of %s", held, e1)
 	}
 	a.Crash()
@@ -1336,7 +1394,7 @@ func TestGivingTheActorUpAfterAFailedListing(t *testing.T) {
 	listFails.Store(true)
 	deleteFails.Store(true)
 	faults.set(func(op bucket.Op) bucket.Fault {
-		if isIndexDelete(op) && op.Key == ixPrefix+e1.String() && deleteFails.Load() {
+		if deletesKey(op, ixPrefix+e1.String()) && deleteFails.Load() {
 			return bucket.Fault{Err: errInjected}
 		}
 		if op.Kind == bucket.OpList && op.Prefix == ixPrefix+alarmindex.TaggedPrefix(id, t1) && listFails.Load() {

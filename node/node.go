@@ -19,6 +19,7 @@ import (
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
@@ -85,6 +86,7 @@ type Node struct {
 	holds   *cluster.Holds
 	replica *cluster.Replica
 	plugin  *alarms.Plugin
+	deletes *bucket.Deleter // replaced snapshots, batched (the plugin batches the index's)
 
 	mu      sync.Mutex
 	entries map[abi.ActorID]*entry

@@ -267,3 +267,43 @@ func BenchmarkIdleLateness(b *testing.B) {
 	b.ReportMetric(all[len(all)*99/100], "p99-ms")
 	b.ReportMetric(0, "ns/op")
 }
+
+// An alarm re-armed for (almost) now is due while its own delivery is
+// still finishing: the timer hands it over while the actor is in flight.
+// It must fire once that delivery ends, not wait for a sweep (without a
+// cluster, for ever). The observer's pause widens the window in which the
+// re-armed time falls due.
+func TestAnAlarmDueWhileItsDeliveryFinishesStillFires(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	fired := 0
+	n := newNode(t, t.TempDir(), counter(t), node.Config{
+		OnDelivery: func(ev node.DeliveryEvent) {
+			if ev.Delivery.Ran {
+				mu.Lock()
+				fired++
+				mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond) // the re-armed alarm (1 ms) falls due meanwhile
+		},
+	})
+	n.Start(context.Background())
+	t.Cleanup(func() { n.Close(context.Background()) })
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "soon"}
+	if _, err := n.Request(context.Background(), id, []byte("start 1")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		f := fired
+		mu.Unlock()
+		if f >= 5 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d firings in 30 s of an alarm re-armed every 1 ms, want 5", f)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
