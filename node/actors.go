@@ -92,6 +92,7 @@ type entry struct {
 	uploaded  bool // this hold has uploaded
 	dirty     bool // committed events not yet uploaded
 	joining   bool // the next upload is a joining node's first (R4)
+	unsynced  bool // this hold uploaded and removed the sidecar (.sync); written again on release
 	lastUsed  time.Time
 }
 
@@ -146,7 +147,7 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		n.releaseHold(ctx, hold)
 		return err
 	}
-	e.hold, e.held, e.uploaded, e.dirty = hold, true, false, false
+	e.hold, e.held, e.uploaded, e.dirty, e.unsynced = hold, true, false, false, false
 	if err := n.openLocal(ctx, e); err != nil {
 		n.releaseHold(ctx, hold)
 		e.held = false
@@ -260,8 +261,15 @@ func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
 	}
 	prev, hadPrev := e.last, e.hasLast
 	e.last, e.hasLast, e.uploaded = snap, true, true
-	if err := os.WriteFile(n.path(e.id)+".sync", []byte(snap.Key), 0o644); err != nil {
-		n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
+	if !e.unsynced {
+		// The sidecar, which lets a restore keep a local file that matches
+		// the bucket's newest state, is written when the actor is released,
+		// not on every upload (an open, a write and a close each time).
+		// Until then there is none: after a crash the restore downloads.
+		if err := os.Remove(n.path(e.id) + ".sync"); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("actor %s: remove the sidecar: %w", e.id, err)
+		}
+		e.unsynced = true
 	}
 	if hadPrev && snap.Newer(prev) {
 		// The replaced snapshot can no longer become the state (a newer
@@ -297,6 +305,13 @@ func (n *Node) releaseHold(ctx context.Context, h cluster.Hold) {
 // (idle timeout, clean shutdown).
 func (n *Node) release(ctx context.Context, e *entry) error {
 	err := n.replicate(ctx, e, alarms.AfterEvent)
+	if err == nil && e.a != nil && e.unsynced && e.hasLast && !e.dirty {
+		// The local file is the last snapshot this hold uploaded.
+		if werr := os.WriteFile(n.path(e.id)+".sync", []byte(e.last.Key), 0o644); werr != nil {
+			n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", werr)
+		}
+		e.unsynced = false
+	}
 	if e.a != nil {
 		e.a.Close(ctx)
 		e.a = nil
