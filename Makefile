@@ -12,7 +12,7 @@ COUNTER_go := build/counter-actor.wasm
 COUNTER_rust := build/counter-actor-rust.wasm
 COUNTER_as := build/counter-actor-as.wasm
 
-.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover sim
+.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings sim
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
 # alarms fire on the others.
@@ -81,6 +81,12 @@ bench: tools
 	$(GO) test -run '^$$' -bench ClusterCounter -benchtime 3s ./node/
 	$(GO) test -run '^$$' -bench SweepNoneOverdue -benchtime 200x .
 	$(GO) test -run '^$$' -bench CounterGuests -benchtime 1000x -timeout 30m ./hostmod/
+	$(MAKE) bench-firings
+
+# bench-firings: replicated alarm firings on one node (1, 8, 64 and 200
+# always-due actors on versitygw): firings/s, node CPU and requests per firing.
+bench-firings: tools
+	$(GO) test -run '^$$' -bench ReplicatedFirings -benchtime 1000x -timeout 60m ./node/
 
 bench-failover: tools
 	$(GO) test -run '^$$' -bench Failover -benchtime 1x -timeout 30m ./node/

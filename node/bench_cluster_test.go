@@ -22,7 +22,7 @@ import (
 type timedBucket struct {
 	bucket.Bucket
 	mu    sync.Mutex
-	time  map[string]time.Duration // by "put", "delete", "get", "list"
+	time  map[string]time.Duration // by "put", "delete", "delete-batch", "get", "list"
 	count map[string]int64
 }
 
@@ -64,6 +64,13 @@ func (t *timedBucket) Delete(ctx context.Context, key string) error {
 	return t.Bucket.Delete(ctx, key)
 }
 
+func (t *timedBucket) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	if len(keys) > 0 {
+		defer t.note("delete-batch", keys[0], time.Now())
+	}
+	return t.Bucket.DeleteBatch(ctx, keys)
+}
+
 func (t *timedBucket) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
 	defer t.note("list", prefix, time.Now())
 	return t.Bucket.List(ctx, prefix, startAfter, limit)
@@ -72,7 +79,7 @@ func (t *timedBucket) List(ctx context.Context, prefix, startAfter string, limit
 func (t *timedBucket) report(b *testing.B, events int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, op := range []string{"put", "delete", "get", "list"} {
+	for _, op := range []string{"put", "delete", "delete-batch", "get", "list"} {
 		b.ReportMetric(float64(t.count[op])/float64(events), op+"s/event")
 		if t.count[op] > 0 {
 			b.ReportMetric(float64(t.time[op].Microseconds())/float64(t.count[op]), "node-"+op+"-us")
