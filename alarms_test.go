@@ -168,6 +168,7 @@ type fixture struct {
 	host  *fakeHost
 	timer *sweeper.Timer
 	p     *alarms.Plugin
+	del   *bucket.Deleter // the plugin's, sending only on FlushDeletes
 }
 
 const retryMax = 5 * time.Minute
@@ -176,11 +177,12 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{mem: bucket.NewMem(), j: &journal{}, host: &fakeHost{now: time.UnixMilli(1_800_000_000_000)}, timer: sweeper.NewTimer(retryMax)}
 	b := journaled{Bucket: f.mem, j: f.j}
+	f.del = bucket.NewDeleter(b, time.Hour, nil)
 	p, err := alarms.Register(alarms.Config{
 		Bucket: b, Host: f.host, Timer: f.timer,
 		Margin: 15 * time.Second, RetryMax: retryMax, Nonces: &counterNonces{},
 		// Queued DELETEs go out on FlushDeletes only.
-		Deletes: bucket.NewDeleter(b, time.Hour, nil),
+		Deletes: f.del,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +241,11 @@ func (f *fixture) beforeUpload(t *testing.T, a *fakeActor, kind alarms.UploadKin
 	after, err := f.p.BeforeUpload(context.Background(), a, kind)
 	if err != nil {
 		return err
+	}
+	// A DELETE queued before the upload could leave before it, whatever
+	// order the journal shows once the batch is sent.
+	if n := f.del.Pending(); n != 0 {
+		t.Fatalf("%d DELETEs queued before the upload", n)
 	}
 	f.j.add("UPLOAD")
 	err = after(context.Background())
