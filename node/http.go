@@ -39,6 +39,9 @@ import (
 //     retry cannot help. A tenant or class is 1 to 63 bytes of a-z, 0-9,
 //     '-' and '_', starting with a letter or a digit; a name 1 to 100
 //     bytes, any bytes (abi.ActorID.Validate);
+//   - 401 a token is needed (Config.Security sets any) and none was sent,
+//     or one the node does not know; 403 a tenant's token used outside
+//     /v1/actors/{that tenant}/... (GET /v1/healthz needs no token);
 //   - 404 a class this node does not serve;
 //   - 422 the guest failed the event (its writes rolled back);
 //   - 500 the event panicked in the host (a bug: recovered, logged with the
@@ -70,7 +73,7 @@ func (n *Node) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return mux
+	return n.sec.guard(mux)
 }
 
 func actorFrom(r *http.Request) (abi.ActorID, error) {
@@ -179,10 +182,8 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 	}
 }
 
-var forwardClient = &http.Client{Timeout: 60 * time.Second}
-
 func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
-	u := url.URL{Scheme: "http", Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	u := url.URL{Scheme: n.sec.scheme, Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
@@ -191,7 +192,8 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body
 		return
 	}
 	req.Header.Set(forwardedHeader, "1")
-	resp, err := forwardClient.Do(req)
+	n.sec.forwardAuth(req, r)
+	resp, err := n.sec.client.Do(req)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("forward to the holder at %s: %v", addr, err), http.StatusServiceUnavailable)
