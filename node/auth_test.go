@@ -6,20 +6,11 @@ package node_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/testca"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -174,53 +166,6 @@ func TestBadSecurityIsRefusedAtStart(t *testing.T) {
 	}
 }
 
-// testCA writes a throwaway CA and a certificate for 127.0.0.1 it signed
-// into dir, and returns the paths of the certificate, its key and the CA.
-func testCA(t *testing.T, dir string) (certFile, keyFile, caFile string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "node"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	return write("node.pem", "CERTIFICATE", der), write("node.key", "PRIVATE KEY", keyDER), write("ca.pem", "CERTIFICATE", caDER)
-}
-
 // Two nodes serving HTTPS with certificates of one CA, both checking
 // tokens: a call through the node that does not hold the actor reaches the
 // holder over TLS with the peer token. Node a knows no tenant token, so a
@@ -228,7 +173,7 @@ func testCA(t *testing.T, dir string) (certFile, keyFile, caFile string) {
 // peer token.
 func TestForwardingWithTLSAndTokens(t *testing.T) {
 	t.Parallel()
-	certFile, keyFile, caFile := testCA(t, t.TempDir())
+	certFile, keyFile, caFile := testca.Write(t, t.TempDir())
 	serverTLS, peerTLS, err := node.LoadTLS(certFile, keyFile, caFile)
 	if err != nil {
 		t.Fatal(err)
