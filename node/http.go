@@ -45,7 +45,10 @@ import (
 //   - 404 a class this node does not serve;
 //   - 422 the guest failed the event (its writes rolled back);
 //   - 500 the event panicked in the host (a bug: recovered, logged with the
-//     actor, which is given up and taken afresh by its next event);
+//     actor, which is given up and taken afresh by its next event), or the
+//     actor's newest snapshot in the bucket is not a database this host
+//     wrote (hostmod.ErrBadSnapshot: the actor is not taken, nothing is
+//     overwritten, and retrying cannot help until someone repairs it);
 //   - 503, with Retry-After, for every other failure: the actor is held by
 //     a node that cannot be reached, the bucket is unreachable, the node
 //     lease lapsed, an upload failed (after an exec-durable event, whose
@@ -174,7 +177,7 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		http.Error(w, err.Error(), http.StatusNotFound)
 	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, hostmod.ErrNoExport):
 		http.Error(w, err.Error(), http.StatusBadRequest)
-	case errors.Is(err, ErrInternal):
+	case errors.Is(err, ErrInternal), errors.Is(err, hostmod.ErrBadSnapshot):
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
 		w.Header().Set("Retry-After", "1")
