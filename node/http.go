@@ -33,7 +33,10 @@ import (
 //
 // Status codes:
 //
-//   - 200 success (204 for a delete);
+//   - 200 success (204 for a delete); 307 (or 301) to the cleaned path
+//     when the path holds "..", "." or "//" (the check of a token is done
+//     again on the cleaned path); 404 for an unknown path and 405 for a
+//     method a path does not take;
 //   - 400 a malformed tenant, class, name, kind or body, or a request to a
 //     class without on-request: the message says what is wrong, and a
 //     retry cannot help. A tenant or class is 1 to 63 bytes of a-z, 0-9,
