@@ -106,6 +106,7 @@ func TestTokensDecideWhoReachesWhichTenant(t *testing.T) {
 		{"the operator's token, either tenant", "POST", actorU, "operator-secret", "", 200, `"requests":2,`},
 		{"the operator's token, state", "GET", actorT + "/alarm", "operator-secret", "", 200, `"alarm_ms":null`},
 		{"health needs no token", "GET", u + "/v1/healthz", "", "", 200, "ok"},
+		{"readiness needs no token (not started: not ready)", "GET", u + "/v1/readyz", "", "", 503, `"ready":false`},
 	} {
 		req, _ := http.NewRequest(tc.method, tc.url, nil)
 		if tc.token != "" {

@@ -44,7 +44,8 @@ import (
 //     bytes, any bytes (abi.ActorID.Validate);
 //   - 401 a token is needed (Config.Security sets any) and none was sent,
 //     or one the node does not know; 403 a tenant's token used outside
-//     /v1/actors/{that tenant}/... (GET /v1/healthz needs no token);
+//     /v1/actors/{that tenant}/... (the probes, GET /v1/healthz and
+//     /v1/readyz, need no token);
 //   - 404 a class this node does not serve;
 //   - 422 the guest failed the event (its writes rolled back);
 //   - 500 the event panicked in the host (a bug: recovered, logged with the
