@@ -158,3 +158,41 @@ func FuzzRestoredSnapshot(f *testing.F) {
 		_ = r.try(t, id, data)
 	})
 }
+
+// A node that has the actor's database from an earlier hold, finding a
+// newer snapshot in the bucket that is not a host database, leaves its
+// local file as it was (not set aside, not overwritten).
+func TestABadNewerSnapshotLeavesTheLocalDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := bucket.NewMem()
+	dir := t.TempDir()
+	classes := map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")}
+	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "kept"}
+	n := startHost(t, b, "a", dir, classes, hostConfig{})
+	if _, err := n.Request(ctx, id, hourAhead()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	local, err := os.ReadFile(node.Path(dir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := cluster.NewReplica(b, "cluster/").Key(id, 1<<40, 1)
+	if _, err := b.Put(ctx, bad, []byte("not a database"), bucket.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	again := startHost(t, b, "a2", dir, classes, hostConfig{})
+	if _, err := again.Request(ctx, id, hourAhead()); !errors.Is(err, hostmod.ErrBadSnapshot) || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("with a bad newer snapshot: %v, want ErrBadSnapshot naming %s", err, bad)
+	}
+	after, err := os.ReadFile(node.Path(dir, id))
+	if err != nil || !bytes.Equal(after, local) {
+		t.Fatalf("the local database after the refused restore: %d bytes (%v), want the %d it had", len(after), err, len(local))
+	}
+	if left, _ := filepath.Glob(node.Path(dir, id) + ".replaced*"); len(left) != 0 {
+		t.Fatalf("the local database was set aside: %v", left)
+	}
+}
