@@ -12,7 +12,7 @@ COUNTER_go := build/counter-actor.wasm
 COUNTER_rust := build/counter-actor-rust.wasm
 COUNTER_as := build/counter-actor-as.wasm
 
-.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings sim
+.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings sim fuzz fuzz-short
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
 # alarms fire on the others.
@@ -62,6 +62,22 @@ lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) vet ./...
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+# The fuzz targets, as package:Target. Each has a seed corpus under its
+# package's testdata/fuzz/<Target>; a crash found is kept there.
+FUZZ_TARGETS := alarmindex:FuzzParseKey cluster:FuzzHoldRecord cluster:FuzzLeaseRecord cluster:FuzzSnapshotKey \
+	node:FuzzHTTPHandler node:FuzzRestoredSnapshot
+FUZZTIME ?= 5m
+# fuzz runs every target for FUZZTIME (make fuzz FUZZTIME=30m); fuzz-short
+# is the run CI does after the tests, 10 s per target.
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; \
+	done
+
+fuzz-short:
+	$(MAKE) fuzz FUZZTIME=10s
 
 SEEDS ?= 2000
 # sim runs the deterministic simulation over SEEDS seeds (make sim SEEDS=20000).

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -323,6 +325,14 @@ func parseHold(body []byte) (holdRecord, error) {
 	}
 	if rec.NodeID != "" && rec.Generation == 0 {
 		return holdRecord{}, errors.New("names a node with generation 0")
+	}
+	if rec.Generation == math.MaxUint64 {
+		// The next holder's generation would wrap to 0 and rank below
+		// every earlier one.
+		return holdRecord{}, errors.New("has the last generation there is")
+	}
+	if strings.Contains(rec.NodeID, "/") {
+		return holdRecord{}, fmt.Errorf("names node %.100q, which holds '/'", rec.NodeID)
 	}
 	return rec, nil
 }

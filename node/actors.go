@@ -204,6 +204,14 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return &abi.ActorError{ID: e.id, Err: err}
 	}
+	// A snapshot that is not a database this host wrote is refused before
+	// anything local is touched: the actor is given up, the bucket keeps
+	// the snapshot for someone to look at.
+	if len(data) > 0 {
+		if err := hostmod.CheckSnapshot(p+".check", data); err != nil {
+			return &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
+		}
+	}
 	if _, err := os.Stat(p); err == nil {
 		if err := os.Rename(p, p+".replaced"); err != nil {
 			return &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}

@@ -34,6 +34,7 @@ type hostConfig struct {
 	addr               string        // default <name>.invalid:1
 	start              bool          // run the timer, reaper and sweeps
 	log                io.Writer     // also gets the node's log lines
+	security           node.Security // tokens and TLS (default: an open API)
 }
 
 // startHost starts a cluster node on b with data in dir, closed when the
@@ -51,7 +52,7 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 		out = io.MultiWriter(out, hc.log)
 	}
 	n, err := node.New(context.Background(), node.Config{
-		DataDir: dir, Classes: classes,
+		DataDir: dir, Classes: classes, Security: hc.security,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,

@@ -33,16 +33,26 @@ import (
 //
 // Status codes:
 //
-//   - 200 success (204 for a delete);
+//   - 200 success (204 for a delete); 307 (or 301) to the cleaned path
+//     when the path holds "..", "." or "//" (the check of a token is done
+//     again on the cleaned path); 404 for an unknown path and 405 for a
+//     method a path does not take;
 //   - 400 a malformed tenant, class, name, kind or body, or a request to a
 //     class without on-request: the message says what is wrong, and a
 //     retry cannot help. A tenant or class is 1 to 63 bytes of a-z, 0-9,
 //     '-' and '_', starting with a letter or a digit; a name 1 to 100
 //     bytes, any bytes (abi.ActorID.Validate);
+//   - 401 a token is needed (Config.Security sets any) and none was sent,
+//     or one the node does not know; 403 a tenant's token used outside
+//     /v1/actors/{that tenant}/... (the probes, GET /v1/healthz and
+//     /v1/readyz, need no token);
 //   - 404 a class this node does not serve;
 //   - 422 the guest failed the event (its writes rolled back);
 //   - 500 the event panicked in the host (a bug: recovered, logged with the
-//     actor, which is given up and taken afresh by its next event);
+//     actor, which is given up and taken afresh by its next event), or the
+//     actor's newest snapshot in the bucket is not a database this host
+//     wrote (hostmod.ErrBadSnapshot: the actor is not taken, nothing is
+//     overwritten, and retrying cannot help until someone repairs it);
 //   - 503, with Retry-After, for every other failure: the actor is held by
 //     a node that cannot be reached, the bucket is unreachable, the node
 //     lease lapsed, an upload failed (after an exec-durable event, whose
@@ -70,7 +80,7 @@ func (n *Node) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return mux
+	return n.sec.guard(mux)
 }
 
 func actorFrom(r *http.Request) (abi.ActorID, error) {
@@ -171,7 +181,7 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		http.Error(w, err.Error(), http.StatusNotFound)
 	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, hostmod.ErrNoExport):
 		http.Error(w, err.Error(), http.StatusBadRequest)
-	case errors.Is(err, ErrInternal):
+	case errors.Is(err, ErrInternal), errors.Is(err, hostmod.ErrBadSnapshot):
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
 		w.Header().Set("Retry-After", "1")
@@ -179,10 +189,8 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 	}
 }
 
-var forwardClient = &http.Client{Timeout: 60 * time.Second}
-
 func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
-	u := url.URL{Scheme: "http", Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	u := url.URL{Scheme: n.sec.scheme, Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
@@ -191,7 +199,8 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body
 		return
 	}
 	req.Header.Set(forwardedHeader, "1")
-	resp, err := forwardClient.Do(req)
+	n.sec.forwardAuth(req, r)
+	resp, err := n.sec.client.Do(req)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("forward to the holder at %s: %v", addr, err), http.StatusServiceUnavailable)

@@ -71,12 +71,16 @@ type Config struct {
 	// actors are held by one node at a time and replicated to the bucket.
 	// Without it the node runs alone on its data directory.
 	Cluster *ClusterConfig
+	// Security: tokens for the HTTP API and TLS for forwarding (see
+	// Security). The zero value is an open API, logged as such.
+	Security Security
 }
 
 // Node runs actors on one machine.
 type Node struct {
 	cfg     Config
 	log     hclog.Logger
+	sec     *security
 	engine  *hostmod.Engine
 	classes map[string]*hostmod.Class
 	timer   *sweeper.Timer
@@ -124,6 +128,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxConcurrentDeliveries <= 0 {
 		cfg.MaxConcurrentDeliveries = 64
 	}
+	sec, err := newSecurity(cfg.Security)
+	if err != nil {
+		return nil, err
+	}
+	if sec.open {
+		cfg.Logger.Warn("the HTTP API has no tokens: anyone who reaches it runs and deletes any tenant's actors (see node.Security)")
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: data directory: %w", err)
 	}
@@ -135,6 +146,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
 		log:     cfg.Logger,
+		sec:     sec,
 		engine:  eng,
 		classes: map[string]*hostmod.Class{},
 		timer:   sweeper.NewTimer(cfg.RetryMax),

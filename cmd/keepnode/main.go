@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -68,6 +69,7 @@ func main() {
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log one JSON object per line")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	secFlags := addSecurityFlags(fs)
 	fs.Parse(os.Args[1:])
 	if *showVersion {
 		bi, ok := debug.ReadBuildInfo()
@@ -76,14 +78,14 @@ func main() {
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
-	if err := run(logger, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
+	if err := run(logger, secFlags, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
 		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
+func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
 	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration) error {
 	if dataDir == "" {
 		return errors.New("-data is required")
@@ -99,6 +101,10 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 		}
 		wasm[name] = b
 	}
+	security, serverTLS, err := secFlags.load()
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -109,10 +115,16 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 	if advertise == "" {
 		advertise = ln.Addr().String()
 	}
+	scheme := "http"
+	if serverTLS != nil {
+		ln = tls.NewListener(ln, serverTLS)
+		scheme = "https"
+	}
 	cfg := node.Config{
 		DataDir:       dataDir,
 		Classes:       wasm,
 		Logger:        logger,
+		Security:      security,
 		RetryMax:      retryMax,
 		EngineOptions: []hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)},
 	}
@@ -144,7 +156,7 @@ func run(logger hclog.Logger, dataDir string, classes classFlags, listen, advert
 	if l := n.Leases(); l != nil {
 		id = l.NodeID()
 	}
-	fmt.Printf("keepnode listening on http://%s node=%s\n", ln.Addr(), id)
+	fmt.Printf("keepnode listening on %s://%s node=%s\n", scheme, ln.Addr(), id)
 
 	<-ctx.Done()
 	stop() // a second signal ends the process at once, without the clean shutdown

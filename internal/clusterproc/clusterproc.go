@@ -275,14 +275,19 @@ func StartNode(ctx context.Context, cfg Config, name string, extra ...string) (*
 	}
 }
 
-// parseReady reads "keepnode listening on http://ADDR node=ID".
+// parseReady reads "keepnode listening on http://ADDR node=ID" (https://
+// with -tls-cert).
 func (n *Node) parseReady(line string) error {
 	rest := strings.TrimPrefix(line, readyPrefix)
 	u, id, ok := strings.Cut(rest, " node=")
-	if !ok || !strings.HasPrefix(u, "http://") {
+	addr, found := strings.CutPrefix(u, "http://")
+	if !found {
+		addr, found = strings.CutPrefix(u, "https://")
+	}
+	if !ok || !found {
 		return fmt.Errorf("clusterproc: node %s: unexpected ready line %q", n.Name, line)
 	}
-	n.URL, n.Addr, n.NodeID = u, strings.TrimPrefix(u, "http://"), strings.TrimSpace(id)
+	n.URL, n.Addr, n.NodeID = u, addr, strings.TrimSpace(id)
 	return nil
 }
 

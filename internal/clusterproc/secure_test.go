@@ -1,0 +1,115 @@
+package clusterproc_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/testca"
+	"github.com/wasmkeep/alarms/internal/testguest"
+)
+
+// TestKeepnodeWithTokensAndTLS starts two keepnode processes serving HTTPS
+// with a test CA's certificate, an operator token from a file, tenant
+// tokens from a file and the peer token from the environment: a tenant's
+// call through the node that does not hold the actor is forwarded over TLS
+// and answered; no token is a 401, another tenant a 403.
+func TestKeepnodeWithTokensAndTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := clusterproc.Build(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := clusterproc.StartVersitygw(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Stop()
+	wasm := filepath.Join(dir, "counter.wasm")
+	if err := os.WriteFile(wasm, testguest.Build(t, testguest.CounterActor), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, caFile := testca.Write(t, dir)
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tokenFile := write("token", "operator-token\n")
+	tenantFile := write("tenants", "# tenant token\nt tenant-t-token\nu tenant-u-token\n")
+	t.Setenv("KEEPNODE_PEER_TOKEN", "peer-token")
+	var log syncBuffer
+	cfg := clusterproc.Config{
+		Binary: bin, S3: gw.S3("clusterproc-secure"), Dir: dir, Log: &log,
+		Classes: map[string]string{"counter": wasm},
+		Flags: []string{"-token-file", tokenFile, "-tenant-tokens", tenantFile,
+			"-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", caFile},
+	}
+	nodes, err := clusterproc.StartNodes(ctx, cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, n := range nodes {
+			_ = n.Kill()
+		}
+	}()
+	if !strings.HasPrefix(nodes[0].URL, "https://127.0.0.1:") {
+		t.Fatalf("node 0 serves at %q, want https on 127.0.0.1", nodes[0].URL)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	send := func(url, token, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	actor := "/v1/actors/t/counter/x"
+	if status, body := send(nodes[0].URL+actor+"?kind=exec-durable", "tenant-t-token", "get"); status != 200 || requests(t, []byte(body)) != 1 {
+		t.Fatalf("on node 0: %d %q", status, body)
+	}
+	if status, body := send(nodes[1].URL+actor, "tenant-t-token", "get"); status != 200 || requests(t, []byte(body)) != 2 {
+		t.Fatalf("through node 1: %d %q, want the holder's answer (2 requests)", status, body)
+	}
+	if status, body := send(nodes[1].URL+actor, "operator-token", "get"); status != 200 || requests(t, []byte(body)) != 3 {
+		t.Fatalf("through node 1 with the operator's token: %d %q, want 3 requests", status, body)
+	}
+	if status, body := send(nodes[1].URL+actor, "", "get"); status != 401 {
+		t.Fatalf("no token: %d %q, want 401", status, body)
+	}
+	if status, body := send(nodes[1].URL+"/v1/actors/u/counter/x", "tenant-t-token", "get"); status != 403 {
+		t.Fatalf("t's token on tenant u: %d %q, want 403", status, body)
+	}
+	if strings.Contains(log.String(), "the HTTP API has no tokens") {
+		t.Fatalf("a node with tokens logged that its API is open:\n%s", log.String())
+	}
+}
