@@ -99,6 +99,11 @@ type Actor struct {
 	mod    api.Module
 	inited bool
 	closed bool
+	// The committed alarm and failure count, read once after the database
+	// opens and kept after each commit (only this Actor writes them).
+	known    bool
+	alarm    *int64
+	failures int
 
 	stdout, stderr *guestOutput
 
@@ -158,6 +163,7 @@ func (a *Actor) sleep(db bool) {
 	if db && a.store != nil {
 		_ = a.store.Close()
 		a.store = nil
+		a.known = false
 	}
 }
 
@@ -195,6 +201,7 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 	if a.store != nil {
 		err = a.store.Close()
 		a.store = nil
+		a.known = false
 		a.e.res.releaseDB(a)
 	}
 	return err
@@ -216,15 +223,15 @@ func (a *Actor) State(ctx context.Context) (State, error) {
 	if err := a.wake(ctx); err != nil {
 		return State{}, err
 	}
-	at, ok, err := a.store.Alarm()
+	at, n, err := a.committed()
 	if err != nil {
-		return State{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
+		return State{}, err
 	}
-	n, err := a.store.Failures()
-	if err != nil {
-		return State{}, &abi.ActorError{ID: a.id, Err: err}
+	st := State{Failures: n, Inited: a.inited}
+	if at != nil {
+		st.Alarm, st.HasAlarm = *at, true
 	}
-	return State{Alarm: at, HasAlarm: ok, Failures: n, Inited: a.inited}, nil
+	return st, nil
 }
 
 // Lock runs f while holding the actor, so no event runs meanwhile. A
@@ -235,6 +242,7 @@ func (a *Actor) Lock(f func(*Store) error) error {
 	if err := a.wake(context.Background()); err != nil {
 		return err
 	}
+	a.known = false // f may write anything
 	return f(a.store)
 }
 
@@ -279,13 +287,25 @@ func (a *Actor) ensureInit(ctx context.Context) error {
 	return nil
 }
 
-// alarmNow reads the alarm inside the open transaction.
-func (a *Actor) alarmNow() (*int64, error) {
-	at, ok, err := a.store.Alarm()
-	if err != nil || !ok {
-		return nil, err
+// committed returns the committed alarm and failure count, reading them
+// once after the database opens (a.mu held, no transaction open).
+func (a *Actor) committed() (*int64, int, error) {
+	if a.known {
+		return a.alarm, a.failures, nil
 	}
-	return &at, nil
+	at, ok, err := a.store.Alarm()
+	if err != nil {
+		return nil, 0, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
+	}
+	n, err := a.store.Failures()
+	if err != nil {
+		return nil, 0, &abi.ActorError{ID: a.id, Err: err}
+	}
+	a.alarm, a.failures, a.known = nil, n, true
+	if ok {
+		a.alarm = &at
+	}
+	return a.alarm, a.failures, nil
 }
 
 func sameAlarm(x, y *int64) bool {
@@ -298,15 +318,15 @@ func sameAlarm(x, y *int64) bool {
 // event runs one export in a transaction; export "" runs nothing (it only
 // records on-init for guests without one).
 func (a *Actor) event(ctx context.Context, export string, req []byte, params []uint64) (Result, error) {
+	before, failures, err := a.committed()
+	if err != nil {
+		return Result{}, err
+	}
 	if err := a.store.Begin(); err != nil {
 		return Result{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
 	}
 	defer a.store.Rollback()
-	before, err := a.alarmNow()
-	if err != nil {
-		return Result{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
-	}
-	ev := &event{store: a.store, request: req}
+	ev := &event{store: a.store, request: req, failures: failures}
 	if export != "" {
 		code, err := a.call(ctx, ev, export, params, a.e.cfg.eventDeadline)
 		if err != nil {
@@ -321,7 +341,11 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 			return Result{}, &abi.ActorError{ID: a.id, Op: "record on-init", Err: err}
 		}
 	}
-	res, err := a.finish(before, ev.response)
+	after := before
+	if ev.alarmTouched {
+		after = ev.alarm
+	}
+	res, err := a.finish(before, after, ev.failures, ev.response)
 	if err != nil {
 		return Result{}, err
 	}
@@ -329,23 +353,18 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 	return res, nil
 }
 
-// finish reads what is about to commit and commits.
-func (a *Actor) finish(before *int64, response []byte) (Result, error) {
-	after, err := a.alarmNow()
-	if err != nil {
-		return Result{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
-	}
-	n, err := a.store.Failures()
-	if err != nil {
-		return Result{}, &abi.ActorError{ID: a.id, Err: err}
-	}
+// finish commits an event that leaves the alarm after and the failure
+// count n, and keeps them as the committed state.
+func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, error) {
 	res := Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
 	if after != nil {
 		res.Alarm, res.HasAlarm = *after, true
 	}
 	if err := a.store.Commit(); err != nil {
+		a.known = false
 		return Result{}, &abi.ActorError{ID: a.id, Op: "commit", Err: err}
 	}
+	a.alarm, a.failures, a.known = after, n, true
 	return res, nil
 }
 
@@ -410,17 +429,18 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 		return Delivery{}, err
 	}
 	now := a.e.cfg.clock.Now().UnixMilli()
-	at, ok, err := a.store.Alarm()
+	cur, failures, err := a.committed()
 	if err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
+		return Delivery{}, err
 	}
-	failures, err := a.store.Failures()
-	if err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
+	if cur == nil || *cur > now {
+		d := Delivery{Result: Result{Failures: failures}}
+		if cur != nil {
+			d.Alarm, d.HasAlarm = *cur, true
+		}
+		return d, nil
 	}
-	if !ok || at > now {
-		return Delivery{Result: Result{Alarm: at, HasAlarm: ok, Failures: failures}}, nil
-	}
+	at := *cur
 	if !a.class.onAlarm {
 		return Delivery{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, abi.ExportOnAlarm)}
 	}
@@ -431,7 +451,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	}
 	defer a.store.Rollback()
 	before := &at
-	ev := &event{store: a.store}
+	ev := &event{store: a.store, failures: failures}
 	code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
 	if err == nil && code != 0 {
 		err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
@@ -442,10 +462,12 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 				return Delivery{}, &abi.ActorError{ID: a.id, Op: "clear delivered alarm", Err: err}
 			}
 		}
-		if err := a.store.SetFailures(0); err != nil {
-			return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
+		if ev.failures != 0 {
+			if err := a.store.SetFailures(0); err != nil {
+				return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
+			}
 		}
-		res, err := a.finish(before, nil)
+		res, err := a.finish(before, ev.alarm, 0, nil)
 		if err != nil {
 			return Delivery{}, err
 		}
@@ -463,9 +485,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	// What did the handler leave? Read it before rolling its writes back.
 	left := before
 	if ev.alarmTouched {
-		if left, err = a.alarmNow(); err != nil {
-			return Delivery{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
-		}
+		left = ev.alarm
 	}
 	if err := a.store.Rollback(); err != nil {
 		return Delivery{}, &abi.ActorError{ID: a.id, Op: "roll back failed on-alarm", Err: err}
@@ -482,6 +502,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 		if err == nil {
 			err = a.store.SetFailures(0)
 		}
+		n = 0
 	} else {
 		err = a.store.SetAlarm(*next)
 		if err == nil {
@@ -491,7 +512,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, &abi.ActorError{ID: a.id, Op: "commit retry", Err: err}
 	}
-	res, err := a.finish(before, nil)
+	res, err := a.finish(before, next, n, nil)
 	if err != nil {
 		return Delivery{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -129,58 +130,95 @@ func BenchmarkSleepingActors(b *testing.B) {
 	b.ReportMetric(mib(procStatus("VmHWM")), "MiB-peak-rss")
 }
 
-// firingBench runs the node's timer over actors whose alarms stay due
-// (the .wat guest sets its alarm again at the time it ran for; the counter
-// re-arms 1 ms ahead) for the benchmark time, and reports firings per
-// second. With a budget smaller than the actors, every firing is cold: it
-// wakes a sleeping actor (opens its database, starts an instance) and puts
-// the least recently used to sleep.
-func firingBench(b *testing.B, classes map[string][]byte, class string, actors int, req []byte, cfg node.Config, d time.Duration) {
+// warmFirings runs the node's timer over actors whose alarms stay due (the
+// .wat guest sets its alarm again at the time it ran for; the counter
+// re-arms 1 ms ahead), all open, for d, and reports firings per second.
+func warmFirings(b *testing.B, classes map[string][]byte, class string, actors int, req []byte, d time.Duration) {
 	ctx := context.Background()
 	var fired atomic.Int64
-	cfg.OnDelivery = func(ev node.DeliveryEvent) {
+	n := newNode(b, b.TempDir(), classes, node.Config{OnDelivery: func(ev node.DeliveryEvent) {
 		if ev.Err == nil && ev.Delivery.Ran && ev.Delivery.Err == nil {
 			fired.Add(1)
 		}
-	}
-	n := newNode(b, b.TempDir(), classes, cfg)
+	}})
 	defer n.Close(ctx)
 	ids := make([]abi.ActorID, actors)
 	for i := range ids {
-		ids[i] = abi.ActorID{Tenant: "t", Class: class, Name: fmt.Sprintf("f%05d", i)}
+		ids[i] = abi.ActorID{Tenant: "t", Class: class, Name: fmt.Sprintf("w%05d", i)}
 	}
 	createActors(b, n, ids, func(int) []byte { return req })
 	before, _ := n.Residency()
 	b.ResetTimer()
 	n.Start(ctx)
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	time.Sleep(d)
 	got := fired.Load()
-	took := time.Since(start)
+	took, used := time.Since(start), cpuTime()-cpu
 	b.StopTimer()
 	st, _ := n.Residency()
 	b.ReportMetric(float64(got)/took.Seconds(), "firings/s")
-	b.ReportMetric(float64(st.Slept-before.Slept)/float64(max(got, 1)), "woken/firing")
-	b.ReportMetric(float64(st.PeakOpenDatabases), "peak-dbs")
-	b.ReportMetric(float64(st.PeakLiveInstances), "peak-instances")
+	b.ReportMetric(float64(used.Microseconds())/float64(max(got, 1)), "cpu-us/firing")
+	b.ReportMetric(float64(st.Slept-before.Slept), "slept")
 }
 
-// BenchmarkFirings: cold (3,000 actors, a budget of 64 databases and 64
-// instances: each firing wakes a sleeping actor) and warm (500 actors, all
-// open) firings per second, for the .wat guest and the Go counter actor.
+// coldFirings creates actors whose one alarm is due a second after they
+// are created (by a fake clock), restarts the node with a budget of 64
+// databases and 64 instances, so every actor is closed, moves the clock
+// past the alarms and times until every one has fired: each firing opens a
+// sleeping actor's database, starts an instance, runs on-alarm, commits,
+// and puts the least recently used actor to sleep.
+func coldFirings(b *testing.B, classes map[string][]byte, class string, actors int, req []byte) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	clock := cluster.NewFakeClock(time.UnixMilli(1_800_000_000_000))
+	n := newNode(b, dir, classes, node.Config{Clock: clock})
+	ids := make([]abi.ActorID, actors)
+	for i := range ids {
+		ids[i] = abi.ActorID{Tenant: "t", Class: class, Name: fmt.Sprintf("c%05d", i)}
+	}
+	createActors(b, n, ids, func(int) []byte { return req })
+	n.Close(ctx)
+	var fired atomic.Int64
+	all := make(chan struct{})
+	n = newNode(b, dir, classes, node.Config{Clock: clock, MaxOpenDatabases: 64, MaxInstances: 64,
+		OnDelivery: func(ev node.DeliveryEvent) {
+			if ev.Err == nil && ev.Delivery.Ran && ev.Delivery.Err == nil && fired.Add(1) == int64(actors) {
+				close(all)
+			}
+		}})
+	defer n.Close(ctx)
+	clock.Advance(2 * time.Second)
+	b.ResetTimer()
+	start, cpu := time.Now(), cpuTime()
+	n.Start(ctx)
+	select {
+	case <-all:
+	case <-time.After(20 * time.Minute):
+		b.Fatalf("%d of %d alarms fired", fired.Load(), actors)
+	}
+	took, used := time.Since(start), cpuTime()-cpu
+	b.StopTimer()
+	st, _ := n.Residency()
+	b.ReportMetric(float64(actors)/took.Seconds(), "firings/s")
+	b.ReportMetric(float64(used.Microseconds())/float64(actors), "cpu-us/firing")
+	b.ReportMetric(float64(st.PeakOpenDatabases), "peak-dbs")
+	b.ReportMetric(float64(st.Slept), "slept")
+}
+
+// BenchmarkFirings: cold firings/s (3,000 .wat actors, 500 counters, closed,
+// alarms due at once) and warm (500 .wat actors, 200 counters, all open),
+// for the .wat guest and the Go counter actor.
 func BenchmarkFirings(b *testing.B) {
-	wat := map[string][]byte{"bench": testguest.Fixture(b, "bench_alarm")}
-	past := atReq(time.Now().Add(-time.Second).UnixMilli())
-	d := 3 * time.Second
-	b.Run("wat/cold", func(b *testing.B) {
-		firingBench(b, wat, "bench", 3000, past, node.Config{MaxOpenDatabases: 64, MaxInstances: 64}, d)
-	})
-	b.Run("wat/warm", func(b *testing.B) { firingBench(b, wat, "bench", 500, past, node.Config{}, d) })
 	cnt := counter(b)
-	b.Run("counter/cold", func(b *testing.B) {
-		firingBench(b, cnt, "counter", 1000, []byte("start 1"), node.Config{MaxOpenDatabases: 64, MaxInstances: 64}, d)
+	b.Run("wat/cold", func(b *testing.B) {
+		coldFirings(b, oneshot(b), "oneshot", 3000, atReq(1_800_000_001_000))
 	})
-	b.Run("counter/warm", func(b *testing.B) { firingBench(b, cnt, "counter", 200, []byte("start 1"), node.Config{}, d) })
+	b.Run("wat/warm", func(b *testing.B) {
+		warmFirings(b, map[string][]byte{"bench": testguest.Fixture(b, "bench_alarm")}, "bench", 500,
+			atReq(time.Now().Add(-time.Second).UnixMilli()), 3*time.Second)
+	})
+	b.Run("counter/cold", func(b *testing.B) { coldFirings(b, cnt, "counter", 500, []byte("start 1000")) })
+	b.Run("counter/warm", func(b *testing.B) { warmFirings(b, cnt, "counter", 200, []byte("start 1"), 3*time.Second) })
 }
 
 // BenchmarkSleepingCounters creates -sleep.counters Go counter actors with
