@@ -56,6 +56,7 @@ type Store struct {
 	getMeta, putMeta, delMeta    *sqlite3.Stmt
 	kvGet, kvPut, kvDel          *sqlite3.Stmt
 	checkpoint                   *sqlite3.Stmt
+	begin, commit, rollback      *sqlite3.Stmt // prepared once: no parse per event
 	inTx                         bool
 }
 
@@ -103,6 +104,9 @@ func (s *Store) init() error {
 		{&s.kvPut, `INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`},
 		{&s.kvDel, `DELETE FROM kv WHERE key = ?`},
 		{&s.checkpoint, `PRAGMA wal_checkpoint(PASSIVE)`},
+		{&s.begin, `BEGIN IMMEDIATE`},
+		{&s.commit, `COMMIT`},
+		{&s.rollback, `ROLLBACK`},
 	}
 	for _, p := range prep {
 		st, _, err := s.conn.Prepare(p.sql)
@@ -169,7 +173,7 @@ func (s *Store) Close() error {
 	if s == nil || s.conn == nil {
 		return nil
 	}
-	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint} {
+	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint, s.begin, s.commit, s.rollback} {
 		if st != nil {
 			st.Close()
 		}
@@ -184,11 +188,20 @@ func (s *Store) Begin() error {
 	if s.inTx {
 		return errors.New("transaction already open")
 	}
-	if err := s.conn.Exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := run(s.begin); err != nil {
 		return err
 	}
 	s.inTx = true
 	return nil
+}
+
+// run steps a prepared statement that returns no rows, and resets it.
+func run(st *sqlite3.Stmt) error {
+	err := st.Exec()
+	if rerr := st.Reset(); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // Commit commits the open transaction.
@@ -196,9 +209,9 @@ func (s *Store) Commit() error {
 	if !s.inTx {
 		return errors.New("no open transaction")
 	}
-	err := s.conn.Exec(`COMMIT`)
+	err := run(s.commit)
 	if err != nil {
-		_ = s.conn.Exec(`ROLLBACK`)
+		_ = run(s.rollback)
 	}
 	s.inTx = false
 	return err
@@ -210,7 +223,7 @@ func (s *Store) Rollback() error {
 		return nil
 	}
 	s.inTx = false
-	return s.conn.Exec(`ROLLBACK`)
+	return run(s.rollback)
 }
 
 // InTx reports whether a transaction is open.
