@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,5 +251,15 @@ func TestClusterBudgetServesAlarmsDueAtOnce(t *testing.T) {
 	}
 	if len(keys) != 0 {
 		t.Fatalf("%d index entries left after every alarm fired, e.g. %s", len(keys), keys[0])
+	}
+}
+
+// A database budget the process's file descriptor limit cannot hold is
+// refused when the node starts, with the numbers, rather than failing as an
+// open inside SQLite under load.
+func TestABudgetPastTheFDLimitIsRefused(t *testing.T) {
+	_, err := node.New(context.Background(), node.Config{DataDir: t.TempDir(), Classes: oneshot(t), MaxOpenDatabases: 1 << 40})
+	if err == nil || !strings.Contains(err.Error(), "file descriptors") || !strings.Contains(err.Error(), "ulimit -n") {
+		t.Fatalf("node with a budget of 2^40 open databases: %v; want a refusal naming the fd limit", err)
 	}
 }
