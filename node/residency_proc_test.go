@@ -19,7 +19,7 @@ import (
 // middle of it. Every alarm whose arming was acknowledged fires on a
 // survivor and its entry leaves the index.
 func TestAKillWhileEvictingLosesNoAlarm(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rec := &swFirings{}
 	cfg, srv := swProcCluster(t, ctx, rec, swScaled)
@@ -86,7 +86,9 @@ func TestAKillWhileEvictingLosesNoAlarm(t *testing.T) {
 	}
 	t.Logf("%d actors armed on %s before the kill (budget 4 databases)", len(acked), victim.Name)
 
-	out := swCollect(rec, "", acked, time.UnixMilli(due).Add(swScaled.bound()+90*time.Second))
+	// The bound is generous: this test checks that nothing is lost, not how
+	// late it fires (the failover benchmark measures that).
+	out := swCollect(rec, "", acked, time.UnixMilli(due).Add(swScaled.bound()+4*time.Minute))
 	t.Logf("%v", out)
 	if len(out.lost) > 0 {
 		t.Errorf("%d acknowledged alarms lost, such as %v", len(out.lost), out.lost[:min(5, len(out.lost))])
