@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,7 +99,7 @@ func TestAKillWhileEvictingLosesNoAlarm(t *testing.T) {
 	// have yet (spec 0009, R4: such an entry is kept for the node's return).
 	waitFor(t, "the fired entries to leave the index", func() bool {
 		for _, k := range swIndexLeft(t, srv.Bucket) {
-			key, err := alarmindex.ParseKey(k)
+			key, err := alarmindex.ParseKey(strings.TrimPrefix(k, ixPrefix))
 			if err != nil {
 				t.Fatalf("index key %q: %v", k, err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -239,13 +240,13 @@ func TestClusterBudgetServesAlarmsDueAtOnce(t *testing.T) {
 	}
 	n2.Close(ctx)
 	if f.count() < actors {
-		keys, _ := b.List(ctx, "alarms/t/", "", 1000)
+		keys, _ := b.List(ctx, ixPrefix+alarmindex.TenantPrefix("t"), "", 1000)
 		t.Logf("index entries left: %q", keys)
 	}
 	f.check(t, ids)
 	checkBudget(t, n2, dbs, insts)
 	t.Logf("%d fired before the crash, %d after", mid, actors-mid)
-	keys, err := b.List(ctx, "alarms/t/", "", 1000)
+	keys, err := b.List(ctx, ixPrefix+alarmindex.TenantPrefix("t"), "", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
