@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,16 +49,6 @@ func openFDs() int {
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
-
-// cpuTime is the process's user and system CPU time: on a shared machine
-// it says what a phase cost when the wall clock says how busy the others were.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // createActors runs one event on each of ids, 16 at a time.
 func createActors(b *testing.B, n *node.Node, ids []abi.ActorID, req func(i int) []byte) time.Duration {
@@ -114,10 +103,10 @@ func BenchmarkSleepingActors(b *testing.B) {
 		b.ReportMetric(float64(st.PeakOpenDatabases), "peak-dbs")
 		n.Close(ctx)
 
-		start, cpu := time.Now(), cpuTime()
+		start, cpu := time.Now(), cpuTime(b)
 		n = newNode(b, dir, classes, node.Config{})
 		scan := time.Since(start)
-		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(len(ids)), "cpu-us/scanned")
+		b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(len(ids)), "cpu-us/scanned")
 		if got := n.Timer().Len(); got != len(ids) {
 			b.Fatalf("the scan found %d alarms, want %d", got, len(ids))
 		}
@@ -150,10 +139,10 @@ func warmFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	before, _ := n.Residency()
 	b.ResetTimer()
 	n.Start(ctx)
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), cpuTime(b)
 	time.Sleep(d)
 	got := fired.Load()
-	took, used := time.Since(start), cpuTime()-cpu
+	took, used := time.Since(start), cpuTime(b)-cpu
 	b.StopTimer()
 	st, _ := n.Residency()
 	b.ReportMetric(float64(got)/took.Seconds(), "firings/s")
@@ -189,14 +178,14 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	defer n.Close(ctx)
 	clock.Advance(2 * time.Second)
 	b.ResetTimer()
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), cpuTime(b)
 	n.Start(ctx)
 	select {
 	case <-all:
 	case <-time.After(20 * time.Minute):
 		b.Fatalf("%d of %d alarms fired", fired.Load(), actors)
 	}
-	took, used := time.Since(start), cpuTime()-cpu
+	took, used := time.Since(start), cpuTime(b)-cpu
 	b.StopTimer()
 	st, _ := n.Residency()
 	b.ReportMetric(float64(actors)/took.Seconds(), "firings/s")
@@ -285,10 +274,10 @@ func BenchmarkMillionPending(b *testing.B) {
 	}
 	b.Logf("linked %d actor files in %v", *sleepMillion, time.Since(start))
 	for i := 0; i < b.N; i++ {
-		start, cpu := time.Now(), cpuTime()
+		start, cpu := time.Now(), cpuTime(b)
 		n := newNode(b, dir, classes, node.Config{})
 		scan := time.Since(start)
-		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(*sleepMillion), "cpu-us/scanned")
+		b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(*sleepMillion), "cpu-us/scanned")
 		if got := n.Timer().Len(); got != *sleepMillion {
 			b.Fatalf("the scan found %d alarms, want %d", got, *sleepMillion)
 		}
