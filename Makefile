@@ -12,7 +12,7 @@ COUNTER_go := build/counter-actor.wasm
 COUNTER_rust := build/counter-actor-rust.wasm
 COUNTER_as := build/counter-actor-as.wasm
 
-.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings sim fuzz fuzz-short
+.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings bench-sleep bench-million sim fuzz fuzz-short
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
 # alarms fire on the others.
@@ -106,3 +106,15 @@ bench-firings: tools
 
 bench-failover: tools
 	$(GO) test -run '^$$' -bench Failover -benchtime 1x -timeout 30m ./node/
+
+# bench-sleep: residency. 100,000 sleeping actors of a .wat guest on one node
+# under ulimit -n 4096 (create, RSS, fds, the scan after a restart); cold and
+# warm firings/s; 10,000 Go counter actors (peak RSS). Tens of minutes.
+bench-sleep:
+	ulimit -n 4096 && $(GO) test -run '^$$' -bench SleepingActors -benchtime 1x -timeout 0 ./node/
+	$(GO) test -run '^$$' -bench Firings -benchtime 1x -timeout 0 ./node/
+	$(GO) test -run '^$$' -bench SleepingCounters -benchtime 1x -timeout 0 ./node/
+
+# bench-million: the start-up scan and RSS with 1,000,000 pending alarms.
+bench-million:
+	$(GO) test -run '^$$' -bench MillionPending -benchtime 1x -timeout 0 ./node/

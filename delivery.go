@@ -116,19 +116,29 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 	p.inflight[key] = true
 	p.wg.Add(1)
 	p.mu.Unlock()
+	done := func() {
+		p.mu.Lock()
+		delete(p.inflight, key)
+		at, again := p.again[key]
+		delete(p.again, key)
+		p.mu.Unlock()
+		if _, held := p.cfg.Timer.Get(key); again && !held {
+			// Nothing armed the actor since that time was popped.
+			p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())
+		}
+	}
+	// Wait for a slot here, in the timer loop, so a burst of due alarms
+	// stays in the timer rather than in goroutines.
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		done()
+		p.wg.Done()
+		return
+	}
 	go func() {
 		defer p.wg.Done()
-		defer func() {
-			p.mu.Lock()
-			delete(p.inflight, key)
-			at, again := p.again[key]
-			delete(p.again, key)
-			p.mu.Unlock()
-			if _, held := p.cfg.Timer.Get(key); again && !held {
-				// Nothing armed the actor since that time was popped.
-				p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())
-			}
-		}()
+		defer done()
 		defer func() {
 			// A panic outside the actor's delivery (OnDelivery, say) ends
 			// this delivery only.
@@ -136,11 +146,6 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 				p.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		select {
-		case p.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
 		defer func() { <-p.sem }()
 		d := p.DeliverDue(ctx, t, key, at)
 		if p.cfg.OnDelivery != nil {

@@ -1,6 +1,7 @@
 package hostmod
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -83,49 +84,127 @@ type State struct {
 
 // Actor is one actor: its database and, while it runs, one instance of its
 // class. Methods are safe for concurrent use and run one event at a time.
+//
+// Under the engine's residency budget an idle actor may sleep: its instance
+// and its database are closed, and the next call opens them again (waiting
+// for room, or failing with ErrNoRoom, when every other open actor is busy).
 type Actor struct {
 	e     *Engine
 	id    abi.ActorID
 	class *Class
-	store *Store
+	path  string
 
 	mu     sync.Mutex
+	store  *Store // nil while the actor sleeps
 	mod    api.Module
 	inited bool
 	closed bool
+	// The committed alarm and failure count, read once after the database
+	// opens and kept after each commit (only this Actor writes them).
+	known    bool
+	alarm    *int64
+	failures int
 
 	stdout, stderr *guestOutput
+
+	// Residency bookkeeping, guarded by the engine's residency lock.
+	dbElem, instElem *list.Element
+	lastUsed         time.Time
 }
 
-// Open opens the actor whose database is at path (created if missing). The
-// instance is created on the first event.
+// Open opens the actor whose database is at path (created if missing),
+// within the residency budget. The instance is created on the first event.
 func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string) (*Actor, error) {
-	st, err := OpenStore(path)
-	if err != nil {
-		return nil, &abi.ActorError{ID: id, Err: err}
+	a := &Actor{e: e, id: id, class: c, path: path,
+		stdout: newGuestOutput(e, id, "stdout", e.cfg.stdout), stderr: newGuestOutput(e, id, "stderr", e.cfg.stderr)}
+	a.mu.Lock()
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return nil, err
 	}
-	_, inited, err := st.Meta(MetaInitDone)
+	_, inited, err := a.store.Meta(MetaInitDone)
 	if err != nil {
-		st.Close()
+		a.closeLocked(ctx)
 		return nil, &abi.ActorError{ID: id, Op: "read meta", Err: err}
 	}
-	return &Actor{e: e, id: id, class: c, store: st, inited: inited,
-		stdout: newGuestOutput(e, id, "stdout", e.cfg.stdout), stderr: newGuestOutput(e, id, "stderr", e.cfg.stderr)}, nil
+	a.inited = inited
+	return a, nil
+}
+
+// wake opens the database of a sleeping actor, within the budget, and marks
+// the actor used (a.mu held).
+func (a *Actor) wake(ctx context.Context) error {
+	if a.closed {
+		return &abi.ActorError{ID: a.id, Err: ErrClosed}
+	}
+	if a.store != nil {
+		a.e.res.touch(a)
+		return nil
+	}
+	if err := a.e.res.acquireDB(ctx, a); err != nil {
+		return &abi.ActorError{ID: a.id, Op: "open database", Err: err}
+	}
+	st, err := OpenStore(a.path)
+	if err != nil {
+		a.e.res.releaseDB(a)
+		return &abi.ActorError{ID: a.id, Err: err}
+	}
+	a.store = st
+	return nil
+}
+
+// sleep closes the instance and, with db, the database (a.mu held, the
+// residency slots already passed on).
+func (a *Actor) sleep(db bool) {
+	if a.mod != nil {
+		_ = a.mod.Close(context.Background())
+		a.mod = nil
+	}
+	if db && a.store != nil {
+		_ = a.store.Close()
+		a.store = nil
+		a.known = false
+	}
+}
+
+// end unlocks the actor after a call and lets actors waiting for room
+// consider it.
+func (a *Actor) end() {
+	a.mu.Unlock()
+	a.e.res.idle()
 }
 
 // ID returns the actor's identity.
 func (a *Actor) ID() abi.ActorID { return a.id }
 
+// Asleep reports whether the actor's database is closed under the budget.
+func (a *Actor) Asleep() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.store == nil
+}
+
 // Close closes the instance and the database.
 func (a *Actor) Close(ctx context.Context) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.end()
+	return a.closeLocked(ctx)
+}
+
+func (a *Actor) closeLocked(ctx context.Context) error {
 	if a.closed {
 		return nil
 	}
 	a.closed = true
 	a.discard(ctx)
-	return a.store.Close()
+	var err error
+	if a.store != nil {
+		err = a.store.Close()
+		a.store = nil
+		a.known = false
+		a.e.res.releaseDB(a)
+	}
+	return err
 }
 
 // discard closes the instance; a fresh one serves the next event.
@@ -133,34 +212,37 @@ func (a *Actor) discard(ctx context.Context) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.WithoutCancel(ctx))
 		a.mod = nil
+		a.e.res.releaseInst(a)
 	}
 }
 
 // State reads the committed alarm state.
-func (a *Actor) State(context.Context) (State, error) {
+func (a *Actor) State(ctx context.Context) (State, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return State{}, &abi.ActorError{ID: a.id, Err: ErrClosed}
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return State{}, err
 	}
-	at, ok, err := a.store.Alarm()
+	at, n, err := a.committed()
 	if err != nil {
-		return State{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
+		return State{}, err
 	}
-	n, err := a.store.Failures()
-	if err != nil {
-		return State{}, &abi.ActorError{ID: a.id, Err: err}
+	st := State{Failures: n, Inited: a.inited}
+	if at != nil {
+		st.Alarm, st.HasAlarm = *at, true
 	}
-	return State{Alarm: at, HasAlarm: ok, Failures: n, Inited: a.inited}, nil
+	return st, nil
 }
 
-// Lock runs f while holding the actor, so no event runs meanwhile.
+// Lock runs f while holding the actor, so no event runs meanwhile. A
+// sleeping actor's database is opened first.
 func (a *Actor) Lock(f func(*Store) error) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return &abi.ActorError{ID: a.id, Err: ErrClosed}
+	defer a.end()
+	if err := a.wake(context.Background()); err != nil {
+		return err
 	}
+	a.known = false // f may write anything
 	return f(a.store)
 }
 
@@ -168,9 +250,9 @@ func (a *Actor) Lock(f func(*Store) error) error {
 // when it returns 0. Before the first event of a new actor it runs on-init.
 func (a *Actor) Request(ctx context.Context, body []byte) (Result, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return Result{}, &abi.ActorError{ID: a.id, Err: ErrClosed}
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return Result{}, err
 	}
 	if err := a.ensureInit(ctx); err != nil {
 		return Result{}, err
@@ -184,9 +266,9 @@ func (a *Actor) Request(ctx context.Context, body []byte) (Result, error) {
 // Init runs on-init if it has not run yet. Request does this by itself.
 func (a *Actor) Init(ctx context.Context) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return &abi.ActorError{ID: a.id, Err: ErrClosed}
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return err
 	}
 	return a.ensureInit(ctx)
 }
@@ -205,13 +287,25 @@ func (a *Actor) ensureInit(ctx context.Context) error {
 	return nil
 }
 
-// alarmNow reads the alarm inside the open transaction.
-func (a *Actor) alarmNow() (*int64, error) {
-	at, ok, err := a.store.Alarm()
-	if err != nil || !ok {
-		return nil, err
+// committed returns the committed alarm and failure count, reading them
+// once after the database opens (a.mu held, no transaction open).
+func (a *Actor) committed() (*int64, int, error) {
+	if a.known {
+		return a.alarm, a.failures, nil
 	}
-	return &at, nil
+	at, ok, err := a.store.Alarm()
+	if err != nil {
+		return nil, 0, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
+	}
+	n, err := a.store.Failures()
+	if err != nil {
+		return nil, 0, &abi.ActorError{ID: a.id, Err: err}
+	}
+	a.alarm, a.failures, a.known = nil, n, true
+	if ok {
+		a.alarm = &at
+	}
+	return a.alarm, a.failures, nil
 }
 
 func sameAlarm(x, y *int64) bool {
@@ -224,15 +318,15 @@ func sameAlarm(x, y *int64) bool {
 // event runs one export in a transaction; export "" runs nothing (it only
 // records on-init for guests without one).
 func (a *Actor) event(ctx context.Context, export string, req []byte, params []uint64) (Result, error) {
+	before, failures, err := a.committed()
+	if err != nil {
+		return Result{}, err
+	}
 	if err := a.store.Begin(); err != nil {
 		return Result{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
 	}
 	defer a.store.Rollback()
-	before, err := a.alarmNow()
-	if err != nil {
-		return Result{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
-	}
-	ev := &event{store: a.store, request: req}
+	ev := &event{store: a.store, request: req, failures: failures}
 	if export != "" {
 		code, err := a.call(ctx, ev, export, params, a.e.cfg.eventDeadline)
 		if err != nil {
@@ -247,7 +341,11 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 			return Result{}, &abi.ActorError{ID: a.id, Op: "record on-init", Err: err}
 		}
 	}
-	res, err := a.finish(before, ev.response)
+	after := before
+	if ev.alarmTouched {
+		after = ev.alarm
+	}
+	res, err := a.finish(before, after, ev.failures, ev.response)
 	if err != nil {
 		return Result{}, err
 	}
@@ -255,23 +353,18 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 	return res, nil
 }
 
-// finish reads what is about to commit and commits.
-func (a *Actor) finish(before *int64, response []byte) (Result, error) {
-	after, err := a.alarmNow()
-	if err != nil {
-		return Result{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
-	}
-	n, err := a.store.Failures()
-	if err != nil {
-		return Result{}, &abi.ActorError{ID: a.id, Err: err}
-	}
+// finish commits an event that leaves the alarm after and the failure
+// count n, and keeps them as the committed state.
+func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, error) {
 	res := Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
 	if after != nil {
 		res.Alarm, res.HasAlarm = *after, true
 	}
 	if err := a.store.Commit(); err != nil {
+		a.known = false
 		return Result{}, &abi.ActorError{ID: a.id, Op: "commit", Err: err}
 	}
+	a.alarm, a.failures, a.known = after, n, true
 	return res, nil
 }
 
@@ -280,10 +373,17 @@ func (a *Actor) finish(before *int64, response []byte) (Result, error) {
 // returns an error; otherwise it returns the export's i32 result.
 func (a *Actor) call(ctx context.Context, ev *event, export string, params []uint64, deadline time.Duration) (uint32, error) {
 	a.stderr.takeLast() // the error of this event names only its own output
-	if a.mod == nil || a.mod.IsClosed() {
+	if a.mod != nil && a.mod.IsClosed() {
+		a.mod = nil
+		a.e.res.releaseInst(a)
+	}
+	if a.mod == nil {
+		if err := a.e.res.acquireInst(ctx, a); err != nil {
+			return 0, &abi.ActorError{ID: a.id, Op: "start an instance", Err: err}
+		}
 		m, err := a.e.instantiate(ctx, a.id, a.class, a.stdout, a.stderr)
 		if err != nil {
-			a.mod = nil
+			a.e.res.releaseInst(a)
 			return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: "_initialize", Cause: err, Said: a.stderr.takeLast()}}
 		}
 		a.mod = m
@@ -324,22 +424,23 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 // committed state, so the caller can re-arm its timer.
 func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return Delivery{}, &abi.ActorError{ID: a.id, Err: ErrClosed}
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return Delivery{}, err
 	}
 	now := a.e.cfg.clock.Now().UnixMilli()
-	at, ok, err := a.store.Alarm()
+	cur, failures, err := a.committed()
 	if err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
+		return Delivery{}, err
 	}
-	failures, err := a.store.Failures()
-	if err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
+	if cur == nil || *cur > now {
+		d := Delivery{Result: Result{Failures: failures}}
+		if cur != nil {
+			d.Alarm, d.HasAlarm = *cur, true
+		}
+		return d, nil
 	}
-	if !ok || at > now {
-		return Delivery{Result: Result{Alarm: at, HasAlarm: ok, Failures: failures}}, nil
-	}
+	at := *cur
 	if !a.class.onAlarm {
 		return Delivery{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, abi.ExportOnAlarm)}
 	}
@@ -350,7 +451,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	}
 	defer a.store.Rollback()
 	before := &at
-	ev := &event{store: a.store}
+	ev := &event{store: a.store, failures: failures}
 	code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
 	if err == nil && code != 0 {
 		err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
@@ -361,10 +462,12 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 				return Delivery{}, &abi.ActorError{ID: a.id, Op: "clear delivered alarm", Err: err}
 			}
 		}
-		if err := a.store.SetFailures(0); err != nil {
-			return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
+		if ev.failures != 0 {
+			if err := a.store.SetFailures(0); err != nil {
+				return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
+			}
 		}
-		res, err := a.finish(before, nil)
+		res, err := a.finish(before, ev.alarm, 0, nil)
 		if err != nil {
 			return Delivery{}, err
 		}
@@ -382,9 +485,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	// What did the handler leave? Read it before rolling its writes back.
 	left := before
 	if ev.alarmTouched {
-		if left, err = a.alarmNow(); err != nil {
-			return Delivery{}, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
-		}
+		left = ev.alarm
 	}
 	if err := a.store.Rollback(); err != nil {
 		return Delivery{}, &abi.ActorError{ID: a.id, Op: "roll back failed on-alarm", Err: err}
@@ -401,6 +502,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 		if err == nil {
 			err = a.store.SetFailures(0)
 		}
+		n = 0
 	} else {
 		err = a.store.SetAlarm(*next)
 		if err == nil {
@@ -410,7 +512,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, &abi.ActorError{ID: a.id, Op: "commit retry", Err: err}
 	}
-	res, err := a.finish(before, nil)
+	res, err := a.finish(before, next, n, nil)
 	if err != nil {
 		return Delivery{}, err
 	}

@@ -52,6 +52,9 @@ type config struct {
 	memoryPages   uint32
 	runtime       wazero.Runtime
 	moduleConfig  func(abi.ActorID) wazero.ModuleConfig
+	maxDBs        int
+	maxInsts      int
+	resWait       time.Duration
 }
 
 // Option configures an Engine.
@@ -136,6 +139,8 @@ type Engine struct {
 
 	mu       sync.Mutex
 	compiled []wazero.CompiledModule
+
+	res *residency
 }
 
 // NewEngine creates an engine. Close it to free the runtime.
@@ -150,6 +155,9 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		stdout:        io.Discard,
 		stderr:        io.Discard,
 		memoryPages:   DefaultMemoryLimit / 65536,
+		maxDBs:        DefaultMaxOpenDatabases,
+		maxInsts:      DefaultMaxInstances,
+		resWait:       DefaultResidencyWait,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -163,6 +171,9 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.alarmDeadline <= 0 || cfg.eventDeadline <= 0 {
 		return nil, fmt.Errorf("hostmod: deadlines must be positive")
 	}
+	if cfg.maxDBs < 1 || cfg.maxInsts < 1 || cfg.resWait <= 0 {
+		return nil, fmt.Errorf("hostmod: residency budget of %d databases and %d instances, wait %v: each must be positive", cfg.maxDBs, cfg.maxInsts, cfg.resWait)
+	}
 	if r := cfg.runtime; r != nil {
 		if r.Module(wasi_snapshot_preview1.ModuleName) == nil {
 			if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
@@ -174,7 +185,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 				return nil, fmt.Errorf("hostmod: instantiate host modules in the embedder's runtime: %w", err)
 			}
 		}
-		return &Engine{r: r, cfg: cfg}, nil
+		return &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}, nil
 	}
 	cache := cfg.cache
 	if cache == nil {
@@ -192,7 +203,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		r.Close(ctx)
 		return nil, fmt.Errorf("hostmod: instantiate host modules: %w", err)
 	}
-	return &Engine{r: r, cfg: cfg, owned: true}, nil
+	return &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}, nil
 }
 
 // Close closes the runtime and every instance in it; with WithRuntime, it
@@ -212,6 +223,16 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Residency returns the residency counters: what is open now, the budgets,
+// the peaks, and how often room was made or refused.
+func (e *Engine) Residency() ResidencyStats { return e.res.stats() }
+
+// SleepIdle puts to sleep (closes the instance and the database of) every
+// actor whose last event ended before cutoff, by the engine's clock, and
+// that is in no event now. It returns how many it put to sleep. A sleeping
+// actor wakes on its next call.
+func (e *Engine) SleepIdle(cutoff time.Time) int { return e.res.sleepIdle(cutoff) }
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() Clock { return e.cfg.clock }

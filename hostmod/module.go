@@ -40,7 +40,9 @@ type event struct {
 	store        *Store
 	request      []byte
 	response     []byte
-	alarmTouched bool // set-alarm or clear-alarm succeeded in this event
+	alarmTouched bool   // set-alarm or clear-alarm succeeded in this event
+	alarm        *int64 // the alarm the event leaves, once alarmTouched
+	failures     int    // the failure count in the event's transaction
 	storageErr   error
 }
 
@@ -138,7 +140,7 @@ func setAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
 	if err := ev.store.SetAlarm(at); err != nil {
 		return ev.ioErr(err)
 	}
-	return alarmChanged(ev)
+	return alarmChanged(ev, &at)
 }
 
 // getAlarm is get-alarm (param $out_ptr i32) (result i32).
@@ -178,16 +180,20 @@ func clearAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
 	if err := ev.store.ClearAlarm(); err != nil {
 		return ev.ioErr(err)
 	}
-	return alarmChanged(ev)
+	return alarmChanged(ev, nil)
 }
 
 // alarmChanged ends set-alarm and clear-alarm: a change resets the failure
 // count (a failed on-alarm run rolls this back and commits its own count).
-func alarmChanged(ev *event) abi.Errno {
-	if err := ev.store.SetFailures(0); err != nil {
-		return ev.ioErr(err)
+// The event's count is known, so a count already 0 costs no write.
+func alarmChanged(ev *event, at *int64) abi.Errno {
+	if ev.failures != 0 {
+		if err := ev.store.SetFailures(0); err != nil {
+			return ev.ioErr(err)
+		}
+		ev.failures = 0
 	}
-	ev.alarmTouched = true
+	ev.alarmTouched, ev.alarm = true, at
 	return abi.ESUCCESS
 }
 

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"sync"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/ext/serdes"
@@ -54,13 +56,21 @@ type Store struct {
 	getMeta, putMeta, delMeta    *sqlite3.Stmt
 	kvGet, kvPut, kvDel          *sqlite3.Stmt
 	checkpoint                   *sqlite3.Stmt
+	begin, commit, rollback      *sqlite3.Stmt // prepared once: no parse per event
 	inTx                         bool
 }
 
 // OpenStore opens (creating if needed) the actor database at path. The file
 // uses WAL with synchronous=NORMAL: a committed event survives a crash of the
-// process.
+// process. A new database starts as a copy of an empty one made once per
+// process, which saves the fsyncs of creating the schema and switching to
+// WAL in every new file.
 func OpenStore(path string) (*Store, error) {
+	if _, err := os.Lstat(path); os.IsNotExist(err) {
+		if err := createFromTemplate(path); err != nil {
+			return nil, fmt.Errorf("create %s: %w", path, err)
+		}
+	}
 	conn, err := sqlite3.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -94,6 +104,9 @@ func (s *Store) init() error {
 		{&s.kvPut, `INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`},
 		{&s.kvDel, `DELETE FROM kv WHERE key = ?`},
 		{&s.checkpoint, `PRAGMA wal_checkpoint(PASSIVE)`},
+		{&s.begin, `BEGIN IMMEDIATE`},
+		{&s.commit, `COMMIT`},
+		{&s.rollback, `ROLLBACK`},
 	}
 	for _, p := range prep {
 		st, _, err := s.conn.Prepare(p.sql)
@@ -105,6 +118,53 @@ func (s *Store) init() error {
 	return nil
 }
 
+var template struct {
+	once sync.Once
+	img  []byte
+	err  error
+}
+
+// createFromTemplate writes an empty actor database at path: written beside
+// it and renamed, so a crash leaves either no file or a whole one.
+func createFromTemplate(path string) error {
+	template.once.Do(func() { template.img, template.err = makeTemplate() })
+	if template.err != nil {
+		return template.err
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, template.img, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// makeTemplate creates an empty database the way OpenStore sets one up,
+// closes it (its WAL checkpointed and removed) and returns the file.
+func makeTemplate() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "wasmkeep-template-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "empty.db")
+	conn, err := sqlite3.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{path: p, conn: conn}
+	if err := s.init(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.Close(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(p + "-wal"); err == nil {
+		return nil, errors.New("template: the WAL was not checkpointed on close")
+	}
+	return os.ReadFile(p)
+}
+
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 
@@ -113,7 +173,7 @@ func (s *Store) Close() error {
 	if s == nil || s.conn == nil {
 		return nil
 	}
-	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint} {
+	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint, s.begin, s.commit, s.rollback} {
 		if st != nil {
 			st.Close()
 		}
@@ -128,11 +188,20 @@ func (s *Store) Begin() error {
 	if s.inTx {
 		return errors.New("transaction already open")
 	}
-	if err := s.conn.Exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := run(s.begin); err != nil {
 		return err
 	}
 	s.inTx = true
 	return nil
+}
+
+// run steps a prepared statement that returns no rows, and resets it.
+func run(st *sqlite3.Stmt) error {
+	err := st.Exec()
+	if rerr := st.Reset(); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // Commit commits the open transaction.
@@ -140,9 +209,9 @@ func (s *Store) Commit() error {
 	if !s.inTx {
 		return errors.New("no open transaction")
 	}
-	err := s.conn.Exec(`COMMIT`)
+	err := run(s.commit)
 	if err != nil {
-		_ = s.conn.Exec(`ROLLBACK`)
+		_ = run(s.rollback)
 	}
 	s.inTx = false
 	return err
@@ -154,7 +223,7 @@ func (s *Store) Rollback() error {
 		return nil
 	}
 	s.inTx = false
-	return s.conn.Exec(`ROLLBACK`)
+	return run(s.rollback)
 }
 
 // InTx reports whether a transaction is open.

@@ -37,8 +37,8 @@ type ClusterConfig struct {
 	Addr string
 	// Lease timing: see cluster.LeaseConfig (defaults 10 s, 1 s, 2 s).
 	LeaseTTL, LeaseMargin, LeaseGrace time.Duration
-	// IdleTimeout releases an actor no event reached for this long
-	// (default 1 min).
+	// IdleTimeout, if set, replaces Config.IdleTimeout in cluster mode:
+	// an actor no event reached for this long is released.
 	IdleTimeout time.Duration
 	// Tenants, if not empty, are the only tenants whose alarm index this
 	// node sweeps. Empty: every tenant with entries in the index (found by
@@ -94,6 +94,7 @@ type entry struct {
 	joining   bool // the next upload is a joining node's first (R4)
 	unsynced  bool // this hold uploaded and removed the sidecar (.sync); written again on release
 	lastUsed  time.Time
+	gone      bool // dropped from the node's map: look the actor up again
 }
 
 func (n *Node) entry(id abi.ActorID) (*entry, error) {
@@ -358,6 +359,9 @@ func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind Event
 		go func() {
 			defer n.wg.Done()
 			_ = n.locked(ctx, e, "replicate", func() error {
+				if e.gone {
+					return nil // released, with its upload, since
+				}
 				callTestHook("replicate", id)
 				return n.replicate(context.WithoutCancel(ctx), e, alarms.AfterEvent)
 			})
@@ -380,17 +384,26 @@ func (n *Node) State(ctx context.Context, id abi.ActorID) (st hostmod.State, err
 // withActor runs fn on the actor's entry, locked and ready for an event
 // (taken, in cluster mode): the boundary of every event (see locked).
 func (n *Node) withActor(ctx context.Context, id abi.ActorID, op string, fn func(e *entry) error) error {
-	e, err := n.entry(id)
-	if err != nil {
-		return err
-	}
-	return n.locked(ctx, e, op, func() error {
-		if err := n.open(ctx, e); err != nil {
+	for {
+		e, err := n.entry(id)
+		if err != nil {
 			return err
 		}
-		callTestHook(op, id)
-		return fn(e)
-	})
+		gone := false
+		err = n.locked(ctx, e, op, func() error {
+			if gone = e.gone; gone {
+				return nil // the reaper dropped it meanwhile: look it up again
+			}
+			if err := n.open(ctx, e); err != nil {
+				return err
+			}
+			callTestHook(op, id)
+			return fn(e)
+		})
+		if !gone {
+			return err
+		}
+	}
 }
 
 // locked runs fn with e.mu held. A panic in fn is recovered here: it is
@@ -485,10 +498,17 @@ type nodeTaker struct{ n *Node }
 
 func (t nodeTaker) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, error) {
 	e, err := t.n.entry(id)
-	if err == nil {
+	for err == nil {
 		// Locked until Done; a panic while taking it is recovered as in
 		// any event.
 		e.mu.Lock()
+		if !e.gone {
+			break
+		}
+		e.mu.Unlock() // the reaper dropped it meanwhile: look it up again
+		e, err = t.n.entry(id)
+	}
+	if err == nil {
 		err = t.n.guarded(ctx, e, "deliver", func() error {
 			if err := t.n.open(ctx, e); err != nil {
 				return err
@@ -545,9 +565,6 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
 		c.NodeID = "node-" + hex.EncodeToString(b[:])
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = time.Minute
 	}
 	leases, err := cluster.StartLeases(ctx, cluster.LeaseConfig{
 		Bucket: c.Bucket, Prefix: c.Prefix, NodeID: c.NodeID, Addr: c.Addr,
@@ -649,49 +666,18 @@ func hasState(p string) (bool, error) {
 // Leases returns the node's lease (nil outside cluster mode).
 func (n *Node) Leases() *cluster.Leases { return n.leases }
 
-// reapIdle releases actors no event reached for the idle timeout.
-func (n *Node) reapIdle(ctx context.Context) {
-	idle := n.cfg.Cluster.IdleTimeout
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.cfg.Clock.After(idle / 4):
-		}
-		now := n.cfg.Clock.Now()
-		n.mu.Lock()
-		var list []*entry
-		for _, e := range n.entries {
-			list = append(list, e)
-		}
-		n.mu.Unlock()
-		for _, e := range list {
-			if !e.mu.TryLock() {
-				continue
-			}
-			func() {
-				defer e.mu.Unlock()
-				var err error
-				defer n.recoverEvent(ctx, e, "release", &err)
-				if e.held && now.Sub(e.lastUsed) >= idle {
-					err = n.release(ctx, e)
-				}
-			}()
-		}
-	}
-}
-
-// Start runs the timer loop (and, in cluster mode, the idle reaper) until
-// Close.
+// Start runs the timer loop, the idle reaper (and, in cluster mode, the
+// sweeps) until Close.
 func (n *Node) Start(ctx context.Context) {
 	ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.loop = make(chan struct{})
 	go func() {
 		defer close(n.loop)
 		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); n.reapIdle(ctx) }()
 		if n.leases != nil {
-			wg.Add(2)
-			go func() { defer wg.Done(); n.reapIdle(ctx) }()
+			wg.Add(1)
 			go func() { defer wg.Done(); n.plugin.RunSweeps(ctx) }()
 		}
 		n.plugin.RunTimer(ctx, nodeTaker{n})

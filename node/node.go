@@ -11,8 +11,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -65,6 +67,14 @@ type Config struct {
 	HostErrorRetry time.Duration
 	// MaxConcurrentDeliveries bounds deliveries in flight (default 64).
 	MaxConcurrentDeliveries int
+	// MaxOpenDatabases and MaxInstances are the residency budget: at most
+	// this many actor databases open and guest instances live at once
+	// (defaults hostmod.DefaultMaxOpenDatabases and DefaultMaxInstances);
+	// past either, the least recently used idle actor sleeps.
+	MaxOpenDatabases, MaxInstances int
+	// IdleTimeout closes (in cluster mode: uploads, closes and releases) an
+	// actor no event reached for this long (default 1 min).
+	IdleTimeout time.Duration
 	// OnDelivery, if set, is called after each delivery.
 	OnDelivery func(DeliveryEvent)
 	// Cluster, if set, makes the node one of a cluster sharing a bucket:
@@ -135,10 +145,23 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if sec.open {
 		cfg.Logger.Warn("the HTTP API has no tokens: anyone who reaches it runs and deletes any tenant's actors (see node.Security)")
 	}
+	if cfg.MaxOpenDatabases <= 0 {
+		cfg.MaxOpenDatabases = hostmod.DefaultMaxOpenDatabases
+	}
+	if cfg.MaxInstances <= 0 {
+		cfg.MaxInstances = hostmod.DefaultMaxInstances
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if err := checkFDs(cfg.MaxOpenDatabases); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: data directory: %w", err)
 	}
-	opts := append([]hostmod.Option{hostmod.WithClock(cfg.Clock), hostmod.WithLogger(cfg.Logger)}, cfg.EngineOptions...)
+	opts := append([]hostmod.Option{hostmod.WithClock(cfg.Clock), hostmod.WithLogger(cfg.Logger),
+		hostmod.WithMaxOpenDatabases(cfg.MaxOpenDatabases), hostmod.WithMaxInstances(cfg.MaxInstances)}, cfg.EngineOptions...)
 	eng, err := hostmod.NewEngine(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -201,10 +224,12 @@ func Path(dataDir string, id abi.ActorID) string {
 func timerKey(id abi.ActorID) string { return alarms.TimerKey(id) }
 
 // scan fills the timer from the actor databases in the data directory and
-// returns the actors it found.
+// returns the actors it found. It walks the directory, then reads the
+// alarms in parallel (hostmod.ReadAlarm reads a cleanly closed database's
+// alarm row from its file, and goes through SQLite only after a crash).
 func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
-	count := 0
 	var found []abi.ActorID
+	var paths []string
 	err := filepath.WalkDir(n.cfg.DataDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -219,27 +244,55 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 			return nil
 		}
 		found = append(found, id)
-		st, err := hostmod.OpenStore(path)
-		if err != nil {
-			return fmt.Errorf("node: scan: %w", &abi.ActorError{ID: id, Op: "open", Err: err})
-		}
-		at, ok, err := st.Alarm()
-		st.Close()
-		if err != nil {
-			return fmt.Errorf("node: scan: %w", &abi.ActorError{ID: id, Op: "read alarm", Err: err})
-		}
-		if ok {
-			n.timer.Set(timerKey(id), at)
-			count++
-		}
+		paths = append(paths, path)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: scan %s: %w", n.cfg.DataDir, err)
 	}
+	type alarm struct {
+		at  int64
+		ok  bool
+		err error
+	}
+	alarms := make([]alarm, len(found))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(scanWorkers(), len(found)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(found) || ctx.Err() != nil {
+					return
+				}
+				at, ok, err := hostmod.ReadAlarm(paths[i])
+				alarms[i] = alarm{at, ok, err}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("node: scan %s: %w", n.cfg.DataDir, err)
+	}
+	count := 0
+	for i, a := range alarms {
+		if a.err != nil {
+			return nil, fmt.Errorf("node: scan: %w", &abi.ActorError{ID: found[i], Op: "read alarm", Err: a.err})
+		}
+		if a.ok {
+			n.timer.Set(timerKey(found[i]), a.at)
+			count++
+		}
+	}
 	n.log.Info("scanned data directory", "dir", n.cfg.DataDir, "actors", len(found), "alarms", count)
 	return found, nil
 }
+
+// scanWorkers is how many files the start-up scan reads at once: reads of
+// the page cache or the disk overlap well beyond the cores.
+func scanWorkers() int { return 4 * runtime.GOMAXPROCS(0) }
 
 // Timer exposes the node timer (for sweeps and inspection).
 func (n *Node) Timer() *sweeper.Timer { return n.timer }

@@ -60,7 +60,9 @@ func main() {
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "node lease period")
 	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
 	leaseGrace := fs.Duration("lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
-	idle := fs.Duration("idle", time.Minute, "release an actor no event reached for this long")
+	idle := fs.Duration("idle", node.DefaultIdleTimeout, "close (in a cluster: upload, close and release) an actor no event reached for this long")
+	maxDBs := fs.Int("max-open-dbs", hostmod.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (about 3 file descriptors each); past it the least recently used idle actor sleeps")
+	maxInsts := fs.Int("max-instances", hostmod.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
 	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	sweep := fs.Duration("sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
 	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
@@ -79,14 +81,18 @@ func main() {
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
 	if err := run(logger, secFlags, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
-		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep); err != nil {
+		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
 }
 
 func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
-	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration) error {
+	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration,
+	maxDBs, maxInsts int) error {
+	if maxDBs < 1 || maxInsts < 1 {
+		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
+	}
 	if dataDir == "" {
 		return errors.New("-data is required")
 	}
@@ -121,12 +127,15 @@ func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes c
 		scheme = "https"
 	}
 	cfg := node.Config{
-		DataDir:       dataDir,
-		Classes:       wasm,
-		Logger:        logger,
-		Security:      security,
-		RetryMax:      retryMax,
-		EngineOptions: []hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)},
+		DataDir:          dataDir,
+		Classes:          wasm,
+		Logger:           logger,
+		Security:         security,
+		RetryMax:         retryMax,
+		IdleTimeout:      idle,
+		MaxOpenDatabases: maxDBs,
+		MaxInstances:     maxInsts,
+		EngineOptions:    []hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)},
 	}
 	if bucketName != "" {
 		b, err := bucket.NewS3(ctx, bucketName)
@@ -141,7 +150,7 @@ func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes c
 		}
 		cfg.Cluster = &node.ClusterConfig{
 			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
-			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace, IdleTimeout: idle,
+			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace,
 			Tenants: tenants, SweepPeriod: sweep,
 		}
 	}

@@ -1,0 +1,271 @@
+package hostmod
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// ReadAlarm reads the committed alarm of the actor database at path, for a
+// host's start-up scan: its time in Unix milliseconds and whether one is set.
+//
+// A database closed cleanly is complete in its one file (its WAL was
+// checkpointed into it and removed), and ReadAlarm reads the alarm row from
+// that file directly, two pages, without opening it through SQLite (which
+// costs far more than the read). Whenever that is not certain (a WAL or a
+// rollback journal with content beside the file, as after a crash, or any
+// layout it does not expect) it opens the database through SQLite instead,
+// which recovers it. Either way the database is the only source: nothing is
+// cached beside it. No database may be open for writing on path meanwhile.
+func ReadAlarm(path string) (atMs int64, ok bool, err error) {
+	atMs, ok, done, err := readAlarmFile(path)
+	if err != nil {
+		return 0, false, err
+	}
+	if done {
+		return atMs, ok, nil
+	}
+	st, err := OpenStore(path)
+	if err != nil {
+		return 0, false, err
+	}
+	defer st.Close()
+	atMs, ok, err = st.Alarm()
+	if err != nil {
+		return 0, false, fmt.Errorf("read alarm %s: %w", path, err)
+	}
+	return atMs, ok, nil
+}
+
+// errLayout says the file is not laid out as readAlarmFile expects: SQLite
+// reads it instead.
+var errLayout = errors.New("unexpected layout")
+
+// readAlarmFile reads the alarm from the database file alone. done is false
+// when only SQLite can say (a WAL or journal with content, an unexpected
+// layout); err is set only for an I/O error on a file it could read.
+func readAlarmFile(path string) (atMs int64, ok, done bool, err error) {
+	for _, side := range []string{path + "-wal", path + "-journal"} {
+		if fi, err := os.Stat(side); err == nil && fi.Size() > 0 {
+			return 0, false, false, nil
+		} else if err != nil && !os.IsNotExist(err) {
+			return 0, false, false, nil
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false, false, nil
+	}
+	defer f.Close()
+	atMs, ok, err = readAlarmRow(f)
+	if errors.Is(err, errLayout) {
+		return 0, false, false, nil
+	}
+	if err != nil {
+		return 0, false, false, fmt.Errorf("read alarm %s: %w", path, err)
+	}
+	return atMs, ok, true, nil
+}
+
+// readAlarmRow finds _wasmkeep_alarm in the schema on page 1 and reads its
+// one row (id 1) from its root page. Both must be leaf table pages without
+// overflow, as they are for the host's schema (the table holds one row).
+func readAlarmRow(f io.ReaderAt) (int64, bool, error) {
+	var hdr [100]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, false, errLayout // empty or short: SQLite decides
+		}
+		return 0, false, err
+	}
+	if !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
+		return 0, false, errLayout
+	}
+	pageSize := int(binary.BigEndian.Uint16(hdr[16:18]))
+	if pageSize == 1 {
+		pageSize = 65536
+	}
+	if pageSize < 512 || pageSize&(pageSize-1) != 0 || hdr[18] > 2 || hdr[19] > 2 {
+		return 0, false, errLayout
+	}
+	usable := pageSize - int(hdr[20])
+	page := make([]byte, pageSize)
+	if _, err := f.ReadAt(page, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, false, errLayout
+		}
+		return 0, false, err
+	}
+	var root int64
+	found := false
+	err := leafCells(page, 100, usable, func(_ int64, rec []byte) error {
+		cols, err := record(rec)
+		if err != nil {
+			return err
+		}
+		if len(cols) < 4 || !cols[0].isText("table") || !cols[1].isText("_wasmkeep_alarm") || cols[3].typ != colInt {
+			return nil
+		}
+		root, found = cols[3].i, true
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if !found || root < 2 {
+		return 0, false, errLayout
+	}
+	if _, err := f.ReadAt(page, (root-1)*int64(pageSize)); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, false, errLayout
+		}
+		return 0, false, err
+	}
+	var at int64
+	ok := false
+	err = leafCells(page, 0, usable, func(rowid int64, rec []byte) error {
+		cols, err := record(rec)
+		if err != nil {
+			return err
+		}
+		// (id INTEGER PRIMARY KEY, at_ms INTEGER): id is the rowid, stored as NULL.
+		if rowid != 1 || len(cols) != 2 || cols[0].typ != colNull || cols[1].typ != colInt || ok {
+			return errLayout
+		}
+		at, ok = cols[1].i, true
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return at, ok, nil
+}
+
+// leafCells calls fn with each cell of the leaf table page whose b-tree
+// header starts at off. A cell whose payload overflows is errLayout.
+func leafCells(page []byte, off, usable int, fn func(rowid int64, rec []byte) error) error {
+	if off+8 > len(page) || page[off] != 0x0D {
+		return errLayout
+	}
+	n := int(binary.BigEndian.Uint16(page[off+3 : off+5]))
+	ptrs := off + 8
+	if ptrs+2*n > usable {
+		return errLayout
+	}
+	for i := 0; i < n; i++ {
+		c := int(binary.BigEndian.Uint16(page[ptrs+2*i:]))
+		if c < ptrs+2*n || c >= usable {
+			return errLayout
+		}
+		size, k := varint(page[c:usable])
+		if k == 0 {
+			return errLayout
+		}
+		c += k
+		rowid, k := varint(page[c:usable])
+		if k == 0 {
+			return errLayout
+		}
+		c += k
+		// Payloads longer than usable-35 spill to overflow pages.
+		if size > uint64(usable-35) || c+int(size) > usable {
+			return errLayout
+		}
+		if err := fn(int64(rowid), page[c:c+int(size)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type colType int
+
+const (
+	colNull colType = iota
+	colInt
+	colOther
+	colText
+)
+
+type column struct {
+	typ  colType
+	i    int64
+	text []byte
+}
+
+func (c column) isText(s string) bool { return c.typ == colText && string(c.text) == s }
+
+// record decodes a record: a header of serial types, then the values.
+func record(rec []byte) ([]column, error) {
+	hlen, k := varint(rec)
+	if k == 0 || hlen > uint64(len(rec)) || hlen < uint64(k) {
+		return nil, errLayout
+	}
+	h, body := rec[k:hlen], rec[hlen:]
+	var cols []column
+	for len(h) > 0 {
+		st, k := varint(h)
+		if k == 0 {
+			return nil, errLayout
+		}
+		h = h[k:]
+		var n int
+		c := column{typ: colInt}
+		switch {
+		case st == 0:
+			c.typ = colNull
+		case st >= 1 && st <= 6:
+			n = [...]int{0, 1, 2, 3, 4, 6, 8}[st]
+		case st == 7:
+			c.typ, n = colOther, 8
+		case st == 8 || st == 9:
+			c.i = int64(st - 8)
+		case st >= 12:
+			n = int((st - 12) / 2)
+			c.typ = colOther
+			if st%2 == 1 {
+				c.typ = colText
+			}
+		default:
+			return nil, errLayout
+		}
+		if n > len(body) {
+			return nil, errLayout
+		}
+		v := body[:n]
+		body = body[n:]
+		switch {
+		case c.typ == colInt && n > 0:
+			x := int64(int8(v[0])) // sign-extended big-endian
+			for _, b := range v[1:] {
+				x = x<<8 | int64(b)
+			}
+			c.i = x
+		case c.typ == colText:
+			c.text = v
+		}
+		cols = append(cols, c)
+	}
+	return cols, nil
+}
+
+// varint decodes SQLite's big-endian varint (1 to 9 bytes); k is 0 when b
+// ends first.
+func varint(b []byte) (v uint64, k int) {
+	for i := 0; i < 8; i++ {
+		if i >= len(b) {
+			return 0, 0
+		}
+		v = v<<7 | uint64(b[i]&0x7f)
+		if b[i]&0x80 == 0 {
+			return v, i + 1
+		}
+	}
+	if len(b) < 9 {
+		return 0, 0
+	}
+	return v<<8 | uint64(b[8]), 9
+}
