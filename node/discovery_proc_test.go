@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/wasmkeep/alarms/internal/clusterproc"
 )
 
 // Tenant discovery end to end: two keepnode processes started with no
@@ -33,16 +31,7 @@ func TestASurvivorFindsTheTenantsItNeverSaw(t *testing.T) {
 		t.Fatal("the cluster's flags name no tenants to leave out")
 	}
 	cfg.Flags = slices.Delete(slices.Clone(cfg.Flags), i, i+2)
-	nodes, err := clusterproc.StartNodes(ctx, cfg, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	showLogs(t, nodes)
-	defer func() {
-		for _, n := range nodes {
-			_ = n.Kill()
-		}
-	}()
+	nodes := startProcNodes(t, ctx, cfg, 2)
 	victim := nodes[0]
 
 	const actors = 100

@@ -45,6 +45,23 @@ func procCluster(t *testing.T, ctx context.Context, flags ...string) clusterproc
 	}
 }
 
+// startProcNodes starts n keepnode processes, puts their logs in the test
+// output if it fails, and kills them when it ends.
+func startProcNodes(t *testing.T, ctx context.Context, cfg clusterproc.Config, n int) []*clusterproc.Node {
+	t.Helper()
+	nodes, err := clusterproc.StartNodes(ctx, cfg, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	showLogs(t, nodes)
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = n.Kill()
+		}
+	})
+	return nodes
+}
+
 // showLogs puts the end of each node's log in the test output if it failed.
 func showLogs(t *testing.T, nodes []*clusterproc.Node) {
 	t.Cleanup(func() {
@@ -85,16 +102,7 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 	defer cancel()
 	cfg := procCluster(t, ctx, "-lease-ttl", "1s", "-lease-margin", "200ms", "-lease-grace", "500ms",
 		"-idle", "1h", "-log-level", "warn")
-	nodes, err := clusterproc.StartNodes(ctx, cfg, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	showLogs(t, nodes)
-	defer func() {
-		for _, n := range nodes {
-			_ = n.Kill()
-		}
-	}()
+	nodes := startProcNodes(t, ctx, cfg, 3)
 	victim := nodes[0]
 
 	loads := make([]*actorLoad, 4)

@@ -25,16 +25,7 @@ func TestAKillWhileEvictingLosesNoAlarm(t *testing.T) {
 	rec := &swFirings{}
 	cfg, srv := swProcCluster(t, ctx, rec, swScaled)
 	cfg.Flags = append(cfg.Flags, "-max-open-dbs", "4", "-max-instances", "2")
-	nodes, err := clusterproc.StartNodes(ctx, cfg, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	showLogs(t, nodes)
-	defer func() {
-		for _, n := range nodes {
-			_ = n.Kill()
-		}
-	}()
+	nodes := startProcNodes(t, ctx, cfg, 3)
 	victim := nodes[0]
 
 	const actors, killAfter = 200, 80

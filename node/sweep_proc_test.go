@@ -357,16 +357,7 @@ func TestAKilledNodesIdleAlarmsAllFireOnTheSurvivors(t *testing.T) {
 	defer cancel()
 	rec := &swFirings{}
 	cfg, srv := swProcCluster(t, ctx, rec, swScaled)
-	nodes, err := clusterproc.StartNodes(ctx, cfg, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	showLogs(t, nodes)
-	defer func() {
-		for _, n := range nodes {
-			_ = n.Kill()
-		}
-	}()
+	nodes := startProcNodes(t, ctx, cfg, 3)
 	victim := nodes[0]
 
 	const actors = 1000
@@ -402,16 +393,7 @@ func TestStuckEntriesDoNotHoldBackOrphanedAlarms(t *testing.T) {
 	}
 	swPlant(t, srv.Bucket, stuck)
 
-	nodes, err := clusterproc.StartNodes(ctx, cfg, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	showLogs(t, nodes)
-	defer func() {
-		for _, n := range nodes {
-			_ = n.Kill()
-		}
-	}()
+	nodes := startProcNodes(t, ctx, cfg, 3)
 	victim := nodes[0]
 
 	const actors = 60
