@@ -229,24 +229,19 @@ func (r *residency) touch(a *Actor) {
 }
 
 // releaseDB uncounts a's database slot (a.mu held, its database closed).
-func (r *residency) releaseDB(a *Actor) {
-	r.mu.Lock()
-	if a.dbElem != nil {
-		r.dbs.Remove(a.dbElem)
-		a.dbElem = nil
-		r.nDBs--
-		r.wakeWaiters()
-	}
-	r.mu.Unlock()
-}
+func (r *residency) releaseDB(a *Actor) { r.release(&r.dbs, &a.dbElem, &r.nDBs) }
 
 // releaseInst uncounts a's instance slot (a.mu held, its instance closed).
-func (r *residency) releaseInst(a *Actor) {
+func (r *residency) releaseInst(a *Actor) { r.release(&r.insts, &a.instElem, &r.nInsts) }
+
+// release takes an actor's element out of one budget's list and count, and
+// wakes whoever waits for room.
+func (r *residency) release(l *list.List, e **list.Element, n *int) {
 	r.mu.Lock()
-	if a.instElem != nil {
-		r.insts.Remove(a.instElem)
-		a.instElem = nil
-		r.nInsts--
+	if *e != nil {
+		l.Remove(*e)
+		*e = nil
+		*n--
 		r.wakeWaiters()
 	}
 	r.mu.Unlock()
