@@ -168,7 +168,7 @@ func (s *sim) newRequest() {
 	}
 	var ups []*node
 	for _, n := range s.nodes {
-		if n.up && !n.cut(s.now) {
+		if n.up && !n.cut(s.now) && !n.gateway {
 			ups = append(ups, n)
 		}
 	}

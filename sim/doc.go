@@ -37,6 +37,11 @@
 //     every hold. Nodes sweep every 10 s (cutoff: lease plus 5 s grace) with
 //     Walk and PlanSweep over the live nodes (valid leases), offer to their
 //     Timer, and deliver what it pops. A node's own events Set its timer.
+//     Half the runs add a gateway: a node that holds a lease and sweeps but
+//     serves no class (its planner counts every actor busy, as the plugin
+//     does for a class a node does not serve), so the entries whose shard
+//     falls to it are delivered only by the three-margin rule
+//     (Config.NoAnyone shows the simulator catches its loss).
 //   - Actors: one tenant, one class, six actors, four with state from before
 //     (some with legacy entries, sometimes a leftover legacy entry), two new;
 //     joining nodes bring actors of their own (and sometimes one the cluster
@@ -97,7 +102,8 @@
 // # Not modelled
 //
 // Clock skew (one clock; the 1 s margin stands for it), more than one
-// tenant or class, nodes disagreeing about who is live, walks and plans at
+// tenant or class (a gateway stands for a node that serves other classes
+// only), nodes disagreeing about who is live, walks and plans at
 // their caps (the index stays small), rolling upgrades, local files reused
 // across restarts (a node always restores from the bucket, except a joining
 // node's own data), the guest code itself.

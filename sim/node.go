@@ -16,6 +16,10 @@ type node struct {
 	addr    string
 	joiner  bool
 	started bool
+	// gateway nodes hold a node lease and sweep, but serve no class: they
+	// run no actors, take no requests and deliver nothing, yet count among
+	// the live nodes that share the index.
+	gateway bool
 
 	up          bool
 	boot        uint64 // changes at every crash and start: steps of an older boot are dropped
@@ -276,16 +280,27 @@ func (s *sim) sweep(n *node) {
 		Margin:  marginMs * time.Millisecond,
 		Self:    n.addr,
 		Live:    s.liveAddrs(),
-		Busy:    func(a abi.ActorID) bool { return n.busy[a.String()] || n.timer.Keeps(a.String(), s.now) },
-		Rand:    n.rng,
+		// A class the node does not serve counts as busy, as in the
+		// plugin: nodes that serve it deliver the entry, as anyone's once
+		// three margins overdue.
+		Busy: func(a abi.ActorID) bool {
+			return n.gateway || n.busy[a.String()] || n.timer.Keeps(a.String(), s.now)
+		},
+		Rand: n.rng,
 	})
 	for _, d := range plan.Deliveries {
+		if d.Anyone && s.cfg.NoAnyone {
+			continue
+		}
 		ak := d.Actor.String()
 		if _, known := s.byKey[ak]; !known {
 			s.failf("sim", "sweep met an entry of unknown actor %s", d.Actor)
 			return
 		}
 		if n.timer.Offer(ak, d.DueMs, s.now) {
+			if d.Anyone {
+				s.c.Anyone++
+			}
 			k := pickKey(d.Keys)
 			n.pending[ak] = pendingKey{at: d.DueMs, key: k, swept: true}
 			s.logf("%s sweep offers %s at %s (%d keys, anyone=%t)", n.addr, d.Actor, fmtMs(d.DueMs-epochMs), len(d.Keys), d.Anyone)

@@ -14,8 +14,10 @@ var regressions = []struct {
 	// uploaded, became the state as a late commit), and the node then
 	// deleted the entry it replaced, which the newer holder's state named.
 	// Fixed in the executor: an upload that returns after the hold lapsed is
-	// not a success. These seeds catch the unfixed executor
-	// (Mutations.TrustLateUploads) in the current model.
+	// not a success. These seeds caught the unfixed executor
+	// (Mutations.TrustLateUploads) in the model of that time; the model has
+	// grown since, and TestMutations/TrustLateUploads names the seeds that
+	// catch it now.
 	{4, "upload counted after the hold lapsed, then DeleteAfterReplicate"},
 	{5, "upload counted after the hold lapsed, then DeleteAfterReplicate"},
 	{11, "upload counted after the hold lapsed, then DeleteAfterReplicate"},

@@ -30,6 +30,12 @@ type Config struct {
 	// lapses and another node can take the actor while the bucket has
 	// nothing for it). Zero takes DefaultAimedJoinFault; negative disables.
 	AimedJoinFault float64
+	// NoAnyone drops the sweep's three-margin rule: the simulator discards
+	// every delivery PlanSweep marks as anyone's (another node's shard,
+	// three margins overdue), as if the planner never took them. An entry
+	// whose shard falls to a live node that does not serve its class then
+	// waits for ever.
+	NoAnyone bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
@@ -140,6 +146,11 @@ type Counters struct {
 	// JoinsReplaced: joining nodes' data set aside because the bucket had
 	// the actor.
 	JoinsReplaced int64
+	// Anyone: sweep offers of another node's entries, three margins
+	// overdue.
+	Anyone int64
+	// Gateways: runs with a node that serves no class.
+	Gateways int64
 	// Checks: invariant checks of one actor.
 	Checks int64
 }
@@ -174,7 +185,7 @@ var Required = []string{
 	"Takeovers", "Alarms", "LateCommits", "LateDeletes", "Fences", "Joins",
 	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
-	"AimedFaults", "Checks",
+	"AimedFaults", "Checks", "Anyone", "Gateways",
 }
 
 // Run runs one simulation to its end and reports the outcome. It is

@@ -40,6 +40,7 @@ var variants = []struct {
 	{name: "TrustLateUploads", cfg: Config{Mutations: alarmindex.Mutations{TrustLateUploads: true}}},
 	{name: "RetryNotDoubled", cfg: Config{Mutations: alarmindex.Mutations{RetryNotDoubled: true}}},
 	{name: "RetryMovesLaterAlarm", cfg: Config{Mutations: alarmindex.Mutations{RetryMovesLaterAlarm: true}}},
+	{name: "NoAnyone", cfg: Config{NoAnyone: true}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 

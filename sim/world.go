@@ -125,6 +125,19 @@ func (s *sim) setup() {
 		})
 	}
 
+	// Half the runs, chosen apart from the run's own draws, have a gateway:
+	// a node that sweeps and counts as live but serves no class. The
+	// entries whose shard falls to it are delivered only by the
+	// three-margin rule.
+	if rand.New(rand.NewPCG(s.cfg.Seed, 0x67617465776179)).IntN(2) == 0 {
+		n := &node{id: len(s.nodes), addr: fmt.Sprintf("10.0.0.%d:7000", len(s.nodes)+1), local: map[string]*db{}, gateway: true}
+		s.nodes = append(s.nodes, n)
+		s.leases = append(s.leases, storeLease{})
+		s.c.Gateways++
+		s.after(s.between(0, 500), func() { s.boot(n) })
+		s.faultLoop(n)
+	}
+
 	s.every(checkMs, s.checkAll)
 	s.requestLoop()
 	s.at(s.mainEnd, s.startFinal)
