@@ -318,8 +318,14 @@ func (p *Plugin) SweepStats() sweeper.Stats {
 }
 
 // LastSweep reports when the latest sweep ended (zero before the first)
-// and its failures (nil: the index of every tenant was read).
-func (p *Plugin) LastSweep() (time.Time, error) { return p.loop.Last() }
+// and its failures (nil: the index of every tenant was read). A SingleNode
+// plugin never sweeps: the zero time and nil.
+func (p *Plugin) LastSweep() (time.Time, error) {
+	if p.loop == nil {
+		return time.Time{}, nil
+	}
+	return p.loop.Last()
+}
 
 // offer hands a sweep's delivery to the node timer, where a time it already
 // holds earlier, or a retry within the longest backoff, wins.

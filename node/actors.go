@@ -740,13 +740,10 @@ func (n *Node) FlushDeletes(ctx context.Context) {
 	}
 }
 
-// Plugin returns the alarm plugin (nil outside cluster mode).
-func (n *Node) Plugin() *alarms.Plugin {
-	if n.leases == nil {
-		return nil
-	}
-	return n.plugin
-}
+// Plugin returns the node's alarm plugin. Outside cluster mode it is a
+// SingleNode plugin: it runs the timer loop and committed retries, and has
+// no index and no sweeps.
+func (n *Node) Plugin() *alarms.Plugin { return n.plugin }
 
 // clusterHost is the node as the alarm plugin's Host.
 type clusterHost struct{ n *Node }

@@ -307,3 +307,24 @@ func TestAnAlarmDueWhileItsDeliveryFinishesStillFires(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestASingleNodeHasAPlugin: outside cluster mode the node still offers its
+// plugin (a SingleNode one), so a host can read its delivery state the same
+// way in both modes; it never sweeps.
+func TestASingleNodeHasAPlugin(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir(), counter(t), node.Config{})
+	defer n.Close(ctx)
+	n.Start(ctx)
+	p := n.Plugin()
+	if p == nil {
+		t.Fatal("Plugin() is nil on a single node")
+	}
+	p.Sweep(ctx)
+	if at, err := p.LastSweep(); !at.IsZero() || err != nil {
+		t.Fatalf("a single node's plugin reports a sweep at %v (err %v)", at, err)
+	}
+	if st := p.SweepStats(); st.Sweeps != 0 || st.Lists != 0 {
+		t.Fatalf("a single node's plugin swept: %+v", st)
+	}
+}
