@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
