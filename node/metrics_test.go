@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -224,8 +225,35 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed = true
-	if got := scrapeMetrics(t, url).v("wasmkeep_hold_releases_total"); got != actors {
+	final := scrapeMetrics(t, url)
+	if got := final.v("wasmkeep_hold_releases_total"); got != actors {
 		t.Errorf("hold releases after a clean shutdown = %v, want %d", got, actors)
+	}
+	checkDocumented(t, final)
+}
+
+// checkDocumented holds the README's table of metrics to what a node in
+// cluster mode registers: every wasmkeep_ metric it serves is documented,
+// and every one documented is served.
+func checkDocumented(t *testing.T, s scrape) {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(testguest.Root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\bwasmkeep_[a-z0-9_]+`).FindAllString(string(readme), -1) {
+		documented[m] = true
+	}
+	for name := range s {
+		if strings.HasPrefix(name, "wasmkeep_") && !documented[name] {
+			t.Errorf("%s is served but not in the README", name)
+		}
+	}
+	for name := range documented {
+		if !s.has(name) {
+			t.Errorf("the README lists %s, which the node does not serve", name)
+		}
 	}
 }
 
