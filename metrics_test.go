@@ -266,3 +266,56 @@ func TestPluginMetricsRegistries(t *testing.T) {
 		t.Fatalf("single node: %d series of pending, sweep LISTs and index PUTs, want 1 (pending only)", n)
 	}
 }
+
+// Failed index writes are counted: a PUT the bucket refuses, and the keys
+// of a batched delete that failed (through the plugin's own Deleter).
+func TestPluginMetricsCountIndexFailures(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	mem := bucket.NewMem()
+	var failPut, failBatch atomic.Bool
+	mem.Faults = func(op bucket.Op) bucket.Fault {
+		if (op.Kind == bucket.OpPut && failPut.Load()) || (op.Kind == bucket.OpDeleteBatch && failBatch.Load()) {
+			return bucket.Fault{Err: errors.New("injected")}
+		}
+		return bucket.Fault{}
+	}
+	f := &fixture{mem: mem, j: &journal{}, host: &fakeHost{now: time.UnixMilli(t1)}, timer: sweeper.NewTimer(retryMax)}
+	p, err := alarms.Register(alarms.Config{
+		Bucket: mem, Host: f.host, Timer: f.timer, Margin: 15 * time.Second, RetryMax: retryMax,
+		Nonces: &counterNonces{}, Registerer: reg, // the plugin's own Deleter
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+	a := f.actor(3)
+	e1 := tagged(t1, 3, "9")
+	f.put(t, e1)
+	record(a, &e1)
+
+	failPut.Store(true)
+	a.alarm = ptr(t2)
+	if err := p.Replicate(ctx, a, alarms.AfterEvent); err == nil {
+		t.Fatal("Replicate with the index PUT failing succeeded")
+	}
+	failPut.Store(false)
+	if got := metricValue(t, reg, "wasmkeep_index_puts_total", "result", "error"); got != 1 {
+		t.Fatalf("failed index PUTs = %v, want 1", got)
+	}
+
+	failBatch.Store(true)
+	if err := p.Replicate(ctx, a, alarms.AfterEvent); err != nil {
+		t.Fatal(err)
+	}
+	p.FlushDeletes(ctx)
+	if got := metricValue(t, reg, "wasmkeep_index_deletes_total", "reason", "replaced"); got != 1 {
+		t.Fatalf("replaced entries queued = %v, want 1", got)
+	}
+	if got := metricValue(t, reg, "wasmkeep_index_delete_errors_total", "reason", "replaced"); got != 1 {
+		t.Fatalf("replaced entries whose delete failed = %v, want 1", got)
+	}
+	if got := metricValue(t, reg, "wasmkeep_index_puts_total", "result", "ok"); got != 1 {
+		t.Fatalf("index PUTs ok = %v, want 1", got)
+	}
+}
