@@ -363,3 +363,23 @@ func TestKeepnodeServesMetrics(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// gathered reads the one series of a counter or gauge from reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s in the registry", name)
+	return 0
+}
