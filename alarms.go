@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
@@ -162,6 +163,13 @@ type Config struct {
 	MaxConcurrentDeliveries int
 	// OnDelivery, if set, is called after each delivery RunTimer makes.
 	OnDelivery func(Delivered)
+	// Registerer, if set, is where the plugin registers its metrics
+	// (nil: none, and nothing is recorded): alarms pending in the timer,
+	// firings by outcome, lateness, retries and failing actors, and in a
+	// cluster the sweeps and the index's PUTs and DELETEs. Two plugins in
+	// one registry collide (Register fails): give each a registry, or a
+	// label of its own with prometheus.WrapRegistererWith.
+	Registerer prometheus.Registerer
 
 	// mutations switch safety features off, for mutation tests only
 	// (set through the package's internal test hooks).
@@ -187,6 +195,11 @@ type Plugin struct {
 	redeliver map[string]int64
 	sem       chan struct{}
 	wg        sync.WaitGroup
+
+	m *metrics // nil without Config.Registerer
+	// failing are the actors whose latest run here failed, with their
+	// failure count (kept only with metrics).
+	failing map[string]int
 }
 
 // Register creates the plugin for a host.
@@ -212,9 +225,11 @@ func Register(cfg Config) (*Plugin, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	m := newMetrics(cfg)
 	if cfg.Deletes == nil {
 		log := cfg.Logger
 		cfg.Deletes = bucket.NewDeleter(cfg.Bucket, 0, func(keys []string, err error) {
+			m.deleteReplacedFailed(len(keys))
 			log.Debug("could not delete replaced index entries; each is removed when it comes due", "keys", len(keys), "error", err)
 		})
 	}
@@ -234,8 +249,13 @@ func Register(cfg Config) (*Plugin, error) {
 		again:     map[string]int64{},
 		redeliver: map[string]int64{},
 		sem:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
+		m:         m,
+		failing:   map[string]int{},
 	}
 	if cfg.SingleNode {
+		if err := m.register(p); err != nil {
+			return nil, err
+		}
 		return p, nil
 	}
 	var tenants sweeper.Tenants = sweeper.StaticTenants(cfg.Tenants)
@@ -261,6 +281,10 @@ func Register(cfg Config) (*Plugin, error) {
 		}
 		return cfg.Timer.Keeps(TimerKey(id), cfg.Host.Now().UnixMilli())
 	}
+	var onSweep func(time.Duration, error)
+	if m != nil {
+		onSweep = m.sweep
+	}
 	loop, err := sweeper.New(sweeper.Config{
 		Self:    cfg.Host.Self(),
 		Margin:  cfg.Margin,
@@ -273,11 +297,15 @@ func Register(cfg Config) (*Plugin, error) {
 		Busy:    busy,
 		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
 		Logger:  cfg.Logger.Named("sweep"),
+		OnSweep: onSweep,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("alarms: %w", err)
 	}
 	p.loop = loop
+	if err := m.register(p); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -468,6 +496,7 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 		if errors.Is(err, bucket.ErrPrecondition) {
 			err = nil // an earlier try of the same PUT landed
 		}
+		p.m.put(err)
 		x.Report(err)
 	case alarmindex.StepRecord:
 		x.Report(a.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, s.Value))
@@ -487,10 +516,12 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 			// before it is sent, leaves an extra entry, removed when it
 			// comes due.
 			p.cfg.Deletes.Delete(s.Key.String())
+			p.m.deleteReplaced()
 			x.Report(nil)
 			return
 		}
 		err := p.cfg.Bucket.Delete(ctx, s.Key.String())
+		p.m.deleteStale(err)
 		if err != nil {
 			p.log.Debug("could not delete an index entry; it is removed when it comes due", "actor", id.String(), "key", s.Key.String(), "stale", s.Stale, "error", err)
 		} else if s.Stale && d != nil {

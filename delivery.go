@@ -74,6 +74,7 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	key := TimerKey(id)
 	p.mu.Lock()
 	delete(p.redeliver, key)
+	p.forgetFailing(key) // an event that sets or clears the alarm resets the failure count
 	p.mu.Unlock()
 	if alarm != nil {
 		p.cfg.Timer.Set(key, *alarm)
@@ -180,13 +181,27 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 	d.At = p.cfg.Host.Now()
 	switch {
 	case err == nil:
-		if ev := d.Index.Event; ev.Ran && ev.Err != nil {
+		ev := d.Index.Event
+		p.trackFailing(key, ev)
+		switch {
+		case ev.Ran && ev.Err != nil:
+			p.m.delivered(FiringFailed, ev, d.At)
+		case ev.Ran:
+			p.m.delivered(FiringOK, ev, d.At)
+		default:
+			p.m.delivered(FiringStale, ev, d.At)
+		}
+		if ev.Ran && ev.Err != nil {
 			p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
 		} else if ev.Ran {
 			p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", d.At.UnixMilli(), "retry_count", ev.RetryCount)
 		}
 	case errors.Is(err, ErrNotHere):
 		d.Err = err
+		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)
+		p.mu.Lock()
+		p.forgetFailing(key)
+		p.mu.Unlock()
 		p.cfg.Timer.Remove(key)
 		p.log.Debug("alarm dropped: the actor is not this node's to run", "actor", id.String(), "error", err)
 	default:
@@ -194,6 +209,7 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		if ctx.Err() != nil {
 			return d
 		}
+		p.m.delivered(FiringGaveUp, hostmod.Delivery{}, d.At)
 		// docs/design.md#delivery: tried again a lease period later, for
 		// the same entry time.
 		retry := d.At.Add(p.cfg.RetryAfterError).UnixMilli()

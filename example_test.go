@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
@@ -120,4 +122,32 @@ func Example() {
 	// Output:
 	// index entries: 1 due: 1800000000000 generation: 1
 	// delivered: run ran: true entries left: 0
+}
+
+// The plugin registers its metrics in the registry the host passes
+// (Config.Registerer), never in Prometheus's default one; the host serves
+// the registry (promhttp.HandlerFor). Here a node timer with two alarms.
+func ExampleRegister_metrics() {
+	reg := prometheus.NewRegistry()
+	timer := sweeper.NewTimer(5 * time.Minute)
+	_, err := alarms.Register(alarms.Config{
+		Bucket: bucket.NewMem(), Host: exampleHost{now: time.UnixMilli(1_800_000_000_000)}, Timer: timer,
+		Margin: 12 * time.Second, Registerer: reg,
+	})
+	if err != nil {
+		panic(err)
+	}
+	timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "t", Class: "c", Name: "a"}), 1_800_000_060_000)
+	timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "t", Class: "c", Name: "b"}), 1_800_000_120_000)
+
+	families, err := reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "wasmkeep_alarms_pending" {
+			fmt.Println(mf.GetName(), mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	// Output: wasmkeep_alarms_pending 2
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults of the S3 client's options.
@@ -63,6 +64,7 @@ type s3Options struct {
 	maxBackoff     time.Duration
 	requestTimeout time.Duration
 	maxIdleConns   int
+	registerer     prometheus.Registerer
 }
 
 // WithEndpoint sets the store's URL (such as http://127.0.0.1:7070),
@@ -174,6 +176,12 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			tr.MaxIdleConnsPerHost = o.maxIdleConns
 		})
 	cfg.HTTPClient = attemptCounter{hc}
+	var metrics *s3Metrics
+	if o.registerer != nil {
+		if metrics, err = newS3Metrics(o.registerer); err != nil {
+			return nil, fmt.Errorf("bucket %q: registering the S3 metrics: %w", bucketName, err)
+		}
+	}
 	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if o.endpoint != "" {
 			so.BaseEndpoint = aws.String(o.endpoint)
@@ -184,6 +192,9 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			so.UsePathStyle = true
 			so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 			so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+		if metrics != nil {
+			so.APIOptions = append(so.APIOptions, metrics.addTo)
 		}
 	})
 	return &S3{client: client, name: bucketName}, nil

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -68,6 +69,27 @@ type Holds struct {
 
 	mu   sync.Mutex
 	mine map[abi.ActorID]Hold // holds taken and not released
+
+	taken, takeovers, released, releaseErrs atomic.Int64
+}
+
+// HoldStats counts what a node's Holds did since they were made.
+type HoldStats struct {
+	// Taken counts holds taken: ownership records this node wrote naming
+	// itself with a new generation.
+	Taken int64
+	// Takeovers counts the holds among them taken from another node whose
+	// lease had expired (a failover).
+	Takeovers int64
+	// Released counts holds given up; ReleaseErrors those whose record
+	// could not be written back (taken over meanwhile, or the bucket
+	// failed).
+	Released, ReleaseErrors int64
+}
+
+// Stats returns the counters.
+func (h *Holds) Stats() HoldStats {
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load()}
 }
 
 // NewHolds returns the holds of the node whose lease is l, with ownership
@@ -156,6 +178,11 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 			return Hold{}, &HeldElsewhereError{Actor: id, NodeID: rec.NodeID, Addr: rec.Addr}
 		}
 		h.log.Info("taking over from a node whose lease expired", "actor", id, "from", rec.NodeID, "instance", rec.Instance, "generation", rec.Generation+1)
+		hold, err := h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag})
+		if err == nil {
+			h.takeovers.Add(1)
+		}
+		return hold, err
 	}
 	return h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag})
 }
@@ -195,6 +222,7 @@ func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, con
 	h.mu.Lock()
 	h.mine[id] = hold
 	h.mu.Unlock()
+	h.taken.Add(1)
 	if e, ok := h.l.validEpoch(); !ok || e != epoch {
 		return Hold{}, h.errorf(id, "this node's lease lapsed while taking the hold (generation %d)", gen)
 	}
@@ -231,11 +259,13 @@ func (h *Holds) Release(ctx context.Context, hold Hold) error {
 	h.mu.Unlock()
 	body, _ := json.Marshal(holdRecord{Generation: hold.Generation})
 	if _, err := h.b.Put(ctx, h.Key(id), body, bucket.Cond{IfMatch: hold.etag}); err != nil {
+		h.releaseErrs.Add(1)
 		if errors.Is(err, bucket.ErrPrecondition) {
 			return h.errorf(id, "releasing generation %d: the record changed since (taken over or released): %w", hold.Generation, err)
 		}
 		return h.errorf(id, "releasing generation %d: %w", hold.Generation, err)
 	}
+	h.released.Add(1)
 	return nil
 }
 

@@ -135,6 +135,22 @@ func TestGenerationsGrow(t *testing.T) {
 		if h5 := acquire(t, n, actorX); h5.Generation != 5 {
 			t.Fatalf("hold after a crash: generation %d, want 5", h5.Generation)
 		}
+
+		// Each node counted what it did: asking again for a hold it has is
+		// no new hold; taking one from a node whose lease is gone (closed or
+		// expired) is a takeover.
+		for _, c := range []struct {
+			n    testNode
+			want cluster.HoldStats
+		}{
+			{a, cluster.HoldStats{Taken: 2, Released: 1, ReleaseErrors: 1}},
+			{o, cluster.HoldStats{Taken: 2, Takeovers: 1, Released: 1}},
+			{n, cluster.HoldStats{Taken: 1, Takeovers: 1}},
+		} {
+			if got := c.n.holds.Stats(); got != c.want {
+				t.Errorf("node %s: hold stats %+v, want %+v", c.n.NodeID(), got, c.want)
+			}
+		}
 	})
 }
 

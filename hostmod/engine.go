@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -55,6 +56,7 @@ type config struct {
 	maxDBs        int
 	maxInsts      int
 	resWait       time.Duration
+	registerer    prometheus.Registerer
 }
 
 // Option configures an Engine.
@@ -185,7 +187,11 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 				return nil, fmt.Errorf("hostmod: instantiate host modules in the embedder's runtime: %w", err)
 			}
 		}
-		return &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}, nil
+		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}
+		if err := e.register(); err != nil {
+			return nil, err
+		}
+		return e, nil
 	}
 	cache := cfg.cache
 	if cache == nil {
@@ -203,7 +209,12 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		r.Close(ctx)
 		return nil, fmt.Errorf("hostmod: instantiate host modules: %w", err)
 	}
-	return &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}, nil
+	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}
+	if err := e.register(); err != nil {
+		r.Close(ctx)
+		return nil, err
+	}
+	return e, nil
 }
 
 // Close closes the runtime and every instance in it; with WithRuntime, it

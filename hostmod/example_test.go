@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
@@ -119,4 +120,27 @@ func ExampleWithRuntime() {
 	fmt.Println("committed alarm:", res.Alarm)
 	// Output:
 	// committed alarm: 1001000
+}
+
+// An engine records its metrics in the registry it is given (and nowhere
+// else); the binary serves the registry, with promhttp.HandlerFor.
+func ExampleWithRegisterer() {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithRegisterer(reg), hostmod.WithMaxOpenDatabases(64))
+	if err != nil {
+		panic(err)
+	}
+	defer eng.Close(ctx)
+
+	families, err := reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "wasmkeep_actor_databases_max" {
+			fmt.Println(mf.GetName(), mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	// Output: wasmkeep_actor_databases_max 64
 }

@@ -293,6 +293,7 @@ func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
 // local database has, so the local copy is no longer trusted.
 func (n *Node) giveUp(ctx context.Context, e *entry, why error) {
 	n.log.Warn("giving the actor up", "actor", e.id.String(), "generation", e.hold.Generation, "why", why)
+	n.givenUp.Add(1)
 	if e.a != nil {
 		e.a.Close(ctx)
 		e.a = nil
@@ -606,6 +607,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		RetryAfterError:         ttl,
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
+		Registerer:              n.cfg.Registerer,
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

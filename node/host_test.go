@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
@@ -35,6 +36,7 @@ type hostConfig struct {
 	start              bool          // run the timer, reaper and sweeps
 	log                io.Writer     // also gets the node's log lines
 	security           node.Security // tokens and TLS (default: an open API)
+	registerer         prometheus.Registerer
 }
 
 // startHost starts a cluster node on b with data in dir, closed when the
@@ -52,7 +54,7 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 		out = io.MultiWriter(out, hc.log)
 	}
 	n, err := node.New(context.Background(), node.Config{
-		DataDir: dir, Classes: classes, Security: hc.security,
+		DataDir: dir, Classes: classes, Security: hc.security, Registerer: hc.registerer,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,
@@ -251,7 +253,8 @@ func TestAFailedUploadGivesTheActorUp(t *testing.T) {
 			classes := scripted(t)
 			id := abi.ActorID{Tenant: "t", Class: "s", Name: "fails"}
 			dirA := t.TempDir()
-			a := startHost(t, mem, "a", dirA, classes, hostConfig{})
+			reg := prometheus.NewRegistry()
+			a := startHost(t, mem, "a", dirA, classes, hostConfig{registerer: reg})
 			do(t, a, id, node.ExecDurable, "put k v1")
 			faults.arm(bucket.Fault{Err: errors.New("injected: the store refused the upload")})
 			_, err := a.Exec(ctx, id, []byte("put k v2"), kind)
@@ -279,6 +282,9 @@ func TestAFailedUploadGivesTheActorUp(t *testing.T) {
 			})
 			if v != "v1" {
 				t.Fatalf("the next holder read %q, want v1: the bucket's state", v)
+			}
+			if got := gathered(t, reg, "wasmkeep_node_actors_given_up_total"); got != 1 {
+				t.Fatalf("a's actors given up = %v, want 1", got)
 			}
 			do(t, bn, id, node.ExecDurable, "put k b")
 			if err := bn.Close(ctx); err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
@@ -84,6 +85,11 @@ type Config struct {
 	// Security: tokens for the HTTP API and TLS for forwarding (see
 	// Security). The zero value is an open API, logged as such.
 	Security Security
+	// Registerer, if set, is where the node, its engine and its alarm
+	// plugin register their metrics (nil: none). The bucket's S3 metrics
+	// come from the bucket's own option (bucket.WithRegisterer). Serve
+	// them with MetricsHandler.
+	Registerer prometheus.Registerer
 }
 
 // Node runs actors on one machine.
@@ -101,6 +107,8 @@ type Node struct {
 	replica *cluster.Replica
 	plugin  *alarms.Plugin
 	deletes *bucket.Deleter // replaced snapshots, batched (the plugin batches the index's)
+
+	givenUp atomic.Int64 // actors given up, for the metrics
 
 	mu      sync.Mutex
 	entries map[abi.ActorID]*entry
@@ -160,8 +168,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: data directory: %w", err)
 	}
-	opts := append([]hostmod.Option{hostmod.WithClock(cfg.Clock), hostmod.WithLogger(cfg.Logger),
-		hostmod.WithMaxOpenDatabases(cfg.MaxOpenDatabases), hostmod.WithMaxInstances(cfg.MaxInstances)}, cfg.EngineOptions...)
+	opts := engineOptions(cfg, []hostmod.Option{hostmod.WithClock(cfg.Clock), hostmod.WithLogger(cfg.Logger),
+		hostmod.WithMaxOpenDatabases(cfg.MaxOpenDatabases), hostmod.WithMaxInstances(cfg.MaxInstances)})
 	eng, err := hostmod.NewEngine(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -197,6 +205,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			n.Close(ctx)
 			return nil, err
 		}
+		if err := n.registerMetrics(); err != nil {
+			n.Close(ctx)
+			return nil, err
+		}
 		return n, nil
 	}
 	n.plugin, err = alarms.Register(alarms.Config{
@@ -208,10 +220,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		MaxConcurrentDeliveries: cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
 		Logger:                  n.log.Named("alarms"),
+		Registerer:              cfg.Registerer,
 	})
 	if err != nil {
 		eng.Close(ctx)
 		return nil, fmt.Errorf("node: %w", err)
+	}
+	if err := n.registerMetrics(); err != nil {
+		eng.Close(ctx)
+		return nil, err
 	}
 	return n, nil
 }

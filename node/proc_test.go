@@ -293,6 +293,7 @@ func TestKeepnodeFlags(t *testing.T) {
 		"-retry-base duration", "-retry-max duration", "(default 5m0s)",
 		"-sweep duration", "(default 10s)", "-tenants string",
 		"-log-level string", `(default "info")`,
+		"-metrics-addr string", "-pprof\n",
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("keepnode -help lacks %q", want)
@@ -310,6 +311,7 @@ func TestKeepnodeFlags(t *testing.T) {
 		{[]string{"-data", t.TempDir()}, "at least one -class"},
 		{[]string{"-data", t.TempDir(), "-class", "counter"}, "want name=path.wasm"},
 		{[]string{"-data", t.TempDir(), "-class", "c=" + filepath.Join(t.TempDir(), "missing.wasm")}, "missing.wasm"},
+		{[]string{"-data", t.TempDir(), "-class", "c=x.wasm", "-pprof"}, "-pprof needs -metrics-addr"},
 	} {
 		out, err := exec.CommandContext(ctx, bin, tc.args...).CombinedOutput()
 		var ee *exec.ExitError

@@ -72,6 +72,9 @@ type Config struct {
 	Rand *rand.Rand
 	// Logger; nil logs nothing.
 	Logger hclog.Logger
+	// OnSweep, if set, is told after each sweep how long it took (by
+	// Clock) and its failures (nil: every tenant's index was read).
+	OnSweep func(took time.Duration, err error)
 
 	// Limits of a walk and a plan; zero takes the defaults.
 	Walk          WalkLimits
@@ -175,6 +178,15 @@ func (l *Loop) Run(ctx context.Context) error {
 func (l *Loop) Sweep(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	start := l.cfg.Clock.Now()
+	err := l.sweep(ctx)
+	if l.cfg.OnSweep != nil {
+		l.cfg.OnSweep(l.cfg.Clock.Now().Sub(start), err)
+	}
+	return err
+}
+
+func (l *Loop) sweep(ctx context.Context) error {
 	live, err := l.cfg.Live.LiveNodes(ctx)
 	if err != nil {
 		l.errs.Add(1)

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/hostmod"
@@ -71,6 +73,8 @@ func main() {
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log one JSON object per line")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
+	withPprof := fs.Bool("pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
 	secFlags := addSecurityFlags(fs)
 	fs.Parse(os.Args[1:])
 	if *showVersion {
@@ -80,14 +84,20 @@ func main() {
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
-	if err := run(logger, secFlags, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
+	if err := run(logger, secFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
 		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
+// metricsFlags are -metrics-addr and -pprof.
+type metricsFlags struct {
+	addr  string
+	pprof bool
+}
+
+func run(logger hclog.Logger, secFlags *securityFlags, mf metricsFlags, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
 	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration,
 	maxDBs, maxInsts int) error {
 	if maxDBs < 1 || maxInsts < 1 {
@@ -98,6 +108,9 @@ func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes c
 	}
 	if len(classes) == 0 {
 		return errors.New("at least one -class NAME=FILE.wasm is required")
+	}
+	if mf.pprof && mf.addr == "" {
+		return errors.New("-pprof needs -metrics-addr: profiles are served only on the metrics listener")
 	}
 	wasm := map[string][]byte{}
 	for name, path := range classes {
@@ -121,6 +134,19 @@ func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes c
 	if advertise == "" {
 		advertise = ln.Addr().String()
 	}
+	// One registry for the process: the Go runtime and the process, the
+	// node, its engine and plugin, and the S3 client.
+	var reg *prometheus.Registry
+	var metricsLn net.Listener
+	if mf.addr != "" {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if metricsLn, err = net.Listen("tcp", mf.addr); err != nil {
+			ln.Close()
+			return fmt.Errorf("-metrics-addr: %w", err)
+		}
+		defer metricsLn.Close()
+	}
 	scheme := "http"
 	if serverTLS != nil {
 		ln = tls.NewListener(ln, serverTLS)
@@ -137,8 +163,13 @@ func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes c
 		MaxInstances:     maxInsts,
 		EngineOptions:    []hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)},
 	}
+	var s3opts []bucket.S3Option
+	if reg != nil {
+		cfg.Registerer = reg
+		s3opts = append(s3opts, bucket.WithRegisterer(reg))
+	}
 	if bucketName != "" {
-		b, err := bucket.NewS3(ctx, bucketName)
+		b, err := bucket.NewS3(ctx, bucketName, s3opts...)
 		if err != nil {
 			return err
 		}
@@ -161,6 +192,12 @@ func run(logger hclog.Logger, secFlags *securityFlags, dataDir string, classes c
 	n.Start(ctx)
 	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
+	if metricsLn != nil {
+		msrv := &http.Server{Handler: node.MetricsHandler(reg, mf.pprof), ReadHeaderTimeout: 10 * time.Second}
+		go msrv.Serve(metricsLn)
+		defer msrv.Close()
+		fmt.Printf("keepnode metrics on http://%s/metrics\n", metricsLn.Addr())
+	}
 	id := ""
 	if l := n.Leases(); l != nil {
 		id = l.NodeID()

@@ -153,6 +153,9 @@ type Node struct {
 	DataDir string
 	// LogPath is the file holding everything the node wrote.
 	LogPath string
+	// MetricsURL is the node's metrics endpoint (http://ADDR/metrics) when
+	// it was started with -metrics-addr.
+	MetricsURL string
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -160,8 +163,12 @@ type Node struct {
 	log    *lockedWriter
 }
 
-// readyPrefix starts the line keepnode prints when it serves.
-const readyPrefix = "keepnode listening on "
+// readyPrefix starts the line keepnode prints when it serves; with
+// -metrics-addr, metricsPrefix starts the one it prints before.
+const (
+	readyPrefix   = "keepnode listening on "
+	metricsPrefix = "keepnode metrics on "
+)
 
 // StartNodes starts n nodes named node0 .. node<n-1>, one after another.
 // On error it kills the ones it started.
@@ -241,6 +248,9 @@ func StartNode(ctx context.Context, cfg Config, name string, extra ...string) (*
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(out, line)
+			if u, ok := strings.CutPrefix(line, metricsPrefix); ok && !sent {
+				nd.MetricsURL = strings.TrimSpace(u) // before the ready line
+			}
 			if !sent && strings.HasPrefix(line, readyPrefix) {
 				ready <- line
 				sent = true

@@ -1,0 +1,229 @@
+package alarms
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// Outcomes of a delivery, the outcome label of wasmkeep_alarm_firings_total.
+const (
+	// FiringOK: on-alarm ran and succeeded.
+	FiringOK = "ok"
+	// FiringFailed: on-alarm ran and failed (an error, a trap, the
+	// deadline); its retry is committed.
+	FiringFailed = "failed"
+	// FiringStale: on-alarm did not run: the committed alarm was not that
+	// time (moved, cleared, not due yet, or the actor has no state); stale
+	// index entries were removed as the rules say.
+	FiringStale = "stale"
+	// FiringNotHere: the actor is not this node's to run (another node
+	// holds it, or its class is not served here); the alarm was dropped
+	// from this node's timer.
+	FiringNotHere = "not_here"
+	// FiringGaveUp: the delivery failed on the host's side (the bucket,
+	// the database, a hold that lapsed): the actor was given up and the
+	// same entry time is tried again after Config.RetryAfterError.
+	FiringGaveUp = "gave_up"
+)
+
+// Lateness buckets: from the node timer's millisecond to the minutes a
+// failover takes (lease, grace and a sweep).
+var latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600}
+
+var sweepDurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// metrics are the plugin's metrics (nil without Config.Registerer: every
+// method is then a no-op).
+type metrics struct {
+	firings                     map[string]prometheus.Counter
+	lateness                    prometheus.Histogram
+	retries                     prometheus.Counter
+	sweepDuration               prometheus.Histogram
+	putsOK, putsErr             prometheus.Counter
+	delReplaced, delStale       prometheus.Counter
+	delReplacedErr, delStaleErr prometheus.Counter
+	collectors                  []prometheus.Collector
+}
+
+// newMetrics makes the plugin's metrics; register registers them once the
+// plugin exists.
+func newMetrics(cfg Config) *metrics {
+	if cfg.Registerer == nil {
+		return nil
+	}
+	m := &metrics{firings: map[string]prometheus.Counter{}}
+	firings := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_alarm_firings_total",
+		Help: "Alarm deliveries from the node timer, by outcome: ok (on-alarm succeeded), failed (on-alarm failed; retry committed), stale (not run: the committed alarm was elsewhere), not_here (another node's actor), gave_up (a host-side failure; retried after a lease period).",
+	}, []string{"outcome"})
+	for _, o := range []string{FiringOK, FiringFailed, FiringStale, FiringNotHere, FiringGaveUp} {
+		m.firings[o] = firings.WithLabelValues(o)
+	}
+	m.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "wasmkeep_alarm_lateness_seconds",
+		Help:    "How late on-alarm ran: the time it ran minus the committed alarm time (a retry's time for a retry).",
+		Buckets: latenessBuckets,
+	})
+	m.retries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wasmkeep_alarm_retries_total",
+		Help: "on-alarm runs that were retries (a failure count above zero).",
+	})
+	m.collectors = append(m.collectors, firings, m.lateness, m.retries)
+	if cfg.SingleNode {
+		return m
+	}
+	m.sweepDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "wasmkeep_sweep_duration_seconds",
+		Help:    "How long a sweep of the alarm index took (every tenant's); its count is the sweeps made.",
+		Buckets: sweepDurationBuckets,
+	})
+	puts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_index_puts_total",
+		Help: "Index entries written (a changed alarm's fresh entry), by result (ok, error).",
+	}, []string{"result"})
+	m.putsOK, m.putsErr = puts.WithLabelValues("ok"), puts.WithLabelValues("error")
+	dels := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_index_deletes_total",
+		Help: "Index entries deleted, by reason: replaced (the entry a newer upload replaced, sent in a batched multi-object delete) or stale (removed by a delivery).",
+	}, []string{"reason"})
+	m.delReplaced, m.delStale = dels.WithLabelValues("replaced"), dels.WithLabelValues("stale")
+	delErrs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_index_delete_errors_total",
+		Help: "Index entries whose DELETE failed, by reason (replaced, stale); each is removed when it comes due.",
+	}, []string{"reason"})
+	m.delReplacedErr, m.delStaleErr = delErrs.WithLabelValues("replaced"), delErrs.WithLabelValues("stale")
+	m.collectors = append(m.collectors, m.sweepDuration, puts, dels, delErrs)
+	return m
+}
+
+// register adds the collectors that read the plugin's state at each scrape
+// and registers everything.
+func (m *metrics) register(p *Plugin) error {
+	if m == nil {
+		return nil
+	}
+	cs := append([]prometheus.Collector{}, m.collectors...)
+	cs = append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_alarms_pending",
+			Help: "Alarms in the node timer: actors this node holds or was offered, by the time each is due.",
+		}, func() float64 { return float64(p.cfg.Timer.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_alarm_failing_actors",
+			Help: "Actors whose latest on-alarm run on this node failed, until one succeeds, an event sets or clears their alarm, or another node has them.",
+		}, func() float64 { n, _ := p.failingStats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_alarm_failures_max",
+			Help: "The highest committed failure count among the failing actors (0 when none fails).",
+		}, func() float64 { _, mx := p.failingStats(); return float64(mx) }),
+	)
+	if p.loop != nil {
+		stat := func(name, help string, f func(s sweeper.Stats) int64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+				func() float64 { return float64(f(p.loop.Stats())) })
+		}
+		cs = append(cs,
+			stat("wasmkeep_sweep_tenants_total", "Tenant indexes swept (one per tenant per sweep).", func(s sweeper.Stats) int64 { return s.Sweeps }),
+			stat("wasmkeep_sweep_lists_total", "LIST calls the sweeps made of tenants' indexes (one per 1,000 entries read).", func(s sweeper.Stats) int64 { return s.Lists }),
+			stat("wasmkeep_sweep_entries_total", "Overdue index entries the sweeps read.", func(s sweeper.Stats) int64 { return s.Entries }),
+			stat("wasmkeep_sweep_offered_total", "Deliveries the sweeps offered to the node timer.", func(s sweeper.Stats) int64 { return s.Delivered }),
+			stat("wasmkeep_sweep_malformed_total", "Keys under the index that are not index entries, skipped.", func(s sweeper.Stats) int64 { return s.Malformed }),
+			stat("wasmkeep_sweep_errors_total", "Sweep failures: a LIST, the live nodes, the tenants.", func(s sweeper.Stats) int64 { return s.Errors }),
+		)
+	}
+	for _, c := range cs {
+		if err := p.cfg.Registerer.Register(c); err != nil {
+			return fmt.Errorf("alarms: registering the plugin's metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// delivered records one delivery of the timer loop.
+func (m *metrics) delivered(outcome string, ev hostmod.Delivery, at time.Time) {
+	if m == nil {
+		return
+	}
+	m.firings[outcome].Inc()
+	if ev.Ran {
+		m.lateness.Observe(float64(at.UnixMilli()-ev.Scheduled) / 1000)
+		if ev.RetryCount > 0 {
+			m.retries.Inc()
+		}
+	}
+}
+
+func (m *metrics) sweep(took time.Duration, _ error) {
+	m.sweepDuration.Observe(took.Seconds())
+}
+
+func (m *metrics) put(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.putsErr.Inc()
+	} else {
+		m.putsOK.Inc()
+	}
+}
+
+func (m *metrics) deleteReplaced() {
+	if m != nil {
+		m.delReplaced.Inc()
+	}
+}
+
+func (m *metrics) deleteReplacedFailed(n int) {
+	if m != nil {
+		m.delReplacedErr.Add(float64(n))
+	}
+}
+
+func (m *metrics) deleteStale(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.delStaleErr.Inc()
+	} else {
+		m.delStale.Inc()
+	}
+}
+
+// failingStats returns how many actors are failing and their highest
+// failure count.
+func (p *Plugin) failingStats() (n, maxFailures int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.failing {
+		maxFailures = max(maxFailures, f)
+	}
+	return len(p.failing), maxFailures
+}
+
+// trackFailing records the failure count a run left (metrics only).
+func (p *Plugin) trackFailing(key string, ev hostmod.Delivery) {
+	if p.m == nil || !ev.Ran {
+		return
+	}
+	p.mu.Lock()
+	if ev.Err != nil {
+		p.failing[key] = ev.RetryCount + 1
+	} else {
+		delete(p.failing, key)
+	}
+	p.mu.Unlock()
+}
+
+// forgetFailing drops an actor from the failing ones (p.mu held).
+func (p *Plugin) forgetFailing(key string) {
+	if p.m != nil {
+		delete(p.failing, key)
+	}
+}

@@ -1,0 +1,385 @@
+package node_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/testguest"
+	"github.com/wasmkeep/alarms/node"
+)
+
+// scrape GETs a metrics endpoint over HTTP and parses the text format.
+type scrape map[string]*dto.MetricFamily
+
+func scrapeMetrics(t *testing.T, url string) scrape {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("scraping %s: %s %s", url, resp.Status, b)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", url, err)
+	}
+	return fams
+}
+
+// has reports whether the scrape has a family of that name.
+func (s scrape) has(name string) bool { _, ok := s[name]; return ok }
+
+// v is the value of the series of name whose labels include the given
+// pairs: a counter's or gauge's value, a histogram's count; the sum over
+// every matching series (0 when none matches).
+func (s scrape) v(name string, labels ...string) float64 {
+	mf, ok := s[name]
+	if !ok {
+		return 0
+	}
+	sum := 0.0
+series:
+	for _, m := range mf.GetMetric() {
+		have := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			have[lp.GetName()] = lp.GetValue()
+		}
+		for i := 0; i+1 < len(labels); i += 2 {
+			if have[labels[i]] != labels[i+1] {
+				continue series
+			}
+		}
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		case m.GetHistogram() != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		case m.GetUntyped() != nil:
+			sum += m.GetUntyped().GetValue()
+		}
+	}
+	return sum
+}
+
+func alarmAt(ms int64) []byte {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(ms))
+	return b[:]
+}
+
+// A node in cluster mode on versitygw, its metrics served over HTTP on a
+// listener of their own: scraped before and after its alarms fire, the
+// figures move as they must.
+func TestMetricsMoveAsAlarmsFire(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	srv := s3test.Start(t)
+	b := srv.NewClient(t, bucket.WithRegisterer(reg))
+	var fired atomic.Int64
+	n, err := node.New(ctx, node.Config{
+		DataDir: t.TempDir(), Classes: map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")},
+		Logger:     hclog.New(&hclog.LoggerOptions{Name: "m", Level: hclog.Warn, Output: testWriter{t}}),
+		Registerer: reg,
+		OnDelivery: func(ev node.DeliveryEvent) {
+			if ev.Err == nil && ev.Delivery.Ran {
+				fired.Add(1)
+			}
+		},
+		Cluster: &node.ClusterConfig{
+			Bucket: b, NodeID: "m1", Addr: "m1.invalid:1",
+			LeaseTTL: 2 * time.Second, LeaseMargin: 300 * time.Millisecond, LeaseGrace: time.Second,
+			SweepPeriod: 200 * time.Millisecond, IdleTimeout: time.Minute,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			n.Close(ctx)
+		}
+	}()
+	n.Start(ctx)
+	hs := httptest.NewServer(node.MetricsHandler(reg, true))
+	defer hs.Close()
+	url := hs.URL + "/metrics"
+
+	before := scrapeMetrics(t, url)
+	if got := before.v("wasmkeep_alarms_pending"); got != 0 {
+		t.Fatalf("pending before any alarm = %v", got)
+	}
+	if got := before.v("wasmkeep_node_lease_valid"); got != 1 {
+		t.Fatalf("lease_valid = %v, want 1", got)
+	}
+
+	const actors = 5
+	due := time.Now().Add(time.Second).UnixMilli()
+	for i := 0; i < actors; i++ {
+		id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: string(rune('a' + i))}
+		if _, err := n.Exec(ctx, id, alarmAt(due), node.ExecDurable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed := scrapeMetrics(t, url)
+	if fired.Load() == 0 {
+		if got := armed.v("wasmkeep_alarms_pending"); got != actors {
+			t.Errorf("pending after arming %d actors = %v", actors, got)
+		}
+	}
+	if got := armed.v("wasmkeep_holds_taken_total"); got != actors {
+		t.Errorf("holds taken = %v, want %d", got, actors)
+	}
+	if got := armed.v("wasmkeep_actor_databases_open"); got != actors {
+		t.Errorf("databases open = %v, want %d", got, actors)
+	}
+	if got := armed.v("wasmkeep_index_puts_total", "result", "ok"); got != actors {
+		t.Errorf("index PUTs = %v, want one per actor, %d", got, actors)
+	}
+	// Each actor: its hold, its index entry, its snapshot.
+	if got := armed.v("wasmkeep_s3_requests_total", "operation", "PutObject", "result", "ok") - before.v("wasmkeep_s3_requests_total", "operation", "PutObject", "result", "ok"); got < 3*actors {
+		t.Errorf("PutObject ok went up by %v, want at least %d", got, 3*actors)
+	}
+
+	waitFor(t, "every alarm fired", func() bool { return fired.Load() == actors })
+	n.FlushDeletes(ctx)
+	after := scrapeMetrics(t, url)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"wasmkeep_alarms_pending", nil, 0},
+		{"wasmkeep_alarm_firings_total", []string{"outcome", "ok"}, actors},
+		{"wasmkeep_alarm_firings_total", []string{"outcome", "failed"}, 0},
+		{"wasmkeep_alarm_lateness_seconds", nil, actors},
+		{"wasmkeep_alarm_failing_actors", nil, 0},
+		{"wasmkeep_index_deletes_total", []string{"reason", "replaced"}, actors},
+	} {
+		if got := after.v(c.name, c.labels...); got != c.want {
+			t.Errorf("after the firings: %s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// S3 requests by operation and result moved, through the SDK's
+	// middleware: the snapshot PUTs of the firings, the index's batched
+	// deletes, the sweeps' LISTs.
+	for _, op := range []string{"PutObject", "GetObject", "DeleteObjects", "ListObjectsV2"} {
+		if got := after.v("wasmkeep_s3_requests_total", "operation", op) - armed.v("wasmkeep_s3_requests_total", "operation", op); got <= 0 && op != "GetObject" {
+			t.Errorf("wasmkeep_s3_requests_total{operation=%q} did not go up while the alarms fired", op)
+		}
+		if after.v("wasmkeep_s3_request_duration_seconds", "operation", op) == 0 {
+			t.Errorf("no latency recorded for %s", op)
+		}
+	}
+	if after.v("wasmkeep_sweep_duration_seconds") <= armed.v("wasmkeep_sweep_duration_seconds") || after.v("wasmkeep_sweep_lists_total") == 0 {
+		t.Errorf("the sweeps did not move: %v sweeps, %v LISTs", after.v("wasmkeep_sweep_duration_seconds"), after.v("wasmkeep_sweep_lists_total"))
+	}
+	// The histogram's sum is the lateness in seconds: each fired after its
+	// time, and within the test's bound.
+	if h := after["wasmkeep_alarm_lateness_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleSum() < 0 || h.GetSampleSum() > 20*actors {
+		t.Errorf("lateness sum %v s for %d firings", h.GetSampleSum(), actors)
+	}
+
+	// pprof is served on the same listener, only when asked for.
+	if resp, err := http.Get(hs.URL + "/debug/pprof/cmdline"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("pprof on the metrics listener: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	plain := httptest.NewServer(node.MetricsHandler(reg, false))
+	defer plain.Close()
+	if resp, err := http.Get(plain.URL + "/debug/pprof/cmdline"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("pprof without asking for it: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// A clean shutdown releases every hold.
+	if err := n.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	final := scrapeMetrics(t, url)
+	if got := final.v("wasmkeep_hold_releases_total"); got != actors {
+		t.Errorf("hold releases after a clean shutdown = %v, want %d", got, actors)
+	}
+	checkDocumented(t, final)
+}
+
+// checkDocumented holds the README's table of metrics to what a node in
+// cluster mode registers: every wasmkeep_ metric it serves is documented,
+// and every one documented is served.
+func checkDocumented(t *testing.T, s scrape) {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(testguest.Root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\bwasmkeep_[a-z0-9_]+`).FindAllString(string(readme), -1) {
+		documented[m] = true
+	}
+	for name := range s {
+		if strings.HasPrefix(name, "wasmkeep_") && !documented[name] {
+			t.Errorf("%s is served but not in the README", name)
+		}
+	}
+	for name := range documented {
+		if !s.has(name) {
+			t.Errorf("the README lists %s, which the node does not serve", name)
+		}
+	}
+}
+
+// Two nodes in one process with registries of their own do not collide,
+// and a node without a registerer registers nothing.
+func TestNodesWithTheirOwnRegistries(t *testing.T) {
+	ctx := context.Background()
+	classes := map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")}
+	before, _ := prometheus.DefaultGatherer.Gather()
+	plain := newNode(t, t.TempDir(), classes, node.Config{})
+	defer plain.Close(ctx)
+	after, _ := prometheus.DefaultGatherer.Gather()
+	if len(after) != len(before) {
+		t.Fatalf("a node without a registerer added %d families to the default registry", len(after)-len(before))
+	}
+	r1, r2 := prometheus.NewRegistry(), prometheus.NewRegistry()
+	n1 := newNode(t, t.TempDir(), classes, node.Config{Registerer: r1})
+	defer n1.Close(ctx)
+	n2 := newNode(t, t.TempDir(), classes, node.Config{Registerer: r2})
+	defer n2.Close(ctx)
+	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "x"}
+	if _, err := n1.Request(ctx, id, alarmAt(time.Now().Add(time.Hour).UnixMilli())); err != nil {
+		t.Fatal(err)
+	}
+	s1 := httptest.NewServer(node.MetricsHandler(r1, false))
+	defer s1.Close()
+	s2 := httptest.NewServer(node.MetricsHandler(r2, false))
+	defer s2.Close()
+	if p1, p2 := scrapeMetrics(t, s1.URL+"/metrics").v("wasmkeep_alarms_pending"), scrapeMetrics(t, s2.URL+"/metrics").v("wasmkeep_alarms_pending"); p1 != 1 || p2 != 0 {
+		t.Fatalf("pending %v and %v, want 1 and 0", p1, p2)
+	}
+	if _, err := node.New(ctx, node.Config{DataDir: t.TempDir(), Classes: classes, Registerer: r1}); err == nil || !strings.Contains(err.Error(), "registering") {
+		t.Fatalf("a second node on the same registry: err = %v, want a registration error", err)
+	}
+}
+
+// keepnode -metrics-addr serves the metrics of a running node (and, with
+// -pprof, its profiles) on a listener of its own; scraped as its alarms
+// fire on versitygw, the figures move.
+func TestKeepnodeServesMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := procCluster(t, ctx, "-sweep", "200ms", "-log-level", "warn", "-metrics-addr", "127.0.0.1:0", "-pprof")
+	wasm := filepath.Join(cfg.Dir, "oneshot.wasm")
+	if err := os.WriteFile(wasm, testguest.Fixture(t, "oneshot_alarm"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Classes = map[string]string{"oneshot": wasm}
+	nd := startProcNodes(t, ctx, cfg, 1)[0]
+	if !strings.HasPrefix(nd.MetricsURL, "http://127.0.0.1:") || !strings.HasSuffix(nd.MetricsURL, "/metrics") {
+		t.Fatalf("metrics URL %q, want one on 127.0.0.1", nd.MetricsURL)
+	}
+	first := scrapeMetrics(t, nd.MetricsURL)
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "wasmkeep_alarms_pending", "wasmkeep_actor_databases_max", "wasmkeep_node_lease_valid", "wasmkeep_s3_requests_total"} {
+		if !first.has(name) {
+			t.Errorf("the first scrape lacks %s", name)
+		}
+	}
+
+	const actors = 3
+	due := time.Now().Add(1500 * time.Millisecond).UnixMilli()
+	for i := 0; i < actors; i++ {
+		id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: string(rune('a' + i))}
+		if _, err := clusterproc.Exec(ctx, nd.URL, id, clusterproc.KindExecDurable, alarmAt(due)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed := scrapeMetrics(t, nd.MetricsURL)
+	if time.Now().UnixMilli() < due {
+		if got := armed.v("wasmkeep_alarms_pending"); got != actors {
+			t.Errorf("pending after arming = %v, want %d", got, actors)
+		}
+	}
+	var last scrape
+	waitFor(t, "the firings in the metrics", func() bool {
+		last = scrapeMetrics(t, nd.MetricsURL)
+		return last.v("wasmkeep_alarm_firings_total", "outcome", "ok") == actors
+	})
+	waitFor(t, "the replaced entries' batched delete in the metrics", func() bool {
+		last = scrapeMetrics(t, nd.MetricsURL)
+		return last.v("wasmkeep_s3_requests_total", "operation", "DeleteObjects", "result", "ok") > 0
+	})
+	if got := last.v("wasmkeep_alarms_pending"); got != 0 {
+		t.Errorf("pending after the firings = %v", got)
+	}
+	if got := last.v("wasmkeep_alarm_lateness_seconds"); got != actors {
+		t.Errorf("lateness observations = %v, want %d", got, actors)
+	}
+	for _, op := range []string{"PutObject", "ListObjectsV2"} {
+		if got := last.v("wasmkeep_s3_requests_total", "operation", op, "result", "ok") - first.v("wasmkeep_s3_requests_total", "operation", op, "result", "ok"); got <= 0 {
+			t.Errorf("%s ok did not go up (%v)", op, got)
+		}
+	}
+	if got := last.v("wasmkeep_sweep_duration_seconds"); got <= first.v("wasmkeep_sweep_duration_seconds") {
+		t.Errorf("no sweep counted (%v)", got)
+	}
+	pprofURL := strings.TrimSuffix(nd.MetricsURL, "/metrics") + "/debug/pprof/cmdline"
+	resp, err := http.Get(pprofURL)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %v", pprofURL, resp, err)
+	}
+	resp.Body.Close()
+	// The HTTP API does not serve them.
+	resp, err = http.Get(nd.URL + "/metrics")
+	if err != nil || resp.StatusCode == http.StatusOK {
+		t.Fatalf("GET /metrics on the API listener: %v %v, want no metrics there", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// gathered reads the one series of a counter or gauge from reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s in the registry", name)
+	return 0
+}
