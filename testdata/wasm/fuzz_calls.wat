@@ -16,7 +16,7 @@
 ;;   8         i32.store a1 at a0 (the guest's own write; skipped outside memory)
 ;;   9         return 1 (the event fails)
 ;;   10        unreachable (the event traps)
-;;   11        memory.grow(a0 % 4) while memory is under 8 pages
+;;   11        memory.grow(a0 % 4) while memory is under 2 pages (so at most 4)
 ;;
 ;; Errnos are dropped: the test watches each host call from the host's side.
 ;; on-alarm returns 0.
@@ -89,7 +89,7 @@
           ;; 10 trap
           (unreachable))
           ;; 11 grow
-          (if (i32.lt_u (memory.size) (i32.const 8))
+          (if (i32.lt_u (memory.size) (i32.const 2))
             (then (drop (memory.grow (i32.rem_u (call $arg (local.get $pc) (i32.const 0)) (i32.const 4)))))))
         (local.set $pc (i32.add (local.get $pc) (i32.const 21)))
         (br $next)))
