@@ -13,7 +13,8 @@ import (
 
 // DefaultMaxTotalMemory bounds the linear memory of all of an engine's
 // instances together: 4 GiB, room for the default 512 instances at 8 MiB
-// each (a Go guest holds a few MiB, a small .wat guest 64 KiB).
+// each (an instance of the Go counter actor holds 3 MiB, a small .wat guest
+// 64 KiB).
 const DefaultMaxTotalMemory = 4 << 30
 
 // ErrMemoryBudget is wrapped (in a *MemoryBudgetError, naming the actor) by
