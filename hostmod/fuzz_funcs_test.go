@@ -303,6 +303,9 @@ func (w *watcher) After(_ context.Context, mod api.Module, def api.FunctionDefin
 		onSuccess()
 	}
 	for i := range before {
+		if i == 0 && bytes.Equal(before, after) {
+			break
+		}
 		if before[i] == after[i] {
 			continue
 		}
@@ -403,6 +406,9 @@ func FuzzHostFunctions(f *testing.F) {
 	// a failed and a trapped event, and grown memory.
 	const page = 65536
 	f.Fuzz(func(t *testing.T, prog []byte) {
+		// Each host call is watched by copying the guest's memory twice: a
+		// program of about 100 calls keeps each run short.
+		prog = prog[:min(len(prog), 2048)]
 		wantOther := committed(t, other)
 		before := committed(t, a)
 		w.t, w.req, w.ev, w.resp, w.calls = t, prog, before.clone(), nil, 0
