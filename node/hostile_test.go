@@ -1,9 +1,13 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +122,54 @@ func TestALoopingGuestAffectsOnlyItself(t *testing.T) {
 	setOther(ms(time.Hour))
 	if r, err := n.Request(ctx, loop, binary.LittleEndian.AppendUint64([]byte("a"), uint64(ms(time.Hour)))); err != nil || binary.LittleEndian.Uint32(r.Response) != 0 {
 		t.Fatalf("the looping actor's next request: %v", err)
+	}
+}
+
+// A guest that needs memory while busy instances hold the node's budget is
+// answered 503 with Retry-After (the memory frees when their events end),
+// naming the actor and the budget; one that asks for more than the whole
+// budget is answered 422, which a retry cannot change.
+func TestTheMemoryBudgetOverHTTP(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir(), map[string][]byte{
+		"hostile": testguest.Fixture(t, "hostile"),
+		"grow":    testguest.Fixture(t, "grow_pages"),
+	}, node.Config{EngineOptions: []hostmod.Option{
+		hostmod.WithMaxTotalMemory(2 << 20), hostmod.WithEventDeadline(5 * time.Second)}})
+	defer n.Close(ctx)
+	srv := httptest.NewServer(n.Handler())
+	defer srv.Close()
+	post := func(name string, pages uint32) (int, http.Header, string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/v1/actors/t/grow/"+name, "", bytes.NewReader(binary.LittleEndian.AppendUint32(nil, pages)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	if code, _, body := post("whole", 32); code != http.StatusUnprocessableEntity || !strings.Contains(body, "t/grow/whole") || !strings.Contains(body, "budget of 2 MiB") {
+		t.Fatalf("33 pages under a budget of 2 MiB: %d %s, want 422 naming the actor and the budget", code, body)
+	}
+	// A looping request holds a 17-page instance (1.06 MiB) for up to 5 s.
+	looped := make(chan error, 1)
+	go func() {
+		_, err := n.Request(ctx, abi.ActorID{Tenant: "t", Class: "hostile", Name: "loop"}, []byte("l"))
+		looped <- err
+	}()
+	waitFor(t, "the looping instance to start", func() bool { return n.Memory().InUse >= 17*65536 })
+	code, h, body := post("g", 15) // 16 pages: 1 MiB more
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(body, "t/grow/g") || !strings.Contains(body, "budget of 2 MiB") {
+		t.Fatalf("growing while a busy instance holds the budget: %d %q %s, want 503 with Retry-After naming the actor and the budget", code, h.Get("Retry-After"), body)
+	}
+	if err := <-looped; err == nil {
+		t.Fatal("the looping request succeeded")
+	}
+	if code, _, body := post("g", 15); code != http.StatusOK {
+		t.Fatalf("the same growth once the looping event ended: %d %s", code, body)
+	}
+	if m := n.Memory(); m.Peak > m.Budget || m.Refused != 2 {
+		t.Fatalf("memory counters %+v: want the peak within the budget and 2 refusals", m)
 	}
 }
