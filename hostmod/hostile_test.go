@@ -263,3 +263,19 @@ func TestAMemoryBudgetUnderAPageIsRefused(t *testing.T) {
 		t.Fatalf("NewEngine with a budget of 1000 bytes: %v", err)
 	}
 }
+
+// The default budget for all instances holds the default residency budget
+// of instances of a Go guest, so a node with the defaults closes instances
+// for their count before it refuses memory.
+func TestTheDefaultMemoryBudgetHoldsTheDefaultInstances(t *testing.T) {
+	e := newEnv(t)
+	a := e.open(e.scripted(), "go")
+	before := e.eng.Memory().InUse
+	e.req(a, "get")
+	per := e.eng.Memory().InUse - before
+	t.Logf("an instance of a Go guest holds %.1f MiB after its first event", float64(per)/(1<<20))
+	if per == 0 || per*hostmod.DefaultMaxInstances > hostmod.DefaultMaxTotalMemory {
+		t.Fatalf("%d bytes an instance: %d instances need %d bytes, the default budget is %d",
+			per, hostmod.DefaultMaxInstances, per*hostmod.DefaultMaxInstances, hostmod.DefaultMaxTotalMemory)
+	}
+}
