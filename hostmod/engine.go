@@ -116,9 +116,10 @@ func WithCompilationCache(c wazero.CompilationCache) Option {
 // r unless they are there already (hostmod.Instantiate), and
 // wasi_snapshot_preview1 unless r has a module of that name. Close does not
 // close r. The runtime's own configuration then applies:
-// WithCompilationCache and WithMemoryLimit are ignored, and r must be
-// created with wazero.RuntimeConfig.WithCloseOnContextDone(true), or the
-// alarm and event deadlines cannot stop a guest that runs too long.
+// WithCompilationCache, WithMemoryLimit and WithMaxTotalMemory are ignored,
+// and r must be created with
+// wazero.RuntimeConfig.WithCloseOnContextDone(true), or the alarm and event
+// deadlines cannot stop a guest that runs too long.
 func WithRuntime(r wazero.Runtime) Option { return func(o *config) { o.runtime = r } }
 
 // WithModuleConfig gives the base configuration of each actor's instance

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -277,5 +278,31 @@ func TestTheDefaultMemoryBudgetHoldsTheDefaultInstances(t *testing.T) {
 	if per == 0 || per*hostmod.DefaultMaxInstances > hostmod.DefaultMaxTotalMemory {
 		t.Fatalf("%d bytes an instance: %d instances need %d bytes, the default budget is %d",
 			per, hostmod.DefaultMaxInstances, per*hostmod.DefaultMaxInstances, hostmod.DefaultMaxTotalMemory)
+	}
+}
+
+// In an embedder's runtime the memory budget is not applied: the runtime,
+// its features and its memory allocator are the embedder's.
+func TestTheMemoryBudgetLeavesAnEmbeddersRuntimeAlone(t *testing.T) {
+	ctx := context.Background()
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithRuntime(embedderRuntime(t, ctx, false)), hostmod.WithMaxTotalMemory(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	c, err := eng.Compile(ctx, "grow", testguest.Fixture(t, "grow_pages"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := eng.Open(ctx, abi.ActorID{Tenant: "t", Class: "grow", Name: "a"}, c, filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	if got, err := grow(ctx, a, 31); err != nil || got != 32 {
+		t.Fatalf("growing to 2 MiB in the embedder's runtime: %d pages, %v", got, err)
+	}
+	if m := eng.Memory(); m.InUse != 0 || m.Refused != 0 {
+		t.Fatalf("counters %+v: nothing is counted in an embedder's runtime", m)
 	}
 }

@@ -62,7 +62,9 @@ func size(n uint64) string {
 // every other instance is busy, memory.grow fails for that guest (it sees
 // -1, and a guest that traps on it fails its event with an error that wraps
 // a *MemoryBudgetError) or the instance is not created; other actors are
-// unharmed. The budget applies with WithRuntime too.
+// unharmed. Like WithMemoryLimit, it is ignored with WithRuntime: the
+// embedder's runtime, its features (a shared memory cannot move) and its
+// memory allocator are its own.
 func WithMaxTotalMemory(bytes uint64) Option { return func(o *config) { o.maxMemory = bytes } }
 
 // MemoryStats are the engine's counters of instance memory.
@@ -187,8 +189,11 @@ type guestMemory struct {
 }
 
 // newGuestMemory reserves the class's initial memory for an instance of
-// the actor id, making room if it must.
+// the actor id, making room if it must; nil in an embedder's runtime.
 func (e *Engine) newGuestMemory(id abi.ActorID, c *Class) (*guestMemory, error) {
+	if !e.owned {
+		return nil, nil
+	}
 	n := c.initialMemory()
 	if !e.room(n) {
 		return nil, e.mem.refuse(id, n)
@@ -198,6 +203,9 @@ func (e *Engine) newGuestMemory(id abi.ActorID, c *Class) (*guestMemory, error) 
 
 // with puts the memory in the context of the instantiation.
 func (g *guestMemory) with(ctx context.Context) context.Context {
+	if g == nil {
+		return ctx
+	}
 	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory { return g }))
 }
 
@@ -248,6 +256,9 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 
 // Free implements experimental.LinearMemory: the instance closed.
 func (g *guestMemory) Free() {
+	if g == nil {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.freed {
