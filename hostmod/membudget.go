@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -195,7 +196,7 @@ func (e *Engine) newGuestMemory(id abi.ActorID, c *Class) (*guestMemory, error) 
 		return nil, nil
 	}
 	n := c.initialMemory()
-	if !e.room(n) {
+	if n > e.mem.max || !e.room(n) { // more than the whole budget closes nothing
 		return nil, e.mem.refuse(id, n)
 	}
 	return &guestMemory{e: e, id: id, held: n}, nil
@@ -242,7 +243,7 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 			g.e.mem.mu.Lock()
 			g.e.mem.add(capacity - g.held)
 			g.e.mem.mu.Unlock()
-		case !g.e.room(capacity - g.held):
+		case size > g.e.mem.max || !g.e.room(capacity-g.held): // more than the whole budget closes nothing
 			g.refusal = g.e.mem.refuse(g.id, size)
 			return nil
 		}
@@ -279,4 +280,36 @@ func (g *guestMemory) takeRefusal() *MemoryBudgetError {
 	r := g.refusal
 	g.refusal = nil
 	return r
+}
+
+// memoryCollector exposes an engine's memory counters, read at each scrape.
+type memoryCollector struct {
+	e               *Engine
+	inUse, max      *prometheus.Desc
+	closed, refused *prometheus.Desc
+}
+
+func newMemoryCollector(e *Engine) *memoryCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &memoryCollector{
+		e:       e,
+		inUse:   d("wasmkeep_instance_memory_bytes", "Linear memory the live guest instances hold, in bytes."),
+		max:     d("wasmkeep_instance_memory_max_bytes", "The budget of linear memory for all guest instances together, in bytes."),
+		closed:  d("wasmkeep_instance_memory_closed_total", "Idle guest instances closed to make room for another's memory."),
+		refused: d("wasmkeep_instance_memory_refusals_total", "Instances not created and memory.grow calls refused: the memory budget was held by busy instances."),
+	}
+}
+
+func (c *memoryCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.inUse, c.max, c.closed, c.refused} {
+		ch <- d
+	}
+}
+
+func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.e.Memory()
+	ch <- prometheus.MustNewConstMetric(c.inUse, prometheus.GaugeValue, float64(m.InUse))
+	ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(m.Budget))
+	ch <- prometheus.MustNewConstMetric(c.closed, prometheus.CounterValue, float64(m.Closed))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(m.Refused))
 }
