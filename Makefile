@@ -66,7 +66,7 @@ lint:
 # The fuzz targets, as package:Target. Each has a seed corpus under its
 # package's testdata/fuzz/<Target>; a crash found is kept there.
 FUZZ_TARGETS := alarmindex:FuzzParseKey cluster:FuzzHoldRecord cluster:FuzzLeaseRecord cluster:FuzzSnapshotKey \
-	node:FuzzHTTPHandler node:FuzzRestoredSnapshot
+	node:FuzzHTTPHandler node:FuzzRestoredSnapshot hostmod:FuzzHostFunctions
 FUZZTIME ?= 5m
 # fuzz runs every target for FUZZTIME (make fuzz FUZZTIME=30m); fuzz-short
 # is the run CI does after the tests, 10 s per target.

@@ -97,6 +97,7 @@ type Actor struct {
 	mu     sync.Mutex
 	store  *Store // nil while the actor sleeps
 	mod    api.Module
+	mem    *guestMemory // mod's memory
 	inited bool
 	closed bool
 	// The committed alarm and failure count, read once after the database
@@ -158,7 +159,7 @@ func (a *Actor) wake(ctx context.Context) error {
 func (a *Actor) sleep(db bool) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.Background())
-		a.mod = nil
+		a.mod, a.mem = nil, nil
 	}
 	if db && a.store != nil {
 		_ = a.store.Close()
@@ -211,7 +212,7 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 func (a *Actor) discard(ctx context.Context) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.WithoutCancel(ctx))
-		a.mod = nil
+		a.mod, a.mem = nil, nil
 		a.e.res.releaseInst(a)
 	}
 }
@@ -374,20 +375,21 @@ func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, er
 func (a *Actor) call(ctx context.Context, ev *event, export string, params []uint64, deadline time.Duration) (uint32, error) {
 	a.stderr.takeLast() // the error of this event names only its own output
 	if a.mod != nil && a.mod.IsClosed() {
-		a.mod = nil
+		a.mod, a.mem = nil, nil
 		a.e.res.releaseInst(a)
 	}
 	if a.mod == nil {
 		if err := a.e.res.acquireInst(ctx, a); err != nil {
 			return 0, &abi.ActorError{ID: a.id, Op: "start an instance", Err: err}
 		}
-		m, err := a.e.instantiate(ctx, a.id, a.class, a.stdout, a.stderr)
+		m, mem, err := a.e.instantiate(ctx, a.id, a.class, a.stdout, a.stderr)
 		if err != nil {
 			a.e.res.releaseInst(a)
 			return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: "_initialize", Cause: err, Said: a.stderr.takeLast()}}
 		}
-		a.mod = m
+		a.mod, a.mem = m, mem
 	}
+	a.mem.takeRefusal()
 	fn := a.mod.ExportedFunction(export)
 	if fn == nil {
 		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, export)}
@@ -395,6 +397,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	cctx, cancel := context.WithTimeout(withCall(ctx, &call{actor: a.id, ev: ev}), deadline)
 	defer cancel()
 	res, err := fn.Call(cctx, params...)
+	refused := a.mem.takeRefusal()
 	if err != nil {
 		// A trap or an exit leaves the instance in an unknown state, and a
 		// deadline closed it: a fresh one serves the next event.
@@ -402,10 +405,17 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 		if cctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("stopped at the %v deadline: %w", deadline, err)
 		}
+		if refused != nil {
+			// Most guests trap or exit when memory.grow fails: say why.
+			err = fmt.Errorf("%w; then: %w", refused, err)
+		}
 		return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: export, Cause: err, Said: a.stderr.takeLast()}}
 	}
 	if ev.storageErr != nil {
 		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%s: database: %w", export, ev.storageErr)}
+	}
+	if refused != nil {
+		a.e.cfg.logger.Warn("memory.grow refused; the guest went on", "actor", a.id.String(), "export", export, "error", refused)
 	}
 	return uint32(res[0]), nil
 }

@@ -57,6 +57,7 @@ type config struct {
 	maxInsts      int
 	resWait       time.Duration
 	registerer    prometheus.Registerer
+	maxMemory     uint64
 }
 
 // Option configures an Engine.
@@ -115,9 +116,10 @@ func WithCompilationCache(c wazero.CompilationCache) Option {
 // r unless they are there already (hostmod.Instantiate), and
 // wasi_snapshot_preview1 unless r has a module of that name. Close does not
 // close r. The runtime's own configuration then applies:
-// WithCompilationCache and WithMemoryLimit are ignored, and r must be
-// created with wazero.RuntimeConfig.WithCloseOnContextDone(true), or the
-// alarm and event deadlines cannot stop a guest that runs too long.
+// WithCompilationCache, WithMemoryLimit and WithMaxTotalMemory are ignored,
+// and r must be created with
+// wazero.RuntimeConfig.WithCloseOnContextDone(true), or the alarm and event
+// deadlines cannot stop a guest that runs too long.
 func WithRuntime(r wazero.Runtime) Option { return func(o *config) { o.runtime = r } }
 
 // WithModuleConfig gives the base configuration of each actor's instance
@@ -143,6 +145,7 @@ type Engine struct {
 	compiled []wazero.CompiledModule
 
 	res *residency
+	mem *memBudget
 }
 
 // NewEngine creates an engine. Close it to free the runtime.
@@ -160,6 +163,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		maxDBs:        DefaultMaxOpenDatabases,
 		maxInsts:      DefaultMaxInstances,
 		resWait:       DefaultResidencyWait,
+		maxMemory:     DefaultMaxTotalMemory,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -176,6 +180,9 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.maxDBs < 1 || cfg.maxInsts < 1 || cfg.resWait <= 0 {
 		return nil, fmt.Errorf("hostmod: residency budget of %d databases and %d instances, wait %v: each must be positive", cfg.maxDBs, cfg.maxInsts, cfg.resWait)
 	}
+	if cfg.maxMemory < 65536 {
+		return nil, fmt.Errorf("hostmod: the memory budget for all instances must be at least one 64 KiB page, not %d bytes", cfg.maxMemory)
+	}
 	if r := cfg.runtime; r != nil {
 		if r.Module(wasi_snapshot_preview1.ModuleName) == nil {
 			if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
@@ -187,7 +194,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 				return nil, fmt.Errorf("hostmod: instantiate host modules in the embedder's runtime: %w", err)
 			}
 		}
-		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}
+		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
 		if err := e.register(); err != nil {
 			return nil, err
 		}
@@ -209,7 +216,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		r.Close(ctx)
 		return nil, fmt.Errorf("hostmod: instantiate host modules: %w", err)
 	}
-	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock)}
+	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
 	if err := e.register(); err != nil {
 		r.Close(ctx)
 		return nil, err
@@ -354,7 +361,10 @@ func sig(params, results []api.ValueType) string {
 // instantiate makes a fresh instance of the class for the actor. Its
 // _initialize runs with the actor in context but outside any event, so the
 // imports answer EPERM there.
-func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdout, stderr io.Writer) (api.Module, error) {
+//
+// The instance's memory is counted in the engine's memory budget until the
+// instance closes; the guestMemory returned tells of a growth it refused.
+func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdout, stderr io.Writer) (api.Module, *guestMemory, error) {
 	clock := e.cfg.clock
 	var mc wazero.ModuleConfig
 	if e.cfg.moduleConfig != nil {
@@ -373,11 +383,19 @@ func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdo
 			t := clock.Now()
 			return t.Unix(), int32(t.Nanosecond())
 		}, sys.ClockResolution(time.Millisecond))
-	ctx, cancel := context.WithTimeout(withCall(ctx, &call{actor: id}), e.cfg.eventDeadline)
+	gm, err := e.newGuestMemory(id, c)
+	if err != nil {
+		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
+	}
+	ctx, cancel := context.WithTimeout(withCall(gm.with(ctx), &call{actor: id}), e.cfg.eventDeadline)
 	defer cancel()
 	m, err := e.r.InstantiateModule(ctx, c.compiled, mc)
 	if err != nil {
-		return nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
+		gm.Free() // wazero does not free it on every failure
+		if r := gm.takeRefusal(); r != nil {
+			err = fmt.Errorf("%w; then: %w", r, err)
+		}
+		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
 	}
-	return m, nil
+	return m, gm, nil
 }

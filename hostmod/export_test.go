@@ -12,5 +12,6 @@ import (
 // InstantiateClass makes a fresh instance of a class, as an event does, for
 // the benchmarks that time it alone.
 func (e *Engine) InstantiateClass(ctx context.Context, id abi.ActorID, c *Class) (api.Module, error) {
-	return e.instantiate(ctx, id, c, io.Discard, io.Discard)
+	m, _, err := e.instantiate(ctx, id, c, io.Discard, io.Discard)
+	return m, err
 }

@@ -20,7 +20,14 @@ import (
 //   - wasmkeep_actor_instances_closed_total: instances closed to make room;
 //   - wasmkeep_residency_waits_total, wasmkeep_residency_refusals_total:
 //     opens that waited for a busy actor, and those that gave up
-//     (ErrNoRoom).
+//     (ErrNoRoom);
+//   - wasmkeep_instance_memory_bytes, wasmkeep_instance_memory_max_bytes
+//     (gauges): the linear memory live instances hold, and its budget
+//     (WithMaxTotalMemory);
+//   - wasmkeep_instance_memory_closed_total,
+//     wasmkeep_instance_memory_refusals_total: idle instances closed to
+//     make room for memory, and instances or growths refused
+//     (ErrMemoryBudget).
 //
 // Two engines in one registry collide (NewEngine fails): give each its own
 // registry, or give each a label of its own with
@@ -80,8 +87,10 @@ func (e *Engine) register() error {
 	if e.cfg.registerer == nil {
 		return nil
 	}
-	if err := e.cfg.registerer.Register(newResidencyCollector(e.res)); err != nil {
-		return fmt.Errorf("hostmod: registering the engine's metrics: %w", err)
+	for _, c := range []prometheus.Collector{newResidencyCollector(e.res), newMemoryCollector(e)} {
+		if err := e.cfg.registerer.Register(c); err != nil {
+			return fmt.Errorf("hostmod: registering the engine's metrics: %w", err)
+		}
 	}
 	return nil
 }

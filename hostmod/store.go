@@ -318,7 +318,7 @@ func (s *Store) SetFailures(n int) error {
 func (s *Store) KVGet(key []byte) (value []byte, ok bool, err error) {
 	st := s.kvGet
 	defer st.Reset()
-	if err := st.BindBlob(1, key); err != nil {
+	if err := st.BindBlob(1, blob(key)); err != nil {
 		return nil, false, err
 	}
 	if st.Step() {
@@ -331,13 +331,10 @@ func (s *Store) KVGet(key []byte) (value []byte, ok bool, err error) {
 func (s *Store) KVPut(key, value []byte) error {
 	st := s.kvPut
 	defer st.Reset()
-	if err := st.BindBlob(1, key); err != nil {
+	if err := st.BindBlob(1, blob(key)); err != nil {
 		return err
 	}
-	if value == nil {
-		value = []byte{}
-	}
-	if err := st.BindBlob(2, value); err != nil {
+	if err := st.BindBlob(2, blob(value)); err != nil {
 		return err
 	}
 	return st.Exec()
@@ -347,10 +344,21 @@ func (s *Store) KVPut(key, value []byte) error {
 func (s *Store) KVDelete(key []byte) error {
 	st := s.kvDel
 	defer st.Reset()
-	if err := st.BindBlob(1, key); err != nil {
+	if err := st.BindBlob(1, blob(key)); err != nil {
 		return err
 	}
 	return st.Exec()
+}
+
+// blob makes an empty key or value a zero-length blob: SQLite binds a nil
+// slice as NULL, and a NULL key matches no key, not even another NULL (so
+// kv-put of the empty key twice stored two rows, and kv-get never found
+// them).
+func blob(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 // Snapshot returns the committed database as one SQLite file image, for

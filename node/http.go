@@ -47,7 +47,9 @@ import (
 //     /v1/actors/{that tenant}/... (the probes, GET /v1/healthz and
 //     /v1/readyz, need no token);
 //   - 404 a class this node does not serve;
-//   - 422 the guest failed the event (its writes rolled back);
+//   - 422 the guest failed the event (its writes rolled back), its
+//     memory past what the node's budget for all instances could ever
+//     give included;
 //   - 500 the event panicked in the host (a bug: recovered, logged with the
 //     actor, which is given up and taken afresh by its next event), or the
 //     actor's newest snapshot in the bucket is not a database this host
@@ -56,7 +58,9 @@ import (
 //   - 503, with Retry-After, for every other failure: the actor is held by
 //     a node that cannot be reached, the bucket is unreachable, the node
 //     lease lapsed, an upload failed (after an exec-durable event, whose
-//     outcome is then unknown).
+//     outcome is then unknown), the guest needed memory while the node's
+//     budget for all instances was held by busy instances
+//     (hostmod.ErrMemoryBudget).
 //
 // /v1/healthz answers 503 while the node lease is not valid; /v1/readyz
 // answers 200 when ready and 503 (with Retry-After) when a check fails.
@@ -167,7 +171,12 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err error) {
 	var held *cluster.HeldElsewhereError
 	var ge *hostmod.GuestError
+	var mb *hostmod.MemoryBudgetError
 	switch {
+	case errors.As(err, &mb) && mb.Want <= mb.Budget:
+		// Busy instances hold the memory: it frees when their events end.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 	case errors.As(err, &held):
 		if r.Header.Get(forwardedHeader) == "" && held.Addr != "" {
 			n.forward(w, r, held.Addr, body)

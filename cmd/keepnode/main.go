@@ -76,6 +76,7 @@ func main() {
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
 	withPprof := fs.Bool("pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
 	secFlags := addSecurityFlags(fs)
+	memFlags := addMemoryFlags(fs)
 	fs.Parse(os.Args[1:])
 	if *showVersion {
 		bi, ok := debug.ReadBuildInfo()
@@ -84,7 +85,7 @@ func main() {
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
-	if err := run(logger, secFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
+	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
 		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
@@ -97,7 +98,7 @@ type metricsFlags struct {
 	pprof bool
 }
 
-func run(logger hclog.Logger, secFlags *securityFlags, mf metricsFlags, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
+func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
 	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration,
 	maxDBs, maxInsts int) error {
 	if maxDBs < 1 || maxInsts < 1 {
@@ -121,6 +122,10 @@ func run(logger hclog.Logger, secFlags *securityFlags, mf metricsFlags, dataDir 
 		wasm[name] = b
 	}
 	security, serverTLS, err := secFlags.load()
+	if err != nil {
+		return err
+	}
+	memOpts, err := memFlags.options()
 	if err != nil {
 		return err
 	}
@@ -161,7 +166,7 @@ func run(logger hclog.Logger, secFlags *securityFlags, mf metricsFlags, dataDir 
 		IdleTimeout:      idle,
 		MaxOpenDatabases: maxDBs,
 		MaxInstances:     maxInsts,
-		EngineOptions:    []hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)},
+		EngineOptions:    append([]hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)}, memOpts...),
 	}
 	var s3opts []bucket.S3Option
 	if reg != nil {

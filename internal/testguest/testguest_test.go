@@ -139,7 +139,7 @@ func (f *fatalRecorder) Fatalf(format string, args ...any) {
 // fixtures are the ones testdata/wasm/README.md describes; others may sit
 // beside them.
 var fixtures = []string{
-	"bad_pointer", "bad_time", "embedder_imports", "fail_on_alarm", "hang_on_alarm", "init_calls",
+	"bad_pointer", "bad_time", "embedder_imports", "fail_on_alarm", "fuzz_calls", "hang_on_alarm", "init_calls",
 	"missing_on_alarm", "trap_on_alarm", "trap_on_request", "wrong_signature",
 }
 
