@@ -292,3 +292,55 @@ func (h *tickingHost) After(time.Duration) <-chan time.Time {
 	c <- h.now
 	return c
 }
+
+// A stale entry of an actor whose alarm is always due again soon is
+// removed. A sweep leaves such an actor out (the timer keeps a time within
+// the retry horizon, so an offer would change nothing), which left its
+// stale overdue entries in the index for as long as it kept re-arming
+// (found by the chaos soak: a retry's entry whose DELETE failed stayed to
+// the end of the run). Now the sweep has the timer's next delivery of the
+// actor made for the stale entry's time: the entry is removed, and the
+// committed alarm is delivered right after, as it was due.
+func TestAStaleEntryOfAnActorDueAgainSoonIsRemoved(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	a := f.actor(3)
+	next := f.host.now.Add(2 * time.Second).UnixMilli() // within the retry horizon
+	a.alarm = ptr(next)
+	if err := f.p.Replicate(ctx, a, alarms.AfterEvent); err != nil {
+		t.Fatal(err)
+	}
+	named, err := alarmindex.ParseRecorded(a.id, a.meta[alarmindex.MetaAlarmIndexed])
+	if err != nil || named == nil || named.DueMs != next {
+		t.Fatalf("the actor names %v (%v), want an entry at %d", named, err, next)
+	}
+	stale := tagged(f.host.now.Add(-time.Minute).UnixMilli(), 3, "5a1e0000")
+	f.put(t, stale)
+	key := alarms.TimerKey(a.id)
+	f.p.Arm(a.id, a.alarm)
+
+	f.p.Sweep(ctx)
+	if at, ok := f.timer.Get(key); !ok || at != next {
+		t.Fatalf("after the sweep the timer holds %d (%v), want the committed alarm %d kept", at, ok, next)
+	}
+	f.timer.Remove(key) // popped
+	f.host.now = time.UnixMilli(next)
+	tk := &taker{a: a}
+	d := f.p.DeliverDue(ctx, tk, key, next)
+	if d.Err != nil || d.TimerAt != stale.DueMs {
+		t.Fatalf("the delivery: %+v; want it made for the stale entry's time %d", d, stale.DueMs)
+	}
+	if _, _, ok := f.mem.Object(stale.String()); ok {
+		t.Fatal("the stale entry is still in the index")
+	}
+	if _, _, ok := f.mem.Object(named.String()); !ok {
+		t.Fatal("the committed alarm's entry was removed")
+	}
+	if at, ok := f.timer.Get(key); !ok || at != next {
+		t.Fatalf("the timer holds %d (%v), want the committed alarm %d, due, re-armed", at, ok, next)
+	}
+	f.timer.Remove(key)
+	if d := f.p.DeliverDue(ctx, tk, key, next); d.Err != nil || !d.Index.Event.Ran {
+		t.Fatalf("the committed alarm's delivery: %+v; want it run", d)
+	}
+}
