@@ -633,12 +633,14 @@ func (s *soak) armAll(ctx context.Context) error {
 			for a := range work {
 				a.mu.Lock()
 				var o op
-				for try := 0; try < 10; try++ {
+				// A node whose lease lapsed on a busy machine answers 503
+				// until it renews: try the nodes for up to two minutes.
+				for give := time.Now().Add(2 * time.Minute); time.Now().Before(give); {
 					at := time.Now().Add(s.o.minInt + time.Duration(s.float()*float64(s.o.maxInt-s.o.minInt))).UnixMilli()
 					if o = s.send(ctx, a, "arm", clusterproc.KindExecDurable, at); o.Err == "" {
 						break
 					}
-					time.Sleep(200 * time.Millisecond)
+					time.Sleep(500 * time.Millisecond)
 				}
 				a.mu.Unlock()
 				if o.Err != "" {
