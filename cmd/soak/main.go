@@ -84,9 +84,9 @@ func defaults() options {
 		sameName: 0.5, partition: 0.15, partitionFor: 4 * time.Second,
 		faults:  map[faultproxy.FailMode]*float64{},
 		latency: 0.05, maxLatency: 300 * time.Millisecond, lateDelay: 2 * time.Second,
-		leaseTTL: 2 * time.Second, margin: 500 * time.Millisecond, grace: time.Second, sweep: time.Second,
+		leaseTTL: 3 * time.Second, margin: time.Second, grace: 1500 * time.Millisecond, sweep: 1500 * time.Millisecond,
 		retryBase: 500 * time.Millisecond, retryMax: 4 * time.Second,
-		minInt: 5 * time.Second, maxInt: 20 * time.Second, rate: 30, quiet: 20 * time.Second, slack: 2 * time.Second,
+		minInt: 8 * time.Second, maxInt: 30 * time.Second, rate: 30, quiet: 20 * time.Second, slack: 2 * time.Second,
 		progressEvery: 5 * time.Second, maxInstances: 256, requestTimeout: 10 * time.Second, verifyAttempts: 4,
 		out: os.Stdout,
 	}
