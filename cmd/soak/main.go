@@ -965,8 +965,15 @@ func (s *soak) readAll(ctx context.Context) ([]history, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, a := range s.actors {
+		fired := map[int64]bool{}
+		for _, r := range out[i].Ledger {
+			if r.Kind == recFire {
+				fired[r.A] = true
+			}
+		}
 		for _, at := range a.attempts {
-			if at.At <= a.readAt {
+			// A run's line can come after the read that found its commit.
+			if at.At <= a.readAt || !at.Failed && fired[at.Scheduled] {
 				out[i].Attempts = append(out[i].Attempts, at)
 			}
 		}
