@@ -171,7 +171,8 @@ type soak struct {
 	o        options
 	rng      *mrand.Rand
 	rngMu    sync.Mutex
-	chaosRng *mrand.Rand // the chaos loop's own, so a seed repeats its choices
+	chaosRng *mrand.Rand    // the chaos loop's own, so a seed repeats its choices
+	restarts sync.WaitGroup // nodes starting in place of killed ones
 	start    time.Time
 	actors   []*actor
 	byName   map[string]*actor
@@ -377,6 +378,7 @@ func run(ctx context.Context, o options) (summary, error) {
 	go func() { defer wg.Done(); s.load(ctx, stop) }()
 	go func() { defer wg.Done(); s.progress(stop) }()
 	s.chaos(ctx, stormStart)
+	s.restarts.Wait()
 	s.setFaults(false)
 	for _, sl := range s.slots {
 		sl.mu.Lock()
@@ -501,6 +503,9 @@ func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
 		}
 		time.Sleep(s.o.leaseTTL)
 	}
+	sl.mu.Lock()
+	sl.name = name
+	sl.mu.Unlock()
 	return fmt.Errorf("node %s would not start: %w", name, err)
 }
 
@@ -784,20 +789,29 @@ func (s *soak) cut() {
 	})
 }
 
-// killOne SIGKILLs a random node and starts one in its place, under its
-// old name or a new one.
+// killOne SIGKILLs a random node, while another runs, and starts one in
+// its place, under its old name or a new one, in the background (a start
+// under the old name waits for that name's lease to expire).
 func (s *soak) killOne(ctx context.Context) {
-	sl := s.slots[s.chaosRng.IntN(len(s.slots))]
+	var up []*slot
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		if sl.node != nil {
+			up = append(up, sl)
+		}
+		sl.mu.Unlock()
+	}
+	if len(up) < 2 {
+		return
+	}
+	sl := up[s.chaosRng.IntN(len(up))]
 	sl.mu.Lock()
 	nd, name := sl.node, sl.name
 	sl.node = nil
 	sl.mu.Unlock()
-	if nd == nil {
-		return
-	}
 	_ = nd.Kill()
 	n := s.kills.Add(1)
-	time.Sleep(time.Duration(s.chaosRng.Float64() * float64(s.o.restartPause)))
+	pause := time.Duration(s.chaosRng.Float64() * float64(s.o.restartPause))
 	next := name
 	if s.chaosRng.Float64() < s.o.sameName {
 		s.same.Add(1)
@@ -805,14 +819,18 @@ func (s *soak) killOne(ctx context.Context) {
 		s.gen++
 		next = fmt.Sprintf("n%d-%d", sl.i, s.gen)
 	}
-	if err := s.startNode(ctx, sl, next); err != nil {
-		s.say("kill %d: %v", n, err)
-		return
-	}
-	if !s.o.tty {
-		return
-	}
-	s.say("kill %d: %s SIGKILLed, restarted as %s", n, name, next)
+	s.restarts.Add(1)
+	go func() {
+		defer s.restarts.Done()
+		time.Sleep(pause)
+		if err := s.startNode(ctx, sl, next); err != nil {
+			s.say("kill %d: %v", n, err)
+			return
+		}
+		if s.o.tty {
+			s.say("kill %d: %s SIGKILLed, restarted as %s", n, name, next)
+		}
+	}()
 }
 
 // Write receives the nodes' log lines ("<node>: <json>").
