@@ -84,9 +84,9 @@ func defaults() options {
 		sameName: 0.5, partition: 0.15, partitionFor: 4 * time.Second,
 		faults:  map[faultproxy.FailMode]*float64{},
 		latency: 0.05, maxLatency: 300 * time.Millisecond, lateDelay: 2 * time.Second,
-		leaseTTL: 3 * time.Second, margin: time.Second, grace: 1500 * time.Millisecond, sweep: 1500 * time.Millisecond,
+		leaseTTL: 6 * time.Second, margin: time.Second, grace: 2 * time.Second, sweep: 2 * time.Second,
 		retryBase: 500 * time.Millisecond, retryMax: 4 * time.Second,
-		minInt: 8 * time.Second, maxInt: 30 * time.Second, rate: 30, quiet: 20 * time.Second, slack: 2 * time.Second,
+		minInt: 20 * time.Second, maxInt: 60 * time.Second, rate: 30, quiet: 20 * time.Second, slack: 2 * time.Second,
 		progressEvery: 5 * time.Second, maxInstances: 256, requestTimeout: 10 * time.Second, verifyAttempts: 4,
 		out: os.Stdout,
 	}

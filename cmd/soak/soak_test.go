@@ -45,6 +45,8 @@ func TestShortSoak(t *testing.T) {
 	o.actors = 300
 	o.kills = 10
 	o.killEvery = 3 * time.Second
+	o.leaseTTL, o.margin, o.grace, o.sweep = 3*time.Second, time.Second, 1500*time.Millisecond, 1500*time.Millisecond
+	o.minInt, o.maxInt = 8*time.Second, 30*time.Second
 	o.partition = 0.25
 	o.rate = 20
 	o.quiet = 10 * time.Second
