@@ -295,7 +295,6 @@ func Register(cfg Config) (*Plugin, error) {
 		Live:    cfg.Host,
 		Tenants: tenants,
 		Busy:    busy,
-		OnBusy:  p.keptOverdue,
 		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
 		Logger:  cfg.Logger.Named("sweep"),
 		OnSweep: onSweep,
@@ -370,28 +369,6 @@ func (p *Plugin) offer(d sweeper.Delivery) {
 		p.mu.Lock()
 		p.legacy[id] = d.DueMs
 		p.mu.Unlock()
-	}
-}
-
-// keptOverdue is given an overdue entry of an actor a sweep left out as
-// busy. If the timer holds the actor at a later time (a retry, or an alarm
-// due again within the retry horizon, which an offer could not replace),
-// the timer's next delivery of the actor is made for the entry's time, as
-// a failed delivery's retry is: that removes the entry if it is stale (or
-// runs the alarm, if the committed one is that time), then re-arms from the
-// committed alarm, which is delivered at once if due. Without it, a stale
-// entry of an actor always due again within the horizon stayed in the
-// index for as long as the actor kept re-arming.
-func (p *Plugin) keptOverdue(d sweeper.Delivery) {
-	key := TimerKey(d.Actor)
-	held, ok := p.cfg.Timer.Get(key)
-	if !ok || held <= d.DueMs {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if at, ok := p.redeliver[key]; !ok || d.DueMs < at {
-		p.redeliver[key] = d.DueMs
 	}
 }
 

@@ -68,9 +68,6 @@ type Config struct {
 	// Busy reports an actor already in flight or retrying on this node
 	// (see [PlanInput.Busy]). Nil: none.
 	Busy func(abi.ActorID) bool
-	// OnBusy, if set, is given each sweep's candidates of busy actors
-	// ([Plan.Busy]).
-	OnBusy func(Delivery)
 	// Rand rotates anyone's entries. Required; used by one sweep at a time.
 	Rand *rand.Rand
 	// Logger; nil logs nothing.
@@ -280,11 +277,6 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 	})
 	for _, d := range plan.Deliveries {
 		l.cfg.Sink.Offer(d)
-	}
-	if l.cfg.OnBusy != nil {
-		for _, d := range plan.Busy {
-			l.cfg.OnBusy(d)
-		}
 	}
 	l.delivered.Add(int64(len(plan.Deliveries)))
 	if len(res.Entries) > 0 || len(plan.Deliveries) > 0 {

@@ -85,11 +85,7 @@ type Plan struct {
 	// Deliveries, own ones first (earliest first), then anyone's in the
 	// order of their rotation.
 	Deliveries []Delivery
-	// Busy are the candidates of the actors [PlanInput.Busy] reported
-	// (each one's earliest overdue entries): not delivered, but a host may
-	// have its own next delivery of the actor cover them.
-	Busy  []Delivery
-	Stats PlanStats
+	Stats      PlanStats
 }
 
 // PlanSweep decides which overdue entries this node delivers in one sweep.
@@ -120,7 +116,6 @@ func PlanSweep(in PlanInput) Plan {
 	for _, c := range cands {
 		if in.Busy != nil && in.Busy(c.Actor) {
 			plan.Stats.Busy++
-			plan.Busy = append(plan.Busy, c)
 			continue
 		}
 		switch {
