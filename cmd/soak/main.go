@@ -1002,6 +1002,18 @@ func (s *soak) readAll(ctx context.Context) ([]history, error) {
 func (s *soak) readOne(ctx context.Context, a *actor) (history, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// A delete whose answer was lost may have happened: reading the ledger
+	// would create the actor again, so delete it until a delete is
+	// acknowledged (deleting a deleted actor succeeds).
+	tried := false
+	for _, o := range a.ops {
+		tried = tried || o.Kind == "delete"
+	}
+	for try := 0; tried && a.deleted == 0 && try < 30; try++ {
+		if s.send(ctx, a, "delete", "", 0).Err != "" {
+			time.Sleep(time.Second)
+		}
+	}
 	h := history{Plan: a.plan, Ops: append([]op(nil), a.ops...), DeletedAt: a.deleted, PendingAtEnd: -1}
 	var err error
 	for try := 0; try < 30; try++ {
