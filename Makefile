@@ -12,7 +12,7 @@ COUNTER_go := build/counter-actor.wasm
 COUNTER_rust := build/counter-actor-rust.wasm
 COUNTER_as := build/counter-actor-as.wasm
 
-.PHONY: demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings bench-sleep bench-million sim fuzz fuzz-short
+.PHONY: soak soak-short demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings bench-sleep bench-million sim fuzz fuzz-short
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
 # alarms fire on the others.
@@ -22,6 +22,16 @@ demo: $(COUNTER_$(GUEST)) tools
 # demo-single: the counter actor on one node, through a restart.
 demo-single: $(COUNTER_$(GUEST))
 	$(GO) run ./cmd/demo-single -guest $(GUEST)
+
+# soak: the chaos soak (cmd/soak): 1,000 soak actors on three keepnode
+# processes behind fault proxies, 100 SIGKILLs, then the whole history
+# checked; soak-short: the same with 10 kills. SOAKFLAGS adds flags.
+SOAKFLAGS ?=
+soak: tools
+	$(GO) run ./cmd/soak -kills 100 $(SOAKFLAGS)
+
+soak-short: tools
+	$(GO) run ./cmd/soak -kills 10 $(SOAKFLAGS)
 
 # guests builds the counter actor in each language (Rust needs rustc with
 # the wasm32-wasi standard library; AssemblyScript node and npm).
@@ -87,6 +97,7 @@ sim:
 # testdata rebuilds the .wasm fixtures from their .wat sources (needs wabt's wat2wasm).
 testdata:
 	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
+	wat2wasm examples/soak-actor/soak_actor.wat -o examples/soak-actor/soak_actor.wasm
 
 # bench prints the benchmarks the README quotes (bench-failover: the
 # failover runs, several minutes at the spec's defaults).

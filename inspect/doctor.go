@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -128,6 +129,18 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 	ids := sortedActors(s.states)
 	for i, id := range ids {
 		st, err := c.readState(ctx, id, s.states[id])
+		for try := 0; errors.Is(err, bucket.ErrNotFound) && try < 5; try++ {
+			// A live cluster replaced the snapshot listed (and removed
+			// it) since the LIST: read the actor's newest one instead.
+			snap, ok, lerr := c.replica.Latest(ctx, id)
+			if lerr != nil {
+				return rep, lerr
+			}
+			if !ok {
+				break
+			}
+			st, err = c.readState(ctx, id, snap)
+		}
 		if err != nil {
 			return rep, err
 		}

@@ -1,0 +1,346 @@
+package main
+
+// The checker: pure code over the whole history of one actor (what the
+// soak sent and was answered, what the nodes logged, the ledger the actor
+// committed), in the style of Jepsen's checkers. It reads no clock: every
+// time it uses is in its input.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/alarms/alarmindex"
+)
+
+// Ledger record kinds, as examples/soak-actor writes them.
+const (
+	recArm   = 1
+	recClear = 2
+	recFire  = 3
+	recNote  = 4
+)
+
+// record is one ledger entry.
+type record struct {
+	Kind, A, B, C, D int64
+}
+
+func (r record) String() string {
+	switch r.Kind {
+	case recArm:
+		return fmt.Sprintf("arm   at %s  (request %d, committed at %s)", ms(r.A), r.B, ms(r.C))
+	case recClear:
+		return fmt.Sprintf("clear       (request %d, committed at %s)", r.B, ms(r.C))
+	case recFire:
+		next := "none"
+		if r.D >= 0 {
+			next = ms(r.D)
+		}
+		return fmt.Sprintf("FIRE  scheduled %s retry %d  ran at %s (late %dms), next %s", ms(r.A), r.B, ms(r.C), r.C-r.A, next)
+	case recNote:
+		return fmt.Sprintf("note        (request %d, committed at %s)", r.B, ms(r.C))
+	}
+	return fmt.Sprintf("kind %d %d %d %d %d", r.Kind, r.A, r.B, r.C, r.D)
+}
+
+// parseLedger reads the soak actor's ledger.
+func parseLedger(b []byte) ([]record, error) {
+	if len(b)%40 != 0 {
+		return nil, fmt.Errorf("ledger of %d bytes is not whole 40-byte records", len(b))
+	}
+	out := make([]record, len(b)/40)
+	for i := range out {
+		v := func(j int) int64 { return int64(binary.LittleEndian.Uint64(b[i*40+8*j:])) }
+		out[i] = record{v(0), v(1), v(2), v(3), v(4)}
+	}
+	return out, nil
+}
+
+// op is one request the soak sent to an actor.
+type op struct {
+	Kind  string // arm, clear, note, delete
+	Event string // exec or exec-durable ("" for delete)
+	ID    int64  // request id, in the ledger's records
+	At    int64  // arm: the alarm time
+	Sent  int64  // ms
+	Done  int64  // ms, when the answer (or the error) came
+	Node  string
+	Err   string // "" when acknowledged
+}
+
+func (o op) String() string {
+	s := fmt.Sprintf("%s %s", ms(o.Sent), o.Kind)
+	if o.Event != "" {
+		s += " (" + o.Event + ")"
+	}
+	if o.Kind == "arm" {
+		s += " at " + ms(o.At)
+	}
+	s += fmt.Sprintf(" request %d via %s: ", o.ID, o.Node)
+	if o.Err == "" {
+		s += "acknowledged at " + ms(o.Done)
+	} else {
+		s += "failed at " + ms(o.Done) + ": " + o.Err
+	}
+	return s
+}
+
+// attempt is an on-alarm run a node logged.
+type attempt struct {
+	Node      string
+	At        int64 // fired_ms, or the log line's time for a failure
+	Scheduled int64 // for a success
+	Retry     int   // the retry count on-alarm ran with
+	Failed    bool
+	Next      int64 // failure: the committed retry time
+}
+
+func (a attempt) String() string {
+	if a.Failed {
+		return fmt.Sprintf("%s on-alarm failed on %s (retry %d); the next committed for %s", ms(a.At), a.Node, a.Retry, ms(a.Next))
+	}
+	return fmt.Sprintf("%s fired on %s: scheduled %s retry %d (late %dms)", ms(a.At), a.Node, ms(a.Scheduled), a.Retry, a.At-a.Scheduled)
+}
+
+// plan is what the soak made of an actor.
+type plan struct {
+	Name     string
+	Kind     string // rearm, oneshot, failing, clearing, deleted
+	Interval int64  // ms, 0 for a one-shot
+	Fails    int    // on-alarm fails this many times before it succeeds
+}
+
+// bounds are the times the checker holds the cluster to.
+type bounds struct {
+	// Alarm is how late an alarm may fire once the cluster is quiet:
+	// lease + grace + two sweeps + one retry after a failed delivery (a
+	// lease) + slack for a busy machine.
+	Alarm int64
+	// RetryBase, RetryMax are the nodes' backoff.
+	RetryBase, RetryMax time.Duration
+	// Quiet is when faults were off and the cluster settled: from then on
+	// every alarm fires within Alarm of its time (or of Quiet).
+	Quiet int64
+	// End is when the ledgers were read.
+	End int64
+}
+
+// within is how long after its time an alarm of an actor that fails
+// `fails` times first may fire its successful run in a quiet cluster: each
+// attempt within the bound, plus the committed backoff between them.
+func (b bounds) within(fails int) int64 {
+	d := b.Alarm
+	for n := 1; n <= fails; n++ {
+		d += b.Alarm + alarmindex.RetryDelay(n, b.RetryBase, b.RetryMax).Milliseconds()
+	}
+	return d
+}
+
+// deadline is the latest the successful run of an alarm at t may come:
+// within its bound of t, or of Quiet for an alarm due while faults were
+// on.
+func (b bounds) deadline(t int64, fails int) int64 {
+	return max(t, b.Quiet) + b.within(fails)
+}
+
+// history is everything known about one actor.
+type history struct {
+	Plan      plan
+	Ops       []op
+	Attempts  []attempt
+	Ledger    []record
+	HasLedger bool  // false for a deleted actor (reading it would create it again)
+	DeletedAt int64 // when the delete was acknowledged, 0 if never
+	// PendingAtEnd is the alarm the cluster reported (GET .../alarm) at
+	// the end for a deleted actor, -1 for none.
+	PendingAtEnd int64
+}
+
+// verdict is what the checker found for one actor.
+type verdict struct {
+	Violations []string
+	// Fired are the committed firings' lateness in ms (their run time
+	// minus the time they were due: for a retry, its committed time).
+	Fired []int64
+	// BeyondQuietBound counts committed firings during the faults later
+	// than the quiet bound (reported, not a violation).
+	BeyondQuietBound int
+	// Duplicates counts successful runs the nodes logged beyond the first
+	// for the same scheduled time.
+	Duplicates int
+	// Uncommitted counts logged successful runs whose scheduled time no
+	// committed firing has (their commit was lost with their node, and a
+	// later event replaced the alarm).
+	Uncommitted int
+	// LedgerOnly counts committed firings no node logged (the node died
+	// between the commit and the log line).
+	LedgerOnly int
+	// ExecLost counts acknowledged exec (not exec-durable) requests the
+	// ledger lacks: exec replies before it replicates, so a kill can lose
+	// one.
+	ExecLost int
+	// Lost counts alarms that did not fire within their bound once the
+	// cluster was quiet (never, or too late).
+	Lost int
+	// Pending is the alarm the ledger leaves set (-1 none).
+	Pending int64
+}
+
+func (v *verdict) fail(format string, args ...any) {
+	v.Violations = append(v.Violations, fmt.Sprintf(format, args...))
+}
+
+// check runs every check on one actor's history.
+func check(h history, b bounds) verdict {
+	v := verdict{Pending: -1}
+	// The nodes' logs: none fired before its time, none after a delete, no
+	// retry before its committed time.
+	runs := map[int64]int{}
+	lastFail := map[int]int64{} // retry count -> latest committed retry time
+	atts := append([]attempt(nil), h.Attempts...)
+	sort.SliceStable(atts, func(i, j int) bool { return atts[i].At < atts[j].At })
+	for _, a := range atts {
+		if h.DeletedAt > 0 && a.At > h.DeletedAt {
+			v.fail("ran on-alarm at %s on %s, after its delete was acknowledged at %s", ms(a.At), a.Node, ms(h.DeletedAt))
+		}
+		if a.Retry > 0 {
+			if next, ok := lastFail[a.Retry]; ok && a.At < next {
+				v.fail("retry %d ran at %s on %s, before its committed time %s", a.Retry, ms(a.At), a.Node, ms(next))
+			}
+		}
+		if a.Failed {
+			lastFail[a.Retry+1] = a.Next
+			continue
+		}
+		runs[a.Scheduled]++
+		if a.At < a.Scheduled {
+			v.fail("fired at %s on %s, %dms before its time %s", ms(a.At), a.Node, a.Scheduled-a.At, ms(a.Scheduled))
+		}
+	}
+	for _, n := range runs {
+		v.Duplicates += n - 1
+	}
+	if !h.HasLedger {
+		if h.PendingAtEnd >= 0 {
+			v.fail("deleted, but the cluster still reports an alarm at %s", ms(h.PendingAtEnd))
+		}
+		return v
+	}
+
+	// The committed ledger: every firing at its alarm's time, none early,
+	// none lost, each within its bound once the cluster is quiet.
+	inLedger := map[int64]bool{}
+	fired := map[int64]bool{}
+	var pending int64 = -1 // the committed alarm as the ledger tells it
+	pendingFails := 0
+	overdue := func(now int64, what string) {
+		if pending >= 0 && now > b.deadline(pending, pendingFails) {
+			v.fail("alarm at %s still had not fired at %s (%s), past its bound %s", ms(pending), ms(now), what, ms(b.deadline(pending, pendingFails)))
+			v.Lost++
+		}
+	}
+	for i, r := range h.Ledger {
+		switch r.Kind {
+		case recArm, recClear, recNote:
+			inLedger[r.B] = true
+			overdue(r.C, fmt.Sprintf("record %d, a request", i))
+			if r.Kind == recArm {
+				pending, pendingFails = r.A, h.Plan.Fails
+			} else if r.Kind == recClear {
+				pending = -1
+			}
+		case recFire:
+			fired[r.A] = true
+			switch {
+			case pending < 0:
+				v.fail("record %d fired for %s, but no alarm was set", i, ms(r.A))
+			case r.B == 0 && r.A != pending:
+				v.fail("record %d fired for %s, but the committed alarm was %s", i, ms(r.A), ms(pending))
+			case r.B > 0 && r.A < pending:
+				v.fail("record %d: retry %d for %s, before the alarm's time %s", i, r.B, ms(r.A), ms(pending))
+			}
+			if int(r.B) != h.Plan.Fails {
+				v.fail("record %d fired with retry count %d; the handler fails %d times before it succeeds (a failure count lost or reset)", i, r.B, h.Plan.Fails)
+			}
+			if r.C < r.A {
+				v.fail("record %d ran at %s, before its time %s", i, ms(r.C), ms(r.A))
+			}
+			late := r.C - r.A
+			v.Fired = append(v.Fired, late)
+			switch {
+			case pending < 0:
+			case r.C > b.deadline(pending, h.Plan.Fails):
+				v.fail("record %d: the alarm at %s fired at %s, past its bound %s", i, ms(pending), ms(r.C), ms(b.deadline(pending, h.Plan.Fails)))
+				v.Lost++
+			case r.C > pending+b.within(h.Plan.Fails):
+				v.BeyondQuietBound++ // due while faults were on
+			}
+			if runs[r.A] == 0 {
+				v.LedgerOnly++
+			}
+			pending, pendingFails = r.D, h.Plan.Fails
+		default:
+			v.fail("record %d has kind %d", i, r.Kind)
+		}
+	}
+	overdue(b.End, "the end of the run")
+	v.Pending = pending
+	for s := range runs {
+		if !fired[s] {
+			v.Uncommitted++
+		}
+	}
+	// Every acknowledged exec-durable request is in the committed ledger.
+	for _, o := range h.Ops {
+		if o.Err != "" || o.Kind == "delete" || inLedger[o.ID] {
+			continue
+		}
+		if o.Event == "exec-durable" {
+			v.fail("request %d (%s, exec-durable) was acknowledged at %s but is not in the committed ledger", o.ID, o.Kind, ms(o.Done))
+		} else {
+			v.ExecLost++
+		}
+	}
+	return v
+}
+
+// report prints an actor's full history, for a violation.
+func (h history) report(v verdict) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "actor %s (%s, interval %dms, fails %d):\n", h.Plan.Name, h.Plan.Kind, h.Plan.Interval, h.Plan.Fails)
+	for _, x := range v.Violations {
+		fmt.Fprintf(&s, "  VIOLATION: %s\n", x)
+	}
+	fmt.Fprintf(&s, "  requests:\n")
+	for _, o := range h.Ops {
+		fmt.Fprintf(&s, "    %s\n", o)
+	}
+	fmt.Fprintf(&s, "  on-alarm runs the nodes logged:\n")
+	for _, a := range h.Attempts {
+		fmt.Fprintf(&s, "    %s\n", a)
+	}
+	if h.HasLedger {
+		fmt.Fprintf(&s, "  committed ledger:\n")
+		for i, r := range h.Ledger {
+			fmt.Fprintf(&s, "    %3d %s\n", i, r)
+		}
+	}
+	if !h.HasLedger {
+		fmt.Fprintf(&s, "  alarm at the end: %s\n", msOrNone(h.PendingAtEnd))
+	}
+	return s.String()
+}
+
+func ms(t int64) string {
+	return time.UnixMilli(t).UTC().Format("15:04:05.000")
+}
+
+func msOrNone(t int64) string {
+	if t < 0 {
+		return "none"
+	}
+	return ms(t)
+}

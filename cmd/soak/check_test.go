@@ -1,0 +1,104 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker on small histories: a clean one passes, and each rule it
+// holds the cluster to is broken once and caught, naming what broke.
+func TestCheck(t *testing.T) {
+	const t0 = int64(1_000_000)
+	bd := bounds{Alarm: 5000, RetryBase: time.Second, RetryMax: 8 * time.Second, Quiet: t0 + 60_000, End: t0 + 120_000}
+	rearm := plan{Name: "t/soak/a", Kind: "rearm", Interval: 10_000}
+	failing := plan{Name: "t/soak/f", Kind: "failing", Interval: 10_000, Fails: 2}
+	oneshot := plan{Name: "t/soak/o", Kind: "oneshot"}
+	arm := func(at, id, c int64) record { return record{recArm, at, id, c, at} }
+	fire := func(s, r, c, next int64) record { return record{recFire, s, r, c, next} }
+	note := func(id, c int64) record { return record{recNote, 0, id, c, -1} }
+	durable := func(kind string, id int64) op {
+		return op{Kind: kind, Event: "exec-durable", ID: id, Sent: t0, Done: t0 + 10}
+	}
+	clean := history{Plan: rearm, HasLedger: true,
+		Ops:      []op{durable("arm", 1), durable("note", 2)},
+		Attempts: []attempt{{Node: "n0", At: t0 + 10_005, Scheduled: t0 + 10_000}},
+		Ledger: []record{arm(t0+10_000, 1, t0), note(2, t0+5), fire(t0+10_000, 0, t0+10_005, t0+20_005),
+			fire(t0+20_005, 0, t0+20_010, t0+30_010)},
+	}
+	// Every re-arm up to the end, so nothing is overdue at End.
+	for at := t0 + 30_010; at < bd.End-1000; at += 10_000 {
+		clean.Ledger = append(clean.Ledger, fire(at, 0, at+3, at+10_003))
+		at += 3
+	}
+	if v := check(clean, bd); len(v.Violations) > 0 || v.LedgerOnly != len(clean.Ledger)-3 {
+		t.Fatalf("a clean history: %v (ledger-only %d)", v.Violations, v.LedgerOnly)
+	}
+
+	with := func(h history, f func(h *history)) history {
+		h.Ledger = append([]record(nil), h.Ledger...)
+		h.Ops = append([]op(nil), h.Ops...)
+		h.Attempts = append([]attempt(nil), h.Attempts...)
+		f(&h)
+		return h
+	}
+	cases := []struct {
+		name string
+		h    history
+		want string
+	}{
+		{"a firing before its time (ledger)", with(clean, func(h *history) { h.Ledger[2].C = t0 + 9_000 }), "before its time"},
+		{"a firing before its time (log)", with(clean, func(h *history) { h.Attempts[0].At = t0 + 9_999 }), "before its time"},
+		{"a firing of an alarm not committed", with(clean, func(h *history) { h.Ledger[2].A = t0 + 9_000 }), "the committed alarm was"},
+		{"a firing with no alarm set", history{Plan: oneshot, HasLedger: true, Ledger: []record{fire(t0, 0, t0, -1)}}, "no alarm was set"},
+		{"an alarm that never fires", history{Plan: oneshot, HasLedger: true, Ledger: []record{arm(t0+1000, 1, t0)}}, "still had not fired"},
+		{"an alarm due in the quiet phase fired past its bound", history{Plan: oneshot, HasLedger: true,
+			Ledger: []record{arm(bd.Quiet+1000, 1, t0), fire(bd.Quiet+1000, 0, bd.Quiet+1000+bd.Alarm+1, -1)}}, "past its bound"},
+		{"a failure count lost", history{Plan: failing, HasLedger: true,
+			Ledger: []record{arm(t0, 1, t0), fire(t0+1500, 1, t0+1500, -1)}}, "retry count 1"},
+		{"a retry before its committed time", with(history{Plan: failing, HasLedger: true, Ledger: []record{arm(bd.End, 1, t0)}}, func(h *history) {
+			h.Attempts = []attempt{{Node: "n0", At: t0, Failed: true, Retry: 0, Next: t0 + 1000}, {Node: "n1", At: t0 + 900, Failed: true, Retry: 1, Next: t0 + 3000}}
+		}), "before its committed time"},
+		{"an acknowledged exec-durable request lost", with(clean, func(h *history) { h.Ops = append(h.Ops, durable("note", 99)) }), "not in the committed ledger"},
+		{"a firing after the delete", history{Plan: plan{Name: "t/soak/d", Kind: "deleted"}, DeletedAt: t0, PendingAtEnd: -1,
+			Attempts: []attempt{{Node: "n0", At: t0 + 1, Scheduled: t0}}}, "after its delete"},
+		{"a deleted actor's alarm left", history{Plan: plan{Name: "t/soak/d", Kind: "deleted"}, DeletedAt: t0, PendingAtEnd: t0 + 5}, "still reports an alarm"},
+	}
+	for _, c := range cases {
+		v := check(c.h, bd)
+		if !strings.Contains(strings.Join(v.Violations, "\n"), c.want) {
+			t.Errorf("%s: violations %q, want one saying %q", c.name, v.Violations, c.want)
+		}
+		if rep := c.h.report(v); !strings.Contains(rep, "VIOLATION") || !strings.Contains(rep, c.h.Plan.Name) {
+			t.Errorf("%s: the report does not name the actor and the violation:\n%s", c.name, rep)
+		}
+	}
+
+	// Not violations: an exec request lost with its node (exec replies
+	// before it replicates), a firing during the faults later than the
+	// quiet bound, and a retry that waited its committed time.
+	lost := check(with(clean, func(h *history) { h.Ops = append(h.Ops, op{Kind: "note", Event: "exec", ID: 98, Done: t0}) }), bd)
+	late := check(history{Plan: oneshot, HasLedger: true, Ledger: []record{arm(t0, 1, t0), fire(t0, 0, t0+bd.Alarm+1, -1)}}, bd)
+	retry := check(history{Plan: failing, HasLedger: true, Ledger: []record{arm(t0, 1, t0), fire(t0+3000, 2, t0+3000, -1)},
+		Attempts: []attempt{{At: t0, Failed: true, Retry: 0, Next: t0 + 1000}, {At: t0 + 1000, Failed: true, Retry: 1, Next: t0 + 3000}, {At: t0 + 3000, Scheduled: t0 + 3000, Retry: 2}}}, bd)
+	for name, v := range map[string]verdict{"exec lost": lost, "late in the faults": late, "retries on time": retry} {
+		if len(v.Violations) > 0 {
+			t.Errorf("%s: %v", name, v.Violations)
+		}
+	}
+	if lost.ExecLost != 1 || late.BeyondQuietBound != 1 {
+		t.Errorf("exec lost %d, beyond the quiet bound %d; want 1 and 1", lost.ExecLost, late.BeyondQuietBound)
+	}
+}
+
+// The soak actor's ledger is whole 40-byte records.
+func TestParseLedger(t *testing.T) {
+	b := request(3, 4, 5, 6, 7)
+	r, err := parseLedger(b)
+	if err != nil || len(r) != 1 || r[0] != (record{3, 4, 5, 6, 7}) {
+		t.Fatalf("parseLedger = %v, %v", r, err)
+	}
+	if _, err := parseLedger(b[:39]); err == nil {
+		t.Fatal("a torn record parsed")
+	}
+}

@@ -1,0 +1,1151 @@
+// Command soak is the chaos soak: 3 to 5 keepnode processes share one S3
+// bucket (versitygw, started here, or the endpoint AWS_ENDPOINT_URL names),
+// each reaching it through a fault proxy of its own (latency, 503s, reset
+// connections, replies lost after the request was applied, requests that
+// land late, and cuts that refuse every request of one node). At least
+// 1,000 actors of the soak actor (examples/soak-actor) re-arm, fire once,
+// fail a few times and then succeed, clear, and get deleted, while exec and
+// exec-durable requests arrive throughout and a random node is SIGKILLed
+// every few seconds and restarted, under its old name or a new one.
+//
+// Each actor keeps a ledger of its firings and requests in its own
+// committed state; the soak records from outside what it sent and what the
+// nodes logged. At the end, with faults off and the cluster settled, it
+// reads every ledger and checks the whole history (see check.go): every
+// committed alarm fired within its bound, none early, retries no earlier
+// than their committed time, no firing after a delete, every acknowledged
+// exec-durable request committed, and the index doctor (inspect.Verify)
+// finds an entry for every alarm and none left overdue. A violation prints
+// the actor's whole history and the command exits 1.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/inspect"
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/faultproxy"
+)
+
+// options are the soak's knobs, one flag each.
+type options struct {
+	nodes, actors    int
+	duration         time.Duration
+	kills            int
+	killEvery        time.Duration
+	restartPause     time.Duration
+	sameName         float64
+	partition        float64
+	partitionFor     time.Duration
+	faults           map[faultproxy.FailMode]*float64
+	latency          float64
+	maxLatency       time.Duration
+	lateDelay        time.Duration
+	leaseTTL, margin time.Duration
+	grace, sweep     time.Duration
+	retryBase        time.Duration
+	retryMax         time.Duration
+	minInt, maxInt   time.Duration
+	rate             float64
+	quiet            time.Duration
+	slack            time.Duration
+	seed             uint64
+	wasm             string
+	keep             bool
+	progressEvery    time.Duration
+	maxInstances     int
+	requestTimeout   time.Duration
+	verifyAttempts   int
+	out              io.Writer
+	tty              bool
+}
+
+func defaults() options {
+	o := options{
+		nodes: 3, actors: 1000, kills: 100, killEvery: 4 * time.Second, restartPause: time.Second,
+		sameName: 0.5, partition: 0.15, partitionFor: 4 * time.Second,
+		faults:  map[faultproxy.FailMode]*float64{},
+		latency: 0.05, maxLatency: 300 * time.Millisecond, lateDelay: 2 * time.Second,
+		leaseTTL: 6 * time.Second, margin: time.Second, grace: 2 * time.Second, sweep: 2 * time.Second,
+		retryBase: 500 * time.Millisecond, retryMax: 4 * time.Second,
+		minInt: 20 * time.Second, maxInt: 60 * time.Second, rate: 30, quiet: 20 * time.Second, slack: 2 * time.Second,
+		progressEvery: 5 * time.Second, maxInstances: 256, requestTimeout: 10 * time.Second, verifyAttempts: 4,
+		out: os.Stdout,
+	}
+	rates := map[faultproxy.FailMode]float64{
+		faultproxy.Respond503: 0.02, faultproxy.Drop: 0.005, faultproxy.DropAfterForward: 0.01,
+		faultproxy.Reset: 0.005, faultproxy.LandLate: 0.005,
+	}
+	for m, r := range rates {
+		r := r
+		o.faults[m] = &r
+	}
+	return o
+}
+
+func main() {
+	o := defaults()
+	flag.IntVar(&o.nodes, "nodes", o.nodes, "keepnode processes (3 to 5)")
+	flag.IntVar(&o.actors, "actors", o.actors, "soak actors")
+	flag.DurationVar(&o.duration, "duration", 0, "how long the faults last (0: until -kills kills)")
+	flag.IntVar(&o.kills, "kills", o.kills, "SIGKILLs before the faults stop (0: run for -duration)")
+	flag.DurationVar(&o.killEvery, "kill-every", o.killEvery, "mean time between kills or cuts (each ±50%)")
+	flag.DurationVar(&o.restartPause, "restart-pause", o.restartPause, "longest pause before a killed node restarts")
+	flag.Float64Var(&o.sameName, "same-name", o.sameName, "probability that a killed node restarts under its old name (and data directory)")
+	flag.Float64Var(&o.partition, "partition", o.partition, "probability that a chaos step cuts a node off from the bucket instead of killing one")
+	flag.DurationVar(&o.partitionFor, "partition-for", o.partitionFor, "how long a node stays cut off")
+	flag.Float64Var(o.faults[faultproxy.Respond503], "fault-503", *o.faults[faultproxy.Respond503], "rate of S3 requests answered 503 unforwarded")
+	flag.Float64Var(o.faults[faultproxy.Drop], "fault-drop", *o.faults[faultproxy.Drop], "rate of S3 requests whose connection is closed unforwarded")
+	flag.Float64Var(o.faults[faultproxy.Reset], "fault-reset", *o.faults[faultproxy.Reset], "rate of S3 requests whose connection is reset unforwarded")
+	flag.Float64Var(o.faults[faultproxy.DropAfterForward], "fault-lost-reply", *o.faults[faultproxy.DropAfterForward], "rate of S3 requests applied whose reply is lost")
+	flag.Float64Var(o.faults[faultproxy.LandLate], "fault-late", *o.faults[faultproxy.LandLate], "rate of S3 requests failed at once and applied -late-delay later")
+	flag.Float64Var(&o.latency, "latency", o.latency, "rate of S3 requests delayed by up to -max-latency")
+	flag.DurationVar(&o.maxLatency, "max-latency", o.maxLatency, "longest injected latency")
+	flag.DurationVar(&o.lateDelay, "late-delay", o.lateDelay, "how late a request that lands late lands")
+	flag.DurationVar(&o.leaseTTL, "lease-ttl", o.leaseTTL, "node lease period (the design's default is 10s)")
+	flag.DurationVar(&o.margin, "lease-margin", o.margin, "lease margin")
+	flag.DurationVar(&o.grace, "lease-grace", o.grace, "lease grace")
+	flag.DurationVar(&o.sweep, "sweep", o.sweep, "alarm_sweep")
+	flag.DurationVar(&o.retryBase, "retry-base", o.retryBase, "first retry delay of a failing on-alarm")
+	flag.DurationVar(&o.retryMax, "retry-max", o.retryMax, "longest retry delay")
+	flag.DurationVar(&o.minInt, "min-interval", o.minInt, "shortest alarm interval")
+	flag.DurationVar(&o.maxInt, "max-interval", o.maxInt, "longest alarm interval")
+	flag.Float64Var(&o.rate, "rate", o.rate, "client requests per second (exec, exec-durable and deletes)")
+	flag.DurationVar(&o.quiet, "quiet", o.quiet, "how long the cluster runs, faults off and settled, before the check")
+	flag.DurationVar(&o.slack, "slack", o.slack, "slack added to the alarm bound for a busy machine")
+	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: pick one and print it)")
+	flag.StringVar(&o.wasm, "wasm", "", "the soak actor (default examples/soak-actor/soak_actor.wasm)")
+	flag.IntVar(&o.maxInstances, "max-instances", o.maxInstances, "each node's -max-instances")
+	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (node logs and data)")
+	flag.Parse()
+	o.tty = isTerminal(os.Stdout)
+	if o.seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		o.seed = binary.LittleEndian.Uint64(b[:])
+	}
+	sum, err := run(context.Background(), o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "\nsoak:", err)
+		os.Exit(1)
+	}
+	if sum.Violations > 0 {
+		os.Exit(1)
+	}
+}
+
+// actor is one soak actor and the soak's record of it.
+type actor struct {
+	id   abi.ActorID
+	plan plan
+	mu   sync.Mutex // one request at a time
+	ops  []op
+	// deleted is when its delete was acknowledged.
+	deleted  int64
+	deleteAt int64 // when the soak deletes it (deleted actors)
+	attempts []attempt
+	expect   int64 // the alarm the soak last knew of, for the live overdue count (-1 none)
+	readAt   int64 // when its ledger was read at the end
+}
+
+// soak is a run's state.
+type soak struct {
+	o        options
+	rng      *mrand.Rand
+	rngMu    sync.Mutex
+	chaosRng *mrand.Rand    // the chaos loop's own, so a seed repeats its choices
+	restarts sync.WaitGroup // nodes starting in place of killed ones
+	start    time.Time
+	actors   []*actor
+	byName   map[string]*actor
+	slots    []*slot
+	cfg      clusterproc.Config
+	reqID    atomic.Int64
+	kills    atomic.Int64
+	same     atomic.Int64
+	cuts     atomic.Int64
+	sent     atomic.Int64
+	acked    atomic.Int64
+	failed   atomic.Int64
+	mu       sync.Mutex // attempts, lates
+	lates    []int64
+	fires    int
+	fails    int
+	runs     map[string]int // actor@scheduled -> runs logged
+	dups     int
+	gen      int
+	lineBuf  []byte
+}
+
+// slot is one node's place: its proxy (kept across restarts) and the node
+// running there now.
+type slot struct {
+	i           int
+	proxy       *faultproxy.Proxy
+	mu          sync.Mutex
+	node        *clusterproc.Node
+	name        string
+	partitioned bool
+}
+
+func (s *soak) intn(n int) int {
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.IntN(n)
+}
+
+func (s *soak) float() float64 {
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.Float64()
+}
+
+func (s *soak) say(format string, args ...any) {
+	if s.o.tty {
+		fmt.Fprint(s.o.out, "\r\033[K")
+	}
+	fmt.Fprintf(s.o.out, "%6.1fs  %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// summary is what a run found, for the caller (the test) and the table.
+type summary struct {
+	Kills, SameName, Cuts       int
+	Requests, Acked, Failed     int
+	Committed, Logged, FailRuns int
+	Duplicates, Uncommitted     int
+	LedgerOnly, ExecLost        int
+	BeyondQuiet, Lost           int
+	Violations                  int
+	Lateness                    []int64 // sorted, ms
+	Injected                    map[string]int
+	S3Requests                  int
+	Bound                       int64
+	Report                      inspect.Report
+	Missing, OverdueExtra       int
+	KeptStale                   int
+}
+
+func run(ctx context.Context, o options) (summary, error) {
+	var sum summary
+	if o.nodes < 3 || o.nodes > 5 {
+		return sum, fmt.Errorf("-nodes %d: want 3 to 5", o.nodes)
+	}
+	if o.actors < 10 {
+		return sum, fmt.Errorf("-actors %d: want at least 10", o.actors)
+	}
+	if o.kills <= 0 && o.duration <= 0 {
+		return sum, errors.New("give -kills or -duration")
+	}
+	s := &soak{o: o, rng: mrand.New(mrand.NewPCG(o.seed, o.seed>>1|1)), chaosRng: mrand.New(mrand.NewPCG(o.seed^0xc4a05, o.seed)), start: time.Now(), byName: map[string]*actor{}, runs: map[string]int{}}
+	s.say("seed %d (go run ./cmd/soak -seed %d ... repeats the run's choices; the machine's timing does not repeat)", o.seed, o.seed)
+	root, err := clusterproc.ModuleRoot()
+	if err != nil {
+		return sum, err
+	}
+	if o.wasm == "" {
+		o.wasm = filepath.Join(root, "examples", "soak-actor", "soak_actor.wasm")
+	}
+	if _, err := os.Stat(o.wasm); err != nil {
+		return sum, fmt.Errorf("the soak actor: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "wasmkeep-soak-")
+	if err != nil {
+		return sum, err
+	}
+	if o.keep {
+		s.say("working directory: %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	s.say("building keepnode")
+	bin, err := clusterproc.Build(ctx, dir)
+	if err != nil {
+		return sum, err
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	bucketName := "wasmkeep-soak-" + hex.EncodeToString(suffix[:])
+	var s3 clusterproc.S3
+	direct := []bucket.S3Option{}
+	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
+		s3 = clusterproc.S3{Endpoint: ep, Bucket: bucketName}
+		s.say("S3 endpoint %s, bucket %s", ep, bucketName)
+	} else {
+		gw, err := clusterproc.StartVersitygw(ctx, dir)
+		if err != nil {
+			return sum, fmt.Errorf("start the S3 endpoint: %w (run `make tools`, or set AWS_ENDPOINT_URL)", err)
+		}
+		defer gw.Stop()
+		s3 = gw.S3(bucketName)
+		direct = append(direct, bucket.WithEndpoint(gw.Endpoint), bucket.WithCredentials(gw.AccessKey, gw.SecretKey), bucket.WithRegion(bucket.DefaultRegion))
+		s.say("S3 endpoint (versitygw) %s, bucket %s", gw.Endpoint, bucketName)
+	}
+	b, err := bucket.NewS3(ctx, bucketName, direct...)
+	if err != nil {
+		return sum, err
+	}
+	if err := b.EnsureBucket(ctx); err != nil {
+		return sum, fmt.Errorf("create bucket %s: %w", bucketName, err)
+	}
+
+	s.cfg = clusterproc.Config{
+		Binary: bin, S3: s3, Dir: dir, Log: s,
+		Classes:      map[string]string{"soak": o.wasm},
+		ReadyTimeout: time.Minute,
+		Flags: []string{
+			"-lease-ttl", o.leaseTTL.String(), "-lease-margin", o.margin.String(), "-lease-grace", o.grace.String(),
+			"-sweep", o.sweep.String(), "-retry-base", o.retryBase.String(), "-retry-max", o.retryMax.String(),
+			"-tenants", "soak", "-idle", "10m", "-max-instances", fmt.Sprint(o.maxInstances), "-log-json",
+		},
+	}
+	for i := 0; i < o.nodes; i++ {
+		p, err := faultproxy.Start(s3.Endpoint, o.seed+uint64(i))
+		if err != nil {
+			return sum, err
+		}
+		defer p.Close()
+		p.SetLateDelay(o.lateDelay)
+		s.slots = append(s.slots, &slot{i: i, proxy: p})
+	}
+	defer func() {
+		for _, sl := range s.slots {
+			sl.mu.Lock()
+			if sl.node != nil {
+				_ = sl.node.Kill()
+			}
+			sl.mu.Unlock()
+		}
+	}()
+	for _, sl := range s.slots {
+		if err := s.startNode(ctx, sl, fmt.Sprintf("n%d", sl.i)); err != nil {
+			return sum, err
+		}
+	}
+
+	// The actors and their behaviours.
+	kinds := []string{"rearm", "rearm", "rearm", "oneshot", "failing", "clearing", "deleted"}
+	for i := 0; i < o.actors; i++ {
+		a := &actor{id: abi.ActorID{Tenant: "soak", Class: "soak", Name: fmt.Sprintf("a%05d", i)}, expect: -1}
+		a.plan = plan{Name: a.id.String(), Kind: kinds[i%len(kinds)]}
+		if a.plan.Kind != "oneshot" {
+			a.plan.Interval = (o.minInt + time.Duration(s.intn(int(o.maxInt-o.minInt)+1))).Milliseconds()
+		}
+		if a.plan.Kind == "failing" {
+			a.plan.Fails = 1 + s.intn(3)
+		}
+		s.actors = append(s.actors, a)
+		s.byName[a.id.String()] = a
+	}
+	s.say("%d nodes up; arming %d actors (%s)", o.nodes, o.actors, mix(s.actors))
+	if err := s.armAll(ctx); err != nil {
+		return sum, err
+	}
+
+	// The storm.
+	s.setFaults(true)
+	stormStart := time.Now()
+	for _, a := range s.actors {
+		if a.plan.Kind == "deleted" {
+			span := o.duration
+			if span <= 0 {
+				span = time.Duration(o.kills) * o.killEvery
+			}
+			a.deleteAt = stormStart.Add(time.Duration(s.float() * float64(span))).UnixMilli()
+		}
+	}
+	s.say("faults on: %s; a kill or cut every %v", s.faultText(), o.killEvery)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.load(ctx, stop) }()
+	go func() { defer wg.Done(); s.progress(stop) }()
+	s.chaos(ctx, stormStart)
+	s.restarts.Wait()
+	s.setFaults(false)
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		sl.partitioned = false
+		sl.proxy.SetPartitioned(false)
+		sl.mu.Unlock()
+		if err := s.ensureUp(ctx, sl); err != nil {
+			close(stop)
+			wg.Wait()
+			return sum, err
+		}
+	}
+	for _, sl := range s.slots {
+		sl.proxy.WaitLate()
+	}
+	faultsOff := time.Now()
+	settle := o.leaseTTL + o.grace + 2*o.sweep
+	quietAt := faultsOff.Add(settle)
+	s.say("faults off, every node up; %d kills (%d under the same name), %d cuts; quiet from +%v, checking after %v more",
+		s.kills.Load(), s.same.Load(), s.cuts.Load(), settle, o.quiet)
+	time.Sleep(settle + o.quiet)
+	close(stop)
+	wg.Wait()
+	if o.tty {
+		fmt.Fprintln(o.out)
+	}
+
+	// The check.
+	bd := bounds{
+		Alarm:     (2*o.leaseTTL + o.grace + 2*o.sweep + o.slack).Milliseconds(),
+		RetryBase: o.retryBase, RetryMax: o.retryMax,
+		Quiet: quietAt.UnixMilli(),
+	}
+	bd.End = time.Now().UnixMilli()
+	s.say("reading every ledger")
+	s.mu.Lock()
+	sum.Logged, sum.FailRuns = s.fires, s.fails
+	s.mu.Unlock()
+	hist, err := s.readAll(ctx)
+	if err != nil {
+		return sum, err
+	}
+	s.say("the index doctor")
+	rep, missing, overdueExtra, err := s.verify(ctx, b, bd)
+	if err != nil {
+		return sum, err
+	}
+	sum.Report = rep
+	sum.Missing = len(missing)
+	for _, xs := range overdueExtra {
+		sum.OverdueExtra += len(xs)
+	}
+	sum.Bound = bd.Alarm
+	var bad, kept []string
+	for i, h := range hist {
+		v := check(h, bd)
+		sum.Lateness = append(sum.Lateness, v.Fired...)
+		sum.Committed += len(v.Fired)
+		sum.Duplicates += v.Duplicates
+		sum.Uncommitted += v.Uncommitted
+		sum.LedgerOnly += v.LedgerOnly
+		sum.ExecLost += v.ExecLost
+		sum.BeyondQuiet += v.BeyondQuietBound
+		sum.Lost += v.Lost
+		for _, m := range missing {
+			if m.Actor == s.actors[i].id {
+				v.fail("the index doctor: committed alarm at %s has no entry in the index (named %q)", ms(m.AlarmMs), m.Named)
+			}
+		}
+		for _, x := range overdueExtra[s.actors[i].id] {
+			if v.Pending >= 0 && v.Pending <= bd.End+o.retryMax.Milliseconds() {
+				// Known (README, known limits): a sweep leaves out an
+				// actor whose timer time is within the retry horizon, so
+				// a stale entry of an actor that is always due soon
+				// stays until its alarms space out.
+				sum.KeptStale++
+				kept = append(kept, fmt.Sprintf("  %s: %s (%s, due %s); its alarm is at %s", h.Plan.Name, x.Object, x.Reason, ms(x.DueMs), ms(v.Pending)))
+				continue
+			}
+			v.fail("the index still holds %s (%s, due %s), overdue past the bound at the end", x.Object, x.Reason, ms(x.DueMs))
+		}
+		if len(v.Violations) > 0 {
+			sum.Violations += len(v.Violations)
+			bad = append(bad, h.report(v))
+		}
+	}
+	sort.Slice(sum.Lateness, func(i, j int) bool { return sum.Lateness[i] < sum.Lateness[j] })
+	sum.Kills, sum.SameName, sum.Cuts = int(s.kills.Load()), int(s.same.Load()), int(s.cuts.Load())
+	sum.Requests, sum.Acked, sum.Failed = int(s.sent.Load()), int(s.acked.Load()), int(s.failed.Load())
+	sum.Injected = map[string]int{}
+	for _, sl := range s.slots {
+		for k, n := range sl.proxy.Injected() {
+			sum.Injected[k] += n
+		}
+		sum.S3Requests += sl.proxy.Count("")
+	}
+	for _, r := range bad {
+		fmt.Fprint(o.out, "\n", r)
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(o.out, "\nstale index entries left overdue behind actors due again within the retry horizon (known limit):\n%s\n", strings.Join(kept, "\n"))
+	}
+	s.table(sum, bd)
+	return sum, nil
+}
+
+// startNode starts a node in the slot under name (its -node-id too),
+// retrying while the start fails (a name whose earlier lease has not yet
+// expired, the bucket failing).
+func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
+	var err error
+	for try := 0; try < 10; try++ {
+		cfg := s.cfg
+		cfg.S3.Endpoint = sl.proxy.URL
+		var nd *clusterproc.Node
+		nd, err = clusterproc.StartNode(ctx, cfg, name, "-node-id", name)
+		if err == nil {
+			sl.mu.Lock()
+			sl.node, sl.name = nd, name
+			sl.mu.Unlock()
+			return nil
+		}
+		time.Sleep(s.o.leaseTTL)
+	}
+	sl.mu.Lock()
+	sl.name = name
+	sl.mu.Unlock()
+	return fmt.Errorf("node %s would not start: %w", name, err)
+}
+
+func (s *soak) ensureUp(ctx context.Context, sl *slot) error {
+	sl.mu.Lock()
+	up := sl.node != nil
+	name := sl.name
+	sl.mu.Unlock()
+	if up {
+		return nil
+	}
+	return s.startNode(ctx, sl, name)
+}
+
+// liveURL is a random node that runs and is not cut off ("" if none).
+func (s *soak) liveURL() (string, string) {
+	var urls, names []string
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		if sl.node != nil && !sl.partitioned {
+			urls, names = append(urls, sl.node.URL), append(names, sl.name)
+		}
+		sl.mu.Unlock()
+	}
+	if len(urls) == 0 {
+		return "", ""
+	}
+	i := s.intn(len(urls))
+	return urls[i], names[i]
+}
+
+func (s *soak) setFaults(on bool) {
+	for _, sl := range s.slots {
+		if !on {
+			sl.proxy.SetFaults(faultproxy.Faults{})
+			continue
+		}
+		f := faultproxy.Faults{Fail: map[faultproxy.FailMode]float64{}, Latency: s.o.latency, MaxLatency: s.o.maxLatency}
+		for m, r := range s.o.faults {
+			f.Fail[m] = *r
+		}
+		sl.proxy.SetFaults(f)
+	}
+}
+
+func (s *soak) faultText() string {
+	var parts []string
+	for _, m := range faultproxy.Modes {
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", m, 100**s.o.faults[m]))
+	}
+	parts = append(parts, fmt.Sprintf("latency %.0f%% up to %v", 100*s.o.latency, s.o.maxLatency))
+	return strings.Join(parts, ", ")
+}
+
+func mix(as []*actor) string {
+	n := map[string]int{}
+	for _, a := range as {
+		n[a.plan.Kind]++
+	}
+	return fmt.Sprintf("%d re-arming, %d one-shot, %d failing then succeeding, %d clearing, %d to be deleted",
+		n["rearm"], n["oneshot"], n["failing"], n["clearing"], n["deleted"])
+}
+
+// request encodes a soak actor request.
+func request(opcode, at, id, interval int64, fails int) []byte {
+	b := make([]byte, 40)
+	for i, v := range []int64{opcode, at, id, interval, int64(fails)} {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	return b
+}
+
+// send sends one request to the actor (its lock held) and records it.
+func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64) op {
+	o := op{Kind: kind, Event: event, ID: s.reqID.Add(1), At: at, Sent: time.Now().UnixMilli()}
+	url, name := s.liveURL()
+	o.Node = name
+	var err error
+	if url == "" {
+		err = errors.New("no live node")
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
+		switch kind {
+		case "arm":
+			_, err = clusterproc.Exec(rctx, url, a.id, event, request(1, at, o.ID, a.plan.Interval, a.plan.Fails))
+		case "clear":
+			_, err = clusterproc.Exec(rctx, url, a.id, event, request(2, 0, o.ID, 0, 0))
+		case "note":
+			_, err = clusterproc.Exec(rctx, url, a.id, event, request(3, 0, o.ID, 0, 0))
+		case "delete":
+			err = clusterproc.Delete(rctx, url, a.id)
+		}
+		cancel()
+	}
+	o.Done = time.Now().UnixMilli()
+	s.sent.Add(1)
+	if err != nil {
+		o.Err = err.Error()
+		if len(o.Err) > 200 {
+			o.Err = o.Err[:200] + "..."
+		}
+		s.failed.Add(1)
+	} else {
+		s.acked.Add(1)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch kind {
+		case "arm":
+			a.expect = at
+		case "clear":
+			a.expect = -1
+		case "delete":
+			a.deleted = o.Done
+			a.expect = -1
+		}
+	}
+	a.ops = append(a.ops, o)
+	return o
+}
+
+// armAll arms every actor once, exec-durable, before the faults start.
+func (s *soak) armAll(ctx context.Context) error {
+	work := make(chan *actor)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a := range work {
+				a.mu.Lock()
+				var o op
+				// A node whose lease lapsed on a busy machine answers 503
+				// until it renews: try the nodes for up to two minutes.
+				for give := time.Now().Add(2 * time.Minute); time.Now().Before(give); {
+					at := time.Now().Add(s.o.minInt + time.Duration(s.float()*float64(s.o.maxInt-s.o.minInt))).UnixMilli()
+					if o = s.send(ctx, a, "arm", clusterproc.KindExecDurable, at); o.Err == "" {
+						break
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
+				a.mu.Unlock()
+				if o.Err != "" {
+					select {
+					case errc <- fmt.Errorf("arming %s: %s", a.id, o.Err):
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for _, a := range s.actors {
+		work <- a
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// load sends client requests at the configured rate until stop.
+func (s *soak) load(ctx context.Context, stop <-chan struct{}) {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / s.o.rate))
+	defer tick.Stop()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		a := s.actors[s.intn(len(s.actors))]
+		if !a.mu.TryLock() {
+			continue
+		}
+		if a.deleted > 0 {
+			a.mu.Unlock()
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			a.mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			defer a.mu.Unlock()
+			s.step(ctx, a)
+		}()
+	}
+}
+
+// step sends the actor one request its behaviour calls for.
+func (s *soak) step(ctx context.Context, a *actor) {
+	event := clusterproc.KindExec
+	if s.intn(2) == 0 {
+		event = clusterproc.KindExecDurable
+	}
+	later := func() int64 {
+		return time.Now().Add(s.o.minInt/2 + time.Duration(s.float()*float64(s.o.maxInt))).UnixMilli()
+	}
+	r := s.float()
+	switch a.plan.Kind {
+	case "deleted":
+		if time.Now().UnixMilli() >= a.deleteAt {
+			s.send(ctx, a, "delete", "", 0)
+			return
+		}
+	case "oneshot":
+		if r < 0.6 {
+			s.send(ctx, a, "arm", event, later())
+			return
+		}
+	case "clearing":
+		if r < 0.35 {
+			s.send(ctx, a, "clear", event, 0)
+			return
+		}
+		if r < 0.7 {
+			s.send(ctx, a, "arm", event, later())
+			return
+		}
+	default:
+		if r < 0.1 {
+			s.send(ctx, a, "arm", event, later())
+			return
+		}
+	}
+	s.send(ctx, a, "note", event, 0)
+}
+
+// chaos kills and cuts nodes until the kill count or the duration is
+// reached.
+func (s *soak) chaos(ctx context.Context, from time.Time) {
+	for {
+		if s.o.kills > 0 && int(s.kills.Load()) >= s.o.kills {
+			return
+		}
+		if s.o.duration > 0 && time.Since(from) >= s.o.duration {
+			return
+		}
+		time.Sleep(time.Duration((0.5 + s.chaosRng.Float64()) * float64(s.o.killEvery)))
+		if s.chaosRng.Float64() < s.o.partition {
+			s.cut()
+			continue
+		}
+		s.killOne(ctx)
+	}
+}
+
+// cut cuts a running node off from the bucket for partitionFor.
+func (s *soak) cut() {
+	sl := s.slots[s.chaosRng.IntN(len(s.slots))]
+	sl.mu.Lock()
+	if sl.partitioned || sl.node == nil {
+		sl.mu.Unlock()
+		return
+	}
+	sl.partitioned = true
+	sl.proxy.SetPartitioned(true)
+	name := sl.name
+	sl.mu.Unlock()
+	s.cuts.Add(1)
+	s.say("cut %s off from the bucket for %v", name, s.o.partitionFor)
+	time.AfterFunc(s.o.partitionFor, func() {
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
+		if sl.partitioned {
+			sl.partitioned = false
+			sl.proxy.SetPartitioned(false)
+		}
+	})
+}
+
+// killOne SIGKILLs a random node, while another runs, and starts one in
+// its place, under its old name or a new one, in the background (a start
+// under the old name waits for that name's lease to expire).
+func (s *soak) killOne(ctx context.Context) {
+	var up []*slot
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		if sl.node != nil {
+			up = append(up, sl)
+		}
+		sl.mu.Unlock()
+	}
+	if len(up) < 2 {
+		return
+	}
+	sl := up[s.chaosRng.IntN(len(up))]
+	sl.mu.Lock()
+	nd, name := sl.node, sl.name
+	sl.node = nil
+	sl.mu.Unlock()
+	_ = nd.Kill()
+	n := s.kills.Add(1)
+	pause := time.Duration(s.chaosRng.Float64() * float64(s.o.restartPause))
+	next := name
+	if s.chaosRng.Float64() < s.o.sameName {
+		s.same.Add(1)
+	} else {
+		s.gen++
+		next = fmt.Sprintf("n%d-%d", sl.i, s.gen)
+	}
+	s.restarts.Add(1)
+	go func() {
+		defer s.restarts.Done()
+		time.Sleep(pause)
+		if err := s.startNode(ctx, sl, next); err != nil {
+			s.say("kill %d: %v", n, err)
+			return
+		}
+		if s.o.tty {
+			s.say("kill %d: %s SIGKILLed, restarted as %s", n, name, next)
+		}
+	}()
+}
+
+// Write receives the nodes' log lines ("<node>: <json>").
+func (s *soak) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lineBuf = append(s.lineBuf, p...)
+	for {
+		i := strings.IndexByte(string(s.lineBuf), '\n')
+		if i < 0 {
+			break
+		}
+		s.line(string(s.lineBuf[:i]))
+		s.lineBuf = s.lineBuf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (s *soak) line(l string) {
+	node, rest, ok := strings.Cut(l, ": ")
+	if !ok || !strings.Contains(rest, "on-alarm failed") && !strings.Contains(rest, `"alarm fired"`) {
+		return
+	}
+	var v struct {
+		Msg       string `json:"@message"`
+		Time      string `json:"@timestamp"`
+		Actor     string `json:"actor"`
+		Scheduled int64  `json:"scheduled_ms"`
+		Fired     int64  `json:"fired_ms"`
+		Retry     int    `json:"retry_count"`
+		Next      int64  `json:"next_ms"`
+	}
+	if json.Unmarshal([]byte(rest), &v) != nil {
+		return
+	}
+	a := s.byName[v.Actor]
+	if a == nil {
+		return
+	}
+	at := attempt{Node: node, Scheduled: v.Scheduled, At: v.Fired, Retry: v.Retry}
+	switch v.Msg {
+	case "alarm fired":
+		s.fires++
+		s.lates = append(s.lates, v.Fired-v.Scheduled)
+		key := fmt.Sprintf("%s@%d", v.Actor, v.Scheduled)
+		if s.runs[key]++; s.runs[key] > 1 {
+			s.dups++
+		}
+		if a.plan.Interval > 0 {
+			a.expect = v.Fired + a.plan.Interval
+		} else if a.expect == v.Scheduled {
+			a.expect = -1
+		}
+	case "on-alarm failed; retry committed":
+		t, err := time.Parse(time.RFC3339Nano, v.Time)
+		if err != nil {
+			return
+		}
+		s.fails++
+		at.Failed, at.At, at.Next = true, t.UnixMilli(), v.Next
+		a.expect = v.Next
+	default:
+		return
+	}
+	a.attempts = append(a.attempts, at)
+}
+
+// progress prints the live line until stop.
+func (s *soak) progress(stop <-chan struct{}) {
+	every := time.Second
+	if !s.o.tty {
+		every = s.o.progressEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	allowance := (3 * (2*s.o.leaseTTL + s.o.grace + 2*s.o.sweep + s.o.slack)).Milliseconds()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixMilli()
+		s.mu.Lock()
+		lates := append([]int64(nil), s.lates...)
+		fires, dups := s.fires, s.dups
+		overdue := 0
+		for _, a := range s.actors {
+			if a.expect >= 0 && a.deleted == 0 && now > a.expect+allowance {
+				overdue++
+			}
+		}
+		s.mu.Unlock()
+		sort.Slice(lates, func(i, j int) bool { return lates[i] < lates[j] })
+		live := 0
+		for _, sl := range s.slots {
+			sl.mu.Lock()
+			if sl.node != nil && !sl.partitioned {
+				live++
+			}
+			sl.mu.Unlock()
+		}
+		line := fmt.Sprintf("kills %d, cuts %d, nodes up %d/%d | requests %d (%d failed) | fired %d, late p50 %s p99 %s | duplicates %d | overdue %d",
+			s.kills.Load(), s.cuts.Load(), live, len(s.slots), s.sent.Load(), s.failed.Load(), fires,
+			pctText(lates, 50), pctText(lates, 99), dups, overdue)
+		if s.o.tty {
+			fmt.Fprintf(s.o.out, "\r\033[K%6.1fs  %s", time.Since(s.start).Seconds(), line)
+		} else {
+			fmt.Fprintf(s.o.out, "%6.1fs  %s\n", time.Since(s.start).Seconds(), line)
+		}
+	}
+}
+
+// readAll reads every actor's ledger (exec-durable "get") and, for the
+// deleted ones, the alarm the cluster reports.
+func (s *soak) readAll(ctx context.Context) ([]history, error) {
+	out := make([]history, len(s.actors))
+	errc := make(chan error, 1)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				h, err := s.readOne(ctx, s.actors[i])
+				if err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+				out[i] = h
+			}
+		}()
+	}
+	for i := range s.actors {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	// The runs the nodes logged up to each ledger's read (a line is
+	// written after its run committed, so wait for the last ones).
+	time.Sleep(time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, a := range s.actors {
+		fired := map[int64]bool{}
+		for _, r := range out[i].Ledger {
+			if r.Kind == recFire {
+				fired[r.A] = true
+			}
+		}
+		for _, at := range a.attempts {
+			// A run's line can come after the read that found its commit.
+			if at.At <= a.readAt || !at.Failed && fired[at.Scheduled] {
+				out[i].Attempts = append(out[i].Attempts, at)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *soak) readOne(ctx context.Context, a *actor) (history, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// A delete whose answer was lost may have happened: reading the ledger
+	// would create the actor again, so delete it until a delete is
+	// acknowledged (deleting a deleted actor succeeds).
+	tried := false
+	for _, o := range a.ops {
+		tried = tried || o.Kind == "delete"
+	}
+	for try := 0; tried && a.deleted == 0 && try < 30; try++ {
+		if s.send(ctx, a, "delete", "", 0).Err != "" {
+			time.Sleep(time.Second)
+		}
+	}
+	h := history{Plan: a.plan, Ops: append([]op(nil), a.ops...), DeletedAt: a.deleted, PendingAtEnd: -1}
+	var err error
+	for try := 0; try < 30; try++ {
+		url, _ := s.liveURL()
+		rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
+		if a.deleted > 0 {
+			var st clusterproc.AlarmState
+			if st, err = clusterproc.Alarm(rctx, url, a.id); err == nil && st.AlarmMs != nil {
+				h.PendingAtEnd = *st.AlarmMs
+			}
+		} else {
+			var b []byte
+			if b, err = clusterproc.Exec(rctx, url, a.id, clusterproc.KindExecDurable, request(4, 0, 0, 0, 0)); err == nil {
+				h.Ledger, err = parseLedger(b)
+				h.HasLedger = true
+			}
+		}
+		cancel()
+		if err == nil {
+			a.readAt = time.Now().UnixMilli()
+			return h, nil
+		}
+		time.Sleep(time.Second)
+	}
+	return h, fmt.Errorf("reading %s at the end: %w", a.id, err)
+}
+
+// verify runs the index doctor beside the live cluster. An alarm that
+// moves during a run shows up as missing (its new entry was not in the
+// run's LIST), so a finding counts only if the next run finds the same:
+// the same alarm without an entry, or the same entry still there overdue
+// past the bound. It runs until two runs agree or verifyAttempts runs, and
+// returns the last report with the findings both of the last two runs
+// made.
+func (s *soak) verify(ctx context.Context, b bucket.Bucket, bd bounds) (inspect.Report, []inspect.Missing, map[abi.ActorID][]inspect.Extra, error) {
+	c := inspect.New(b, "cluster/")
+	var (
+		rep         inspect.Report
+		prevMissing map[string]bool
+		prevExtra   map[string]bool
+		missing     []inspect.Missing
+		overdue     map[abi.ActorID][]inspect.Extra
+	)
+	for try := 0; try < s.o.verifyAttempts; try++ {
+		r, err := c.Verify(ctx, inspect.VerifyOptions{})
+		if err != nil {
+			return rep, nil, nil, fmt.Errorf("the index doctor: %w", err)
+		}
+		rep = r
+		now := time.Now().UnixMilli()
+		curMissing, curExtra := map[string]bool{}, map[string]bool{}
+		missing, overdue = nil, map[abi.ActorID][]inspect.Extra{}
+		for _, m := range rep.Missing {
+			k := fmt.Sprintf("%s@%d", m.Name, m.AlarmMs)
+			curMissing[k] = true
+			if prevMissing[k] {
+				missing = append(missing, m)
+			}
+		}
+		for _, x := range rep.Extra {
+			if x.DueMs >= now-bd.within(3) {
+				continue
+			}
+			curExtra[x.Object] = true
+			if prevExtra[x.Object] {
+				overdue[x.Actor] = append(overdue[x.Actor], x)
+			}
+		}
+		n := 0
+		for _, xs := range overdue {
+			n += len(xs)
+		}
+		if len(missing) == len(curMissing) && n == len(curExtra) {
+			break // nothing found, or the two runs agree
+		}
+		prevMissing, prevExtra = curMissing, curExtra
+		time.Sleep(time.Second)
+	}
+	return rep, missing, overdue, nil
+}
+
+// table prints the closing summary.
+func (s *soak) table(sum summary, bd bounds) {
+	w := s.o.out
+	o := s.o
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "== summary")
+	fmt.Fprintf(w, "  cluster:               %d nodes, lease %v, grace %v, sweep %v, retries %v doubling to %v\n", o.nodes, o.leaseTTL, o.grace, o.sweep, o.retryBase, o.retryMax)
+	fmt.Fprintf(w, "  actors:                %d (%s)\n", o.actors, mix(s.actors))
+	fmt.Fprintf(w, "  chaos:                 %d SIGKILLs (%d restarted under the same name), %d cuts from the bucket of %v\n", sum.Kills, sum.SameName, sum.Cuts, o.partitionFor)
+	fmt.Fprintf(w, "  client requests:       %d (%d acknowledged, %d failed or unknown)\n", sum.Requests, sum.Acked, sum.Failed)
+	var kinds []string
+	for _, m := range faultproxy.Modes {
+		kinds = append(kinds, fmt.Sprintf("%s %d", m, sum.Injected[m.String()]))
+	}
+	kinds = append(kinds, fmt.Sprintf("latency %d", sum.Injected["latency"]), fmt.Sprintf("refused while cut off %d", sum.Injected["partitioned"]))
+	fmt.Fprintf(w, "  S3 requests:           %d through the proxies; faults injected: %s\n", sum.S3Requests, strings.Join(kinds, ", "))
+	fmt.Fprintf(w, "  firings:               %d committed (in the actors' ledgers), %d logged by the nodes, %d failed runs retried\n", sum.Committed, sum.Logged, sum.FailRuns)
+	if n := len(sum.Lateness); n > 0 {
+		fmt.Fprintf(w, "  lateness:              p50 %s, p99 %s, max %s (committed firings, from each one's due or retry time)\n",
+			pctText(sum.Lateness, 50), pctText(sum.Lateness, 99), msText(sum.Lateness[n-1]))
+	}
+	fmt.Fprintf(w, "  bound:                 %s per attempt (2 x lease + grace + 2 x sweep + slack %v), plus the committed backoff;\n"+
+		"                         held from the quiet phase on; %d firings during the faults came later than it\n", msText(bd.Alarm), o.slack, sum.BeyondQuiet)
+	fmt.Fprintf(w, "  duplicates:            %d runs of an already run scheduled time (at least once: a run whose commit died with its node or its upload)\n", sum.Duplicates)
+	fmt.Fprintf(w, "                         %d runs logged whose commit was lost and whose alarm a later event replaced; %d committed runs no node logged\n", sum.Uncommitted, sum.LedgerOnly)
+	fmt.Fprintf(w, "  exec acks lost:        %d (exec replies before it replicates; every acknowledged exec-durable request is checked)\n", sum.ExecLost)
+	r := sum.Report
+	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them overdue in two runs in a row)\n",
+		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra)
+	if sum.KeptStale > 0 {
+		fmt.Fprintf(w, "                         %d of those are stale entries of actors due again within the retry horizon, which sweeps leave out (a known limit)\n", sum.KeptStale)
+	}
+	fmt.Fprintf(w, "  lost:                  %d\n", sum.Lost)
+	fmt.Fprintf(w, "  violations:            %d\n", sum.Violations)
+}
+
+func pctText(sorted []int64, p float64) string {
+	if len(sorted) == 0 {
+		return "-"
+	}
+	return msText(sorted[int(float64(len(sorted)-1)*p/100)])
+}
+
+func msText(v int64) string {
+	if v < 1000 && v > -1000 {
+		return fmt.Sprintf("%dms", v)
+	}
+	return fmt.Sprintf("%.1fs", float64(v)/1000)
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

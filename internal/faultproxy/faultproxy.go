@@ -1,0 +1,344 @@
+// Package faultproxy is a reverse proxy on 127.0.0.1 in front of an S3
+// server that fails, delays and holds back requests: on demand (FailNext,
+// SetDelay), at random rates from a seeded source (SetFaults), or all of
+// them (SetPartitioned, a node cut off from the bucket). Tests reach it
+// through s3test.NewProxy; the soak (cmd/soak) puts one in front of each
+// node. It depends on no testing package.
+package faultproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// FailMode is how the proxy fails a request.
+type FailMode int
+
+// The ways the proxy fails a request.
+const (
+	// Respond503 answers 503 Service Unavailable without forwarding: the
+	// request is not applied.
+	Respond503 FailMode = iota
+	// Drop closes the connection without forwarding or answering: the
+	// request is not applied.
+	Drop
+	// DropAfterForward forwards the request, waits for the server's
+	// answer, then closes the connection without passing it on: the
+	// request is applied but its caller sees a failure (a reply lost on
+	// the way back).
+	DropAfterForward
+	// Reset resets the connection (TCP RST) without forwarding: the
+	// request is not applied, and the caller sees "connection reset".
+	Reset
+	// LandLate closes the connection at once, so the caller sees a
+	// failure, and forwards the request later (after the late delay,
+	// SetLateDelay): a request that lands after its caller gave up, maybe
+	// after the caller's later requests.
+	LandLate
+)
+
+// String names the mode as the soak's summary does.
+func (m FailMode) String() string {
+	switch m {
+	case Respond503:
+		return "503"
+	case Drop:
+		return "dropped"
+	case DropAfterForward:
+		return "reply lost"
+	case Reset:
+		return "reset"
+	case LandLate:
+		return "landed late"
+	}
+	return "unknown"
+}
+
+// Modes lists every FailMode.
+var Modes = []FailMode{Respond503, Drop, DropAfterForward, Reset, LandLate}
+
+// Faults are random fault rates, each the probability (0 to 1) that a
+// request gets it. At most one failure applies to a request (tried in
+// the order of Modes); latency adds to any of them.
+type Faults struct {
+	// Fail maps a FailMode to its rate.
+	Fail map[FailMode]float64
+	// Latency is the rate of requests delayed by a uniform random time up
+	// to MaxLatency before they are handled.
+	Latency    float64
+	MaxLatency time.Duration
+}
+
+type failRule struct {
+	method string
+	left   int
+	mode   FailMode
+}
+
+// Proxy is a running fault proxy. The client must sign for the proxy's
+// host: the proxy keeps the Host header so SigV4 signatures stay valid.
+type Proxy struct {
+	// URL is the proxy's endpoint, http://127.0.0.1:PORT.
+	URL string
+
+	rp  *httputil.ReverseProxy
+	srv *http.Server
+	ln  net.Listener
+
+	mu          sync.Mutex
+	rules       []*failRule
+	delays      map[string]time.Duration
+	counts      map[string]int
+	faults      Faults
+	rng         *rand.Rand
+	partitioned bool
+	late        time.Duration
+	injected    map[string]int // by kind: FailMode.String(), "latency", "partitioned"
+	pending     sync.WaitGroup // requests landing late
+}
+
+// DefaultLateDelay is how long a LandLate request waits before it is
+// forwarded, unless SetLateDelay says otherwise.
+const DefaultLateDelay = 2 * time.Second
+
+// Start starts a proxy to target (an http:// URL) on a port of 127.0.0.1
+// the kernel picks; seed drives the random faults. Close stops it.
+func Start(target string, seed uint64) (*Proxy, error) {
+	return StartAt("127.0.0.1:0", target, seed)
+}
+
+// StartAt is Start on a given address (a restarted node's proxy can keep
+// its port).
+func StartAt(addr, target string, seed uint64) (*Proxy, error) {
+	u, err := url.Parse(target)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, errors.New("faultproxy: target " + target + " is not a URL")
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		URL:      "http://" + l.Addr().String(),
+		ln:       l,
+		delays:   map[string]time.Duration{},
+		counts:   map[string]int{},
+		injected: map[string]int{},
+		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		late:     DefaultLateDelay,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(u)
+			r.Out.Host = r.In.Host // the client signed the proxy's host
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = p.srv.Serve(l) }()
+	return p, nil
+}
+
+// Close stops the proxy; requests still waiting to land late are dropped
+// once their delay ends (they may still land).
+func (p *Proxy) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := p.srv.Shutdown(ctx)
+	_ = p.srv.Close()
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nil
+	}
+	return err
+}
+
+// WaitLate waits until every request held back to land late has landed.
+func (p *Proxy) WaitLate() { p.pending.Wait() }
+
+// FailNext fails the next n requests whose HTTP method is method ("" for
+// any) in the given mode. Rules queue up in the order they were added.
+func (p *Proxy) FailNext(method string, n int, mode FailMode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = append(p.rules, &failRule{method: strings.ToUpper(method), left: n, mode: mode})
+}
+
+// SetDelay delays every later request with this HTTP method ("" for any
+// method without a delay of its own) by d before handling it; 0 removes
+// the delay.
+func (p *Proxy) SetDelay(method string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d <= 0 {
+		delete(p.delays, strings.ToUpper(method))
+		return
+	}
+	p.delays[strings.ToUpper(method)] = d
+}
+
+// SetLateDelay sets how long a LandLate request is held before it is
+// forwarded.
+func (p *Proxy) SetLateDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.late = d
+}
+
+// SetFaults sets the random fault rates (the zero Faults turns them off).
+func (p *Proxy) SetFaults(f Faults) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults = f
+}
+
+// SetPartitioned cuts the proxy's clients off from the server (true):
+// every request is refused by closing its connection, unforwarded; false
+// heals the partition.
+func (p *Proxy) SetPartitioned(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.partitioned = on
+}
+
+// Count returns how many requests with this HTTP method ("" for all) the
+// proxy has received, failed ones included.
+func (p *Proxy) Count(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if method == "" {
+		total := 0
+		for _, n := range p.counts {
+			total += n
+		}
+		return total
+	}
+	return p.counts[strings.ToUpper(method)]
+}
+
+// Injected returns how many faults the proxy injected, by kind: a
+// FailMode's String, "latency" and "partitioned".
+func (p *Proxy) Injected() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.injected))
+	for k, v := range p.injected {
+		out[k] = v
+	}
+	return out
+}
+
+// decide picks what happens to a request: its delay, and its failure
+// (nil: forwarded as it is).
+func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, late time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.counts[r.Method]++
+	late = p.late
+	if p.partitioned {
+		p.injected["partitioned"]++
+		m := Drop
+		return 0, &m, late
+	}
+	delay, ok := p.delays[r.Method]
+	if !ok {
+		delay = p.delays[""]
+	}
+	for i, fr := range p.rules {
+		if fr.method == "" || fr.method == r.Method {
+			if fr.left--; fr.left <= 0 {
+				p.rules = append(p.rules[:i:i], p.rules[i+1:]...)
+			}
+			m := fr.mode
+			return delay, &m, late
+		}
+	}
+	if p.faults.Latency > 0 && p.faults.MaxLatency > 0 && p.rng.Float64() < p.faults.Latency {
+		delay += time.Duration(p.rng.Int64N(int64(p.faults.MaxLatency)))
+		p.injected["latency"]++
+	}
+	for _, m := range Modes {
+		if rate := p.faults.Fail[m]; rate > 0 && p.rng.Float64() < rate {
+			p.injected[m.String()]++
+			return delay, &m, late
+		}
+	}
+	return delay, nil, late
+}
+
+// ServeHTTP applies delays and failures, then forwards the request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	delay, mode, late := p.decide(r)
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	if mode == nil {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	switch *mode {
+	case Respond503:
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>injected by the fault proxy</Message></Error>`))
+	case Drop:
+		hijackAndClose(w, false)
+	case Reset:
+		hijackAndClose(w, true)
+	case DropAfterForward:
+		p.rp.ServeHTTP(&discard{header: http.Header{}}, r)
+		hijackAndClose(w, false)
+	case LandLate:
+		body, err := io.ReadAll(r.Body)
+		hijackAndClose(w, false)
+		if err != nil {
+			return
+		}
+		held := r.Clone(context.Background())
+		p.pending.Add(1)
+		go func() {
+			defer p.pending.Done()
+			time.Sleep(late)
+			held.Body = io.NopCloser(bytes.NewReader(body))
+			held.ContentLength = int64(len(body))
+			p.rp.ServeHTTP(&discard{header: http.Header{}}, held)
+		}()
+	}
+}
+
+// hijackAndClose closes the request's connection without a response;
+// with rst, as a reset (SO_LINGER 0).
+func hijackAndClose(w http.ResponseWriter, rst bool) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler) // closes the connection without a response
+	}
+	if tc, ok := conn.(*net.TCPConn); ok && rst {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+// discard is a ResponseWriter that throws the response away.
+type discard struct{ header http.Header }
+
+func (d *discard) Header() http.Header         { return d.header }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}

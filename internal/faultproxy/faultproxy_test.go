@@ -1,0 +1,155 @@
+package faultproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// backend is an HTTP server recording what reaches it.
+type backend struct {
+	mu     sync.Mutex
+	served []string // "METHOD body"
+	got    chan struct{}
+}
+
+func startBackend(t *testing.T) (*backend, string) {
+	t.Helper()
+	b := &backend{got: make(chan struct{}, 100)}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		b.mu.Lock()
+		b.served = append(b.served, r.Method+" "+string(body))
+		b.mu.Unlock()
+		b.got <- struct{}{}
+		_, _ = io.WriteString(w, "ok")
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return b, "http://" + l.Addr().String()
+}
+
+func (b *backend) seen() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.served, ",")
+}
+
+func start(t *testing.T, target string) *Proxy {
+	t.Helper()
+	p, err := Start(target, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func send(p *Proxy, method, body string) (int, error) {
+	req, _ := http.NewRequest(method, p.URL+"/b/k", strings.NewReader(body))
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// A reset request never reaches the server and its caller sees the reset;
+// a reply lost on the way back was applied; a request that lands late is
+// refused to its caller at once and applied after the late delay, after
+// the caller's next request.
+func TestResetLostReplyAndLateLanding(t *testing.T) {
+	b, target := startBackend(t)
+	p := start(t, target)
+	p.SetLateDelay(300 * time.Millisecond)
+
+	p.FailNext("PUT", 1, Reset)
+	if _, err := send(p, "PUT", "reset"); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reset PUT: error %v, want connection reset", err)
+	}
+	p.FailNext("PUT", 1, DropAfterForward)
+	if _, err := send(p, "PUT", "applied"); err == nil {
+		t.Fatal("PUT whose reply was dropped succeeded")
+	}
+	p.FailNext("PUT", 1, LandLate)
+	if _, err := send(p, "PUT", "late"); err == nil {
+		t.Fatal("PUT held to land late succeeded at once")
+	}
+	if st, err := send(p, "PUT", "next"); err != nil || st != 200 {
+		t.Fatalf("the next PUT: %d, %v", st, err)
+	}
+	if got := b.seen(); got != "PUT applied,PUT next" {
+		t.Fatalf("before the late delay the server saw %q", got)
+	}
+	p.WaitLate()
+	if got := b.seen(); got != "PUT applied,PUT next,PUT late" {
+		t.Fatalf("after the late delay the server saw %q (the late PUT, body and all, last)", got)
+	}
+}
+
+// A partitioned proxy refuses every request, unforwarded, and counts
+// them; healed, it forwards again.
+func TestPartition(t *testing.T) {
+	b, target := startBackend(t)
+	p := start(t, target)
+	p.SetPartitioned(true)
+	for i := 0; i < 3; i++ {
+		if _, err := send(p, "GET", ""); err == nil {
+			t.Fatal("a partitioned proxy answered")
+		}
+	}
+	p.SetPartitioned(false)
+	if st, err := send(p, "GET", "x"); err != nil || st != 200 {
+		t.Fatalf("healed: %d, %v", st, err)
+	}
+	if got, n := b.seen(), p.Injected()["partitioned"]; got != "GET x" || n != 3 {
+		t.Fatalf("server saw %q, %d refused; want only the request after healing, 3 refused", got, n)
+	}
+}
+
+// Random faults come at their rates and are counted by kind: at rate 1
+// every request gets one; the same seed gives the same faults.
+func TestRandomFaults(t *testing.T) {
+	_, target := startBackend(t)
+	p := start(t, target)
+	p.SetFaults(Faults{Fail: map[FailMode]float64{Respond503: 1}, Latency: 1, MaxLatency: time.Millisecond})
+	for i := 0; i < 5; i++ {
+		if st, err := send(p, "GET", ""); err != nil || st != 503 {
+			t.Fatalf("at rate 1: %d, %v; want 503", st, err)
+		}
+	}
+	if inj := p.Injected(); inj["503"] != 5 || inj["latency"] != 5 {
+		t.Fatalf("injected %v, want 5 503s and 5 delays", inj)
+	}
+
+	run := func() string {
+		q := start(t, target)
+		q.SetFaults(Faults{Fail: map[FailMode]float64{Respond503: 0.5}})
+		var s strings.Builder
+		for i := 0; i < 40; i++ {
+			st, _ := send(q, "GET", "")
+			s.WriteString(http.StatusText(st)[:1])
+		}
+		return s.String()
+	}
+	a, c := run(), run()
+	if a != c || !strings.Contains(a, "S") || !strings.Contains(a, "O") {
+		t.Fatalf("two runs with one seed at rate 0.5: %s and %s; want the same mix of 503s and 200s", a, c)
+	}
+	p.SetFaults(Faults{})
+	if st, err := send(p, "GET", ""); err != nil || st != 200 {
+		t.Fatalf("faults off: %d, %v", st, err)
+	}
+}
