@@ -2,6 +2,8 @@ package bucket
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -9,6 +11,15 @@ import (
 // DefaultDeleteWindow is how long a Deleter gathers keys before it sends
 // them.
 const DefaultDeleteWindow = 100 * time.Millisecond
+
+// DefaultDeleteRetries is how many times a Deleter sends a key again after
+// a request that did not remove it, and DefaultDeleteRetryDelay the pause
+// before the first of them (each next pause is four times longer: 1 s, 4 s
+// and 16 s, so the last attempt goes about 21 s after the first).
+const (
+	DefaultDeleteRetries    = 3
+	DefaultDeleteRetryDelay = time.Second
+)
 
 // Deleter gathers keys to delete and sends them together with DeleteBatch:
 // once MaxDeleteBatch keys wait, or a window after the first of them
@@ -20,16 +31,30 @@ const DefaultDeleteWindow = 100 * time.Millisecond
 // DELETE sent at once, or never if the process dies first: only keys whose
 // deletion may land late, or not at all, belong here. It is safe for
 // concurrent use.
+//
+// A key the store did not remove (the request failed, or the store named
+// the key as not deleted) is sent again, up to DefaultDeleteRetries times
+// (see SetRetries): a retry is one more delete that lands late. Only when
+// the last attempt fails is it handed to onErr.
 type Deleter struct {
 	b      Bucket
 	window time.Duration
 	onErr  func(keys []string, err error)
 
-	mu       sync.Mutex
-	idle     sync.Cond // signalled when inflight drops to zero
-	pending  []string
-	timer    *time.Timer
-	inflight int // requests under way
+	mu         sync.Mutex
+	idle       sync.Cond // signalled when inflight drops to zero
+	pending    []delKey
+	timer      *time.Timer
+	inflight   int // requests under way
+	retries    int
+	retryDelay time.Duration
+	waiting    map[*time.Timer][]delKey // keys paused before a retry
+}
+
+// delKey is a key to delete and how many requests carried it already.
+type delKey struct {
+	key   string
+	tries int
 }
 
 // NewDeleter returns a Deleter on b that gathers keys for window (at most;
@@ -39,30 +64,45 @@ func NewDeleter(b Bucket, window time.Duration, onErr func(keys []string, err er
 	if window <= 0 {
 		window = DefaultDeleteWindow
 	}
-	d := &Deleter{b: b, window: window, onErr: onErr}
+	d := &Deleter{b: b, window: window, onErr: onErr,
+		retries: DefaultDeleteRetries, retryDelay: DefaultDeleteRetryDelay,
+		waiting: map[*time.Timer][]delKey{}}
 	d.idle.L = &d.mu
 	return d
+}
+
+// SetRetries sets how many times a key the store did not remove is sent
+// again (0: never) and the pause before the first retry (each next one is
+// four times longer). Call it before the first Delete.
+func (d *Deleter) SetRetries(n int, first time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.retries, d.retryDelay = max(n, 0), first
 }
 
 // Delete queues key for deletion and returns at once.
 func (d *Deleter) Delete(key string) {
 	d.mu.Lock()
-	d.pending = append(d.pending, key)
+	d.queue(delKey{key: key})
+	d.mu.Unlock()
+}
+
+// queue adds k to the pending keys and sends a full batch, or starts the
+// window (d.mu held).
+func (d *Deleter) queue(k delKey) {
+	d.pending = append(d.pending, k)
 	switch {
 	case len(d.pending) >= MaxDeleteBatch:
 		batch := d.take()
 		d.inflight++
-		d.mu.Unlock()
 		go d.send(context.Background(), batch)
-		return
 	case d.timer == nil:
 		d.timer = time.AfterFunc(d.window, d.expire)
 	}
-	d.mu.Unlock()
 }
 
 // take returns the pending keys and stops the window (d.mu held).
-func (d *Deleter) take() []string {
+func (d *Deleter) take() []delKey {
 	batch := d.pending
 	d.pending = nil
 	if d.timer != nil {
@@ -84,10 +124,48 @@ func (d *Deleter) expire() {
 	d.send(context.Background(), batch)
 }
 
-// send sends one batch counted in inflight.
-func (d *Deleter) send(ctx context.Context, keys []string) {
-	if _, err := d.b.DeleteBatch(ctx, keys); err != nil && d.onErr != nil {
-		d.onErr(keys, err)
+// send sends one batch counted in inflight; keys it did not remove are
+// paused for a retry, or handed to onErr after the last.
+func (d *Deleter) send(ctx context.Context, batch []delKey) {
+	keys := make([]string, len(batch))
+	for i, k := range batch {
+		keys[i] = k.key
+	}
+	_, err := d.b.DeleteBatch(ctx, keys)
+	var gaveUp []string
+	d.mu.Lock()
+	if err != nil {
+		var be *BatchError
+		failed := func(string) bool { return true } // the request failed as a whole
+		if errors.As(err, &be) {
+			failed = func(k string) bool { _, ok := be.Failed[k]; return ok }
+		}
+		var again []delKey
+		for _, k := range batch {
+			switch {
+			case !failed(k.key):
+			case k.tries < d.retries:
+				again = append(again, delKey{key: k.key, tries: k.tries + 1})
+			default:
+				gaveUp = append(gaveUp, k.key)
+			}
+		}
+		for len(again) > 0 { // one pause for each number of tries
+			tries := again[0].tries
+			same := func(k delKey) bool { return k.tries == tries }
+			var now []delKey
+			for _, k := range again {
+				if same(k) {
+					now = append(now, k)
+				}
+			}
+			d.pause(now)
+			again = slices.DeleteFunc(again, same)
+		}
+	}
+	d.mu.Unlock()
+	if len(gaveUp) > 0 && d.onErr != nil {
+		d.onErr(gaveUp, err)
 	}
 	d.mu.Lock()
 	d.inflight--
@@ -97,10 +175,39 @@ func (d *Deleter) send(ctx context.Context, keys []string) {
 	d.mu.Unlock()
 }
 
-// Flush sends the keys waiting now and returns once they and every request
-// already under way have been answered.
+// pause queues keys again after the pause their tries call for (d.mu
+// held; all of them carry the same tries, at least 1).
+func (d *Deleter) pause(keys []delKey) {
+	delay := d.retryDelay
+	for range keys[0].tries - 1 {
+		delay *= 4
+	}
+	var t *time.Timer
+	t = time.AfterFunc(delay, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		ks, ok := d.waiting[t]
+		if !ok {
+			return // Flush took them
+		}
+		delete(d.waiting, t)
+		for _, k := range ks {
+			d.queue(k)
+		}
+	})
+	d.waiting[t] = keys
+}
+
+// Flush sends the keys waiting now, those paused before a retry included,
+// and returns once they and every request already under way have been
+// answered.
 func (d *Deleter) Flush(ctx context.Context) {
 	d.mu.Lock()
+	for t, ks := range d.waiting {
+		t.Stop()
+		delete(d.waiting, t)
+		d.pending = append(d.pending, ks...)
+	}
 	batch := d.take()
 	if len(batch) > 0 {
 		d.inflight++
@@ -114,9 +221,14 @@ func (d *Deleter) Flush(ctx context.Context) {
 	d.mu.Unlock()
 }
 
-// Pending returns how many keys wait to be sent.
+// Pending returns how many keys wait to be sent, those paused before a
+// retry included.
 func (d *Deleter) Pending() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.pending)
+	n := len(d.pending)
+	for _, ks := range d.waiting {
+		n += len(ks)
+	}
+	return n
 }

@@ -63,8 +63,11 @@ func TestDeleterSendsWhenTheWindowEnds(t *testing.T) {
 	}
 }
 
+// A key the store did not remove is sent again, each retry after a longer
+// pause; only when the last attempt fails is it reported, and kept.
 func TestDeleterReportsAFailedRequest(t *testing.T) {
 	m := bucket.NewMem()
+	c := bucket.NewCounting(m)
 	m.Faults = func(op bucket.Op) bucket.Fault {
 		if op.Kind == bucket.OpDeleteBatch {
 			return bucket.Fault{Err: fmt.Errorf("injected")}
@@ -73,18 +76,89 @@ func TestDeleterReportsAFailedRequest(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var failed []string
-	d := bucket.NewDeleter(m, time.Hour, func(keys []string, err error) {
+	d := bucket.NewDeleter(c, 5*time.Millisecond, func(keys []string, err error) {
 		mu.Lock()
 		failed = append(failed, keys...)
 		mu.Unlock()
 	})
+	d.SetRetries(2, 10*time.Millisecond)
 	mustPut(t, m, "a", nil, bucket.Cond{})
 	d.Delete("a")
 	d.Flush(context.Background())
+	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(failed) > 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(failed, []string{"a"}) || len(m.Keys()) != 1 {
 		t.Fatalf("failed keys %q, bucket %q; want a reported and kept", failed, m.Keys())
+	}
+	if n := c.Counts(); n.DeleteBatch != 3 || d.Pending() != 0 {
+		t.Fatalf("%d requests, %d pending; want the first and two retries, nothing left", n.DeleteBatch, d.Pending())
+	}
+}
+
+// A failed request's keys go out again after the pause and are removed;
+// the keys the store removed are not sent twice, and nothing is reported.
+func TestDeleterRetriesWhatTheStoreDidNotRemove(t *testing.T) {
+	m := bucket.NewMem()
+	c := bucket.NewCounting(m)
+	var mu sync.Mutex
+	failNext := true
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		mu.Lock()
+		defer mu.Unlock()
+		if op.Kind == bucket.OpDeleteBatch && failNext {
+			failNext = false
+			return bucket.Fault{Err: fmt.Errorf("injected")}
+		}
+		return bucket.Fault{}
+	}
+	var failed []string
+	d := bucket.NewDeleter(c, 5*time.Millisecond, func(keys []string, err error) {
+		mu.Lock()
+		failed = append(failed, keys...)
+		mu.Unlock()
+	})
+	d.SetRetries(3, 20*time.Millisecond)
+	for _, k := range []string{"a", "b"} {
+		mustPut(t, m, k, nil, bucket.Cond{})
+		d.Delete(k)
+	}
+	waitUntil(t, func() bool { return len(m.Keys()) == 0 })
+	mustPut(t, m, "c", nil, bucket.Cond{})
+	d.Delete("c")
+	waitUntil(t, func() bool { return len(m.Keys()) == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if n := c.Counts(); n.DeleteBatch != 3 || n.BatchKeys != 5 || len(failed) != 0 {
+		t.Fatalf("%+v, reported %q; want a and b twice (the retry), c once, nothing reported", n, failed)
+	}
+}
+
+// Flush sends the keys paused before a retry at once.
+func TestDeleterFlushSendsPausedKeys(t *testing.T) {
+	m := bucket.NewMem()
+	var mu sync.Mutex
+	failNext := true
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		mu.Lock()
+		defer mu.Unlock()
+		if op.Kind == bucket.OpDeleteBatch && failNext {
+			failNext = false
+			return bucket.Fault{Err: fmt.Errorf("injected")}
+		}
+		return bucket.Fault{}
+	}
+	d := bucket.NewDeleter(m, time.Hour, nil)
+	d.SetRetries(1, time.Hour)
+	mustPut(t, m, "a", nil, bucket.Cond{})
+	d.Delete("a")
+	d.Flush(context.Background()) // fails: a is paused for an hour
+	if d.Pending() != 1 || len(m.Keys()) != 1 {
+		t.Fatalf("%d pending, bucket %q; want a paused and kept", d.Pending(), m.Keys())
+	}
+	d.Flush(context.Background())
+	if d.Pending() != 0 || len(m.Keys()) != 0 {
+		t.Fatalf("%d pending, bucket %q after Flush; want a removed", d.Pending(), m.Keys())
 	}
 }
 
