@@ -1403,7 +1403,6 @@ func TestGivingTheActorUpAfterAFailedListing(t *testing.T) {
 		return bucket.Fault{}
 	})
 	ixSet(t, nil, a, id, node.ExecDurable, t2)
-	deleteFails.Store(false)
 	before, e2 := ixNamed(t, m, id)
 	if !ixExists(t, m, e1.String()) {
 		t.Fatalf("the entry %s was deleted though its DELETE failed", e1)
@@ -1421,7 +1420,11 @@ func TestGivingTheActorUpAfterAFailedListing(t *testing.T) {
 		t.Errorf("the failed delivery deleted %v", ev.Index.Deleted)
 	}
 
-	// Once the listing works, a later attempt removes the stale entry.
+	// Once the bucket works again, the stale entry goes: the Deleter's
+	// retry of the failed DELETE or a later delivery removes it. (The
+	// DELETE fails until now, or its retry, 1 s later, would have removed
+	// the entry before its delivery.)
+	deleteFails.Store(false)
 	listFails.Store(false)
 	waitFor(t, "the stale entry removed", func() bool { return !ixExists(t, m, e1.String()) })
 	if _, named := ixNamed(t, m, id); named != e2 || !ixExists(t, m, e2.String()) {
