@@ -608,6 +608,9 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
 		Registerer:              n.cfg.Registerer,
+		// Replaced entries and replaced snapshots go out in the same
+		// multi-object requests: one per window, not one per kind.
+		Deletes: n.deletes.Sub(c.Prefix, nil),
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
