@@ -737,10 +737,13 @@ func (n *Node) Close(ctx context.Context) error {
 // that wait for their batch, and waits for them (cluster mode; Close does
 // it too).
 func (n *Node) FlushDeletes(ctx context.Context) {
-	if n.deletes != nil {
+	switch {
+	case n.deletes != nil:
+		// The plugin's replaced entries share these batches: one Flush
+		// (a second would send again at once what the first paused for
+		// a retry).
 		n.deletes.Flush(ctx)
-	}
-	if n.plugin != nil {
+	case n.plugin != nil:
 		n.plugin.FlushDeletes(ctx)
 	}
 }
