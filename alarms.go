@@ -139,9 +139,13 @@ type Config struct {
 	Serves func(class string) bool
 	// Deletes gathers the DELETEs of entries that replicated state replaced
 	// into multi-object requests (nil: a Deleter of the plugin's own on
-	// Bucket, with bucket.DefaultDeleteWindow). A host may share it for its
-	// own deletes that can land late, such as replaced snapshots, and
-	// should Flush it when it stops (FlushDeletes does).
+	// Bucket, with bucket.DefaultDeleteWindow). A host may share one for
+	// its own deletes that can land late, such as replaced snapshots, so
+	// that both go in the same requests: a Deleter on Bucket's keys (for a
+	// Bucket under a prefix, Sub of the host's Deleter with that prefix).
+	// Failed requests are counted and logged for the plugin's keys; the
+	// host's callback sees only its own. The host should Flush it when it
+	// stops (FlushDeletes does).
 	Deletes *bucket.Deleter
 	// Nonces defaults to a source seeded from crypto/rand.
 	Nonces alarmindex.Nonces
@@ -226,12 +230,17 @@ func Register(cfg Config) (*Plugin, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	m := newMetrics(cfg)
+	log := cfg.Logger
+	deleteFailed := func(keys []string, err error) {
+		m.deleteReplacedFailed(len(keys))
+		log.Debug("could not delete replaced index entries; each is removed when it comes due", "keys", len(keys), "error", err)
+	}
 	if cfg.Deletes == nil {
-		log := cfg.Logger
-		cfg.Deletes = bucket.NewDeleter(cfg.Bucket, 0, func(keys []string, err error) {
-			m.deleteReplacedFailed(len(keys))
-			log.Debug("could not delete replaced index entries; each is removed when it comes due", "keys", len(keys), "error", err)
-		})
+		cfg.Deletes = bucket.NewDeleter(cfg.Bucket, 0, deleteFailed)
+	} else {
+		// The host's batches carry the entries too; their failures are
+		// the plugin's to count.
+		cfg.Deletes = cfg.Deletes.Sub("", deleteFailed)
 	}
 	if cfg.Nonces == nil {
 		ns, err := alarmindex.NewNonceSource(rand.Reader)

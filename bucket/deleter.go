@@ -36,11 +36,17 @@ const (
 // the key as not deleted) is sent again, up to DefaultDeleteRetries times
 // (see SetRetries): a retry is one more delete that lands late. Only when
 // the last attempt fails is it handed to onErr.
+//
+// Several users of one bucket can share a Deleter's batches through Sub,
+// each under its own key prefix and with its own error callback.
 type Deleter struct {
-	b      Bucket
-	window time.Duration
+	root   *Deleter // the Deleter whose batches this one's keys join (itself for NewDeleter's)
+	prefix string   // added to each key given to Delete (a Sub's)
 	onErr  func(keys []string, err error)
 
+	// The rest is used in root only.
+	b          Bucket
+	window     time.Duration
 	mu         sync.Mutex
 	idle       sync.Cond // signalled when inflight drops to zero
 	pending    []delKey
@@ -51,10 +57,12 @@ type Deleter struct {
 	waiting    map[*time.Timer][]delKey // keys paused before a retry
 }
 
-// delKey is a key to delete and how many requests carried it already.
+// delKey is a key to delete (in full), how many requests carried it
+// already, and the Deleter it was given to.
 type delKey struct {
 	key   string
 	tries int
+	by    *Deleter
 }
 
 // NewDeleter returns a Deleter on b that gathers keys for window (at most;
@@ -67,14 +75,28 @@ func NewDeleter(b Bucket, window time.Duration, onErr func(keys []string, err er
 	d := &Deleter{b: b, window: window, onErr: onErr,
 		retries: DefaultDeleteRetries, retryDelay: DefaultDeleteRetryDelay,
 		waiting: map[*time.Timer][]delKey{}}
+	d.root = d
 	d.idle.L = &d.mu
 	return d
+}
+
+// Sub returns a Deleter that puts prefix+key, for each key given to its
+// Delete, in d's batches (a request carries the keys of every Deleter that
+// shares them, up to MaxDeleteBatch), and hands its own keys that could
+// not be deleted, prefix cut off, to onErr (nil: to nobody) rather than to
+// d's callback. Flush, Pending and SetRetries act on the shared batches. A
+// host and its alarm plugin share one this way: one multi-object request
+// per window for the replaced snapshots and the replaced index entries
+// together.
+func (d *Deleter) Sub(prefix string, onErr func(keys []string, err error)) *Deleter {
+	return &Deleter{root: d.root, prefix: d.prefix + prefix, onErr: onErr}
 }
 
 // SetRetries sets how many times a key the store did not remove is sent
 // again (0: never) and the pause before the first retry (each next one is
 // four times longer). Call it before the first Delete.
 func (d *Deleter) SetRetries(n int, first time.Duration) {
+	d = d.root
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.retries, d.retryDelay = max(n, 0), first
@@ -82,13 +104,15 @@ func (d *Deleter) SetRetries(n int, first time.Duration) {
 
 // Delete queues key for deletion and returns at once.
 func (d *Deleter) Delete(key string) {
+	k := delKey{key: d.prefix + key, by: d}
+	d = d.root
 	d.mu.Lock()
-	d.queue(delKey{key: key})
+	d.queue(k)
 	d.mu.Unlock()
 }
 
 // queue adds k to the pending keys and sends a full batch, or starts the
-// window (d.mu held).
+// window (d.mu held, d a root).
 func (d *Deleter) queue(k delKey) {
 	d.pending = append(d.pending, k)
 	switch {
@@ -101,7 +125,7 @@ func (d *Deleter) queue(k delKey) {
 	}
 }
 
-// take returns the pending keys and stops the window (d.mu held).
+// take returns the pending keys and stops the window (d.mu held, d a root).
 func (d *Deleter) take() []delKey {
 	batch := d.pending
 	d.pending = nil
@@ -125,14 +149,15 @@ func (d *Deleter) expire() {
 }
 
 // send sends one batch counted in inflight; keys it did not remove are
-// paused for a retry, or handed to onErr after the last.
+// paused for a retry, or handed to their Deleter's onErr after the last
+// (d a root).
 func (d *Deleter) send(ctx context.Context, batch []delKey) {
 	keys := make([]string, len(batch))
 	for i, k := range batch {
 		keys[i] = k.key
 	}
 	_, err := d.b.DeleteBatch(ctx, keys)
-	var gaveUp []string
+	var gaveUp []delKey
 	d.mu.Lock()
 	if err != nil {
 		var be *BatchError
@@ -145,9 +170,9 @@ func (d *Deleter) send(ctx context.Context, batch []delKey) {
 			switch {
 			case !failed(k.key):
 			case k.tries < d.retries:
-				again = append(again, delKey{key: k.key, tries: k.tries + 1})
+				again = append(again, delKey{key: k.key, tries: k.tries + 1, by: k.by})
 			default:
-				gaveUp = append(gaveUp, k.key)
+				gaveUp = append(gaveUp, k)
 			}
 		}
 		for len(again) > 0 { // one pause for each number of tries
@@ -164,9 +189,7 @@ func (d *Deleter) send(ctx context.Context, batch []delKey) {
 		}
 	}
 	d.mu.Unlock()
-	if len(gaveUp) > 0 && d.onErr != nil {
-		d.onErr(gaveUp, err)
-	}
+	report(gaveUp, err)
 	d.mu.Lock()
 	d.inflight--
 	if d.inflight == 0 {
@@ -198,10 +221,30 @@ func (d *Deleter) pause(keys []delKey) {
 	d.waiting[t] = keys
 }
 
+// report hands each Deleter its keys given up on, in the order they were
+// queued, without its prefix.
+func report(gaveUp []delKey, err error) {
+	var order []*Deleter
+	mine := map[*Deleter][]string{}
+	for _, k := range gaveUp {
+		if k.by.onErr == nil {
+			continue
+		}
+		if _, seen := mine[k.by]; !seen {
+			order = append(order, k.by)
+		}
+		mine[k.by] = append(mine[k.by], k.key[len(k.by.prefix):])
+	}
+	for _, by := range order {
+		by.onErr(mine[by], err)
+	}
+}
+
 // Flush sends the keys waiting now, those paused before a retry included,
 // and returns once they and every request already under way have been
 // answered.
 func (d *Deleter) Flush(ctx context.Context) {
+	d = d.root
 	d.mu.Lock()
 	for t, ks := range d.waiting {
 		t.Stop()
@@ -224,6 +267,7 @@ func (d *Deleter) Flush(ctx context.Context) {
 // Pending returns how many keys wait to be sent, those paused before a
 // retry included.
 func (d *Deleter) Pending() int {
+	d = d.root
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := len(d.pending)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +171,61 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 10 s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Deleters made with Sub share their root's batches: one request carries
+// the keys of all of them, each under its prefix, and keys given up on are
+// reported to each with its own keys, prefix cut off.
+func TestDeleterSubsShareOneRequest(t *testing.T) {
+	m := bucket.NewMem()
+	c := bucket.NewCounting(m)
+	var fail atomic.Bool
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		if op.Kind == bucket.OpDeleteBatch && fail.Load() {
+			return bucket.Fault{Err: fmt.Errorf("injected")}
+		}
+		return bucket.Fault{}
+	}
+	var mu sync.Mutex
+	failed := map[string][]string{}
+	onErr := func(who string) func([]string, error) {
+		return func(keys []string, err error) {
+			mu.Lock()
+			failed[who] = append(failed[who], keys...)
+			mu.Unlock()
+		}
+	}
+	root := bucket.NewDeleter(c, time.Hour, onErr("root"))
+	index := root.Sub("p/", nil).Sub("", onErr("index")) // as a plugin on a prefixed bucket
+	index.SetRetries(0, 0)                               // a failed key is reported at once
+	for _, k := range []string{"state/a", "p/alarms/1", "p/alarms/2"} {
+		mustPut(t, m, k, nil, bucket.Cond{})
+	}
+	root.Delete("state/a")
+	index.Delete("alarms/1")
+	if root.Pending() != 2 || index.Pending() != 2 {
+		t.Fatalf("pending %d and %d, want the 2 shared keys in both", root.Pending(), index.Pending())
+	}
+	index.Flush(ctx(t))
+	if n := c.Counts(); n.DeleteBatch != 1 || n.BatchKeys != 2 || n.Delete != 0 {
+		t.Fatalf("%+v, want one request carrying both keys", n)
+	}
+	if left := m.Keys(); !slices.Equal(left, []string{"p/alarms/2"}) {
+		t.Fatalf("bucket %q, want p/alarms/2 alone left", left)
+	}
+
+	fail.Store(true)
+	root.Delete("state/b")
+	index.Delete("alarms/2")
+	index.Delete("alarms/3")
+	root.Flush(ctx(t))
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(failed["root"], []string{"state/b"}) || !slices.Equal(failed["index"], []string{"alarms/2", "alarms/3"}) {
+		t.Fatalf("failures reported %q, want state/b to the root and alarms/2, alarms/3 to the sub", failed)
+	}
+	if left := m.Keys(); !slices.Equal(left, []string{"p/alarms/2"}) {
+		t.Fatalf("bucket %q after a failed request, want p/alarms/2 kept", left)
 	}
 }

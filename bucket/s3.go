@@ -186,6 +186,9 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 		if o.endpoint != "" {
 			so.BaseEndpoint = aws.String(o.endpoint)
 		}
+		// The endpoint rules run once per distinct set of parameters, not
+		// once per request.
+		so.EndpointResolverV2 = newEndpointCache(s3.NewDefaultEndpointResolverV2())
 		so.Retryer = retryer()
 		so.RetryMaxAttempts = 0 // keep AWS_MAX_ATTEMPTS from overriding the bound
 		if so.BaseEndpoint != nil && !isAWSEndpoint(*so.BaseEndpoint) {

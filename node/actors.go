@@ -608,6 +608,9 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
 		Registerer:              n.cfg.Registerer,
+		// Replaced entries and replaced snapshots go out in the same
+		// multi-object requests: one per window, not one per kind.
+		Deletes: n.deletes.Sub(c.Prefix, nil),
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -734,10 +737,13 @@ func (n *Node) Close(ctx context.Context) error {
 // that wait for their batch, and waits for them (cluster mode; Close does
 // it too).
 func (n *Node) FlushDeletes(ctx context.Context) {
-	if n.deletes != nil {
+	switch {
+	case n.deletes != nil:
+		// The plugin's replaced entries share these batches: one Flush
+		// (a second would send again at once what the first paused for
+		// a retry).
 		n.deletes.Flush(ctx)
-	}
-	if n.plugin != nil {
+	case n.plugin != nil:
 		n.plugin.FlushDeletes(ctx)
 	}
 }
