@@ -57,6 +57,7 @@ type Store struct {
 	kvGet, kvPut, kvDel          *sqlite3.Stmt
 	checkpoint                   *sqlite3.Stmt
 	begin, commit, rollback      *sqlite3.Stmt // prepared once: no parse per event
+	beginRead                    *sqlite3.Stmt
 	inTx                         bool
 }
 
@@ -108,6 +109,7 @@ func (s *Store) init() error {
 		{&s.kvDel, `DELETE FROM kv WHERE key = ?`},
 		{&s.checkpoint, `PRAGMA wal_checkpoint(PASSIVE)`},
 		{&s.begin, `BEGIN IMMEDIATE`},
+		{&s.beginRead, `BEGIN`},
 		{&s.commit, `COMMIT`},
 		{&s.rollback, `ROLLBACK`},
 	}
@@ -176,7 +178,7 @@ func (s *Store) Close() error {
 	if s == nil || s.conn == nil {
 		return nil
 	}
-	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint, s.begin, s.commit, s.rollback} {
+	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint, s.begin, s.beginRead, s.commit, s.rollback} {
 		if st != nil {
 			st.Close()
 		}
@@ -227,6 +229,22 @@ func (s *Store) Rollback() error {
 	}
 	s.inTx = false
 	return run(s.rollback)
+}
+
+// read runs f, which only reads, in one read transaction: the reads see
+// one state and take the database's read lock once rather than once each.
+func (s *Store) read(f func() error) error {
+	if s.inTx {
+		return f()
+	}
+	if err := run(s.beginRead); err != nil {
+		return err
+	}
+	if err := f(); err != nil {
+		_ = run(s.rollback)
+		return err
+	}
+	return run(s.commit)
 }
 
 // InTx reports whether a transaction is open.
