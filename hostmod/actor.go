@@ -99,10 +99,15 @@ type Actor struct {
 	class *Class
 	path  string
 
-	mu     sync.Mutex
-	store  *Store // nil while the actor sleeps
-	mod    api.Module
-	mem    *guestMemory // mod's memory
+	mu    sync.Mutex
+	store *Store // nil while the actor sleeps
+	mod   api.Module
+	mem   *guestMemory // mod's memory
+	// fns are mod's exports looked up so far: wazero makes a new function
+	// (with its own stack) on each lookup, so each is looked up once per
+	// instance. A Function is not safe for concurrent use; the actor runs
+	// one event at a time.
+	fns    map[string]api.Function
 	inited bool
 	closed bool
 	// The committed alarm, failure count and the meta rows an index
@@ -166,7 +171,7 @@ func (a *Actor) wake(ctx context.Context) error {
 func (a *Actor) sleep(db bool) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.Background())
-		a.mod, a.mem = nil, nil
+		a.mod, a.mem, a.fns = nil, nil, nil
 	}
 	if db && a.store != nil {
 		_ = a.store.Close()
@@ -219,7 +224,7 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 func (a *Actor) discard(ctx context.Context) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.WithoutCancel(ctx))
-		a.mod, a.mem = nil, nil
+		a.mod, a.mem, a.fns = nil, nil, nil
 		a.e.res.releaseInst(a)
 	}
 }
@@ -414,7 +419,7 @@ func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, er
 func (a *Actor) call(ctx context.Context, ev *event, export string, params []uint64, deadline time.Duration) (uint32, error) {
 	a.stderr.takeLast() // the error of this event names only its own output
 	if a.mod != nil && a.mod.IsClosed() {
-		a.mod, a.mem = nil, nil
+		a.mod, a.mem, a.fns = nil, nil, nil
 		a.e.res.releaseInst(a)
 	}
 	if a.mod == nil {
@@ -426,10 +431,19 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 			a.e.res.releaseInst(a)
 			return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: "_initialize", Cause: err, Said: a.stderr.takeLast()}}
 		}
-		a.mod, a.mem = m, mem
+		a.mod, a.mem, a.fns = m, mem, nil
 	}
 	a.mem.takeRefusal()
-	fn := a.mod.ExportedFunction(export)
+	fn := a.fns[export]
+	if fn == nil {
+		fn = a.mod.ExportedFunction(export)
+		if fn != nil {
+			if a.fns == nil {
+				a.fns = make(map[string]api.Function, 2)
+			}
+			a.fns[export] = fn
+		}
+	}
 	if fn == nil {
 		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, export)}
 	}
