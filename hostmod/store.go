@@ -62,10 +62,16 @@ type Store struct {
 }
 
 // OpenStore opens (creating if needed) the actor database at path. The file
-// uses WAL with synchronous=NORMAL: a committed event survives a crash of the
-// process. A new database starts as a copy of an empty one made once per
-// process, which saves the fsyncs of creating the schema and switching to
-// WAL in every new file.
+// uses WAL with synchronous=NORMAL: a commit is in the WAL, written, before
+// it returns, so it survives a crash of the process at any point; on a
+// power loss or an OS crash the last commits before it may roll back (the
+// WAL is synced only before each checkpoint), and the database stays
+// consistent (the checkpoint syncs the WAL before it copies it into the
+// file, and the file before the WAL is reset). The WAL persists: closing
+// checkpoints it into the file and truncates it to an empty file, which
+// the next open reuses rather than creating one. A new database starts as
+// a copy of an empty one made once per process, which saves the fsyncs of
+// creating the schema and switching to WAL in every new file.
 func OpenStore(path string) (*Store, error) {
 	if _, err := os.Lstat(path); os.IsNotExist(err) {
 		if err := createFromTemplate(path); err != nil {
@@ -88,7 +94,10 @@ func (s *Store) init() error {
 	// Snapshots of small databases leave the WAL alone (see Snapshot), so
 	// the automatic checkpoint bounds it: at walCheckpointPages pages
 	// (512 KiB), not SQLite's 1,000 (4 MiB per open actor).
-	if err := s.conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000; PRAGMA wal_autocheckpoint=` + strconv.Itoa(walCheckpointPages) + `;`); err != nil {
+	if err := s.conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000; PRAGMA journal_size_limit=0; PRAGMA wal_autocheckpoint=` + strconv.Itoa(walCheckpointPages) + `;`); err != nil {
+		return err
+	}
+	if _, err := s.conn.FileControl("main", sqlite3.FCNTL_PERSIST_WAL, true); err != nil {
 		return err
 	}
 	if err := s.conn.Exec(schema); err != nil {
@@ -164,7 +173,7 @@ func makeTemplate() ([]byte, error) {
 	if err := s.Close(); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(p + "-wal"); err == nil {
+	if fi, err := os.Stat(p + "-wal"); err == nil && fi.Size() > 0 {
 		return nil, errors.New("template: the WAL was not checkpointed on close")
 	}
 	return os.ReadFile(p)
@@ -185,7 +194,21 @@ func (s *Store) Close() error {
 	}
 	err := s.conn.Close()
 	s.conn = nil
+	if err == nil {
+		s.removeSHM()
+	}
 	return err
+}
+
+// removeSHM removes the shared-memory file a closed database leaves. The
+// WAL persists (kept as an empty file, so the next open need not create
+// it), and with it SQLite keeps the -shm, 32 KiB per actor; with the WAL
+// empty (the close checkpointed it: no other connection had the database
+// open) the -shm holds nothing the next open needs.
+func (s *Store) removeSHM() {
+	if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() == 0 {
+		_ = os.Remove(s.path + "-shm")
+	}
 }
 
 // Begin starts a write transaction (BEGIN IMMEDIATE).
