@@ -153,7 +153,7 @@ func createFromTemplate(path string) error {
 }
 
 // makeTemplate creates an empty database the way OpenStore sets one up,
-// closes it (its WAL checkpointed and removed) and returns the file.
+// closes it (its WAL checkpointed and emptied) and returns the file.
 func makeTemplate() ([]byte, error) {
 	dir, err := os.MkdirTemp("", "wasmkeep-template-")
 	if err != nil {
