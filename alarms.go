@@ -29,6 +29,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -197,8 +198,11 @@ type Plugin struct {
 	// redeliver keeps the entry time of a delivery that failed, so that
 	// its retry delivers that time rather than the retry's.
 	redeliver map[string]int64
-	sem       chan struct{}
-	wg        sync.WaitGroup
+	// idle hands a delivery to a worker waiting for one (unbuffered);
+	// workers counts them, at most Config.MaxConcurrentDeliveries.
+	idle    chan func()
+	workers atomic.Int64
+	wg      sync.WaitGroup
 
 	m *metrics // nil without Config.Registerer
 	// failing are the actors whose latest run here failed, with their
@@ -257,7 +261,7 @@ func Register(cfg Config) (*Plugin, error) {
 		inflight:  map[string]bool{},
 		again:     map[string]int64{},
 		redeliver: map[string]int64{},
-		sem:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
+		idle:      make(chan func()),
 		m:         m,
 		failing:   map[string]int{},
 	}

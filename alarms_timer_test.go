@@ -9,8 +9,10 @@ package alarms_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,4 +293,117 @@ func (h *tickingHost) After(time.Duration) <-chan time.Time {
 	c := make(chan time.Time, 1)
 	c <- h.now
 	return c
+}
+
+// gatedTaker lets a test hold deliveries in Take and counts how many are
+// in flight at once.
+type gatedTaker struct {
+	gate chan struct{}
+	mu   sync.Mutex
+	in   int
+	peak int
+	took map[abi.ActorID]int
+}
+
+func (g *gatedTaker) Take(_ context.Context, id abi.ActorID) (alarms.Taken, error) {
+	g.mu.Lock()
+	g.in++
+	g.peak = max(g.peak, g.in)
+	g.took[id]++
+	g.mu.Unlock()
+	<-g.gate
+	return gatedActor{fakeActor: &fakeActor{id: id, j: &journal{}, meta: map[string]string{}}, g: g}, nil
+}
+
+type gatedActor struct {
+	*fakeActor
+	g *gatedTaker
+}
+
+func (a gatedActor) Done(context.Context, error) {
+	a.g.mu.Lock()
+	a.g.in--
+	a.g.mu.Unlock()
+}
+
+// RunTimer runs at most MaxConcurrentDeliveries deliveries at once, on at
+// most that many workers whatever the number of alarms, delivers each due
+// alarm once, and its workers are gone when it returns.
+func TestRunTimerBoundsDeliveriesAndWorkers(t *testing.T) {
+	const slots, actors = 3, 60
+	host := &tickingHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}
+	timer := sweeper.NewTimer(retryMax)
+	var delivered sync.WaitGroup
+	delivered.Add(actors)
+	var peakWorkers atomic.Int64
+	var p *alarms.Plugin
+	p, err := alarms.Register(alarms.Config{
+		SingleNode: true, Host: host, Timer: timer, MaxConcurrentDeliveries: slots,
+		OnDelivery: func(d alarms.Delivered) {
+			if d.Err != nil || !d.Index.Event.Ran {
+				t.Errorf("delivery %+v", d)
+			}
+			for {
+				w := peakWorkers.Load()
+				if n := int64(p.Workers()); n <= w || peakWorkers.CompareAndSwap(w, n) {
+					break
+				}
+			}
+			delivered.Done()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedTaker{gate: make(chan struct{}), took: map[abi.ActorID]int{}}
+	for i := range actors {
+		timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "t", Class: "c", Name: fmt.Sprintf("a%02d", i)}), t1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.RunTimer(ctx, g); close(done) }()
+	// The slots fill: as many deliveries as slots reach Take.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		g.mu.Lock()
+		in := g.in
+		g.mu.Unlock()
+		if in >= slots {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries reached Take in 30 s, want the %d slots", in, slots)
+		}
+	}
+	// Let them through one at a time; the slots stay full.
+	for range actors {
+		select {
+		case g.gate <- struct{}{}:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no delivery reached Take in 30 s")
+		}
+	}
+	delivered.Wait()
+	if g.peak > slots {
+		t.Errorf("%d deliveries in flight at once, more than the %d slots", g.peak, slots)
+	}
+	if w := peakWorkers.Load(); w < 1 || w > slots {
+		t.Errorf("%d delivery workers at most, want 1 to %d", w, slots)
+	}
+	for id, n := range g.took {
+		if n != 1 {
+			t.Errorf("%v taken %d times, want once", id, n)
+		}
+	}
+	if len(g.took) != actors {
+		t.Errorf("%d actors taken, want %d", len(g.took), actors)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunTimer did not return in 30 s after its context ended")
+	}
+	if w := p.Workers(); w != 0 {
+		t.Errorf("%d delivery workers left after RunTimer returned", w)
+	}
 }

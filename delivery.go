@@ -128,16 +128,7 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 			p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())
 		}
 	}
-	// Wait for a slot here, in the timer loop, so a burst of due alarms
-	// stays in the timer rather than in goroutines.
-	select {
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		done()
-		p.wg.Done()
-		return
-	}
-	go func() {
+	job := func() {
 		defer p.wg.Done()
 		defer done()
 		defer func() {
@@ -147,12 +138,50 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 				p.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		defer func() { <-p.sem }()
 		d := p.DeliverDue(ctx, t, key, at)
 		if p.cfg.OnDelivery != nil {
 			p.cfg.OnDelivery(d)
 		}
-	}()
+	}
+	// The delivery slots are workers, at most MaxConcurrentDeliveries,
+	// started as needed (only here, in the timer loop) and kept until ctx
+	// ends: a delivery runs on a goroutine whose stack has already grown to
+	// the depth of a guest's call into SQLite, rather than growing a fresh
+	// one each time.
+	select {
+	case p.idle <- job: // an idle worker runs it
+		return
+	default:
+	}
+	if p.workers.Load() < int64(p.cfg.MaxConcurrentDeliveries) {
+		p.workers.Add(1)
+		p.wg.Add(1)
+		go p.worker(ctx, job)
+		return
+	}
+	// Wait for a worker here, in the timer loop, so a burst of due alarms
+	// stays in the timer rather than in goroutines.
+	select {
+	case p.idle <- job:
+	case <-ctx.Done():
+		done()
+		p.wg.Done()
+	}
+}
+
+// worker runs deliveries, the first job then whatever the timer loop
+// hands it, until ctx ends.
+func (p *Plugin) worker(ctx context.Context, job func()) {
+	defer p.wg.Done()
+	defer p.workers.Add(-1)
+	for {
+		job()
+		select {
+		case job = <-p.idle:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // DeliverDue delivers one alarm the node timer popped (key is a TimerKey)

@@ -9,3 +9,6 @@ func WithMutations(cfg Config, m alarmindex.Mutations) Config {
 	cfg.mutations = m
 	return cfg
 }
+
+// Workers returns how many delivery workers RunTimer has running.
+func (p *Plugin) Workers() int { return int(p.workers.Load()) }

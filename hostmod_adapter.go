@@ -2,7 +2,6 @@ package alarms
 
 import (
 	"context"
-	"errors"
 
 	"github.com/wasmkeep/alarms/hostmod"
 )
@@ -10,19 +9,16 @@ import (
 // ReadHostmod reads what Actor.Read returns from the database of an actor
 // run by package hostmod: the committed alarm, alarm_indexed and whether
 // on-init is recorded. A host built on hostmod calls it from its Read.
-func ReadHostmod(_ context.Context, a *hostmod.Actor) (ActorState, error) {
-	var st ActorState
-	err := a.Lock(func(s *hostmod.Store) error {
-		at, ok, err1 := s.Alarm()
-		if ok {
-			st.Alarm = &at
-		}
-		var err2, err3 error
-		st.Indexed, _, err2 = s.Meta(hostmod.MetaAlarmIndexed)
-		_, st.InitRecorded, err3 = s.Meta(hostmod.MetaInitDone)
-		return errors.Join(err1, err2, err3)
-	})
-	return st, err
+func ReadHostmod(ctx context.Context, a *hostmod.Actor) (ActorState, error) {
+	s, err := a.State(ctx)
+	if err != nil {
+		return ActorState{}, err
+	}
+	st := ActorState{Indexed: s.Indexed, InitRecorded: s.InitRecorded}
+	if s.HasAlarm {
+		st.Alarm = &s.Alarm
+	}
+	return st, nil
 }
 
 // WriteHostmodMeta commits one meta row, in a transaction of its own, in

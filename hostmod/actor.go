@@ -80,6 +80,11 @@ type State struct {
 	HasAlarm bool
 	Failures int
 	Inited   bool
+	// InitRecorded is true when the database records that on-init ran
+	// (its MetaInitDone row), and Indexed is its MetaAlarmIndexed row
+	// ("" for none): what an index updater reads.
+	InitRecorded bool
+	Indexed      string
 }
 
 // Actor is one actor: its database and, while it runs, one instance of its
@@ -94,17 +99,25 @@ type Actor struct {
 	class *Class
 	path  string
 
-	mu     sync.Mutex
-	store  *Store // nil while the actor sleeps
-	mod    api.Module
-	mem    *guestMemory // mod's memory
+	mu    sync.Mutex
+	store *Store // nil while the actor sleeps
+	mod   api.Module
+	mem   *guestMemory // mod's memory
+	// fns are mod's exports looked up so far: wazero makes a new function
+	// (with its own stack) on each lookup, so each is looked up once per
+	// instance. A Function is not safe for concurrent use; the actor runs
+	// one event at a time.
+	fns    map[string]api.Function
 	inited bool
 	closed bool
-	// The committed alarm and failure count, read once after the database
-	// opens and kept after each commit (only this Actor writes them).
+	// The committed alarm, failure count and the meta rows an index
+	// updater reads, read once after the database opens and kept after
+	// each commit (only this Actor writes them; Lock forgets them).
 	known    bool
 	alarm    *int64
 	failures int
+	initMeta bool
+	indexed  string
 
 	stdout, stderr *guestOutput
 
@@ -123,12 +136,11 @@ func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string
 	if err := a.wake(ctx); err != nil {
 		return nil, err
 	}
-	_, inited, err := a.store.Meta(MetaInitDone)
-	if err != nil {
+	if _, _, err := a.committed(); err != nil {
 		a.closeLocked(ctx)
-		return nil, &abi.ActorError{ID: id, Op: "read meta", Err: err}
+		return nil, err
 	}
-	a.inited = inited
+	a.inited = a.initMeta
 	return a, nil
 }
 
@@ -159,7 +171,7 @@ func (a *Actor) wake(ctx context.Context) error {
 func (a *Actor) sleep(db bool) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.Background())
-		a.mod, a.mem = nil, nil
+		a.mod, a.mem, a.fns = nil, nil, nil
 	}
 	if db && a.store != nil {
 		_ = a.store.Close()
@@ -212,7 +224,7 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 func (a *Actor) discard(ctx context.Context) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.WithoutCancel(ctx))
-		a.mod, a.mem = nil, nil
+		a.mod, a.mem, a.fns = nil, nil, nil
 		a.e.res.releaseInst(a)
 	}
 }
@@ -228,11 +240,22 @@ func (a *Actor) State(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Failures: n, Inited: a.inited}
+	st := State{Failures: n, Inited: a.inited, InitRecorded: a.initMeta, Indexed: a.indexed}
 	if at != nil {
 		st.Alarm, st.HasAlarm = *at, true
 	}
 	return st, nil
+}
+
+// Snapshot returns the actor's committed database as one SQLite file
+// image (Store.Snapshot), holding the actor meanwhile.
+func (a *Actor) Snapshot(ctx context.Context) ([]byte, error) {
+	a.mu.Lock()
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return nil, err
+	}
+	return a.store.Snapshot()
 }
 
 // Lock runs f while holding the actor, so no event runs meanwhile. A
@@ -289,20 +312,38 @@ func (a *Actor) ensureInit(ctx context.Context) error {
 }
 
 // committed returns the committed alarm and failure count, reading them
-// once after the database opens (a.mu held, no transaction open).
+// (with the meta rows State reports) once after the database opens, in one
+// read transaction (a.mu held, no transaction open).
 func (a *Actor) committed() (*int64, int, error) {
 	if a.known {
 		return a.alarm, a.failures, nil
 	}
-	at, ok, err := a.store.Alarm()
-	if err != nil {
-		return nil, 0, &abi.ActorError{ID: a.id, Op: "read alarm", Err: err}
-	}
-	n, err := a.store.Failures()
+	var (
+		at       int64
+		ok, init bool
+		n        int
+		indexed  string
+	)
+	err := a.store.read(func() error {
+		var err error
+		if at, ok, err = a.store.Alarm(); err != nil {
+			return fmt.Errorf("read alarm: %w", err)
+		}
+		if n, err = a.store.Failures(); err != nil {
+			return err
+		}
+		if indexed, _, err = a.store.Meta(MetaAlarmIndexed); err != nil {
+			return fmt.Errorf("read meta: %w", err)
+		}
+		if _, init, err = a.store.Meta(MetaInitDone); err != nil {
+			return fmt.Errorf("read meta: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, 0, &abi.ActorError{ID: a.id, Err: err}
 	}
-	a.alarm, a.failures, a.known = nil, n, true
+	a.alarm, a.failures, a.initMeta, a.indexed, a.known = nil, n, init, indexed, true
 	if ok {
 		a.alarm = &at
 	}
@@ -350,6 +391,9 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 	if err != nil {
 		return Result{}, err
 	}
+	if !a.inited {
+		a.initMeta = true // written above, committed
+	}
 	a.inited = true
 	return res, nil
 }
@@ -375,7 +419,7 @@ func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, er
 func (a *Actor) call(ctx context.Context, ev *event, export string, params []uint64, deadline time.Duration) (uint32, error) {
 	a.stderr.takeLast() // the error of this event names only its own output
 	if a.mod != nil && a.mod.IsClosed() {
-		a.mod, a.mem = nil, nil
+		a.mod, a.mem, a.fns = nil, nil, nil
 		a.e.res.releaseInst(a)
 	}
 	if a.mod == nil {
@@ -387,10 +431,19 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 			a.e.res.releaseInst(a)
 			return 0, &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: "_initialize", Cause: err, Said: a.stderr.takeLast()}}
 		}
-		a.mod, a.mem = m, mem
+		a.mod, a.mem, a.fns = m, mem, nil
 	}
 	a.mem.takeRefusal()
-	fn := a.mod.ExportedFunction(export)
+	fn := a.fns[export]
+	if fn == nil {
+		fn = a.mod.ExportedFunction(export)
+		if fn != nil {
+			if a.fns == nil {
+				a.fns = make(map[string]api.Function, 2)
+			}
+			a.fns[export] = fn
+		}
+	}
 	if fn == nil {
 		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, export)}
 	}

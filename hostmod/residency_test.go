@@ -207,3 +207,55 @@ func TestSleepIdle(t *testing.T) {
 		t.Fatalf("woken actor's state: %+v, %v", st, err)
 	}
 }
+
+// State answers from what the actor keeps after each commit, and must
+// still say what the database holds: the alarm, the recorded on-init and
+// the alarm_indexed row, after an event, after a write through Lock (an
+// index updater's), and after the actor slept and woke.
+func TestStateFollowsTheDatabase(t *testing.T) {
+	e := newEnv(t, hostmod.WithMaxOpenDatabases(1))
+	c := e.class("oneshot", testguest.Fixture(t, "oneshot_alarm"))
+	actors := e.openN(c, 2)
+	a := actors[0]
+	check := func(when string, alarm int64, init bool, indexed string) {
+		t.Helper()
+		st, err := a.State(e.ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if st.HasAlarm != (alarm != 0) || st.Alarm != alarm || st.InitRecorded != init || st.Indexed != indexed {
+			t.Fatalf("%s: state %+v; want alarm %d, on-init recorded %v, indexed %q", when, st, alarm, init, indexed)
+		}
+	}
+	check("new actor", 0, false, "")
+	if _, err := a.Request(e.ctx, reqAt(t0+100)); err != nil {
+		t.Fatal(err)
+	}
+	check("after the first event", t0+100, true, "")
+	if err := a.Lock(func(s *hostmod.Store) error {
+		if err := s.Begin(); err != nil {
+			return err
+		}
+		if err := s.SetMeta(hostmod.MetaAlarmIndexed, "x/1"); err != nil {
+			return err
+		}
+		if err := s.SetAlarm(t0 + 200); err != nil {
+			return err
+		}
+		return s.Commit()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a write through Lock", t0+200, true, "x/1")
+	if _, err := a.Request(e.ctx, reqAt(t0+300)); err != nil {
+		t.Fatal(err)
+	}
+	check("after another event", t0+300, true, "x/1")
+	if _, err := actors[1].Request(e.ctx, reqAt(t0+400)); err != nil { // the budget of one puts a to sleep
+		t.Fatal(err)
+	}
+	if !a.Asleep() {
+		t.Fatal("the actor did not sleep under a budget of one database")
+	}
+	check("after sleeping", t0+300, true, "x/1")
+}

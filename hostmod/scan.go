@@ -13,9 +13,9 @@ import (
 // host's start-up scan: its time in Unix milliseconds and whether one is set.
 //
 // A database closed cleanly is complete in its one file (its WAL was
-// checkpointed into it and removed), and ReadAlarm reads the alarm row from
-// that file directly, two pages, without opening it through SQLite (which
-// costs far more than the read). Whenever that is not certain (a WAL or a
+// checkpointed into it and emptied), and ReadAlarm reads the alarm row
+// from that file directly, two pages, without opening it through SQLite
+// (which costs far more than the read). Whenever that is not certain (a WAL or a
 // rollback journal with content beside the file, as after a crash, or any
 // layout it does not expect) it opens the database through SQLite instead,
 // which recovers it. Either way the database is the only source: nothing is

@@ -57,14 +57,21 @@ type Store struct {
 	kvGet, kvPut, kvDel          *sqlite3.Stmt
 	checkpoint                   *sqlite3.Stmt
 	begin, commit, rollback      *sqlite3.Stmt // prepared once: no parse per event
+	beginRead                    *sqlite3.Stmt
 	inTx                         bool
 }
 
 // OpenStore opens (creating if needed) the actor database at path. The file
-// uses WAL with synchronous=NORMAL: a committed event survives a crash of the
-// process. A new database starts as a copy of an empty one made once per
-// process, which saves the fsyncs of creating the schema and switching to
-// WAL in every new file.
+// uses WAL with synchronous=NORMAL: a commit is in the WAL, written, before
+// it returns, so it survives a crash of the process at any point; on a
+// power loss or an OS crash the last commits before it may roll back (the
+// WAL is synced only before each checkpoint), and the database stays
+// consistent (the checkpoint syncs the WAL before it copies it into the
+// file, and the file before the WAL is reset). The WAL persists: closing
+// checkpoints it into the file and truncates it to an empty file, which
+// the next open reuses rather than creating one. A new database starts as
+// a copy of an empty one made once per process, which saves the fsyncs of
+// creating the schema and switching to WAL in every new file.
 func OpenStore(path string) (*Store, error) {
 	if _, err := os.Lstat(path); os.IsNotExist(err) {
 		if err := createFromTemplate(path); err != nil {
@@ -87,7 +94,10 @@ func (s *Store) init() error {
 	// Snapshots of small databases leave the WAL alone (see Snapshot), so
 	// the automatic checkpoint bounds it: at walCheckpointPages pages
 	// (512 KiB), not SQLite's 1,000 (4 MiB per open actor).
-	if err := s.conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000; PRAGMA wal_autocheckpoint=` + strconv.Itoa(walCheckpointPages) + `;`); err != nil {
+	if err := s.conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000; PRAGMA journal_size_limit=0; PRAGMA wal_autocheckpoint=` + strconv.Itoa(walCheckpointPages) + `;`); err != nil {
+		return err
+	}
+	if _, err := s.conn.FileControl("main", sqlite3.FCNTL_PERSIST_WAL, true); err != nil {
 		return err
 	}
 	if err := s.conn.Exec(schema); err != nil {
@@ -108,6 +118,7 @@ func (s *Store) init() error {
 		{&s.kvDel, `DELETE FROM kv WHERE key = ?`},
 		{&s.checkpoint, `PRAGMA wal_checkpoint(PASSIVE)`},
 		{&s.begin, `BEGIN IMMEDIATE`},
+		{&s.beginRead, `BEGIN`},
 		{&s.commit, `COMMIT`},
 		{&s.rollback, `ROLLBACK`},
 	}
@@ -142,7 +153,7 @@ func createFromTemplate(path string) error {
 }
 
 // makeTemplate creates an empty database the way OpenStore sets one up,
-// closes it (its WAL checkpointed and removed) and returns the file.
+// closes it (its WAL checkpointed and emptied) and returns the file.
 func makeTemplate() ([]byte, error) {
 	dir, err := os.MkdirTemp("", "wasmkeep-template-")
 	if err != nil {
@@ -162,7 +173,7 @@ func makeTemplate() ([]byte, error) {
 	if err := s.Close(); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(p + "-wal"); err == nil {
+	if fi, err := os.Stat(p + "-wal"); err == nil && fi.Size() > 0 {
 		return nil, errors.New("template: the WAL was not checkpointed on close")
 	}
 	return os.ReadFile(p)
@@ -176,14 +187,28 @@ func (s *Store) Close() error {
 	if s == nil || s.conn == nil {
 		return nil
 	}
-	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint, s.begin, s.commit, s.rollback} {
+	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint, s.begin, s.beginRead, s.commit, s.rollback} {
 		if st != nil {
 			st.Close()
 		}
 	}
 	err := s.conn.Close()
 	s.conn = nil
+	if err == nil {
+		s.removeSHM()
+	}
 	return err
+}
+
+// removeSHM removes the shared-memory file a closed database leaves. The
+// WAL persists (kept as an empty file, so the next open need not create
+// it), and with it SQLite keeps the -shm, 32 KiB per actor; with the WAL
+// empty (the close checkpointed it: no other connection had the database
+// open) the -shm holds nothing the next open needs.
+func (s *Store) removeSHM() {
+	if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() == 0 {
+		_ = os.Remove(s.path + "-shm")
+	}
 }
 
 // Begin starts a write transaction (BEGIN IMMEDIATE).
@@ -227,6 +252,22 @@ func (s *Store) Rollback() error {
 	}
 	s.inTx = false
 	return run(s.rollback)
+}
+
+// read runs f, which only reads, in one read transaction: the reads see
+// one state and take the database's read lock once rather than once each.
+func (s *Store) read(f func() error) error {
+	if s.inTx {
+		return f()
+	}
+	if err := run(s.beginRead); err != nil {
+		return err
+	}
+	if err := f(); err != nil {
+		_ = run(s.rollback)
+		return err
+	}
+	return run(s.commit)
 }
 
 // InTx reports whether a transaction is open.

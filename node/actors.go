@@ -803,12 +803,7 @@ func (c *nodeActor) WriteMeta(ctx context.Context, key, value string) error {
 
 // Upload uploads a snapshot of the database as the hold's next one.
 func (c *nodeActor) Upload(ctx context.Context) error {
-	var data []byte
-	err := c.e.a.Lock(func(st *hostmod.Store) error {
-		var err error
-		data, err = st.Snapshot()
-		return err
-	})
+	data, err := c.e.a.Snapshot(ctx)
 	if err != nil {
 		return err
 	}

@@ -155,8 +155,7 @@ func (a *actor) WriteMeta(ctx context.Context, k, v string) error {
 }
 
 func (a *actor) Upload(ctx context.Context) error {
-	var data []byte
-	err := a.a.Lock(func(s *hostmod.Store) (err error) { data, err = s.Snapshot(); return err })
+	data, err := a.a.Snapshot(ctx)
 	if err == nil {
 		_, err = a.h.b.Put(ctx, a.key(), data, bucket.Cond{})
 	}
