@@ -16,43 +16,16 @@ import (
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
-// metricValue reads one series of reg: a counter's or a gauge's value, or
-// a histogram's count (0 when there is no such series).
+// metricValue reads reg's series of name whose labels include the given
+// pairs: a counter's or a gauge's value, or a histogram's count (summed over
+// the matching series; 0 when there is none).
 func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue series
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
+	return metricstest.Gather(reg).Value(name, labels...)
 }
 
 func histogramSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {

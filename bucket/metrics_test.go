@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -15,36 +16,14 @@ func s3Requests(reg *prometheus.Registry, op, result string) float64 {
 	return counterValue(reg, "wasmkeep_s3_requests_total", map[string]string{"operation": op, "result": result})
 }
 
-// counterValue reads one series of a counter from reg (0 when it has none).
+// counterValue reads reg's series of name with the given labels (0 when it
+// has none).
 func counterValue(reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		panic(err)
+	var pairs []string
+	for k, v := range labels {
+		pairs = append(pairs, k, v)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
+	return metricstest.Gather(reg).Value(name, pairs...)
 }
 
 // Every operation of the S3 client is counted by the SDK's own operation

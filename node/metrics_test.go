@@ -16,22 +16,21 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
 
-// scrape GETs a metrics endpoint over HTTP and parses the text format.
-type scrape map[string]*dto.MetricFamily
-
-func scrapeMetrics(t *testing.T, url string) scrape {
+// scrapeMetrics GETs a metrics endpoint over HTTP and parses the text
+// format.
+func scrapeMetrics(t *testing.T, url string) metricstest.Families {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -48,43 +47,6 @@ func scrapeMetrics(t *testing.T, url string) scrape {
 		t.Fatalf("parsing %s: %v", url, err)
 	}
 	return fams
-}
-
-// has reports whether the scrape has a family of that name.
-func (s scrape) has(name string) bool { _, ok := s[name]; return ok }
-
-// v is the value of the series of name whose labels include the given
-// pairs: a counter's or gauge's value, a histogram's count; the sum over
-// every matching series (0 when none matches).
-func (s scrape) v(name string, labels ...string) float64 {
-	mf, ok := s[name]
-	if !ok {
-		return 0
-	}
-	sum := 0.0
-series:
-	for _, m := range mf.GetMetric() {
-		have := map[string]string{}
-		for _, lp := range m.GetLabel() {
-			have[lp.GetName()] = lp.GetValue()
-		}
-		for i := 0; i+1 < len(labels); i += 2 {
-			if have[labels[i]] != labels[i+1] {
-				continue series
-			}
-		}
-		switch {
-		case m.GetCounter() != nil:
-			sum += m.GetCounter().GetValue()
-		case m.GetGauge() != nil:
-			sum += m.GetGauge().GetValue()
-		case m.GetHistogram() != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		case m.GetUntyped() != nil:
-			sum += m.GetUntyped().GetValue()
-		}
-	}
-	return sum
 }
 
 func alarmAt(ms int64) []byte {
@@ -132,10 +94,10 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	url := hs.URL + "/metrics"
 
 	before := scrapeMetrics(t, url)
-	if got := before.v("wasmkeep_alarms_pending"); got != 0 {
+	if got := before.Value("wasmkeep_alarms_pending"); got != 0 {
 		t.Fatalf("pending before any alarm = %v", got)
 	}
-	if got := before.v("wasmkeep_node_lease_valid"); got != 1 {
+	if got := before.Value("wasmkeep_node_lease_valid"); got != 1 {
 		t.Fatalf("lease_valid = %v, want 1", got)
 	}
 
@@ -149,21 +111,21 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	}
 	armed := scrapeMetrics(t, url)
 	if fired.Load() == 0 {
-		if got := armed.v("wasmkeep_alarms_pending"); got != actors {
+		if got := armed.Value("wasmkeep_alarms_pending"); got != actors {
 			t.Errorf("pending after arming %d actors = %v", actors, got)
 		}
 	}
-	if got := armed.v("wasmkeep_holds_taken_total"); got != actors {
+	if got := armed.Value("wasmkeep_holds_taken_total"); got != actors {
 		t.Errorf("holds taken = %v, want %d", got, actors)
 	}
-	if got := armed.v("wasmkeep_actor_databases_open"); got != actors {
+	if got := armed.Value("wasmkeep_actor_databases_open"); got != actors {
 		t.Errorf("databases open = %v, want %d", got, actors)
 	}
-	if got := armed.v("wasmkeep_index_puts_total", "result", "ok"); got != actors {
+	if got := armed.Value("wasmkeep_index_puts_total", "result", "ok"); got != actors {
 		t.Errorf("index PUTs = %v, want one per actor, %d", got, actors)
 	}
 	// Each actor: its hold, its index entry, its snapshot.
-	if got := armed.v("wasmkeep_s3_requests_total", "operation", "PutObject", "result", "ok") - before.v("wasmkeep_s3_requests_total", "operation", "PutObject", "result", "ok"); got < 3*actors {
+	if got := armed.Value("wasmkeep_s3_requests_total", "operation", "PutObject", "result", "ok") - before.Value("wasmkeep_s3_requests_total", "operation", "PutObject", "result", "ok"); got < 3*actors {
 		t.Errorf("PutObject ok went up by %v, want at least %d", got, 3*actors)
 	}
 
@@ -182,7 +144,7 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 		{"wasmkeep_alarm_failing_actors", nil, 0},
 		{"wasmkeep_index_deletes_total", []string{"reason", "replaced"}, actors},
 	} {
-		if got := after.v(c.name, c.labels...); got != c.want {
+		if got := after.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("after the firings: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
@@ -190,15 +152,15 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	// middleware: the snapshot PUTs of the firings, the index's batched
 	// deletes, the sweeps' LISTs.
 	for _, op := range []string{"PutObject", "GetObject", "DeleteObjects", "ListObjectsV2"} {
-		if got := after.v("wasmkeep_s3_requests_total", "operation", op) - armed.v("wasmkeep_s3_requests_total", "operation", op); got <= 0 && op != "GetObject" {
+		if got := after.Value("wasmkeep_s3_requests_total", "operation", op) - armed.Value("wasmkeep_s3_requests_total", "operation", op); got <= 0 && op != "GetObject" {
 			t.Errorf("wasmkeep_s3_requests_total{operation=%q} did not go up while the alarms fired", op)
 		}
-		if after.v("wasmkeep_s3_request_duration_seconds", "operation", op) == 0 {
+		if after.Value("wasmkeep_s3_request_duration_seconds", "operation", op) == 0 {
 			t.Errorf("no latency recorded for %s", op)
 		}
 	}
-	if after.v("wasmkeep_sweep_duration_seconds") <= armed.v("wasmkeep_sweep_duration_seconds") || after.v("wasmkeep_sweep_lists_total") == 0 {
-		t.Errorf("the sweeps did not move: %v sweeps, %v LISTs", after.v("wasmkeep_sweep_duration_seconds"), after.v("wasmkeep_sweep_lists_total"))
+	if after.Value("wasmkeep_sweep_duration_seconds") <= armed.Value("wasmkeep_sweep_duration_seconds") || after.Value("wasmkeep_sweep_lists_total") == 0 {
+		t.Errorf("the sweeps did not move: %v sweeps, %v LISTs", after.Value("wasmkeep_sweep_duration_seconds"), after.Value("wasmkeep_sweep_lists_total"))
 	}
 	// The histogram's sum is the lateness in seconds: each fired after its
 	// time, and within the test's bound.
@@ -226,7 +188,7 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	}
 	closed = true
 	final := scrapeMetrics(t, url)
-	if got := final.v("wasmkeep_hold_releases_total"); got != actors {
+	if got := final.Value("wasmkeep_hold_releases_total"); got != actors {
 		t.Errorf("hold releases after a clean shutdown = %v, want %d", got, actors)
 	}
 	checkDocumented(t, final)
@@ -235,7 +197,7 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 // checkDocumented holds the README's table of metrics to what a node in
 // cluster mode registers: every wasmkeep_ metric it serves is documented,
 // and every one documented is served.
-func checkDocumented(t *testing.T, s scrape) {
+func checkDocumented(t *testing.T, s metricstest.Families) {
 	t.Helper()
 	readme, err := os.ReadFile(filepath.Join(testguest.Root(t), "README.md"))
 	if err != nil {
@@ -251,7 +213,7 @@ func checkDocumented(t *testing.T, s scrape) {
 		}
 	}
 	for name := range documented {
-		if !s.has(name) {
+		if !s.Has(name) {
 			t.Errorf("the README lists %s, which the node does not serve", name)
 		}
 	}
@@ -282,7 +244,7 @@ func TestNodesWithTheirOwnRegistries(t *testing.T) {
 	defer s1.Close()
 	s2 := httptest.NewServer(node.MetricsHandler(r2, false))
 	defer s2.Close()
-	if p1, p2 := scrapeMetrics(t, s1.URL+"/metrics").v("wasmkeep_alarms_pending"), scrapeMetrics(t, s2.URL+"/metrics").v("wasmkeep_alarms_pending"); p1 != 1 || p2 != 0 {
+	if p1, p2 := scrapeMetrics(t, s1.URL+"/metrics").Value("wasmkeep_alarms_pending"), scrapeMetrics(t, s2.URL+"/metrics").Value("wasmkeep_alarms_pending"); p1 != 1 || p2 != 0 {
 		t.Fatalf("pending %v and %v, want 1 and 0", p1, p2)
 	}
 	if _, err := node.New(ctx, node.Config{DataDir: t.TempDir(), Classes: classes, Registerer: r1}); err == nil || !strings.Contains(err.Error(), "registering") {
@@ -308,7 +270,7 @@ func TestKeepnodeServesMetrics(t *testing.T) {
 	}
 	first := scrapeMetrics(t, nd.MetricsURL)
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "wasmkeep_alarms_pending", "wasmkeep_actor_databases_max", "wasmkeep_node_lease_valid", "wasmkeep_s3_requests_total"} {
-		if !first.has(name) {
+		if !first.Has(name) {
 			t.Errorf("the first scrape lacks %s", name)
 		}
 	}
@@ -323,31 +285,31 @@ func TestKeepnodeServesMetrics(t *testing.T) {
 	}
 	armed := scrapeMetrics(t, nd.MetricsURL)
 	if time.Now().UnixMilli() < due {
-		if got := armed.v("wasmkeep_alarms_pending"); got != actors {
+		if got := armed.Value("wasmkeep_alarms_pending"); got != actors {
 			t.Errorf("pending after arming = %v, want %d", got, actors)
 		}
 	}
-	var last scrape
+	var last metricstest.Families
 	waitFor(t, "the firings in the metrics", func() bool {
 		last = scrapeMetrics(t, nd.MetricsURL)
-		return last.v("wasmkeep_alarm_firings_total", "outcome", "ok") == actors
+		return last.Value("wasmkeep_alarm_firings_total", "outcome", "ok") == actors
 	})
 	waitFor(t, "the replaced entries' batched delete in the metrics", func() bool {
 		last = scrapeMetrics(t, nd.MetricsURL)
-		return last.v("wasmkeep_s3_requests_total", "operation", "DeleteObjects", "result", "ok") > 0
+		return last.Value("wasmkeep_s3_requests_total", "operation", "DeleteObjects", "result", "ok") > 0
 	})
-	if got := last.v("wasmkeep_alarms_pending"); got != 0 {
+	if got := last.Value("wasmkeep_alarms_pending"); got != 0 {
 		t.Errorf("pending after the firings = %v", got)
 	}
-	if got := last.v("wasmkeep_alarm_lateness_seconds"); got != actors {
+	if got := last.Value("wasmkeep_alarm_lateness_seconds"); got != actors {
 		t.Errorf("lateness observations = %v, want %d", got, actors)
 	}
 	for _, op := range []string{"PutObject", "ListObjectsV2"} {
-		if got := last.v("wasmkeep_s3_requests_total", "operation", op, "result", "ok") - first.v("wasmkeep_s3_requests_total", "operation", op, "result", "ok"); got <= 0 {
+		if got := last.Value("wasmkeep_s3_requests_total", "operation", op, "result", "ok") - first.Value("wasmkeep_s3_requests_total", "operation", op, "result", "ok"); got <= 0 {
 			t.Errorf("%s ok did not go up (%v)", op, got)
 		}
 	}
-	if got := last.v("wasmkeep_sweep_duration_seconds"); got <= first.v("wasmkeep_sweep_duration_seconds") {
+	if got := last.Value("wasmkeep_sweep_duration_seconds"); got <= first.Value("wasmkeep_sweep_duration_seconds") {
 		t.Errorf("no sweep counted (%v)", got)
 	}
 	pprofURL := strings.TrimSuffix(nd.MetricsURL, "/metrics") + "/debug/pprof/cmdline"
