@@ -146,6 +146,9 @@ type Engine struct {
 
 	res *residency
 	mem *memBudget
+	// collectors are the metrics registered (WithRegisterer); Close takes
+	// them out.
+	collectors []prometheus.Collector
 }
 
 // NewEngine creates an engine. Close it to free the runtime.
@@ -226,8 +229,12 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 
 // Close closes the runtime and every instance in it; with WithRuntime, it
 // closes only the classes the engine compiled (close the actors first) and
-// leaves the embedder's runtime open.
+// leaves the embedder's runtime open. Its metrics leave the registerer
+// (WithRegisterer), so a new engine may register there.
 func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.unregister()
+	e.mu.Unlock()
 	if e.owned {
 		return e.r.Close(ctx)
 	}

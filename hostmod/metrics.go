@@ -82,15 +82,26 @@ func (c *residencyCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.refused, s.Refused)
 }
 
-// register registers the engine's collector in the configured registerer.
+// register registers the engine's collectors in the configured registerer;
+// if one fails, those already registered are taken out again.
 func (e *Engine) register() error {
 	if e.cfg.registerer == nil {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{newResidencyCollector(e.res), newMemoryCollector(e)} {
 		if err := e.cfg.registerer.Register(c); err != nil {
+			e.unregister()
 			return fmt.Errorf("hostmod: registering the engine's metrics: %w", err)
 		}
+		e.collectors = append(e.collectors, c)
 	}
 	return nil
+}
+
+// unregister takes the engine's collectors out of the registerer.
+func (e *Engine) unregister() {
+	for _, c := range e.collectors {
+		e.cfg.registerer.Unregister(c)
+	}
+	e.collectors = nil
 }

@@ -101,6 +101,38 @@ func TestEngineMetricsRegistries(t *testing.T) {
 	if _, err := hostmod.NewEngine(ctx, hostmod.WithRegisterer(r1)); err == nil || !strings.Contains(err.Error(), "registering the engine's metrics") {
 		t.Fatalf("a second engine on the same registry: err = %v, want a registration error", err)
 	}
+	// When the registry refuses the second of the engine's collectors (a
+	// gauge of that name is there already), the first leaves again: the
+	// failed engine leaves nothing behind.
+	r5 := prometheus.NewRegistry()
+	r5.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "wasmkeep_instance_memory_bytes", Help: "taken"}))
+	if _, err := hostmod.NewEngine(ctx, hostmod.WithRegisterer(r5)); err == nil {
+		t.Fatal("an engine whose memory gauge is taken registered")
+	}
+	if n := testutil.CollectAndCount(r5); n != 1 {
+		t.Fatalf("%d series in the registry after a failed engine, want the 1 that was there", n)
+	}
+	// A closed engine's metrics leave the registry, and a new engine (a
+	// host restarting its engine in the same process) registers there.
+	r4 := prometheus.NewRegistry()
+	old, err := hostmod.NewEngine(ctx, hostmod.WithRegisterer(r4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(r4); n != 0 {
+		t.Fatalf("%d series left in the registry by a closed engine, want none", n)
+	}
+	renewed, err := hostmod.NewEngine(ctx, hostmod.WithRegisterer(r4), hostmod.WithMaxOpenDatabases(9))
+	if err != nil {
+		t.Fatalf("an engine on the registry of a closed one: %v", err)
+	}
+	defer renewed.Close(ctx)
+	if got := gauge(t, r4, "wasmkeep_actor_databases_max"); got != 9 {
+		t.Fatalf("databases_max = %v, want 9", got)
+	}
 	// Engines that share a registry each get a label of their own.
 	r3 := prometheus.NewRegistry()
 	for _, name := range []string{"a", "b"} {
