@@ -3,7 +3,6 @@ package bucket
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 )
@@ -67,7 +66,7 @@ type delKey struct {
 
 // NewDeleter returns a Deleter on b that gathers keys for window (at most;
 // DefaultDeleteWindow if not positive). onErr, if not nil, is called with
-// the keys of a request that failed, and its error.
+// the keys the store did not remove on any attempt, and the last error.
 func NewDeleter(b Bucket, window time.Duration, onErr func(keys []string, err error)) *Deleter {
 	if window <= 0 {
 		window = DefaultDeleteWindow
@@ -165,27 +164,19 @@ func (d *Deleter) send(ctx context.Context, batch []delKey) {
 		if errors.As(err, &be) {
 			failed = func(k string) bool { _, ok := be.Failed[k]; return ok }
 		}
-		var again []delKey
+		again := map[int][]delKey{} // by tries: one pause each
 		for _, k := range batch {
 			switch {
 			case !failed(k.key):
 			case k.tries < d.retries:
-				again = append(again, delKey{key: k.key, tries: k.tries + 1, by: k.by})
+				k.tries++
+				again[k.tries] = append(again[k.tries], k)
 			default:
 				gaveUp = append(gaveUp, k)
 			}
 		}
-		for len(again) > 0 { // one pause for each number of tries
-			tries := again[0].tries
-			same := func(k delKey) bool { return k.tries == tries }
-			var now []delKey
-			for _, k := range again {
-				if same(k) {
-					now = append(now, k)
-				}
-			}
-			d.pause(now)
-			again = slices.DeleteFunc(again, same)
+		for _, ks := range again {
+			d.pause(ks)
 		}
 	}
 	d.mu.Unlock()
