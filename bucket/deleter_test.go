@@ -97,22 +97,24 @@ func TestDeleterReportsAFailedRequest(t *testing.T) {
 	}
 }
 
+// failFirstBatch makes m fail its first multi-object delete request.
+func failFirstBatch(m *bucket.Mem) {
+	var failed atomic.Bool
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		if op.Kind == bucket.OpDeleteBatch && failed.CompareAndSwap(false, true) {
+			return bucket.Fault{Err: fmt.Errorf("injected")}
+		}
+		return bucket.Fault{}
+	}
+}
+
 // A failed request's keys go out again after the pause and are removed;
 // the keys the store removed are not sent twice, and nothing is reported.
 func TestDeleterRetriesWhatTheStoreDidNotRemove(t *testing.T) {
 	m := bucket.NewMem()
 	c := bucket.NewCounting(m)
 	var mu sync.Mutex
-	failNext := true
-	m.Faults = func(op bucket.Op) bucket.Fault {
-		mu.Lock()
-		defer mu.Unlock()
-		if op.Kind == bucket.OpDeleteBatch && failNext {
-			failNext = false
-			return bucket.Fault{Err: fmt.Errorf("injected")}
-		}
-		return bucket.Fault{}
-	}
+	failFirstBatch(m)
 	var failed []string
 	d := bucket.NewDeleter(c, 5*time.Millisecond, func(keys []string, err error) {
 		mu.Lock()
@@ -138,17 +140,7 @@ func TestDeleterRetriesWhatTheStoreDidNotRemove(t *testing.T) {
 // Flush sends the keys paused before a retry at once.
 func TestDeleterFlushSendsPausedKeys(t *testing.T) {
 	m := bucket.NewMem()
-	var mu sync.Mutex
-	failNext := true
-	m.Faults = func(op bucket.Op) bucket.Fault {
-		mu.Lock()
-		defer mu.Unlock()
-		if op.Kind == bucket.OpDeleteBatch && failNext {
-			failNext = false
-			return bucket.Fault{Err: fmt.Errorf("injected")}
-		}
-		return bucket.Fault{}
-	}
+	failFirstBatch(m)
 	d := bucket.NewDeleter(m, time.Hour, nil)
 	d.SetRetries(1, time.Hour)
 	mustPut(t, m, "a", nil, bucket.Cond{})
