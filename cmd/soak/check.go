@@ -133,15 +133,18 @@ type kill struct {
 
 // Causes of a duplicate run.
 const (
-	causeKill     = "the first run's node was killed before the run again"
+	causeKill     = "the first run's node was killed within a lease period of the run, before it ran again"
 	causeSameNode = "run again on the same node (its upload failed or its reply was lost, so the node gave the actor up)"
 	causeTakeover = "run again on another node, the first one alive (it gave the actor up: a cut, a failed or late upload, a lapsed lease)"
 )
 
-// dupCause says why an attempt ran twice, from who ran it and the kills.
-func dupCause(d dup, kills []kill) string {
+// dupCause says why an attempt ran twice, from who ran it and the kills. A
+// node that outlives its run by a lease period has replicated the run or
+// given the actor up (an upload counts only while the hold is valid), so
+// only a kill within lease of the first run is taken as its cause.
+func dupCause(d dup, kills []kill, lease int64) string {
 	for _, k := range kills {
-		if k.Node == d.First.Node && k.At >= d.First.At && k.At <= d.Again.At {
+		if k.Node == d.First.Node && k.At >= d.First.At && k.At <= min(d.Again.At, d.First.At+lease) {
 			return causeKill
 		}
 	}

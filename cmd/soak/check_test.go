@@ -125,14 +125,17 @@ func TestRunsTheGuestSaid(t *testing.T) {
 			{recFire, s3, 1, s3 + 9_000, -1}},
 	}
 	h.Plan.Fails = 0
-	kills := []kill{{Node: "n0", At: s1 + 100}, {Node: "n1", At: s3 + 20_000}}
+	// n0 dies just after its run; n2 dies too, but long after its run of
+	// s3 (by then it had replicated the run or given the actor up).
+	kills := []kill{{Node: "n0", At: s1 + 100}, {Node: "n1", At: s3 + 20_000}, {Node: "n2", At: s3 + 7_000}}
+	const lease = 6_000
 	v := check(h, bd)
 	if v.Runs != 7 || len(v.Dups) != 3 {
 		t.Fatalf("%d runs, %d duplicates %+v; want 7 and 3", v.Runs, len(v.Dups), v.Dups)
 	}
 	want := []string{causeKill, causeSameNode, causeTakeover}
 	for i, d := range v.Dups {
-		if got := dupCause(d, kills); got != want[i] {
+		if got := dupCause(d, kills, lease); got != want[i] {
 			t.Errorf("duplicate %d (%s then %s): cause %q, want %q", i, d.First, d.Again, got, want[i])
 		}
 	}

@@ -452,7 +452,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		sum.RunDups += len(v.Dups)
 		sum.Unseen += v.Unseen
 		for _, d := range v.Dups {
-			sum.DupCauses[dupCause(d, kills)]++
+			sum.DupCauses[dupCause(d, kills, o.leaseTTL.Milliseconds())]++
 			if d.First.At >= bd.Quiet {
 				sum.QuietDups++
 			}
