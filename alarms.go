@@ -201,6 +201,9 @@ type Plugin struct {
 	// known is, by TimerKey, the entry the latest upload this node carried
 	// out for the actor named (stale.go).
 	known map[string]alarmindex.Key
+	// tried keeps, by TimerKey, a removal of stale entries that removed
+	// nothing or failed, and when to try that entry time again (stale.go).
+	tried map[string]staleTry
 	// taker and runCtx are RunTimer's, while it runs (stale.go).
 	taker  Taker
 	runCtx context.Context
@@ -268,6 +271,7 @@ func Register(cfg Config) (*Plugin, error) {
 		again:     map[string]int64{},
 		redeliver: map[string]int64{},
 		known:     map[string]alarmindex.Key{},
+		tried:     map[string]staleTry{},
 		idle:      make(chan func()),
 		m:         m,
 		failing:   map[string]int{},
@@ -560,6 +564,9 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 		p.m.deleteStale(err)
 		if err != nil {
 			p.log.Debug("could not delete an index entry; it is removed when it comes due", "actor", id.String(), "key", s.Key.String(), "stale", s.Stale, "error", err)
+			if d != nil {
+				d.failedDeletes++
+			}
 		} else if s.Stale && d != nil {
 			d.Deleted = append(d.Deleted, s.Key.String())
 		}
@@ -602,6 +609,8 @@ type Delivery struct {
 	Deleted []string
 	// RetryAt, when not zero, is when the host's timer tries again.
 	RetryAt int64
+
+	failedDeletes int // stale DELETEs that failed
 }
 
 // Deliver delivers the entry at dueMs for an actor the host took for it

@@ -294,3 +294,40 @@ func TestARemovalOfStaleEntriesArmsACommittedAlarmRatherThanRunningIt(t *testing
 		t.Errorf("on-alarm ran %d times, want once, by the timer's delivery", runs)
 	}
 }
+
+// An overdue entry the delivery rules keep (here one of a newer
+// generation than the hold's, R3) is not taken again on every sweep: once
+// a removal removed nothing, that entry time waits RetryMax.
+func TestAnEntryTheRulesKeepIsTriedOncePerRetryMax(t *testing.T) {
+	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		n := newStaleNode(t, b)
+		a := &fakeActor{p: n.p, j: n.j, id: xid, gen: 3, holdValid: true, uploaded: true, bucketHad: true,
+			meta: map[string]string{}, initRecorded: true}
+		tA := swStart.Add(time.Second).UnixMilli()
+		tB := tA + time.Minute.Milliseconds()
+		n.event(t, a, tB)
+		newer := alarmindex.Key{Actor: xid, DueMs: tA, Tag: alarmindex.Tag{Generation: 4, Nonce: "77"}}
+		if _, err := b.Put(ctx, newer.String(), nil, bucket.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		n.host.advance(time.Second + swMargin + time.Second)
+		tk := &taker{a: a}
+		n.runTimer(t, tk)
+		dones := func() int {
+			tk.mu.Lock()
+			defer tk.mu.Unlock()
+			return len(tk.dones)
+		}
+		n.sweepUntil(t, "a removal that removes nothing", func() bool { return dones() == 1 })
+		for range 5 {
+			n.p.Sweep(ctx)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if got := dones(); got != 1 || !exists(t, b, newer) {
+			t.Fatalf("%d removals over six sweeps (entry there: %v), want 1 and the entry kept", got, exists(t, b, newer))
+		}
+		n.host.advance(swRetryMax)
+		n.sweepUntil(t, "the entry tried again after RetryMax", func() bool { return dones() == 2 })
+	})
+}

@@ -33,6 +33,14 @@ import (
 // armed with it. The timer's own time, retries and failure counts are
 // left as they were.
 
+// staleTry is a removal that removed nothing (the rules kept what it
+// listed: R3, say) or failed: the entry time is not delivered again
+// before until, so an entry the rules keep costs a Take and a LIST per
+// RetryMax (per RetryAfterError after a failure), not per sweep.
+type staleTry struct {
+	due, until int64
+}
+
 // noteUploaded records the entry an upload of this node named (nil:
 // none), once the upload counted (the hold was valid when it returned).
 func (p *Plugin) noteUploaded(id abi.ActorID, named *alarmindex.Key) {
@@ -51,6 +59,7 @@ func (p *Plugin) noteUploaded(id abi.ActorID, named *alarmindex.Key) {
 func (p *Plugin) forgetKnown(key string) {
 	p.mu.Lock()
 	delete(p.known, key)
+	delete(p.tried, key)
 	p.mu.Unlock()
 }
 
@@ -63,7 +72,11 @@ func (p *Plugin) kept(d sweeper.Delivery) {
 	_, redeliver := p.redeliver[key]
 	busy := p.inflight[key]
 	t, ctx := p.taker, p.runCtx
+	tried, wasTried := p.tried[key]
 	p.mu.Unlock()
+	if wasTried && tried.due == d.DueMs && p.cfg.Host.Now().UnixMilli() < tried.until {
+		return
+	}
 	// Only an actor whose upload this node carried out, for an entry time
 	// other than the one that upload named; not while a delivery is under
 	// way or a failed one waits to deliver its entry time again; only
@@ -151,14 +164,28 @@ func (p *Plugin) removeStale(ctx context.Context, t Taker, id abi.ActorID, deliv
 		p.log.Debug("could not take the actor to remove its stale index entries", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
 		return
 	}
-	err = p.removeStaleTaken(ctx, a, delivered)
+	removed, failedDeletes, err := p.removeStaleTaken(ctx, a, delivered)
+	now := p.cfg.Host.Now()
+	p.mu.Lock()
+	switch {
+	case err != nil || failedDeletes:
+		p.tried[key] = staleTry{due: delivered.DueMs, until: now.Add(p.cfg.RetryAfterError).UnixMilli()}
+	case !removed:
+		p.tried[key] = staleTry{due: delivered.DueMs, until: now.Add(p.cfg.RetryMax).UnixMilli()}
+	default:
+		delete(p.tried, key)
+	}
+	p.mu.Unlock()
 	if err != nil {
 		p.log.Debug("could not remove the stale index entries of an actor; a later sweep tries again", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
 	}
 	a.Done(ctx, err)
 }
 
-func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmindex.Key) (err error) {
+// removeStaleTaken does removeStale's work on the taken actor; removed
+// reports whether it removed an entry or armed the timer, failedDeletes
+// whether a DELETE failed (harmless: the actor is not given up for it).
+func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmindex.Key) (removed, failedDeletes bool, err error) {
 	id := a.ID()
 	key := TimerKey(id)
 	defer func() {
@@ -173,6 +200,8 @@ func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmi
 		case alarmindex.OutcomeStale, alarmindex.OutcomeNoState:
 			var out Delivery
 			err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
+			removed = len(out.Deleted) > 0
+			failedDeletes = out.failedDeletes > 0
 			if err == nil {
 				p.log.Info("removed stale index entries of an actor the timer keeps at a later time", "actor", id.String(), "due_ms", delivered.DueMs, "deleted", len(out.Deleted))
 			}
@@ -180,11 +209,12 @@ func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmi
 			// The committed alarm is that time, and overdue: the timer
 			// is armed with it (Set: the committed alarm decides).
 			p.cfg.Timer.Set(key, *st.Alarm)
+			removed = true
 		default:
 			// OutcomeKeep: the bucket never had the actor and this hold
 			// uploaded nothing; the rules remove nothing and let it go.
 			a.Release(ctx)
 		}
 	}
-	return err
+	return removed, failedDeletes, err
 }
