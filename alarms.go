@@ -198,6 +198,15 @@ type Plugin struct {
 	// redeliver keeps the entry time of a delivery that failed, so that
 	// its retry delivers that time rather than the retry's.
 	redeliver map[string]int64
+	// known is, by TimerKey, the entry the latest upload this node carried
+	// out for the actor named (stale.go).
+	known map[string]alarmindex.Key
+	// tried keeps, by TimerKey, a removal of stale entries that removed
+	// nothing or failed, and when to try that entry time again (stale.go).
+	tried map[string]staleTry
+	// taker and runCtx are RunTimer's, while it runs (stale.go).
+	taker  Taker
+	runCtx context.Context
 	// idle hands a delivery to a worker waiting for one (unbuffered);
 	// workers counts them, at most Config.MaxConcurrentDeliveries.
 	idle    chan func()
@@ -261,6 +270,8 @@ func Register(cfg Config) (*Plugin, error) {
 		inflight:  map[string]bool{},
 		again:     map[string]int64{},
 		redeliver: map[string]int64{},
+		known:     map[string]alarmindex.Key{},
+		tried:     map[string]staleTry{},
 		idle:      make(chan func()),
 		m:         m,
 		failing:   map[string]int{},
@@ -308,6 +319,7 @@ func Register(cfg Config) (*Plugin, error) {
 		Live:    cfg.Host,
 		Tenants: tenants,
 		Busy:    busy,
+		Kept:    p.kept,
 		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
 		Logger:  cfg.Logger.Named("sweep"),
 		OnSweep: onSweep,
@@ -417,11 +429,12 @@ func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts
 	}, nil
 }
 
-// indexExec plans the upload of kind and returns its executor.
-func (p *Plugin) indexExec(ctx context.Context, a Actor, kind UploadKind) (*alarmindex.Exec, error) {
+// indexExec plans the upload of kind and returns its executor and the
+// entry the uploaded state names (nil: none).
+func (p *Plugin) indexExec(ctx context.Context, a Actor, kind UploadKind) (*alarmindex.Exec, *alarmindex.Key, error) {
 	f, err := p.eventFacts(ctx, a)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var plan alarmindex.IndexPlan
 	switch kind {
@@ -433,9 +446,13 @@ func (p *Plugin) indexExec(ctx context.Context, a Actor, kind UploadKind) (*alar
 		plan, err = p.rules.AfterEvent(f)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return p.rules.ExecIndex(f.Actor, plan), nil
+	named := f.Recorded
+	if plan.Record {
+		named = plan.Recorded
+	}
+	return p.rules.ExecIndex(f.Actor, plan), named, nil
 }
 
 // Replicate uploads the actor's database (Actor.Upload) with the alarm
@@ -450,11 +467,15 @@ func (p *Plugin) Replicate(ctx context.Context, a Actor, kind UploadKind) error 
 	if p.cfg.SingleNode {
 		return nil
 	}
-	x, err := p.indexExec(ctx, a, kind)
+	x, named, err := p.indexExec(ctx, a, kind)
 	if err != nil {
 		return err
 	}
-	return p.run(ctx, a, x, nil)
+	if err := p.run(ctx, a, x, nil); err != nil {
+		return err
+	}
+	p.noteUploaded(a.ID(), named)
+	return nil
 }
 
 // BeforeUpload is Replicate for a host whose upload is not one call: it
@@ -468,7 +489,7 @@ func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (af
 	if p.cfg.SingleNode {
 		return func(context.Context) error { return nil }, nil
 	}
-	x, err := p.indexExec(ctx, a, kind)
+	x, named, err := p.indexExec(ctx, a, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -480,7 +501,13 @@ func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (af
 		}
 		if s.Kind == alarmindex.StepUpload {
 			x.Report(nil)
-			return func(ctx context.Context) error { return p.run(ctx, a, x, nil) }, nil
+			return func(ctx context.Context) error {
+				if err := p.run(ctx, a, x, nil); err != nil {
+					return err
+				}
+				p.noteUploaded(a.ID(), named)
+				return nil
+			}, nil
 		}
 		p.step(ctx, a, x, s, nil)
 	}
@@ -537,6 +564,9 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 		p.m.deleteStale(err)
 		if err != nil {
 			p.log.Debug("could not delete an index entry; it is removed when it comes due", "actor", id.String(), "key", s.Key.String(), "stale", s.Stale, "error", err)
+			if d != nil {
+				d.failedDeletes++
+			}
 		} else if s.Stale && d != nil {
 			d.Deleted = append(d.Deleted, s.Key.String())
 		}
@@ -579,6 +609,8 @@ type Delivery struct {
 	Deleted []string
 	// RetryAt, when not zero, is when the host's timer tries again.
 	RetryAt int64
+
+	failedDeletes int // stale DELETEs that failed
 }
 
 // Deliver delivers the entry at dueMs for an actor the host took for it
@@ -598,15 +630,28 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 		return Delivery{Outcome: alarmindex.OutcomeRun, Event: ev}, nil
 	}
 	id := a.ID()
+	delivered := alarmindex.Key{Actor: toIndex(id), DueMs: dueMs, Legacy: p.takeLegacy(id, dueMs)}
+	plan, _, err := p.deliveryPlan(ctx, a, delivered)
+	if err != nil {
+		return Delivery{}, err
+	}
+	out := Delivery{Outcome: plan.Outcome}
+	err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
+	return out, err
+}
+
+// deliveryPlan reads the actor's committed state and decides what
+// delivering the entry time of delivered does.
+func (p *Plugin) deliveryPlan(ctx context.Context, a Actor, delivered alarmindex.Key) (alarmindex.DeliveryPlan, ActorState, error) {
+	id := a.ID()
 	st, err := a.Read(ctx)
 	if err != nil {
-		return Delivery{}, &abi.ActorError{ID: id, Op: "read the committed alarm", Err: err}
+		return alarmindex.DeliveryPlan{}, st, &abi.ActorError{ID: id, Op: "read the committed alarm", Err: err}
 	}
 	rec, err := alarmindex.ParseRecorded(toIndex(id), st.Indexed)
 	if err != nil {
-		return Delivery{}, &abi.ActorError{ID: id, Op: "the recorded index entry cannot be read", Err: err}
+		return alarmindex.DeliveryPlan{}, st, &abi.ActorError{ID: id, Op: "the recorded index entry cannot be read", Err: err}
 	}
-	delivered := alarmindex.Key{Actor: toIndex(id), DueMs: dueMs, Legacy: p.takeLegacy(id, dueMs)}
 	plan, err := p.rules.Deliver(alarmindex.DeliveryFacts{
 		Delivered:          delivered,
 		Alarm:              st.Alarm,
@@ -618,10 +663,5 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 		Uploaded:           a.Uploaded(),
 		BucketHadActor:     a.BucketHadActor(),
 	})
-	if err != nil {
-		return Delivery{}, err
-	}
-	out := Delivery{Outcome: plan.Outcome}
-	err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
-	return out, err
+	return plan, st, err
 }

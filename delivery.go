@@ -64,7 +64,15 @@ type Delivered struct {
 // entry time again after Config.RetryAfterError. It returns once every
 // delivery it started has ended.
 func (p *Plugin) RunTimer(ctx context.Context, t Taker) {
+	p.mu.Lock()
+	p.taker, p.runCtx = t, ctx // removals of stale entries take actors with it (stale.go)
+	p.mu.Unlock()
 	defer p.wg.Wait()
+	defer func() {
+		p.mu.Lock()
+		p.taker, p.runCtx = nil, nil
+		p.mu.Unlock()
+	}()
 	p.cfg.Timer.Run(ctx, p.cfg.Host, func(key string, at int64) { p.start(ctx, t, key, at) })
 }
 
@@ -75,6 +83,10 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	p.mu.Lock()
 	delete(p.redeliver, key)
 	p.forgetFailing(key) // an event that sets or clears the alarm resets the failure count
+	if alarm == nil {
+		delete(p.known, key)
+		delete(p.tried, key)
+	}
 	p.mu.Unlock()
 	if alarm != nil {
 		p.cfg.Timer.Set(key, *alarm)
@@ -230,6 +242,8 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)
 		p.mu.Lock()
 		p.forgetFailing(key)
+		delete(p.known, key)
+		delete(p.tried, key)
 		p.mu.Unlock()
 		p.cfg.Timer.Remove(key)
 		p.log.Debug("alarm dropped: the actor is not this node's to run", "actor", id.String(), "error", err)

@@ -37,6 +37,10 @@
 //     every hold. Nodes sweep every 10 s (cutoff: lease plus 5 s grace) with
 //     Walk and PlanSweep over the live nodes (valid leases), offer to their
 //     Timer, and deliver what it pops. A node's own events Set its timer.
+//     For an actor the planner left out because the timer keeps it at a
+//     later time, the node holding it (once it uploaded it) delivers the
+//     overdue entry's time without running on-alarm, as the plugin does
+//     (alarms/stale.go): stale entries removed by the delivery rules.
 //     Half the runs add a gateway: a node that holds a lease and sweeps but
 //     serves no class (its planner counts every actor busy, as the plugin
 //     does for a class a node does not serve), so the entries whose shard

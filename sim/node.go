@@ -306,7 +306,82 @@ func (s *sim) sweep(n *node) {
 			s.logf("%s sweep offers %s at %s (%d keys, anyone=%t)", n.addr, d.Actor, fmtMs(d.DueMs-epochMs), len(d.Keys), d.Anyone)
 		}
 	}
+	for _, d := range plan.Busy {
+		s.removeKeptStale(n, d)
+	}
 	s.arm(n)
+}
+
+// removeKeptStale is the plugin's removal of an overdue entry of an actor
+// the timer keeps at a later time (alarms/stale.go): a sweep left the
+// actor out, so the node holding it, once it uploaded it, delivers the
+// entry's time on its own through the delivery rules, without running
+// on-alarm and leaving the timer's time alone; if the committed alarm is
+// that time after all, the timer is set to it.
+func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
+	ak := d.Actor.String()
+	h0 := n.held[ak]
+	if n.gateway || n.busy[ak] || h0 == nil || !h0.uploaded || h0.db.rec != nil && h0.db.rec.DueMs == d.DueMs {
+		return
+	}
+	if at, ok := n.timer.Get(ak); !ok || at <= d.DueMs {
+		return
+	}
+	entry := pickKey(d.Keys)
+	if entry == nil {
+		return
+	}
+	n.busy[ak] = true
+	boot := n.boot
+	finish := func() {
+		if n.boot == boot {
+			delete(n.busy, ak)
+		}
+	}
+	s.take(n, d.Actor, func(h *held, _ int, _ string) {
+		if h == nil {
+			finish()
+			return
+		}
+		p, err := n.rules.Deliver(alarmindex.DeliveryFacts{
+			Delivered:          *entry,
+			Alarm:              h.db.alarm,
+			Recorded:           h.db.rec,
+			InitRecorded:       h.db.init,
+			Generation:         h.gen,
+			HoldValid:          s.holdValid(n, h),
+			ReplicationHealthy: !n.cut(s.now),
+			Uploaded:           h.uploaded,
+			BucketHadActor:     h.bucketHad,
+		})
+		if err != nil {
+			s.giveUp(n, h, err.Error())
+			finish()
+			return
+		}
+		switch p.Outcome {
+		case alarmindex.OutcomeStale, alarmindex.OutcomeNoState:
+			s.c.KeptStale++
+			s.logf("%s removes stale entries of %s at %s (its timer keeps a later time)", n.addr, h.actor, fmtMs(entry.DueMs-epochMs))
+			dr := &driven{next: h.db.clone(), entry: *entry, indexed: true}
+			s.drive(n, h, n.rules.ExecDelivery(p), dr, func(err error) {
+				h.lastUse = s.now
+				if err != nil {
+					s.giveUp(n, h, err.Error())
+				}
+				finish()
+			})
+		case alarmindex.OutcomeRun:
+			n.timer.Set(ak, entry.DueMs)
+			n.pending[ak] = pendingKey{at: entry.DueMs, key: entry}
+			s.arm(n)
+			finish()
+		default:
+			// The bucket never had the actor: remove nothing, let it go.
+			s.release(n, h)
+			finish()
+		}
+	})
 }
 
 // pickKey chooses the entry a delivery names: a legacy one if there is one

@@ -126,6 +126,9 @@ type Counters struct {
 	Keeps int64
 	// StaleDeletes: DELETEs sent for stale entries.
 	StaleDeletes int64
+	// KeptStale: stale entries' times delivered, without running, by the
+	// node holding an actor its timer keeps at a later time.
+	KeptStale int64
 	// NoState: deliveries for an actor with no state.
 	NoState int64
 	// Requests: client requests that ran.

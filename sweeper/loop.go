@@ -68,6 +68,10 @@ type Config struct {
 	// Busy reports an actor already in flight or retrying on this node
 	// (see [PlanInput.Busy]). Nil: none.
 	Busy func(abi.ActorID) bool
+	// Kept, if set, is told each candidate Busy left out of a sweep's
+	// plan ([Plan.Busy]), after the plan's deliveries were offered. Nil:
+	// none.
+	Kept func(Delivery)
 	// Rand rotates anyone's entries. Required; used by one sweep at a time.
 	Rand *rand.Rand
 	// Logger; nil logs nothing.
@@ -279,6 +283,11 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 		l.cfg.Sink.Offer(d)
 	}
 	l.delivered.Add(int64(len(plan.Deliveries)))
+	if l.cfg.Kept != nil {
+		for _, d := range plan.Busy {
+			l.cfg.Kept(d)
+		}
+	}
 	if len(res.Entries) > 0 || len(plan.Deliveries) > 0 {
 		l.log.Debug("swept", "tenant", tenant, "entries", len(res.Entries), "delivered", len(plan.Deliveries),
 			"own", plan.Stats.Own, "anyone", plan.Stats.Anyone, "busy", plan.Stats.Busy,

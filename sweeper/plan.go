@@ -85,7 +85,12 @@ type Plan struct {
 	// Deliveries, own ones first (earliest first), then anyone's in the
 	// order of their rotation.
 	Deliveries []Delivery
-	Stats      PlanStats
+	// Busy are the candidates [PlanInput.Busy] left out (earliest first),
+	// whatever their shard: a caller that tends to them otherwise (the
+	// plugin removes a stale entry of an actor its timer keeps at a later
+	// time) can see them.
+	Busy  []Delivery
+	Stats PlanStats
 }
 
 // PlanSweep decides which overdue entries this node delivers in one sweep.
@@ -116,6 +121,7 @@ func PlanSweep(in PlanInput) Plan {
 	for _, c := range cands {
 		if in.Busy != nil && in.Busy(c.Actor) {
 			plan.Stats.Busy++
+			plan.Busy = append(plan.Busy, c)
 			continue
 		}
 		switch {

@@ -321,6 +321,16 @@ func TestPlanBusyNotCounted(t *testing.T) {
 			t.Fatalf("busy actor %v delivered", d.Actor)
 		}
 	}
+	// The plan names the actors it left out, for a caller that tends to
+	// them otherwise, each with its entry's time and key.
+	if len(p.Busy) != 100 {
+		t.Fatalf("plan names %d busy actors, want 100", len(p.Busy))
+	}
+	for _, d := range p.Busy {
+		if !busy[d.Actor] || len(d.Keys) != 1 || d.DueMs > ago(testMargin) {
+			t.Fatalf("busy candidate %+v: not a busy actor's overdue entry", d)
+		}
+	}
 }
 
 // One delivery per actor: all its keys at its earliest time.

@@ -105,6 +105,55 @@ func (a attempt) String() string {
 	return fmt.Sprintf("%s fired on %s: scheduled %s retry %d (late %dms)", ms(a.At), a.Node, ms(a.Scheduled), a.Retry, a.At-a.Scheduled)
 }
 
+// guestRun is an on-alarm run as the guest itself said it (its "run" line on
+// stdout, which the node logs as it is written, before the run commits):
+// every run, committed or not, failed or not.
+type guestRun struct {
+	Node      string
+	At        int64 // the log line's time
+	Scheduled int64
+	Retry     int
+}
+
+func (r guestRun) String() string {
+	return fmt.Sprintf("%s on-alarm ran on %s: scheduled %s retry %d", ms(r.At), r.Node, ms(r.Scheduled), r.Retry)
+}
+
+// dup is a run of an attempt (scheduled time and retry count) that had
+// already run.
+type dup struct {
+	First, Again guestRun
+}
+
+// kill is a SIGKILL the soak sent.
+type kill struct {
+	Node string
+	At   int64
+}
+
+// Causes of a duplicate run.
+const (
+	causeKill     = "the first run's node was killed within a lease period of the run, before it ran again"
+	causeSameNode = "run again on the same node (its upload failed or its reply was lost, so the node gave the actor up)"
+	causeTakeover = "run again on another node, the first one alive (it gave the actor up: a cut, a failed or late upload, a lapsed lease)"
+)
+
+// dupCause says why an attempt ran twice, from who ran it and the kills. A
+// node that outlives its run by a lease period has replicated the run or
+// given the actor up (an upload counts only while the hold is valid), so
+// only a kill within lease of the first run is taken as its cause.
+func dupCause(d dup, kills []kill, lease int64) string {
+	for _, k := range kills {
+		if k.Node == d.First.Node && k.At >= d.First.At && k.At <= min(d.Again.At, d.First.At+lease) {
+			return causeKill
+		}
+	}
+	if d.Again.Node == d.First.Node {
+		return causeSameNode
+	}
+	return causeTakeover
+}
+
 // plan is what the soak made of an actor.
 type plan struct {
 	Name     string
@@ -151,6 +200,7 @@ type history struct {
 	Plan      plan
 	Ops       []op
 	Attempts  []attempt
+	Runs      []guestRun // up to the ledger's read
 	Ledger    []record
 	HasLedger bool  // false for a deleted actor (reading it would create it again)
 	DeletedAt int64 // when the delete was acknowledged, 0 if never
@@ -171,6 +221,13 @@ type verdict struct {
 	// Duplicates counts successful runs the nodes logged beyond the first
 	// for the same scheduled time.
 	Duplicates int
+	// Runs counts the runs the guest said; Dups are those of an attempt
+	// (scheduled time, retry count) that had already run.
+	Runs int
+	Dups []dup
+	// Unseen counts committed firings whose run the guest was not seen to
+	// say (its line lost: over the guest output rate limit, say).
+	Unseen int
 	// Uncommitted counts logged successful runs whose scheduled time no
 	// committed firing has (their commit was lost with their node, and a
 	// later event replaced the alarm).
@@ -222,6 +279,30 @@ func check(h history, b bounds) verdict {
 	}
 	for _, n := range runs {
 		v.Duplicates += n - 1
+	}
+	// Every run, as the guest said it: none before its time, none after a
+	// delete; a second run of the same attempt is a duplicate.
+	type attemptKey struct {
+		scheduled int64
+		retry     int
+	}
+	said := map[attemptKey]guestRun{}
+	rs := append([]guestRun(nil), h.Runs...)
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].At < rs[j].At })
+	v.Runs = len(rs)
+	for _, r := range rs {
+		if r.At < r.Scheduled {
+			v.fail("on-alarm ran at %s on %s, %dms before its time %s", ms(r.At), r.Node, r.Scheduled-r.At, ms(r.Scheduled))
+		}
+		if h.DeletedAt > 0 && r.At > h.DeletedAt {
+			v.fail("on-alarm ran at %s on %s, after its delete was acknowledged at %s", ms(r.At), r.Node, ms(h.DeletedAt))
+		}
+		k := attemptKey{r.Scheduled, r.Retry}
+		if first, ok := said[k]; ok {
+			v.Dups = append(v.Dups, dup{First: first, Again: r})
+			continue
+		}
+		said[k] = r
 	}
 	if !h.HasLedger {
 		if h.PendingAtEnd >= 0 {
@@ -281,6 +362,9 @@ func check(h history, b bounds) verdict {
 			if runs[r.A] == 0 {
 				v.LedgerOnly++
 			}
+			if _, ok := said[attemptKey{r.A, int(r.B)}]; !ok {
+				v.Unseen++
+			}
 			pending, pendingFails = r.D, h.Plan.Fails
 		default:
 			v.fail("record %d has kind %d", i, r.Kind)
@@ -321,6 +405,10 @@ func (h history) report(v verdict) string {
 	fmt.Fprintf(&s, "  on-alarm runs the nodes logged:\n")
 	for _, a := range h.Attempts {
 		fmt.Fprintf(&s, "    %s\n", a)
+	}
+	fmt.Fprintf(&s, "  on-alarm runs the guest said:\n")
+	for _, r := range h.Runs {
+		fmt.Fprintf(&s, "    %s\n", r)
 	}
 	if h.HasLedger {
 		fmt.Fprintf(&s, "  committed ledger:\n")

@@ -102,3 +102,60 @@ func TestParseLedger(t *testing.T) {
 		t.Fatal("a torn record parsed")
 	}
 }
+
+// Runs as the guest said them: a second run of an attempt is a duplicate,
+// its cause read from who ran it and the kills; a run before its time, or
+// after a delete, is a violation; a committed firing with no run said is
+// counted.
+func TestRunsTheGuestSaid(t *testing.T) {
+	const t0 = int64(1_000_000)
+	bd := bounds{Alarm: 5000, RetryBase: time.Second, RetryMax: 8 * time.Second, Quiet: t0 + 60_000, End: t0 + 120_000}
+	s1, s2, s3 := t0+1_000, t0+20_000, t0+40_000
+	h := history{Plan: plan{Name: "t/soak/a", Kind: "oneshot"}, HasLedger: true,
+		Runs: []guestRun{
+			{Node: "n0", At: s1 + 10, Scheduled: s1},
+			{Node: "n1", At: s1 + 9_000, Scheduled: s1}, // n0 was killed in between
+			{Node: "n1", At: s2 + 10, Scheduled: s2},
+			{Node: "n1", At: s2 + 4_000, Scheduled: s2}, // n1 again
+			{Node: "n2", At: s3 + 10, Scheduled: s3},
+			{Node: "n0", At: s3 + 8_000, Scheduled: s3},           // another node, n2 alive
+			{Node: "n0", At: s3 + 9_000, Scheduled: s3, Retry: 1}, // a retry: not a duplicate
+		},
+		Ledger: []record{{recArm, s1, 1, t0, s1}, {recFire, s1, 0, s1 + 9_000, s2}, {recFire, s2, 0, s2 + 4_000, s3},
+			{recFire, s3, 1, s3 + 9_000, -1}},
+	}
+	h.Plan.Fails = 0
+	// n0 dies just after its run; n2 dies too, but long after its run of
+	// s3 (by then it had replicated the run or given the actor up).
+	kills := []kill{{Node: "n0", At: s1 + 100}, {Node: "n1", At: s3 + 20_000}, {Node: "n2", At: s3 + 7_000}}
+	const lease = 6_000
+	v := check(h, bd)
+	if v.Runs != 7 || len(v.Dups) != 3 {
+		t.Fatalf("%d runs, %d duplicates %+v; want 7 and 3", v.Runs, len(v.Dups), v.Dups)
+	}
+	want := []string{causeKill, causeSameNode, causeTakeover}
+	for i, d := range v.Dups {
+		if got := dupCause(d, kills, lease); got != want[i] {
+			t.Errorf("duplicate %d (%s then %s): cause %q, want %q", i, d.First, d.Again, got, want[i])
+		}
+	}
+	if v.Unseen != 0 {
+		t.Errorf("%d committed firings unseen, want 0", v.Unseen)
+	}
+
+	early := h
+	early.Runs = append([]guestRun{{Node: "n2", At: s1 - 5, Scheduled: s1}}, h.Runs[1:]...)
+	if v := check(early, bd); !strings.Contains(strings.Join(v.Violations, "\n"), "before its time") {
+		t.Errorf("a run before its time: violations %v", v.Violations)
+	}
+	unseen := h
+	unseen.Runs = h.Runs[2:]
+	if v := check(unseen, bd); v.Unseen != 1 {
+		t.Errorf("the first firing's runs left out: %d unseen, want 1", v.Unseen)
+	}
+	deleted := h
+	deleted.HasLedger, deleted.Ledger, deleted.DeletedAt, deleted.PendingAtEnd = false, nil, s2, -1
+	if v := check(deleted, bd); !strings.Contains(strings.Join(v.Violations, "\n"), "after its delete") {
+		t.Errorf("runs after a delete: violations %v", v.Violations)
+	}
+}

@@ -72,4 +72,10 @@ func TestShortSoak(t *testing.T) {
 	if sum.Committed < o.actors || sum.Acked == 0 {
 		t.Fatalf("%d firings committed and %d requests acknowledged: the soak hardly ran", sum.Committed, sum.Acked)
 	}
+	// The runs the guests said are the count of duplicates: every
+	// committed firing must be among them.
+	if sum.Unseen > 0 || sum.Runs < sum.Committed {
+		t.Fatalf("%d runs said, %d committed firings, %d of them with no run said: the guests' lines are not all read",
+			sum.Runs, sum.Committed, sum.Unseen)
+	}
 }

@@ -16,9 +16,13 @@
 ;;   op 4 get:   respond with the ledger
 ;; Anything else, or a short request, fails with 1.
 ;;
-;; on-alarm fails (returns 1) while its retry count is below `fails`; then it
-;; records the firing and, if interval_ms > 0, sets the next alarm for now +
-;; interval_ms (otherwise the alarm is gone: a one-shot).
+;; on-alarm first writes a line to stdout, "run <scheduled> <retry count>",
+;; which the node logs with the actor's name as it is written, before the
+;; run commits: so every run is seen from outside, even one whose commit
+;; dies with its node. Then it fails (returns 1) while its retry count is
+;; below `fails`; then it records the firing and, if interval_ms > 0, sets
+;; the next alarm for now + interval_ms (otherwise the alarm is gone: a
+;; one-shot).
 ;;
 ;; Build: wat2wasm soak_actor.wat -o soak_actor.wasm (make testdata does it).
 (module
@@ -29,6 +33,7 @@
   (import "wasmkeep:actor" "kv-get" (func $kv_get (param i32 i32 i32 i32 i32) (result i32)))
   (import "wasmkeep:actor" "kv-put" (func $kv_put (param i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "clock_time_get" (func $clock_time_get (param i32 i64 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   ;; 4 pages: the ledger holds up to 6,500 records.
   (memory (export "memory") 4)
 
@@ -36,7 +41,9 @@
   (data (i32.const 100) "L")
   (data (i32.const 104) "C")
   ;; 112: u32 value length from kv-get; 120: clock; 128..144: behaviour;
-  ;; 200..240: the request; 1024..: the ledger.
+  ;; 200..240: the request; 300..380: the stdout line; 400..408: its iovec;
+  ;; 416: bytes written; 1024..: the ledger.
+  (data (i32.const 300) "run ")
   (global $ledger i32 (i32.const 1024))
   (global $cap i32 (i32.const 261120)) ;; 4*65536 - 1024
 
@@ -44,6 +51,38 @@
     (if (call $clock_time_get (i32.const 0) (i64.const 1000000) (i32.const 120))
       (then unreachable))
     (i64.div_u (i64.load (i32.const 120)) (i64.const 1000000)))
+
+  ;; utoa writes v in decimal at p and returns the end.
+  (func $utoa (param $v i64) (param $p i32) (result i32)
+    (local $t i64) (local $end i32) (local $q i32)
+    (local.set $end (i32.add (local.get $p) (i32.const 1)))
+    (local.set $t (i64.div_u (local.get $v) (i64.const 10)))
+    (block $counted
+      (loop $count
+        (br_if $counted (i64.eqz (local.get $t)))
+        (local.set $end (i32.add (local.get $end) (i32.const 1)))
+        (local.set $t (i64.div_u (local.get $t) (i64.const 10)))
+        (br $count)))
+    (local.set $t (local.get $v))
+    (local.set $q (local.get $end))
+    (loop $digit
+      (local.set $q (i32.sub (local.get $q) (i32.const 1)))
+      (i32.store8 (local.get $q) (i32.add (i32.const 48) (i32.wrap_i64 (i64.rem_u (local.get $t) (i64.const 10)))))
+      (local.set $t (i64.div_u (local.get $t) (i64.const 10)))
+      (br_if $digit (i32.gt_u (local.get $q) (local.get $p))))
+    (local.get $end))
+
+  ;; say_run writes "run <scheduled> <retry>\n" to stdout (a failed write is
+  ;; ignored: the line is for the soak's count, not the actor's state).
+  (func $say_run (param $scheduled i64) (param $retry i32)
+    (local $e i32)
+    (local.set $e (call $utoa (local.get $scheduled) (i32.const 304)))
+    (i32.store8 (local.get $e) (i32.const 32))
+    (local.set $e (call $utoa (i64.extend_i32_u (local.get $retry)) (i32.add (local.get $e) (i32.const 1))))
+    (i32.store8 (local.get $e) (i32.const 10))
+    (i32.store (i32.const 400) (i32.const 300))
+    (i32.store (i32.const 404) (i32.sub (i32.add (local.get $e) (i32.const 1)) (i32.const 300)))
+    (drop (call $fd_write (i32.const 1) (i32.const 400) (i32.const 1) (i32.const 416))))
 
   ;; ledger_len reads the ledger into memory and returns its length.
   (func $ledger_len (result i32)
@@ -95,6 +134,7 @@
 
   (func (export "on-alarm") (param $scheduled i64) (param $retry i32) (result i32)
     (local $e i32) (local $now i64) (local $next i64)
+    (call $say_run (local.get $scheduled) (local.get $retry))
     ;; the behaviour (zero if never armed: a one-shot that never fails)
     (i64.store (i32.const 128) (i64.const 0))
     (i64.store (i32.const 136) (i64.const 0))

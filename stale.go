@@ -1,0 +1,220 @@
+package alarms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// Stale entries of actors the node timer keeps.
+//
+// A sweep leaves out an actor whose time in the node timer no offer can
+// replace (one within the retry horizon: its next alarm, or a retry in
+// progress). That is right for the alarm the timer holds, but an overdue
+// entry of the actor at another, earlier time (a replaced entry whose
+// DELETE failed on every attempt, or whose node died before its batch
+// left) would then never be delivered, and so never removed, for as long
+// as the actor keeps re-arming within the horizon.
+//
+// So the plugin remembers, for each actor whose upload it carried out
+// here, the entry that upload named (known). When a sweep leaves out such
+// an actor for an overdue entry at a time other than that entry's, while
+// the timer holds the actor at a later time, the plugin delivers that
+// entry time on its own: it takes the actor, and the ordinary delivery
+// rules decide (docs/design.md#delivery): entries at a time that is not
+// the committed alarm are stale and are removed (R2, with the fence; R3;
+// nothing while the bucket never had the actor). on-alarm never runs
+// here; if the committed alarm is that time after all, the timer is
+// armed with it. The timer's own time, retries and failure counts are
+// left as they were.
+
+// staleTry is a removal that removed nothing (the rules kept what it
+// listed: R3, say) or failed: the entry time is not delivered again
+// before until, so an entry the rules keep costs a Take and a LIST per
+// RetryMax (per RetryAfterError after a failure), not per sweep.
+type staleTry struct {
+	due, until int64
+}
+
+// noteUploaded records the entry an upload of this node named (nil:
+// none), once the upload counted (the hold was valid when it returned).
+func (p *Plugin) noteUploaded(id abi.ActorID, named *alarmindex.Key) {
+	key := TimerKey(id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if named == nil {
+		delete(p.known, key)
+		return
+	}
+	p.known[key] = *named
+}
+
+// forgetKnown drops what noteUploaded recorded for key (the actor is not
+// this node's, or has no alarm).
+func (p *Plugin) forgetKnown(key string) {
+	p.mu.Lock()
+	delete(p.known, key)
+	delete(p.tried, key)
+	p.mu.Unlock()
+}
+
+// kept is told each actor a sweep left out, with its earliest overdue
+// entries (sweeper.Config.Kept).
+func (p *Plugin) kept(d sweeper.Delivery) {
+	key := TimerKey(d.Actor)
+	p.mu.Lock()
+	named, known := p.known[key]
+	_, redeliver := p.redeliver[key]
+	busy := p.inflight[key]
+	t, ctx := p.taker, p.runCtx
+	tried, wasTried := p.tried[key]
+	p.mu.Unlock()
+	if wasTried && tried.due == d.DueMs && p.cfg.Host.Now().UnixMilli() < tried.until {
+		return
+	}
+	// Only an actor whose upload this node carried out, for an entry time
+	// other than the one that upload named; not while a delivery is under
+	// way or a failed one waits to deliver its entry time again; only
+	// while RunTimer runs.
+	if !known || named.DueMs == d.DueMs || redeliver || busy || t == nil || ctx == nil {
+		return
+	}
+	if held, ok := p.cfg.Timer.Get(key); !ok || held <= d.DueMs {
+		return // the timer delivers that time, or an earlier one, itself
+	}
+	legacy := false
+	for _, k := range d.Keys {
+		if pk, err := alarmindex.ParseKey(k); err == nil && pk.Legacy {
+			legacy = true
+		}
+	}
+	if !p.claim(key) {
+		return
+	}
+	job := func() {
+		defer p.wg.Done()
+		defer p.release(key)
+		defer func() {
+			if r := recover(); r != nil {
+				p.log.Error("panic removing stale index entries", "key", key, "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		p.removeStale(ctx, t, d.Actor, alarmindex.Key{Actor: toIndex(d.Actor), DueMs: d.DueMs, Legacy: legacy})
+	}
+	// A free delivery worker, or a new one under the cap; otherwise a
+	// later sweep tries again (never wait here: this is the sweep).
+	select {
+	case p.idle <- job:
+		return
+	default:
+	}
+	if p.workers.Load() < int64(p.cfg.MaxConcurrentDeliveries) {
+		p.workers.Add(1)
+		p.wg.Add(1)
+		go p.worker(ctx, job)
+		return
+	}
+	p.release(key)
+	p.wg.Done()
+}
+
+// claim marks key in flight for a removal of stale entries (false: a
+// delivery is under way, or RunTimer has ended) and counts it in the
+// plugin's wait group.
+func (p *Plugin) claim(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflight[key] || p.taker == nil || p.runCtx.Err() != nil {
+		return false
+	}
+	p.inflight[key] = true
+	p.wg.Add(1)
+	return true
+}
+
+// release ends what claim started: a time the timer popped meanwhile is
+// armed again, as after a delivery.
+func (p *Plugin) release(key string) {
+	p.mu.Lock()
+	delete(p.inflight, key)
+	at, again := p.again[key]
+	delete(p.again, key)
+	p.mu.Unlock()
+	if _, held := p.cfg.Timer.Get(key); again && !held {
+		p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())
+	}
+}
+
+// removeStale takes the actor and delivers the entry time of delivered
+// without running on-alarm: the stale entries at that time are removed as
+// the rules say. An error gives the actor up, as a failed delivery does;
+// its entries stay for a later sweep.
+func (p *Plugin) removeStale(ctx context.Context, t Taker, id abi.ActorID, delivered alarmindex.Key) {
+	key := TimerKey(id)
+	a, err := t.Take(ctx, id)
+	if err != nil {
+		if errors.Is(err, ErrNotHere) {
+			p.forgetKnown(key)
+		}
+		p.log.Debug("could not take the actor to remove its stale index entries", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
+		return
+	}
+	removed, failedDeletes, err := p.removeStaleTaken(ctx, a, delivered)
+	now := p.cfg.Host.Now()
+	p.mu.Lock()
+	switch {
+	case err != nil || failedDeletes:
+		p.tried[key] = staleTry{due: delivered.DueMs, until: now.Add(p.cfg.RetryAfterError).UnixMilli()}
+	case !removed:
+		p.tried[key] = staleTry{due: delivered.DueMs, until: now.Add(p.cfg.RetryMax).UnixMilli()}
+	default:
+		delete(p.tried, key)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.log.Debug("could not remove the stale index entries of an actor; a later sweep tries again", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
+	}
+	a.Done(ctx, err)
+}
+
+// removeStaleTaken does removeStale's work on the taken actor; removed
+// reports whether it removed an entry or armed the timer, failedDeletes
+// whether a DELETE failed (harmless: the actor is not given up for it).
+func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmindex.Key) (removed, failedDeletes bool, err error) {
+	id := a.ID()
+	key := TimerKey(id)
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("panic removing stale index entries; giving the actor up", "actor", id.String(), "panic", r, "stack", string(debug.Stack()))
+			err = &abi.ActorError{ID: id, Op: "remove stale index entries", Err: fmt.Errorf("%w: %v", ErrPanicked, r)}
+		}
+	}()
+	plan, st, err := p.deliveryPlan(ctx, a, delivered)
+	if err == nil {
+		switch plan.Outcome {
+		case alarmindex.OutcomeStale, alarmindex.OutcomeNoState:
+			var out Delivery
+			err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
+			removed = len(out.Deleted) > 0
+			failedDeletes = out.failedDeletes > 0
+			if err == nil {
+				p.log.Info("removed stale index entries of an actor the timer keeps at a later time", "actor", id.String(), "due_ms", delivered.DueMs, "deleted", len(out.Deleted))
+			}
+		case alarmindex.OutcomeRun:
+			// The committed alarm is that time, and overdue: the timer
+			// is armed with it (Set: the committed alarm decides).
+			p.cfg.Timer.Set(key, *st.Alarm)
+			removed = true
+		default:
+			// OutcomeKeep: the bucket never had the actor and this hold
+			// uploaded nothing; the rules remove nothing and let it go.
+			a.Release(ctx)
+		}
+	}
+	return removed, failedDeletes, err
+}
