@@ -48,6 +48,7 @@ const (
 // with NewS3. It is safe for concurrent use.
 type S3 struct {
 	client *s3.Client
+	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
 	name   string
 	pages  atomic.Int64
 }
@@ -175,7 +176,8 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			tr.MaxIdleConns = max(tr.MaxIdleConns, o.maxIdleConns)
 			tr.MaxIdleConnsPerHost = o.maxIdleConns
 		})
-	cfg.HTTPClient = attemptCounter{hc}
+	doer := attemptCounter{hc}
+	cfg.HTTPClient = doer
 	var metrics *s3Metrics
 	if o.registerer != nil {
 		if metrics, err = newS3Metrics(o.registerer); err != nil {
@@ -200,7 +202,11 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			so.APIOptions = append(so.APIOptions, metrics.addTo)
 		}
 	})
-	return &S3{client: client, name: bucketName}, nil
+	lean, err := newLeanPut(ctx, client, bucketName, doer, metrics)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %q: %w", bucketName, err)
+	}
+	return &S3{client: client, lean: lean, name: bucketName}, nil
 }
 
 func isAWSEndpoint(endpoint string) bool {
@@ -291,6 +297,13 @@ func (b *S3) Put(ctx context.Context, key string, body []byte, cond Cond) (strin
 	if err := cond.validate(); err != nil {
 		return "", b.fail(OpPut, key, n, err)
 	}
+	if b.lean != nil {
+		etag, err := b.lean.put(ctx, key, body, cond)
+		if err != nil {
+			return "", b.fail(OpPut, key, n, putError(err, cond))
+		}
+		return etag, nil
+	}
 	in := &s3.PutObjectInput{
 		Bucket:        &b.name,
 		Key:           &key,
@@ -305,13 +318,19 @@ func (b *S3) Put(ctx context.Context, key string, body []byte, cond Cond) (strin
 	}
 	out, err := b.client.PutObject(ctx, in)
 	if err != nil {
-		err = classify(err)
-		if cond.IfMatch != "" && errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPrecondition) {
-			err = fmt.Errorf("%w: If-Match on a missing key: %w", ErrPrecondition, err)
-		}
-		return "", b.fail(OpPut, key, n, err)
+		return "", b.fail(OpPut, key, n, putError(err, cond))
 	}
 	return aws.ToString(out.ETag), nil
+}
+
+// putError classifies a failed PUT; a PUT If-Match on a missing key fails
+// with ErrPrecondition as well as ErrNotFound.
+func putError(err error, cond Cond) error {
+	err = classify(err)
+	if cond.IfMatch != "" && errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPrecondition) {
+		err = fmt.Errorf("%w: If-Match on a missing key: %w", ErrPrecondition, err)
+	}
+	return err
 }
 
 // Delete removes key; a missing key is not an error.
