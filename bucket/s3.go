@@ -161,22 +161,31 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
-	// The SDK's buildable client carries AWS_CA_BUNDLE if set; bound each
-	// attempt and count attempts around it. One client (and so one pool of
-	// connections) serves every request of the bucket, as the SDK advises;
-	// the pool is sized so concurrent requests reuse their connections
-	// rather than dial (Go's default keeps two idle per host).
+	// The SDK's buildable client carries AWS_CA_BUNDLE if set; its
+	// transport, with the dial timeout and pool size set here, is the one
+	// transport of the bucket, under one http.Client that bounds each
+	// attempt and counts attempts, for the SDK's requests and the lean
+	// PUTs alike. One client (and so one pool of connections) serves every
+	// request of the bucket, as the SDK advises; the pool is sized so
+	// concurrent requests reuse their connections rather than dial (Go's
+	// default keeps two idle per host). The http.Client holds the
+	// *http.Transport itself, not wrapped as the buildable client wraps
+	// it, so that its timeout costs a context deadline per request rather
+	// than a timer goroutine.
 	hc, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
 	if !ok || hc == nil {
 		hc = awshttp.NewBuildableClient()
 	}
-	hc = hc.WithTimeout(o.requestTimeout).
-		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(o.requestTimeout, 10*time.Second) }).
+	hc = hc.WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(o.requestTimeout, 10*time.Second) }).
 		WithTransportOptions(func(tr *http.Transport) {
 			tr.MaxIdleConns = max(tr.MaxIdleConns, o.maxIdleConns)
 			tr.MaxIdleConnsPerHost = o.maxIdleConns
 		})
-	doer := attemptCounter{hc}
+	doer := attemptCounter{&http.Client{
+		Transport:     hc.GetTransport(),
+		Timeout:       o.requestTimeout,
+		CheckRedirect: limitedRedirect,
+	}}
 	cfg.HTTPClient = doer
 	var metrics *s3Metrics
 	if o.registerer != nil {
@@ -233,9 +242,23 @@ func (b *S3) ListPagesSent() int64 { return b.pages.Load() }
 // operation.
 type attemptsKey struct{}
 
-// attemptCounter is the SDK's HTTP client, counting the attempts of the
+// attemptCounter is the bucket's HTTP client, counting the attempts of the
 // operation whose context carries attemptsKey.
-type attemptCounter struct{ next *awshttp.BuildableClient }
+type attemptCounter struct{ next *http.Client }
+
+// limitedRedirect follows only 307 and 308 redirects (they keep the method
+// and body), as the SDK's own HTTP client does, and drops a session token
+// on the way to another host; any other 3xx is returned as the answer.
+func limitedRedirect(r *http.Request, via []*http.Request) error {
+	switch r.Response.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		if len(via) > 0 && via[len(via)-1].URL.Host != r.URL.Host {
+			r.Header.Del("X-Amz-Security-Token")
+		}
+		return nil
+	}
+	return http.ErrUseLastResponse
+}
 
 func (a attemptCounter) Do(r *http.Request) (*http.Response, error) {
 	if n, ok := r.Context().Value(attemptsKey{}).(*atomic.Int32); ok {
