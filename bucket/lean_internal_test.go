@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -123,5 +125,43 @@ func TestLeanPutAddressesAsTheSDK(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The bucket's HTTP client follows 307 and 308 redirects only, as the
+// SDK's does: S3 answers 301 (often without a Location) for a bucket in
+// another region, which is the caller's error to see, not a request to
+// repeat elsewhere.
+func TestLimitedRedirect(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/301", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusMovedPermanently) })
+	mux.HandleFunc("/302", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
+	mux.HandleFunc("/307", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusTemporaryRedirect) })
+	mux.HandleFunc("/308", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusPermanentRedirect) })
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(append([]byte(r.Method+" "), body...))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := &http.Client{CheckRedirect: limitedRedirect}
+	for path, want := range map[string]string{"/301": "301 ", "/302": "302 ", "/307": "200 PUT x", "/308": "200 PUT x"} {
+		req, err := http.NewRequest(http.MethodPut, srv.URL+path, strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got := strconv.Itoa(resp.StatusCode) + " "
+		if resp.StatusCode == http.StatusOK {
+			got += string(body)
+		}
+		if got != want {
+			t.Errorf("PUT %s: %q, want %q", path, got, want)
+		}
 	}
 }
