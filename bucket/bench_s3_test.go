@@ -52,6 +52,7 @@ func benchPut(b *testing.B, c *bucket.S3, size int) {
 	body := make([]byte, size)
 	done := make(chan error)
 	c0 := processCPU(b)
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
 		go func() {

@@ -44,6 +44,13 @@ const (
 	DefaultMaxIdleConns = 128
 )
 
+// writeBufferSize is each connection's write buffer. A request whose
+// headers and body fit in it is copied into it and written with one
+// system call; net/http's default of 4 KiB sends a snapshot in two writes
+// and copies its remainder through a buffer allocated for each request.
+// Snapshots of small actors are a few KiB to a few tens of KiB.
+const writeBufferSize = 64 << 10
+
 // S3 is a Bucket on an S3-compatible store, through aws-sdk-go-v2. Create it
 // with NewS3. It is safe for concurrent use.
 type S3 struct {
@@ -180,6 +187,7 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 		WithTransportOptions(func(tr *http.Transport) {
 			tr.MaxIdleConns = max(tr.MaxIdleConns, o.maxIdleConns)
 			tr.MaxIdleConnsPerHost = o.maxIdleConns
+			tr.WriteBufferSize = writeBufferSize
 		})
 	doer := attemptCounter{&http.Client{
 		Transport:     hc.GetTransport(),
