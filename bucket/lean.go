@@ -22,7 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyauth "github.com/aws/smithy-go/auth"
-	"github.com/aws/smithy-go/encoding/httpbinding"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,6 +52,7 @@ type leanPut struct {
 	creds         aws.CredentialsProvider
 	retryer       aws.Retryer
 	base          url.URL // the bucket's endpoint, as the SDK resolves it
+	baseRawPath   string  // its escaped path
 	signingName   string
 	signingRegion string
 	// unsignedPayload: over HTTPS the payload is not hashed into the
@@ -133,6 +133,7 @@ func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDo
 		creds:           o.Credentials,
 		retryer:         o.Retryer,
 		base:            e.URI,
+		baseRawPath:     e.URI.EscapedPath(),
 		signingName:     name,
 		signingRegion:   region,
 		unsignedPayload: e.URI.Scheme == "https",
@@ -155,8 +156,41 @@ func (l *leanPut) objectURL(key string) *url.URL {
 	u := l.base
 	u.User = nil
 	u.Path = smithyhttp.JoinPath(l.base.Path, "/"+key)
-	u.RawPath = smithyhttp.JoinPath(l.base.EscapedPath(), "/"+httpbinding.EscapePath(key, false))
+	u.RawPath = smithyhttp.JoinPath(l.baseRawPath, "/"+escapeKey(key))
 	return &u
+}
+
+// escapeKey escapes key as httpbinding.EscapePath(key, false) does, without
+// its formatted write per escaped byte; a key that needs no escaping (as
+// the index's and the snapshots' keys) is returned as it is.
+func escapeKey(key string) string {
+	n := 0
+	for i := 0; i < len(key); i++ {
+		if !keepInPath(key[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return key
+	}
+	const hexUpper = "0123456789ABCDEF"
+	b := make([]byte, 0, len(key)+2*n)
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if keepInPath(c) {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', hexUpper[c>>4], hexUpper[c&15])
+	}
+	return string(b)
+}
+
+// keepInPath reports whether S3 takes c unescaped in a key's path: ASCII
+// letters and digits, "-._~" and the separator "/".
+func keepInPath(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~' || c == '/'
 }
 
 // put stores body under key if cond holds and returns the ETag, with the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/encoding/httpbinding"
 )
 
 // captureDoer records the requests sent through it and answers each with
@@ -162,6 +163,19 @@ func TestLimitedRedirect(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("PUT %s: %q, want %q", path, got, want)
+		}
+	}
+}
+
+// escapeKey escapes every byte as the SDK does.
+func TestEscapeKeyAsTheSDK(t *testing.T) {
+	var all []byte
+	for c := range 256 {
+		all = append(all, byte(c))
+	}
+	for _, k := range []string{"", "alarms/t/000123", "a b", string(all), "ü☃/%2F"} {
+		if got, want := escapeKey(k), httpbinding.EscapePath(k, false); got != want {
+			t.Errorf("escapeKey(%q) = %q, the SDK's %q", k, got, want)
 		}
 	}
 }

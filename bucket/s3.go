@@ -53,6 +53,13 @@ const writeBufferSize = 64 << 10
 
 // S3 is a Bucket on an S3-compatible store, through aws-sdk-go-v2. Create it
 // with NewS3. It is safe for concurrent use.
+//
+// PUTs, the requests a node sends for every replicated firing, bypass the
+// SDK's middleware stack: they are built, signed with the SDK's SigV4
+// signer and retried by the SDK's retryer in lean.go, with the same
+// outcomes, attempts and metrics as the SDK's PutObject (over HTTPS the
+// payload is left out of the signature, as the SDK does; over plain HTTP
+// its SHA-256 is signed). Every other operation goes through the SDK.
 type S3 struct {
 	client *s3.Client
 	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
