@@ -44,10 +44,25 @@ const (
 	DefaultMaxIdleConns = 128
 )
 
+// writeBufferSize is each connection's write buffer. A request whose
+// headers and body fit in it is copied into it and written with one
+// system call; net/http's default of 4 KiB sends a snapshot in two writes
+// and copies its remainder through a buffer allocated for each request.
+// Snapshots of small actors are a few KiB to a few tens of KiB.
+const writeBufferSize = 64 << 10
+
 // S3 is a Bucket on an S3-compatible store, through aws-sdk-go-v2. Create it
 // with NewS3. It is safe for concurrent use.
+//
+// PUTs, the requests a node sends for every replicated firing, bypass the
+// SDK's middleware stack: they are built, signed with the SDK's SigV4
+// signer and retried by the SDK's retryer in lean.go, with the same
+// outcomes, attempts and metrics as the SDK's PutObject (over HTTPS the
+// payload is left out of the signature, as the SDK does; over plain HTTP
+// its SHA-256 is signed). Every other operation goes through the SDK.
 type S3 struct {
 	client *s3.Client
+	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
 	name   string
 	pages  atomic.Int64
 }
@@ -160,22 +175,33 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
-	// The SDK's buildable client carries AWS_CA_BUNDLE if set; bound each
-	// attempt and count attempts around it. One client (and so one pool of
-	// connections) serves every request of the bucket, as the SDK advises;
-	// the pool is sized so concurrent requests reuse their connections
-	// rather than dial (Go's default keeps two idle per host).
+	// The SDK's buildable client carries AWS_CA_BUNDLE if set; its
+	// transport, with the dial timeout and pool size set here, is the one
+	// transport of the bucket, under one http.Client that bounds each
+	// attempt and counts attempts, for the SDK's requests and the lean
+	// PUTs alike. One client (and so one pool of connections) serves every
+	// request of the bucket, as the SDK advises; the pool is sized so
+	// concurrent requests reuse their connections rather than dial (Go's
+	// default keeps two idle per host). The http.Client holds the
+	// *http.Transport itself, not wrapped as the buildable client wraps
+	// it, so that its timeout costs a context deadline per request rather
+	// than a timer goroutine.
 	hc, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
 	if !ok || hc == nil {
 		hc = awshttp.NewBuildableClient()
 	}
-	hc = hc.WithTimeout(o.requestTimeout).
-		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(o.requestTimeout, 10*time.Second) }).
+	hc = hc.WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(o.requestTimeout, 10*time.Second) }).
 		WithTransportOptions(func(tr *http.Transport) {
 			tr.MaxIdleConns = max(tr.MaxIdleConns, o.maxIdleConns)
 			tr.MaxIdleConnsPerHost = o.maxIdleConns
+			tr.WriteBufferSize = writeBufferSize
 		})
-	cfg.HTTPClient = attemptCounter{hc}
+	doer := attemptCounter{&http.Client{
+		Transport:     hc.GetTransport(),
+		Timeout:       o.requestTimeout,
+		CheckRedirect: limitedRedirect,
+	}}
+	cfg.HTTPClient = doer
 	var metrics *s3Metrics
 	if o.registerer != nil {
 		if metrics, err = newS3Metrics(o.registerer); err != nil {
@@ -200,7 +226,11 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			so.APIOptions = append(so.APIOptions, metrics.addTo)
 		}
 	})
-	return &S3{client: client, name: bucketName}, nil
+	lean, err := newLeanPut(ctx, client, bucketName, doer, metrics)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %q: %w", bucketName, err)
+	}
+	return &S3{client: client, lean: lean, name: bucketName}, nil
 }
 
 func isAWSEndpoint(endpoint string) bool {
@@ -227,9 +257,23 @@ func (b *S3) ListPagesSent() int64 { return b.pages.Load() }
 // operation.
 type attemptsKey struct{}
 
-// attemptCounter is the SDK's HTTP client, counting the attempts of the
+// attemptCounter is the bucket's HTTP client, counting the attempts of the
 // operation whose context carries attemptsKey.
-type attemptCounter struct{ next *awshttp.BuildableClient }
+type attemptCounter struct{ next *http.Client }
+
+// limitedRedirect follows only 307 and 308 redirects (they keep the method
+// and body), as the SDK's own HTTP client does, and drops a session token
+// on the way to another host; any other 3xx is returned as the answer.
+func limitedRedirect(r *http.Request, via []*http.Request) error {
+	switch r.Response.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		if len(via) > 0 && via[len(via)-1].URL.Host != r.URL.Host {
+			r.Header.Del("X-Amz-Security-Token")
+		}
+		return nil
+	}
+	return http.ErrUseLastResponse
+}
 
 func (a attemptCounter) Do(r *http.Request) (*http.Response, error) {
 	if n, ok := r.Context().Value(attemptsKey{}).(*atomic.Int32); ok {
@@ -291,6 +335,13 @@ func (b *S3) Put(ctx context.Context, key string, body []byte, cond Cond) (strin
 	if err := cond.validate(); err != nil {
 		return "", b.fail(OpPut, key, n, err)
 	}
+	if b.lean != nil {
+		etag, err := b.lean.put(ctx, key, body, cond)
+		if err != nil {
+			return "", b.fail(OpPut, key, n, putError(err, cond))
+		}
+		return etag, nil
+	}
 	in := &s3.PutObjectInput{
 		Bucket:        &b.name,
 		Key:           &key,
@@ -305,13 +356,19 @@ func (b *S3) Put(ctx context.Context, key string, body []byte, cond Cond) (strin
 	}
 	out, err := b.client.PutObject(ctx, in)
 	if err != nil {
-		err = classify(err)
-		if cond.IfMatch != "" && errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPrecondition) {
-			err = fmt.Errorf("%w: If-Match on a missing key: %w", ErrPrecondition, err)
-		}
-		return "", b.fail(OpPut, key, n, err)
+		return "", b.fail(OpPut, key, n, putError(err, cond))
 	}
 	return aws.ToString(out.ETag), nil
+}
+
+// putError classifies a failed PUT; a PUT If-Match on a missing key fails
+// with ErrPrecondition as well as ErrNotFound.
+func putError(err error, cond Cond) error {
+	err = classify(err)
+	if cond.IfMatch != "" && errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPrecondition) {
+		err = fmt.Errorf("%w: If-Match on a missing key: %w", ErrPrecondition, err)
+	}
+	return err
 }
 
 // Delete removes key; a missing key is not an error.

@@ -1,0 +1,397 @@
+package bucket
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+	smithyauth "github.com/aws/smithy-go/auth"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// leanPut sends PutObject requests without the SDK's middleware stack: an
+// http.Request built here, signed by the SDK's own SigV4 signer with the
+// client's credentials, sent on the client's HTTP client (one pool of
+// connections with the SDK's requests), and retried by the client's own
+// retryer on the errors the SDK would build for the same failure, so that
+// what is retried, how many times and after what pause, is the SDK's
+// decision. A PUT is a conditional write of a body the caller holds in
+// memory; through the SDK it runs some fifty middlewares (flexible
+// checksums, endpoint rules, user agent, recursion detection, retry
+// metrics, XML deserialisation of an empty answer), each with its
+// allocations, for what is one signed HTTP request whose answer is a
+// status and an ETag.
+//
+// What it leaves out, against the SDK path: the per-attempt invocation
+// and attempt headers (amz-sdk-invocation-id, amz-sdk-request), the
+// SDK's user agent, the correction of a skewed local clock, Expect:
+// 100-continue for bodies over 2 MiB, and on AWS (where the SDK adds a
+// CRC32 checksum to every PUT) the flexible checksum: the payload is
+// covered by the signature's SHA-256 over plain HTTP and by TLS over
+// HTTPS.
+type leanPut struct {
+	client        httpDoer
+	signer        *v4.Signer
+	creds         aws.CredentialsProvider
+	retryer       aws.Retryer
+	base          url.URL // the bucket's endpoint, as the SDK resolves it
+	baseRawPath   string  // its escaped path
+	signingName   string
+	signingRegion string
+	// unsignedPayload: over HTTPS the payload is not hashed into the
+	// signature (UNSIGNED-PAYLOAD, as the SDK does for S3 over TLS); over
+	// plain HTTP its SHA-256 is, or anyone on the path could change it.
+	unsignedPayload bool
+	metrics         *leanMetrics
+}
+
+type httpDoer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// leanMetrics are the S3 metrics' series for PutObject, looked up once.
+type leanMetrics struct {
+	*s3Metrics
+	ok       prometheus.Counter
+	duration prometheus.Observer
+	attempts prometheus.Counter
+}
+
+const putObject = "PutObject"
+
+// newLeanPut prepares the lean path for client's PUTs into bucket, or
+// returns nil (the SDK path then serves every PUT) when the client is
+// configured in a way it does not cover: an endpoint whose auth scheme is
+// not SigV4 (SigV4a multi-region access points, S3 Express), no
+// credentials, or anonymous ones.
+func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDoer, m *s3Metrics) (*leanPut, error) {
+	o := client.Options()
+	if o.Credentials == nil {
+		return nil, nil
+	}
+	if _, anon := o.Credentials.(aws.AnonymousCredentials); anon {
+		return nil, nil
+	}
+	if o.EndpointResolverV2 == nil {
+		return nil, nil
+	}
+	// The parameters the SDK binds for PutObject (bindEndpointParams); the
+	// key is not among those the rules read (see endpointCache).
+	p := s3.EndpointParameters{
+		Bucket:                         aws.String(bucket),
+		Region:                         aws.String(o.Region),
+		UseFIPS:                        aws.Bool(o.EndpointOptions.UseFIPSEndpoint == aws.FIPSEndpointStateEnabled),
+		UseDualStack:                   aws.Bool(o.EndpointOptions.UseDualStackEndpoint == aws.DualStackEndpointStateEnabled),
+		Endpoint:                       o.BaseEndpoint,
+		ForcePathStyle:                 aws.Bool(o.UsePathStyle),
+		Accelerate:                     aws.Bool(o.UseAccelerate),
+		DisableMultiRegionAccessPoints: aws.Bool(o.DisableMultiRegionAccessPoints),
+		UseArnRegion:                   aws.Bool(o.UseARNRegion),
+		DisableS3ExpressSessionAuth:    o.DisableS3ExpressSessionAuth,
+	}
+	e, err := o.EndpointResolverV2.ResolveEndpoint(ctx, p.WithDefaults())
+	if err != nil {
+		return nil, fmt.Errorf("resolving the endpoint: %w", err)
+	}
+	opts, _ := smithyauth.GetAuthOptions(&e.Properties)
+	// The endpoint rules name the scheme "sigv4" ("sigv4a" and
+	// "sigv4-s3express" are the others).
+	if len(opts) == 0 || (opts[0].SchemeID != "sigv4" && opts[0].SchemeID != smithyauth.SchemeIDSigV4) {
+		return nil, nil
+	}
+	name, ok := smithyhttp.GetSigV4SigningName(&opts[0].SignerProperties)
+	if !ok {
+		name = "s3"
+	}
+	region, ok := smithyhttp.GetSigV4SigningRegion(&opts[0].SignerProperties)
+	if !ok {
+		region = o.Region
+	}
+	if len(e.Headers) > 0 || e.URI.RawQuery != "" {
+		return nil, nil // an endpoint that wants more than a URL
+	}
+	l := &leanPut{
+		client:          hc,
+		signer:          v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true }),
+		creds:           o.Credentials,
+		retryer:         o.Retryer,
+		base:            e.URI,
+		baseRawPath:     e.URI.EscapedPath(),
+		signingName:     name,
+		signingRegion:   region,
+		unsignedPayload: e.URI.Scheme == "https",
+	}
+	if m != nil {
+		l.metrics = &leanMetrics{
+			s3Metrics: m,
+			ok:        m.requests.WithLabelValues(putObject, ResultOK),
+			duration:  m.duration.WithLabelValues(putObject),
+			attempts:  m.attempts.WithLabelValues(putObject),
+		}
+	}
+	return l, nil
+}
+
+// objectURL is the URL of key in the bucket: the endpoint's path joined
+// with the key, escaped as the SDK escapes a greedy path label (every byte
+// but letters, digits, "-._~" and "/").
+func (l *leanPut) objectURL(key string) *url.URL {
+	u := l.base
+	u.User = nil
+	u.Path = smithyhttp.JoinPath(l.base.Path, "/"+key)
+	u.RawPath = smithyhttp.JoinPath(l.baseRawPath, "/"+escapeKey(key))
+	return &u
+}
+
+// escapeKey escapes key as httpbinding.EscapePath(key, false) does, without
+// its formatted write per escaped byte; a key that needs no escaping (as
+// the index's and the snapshots' keys) is returned as it is.
+func escapeKey(key string) string {
+	n := 0
+	for i := 0; i < len(key); i++ {
+		if !keepInPath(key[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return key
+	}
+	const hexUpper = "0123456789ABCDEF"
+	b := make([]byte, 0, len(key)+2*n)
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if keepInPath(c) {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', hexUpper[c>>4], hexUpper[c&15])
+	}
+	return string(b)
+}
+
+// keepInPath reports whether S3 takes c unescaped in a key's path: ASCII
+// letters and digits, "-._~" and the separator "/".
+func keepInPath(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~' || c == '/'
+}
+
+// put stores body under key if cond holds and returns the ETag, with the
+// SDK's retries: it ends in the errors the SDK's PutObject returns for the
+// same answers, so classify and the metrics read them alike.
+func (l *leanPut) put(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
+	start := time.Now()
+	etag, err := l.attempts(ctx, key, body, cond)
+	if err != nil {
+		err = &smithy.OperationError{ServiceID: "S3", OperationName: putObject, Err: err}
+	}
+	if m := l.metrics; m != nil {
+		m.duration.Observe(time.Since(start).Seconds())
+		if err == nil {
+			m.ok.Inc()
+		} else {
+			m.requests.WithLabelValues(putObject, requestResult(ctx, err)).Inc()
+		}
+	}
+	return etag, err
+}
+
+// unsignedPayloadHash is what X-Amz-Content-Sha256 carries for a payload
+// left out of the signature.
+const unsignedPayloadHash = "UNSIGNED-PAYLOAD"
+
+// attempts is the SDK's retry loop (retry.Attempt) for one PUT.
+func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
+	u := l.objectURL(key)
+	hash := unsignedPayloadHash
+	if !l.unsignedPayload {
+		sum := sha256.Sum256(body)
+		hash = hex.EncodeToString(sum[:])
+	}
+	maxAttempts := l.retryer.MaxAttempts()
+	releaseRetry := func(error) error { return nil }
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		release, err := l.attemptToken(ctx)
+		if err != nil {
+			return "", fmt.Errorf("failed to get retry Send token, %w", err)
+		}
+		etag, err := l.send(ctx, u, body, cond, hash)
+		_ = releaseRetry(err)
+		_ = release(err)
+		if err == nil {
+			return etag, nil
+		}
+		if !l.retryer.IsErrorRetryable(err) {
+			return "", err
+		}
+		if maxAttempts > 0 && attempt >= maxAttempts {
+			return "", &retry.MaxAttemptsError{Attempt: attempt, Err: err}
+		}
+		var tokenErr error
+		if releaseRetry, tokenErr = l.retryer.GetRetryToken(ctx, err); tokenErr != nil {
+			return "", errors.Join(err, tokenErr)
+		}
+		delay, derr := l.retryer.RetryDelay(attempt, err)
+		if derr != nil {
+			return "", derr
+		}
+		if serr := sleep(ctx, retryAfter(delay, err)); serr != nil {
+			return "", &aws.RequestCanceledError{Err: serr}
+		}
+	}
+}
+
+func (l *leanPut) attemptToken(ctx context.Context) (func(error) error, error) {
+	if r, ok := l.retryer.(aws.RetryerV2); ok {
+		return r.GetAttemptToken(ctx)
+	}
+	return l.retryer.GetInitialToken(), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryAfter honours the store's X-Amz-Retry-After (milliseconds) within
+// [backoff, backoff+5s], as the SDK's retry loop does.
+func retryAfter(backoff time.Duration, err error) time.Duration {
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil || re.Response.Response == nil {
+		return backoff
+	}
+	v := re.Response.Header.Get("X-Amz-Retry-After")
+	if v == "" {
+		return backoff
+	}
+	ms, perr := strconv.ParseInt(v, 10, 64)
+	if perr != nil || ms < 0 {
+		return backoff
+	}
+	return min(max(time.Duration(ms)*time.Millisecond, backoff), backoff+5*time.Second)
+}
+
+// send makes one attempt. The body is read from the caller's slice, never
+// copied; each attempt gets a fresh reader on it and a fresh signature.
+func (l *leanPut) send(ctx context.Context, u *url.URL, body []byte, cond Cond, hash string) (string, error) {
+	if l.metrics != nil {
+		l.metrics.attempts.Inc()
+	}
+	creds, err := l.creds.Retrieve(ctx)
+	if err != nil {
+		return "", fmt.Errorf("failed to retrieve credentials: %w", err)
+	}
+	h := make(http.Header, 6)
+	h["X-Amz-Content-Sha256"] = []string{hash}
+	if cond.IfNoneMatch {
+		h["If-None-Match"] = []string{"*"}
+	}
+	if cond.IfMatch != "" {
+		h["If-Match"] = []string{cond.IfMatch}
+	}
+	req := &http.Request{
+		Method:        http.MethodPut,
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Host:          u.Host,
+		ContentLength: int64(len(body)),
+	}
+	if len(body) > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	req = req.WithContext(ctx)
+	if err := l.signer.SignHTTP(ctx, creds, req, hash, l.signingName, l.signingRegion, time.Now().UTC()); err != nil {
+		return "", fmt.Errorf("signing the request: %w", err)
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		// As the SDK's HTTP handler: a failure to send is a connection
+		// error (retried), unless the caller's context ended.
+		if cerr := ctx.Err(); cerr != nil {
+			return "", &smithy.CanceledError{Err: cerr}
+		}
+		return "", &smithyhttp.RequestSendError{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, resp.Body) // keep the connection for reuse
+		return resp.Header.Get("ETag"), nil
+	}
+	return "", responseError(resp)
+}
+
+// responseError is the error the SDK's S3 deserialiser makes of a failed
+// answer: the code and message of the XML body, or derived from the
+// status when the body has neither, wrapped with the response (status,
+// request ID) as awshttp.ResponseError.
+func responseError(resp *http.Response) error {
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	var apiErr error
+	var c struct {
+		Code      string `xml:"Code"`
+		Message   string `xml:"Message"`
+		RequestID string `xml:"RequestId"`
+	}
+	switch {
+	case rerr != nil:
+		apiErr = &smithy.DeserializationError{Err: fmt.Errorf("failed to copy error response body, %w", rerr)}
+	default:
+		if err := xml.NewDecoder(bytes.NewReader(body)).Decode(&c); err != nil && err != io.EOF {
+			apiErr = fmt.Errorf("error while deserializing xml error response : %w", err)
+			break
+		}
+		if c.Code == "" && c.Message == "" {
+			text := http.StatusText(resp.StatusCode)
+			c.Code, c.Message = strings.ReplaceAll(text, " ", ""), text
+		}
+		if c.Code == "" {
+			c.Code = "UnknownError"
+		}
+		if c.Message == "" {
+			c.Message = c.Code
+		}
+		apiErr = &smithy.GenericAPIError{Code: c.Code, Message: c.Message}
+	}
+	reqID := c.RequestID
+	if reqID == "" {
+		reqID = resp.Header.Get("X-Amz-Request-Id")
+	}
+	return &awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: resp}, Err: apiErr},
+		RequestID:     reqID,
+	}
+}
