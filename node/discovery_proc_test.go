@@ -44,7 +44,7 @@ func TestASurvivorFindsTheTenantsItNeverSaw(t *testing.T) {
 	if out.perNode[nodes[1].Name] != actors {
 		t.Errorf("%d alarms fired on the survivor %s, want all %d", out.perNode[nodes[1].Name], nodes[1].Name, actors)
 	}
-	if left := swIndexLeft(t, srv.Bucket); len(left) > 0 {
+	if left := swIndexSettled(t, srv.Bucket, 0); len(left) > 0 {
 		t.Errorf("%d index entries left after every alarm fired, such as %v", len(left), left[:min(3, len(left))])
 	}
 }

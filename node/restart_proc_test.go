@@ -91,7 +91,7 @@ func TestARestartedNodeTakesItsNameBack(t *testing.T) {
 	out := swCollect(rec, "none", due, base.Add(2*time.Second+swScaled.bound()+20*time.Second))
 	t.Logf("%v", out)
 	out.check(t, swScaled.bound(), "lease + grace + two sweeps")
-	if left := swIndexLeft(t, srv.Bucket); len(left) > 0 {
+	if left := swIndexSettled(t, srv.Bucket, 0); len(left) > 0 {
 		t.Errorf("%d index entries left after every alarm fired, such as %v", len(left), left[:min(3, len(left))])
 	}
 	// Each actor's hold was taken anew: the generation it had on the
