@@ -252,13 +252,17 @@ func (a *Actor) State(ctx context.Context) (State, error) {
 
 // Snapshot returns the actor's committed database as one SQLite file
 // image (Store.Snapshot), holding the actor meanwhile.
-func (a *Actor) Snapshot(ctx context.Context) ([]byte, error) {
+func (a *Actor) Snapshot(ctx context.Context) ([]byte, error) { return a.SnapshotTo(ctx, nil) }
+
+// SnapshotTo is Snapshot into buf[:0] (Store.SnapshotTo), for a host that
+// reuses its buffers from one upload to the next.
+func (a *Actor) SnapshotTo(ctx context.Context, buf []byte) ([]byte, error) {
 	a.mu.Lock()
 	defer a.end()
 	if err := a.wake(ctx); err != nil {
 		return nil, err
 	}
-	return a.store.Snapshot()
+	return a.store.SnapshotTo(buf)
 }
 
 // SetMeta commits one meta row (key, value) in a transaction of its own:
