@@ -23,16 +23,8 @@ func ReadHostmod(ctx context.Context, a *hostmod.Actor) (ActorState, error) {
 
 // WriteHostmodMeta commits one meta row, in a transaction of its own, in
 // the database of an actor run by package hostmod: what Actor.WriteMeta
-// does for a host built on hostmod.
-func WriteHostmodMeta(_ context.Context, a *hostmod.Actor, key, value string) error {
-	return a.Lock(func(s *hostmod.Store) error {
-		if err := s.Begin(); err != nil {
-			return err
-		}
-		if err := s.SetMeta(key, value); err != nil {
-			s.Rollback()
-			return err
-		}
-		return s.Commit()
-	})
+// does for a host built on hostmod (hostmod.Actor.SetMeta, which keeps the
+// actor's committed state known, so the next Read costs no query).
+func WriteHostmodMeta(ctx context.Context, a *hostmod.Actor, key, value string) error {
+	return a.SetMeta(ctx, key, value)
 }

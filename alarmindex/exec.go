@@ -119,7 +119,7 @@ func (r Rules) ExecIndex(a abi.ActorID, p IndexPlan) *Exec {
 }
 
 func indexSteps(p IndexPlan, trust bool) []Step {
-	var out []Step
+	out := make([]Step, 0, 5) // at most PUT, record, upload, check, DELETE
 	add := func(s Step) { s.Phase = PhaseIndex; out = append(out, s) }
 	putRecord := func() {
 		if p.Put != nil {

@@ -47,7 +47,26 @@ type Tag struct {
 
 // String gives "<generation, 20 digits>-<nonce>".
 func (t Tag) String() string {
-	return fmt.Sprintf("%0*d-%s", genDigits, t.Generation, t.Nonce)
+	var b strings.Builder
+	b.Grow(genDigits + 1 + len(t.Nonce))
+	t.write(&b)
+	return b.String()
+}
+
+func (t Tag) write(b *strings.Builder) {
+	writePadded(b, t.Generation, genDigits)
+	b.WriteByte('-')
+	b.WriteString(t.Nonce)
+}
+
+// writePadded writes v in decimal, zero-padded to width digits.
+func writePadded(b *strings.Builder, v uint64, width int) {
+	var d [20]byte
+	s := strconv.AppendUint(d[:0], v, 10)
+	for range width - len(s) {
+		b.WriteByte('0')
+	}
+	b.Write(s)
 }
 
 // Key is one index entry. Legacy entries (written before tags existed) have
@@ -67,7 +86,30 @@ func (k Key) String() string {
 	if k.Legacy {
 		return LegacyKey(k.Actor, k.DueMs)
 	}
-	return TaggedPrefix(k.Actor, k.DueMs) + k.Tag.String()
+	if k.DueMs < 0 {
+		return TaggedPrefix(k.Actor, k.DueMs) + k.Tag.String()
+	}
+	// One allocation: a firing writes a key and records it (the same
+	// string as TaggedPrefix and Tag.String would give, joined).
+	a := k.Actor
+	var b strings.Builder
+	b.Grow(len(Root) + len(a.Tenant) + 1 + dueDigits + 1 + len(a.Class) + len(TaggedClassSuffix) + 1 + 2*len(a.Name) + 1 + genDigits + 1 + len(k.Tag.Nonce))
+	b.WriteString(Root)
+	b.WriteString(a.Tenant)
+	b.WriteByte('/')
+	writePadded(&b, uint64(k.DueMs), dueDigits)
+	b.WriteByte('/')
+	b.WriteString(a.Class)
+	b.WriteString(TaggedClassSuffix)
+	b.WriteByte('/')
+	const hexDigits = "0123456789abcdef"
+	for i := range len(a.Name) {
+		b.WriteByte(hexDigits[a.Name[i]>>4])
+		b.WriteByte(hexDigits[a.Name[i]&0xf])
+	}
+	b.WriteByte('/')
+	k.Tag.write(&b)
+	return b.String()
 }
 
 // Validate reports whether the key is one [ParseKey] accepts: a valid actor,
@@ -116,7 +158,13 @@ func LegacyKey(a abi.ActorID, dueMs int64) string {
 }
 
 func formatDue(ms int64) string {
-	return fmt.Sprintf("%0*d", dueDigits, ms)
+	if ms < 0 { // never valid; written as fmt would
+		return fmt.Sprintf("%0*d", dueDigits, ms)
+	}
+	var b strings.Builder
+	b.Grow(dueDigits)
+	writePadded(&b, uint64(ms), dueDigits)
+	return b.String()
 }
 
 // ParseKey parses an object key of either form. It accepts exactly what

@@ -1,6 +1,8 @@
 package alarmindex
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -214,4 +216,31 @@ func FuzzParseKey(f *testing.F) {
 			t.Fatalf("recorded %q of %q: %+v, %v", rec, s, back, err)
 		}
 	})
+}
+
+// Key.String, written in one piece, gives what its parts give (and what
+// the format strings they replaced gave), for any actor, due time, tag.
+func TestKeyStringIsItsParts(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		name := make([]byte, r.IntN(40))
+		for i := range name {
+			name[i] = byte(r.IntN(256))
+		}
+		k := Key{
+			Actor: abi.ActorID{Tenant: fmt.Sprintf("t%d", r.IntN(100)), Class: fmt.Sprintf("c%d", r.IntN(10)), Name: string(name)},
+			DueMs: r.Int64N(MaxDueMs+1) >> r.IntN(50),
+			Tag:   Tag{Generation: r.Uint64() >> r.IntN(64), Nonce: fmt.Sprintf("%x", r.Uint32())},
+		}
+		if r.IntN(20) == 0 {
+			k.DueMs = -k.DueMs - 1 // never valid, still written
+		}
+		want := fmt.Sprintf("%s%s/%0*d/%s.t/%x/%0*d-%s", Root, k.Actor.Tenant, dueDigits, k.DueMs, k.Actor.Class, name, genDigits, k.Tag.Generation, k.Tag.Nonce)
+		if got := k.String(); got != want || got != TaggedPrefix(k.Actor, k.DueMs)+k.Tag.String() {
+			t.Fatalf("String() = %q, want %q", got, want)
+		}
+		if got, want := FormatRecorded(&k), fmt.Sprintf("%0*d/%0*d-%s", dueDigits, k.DueMs, genDigits, k.Tag.Generation, k.Tag.Nonce); got != want {
+			t.Fatalf("FormatRecorded = %q, want %q", got, want)
+		}
+	}
 }

@@ -54,7 +54,9 @@ type Bucket interface {
 	// ErrNotFound if the key does not exist.
 	Get(ctx context.Context, key string) (body []byte, etag string, err error)
 	// Put stores body under key if cond holds and returns the new ETag. A
-	// failed condition is an error wrapping ErrPrecondition.
+	// failed condition is an error wrapping ErrPrecondition. Once Put has
+	// returned without an error it keeps nothing of body: the caller may
+	// reuse it (a node reuses its snapshot buffers).
 	Put(ctx context.Context, key string, body []byte, cond Cond) (etag string, err error)
 	// Delete removes key. Deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error

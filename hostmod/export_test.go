@@ -15,3 +15,11 @@ func (e *Engine) InstantiateClass(ctx context.Context, id abi.ActorID, c *Class)
 	m, _, err := e.instantiate(ctx, id, c, io.Discard, io.Discard)
 	return m, err
 }
+
+// StateReads is how many times the actor read its committed state from
+// the database.
+func (a *Actor) StateReads() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stateReads
+}

@@ -259,3 +259,44 @@ func TestStateFollowsTheDatabase(t *testing.T) {
 	}
 	check("after sleeping", t0+300, true, "x/1")
 }
+
+// An index updater records the entry it listed with SetMeta between an
+// event and its upload. State must then say the new entry without reading
+// the database back (a warm firing in a cluster reads nothing back), and
+// the row must be committed: the actor that slept and woke reads it from
+// the file.
+func TestSetMetaKeepsTheStateKnown(t *testing.T) {
+	e := newEnv(t, hostmod.WithMaxOpenDatabases(1))
+	c := e.class("oneshot", testguest.Fixture(t, "oneshot_alarm"))
+	actors := e.openN(c, 2)
+	a := actors[0]
+	if _, err := a.Request(e.ctx, reqAt(t0+100)); err != nil {
+		t.Fatal(err)
+	}
+	reads := a.StateReads()
+	if err := a.SetMeta(e.ctx, hostmod.MetaAlarmIndexed, "1800000000100/1-ab"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.State(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Indexed != "1800000000100/1-ab" || !st.HasAlarm || st.Alarm != t0+100 || !st.InitRecorded {
+		t.Fatalf("state after SetMeta: %+v", st)
+	}
+	if got := a.StateReads() - reads; got != 0 {
+		t.Fatalf("SetMeta and State read the committed state back %d times, want 0", got)
+	}
+	if _, err := actors[1].Request(e.ctx, reqAt(t0+400)); err != nil { // the budget of one puts a to sleep
+		t.Fatal(err)
+	}
+	if !a.Asleep() {
+		t.Fatal("the actor did not sleep under a budget of one database")
+	}
+	if st, err := a.State(e.ctx); err != nil || st.Indexed != "1800000000100/1-ab" || st.Alarm != t0+100 {
+		t.Fatalf("state after sleeping: %+v, %v", st, err)
+	}
+	if got := a.StateReads() - reads; got != 1 {
+		t.Fatalf("waking read the committed state %d times, want 1", got)
+	}
+}

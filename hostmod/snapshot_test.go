@@ -1,10 +1,12 @@
 package hostmod_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ncruces/go-sqlite3"
@@ -124,5 +126,112 @@ func TestTheWALStaysSmallUnderSnapshots(t *testing.T) {
 	}
 	if most == 0 || most > 640<<10 {
 		t.Fatalf("the WAL reached %d bytes, want some and at most 640 KiB", most)
+	}
+}
+
+// A host reuses its snapshot buffers from one upload to the next: a
+// snapshot into a buffer that held a larger one (here garbage) is the
+// committed database and nothing else, in that buffer's storage; and
+// snapshots of several databases taken at once, each into its own reused
+// buffer, each restore their own database.
+func TestSnapshotToReusesTheBuffer(t *testing.T) {
+	dir := t.TempDir()
+	const stores = 6
+	sts := make([]*hostmod.Store, stores)
+	for i := range sts {
+		st, err := hostmod.OpenStore(filepath.Join(dir, fmt.Sprintf("s%d.db", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		for j := range 20 + 40*i { // databases of different sizes
+			if err := st.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.SetMeta(fmt.Sprintf("k%03d", j), strings.Repeat(fmt.Sprint(i), 100)); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sts[i] = st
+	}
+	// restores checks that snap is store i's database (on any goroutine).
+	restores := func(i, n int, snap []byte) error {
+		q := filepath.Join(dir, fmt.Sprintf("restored-%d-%d.db", i, n))
+		if err := hostmod.CheckSnapshot(q+".check", snap); err != nil {
+			return fmt.Errorf("store %d: %w", i, err)
+		}
+		if err := hostmod.WriteSnapshot(q, snap); err != nil {
+			return err
+		}
+		r, err := hostmod.OpenStore(q)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		last := fmt.Sprintf("k%03d", 20+40*i-1)
+		if got, ok, err := r.Meta(last); err != nil || !ok || got != strings.Repeat(fmt.Sprint(i), 100) {
+			return fmt.Errorf("store %d restored %s = %q, %v, %v", i, last, got, ok, err)
+		}
+		if _, ok, err := r.Meta(fmt.Sprintf("k%03d", 20+40*i)); err != nil || ok {
+			return fmt.Errorf("store %d restored a row it never had (%v)", i, err)
+		}
+		return nil
+	}
+
+	garbage := make([]byte, 256<<10)
+	for i := range garbage {
+		garbage[i] = 0xa5
+	}
+	snap, err := sts[0].SnapshotTo(garbage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap) == 0 || len(snap) >= len(garbage) || &snap[0] != &garbage[0] {
+		t.Fatalf("snapshot of %d bytes; want one smaller than the buffer of %d, in its storage", len(snap), len(garbage))
+	}
+	fresh, err := sts[0].Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snap, fresh) {
+		t.Fatal("a snapshot into a used buffer differs from one into a new buffer")
+	}
+	if err := restores(0, 0, snap); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, stores)
+	for i, st := range sts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := garbage[:0:0]
+			if i%2 == 0 {
+				buf = make([]byte, 0, 4096) // too small: grows
+			}
+			for n := range 30 {
+				b, err := st.SnapshotTo(buf)
+				if err == nil {
+					err = restores(i, n+1, b)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				for j := range b {
+					b[j] = 0xa5 // the next snapshot must not depend on what is left
+				}
+				buf = b[:0]
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/ncruces/go-sqlite3"
-	"github.com/ncruces/go-sqlite3/ext/serdes"
 
 	"github.com/wasmkeep/alarms/alarmindex"
 )
@@ -415,7 +414,13 @@ const serializeBelow = 512 << 10
 
 // Snapshot returns the committed database as one SQLite file image, for
 // replication. It must not be called while a transaction is open.
-func (s *Store) Snapshot() ([]byte, error) {
+func (s *Store) Snapshot() ([]byte, error) { return s.SnapshotTo(nil) }
+
+// SnapshotTo is Snapshot into buf[:0] (grown when too small): a replicating
+// host that uploads one snapshot after another reuses its buffers. The
+// image of a large database, read from the checkpointed file, is a new
+// slice.
+func (s *Store) SnapshotTo(buf []byte) ([]byte, error) {
 	if s.inTx {
 		return nil, errors.New("snapshot: a transaction is open")
 	}
@@ -432,7 +437,7 @@ func (s *Store) Snapshot() ([]byte, error) {
 			return b, nil
 		}
 	}
-	b, err := serdes.Serialize(s.conn, "main")
+	b, err := serialize(s.conn, "main", buf)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", s.path, err)
 	}

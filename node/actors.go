@@ -801,13 +801,28 @@ func (c *nodeActor) WriteMeta(ctx context.Context, key, value string) error {
 	return alarms.WriteHostmodMeta(ctx, c.e.a, key, value)
 }
 
+// snapshotBufs are buffers for snapshots on their way to the bucket, each
+// reused once its upload succeeded (a Bucket's Put keeps nothing of the
+// body once it returns), so a firing does not allocate and clear its
+// snapshot anew. Buffers above maxPooledSnapshot are left to the GC.
+var snapshotBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledSnapshot = 1 << 20
+
 // Upload uploads a snapshot of the database as the hold's next one.
 func (c *nodeActor) Upload(ctx context.Context) error {
-	data, err := c.e.a.Snapshot(ctx)
-	if err != nil {
-		return err
+	bp := snapshotBufs.Get().(*[]byte)
+	data, err := c.e.a.SnapshotTo(ctx, *bp)
+	if err == nil {
+		err = c.n.upload(ctx, c.e, data)
 	}
-	return c.n.upload(ctx, c.e, data)
+	if err == nil && cap(data) <= maxPooledSnapshot {
+		// After a failed PUT the transport may still hold the body: that
+		// buffer is not reused.
+		*bp = data[:0]
+		snapshotBufs.Put(bp)
+	}
+	return err
 }
 
 func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
