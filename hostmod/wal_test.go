@@ -369,3 +369,39 @@ func TestAStoreMissingATableCreatesIt(t *testing.T) {
 		}
 	}
 }
+
+// fdsOn counts the process's file descriptors open on path or a file
+// beside it (path-wal, path-shm, path-journal); -1 without /proc.
+func fdsOn(path string) int {
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range es {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(target, path) {
+			n++
+		}
+	}
+	return n
+}
+
+// An open store holds two file descriptors, the database and its WAL (a
+// node's fd budget counts on it), and a closed one none.
+func TestAnOpenStoreHoldsTwoFileDescriptors(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.db")
+	if fdsOn(p) < 0 {
+		t.Skip("no /proc/self/fd")
+	}
+	st := writeAlarm(t, p, 1, true)
+	if _, ok, err := st.KVGet([]byte("k")); err != nil || ok {
+		t.Fatal(ok, err)
+	}
+	if n := fdsOn(p); n != 2 {
+		t.Errorf("an open store holds %d file descriptors on its files; want 2", n)
+	}
+	st.Close()
+	if n := fdsOn(p); n != 0 {
+		t.Errorf("a closed store holds %d file descriptors on its files; want none", n)
+	}
+}
