@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 )
 
 // ReadAlarm reads the committed alarm of the actor database at path, for a
@@ -62,25 +63,17 @@ func readAlarmFile(path string) (atMs int64, ok, done bool, err error) {
 	} else if err != nil && !os.IsNotExist(err) {
 		return 0, false, false, nil
 	}
-	var wal *walPages
-	if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > maxWALRead {
-		return 0, false, false, nil
-	} else if err == nil && fi.Size() > 0 {
-		b, err := os.ReadFile(path + "-wal")
-		if err != nil {
-			return 0, false, false, nil
-		}
-		if wal, err = readWAL(b); err != nil {
-			return 0, false, false, nil
-		}
-	} else if err != nil && !os.IsNotExist(err) {
-		return 0, false, false, nil
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, false, false, nil
 	}
 	defer f.Close()
+	bp := walBufs.Get().(*[]byte)
+	defer walBufs.Put(bp)
+	wal, err := readWALFile(path+"-wal", bp)
+	if err != nil {
+		return 0, false, false, nil
+	}
 	atMs, ok, err = readAlarmRow(f, wal)
 	if errors.Is(err, errLayout) {
 		return 0, false, false, nil
@@ -91,6 +84,40 @@ func readAlarmFile(path string) (atMs int64, ok, done bool, err error) {
 	return atMs, ok, true, nil
 }
 
+// walBufs holds the buffers WALs are read into (*[]byte), one per scan
+// reader at a time.
+var walBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// readWALFile reads the WAL at path into *buf (grown as needed) and its
+// committed frames: nil without a WAL or a committed frame, errLayout for
+// one it leaves to SQLite (too large, or see readWAL) or that it cannot
+// read.
+func readWALFile(path string, buf *[]byte) (*walPages, error) {
+	w, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, errLayout
+	}
+	defer w.Close()
+	fi, err := w.Stat()
+	switch {
+	case err != nil || fi.Size() > maxWALRead:
+		return nil, errLayout
+	case fi.Size() == 0:
+		return nil, nil
+	}
+	n := int(fi.Size())
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
+	if _, err := w.ReadAt(b, 0); err != nil {
+		return nil, errLayout
+	}
+	return readWAL(b)
+}
+
 // The WAL format (https://www.sqlite.org/fileformat2.html#walformat).
 const (
 	walHeaderSize      = 32
@@ -99,18 +126,34 @@ const (
 	walVersion         = 3007000
 )
 
-// walPages is the committed state a WAL adds to its database file: the
-// newest frame of each page up to the last valid commit frame.
+// walPages is the committed state a WAL adds to its database file: its
+// frames up to the last valid commit frame, the newest of a page winning.
 type walPages struct {
 	pageSize int
-	nPage    uint32            // the database's size in pages after that commit
-	page     map[uint32][]byte // page number: its content
+	nPage    uint32 // the database's size in pages after that commit
+	frames   []walFrame
+}
+
+type walFrame struct {
+	pgno uint32
+	data []byte
+}
+
+// page returns the newest committed frame of page pgno.
+func (w *walPages) page(pgno uint32) ([]byte, bool) {
+	for i := len(w.frames) - 1; i >= 0; i-- {
+		if w.frames[i].pgno == pgno {
+			return w.frames[i].data, true
+		}
+	}
+	return nil, false
 }
 
 // readWAL reads the committed frames of a WAL as SQLite's recovery does.
 // It returns nil when no frame is committed (the file alone is the state),
 // and errLayout for a header SQLite would not recover from (a torn or
-// foreign header, another version), which it leaves to SQLite.
+// foreign header, another version), which it leaves to SQLite. The frames
+// point into b.
 func readWAL(b []byte) (*walPages, error) {
 	if len(b) < walHeaderSize {
 		return nil, errLayout
@@ -130,12 +173,8 @@ func readWAL(b []byte) (*walPages, error) {
 		return nil, errLayout
 	}
 	salt := b[16:24]
-	w := &walPages{pageSize: int(ps), page: map[uint32][]byte{}}
-	type frame struct {
-		pgno uint32
-		data []byte
-	}
-	var pending []frame // frames since the last commit frame
+	w := &walPages{pageSize: int(ps)}
+	committed := 0 // frames up to the last commit frame
 	step := walFrameHeaderSize + int(ps)
 	for off := walHeaderSize; off+step <= len(b); off += step {
 		fh, data := b[off:off+walFrameHeaderSize], b[off+walFrameHeaderSize:off+step]
@@ -148,17 +187,15 @@ func readWAL(b []byte) (*walPages, error) {
 		if s1 != be.Uint32(fh[16:]) || s2 != be.Uint32(fh[20:]) {
 			break
 		}
-		pending = append(pending, frame{pgno, data})
+		w.frames = append(w.frames, walFrame{pgno, data})
 		if n := be.Uint32(fh[4:]); n != 0 { // a commit frame
-			for _, f := range pending {
-				w.page[f.pgno] = f.data
-			}
-			pending, w.nPage = pending[:0], n
+			committed, w.nPage = len(w.frames), n
 		}
 	}
-	if w.nPage == 0 {
+	if committed == 0 {
 		return nil, nil
 	}
+	w.frames = w.frames[:committed]
 	return w, nil
 }
 
@@ -182,15 +219,21 @@ func walChecksum(bigEnd bool, b []byte, s1, s2 uint32) (uint32, uint32) {
 // be leaf table pages without overflow, as they are for the host's schema
 // (the table holds one row).
 func readAlarmRow(f io.ReaderAt, wal *walPages) (int64, bool, error) {
+	// first is the file's first 4 KiB, read with the header when the WAL
+	// has no page 1: page 1 itself at the default page size.
+	var hdr, first []byte
 	// readPage reads page pgno (from 1) of size ps.
 	readPage := func(pgno int64, ps int) ([]byte, error) {
 		if wal != nil {
 			if pgno > int64(wal.nPage) || ps != wal.pageSize {
 				return nil, errLayout
 			}
-			if p, ok := wal.page[uint32(pgno)]; ok {
+			if p, ok := wal.page(uint32(pgno)); ok {
 				return p, nil
 			}
+		}
+		if pgno == 1 && len(first) == ps {
+			return first, nil
 		}
 		page := make([]byte, ps)
 		if _, err := f.ReadAt(page, (pgno-1)*int64(ps)); err != nil {
@@ -201,18 +244,18 @@ func readAlarmRow(f io.ReaderAt, wal *walPages) (int64, bool, error) {
 		}
 		return page, nil
 	}
-	var hdr []byte
 	if p, ok := wal.page1(); ok {
 		hdr = p[:100]
 	} else {
-		var b [100]byte
-		if _, err := f.ReadAt(b[:], 0); err != nil {
-			if errors.Is(err, io.EOF) {
+		first = make([]byte, 4096)
+		n, err := f.ReadAt(first, 0)
+		if n < 100 {
+			if err == nil || errors.Is(err, io.EOF) {
 				return 0, false, errLayout
 			}
 			return 0, false, err
 		}
-		hdr = b[:]
+		first, hdr = first[:n], first[:100]
 	}
 	if !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
 		return 0, false, errLayout
@@ -276,7 +319,7 @@ func (w *walPages) page1() ([]byte, bool) {
 	if w == nil {
 		return nil, false
 	}
-	p, ok := w.page[1]
+	p, ok := w.page(1)
 	return p, ok && len(p) >= 100
 }
 
