@@ -276,7 +276,8 @@ func TestAClosedStoreKeepsItsCommitsInTheWAL(t *testing.T) {
 		if err := st.Begin(); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.KVPut([]byte(fmt.Sprint(i)), bytes.Repeat([]byte{1}, 4000)); err == nil {
+		err := st.KVPut([]byte(fmt.Sprint(i)), bytes.Repeat([]byte{1}, 4000))
+		if err == nil {
 			err = st.SetAlarm(int64(5000 + i))
 		}
 		if err != nil {
