@@ -63,7 +63,7 @@ func readAlarmFile(path string) (atMs int64, ok, done bool, err error) {
 	} else if err != nil && !os.IsNotExist(err) {
 		return 0, false, false, nil
 	}
-	f, err := os.Open(path)
+	f, err := openScanFile(path)
 	if err != nil {
 		return 0, false, false, nil
 	}
@@ -93,21 +93,21 @@ var walBufs = sync.Pool{New: func() any { return new([]byte) }}
 // one it leaves to SQLite (too large, or see readWAL) or that it cannot
 // read.
 func readWALFile(path string, buf *[]byte) (*walPages, error) {
-	w, err := os.Open(path)
+	w, err := openScanFile(path)
 	if os.IsNotExist(err) {
 		return nil, nil
 	} else if err != nil {
 		return nil, errLayout
 	}
 	defer w.Close()
-	fi, err := w.Stat()
+	size, err := w.Size()
 	switch {
-	case err != nil || fi.Size() > maxWALRead:
+	case err != nil || size > maxWALRead:
 		return nil, errLayout
-	case fi.Size() == 0:
+	case size == 0:
 		return nil, nil
 	}
-	n := int(fi.Size())
+	n := int(size)
 	if cap(*buf) < n {
 		*buf = make([]byte, n)
 	}
