@@ -24,7 +24,8 @@ func BenchmarkReadAlarm(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := st.Begin(); err == nil {
+				err = st.Begin()
+				if err == nil {
 					err = st.SetAlarm(int64(1000 + i))
 				}
 				if err == nil {
