@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Residency defaults: an open database costs about three file descriptors
-// (the database, its WAL and its shared memory) and a few hundred KiB; an
+// Residency defaults: an open database costs two file descriptors (the
+// database and its WAL; its WAL index is in memory) and a few hundred KiB; an
 // instance costs its linear memory (64 KiB for a small .wat guest, a few MiB
 // for a Go guest). 1,024 databases stay within an fd limit of 4,096.
 const (

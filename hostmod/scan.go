@@ -7,19 +7,24 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 )
 
 // ReadAlarm reads the committed alarm of the actor database at path, for a
 // host's start-up scan: its time in Unix milliseconds and whether one is set.
 //
-// A database closed cleanly is complete in its one file (its WAL was
-// checkpointed into it and emptied), and ReadAlarm reads the alarm row
-// from that file directly, two pages, without opening it through SQLite
-// (which costs far more than the read). Whenever that is not certain (a WAL or a
-// rollback journal with content beside the file, as after a crash, or any
-// layout it does not expect) it opens the database through SQLite instead,
-// which recovers it. Either way the database is the only source: nothing is
-// cached beside it. No database may be open for writing on path meanwhile.
+// A closed database is its file and the committed frames its WAL keeps
+// (see OpenStore). ReadAlarm reads the alarm row from them directly, two
+// pages, the newest committed frame of each taking the place of the file's
+// page, as SQLite's recovery of the WAL would (valid frames: the salts of
+// the WAL header, and checksums that verify from the first frame on; the
+// state is that of the last commit frame among them). It does not open the
+// database through SQLite, which costs far more than the read. Whenever
+// that is not certain (a rollback journal with content beside the file, a
+// WAL whose header is not one SQLite would recover, or any layout it does
+// not expect) it opens the database through SQLite instead. Either way the
+// database is the only source: nothing is cached beside it. No database may
+// be open for writing on path meanwhile.
 func ReadAlarm(path string) (atMs int64, ok bool, err error) {
 	atMs, ok, done, err := readAlarmFile(path)
 	if err != nil {
@@ -44,23 +49,32 @@ func ReadAlarm(path string) (atMs int64, ok bool, err error) {
 // reads it instead.
 var errLayout = errors.New("unexpected layout")
 
-// readAlarmFile reads the alarm from the database file alone. done is false
-// when only SQLite can say (a WAL or journal with content, an unexpected
-// layout); err is set only for an I/O error on a file it could read.
+// maxWALRead is the largest WAL readAlarmFile reads; past it SQLite does.
+// Stores keep theirs far smaller (walCheckpointPages, closeCheckpointBytes).
+const maxWALRead = 4 << 20
+
+// readAlarmFile reads the alarm from the database file and its WAL. done is
+// false when only SQLite can say (a journal with content, a WAL it does not
+// read, an unexpected layout); err is set only for an I/O error on a file
+// it could read.
 func readAlarmFile(path string) (atMs int64, ok, done bool, err error) {
-	for _, side := range []string{path + "-wal", path + "-journal"} {
-		if fi, err := os.Stat(side); err == nil && fi.Size() > 0 {
-			return 0, false, false, nil
-		} else if err != nil && !os.IsNotExist(err) {
-			return 0, false, false, nil
-		}
+	if fi, err := os.Stat(path + "-journal"); err == nil && fi.Size() > 0 {
+		return 0, false, false, nil
+	} else if err != nil && !os.IsNotExist(err) {
+		return 0, false, false, nil
 	}
-	f, err := os.Open(path)
+	f, err := openScanFile(path)
 	if err != nil {
 		return 0, false, false, nil
 	}
 	defer f.Close()
-	atMs, ok, err = readAlarmRow(f)
+	bp := walBufs.Get().(*[]byte)
+	defer walBufs.Put(bp)
+	wal, err := readWALFile(path+"-wal", bp)
+	if err != nil {
+		return 0, false, false, nil
+	}
+	atMs, ok, err = readAlarmRow(f, wal)
 	if errors.Is(err, errLayout) {
 		return 0, false, false, nil
 	}
@@ -70,16 +84,178 @@ func readAlarmFile(path string) (atMs int64, ok, done bool, err error) {
 	return atMs, ok, true, nil
 }
 
-// readAlarmRow finds _wasmkeep_alarm in the schema on page 1 and reads its
-// one row (id 1) from its root page. Both must be leaf table pages without
-// overflow, as they are for the host's schema (the table holds one row).
-func readAlarmRow(f io.ReaderAt) (int64, bool, error) {
-	var hdr [100]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		if errors.Is(err, io.EOF) {
-			return 0, false, errLayout // empty or short: SQLite decides
+// walBufs holds the buffers WALs are read into (*[]byte), one per scan
+// reader at a time.
+var walBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// readWALFile reads the WAL at path into *buf (grown as needed) and its
+// committed frames: nil without a WAL or a committed frame, errLayout for
+// one it leaves to SQLite (too large, or see readWAL) or that it cannot
+// read.
+func readWALFile(path string, buf *[]byte) (*walPages, error) {
+	w, err := openScanFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, errLayout
+	}
+	defer w.Close()
+	size, err := w.Size()
+	switch {
+	case err != nil || size > maxWALRead:
+		return nil, errLayout
+	case size == 0:
+		return nil, nil
+	}
+	n := int(size)
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
+	if _, err := w.ReadAt(b, 0); err != nil {
+		return nil, errLayout
+	}
+	return readWAL(b)
+}
+
+// The WAL format (https://www.sqlite.org/fileformat2.html#walformat).
+const (
+	walHeaderSize      = 32
+	walFrameHeaderSize = 24
+	walMagic           = 0x377f0682 // | 1: checksums of big-endian words
+	walVersion         = 3007000
+)
+
+// walPages is the committed state a WAL adds to its database file: its
+// frames up to the last valid commit frame, the newest of a page winning.
+type walPages struct {
+	pageSize int
+	nPage    uint32 // the database's size in pages after that commit
+	frames   []walFrame
+}
+
+type walFrame struct {
+	pgno uint32
+	data []byte
+}
+
+// page returns the newest committed frame of page pgno.
+func (w *walPages) page(pgno uint32) ([]byte, bool) {
+	for i := len(w.frames) - 1; i >= 0; i-- {
+		if w.frames[i].pgno == pgno {
+			return w.frames[i].data, true
 		}
-		return 0, false, err
+	}
+	return nil, false
+}
+
+// readWAL reads the committed frames of a WAL as SQLite's recovery does.
+// It returns nil when no frame is committed (the file alone is the state),
+// and errLayout for a header SQLite would not recover from (a torn or
+// foreign header, another version), which it leaves to SQLite. The frames
+// point into b.
+func readWAL(b []byte) (*walPages, error) {
+	if len(b) < walHeaderSize {
+		return nil, errLayout
+	}
+	be := binary.BigEndian
+	magic := be.Uint32(b[0:])
+	if magic&^1 != walMagic || be.Uint32(b[4:]) != walVersion {
+		return nil, errLayout
+	}
+	ps := be.Uint32(b[8:])
+	if ps < 512 || ps > 65536 || ps&(ps-1) != 0 {
+		return nil, errLayout
+	}
+	bigEnd := magic&1 == 1
+	s1, s2 := walChecksum(bigEnd, b[:24], 0, 0)
+	if s1 != be.Uint32(b[24:]) || s2 != be.Uint32(b[28:]) {
+		return nil, errLayout
+	}
+	salt := b[16:24]
+	w := &walPages{pageSize: int(ps)}
+	committed := 0 // frames up to the last commit frame
+	step := walFrameHeaderSize + int(ps)
+	for off := walHeaderSize; off+step <= len(b); off += step {
+		fh, data := b[off:off+walFrameHeaderSize], b[off+walFrameHeaderSize:off+step]
+		pgno := be.Uint32(fh[0:])
+		if pgno == 0 || !bytes.Equal(fh[8:16], salt) {
+			break
+		}
+		s1, s2 = walChecksum(bigEnd, fh[:8], s1, s2)
+		s1, s2 = walChecksum(bigEnd, data, s1, s2)
+		if s1 != be.Uint32(fh[16:]) || s2 != be.Uint32(fh[20:]) {
+			break
+		}
+		w.frames = append(w.frames, walFrame{pgno, data})
+		if n := be.Uint32(fh[4:]); n != 0 { // a commit frame
+			committed, w.nPage = len(w.frames), n
+		}
+	}
+	if committed == 0 {
+		return nil, nil
+	}
+	w.frames = w.frames[:committed]
+	return w, nil
+}
+
+// walChecksum continues SQLite's WAL checksum (s1, s2) over b, a multiple
+// of 8 bytes long, read as 32-bit words of the given byte order.
+func walChecksum(bigEnd bool, b []byte, s1, s2 uint32) (uint32, uint32) {
+	var order binary.ByteOrder = binary.LittleEndian
+	if bigEnd {
+		order = binary.BigEndian
+	}
+	for i := 0; i+8 <= len(b); i += 8 {
+		s1 += order.Uint32(b[i:]) + s2
+		s2 += order.Uint32(b[i+4:]) + s1
+	}
+	return s1, s2
+}
+
+// readAlarmRow finds _wasmkeep_alarm in the schema on page 1 and reads its
+// one row (id 1) from its root page, each page from the WAL's committed
+// frames when they hold it (wal may be nil), else from the file. Both must
+// be leaf table pages without overflow, as they are for the host's schema
+// (the table holds one row).
+func readAlarmRow(f io.ReaderAt, wal *walPages) (int64, bool, error) {
+	// first is the file's first 4 KiB, read with the header when the WAL
+	// has no page 1: page 1 itself at the default page size.
+	var hdr, first []byte
+	// readPage reads page pgno (from 1) of size ps.
+	readPage := func(pgno int64, ps int) ([]byte, error) {
+		if wal != nil {
+			if pgno > int64(wal.nPage) || ps != wal.pageSize {
+				return nil, errLayout
+			}
+			if p, ok := wal.page(uint32(pgno)); ok {
+				return p, nil
+			}
+		}
+		if pgno == 1 && len(first) == ps {
+			return first, nil
+		}
+		page := make([]byte, ps)
+		if _, err := f.ReadAt(page, (pgno-1)*int64(ps)); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, errLayout // empty or short: SQLite decides
+			}
+			return nil, err
+		}
+		return page, nil
+	}
+	if p, ok := wal.page1(); ok {
+		hdr = p[:100]
+	} else {
+		first = make([]byte, 4096)
+		n, err := f.ReadAt(first, 0)
+		if n < 100 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return 0, false, errLayout
+			}
+			return 0, false, err
+		}
+		first, hdr = first[:n], first[:100]
 	}
 	if !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
 		return 0, false, errLayout
@@ -92,16 +268,13 @@ func readAlarmRow(f io.ReaderAt) (int64, bool, error) {
 		return 0, false, errLayout
 	}
 	usable := pageSize - int(hdr[20])
-	page := make([]byte, pageSize)
-	if _, err := f.ReadAt(page, 0); err != nil {
-		if errors.Is(err, io.EOF) {
-			return 0, false, errLayout
-		}
+	page, err := readPage(1, pageSize)
+	if err != nil {
 		return 0, false, err
 	}
 	var root int64
 	found := false
-	err := leafCells(page, 100, usable, func(_ int64, rec []byte) error {
+	err = leafCells(page, 100, usable, func(_ int64, rec []byte) error {
 		cols, err := record(rec)
 		if err != nil {
 			return err
@@ -118,10 +291,7 @@ func readAlarmRow(f io.ReaderAt) (int64, bool, error) {
 	if !found || root < 2 {
 		return 0, false, errLayout
 	}
-	if _, err := f.ReadAt(page, (root-1)*int64(pageSize)); err != nil {
-		if errors.Is(err, io.EOF) {
-			return 0, false, errLayout
-		}
+	if page, err = readPage(root, pageSize); err != nil {
 		return 0, false, err
 	}
 	var at int64
@@ -142,6 +312,15 @@ func readAlarmRow(f io.ReaderAt) (int64, bool, error) {
 		return 0, false, err
 	}
 	return at, ok, nil
+}
+
+// page1 returns the WAL's committed page 1, if it holds one.
+func (w *walPages) page1() ([]byte, bool) {
+	if w == nil {
+		return nil, false
+	}
+	p, ok := w.page(1)
+	return p, ok && len(p) >= 100
 }
 
 // leafCells calls fn with each cell of the leaf table page whose b-tree

@@ -64,10 +64,10 @@ func TestReadAlarmFromTheFile(t *testing.T) {
 	}
 }
 
-// With a WAL beside the file (the database still open, or the process
-// killed), the file alone may be stale: ReadAlarm leaves it to SQLite,
-// which sees the committed alarm.
-func TestReadAlarmWithWALGoesThroughSQLite(t *testing.T) {
+// With commits in the WAL beside the file (the database closed, still
+// open, or its process killed), the file alone is stale: the scan reads the
+// WAL's committed frames over it, and sees what SQLite sees.
+func TestReadAlarmWithWALReadsItsCommittedFrames(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "a.db")
 	writeAlarm(t, p, 1000, true).Close()
@@ -75,8 +75,8 @@ func TestReadAlarmWithWALGoesThroughSQLite(t *testing.T) {
 	if fi, err := os.Stat(p + "-wal"); err != nil || fi.Size() == 0 {
 		t.Fatalf("expected a WAL with content beside the open database: %v", err)
 	}
-	if _, _, done, _ := readAlarmFile(p); done {
-		t.Fatal("read the file alone while its WAL holds commits")
+	if at, ok, done, err := readAlarmFile(p); err != nil || !done || !ok || at != 2000 {
+		t.Fatalf("read from the file and its WAL: %d, %v (done %v), %v; want 2000", at, ok, done, err)
 	}
 	// As after a crash: copy the file and its WAL, never closed.
 	crashed := filepath.Join(dir, "crashed.db")
@@ -93,6 +93,13 @@ func TestReadAlarmWithWALGoesThroughSQLite(t *testing.T) {
 	at, ok, err := ReadAlarm(crashed)
 	if err != nil || !ok || at != 2000 {
 		t.Fatalf("ReadAlarm after a crash: %d, %v, %v; want the committed 2000", at, ok, err)
+	}
+	// A rollback journal with content: only SQLite can say.
+	if err := os.WriteFile(crashed+"-journal", []byte("hot"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, done, _ := readAlarmFile(crashed); done {
+		t.Fatal("read the file beside a journal with content")
 	}
 }
 

@@ -9,23 +9,17 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ncruces/go-sqlite3"
-
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
 // A snapshot is the committed database, whole: restored elsewhere it reads
 // back every committed row, whether it was serialised (a small database,
 // its last commits still in the WAL) or read from the checkpointed file (a
-// large one), and for a large one while another connection keeps the
-// checkpoint from completing (serialised after all).
+// large one). (No other connection can keep the checkpoint from completing:
+// an open store holds its file exclusively.)
 func TestSnapshotRestoresTheCommittedDatabase(t *testing.T) {
-	for _, c := range []struct {
-		reader bool
-		large  int // bytes of rows written first
-	}{{false, 0}, {false, 768 << 10}, {true, 768 << 10}} {
-		reader := c.reader
-		t.Run(fmt.Sprintf("another-reader=%v/large=%d", reader, c.large), func(t *testing.T) {
+	for _, large := range []int{0, 768 << 10} { // bytes of rows written first
+		t.Run(fmt.Sprintf("large=%d", large), func(t *testing.T) {
 			dir := t.TempDir()
 			p := filepath.Join(dir, "a.db")
 			st, err := hostmod.OpenStore(p)
@@ -45,23 +39,11 @@ func TestSnapshotRestoresTheCommittedDatabase(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for i := range c.large / 4096 {
+			for i := range large / 4096 {
 				set(fmt.Sprintf("big%04d", i), strings.Repeat("x", 4000))
 			}
 			for i := range 300 {
 				set(fmt.Sprintf("k%03d", i), fmt.Sprintf("value %d", i))
-			}
-			if reader {
-				// A read transaction on a second connection pins the WAL.
-				c, err := sqlite3.Open(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				if err := c.Exec(`BEGIN; SELECT count(*) FROM _wasmkeep_meta;`); err != nil {
-					t.Fatal(err)
-				}
-				set("k000", "changed after the reader began")
 			}
 			snap, err := st.Snapshot()
 			if err != nil {
@@ -77,11 +59,8 @@ func TestSnapshotRestoresTheCommittedDatabase(t *testing.T) {
 			}
 			defer r.Close()
 			want := map[string]string{"k000": "value 0", "k299": "value 299"}
-			if c.large > 0 {
+			if large > 0 {
 				want["big0000"] = strings.Repeat("x", 4000)
-			}
-			if reader {
-				want["k000"] = "changed after the reader began"
 			}
 			for k, v := range want {
 				if got, ok, err := r.Meta(k); err != nil || !ok || got != v {

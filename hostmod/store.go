@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/ncruces/go-sqlite3"
@@ -48,29 +49,95 @@ CREATE TABLE IF NOT EXISTS kv (
 // the guest's key-value data. A Store is not safe for concurrent use: the
 // actor runs one event at a time.
 type Store struct {
-	path string
-	conn *sqlite3.Conn
+	path  string
+	conn  *sqlite3.Conn
+	stmts [nStmts]*sqlite3.Stmt // prepared on first use (see stmt)
+	inTx  bool
+}
 
-	getAlarm, putAlarm, delAlarm *sqlite3.Stmt
-	getMeta, putMeta, delMeta    *sqlite3.Stmt
-	kvGet, kvPut, kvDel          *sqlite3.Stmt
-	checkpoint                   *sqlite3.Stmt
-	begin, commit, rollback      *sqlite3.Stmt // prepared once: no parse per event
-	beginRead                    *sqlite3.Stmt
-	inTx                         bool
+// The statements a Store runs, each prepared once per open, on first use.
+type stmtID int
+
+const (
+	stGetAlarm stmtID = iota
+	stPutAlarm
+	stDelAlarm
+	stGetMeta
+	stPutMeta
+	stDelMeta
+	stKVGet
+	stKVPut
+	stKVDel
+	stCheckpoint
+	stBegin
+	stBeginRead
+	stCommit
+	stRollback
+	nStmts
+)
+
+var stmtSQL = [nStmts]string{
+	stGetAlarm:   `SELECT at_ms FROM _wasmkeep_alarm WHERE id = 1`,
+	stPutAlarm:   `INSERT INTO _wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
+	stDelAlarm:   `DELETE FROM _wasmkeep_alarm WHERE id = 1`,
+	stGetMeta:    `SELECT value FROM _wasmkeep_meta WHERE key = ?`,
+	stPutMeta:    `INSERT INTO _wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+	stDelMeta:    `DELETE FROM _wasmkeep_meta WHERE key = ?`,
+	stKVGet:      `SELECT value FROM kv WHERE key = ?`,
+	stKVPut:      `INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+	stKVDel:      `DELETE FROM kv WHERE key = ?`,
+	stCheckpoint: `PRAGMA wal_checkpoint(PASSIVE)`,
+	stBegin:      `BEGIN IMMEDIATE`,
+	stBeginRead:  `BEGIN`,
+	stCommit:     `COMMIT`,
+	stRollback:   `ROLLBACK`,
+}
+
+// stmt returns the prepared statement id, preparing it on its first use
+// since the open: an actor woken for one event prepares only what that
+// event runs. A table that is missing (the schema is not created on each
+// open: a new database starts from the template) is created with the rest
+// of the schema, and the statement prepared again.
+func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
+	if st := s.stmts[id]; st != nil {
+		return st, nil
+	}
+	st, _, err := s.conn.Prepare(stmtSQL[id])
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		if err = s.conn.Exec(schema); err == nil {
+			st, _, err = s.conn.Prepare(stmtSQL[id])
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[id] = st
+	return st, nil
 }
 
 // OpenStore opens (creating if needed) the actor database at path. The file
 // uses WAL with synchronous=NORMAL: a commit is in the WAL, written, before
 // it returns, so it survives a crash of the process at any point; on a
 // power loss or an OS crash the last commits before it may roll back (the
-// WAL is synced only before each checkpoint), and the database stays
-// consistent (the checkpoint syncs the WAL before it copies it into the
-// file, and the file before the WAL is reset). The WAL persists: closing
-// checkpoints it into the file and truncates it to an empty file, which
-// the next open reuses rather than creating one. A new database starts as
-// a copy of an empty one made once per process, which saves the fsyncs of
-// creating the schema and switching to WAL in every new file.
+// WAL is synced only when it starts anew and before each checkpoint), and
+// the database stays consistent (the checkpoint syncs the WAL before it
+// copies it into the file, and the file before the WAL is reset).
+//
+// The connection holds the database in exclusive locking mode: its WAL
+// index lives in the process's memory (no -shm file, no shared mapping),
+// and no other connection can read or write the file while it is open.
+//
+// Closing does not checkpoint: the committed frames stay in the WAL for the
+// next open, which recovers them, as it would after a crash. That keeps
+// exactly the promise above, since the database file is only ever written
+// by a checkpoint, which syncs the WAL first; and it spares each close its
+// two fsyncs, and the next commit the fsync of a WAL started anew. The
+// automatic checkpoint (at walCheckpointPages) bounds the WAL of an open
+// database, and a close checkpoints one past closeCheckpointBytes, which
+// bounds what a sleeping actor keeps beside its file and what ReadAlarm
+// reads. A new database starts as a copy of an empty one made once per
+// process, which saves the fsyncs of creating the schema and switching to
+// WAL in every new file.
 func OpenStore(path string) (*Store, error) {
 	if _, err := os.Lstat(path); os.IsNotExist(err) {
 		if err := createFromTemplate(path); err != nil {
@@ -90,43 +157,19 @@ func OpenStore(path string) (*Store, error) {
 }
 
 func (s *Store) init() error {
-	// Snapshots of small databases leave the WAL alone (see Snapshot), so
-	// the automatic checkpoint bounds it: at walCheckpointPages pages
-	// (512 KiB), not SQLite's 1,000 (4 MiB per open actor).
-	if err := s.conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000; PRAGMA journal_size_limit=0; PRAGMA wal_autocheckpoint=` + strconv.Itoa(walCheckpointPages) + `;`); err != nil {
+	if _, err := s.conn.Config(sqlite3.DBCONFIG_NO_CKPT_ON_CLOSE, true); err != nil {
+		return err
+	}
+	// Exclusive locking comes first, before anything reads the file, so
+	// that SQLite keeps the WAL index in heap memory. Snapshots of small
+	// databases leave the WAL alone (see Snapshot), so the automatic
+	// checkpoint bounds it: at walCheckpointPages pages (512 KiB), not
+	// SQLite's 1,000 (4 MiB per open actor).
+	if err := s.conn.Exec(`PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000; PRAGMA journal_size_limit=0; PRAGMA wal_autocheckpoint=` + strconv.Itoa(walCheckpointPages) + `;`); err != nil {
 		return err
 	}
 	if _, err := s.conn.FileControl("main", sqlite3.FCNTL_PERSIST_WAL, true); err != nil {
 		return err
-	}
-	if err := s.conn.Exec(schema); err != nil {
-		return err
-	}
-	prep := []struct {
-		dst **sqlite3.Stmt
-		sql string
-	}{
-		{&s.getAlarm, `SELECT at_ms FROM _wasmkeep_alarm WHERE id = 1`},
-		{&s.putAlarm, `INSERT INTO _wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`},
-		{&s.delAlarm, `DELETE FROM _wasmkeep_alarm WHERE id = 1`},
-		{&s.getMeta, `SELECT value FROM _wasmkeep_meta WHERE key = ?`},
-		{&s.putMeta, `INSERT INTO _wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`},
-		{&s.delMeta, `DELETE FROM _wasmkeep_meta WHERE key = ?`},
-		{&s.kvGet, `SELECT value FROM kv WHERE key = ?`},
-		{&s.kvPut, `INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`},
-		{&s.kvDel, `DELETE FROM kv WHERE key = ?`},
-		{&s.checkpoint, `PRAGMA wal_checkpoint(PASSIVE)`},
-		{&s.begin, `BEGIN IMMEDIATE`},
-		{&s.beginRead, `BEGIN`},
-		{&s.commit, `COMMIT`},
-		{&s.rollback, `ROLLBACK`},
-	}
-	for _, p := range prep {
-		st, _, err := s.conn.Prepare(p.sql)
-		if err != nil {
-			return err
-		}
-		*p.dst = st
 	}
 	return nil
 }
@@ -152,7 +195,8 @@ func createFromTemplate(path string) error {
 }
 
 // makeTemplate creates an empty database the way OpenStore sets one up,
-// closes it (its WAL checkpointed and emptied) and returns the file.
+// creates the schema, checkpoints the WAL into the file, closes it and
+// returns the file.
 func makeTemplate() ([]byte, error) {
 	dir, err := os.MkdirTemp("", "wasmkeep-template-")
 	if err != nil {
@@ -169,6 +213,11 @@ func makeTemplate() ([]byte, error) {
 		s.Close()
 		return nil, err
 	}
+	// The close does not checkpoint: this one does, so that the template
+	// is whole in its one file.
+	if err := s.conn.Exec(schema + `PRAGMA wal_checkpoint(TRUNCATE);`); err != nil {
+		return nil, err
+	}
 	if err := s.Close(); err != nil {
 		return nil, err
 	}
@@ -181,33 +230,31 @@ func makeTemplate() ([]byte, error) {
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the database. An open transaction rolls back.
+// Close closes the database. An open transaction rolls back. The WAL stays
+// as it is, committed frames and all (see OpenStore), unless it holds more
+// than closeCheckpointBytes: then they are checkpointed into the file
+// first and the WAL truncated.
 func (s *Store) Close() error {
 	if s == nil || s.conn == nil {
 		return nil
 	}
-	for _, st := range []*sqlite3.Stmt{s.getAlarm, s.putAlarm, s.delAlarm, s.getMeta, s.putMeta, s.delMeta, s.kvGet, s.kvPut, s.kvDel, s.checkpoint, s.begin, s.beginRead, s.commit, s.rollback} {
+	if s.inTx {
+		_ = s.run(stRollback)
+		s.inTx = false
+	}
+	if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > closeCheckpointBytes {
+		// Best effort: a failed checkpoint leaves the WAL whole, which the
+		// next open recovers.
+		_ = s.conn.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+	}
+	for _, st := range s.stmts {
 		if st != nil {
 			st.Close()
 		}
 	}
 	err := s.conn.Close()
 	s.conn = nil
-	if err == nil {
-		s.removeSHM()
-	}
 	return err
-}
-
-// removeSHM removes the shared-memory file a closed database leaves. The
-// WAL persists (kept as an empty file, so the next open need not create
-// it), and with it SQLite keeps the -shm, 32 KiB per actor; with the WAL
-// empty (the close checkpointed it: no other connection had the database
-// open) the -shm holds nothing the next open needs.
-func (s *Store) removeSHM() {
-	if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() == 0 {
-		_ = os.Remove(s.path + "-shm")
-	}
 }
 
 // Begin starts a write transaction (BEGIN IMMEDIATE).
@@ -215,16 +262,20 @@ func (s *Store) Begin() error {
 	if s.inTx {
 		return errors.New("transaction already open")
 	}
-	if err := run(s.begin); err != nil {
+	if err := s.run(stBegin); err != nil {
 		return err
 	}
 	s.inTx = true
 	return nil
 }
 
-// run steps a prepared statement that returns no rows, and resets it.
-func run(st *sqlite3.Stmt) error {
-	err := st.Exec()
+// run steps a statement that returns no rows, and resets it.
+func (s *Store) run(id stmtID) error {
+	st, err := s.stmt(id)
+	if err != nil {
+		return err
+	}
+	err = st.Exec()
 	if rerr := st.Reset(); err == nil {
 		err = rerr
 	}
@@ -236,9 +287,9 @@ func (s *Store) Commit() error {
 	if !s.inTx {
 		return errors.New("no open transaction")
 	}
-	err := run(s.commit)
+	err := s.run(stCommit)
 	if err != nil {
-		_ = run(s.rollback)
+		_ = s.run(stRollback)
 	}
 	s.inTx = false
 	return err
@@ -250,7 +301,7 @@ func (s *Store) Rollback() error {
 		return nil
 	}
 	s.inTx = false
-	return run(s.rollback)
+	return s.run(stRollback)
 }
 
 // read runs f, which only reads, in one read transaction: the reads see
@@ -259,14 +310,14 @@ func (s *Store) read(f func() error) error {
 	if s.inTx {
 		return f()
 	}
-	if err := run(s.beginRead); err != nil {
+	if err := s.run(stBeginRead); err != nil {
 		return err
 	}
 	if err := f(); err != nil {
-		_ = run(s.rollback)
+		_ = s.run(stRollback)
 		return err
 	}
-	return run(s.commit)
+	return s.run(stCommit)
 }
 
 // InTx reports whether a transaction is open.
@@ -274,7 +325,10 @@ func (s *Store) InTx() bool { return s.inTx }
 
 // Alarm reads the alarm: its time in Unix milliseconds and whether one is set.
 func (s *Store) Alarm() (atMs int64, ok bool, err error) {
-	st := s.getAlarm
+	st, err := s.stmt(stGetAlarm)
+	if err != nil {
+		return 0, false, err
+	}
 	defer st.Reset()
 	if st.Step() {
 		return st.ColumnInt64(0), true, nil
@@ -284,7 +338,10 @@ func (s *Store) Alarm() (atMs int64, ok bool, err error) {
 
 // SetAlarm sets the alarm to atMs, replacing any.
 func (s *Store) SetAlarm(atMs int64) error {
-	st := s.putAlarm
+	st, err := s.stmt(stPutAlarm)
+	if err != nil {
+		return err
+	}
 	defer st.Reset()
 	if err := st.BindInt64(1, atMs); err != nil {
 		return err
@@ -294,14 +351,20 @@ func (s *Store) SetAlarm(atMs int64) error {
 
 // ClearAlarm removes the alarm, if any.
 func (s *Store) ClearAlarm() error {
-	st := s.delAlarm
+	st, err := s.stmt(stDelAlarm)
+	if err != nil {
+		return err
+	}
 	defer st.Reset()
 	return st.Exec()
 }
 
 // Meta reads a meta value.
 func (s *Store) Meta(key string) (value string, ok bool, err error) {
-	st := s.getMeta
+	st, err := s.stmt(stGetMeta)
+	if err != nil {
+		return "", false, err
+	}
 	defer st.Reset()
 	if err := st.BindText(1, key); err != nil {
 		return "", false, err
@@ -314,7 +377,10 @@ func (s *Store) Meta(key string) (value string, ok bool, err error) {
 
 // SetMeta writes a meta value.
 func (s *Store) SetMeta(key, value string) error {
-	st := s.putMeta
+	st, err := s.stmt(stPutMeta)
+	if err != nil {
+		return err
+	}
 	defer st.Reset()
 	if err := st.BindText(1, key); err != nil {
 		return err
@@ -327,7 +393,10 @@ func (s *Store) SetMeta(key, value string) error {
 
 // DeleteMeta removes a meta value.
 func (s *Store) DeleteMeta(key string) error {
-	st := s.delMeta
+	st, err := s.stmt(stDelMeta)
+	if err != nil {
+		return err
+	}
 	defer st.Reset()
 	if err := st.BindText(1, key); err != nil {
 		return err
@@ -359,7 +428,10 @@ func (s *Store) SetFailures(n int) error {
 
 // KVGet reads a guest value; ok is false when the key is absent.
 func (s *Store) KVGet(key []byte) (value []byte, ok bool, err error) {
-	st := s.kvGet
+	st, err := s.stmt(stKVGet)
+	if err != nil {
+		return nil, false, err
+	}
 	defer st.Reset()
 	if err := st.BindBlob(1, blob(key)); err != nil {
 		return nil, false, err
@@ -372,7 +444,10 @@ func (s *Store) KVGet(key []byte) (value []byte, ok bool, err error) {
 
 // KVPut writes a guest value.
 func (s *Store) KVPut(key, value []byte) error {
-	st := s.kvPut
+	st, err := s.stmt(stKVPut)
+	if err != nil {
+		return err
+	}
 	defer st.Reset()
 	if err := st.BindBlob(1, blob(key)); err != nil {
 		return err
@@ -385,7 +460,10 @@ func (s *Store) KVPut(key, value []byte) error {
 
 // KVDelete removes a guest value.
 func (s *Store) KVDelete(key []byte) error {
-	st := s.kvDel
+	st, err := s.stmt(stKVDel)
+	if err != nil {
+		return err
+	}
 	defer st.Reset()
 	if err := st.BindBlob(1, blob(key)); err != nil {
 		return err
@@ -407,6 +485,11 @@ func blob(b []byte) []byte {
 // walCheckpointPages is the WAL size, in pages, at which a commit
 // checkpoints it into the database file.
 const walCheckpointPages = 128
+
+// closeCheckpointBytes is the WAL size past which a close checkpoints it:
+// a sleeping actor keeps at most 128 KiB of WAL (31 frames of 4 KiB pages)
+// beside its file.
+const closeCheckpointBytes = 128 << 10
 
 // serializeBelow is the database file size under which Snapshot
 // serialises rather than checkpoints.
@@ -448,7 +531,10 @@ func (s *Store) SnapshotTo(buf []byte) ([]byte, error) {
 // file; ok is false if the checkpoint could not complete (another
 // connection reading an older state) or the file could not be read.
 func (s *Store) checkpointedFile() (b []byte, ok bool) {
-	st := s.checkpoint
+	st, err := s.stmt(stCheckpoint)
+	if err != nil {
+		return nil, false
+	}
 	defer st.Reset()
 	// One row: busy, frames in the WAL, frames checkpointed. A passive
 	// checkpoint does not wait for readers; it is complete when it copied
@@ -459,7 +545,7 @@ func (s *Store) checkpointedFile() (b []byte, ok bool) {
 	if st.Step() || st.Err() != nil {
 		return nil, false
 	}
-	b, err := os.ReadFile(s.path)
+	b, err = os.ReadFile(s.path)
 	if err != nil || len(b) == 0 {
 		return nil, false
 	}
@@ -479,6 +565,17 @@ func WriteSnapshot(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// MoveDatabase renames the closed database at from, with its WAL (which
+// may hold commits: see OpenStore), to to. The WAL goes first: a crash in
+// between leaves each WAL beside its own file's name.
+func MoveDatabase(from, to string) error {
+	if err := os.Rename(from+"-wal", to+"-wal"); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	_ = os.Remove(from + "-shm")
+	return os.Rename(from, to)
 }
 
 // RemoveDatabase removes the database file at path with its WAL and

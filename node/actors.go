@@ -214,7 +214,7 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 		}
 	}
 	if _, err := os.Stat(p); err == nil {
-		if err := os.Rename(p, p+".replaced"); err != nil {
+		if err := hostmod.MoveDatabase(p, p+".replaced"); err != nil {
 			return &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
 		}
 		_ = hostmod.RemoveDatabase(p)

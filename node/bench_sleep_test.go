@@ -239,9 +239,10 @@ var sleepMillion = flag.Int("sleep.million", 1_000_000, "BenchmarkMillionPending
 // in a data directory and measures the node's start-up scan and its RSS
 // with them all in the timer. To spare the disk, the actors' files are hard
 // links to one database that an event on the node created (a closed actor's
-// file, alarm set; one copy of it per 50,000 links); the scan reads each
-// path as it would distinct files,
-// mostly from the page cache, as it would files written recently.
+// file and its WAL, which holds the event's commit, as a sleeping actor's
+// does; one copy of each per 50,000 links); the scan reads each path as it
+// would distinct files, mostly from the page cache, as it would files
+// written recently.
 func BenchmarkMillionPending(b *testing.B) {
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -253,9 +254,17 @@ func BenchmarkMillionPending(b *testing.B) {
 	}
 	n.Close(ctx)
 	srcPath := node.Path(dir, src)
-	img, err := os.ReadFile(srcPath)
-	if err != nil {
-		b.Fatal(err)
+	sides := []string{""} // the file, and its WAL if it has one
+	if fi, err := os.Stat(srcPath + "-wal"); err == nil && fi.Size() > 0 {
+		sides = append(sides, "-wal")
+	}
+	imgs := map[string][]byte{}
+	for _, side := range sides {
+		img, err := os.ReadFile(srcPath + side)
+		if err != nil {
+			b.Fatal(err)
+		}
+		imgs[side] = img
 	}
 	start := time.Now()
 	for i := 1; i < *sleepMillion; i++ {
@@ -263,13 +272,17 @@ func BenchmarkMillionPending(b *testing.B) {
 		p := node.Path(dir, id)
 		if i%50_000 == 0 { // a file system allows some 65,000 links to a file
 			srcPath = p
-			if err := os.WriteFile(p, img, 0o644); err != nil {
-				b.Fatal(err)
+			for _, side := range sides {
+				if err := os.WriteFile(p+side, imgs[side], 0o644); err != nil {
+					b.Fatal(err)
+				}
 			}
 			continue
 		}
-		if err := os.Link(srcPath, p); err != nil {
-			b.Fatal(err)
+		for _, side := range sides {
+			if err := os.Link(srcPath+side, p+side); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	b.Logf("linked %d actor files in %v", *sleepMillion, time.Since(start))

@@ -7,9 +7,9 @@ import (
 	"syscall"
 )
 
-// fdsPerDatabase is what one open actor database holds: the database, its
-// WAL and its shared-memory file.
-const fdsPerDatabase = 3
+// fdsPerDatabase is what one open actor database holds: the database and
+// its WAL (its WAL index is in memory: hostmod.OpenStore).
+const fdsPerDatabase = 2
 
 // fdReserve is kept for everything else: listeners, connections to the
 // bucket and to clients, the data directory walk.

@@ -1320,31 +1320,28 @@ func TestRecordingFailsAfterThePutTheUnnamedEntryIsDeliveredThenRemoved(t *testi
 	ixSet(t, nil, a, id, node.ExecDurable, t1)
 	before, e1 := ixNamed(t, m, id)
 
-	// Another connection holds the database's write lock from the moment
-	// the new entry is PUT: recording it fails (after SQLite's busy
-	// timeout), as any failed write of the meta would.
-	var locker *hostmod.Store
+	// From the moment the new entry is PUT, a write transaction is left
+	// open on the actor's database: recording the entry fails, as any
+	// failed write of the meta would. (No other connection can hold the
+	// lock: an open database is held exclusively.)
+	var rollback func()
 	var lockErr error
 	var once atomic.Bool
 	faults.set(func(op bucket.Op) bucket.Fault {
 		if isIndexPut(op) && once.CompareAndSwap(false, true) {
-			locker, lockErr = hostmod.OpenStore(node.Path(dirA, id))
-			if lockErr == nil {
-				lockErr = locker.Begin()
-			}
+			rollback, lockErr = a.BeginOnOpenActor(id)
 		}
 		return bucket.Fault{}
 	})
-	t0 := time.Now().Add(6 * time.Second).UnixMilli() // after the busy timeout
+	t0 := time.Now().Add(6 * time.Second).UnixMilli()
 
 	_, err := a.Exec(context.Background(), id, setBody(t0), node.ExecDurable)
 	faults.set(nil)
 	if lockErr != nil {
 		t.Fatalf("locking the database: %v", lockErr)
 	}
-	if locker != nil {
-		locker.Rollback()
-		locker.Close()
+	if rollback != nil {
+		rollback()
 	}
 	if err == nil || !strings.Contains(err.Error(), id.String()) || !strings.Contains(err.Error(), "record") {
 		t.Fatalf("the event's error is %v; want a failure to record the entry, naming the actor", err)
