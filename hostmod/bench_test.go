@@ -60,7 +60,8 @@ func newBareUpsert(b *testing.B, path string) *bareUpsert {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := conn.Exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
+	// The store's own settings, so the two differ only by the event.
+	if err := conn.Exec(`PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
 		CREATE TABLE a (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms INTEGER NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
