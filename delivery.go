@@ -160,15 +160,7 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 	// ends: a delivery runs on a goroutine whose stack has already grown to
 	// the depth of a guest's call into SQLite, rather than growing a fresh
 	// one each time.
-	select {
-	case p.idle <- job: // an idle worker runs it
-		return
-	default:
-	}
-	if p.workers.Load() < int64(p.cfg.MaxConcurrentDeliveries) {
-		p.workers.Add(1)
-		p.wg.Add(1)
-		go p.worker(ctx, job)
+	if p.handOff(ctx, job) {
 		return
 	}
 	// Wait for a worker here, in the timer loop, so a burst of due alarms
@@ -179,6 +171,23 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 		done()
 		p.wg.Done()
 	}
+}
+
+// handOff gives job to an idle worker, or to a new one while there are
+// fewer than MaxConcurrentDeliveries; false if every worker is busy.
+func (p *Plugin) handOff(ctx context.Context, job func()) bool {
+	select {
+	case p.idle <- job: // an idle worker runs it
+		return true
+	default:
+	}
+	if p.workers.Load() < int64(p.cfg.MaxConcurrentDeliveries) {
+		p.workers.Add(1)
+		p.wg.Add(1)
+		go p.worker(ctx, job)
+		return true
+	}
+	return false
 }
 
 // worker runs deliveries, the first job then whatever the timer loop

@@ -108,15 +108,7 @@ func (p *Plugin) kept(d sweeper.Delivery) {
 	}
 	// A free delivery worker, or a new one under the cap; otherwise a
 	// later sweep tries again (never wait here: this is the sweep).
-	select {
-	case p.idle <- job:
-		return
-	default:
-	}
-	if p.workers.Load() < int64(p.cfg.MaxConcurrentDeliveries) {
-		p.workers.Add(1)
-		p.wg.Add(1)
-		go p.worker(ctx, job)
+	if p.handOff(ctx, job) {
 		return
 	}
 	p.release(key)
