@@ -255,7 +255,7 @@ func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Co
 		if derr != nil {
 			return "", derr
 		}
-		if serr := sleep(ctx, retryAfter(delay, err)); serr != nil {
+		if serr := sleepCtx(ctx, retryAfter(delay, err)); serr != nil {
 			return "", &aws.RequestCanceledError{Err: serr}
 		}
 	}
@@ -268,7 +268,8 @@ func (l *leanPut) attemptToken(ctx context.Context) (func(error) error, error) {
 	return l.retryer.GetInitialToken(), nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}

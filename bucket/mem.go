@@ -128,7 +128,7 @@ func (m *Mem) admit(ctx context.Context, op Op) (held bool, err error) {
 	if f.Delay > 0 {
 		sleep := m.Sleep
 		if sleep == nil {
-			sleep = realSleep
+			sleep = sleepCtx
 		}
 		if err := sleep(ctx, f.Delay); err != nil {
 			return false, m.fail(op, err)
@@ -150,17 +150,6 @@ func (m *Mem) admit(ctx context.Context, op Op) (held bool, err error) {
 		return held, m.fail(op, fmt.Errorf("request timed out; it may still land: %w", context.DeadlineExceeded))
 	}
 	return false, nil
-}
-
-func realSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Get returns the object stored under key.
