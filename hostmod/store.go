@@ -528,8 +528,10 @@ func (s *Store) SnapshotTo(buf []byte) ([]byte, error) {
 }
 
 // checkpointedFile copies the WAL into the database file and reads the
-// file; ok is false if the checkpoint could not complete (another
-// connection reading an older state) or the file could not be read.
+// file; ok is false if the checkpoint did not copy every frame or the
+// file could not be read, and the caller serialises instead. (Another
+// connection reading an older state cannot hold the checkpoint back: the
+// store locks the file exclusively.)
 func (s *Store) checkpointedFile() (b []byte, ok bool) {
 	st, err := s.stmt(stCheckpoint)
 	if err != nil {
