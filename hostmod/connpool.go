@@ -34,9 +34,8 @@ type pooledConn struct {
 }
 
 var connPool struct {
-	mu      sync.Mutex
-	idle    []*pooledConn
-	created int // connections created, for tests
+	mu   sync.Mutex
+	idle []*pooledConn
 }
 
 // getConn takes an idle connection or creates one.
@@ -49,7 +48,6 @@ func getConn() (*pooledConn, error) {
 		connPool.mu.Unlock()
 		return pc, nil
 	}
-	connPool.created++
 	connPool.mu.Unlock()
 	return newPooledConn()
 }
