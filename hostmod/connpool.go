@@ -126,33 +126,28 @@ func (pc *pooledConn) close() {
 // is set per database: WAL (kept in the file, so a no-op but for a
 // database not yet in it), synchronous=NORMAL, no journal kept past its
 // use, and a WAL that stays when its database closes (FCNTL_PERSIST_WAL:
-// a sleeping actor keeps its commits in it). On an error nothing is left
-// attached, or the error says the connection must not be reused (detachErr).
-func (pc *pooledConn) attachDB(path string) (attached bool, err error) {
+// a sleeping actor keeps its commits in it). After an error the database
+// may be attached: the caller closes the connection.
+func (pc *pooledConn) attachDB(path string) error {
 	if err := pc.attach.BindText(1, path); err != nil {
-		return false, err
+		return err
 	}
-	err = pc.attach.Exec()
-	pc.attach.Reset()
+	err := pc.attach.Exec()
 	pc.attach.ClearBindings()
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := pc.conn.Exec(`PRAGMA a.journal_mode=WAL; PRAGMA a.synchronous=NORMAL; PRAGMA a.journal_size_limit=0;`); err != nil {
-		return true, err
+		return err
 	}
 	if _, err := pc.conn.FileControl(storeSchema, sqlite3.FCNTL_PERSIST_WAL, true); err != nil {
-		return true, err
+		return err
 	}
-	return true, nil
+	return nil
 }
 
 // detachDB detaches the database under storeSchema, which closes its file
 // and releases its lock.
 func (pc *pooledConn) detachDB() error {
-	err := pc.detach.Exec()
-	if rerr := pc.detach.Reset(); err == nil {
-		err = rerr
-	}
-	return err
+	return pc.detach.Exec()
 }

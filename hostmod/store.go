@@ -91,7 +91,7 @@ const (
 	nStmts
 )
 
-// Every name is qualified with storeSchema: the actor's database is
+// Every name is qualified with storeSchema (a): the actor's database is
 // attached to a pooled connection under that name (see OpenStore), and
 // nothing of an actor's may land in the connection's own main database,
 // which outlives it.
@@ -187,7 +187,7 @@ func attachStore(path string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := pc.attachDB(path); err != nil {
+	if err := pc.attachDB(path); err != nil {
 		pc.close()
 		return nil, err
 	}
