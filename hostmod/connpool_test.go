@@ -276,3 +276,35 @@ func TestAnAttachedDatabaseHasTheStoreSettings(t *testing.T) {
 		}
 	}
 }
+
+// A store closed in the middle of a transaction rolls it back and returns
+// its connection to the pool (a DETACH fails inside a transaction).
+func TestAStoreClosedInATransactionRollsBackAndPoolsItsConnection(t *testing.T) {
+	drainPool(t)
+	p := filepath.Join(t.TempDir(), "a.db")
+	st, err := OpenStore(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := st.pc
+	if err := st.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.KVPut([]byte("k"), []byte("uncommitted")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("close in a transaction: %v", err)
+	}
+	st, err = OpenStore(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.pc != pc {
+		t.Error("the connection was not reused after a close in a transaction")
+	}
+	if v, ok, err := st.KVGet([]byte("k")); err != nil || ok {
+		t.Errorf("kv-get after a close in a transaction: %q, %v, %v; want nothing", v, ok, err)
+	}
+}
