@@ -89,8 +89,8 @@ func (pc *pooledConn) setUp() error {
 	// heap memory (no -shm file) and holds the file's lock until the
 	// DETACH. No busy timeout: the lock is taken on the ATTACH and held,
 	// so an open of a database another connection holds fails at once
-	// (as one connection per open did: its busy timeout came after the
-	// first read) and nothing later waits for a lock. Snapshots of small
+	// (TestAnOpenStoreLocksOutOtherConnections) and nothing later waits
+	// for a lock. Snapshots of small
 	// databases leave the WAL alone (see Snapshot), so the automatic
 	// checkpoint bounds it: at walCheckpointPages pages (512 KiB), not
 	// SQLite's 1,000 (4 MiB per open actor); it is the connection's, for
