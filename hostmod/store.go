@@ -50,9 +50,24 @@ CREATE TABLE IF NOT EXISTS kv (
 // actor runs one event at a time.
 type Store struct {
 	path  string
-	conn  *sqlite3.Conn
+	pc    *pooledConn
+	conn  *sqlite3.Conn         // pc.conn
 	stmts [nStmts]*sqlite3.Stmt // prepared on first use (see stmt)
 	inTx  bool
+	// failed is set when SQLite returned an error: the connection is
+	// closed with the store rather than reused.
+	failed bool
+}
+
+// schemaIn is schema with every table in storeSchema.
+var schemaIn = strings.ReplaceAll(schema, "CREATE TABLE IF NOT EXISTS ", "CREATE TABLE IF NOT EXISTS "+storeSchema+".")
+
+// fail notes an error from SQLite (see failed) and returns it.
+func (s *Store) fail(err error) error {
+	if err != nil {
+		s.failed = true
+	}
+	return err
 }
 
 // The statements a Store runs, each prepared once per open, on first use.
@@ -76,17 +91,21 @@ const (
 	nStmts
 )
 
+// Every name is qualified with storeSchema (a): the actor's database is
+// attached to a pooled connection under that name (see OpenStore), and
+// nothing of an actor's may land in the connection's own main database,
+// which outlives it.
 var stmtSQL = [nStmts]string{
-	stGetAlarm:   `SELECT at_ms FROM _wasmkeep_alarm WHERE id = 1`,
-	stPutAlarm:   `INSERT INTO _wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
-	stDelAlarm:   `DELETE FROM _wasmkeep_alarm WHERE id = 1`,
-	stGetMeta:    `SELECT value FROM _wasmkeep_meta WHERE key = ?`,
-	stPutMeta:    `INSERT INTO _wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
-	stDelMeta:    `DELETE FROM _wasmkeep_meta WHERE key = ?`,
-	stKVGet:      `SELECT value FROM kv WHERE key = ?`,
-	stKVPut:      `INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
-	stKVDel:      `DELETE FROM kv WHERE key = ?`,
-	stCheckpoint: `PRAGMA wal_checkpoint(PASSIVE)`,
+	stGetAlarm:   `SELECT at_ms FROM a._wasmkeep_alarm WHERE id = 1`,
+	stPutAlarm:   `INSERT INTO a._wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
+	stDelAlarm:   `DELETE FROM a._wasmkeep_alarm WHERE id = 1`,
+	stGetMeta:    `SELECT value FROM a._wasmkeep_meta WHERE key = ?`,
+	stPutMeta:    `INSERT INTO a._wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+	stDelMeta:    `DELETE FROM a._wasmkeep_meta WHERE key = ?`,
+	stKVGet:      `SELECT value FROM a.kv WHERE key = ?`,
+	stKVPut:      `INSERT INTO a.kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+	stKVDel:      `DELETE FROM a.kv WHERE key = ?`,
+	stCheckpoint: `PRAGMA a.wal_checkpoint(PASSIVE)`,
 	stBegin:      `BEGIN IMMEDIATE`,
 	stBeginRead:  `BEGIN`,
 	stCommit:     `COMMIT`,
@@ -104,12 +123,12 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 	}
 	st, _, err := s.conn.Prepare(stmtSQL[id])
 	if err != nil && strings.Contains(err.Error(), "no such table") {
-		if err = s.conn.Exec(schema); err == nil {
+		if err = s.conn.Exec(schemaIn); err == nil {
 			st, _, err = s.conn.Prepare(stmtSQL[id])
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, s.fail(err)
 	}
 	s.stmts[id] = st
 	return st, nil
@@ -123,9 +142,9 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 // the database stays consistent (the checkpoint syncs the WAL before it
 // copies it into the file, and the file before the WAL is reset).
 //
-// The connection holds the database in exclusive locking mode: its WAL
-// index lives in the process's memory (no -shm file, no shared mapping),
-// and no other connection can read or write the file while it is open.
+// The database is held in exclusive locking mode: its WAL index lives in
+// the process's memory (no -shm file, no shared mapping), and no other
+// connection can read or write the file while it is open.
 //
 // Closing does not checkpoint: the committed frames stay in the WAL for the
 // next open, which recovers them, as it would after a crash. That keeps
@@ -138,40 +157,41 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 // reads. A new database starts as a copy of an empty one made once per
 // process, which saves the fsyncs of creating the schema and switching to
 // WAL in every new file.
+//
+// The database is attached, under storeSchema, to a connection taken from
+// a pool (see pooledConn) and detached from it on Close, which closes the
+// file and releases its lock; the connection, whose own main database is
+// an empty in-memory one that no statement of a Store names, goes back to
+// the pool. Only the host's statements run on it (a guest reaches its
+// data through kv-get, kv-put and kv-delete), every one naming
+// storeSchema. A connection is reused only after a clean DETACH in a
+// store that saw no error from SQLite; any other is closed.
 func OpenStore(path string) (*Store, error) {
 	if _, err := os.Lstat(path); os.IsNotExist(err) {
 		if err := createFromTemplate(path); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
 	}
-	conn, err := sqlite3.Open(path)
+	s, err := attachStore(path)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	s := &Store{path: path, conn: conn}
-	if err := s.init(); err != nil {
-		conn.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return s, nil
 }
 
-func (s *Store) init() error {
-	if _, err := s.conn.Config(sqlite3.DBCONFIG_NO_CKPT_ON_CLOSE, true); err != nil {
-		return err
+// attachStore opens the database at path on a pooled connection. A
+// connection that failed to take it is closed, never pooled: it may hold
+// it attached.
+func attachStore(path string) (*Store, error) {
+	pc, err := getConn()
+	if err != nil {
+		return nil, err
 	}
-	// Exclusive locking comes first, before anything reads the file, so
-	// that SQLite keeps the WAL index in heap memory. Snapshots of small
-	// databases leave the WAL alone (see Snapshot), so the automatic
-	// checkpoint bounds it: at walCheckpointPages pages (512 KiB), not
-	// SQLite's 1,000 (4 MiB per open actor).
-	if err := s.conn.Exec(`PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000; PRAGMA journal_size_limit=0; PRAGMA wal_autocheckpoint=` + strconv.Itoa(walCheckpointPages) + `;`); err != nil {
-		return err
+	if err := pc.attachDB(path); err != nil {
+		pc.close()
+		return nil, err
 	}
-	if _, err := s.conn.FileControl("main", sqlite3.FCNTL_PERSIST_WAL, true); err != nil {
-		return err
-	}
-	return nil
+	return &Store{path: path, pc: pc, conn: pc.conn}, nil
 }
 
 var template struct {
@@ -204,18 +224,14 @@ func makeTemplate() ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	p := filepath.Join(dir, "empty.db")
-	conn, err := sqlite3.Open(p)
+	s, err := attachStore(p)
 	if err != nil {
-		return nil, err
-	}
-	s := &Store{path: p, conn: conn}
-	if err := s.init(); err != nil {
-		s.Close()
 		return nil, err
 	}
 	// The close does not checkpoint: this one does, so that the template
 	// is whole in its one file.
-	if err := s.conn.Exec(schema + `PRAGMA wal_checkpoint(TRUNCATE);`); err != nil {
+	if err := s.fail(s.conn.Exec(schemaIn + `PRAGMA a.wal_checkpoint(TRUNCATE);`)); err != nil {
+		s.Close()
 		return nil, err
 	}
 	if err := s.Close(); err != nil {
@@ -233,7 +249,8 @@ func (s *Store) Path() string { return s.path }
 // Close closes the database. An open transaction rolls back. The WAL stays
 // as it is, committed frames and all (see OpenStore), unless it holds more
 // than closeCheckpointBytes: then they are checkpointed into the file
-// first and the WAL truncated.
+// first and the WAL truncated. The database is detached from its
+// connection, which goes back to the pool if nothing failed.
 func (s *Store) Close() error {
 	if s == nil || s.conn == nil {
 		return nil
@@ -245,16 +262,28 @@ func (s *Store) Close() error {
 	if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > closeCheckpointBytes {
 		// Best effort: a failed checkpoint leaves the WAL whole, which the
 		// next open recovers.
-		_ = s.conn.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+		_ = s.fail(s.conn.Exec(`PRAGMA a.wal_checkpoint(TRUNCATE)`))
 	}
-	for _, st := range s.stmts {
+	for i, st := range s.stmts {
 		if st != nil {
-			st.Close()
+			if err := st.Close(); err != nil {
+				s.failed = true
+			}
+			s.stmts[i] = nil
 		}
 	}
-	err := s.conn.Close()
-	s.conn = nil
-	return err
+	pc := s.pc
+	s.pc, s.conn = nil, nil
+	err := pc.detachDB()
+	if err != nil || s.failed {
+		pc.close()
+	} else {
+		putConn(pc)
+	}
+	if err != nil {
+		return fmt.Errorf("close %s: %w", s.path, err)
+	}
+	return nil
 }
 
 // Begin starts a write transaction (BEGIN IMMEDIATE).
@@ -279,7 +308,7 @@ func (s *Store) run(id stmtID) error {
 	if rerr := st.Reset(); err == nil {
 		err = rerr
 	}
-	return err
+	return s.fail(err)
 }
 
 // Commit commits the open transaction.
@@ -333,7 +362,7 @@ func (s *Store) Alarm() (atMs int64, ok bool, err error) {
 	if st.Step() {
 		return st.ColumnInt64(0), true, nil
 	}
-	return 0, false, st.Err()
+	return 0, false, s.fail(st.Err())
 }
 
 // SetAlarm sets the alarm to atMs, replacing any.
@@ -346,7 +375,7 @@ func (s *Store) SetAlarm(atMs int64) error {
 	if err := st.BindInt64(1, atMs); err != nil {
 		return err
 	}
-	return st.Exec()
+	return s.fail(st.Exec())
 }
 
 // ClearAlarm removes the alarm, if any.
@@ -356,7 +385,7 @@ func (s *Store) ClearAlarm() error {
 		return err
 	}
 	defer st.Reset()
-	return st.Exec()
+	return s.fail(st.Exec())
 }
 
 // Meta reads a meta value.
@@ -372,7 +401,7 @@ func (s *Store) Meta(key string) (value string, ok bool, err error) {
 	if st.Step() {
 		return st.ColumnText(0), true, nil
 	}
-	return "", false, st.Err()
+	return "", false, s.fail(st.Err())
 }
 
 // SetMeta writes a meta value.
@@ -388,7 +417,7 @@ func (s *Store) SetMeta(key, value string) error {
 	if err := st.BindText(2, value); err != nil {
 		return err
 	}
-	return st.Exec()
+	return s.fail(st.Exec())
 }
 
 // DeleteMeta removes a meta value.
@@ -401,7 +430,7 @@ func (s *Store) DeleteMeta(key string) error {
 	if err := st.BindText(1, key); err != nil {
 		return err
 	}
-	return st.Exec()
+	return s.fail(st.Exec())
 }
 
 // Failures reads the committed failure count of the pending alarm (0 when
@@ -439,7 +468,7 @@ func (s *Store) KVGet(key []byte) (value []byte, ok bool, err error) {
 	if st.Step() {
 		return st.ColumnBlob(0, nil), true, nil
 	}
-	return nil, false, st.Err()
+	return nil, false, s.fail(st.Err())
 }
 
 // KVPut writes a guest value.
@@ -455,7 +484,7 @@ func (s *Store) KVPut(key, value []byte) error {
 	if err := st.BindBlob(2, blob(value)); err != nil {
 		return err
 	}
-	return st.Exec()
+	return s.fail(st.Exec())
 }
 
 // KVDelete removes a guest value.
@@ -468,7 +497,7 @@ func (s *Store) KVDelete(key []byte) error {
 	if err := st.BindBlob(1, blob(key)); err != nil {
 		return err
 	}
-	return st.Exec()
+	return s.fail(st.Exec())
 }
 
 // blob makes an empty key or value a zero-length blob: SQLite binds a nil
@@ -520,8 +549,9 @@ func (s *Store) SnapshotTo(buf []byte) ([]byte, error) {
 			return b, nil
 		}
 	}
-	b, err := serialize(s.conn, "main", buf)
+	b, err := serialize(s.conn, storeSchema, buf)
 	if err != nil {
+		s.failed = true
 		return nil, fmt.Errorf("snapshot %s: %w", s.path, err)
 	}
 	return b, nil
