@@ -107,7 +107,13 @@ type Actor struct {
 	// (with its own stack) on each lookup, so each is looked up once per
 	// instance. A Function is not safe for concurrent use; the actor runs
 	// one event at a time.
-	fns    map[string]api.Function
+	fns map[string]api.Function
+	// cc is the context of every call into the instance, and stack the
+	// parameters and result of each (api.Function.CallWithStack): both
+	// reused, so a call allocates neither. ev is the running event's state.
+	cc     *callCtx
+	stack  [2]uint64
+	ev     event
 	inited bool
 	closed bool
 	// The committed alarm, failure count and the meta rows an index
@@ -174,7 +180,7 @@ func (a *Actor) wake(ctx context.Context) error {
 func (a *Actor) sleep(db bool) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.Background())
-		a.mod, a.mem, a.fns = nil, nil, nil
+		a.dropInstance()
 	}
 	if db && a.store != nil {
 		_ = a.store.Close()
@@ -227,8 +233,17 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 func (a *Actor) discard(ctx context.Context) {
 	if a.mod != nil {
 		_ = a.mod.Close(context.WithoutCancel(ctx))
-		a.mod, a.mem, a.fns = nil, nil, nil
+		a.dropInstance()
 		a.e.res.releaseInst(a)
+	}
+}
+
+// dropInstance forgets the closed instance: its exports, and the deadline
+// timer and the watch of the caller's context that its calls armed.
+func (a *Actor) dropInstance() {
+	a.mod, a.mem, a.fns = nil, nil, nil
+	if a.cc != nil {
+		a.cc.release()
 	}
 }
 
@@ -409,7 +424,8 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 		return Result{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
 	}
 	defer a.store.Rollback()
-	ev := &event{store: a.store, request: req, failures: failures}
+	ev := a.newEvent(req, failures)
+	defer a.endEvent()
 	if export != "" {
 		code, err := a.call(ctx, ev, export, params, a.e.cfg.eventDeadline)
 		if err != nil {
@@ -439,6 +455,16 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 	return res, nil
 }
 
+// newEvent starts the state of an event in the actor's reused one.
+func (a *Actor) newEvent(req []byte, failures int) *event {
+	a.ev = event{store: a.store, request: req, failures: failures}
+	return &a.ev
+}
+
+// endEvent forgets the event's state, so that the actor keeps no request
+// or response after it.
+func (a *Actor) endEvent() { a.ev = event{} }
+
 // finish commits an event that leaves the alarm after and the failure
 // count n, and keeps them as the committed state.
 func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, error) {
@@ -460,7 +486,7 @@ func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, er
 func (a *Actor) call(ctx context.Context, ev *event, export string, params []uint64, deadline time.Duration) (uint32, error) {
 	a.stderr.takeLast() // the error of this event names only its own output
 	if a.mod != nil && a.mod.IsClosed() {
-		a.mod, a.mem, a.fns = nil, nil, nil
+		a.dropInstance()
 		a.e.res.releaseInst(a)
 	}
 	if a.mod == nil {
@@ -488,15 +514,19 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	if fn == nil {
 		return 0, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, export)}
 	}
-	cctx, cancel := context.WithTimeout(withCall(ctx, &call{actor: a.id, ev: ev}), deadline)
-	defer cancel()
-	res, err := fn.Call(cctx, params...)
+	if a.cc == nil {
+		a.cc = newCallCtx(a.id)
+	}
+	copy(a.stack[:], params)
+	a.cc.begin(ctx, ev, deadline)
+	err := fn.CallWithStack(a.cc, a.stack[:])
+	stopped := a.cc.end()
 	refused := a.mem.takeRefusal()
 	if err != nil {
 		// A trap or an exit leaves the instance in an unknown state, and a
 		// deadline closed it: a fresh one serves the next event.
 		a.discard(ctx)
-		if cctx.Err() != nil && ctx.Err() == nil {
+		if stopped == context.DeadlineExceeded && ctx.Err() == nil {
 			err = fmt.Errorf("stopped at the %v deadline: %w", deadline, err)
 		}
 		if refused != nil {
@@ -511,7 +541,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	if refused != nil {
 		a.e.cfg.logger.Warn("memory.grow refused; the guest went on", "actor", a.id.String(), "export", export, "error", refused)
 	}
-	return uint32(res[0]), nil
+	return uint32(a.stack[0]), nil
 }
 
 // DeliverAlarm delivers the actor's alarm if it is due: it reads the
@@ -555,7 +585,8 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	}
 	defer a.store.Rollback()
 	before := &at
-	ev := &event{store: a.store, failures: failures}
+	ev := a.newEvent(nil, failures)
+	defer a.endEvent()
 	code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
 	if err == nil && code != 0 {
 		err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
