@@ -1,6 +1,7 @@
 package hostmod
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/ncruces/go-sqlite3"
@@ -124,9 +125,10 @@ func (pc *pooledConn) close() {
 
 // attachDB attaches the database at path under storeSchema and sets what
 // is set per database: WAL (kept in the file, so a no-op but for a
-// database not yet in it), synchronous=NORMAL, no journal kept past its
-// use, and a WAL that stays when its database closes (FCNTL_PERSIST_WAL:
-// a sleeping actor keeps its commits in it). After an error the database
+// database not yet in it), synchronous=NORMAL, a WAL file kept at the
+// size the automatic checkpoint lets it reach (walSizeLimit), and a WAL
+// that stays when its database closes (FCNTL_PERSIST_WAL: a sleeping
+// actor keeps its commits in it). After an error the database
 // may be attached: the caller closes the connection.
 func (pc *pooledConn) attachDB(path string) error {
 	if err := pc.attach.BindText(1, path); err != nil {
@@ -137,7 +139,7 @@ func (pc *pooledConn) attachDB(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := pc.conn.Exec(`PRAGMA a.journal_mode=WAL; PRAGMA a.synchronous=NORMAL; PRAGMA a.journal_size_limit=0;`); err != nil {
+	if err := pc.conn.Exec(`PRAGMA a.journal_mode=WAL; PRAGMA a.synchronous=NORMAL; PRAGMA a.journal_size_limit=` + strconv.Itoa(walSizeLimit) + `;`); err != nil {
 		return err
 	}
 	if _, err := pc.conn.FileControl(storeSchema, sqlite3.FCNTL_PERSIST_WAL, true); err != nil {

@@ -3,6 +3,7 @@ package hostmod
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -247,7 +248,8 @@ func TestThePoolKeepsAFewIdleConnections(t *testing.T) {
 }
 
 // Each attached database gets the settings an actor's database needs:
-// WAL, synchronous=NORMAL, exclusive locking, no journal kept.
+// WAL, synchronous=NORMAL, exclusive locking, a WAL file kept at the
+// size of walCheckpointPages frames.
 func TestAnAttachedDatabaseHasTheStoreSettings(t *testing.T) {
 	drainPool(t)
 	dir := t.TempDir()
@@ -260,7 +262,7 @@ func TestAnAttachedDatabaseHasTheStoreSettings(t *testing.T) {
 			"journal_mode":       "wal",
 			"synchronous":        "1",
 			"locking_mode":       "exclusive",
-			"journal_size_limit": "0",
+			"journal_size_limit": strconv.Itoa(walSizeLimit),
 		} {
 			s, _, err := st.conn.Prepare(`PRAGMA ` + storeSchema + `.` + pragma)
 			if err != nil {
@@ -306,5 +308,67 @@ func TestAStoreClosedInATransactionRollsBackAndPoolsItsConnection(t *testing.T) 
 	}
 	if v, ok, err := st.KVGet([]byte("k")); err != nil || ok {
 		t.Errorf("kv-get after a close in a transaction: %q, %v, %v; want nothing", v, ok, err)
+	}
+}
+
+// Once the automatic checkpoint has copied the WAL into the database and
+// the WAL starts again, its file keeps its size, so that the commits after
+// it write over it in place; the close of a database whose WAL file is
+// that large checkpoints it and truncates it, so that a sleeping actor
+// keeps no more than closeCheckpointBytes of WAL.
+func TestARestartedWALKeepsItsFileUntilTheClose(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.db")
+	st, err := OpenStore(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salt := func() string {
+		b, err := os.ReadFile(p + "-wal")
+		if err != nil || len(b) < walHeaderSize {
+			t.Fatalf("read the WAL header: %v (%d bytes)", err, len(b))
+		}
+		return string(b[16:24])
+	}
+	commit := func(i int) {
+		if err := st.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetAlarm(int64(1000 + i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(0)
+	first := salt()
+	i := 1
+	for ; salt() == first; i++ {
+		if i > 4*walCheckpointPages {
+			t.Fatalf("the WAL did not start again after %d commits", i)
+		}
+		commit(i)
+	}
+	commit(i)
+	fi, err := os.Stat(p + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() <= closeCheckpointBytes || fi.Size() > walSizeLimit {
+		t.Errorf("after the WAL started again: its file is %d bytes; want it kept, over %d and at most %d", fi.Size(), closeCheckpointBytes, walSizeLimit)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(p + "-wal"); err != nil || fi.Size() != 0 {
+		t.Errorf("after the close: WAL %v, %v; want an empty file", fi.Size(), err)
+	}
+	st, err = OpenStore(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if at, ok, err := st.Alarm(); err != nil || !ok || at != int64(1000+i) {
+		t.Errorf("after reopening: alarm %d, %v, %v; want %d", at, ok, err, 1000+i)
 	}
 }

@@ -515,6 +515,18 @@ func blob(b []byte) []byte {
 // checkpoints it into the database file.
 const walCheckpointPages = 128
 
+// walSizeLimit is the size, in bytes, to which SQLite cuts an open
+// database's WAL file when the WAL starts again after a checkpoint (its
+// journal_size_limit): the size walCheckpointPages frames of 4 KiB pages
+// take. Commits after the restart write over the file in place; with no
+// room kept (a limit of 0) each of them wrote past the end of the file,
+// and the file system allocated its blocks anew, which made a commit cost
+// a quarter more. A WAL that grew past the limit in one large commit is
+// cut back to it. A WAL file over closeCheckpointBytes is checkpointed
+// and truncated when its database closes, so a sleeping actor keeps no
+// more than that.
+const walSizeLimit = walHeaderSize + walCheckpointPages*(walFrameHeaderSize+4096)
+
 // closeCheckpointBytes is the WAL size past which a close checkpoints it:
 // a sleeping actor keeps at most 128 KiB of WAL (31 frames of 4 KiB pages)
 // beside its file.
