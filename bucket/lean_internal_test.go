@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -91,7 +92,7 @@ func TestLeanPutAddressesAsTheSDK(t *testing.T) {
 				t.Fatal("no lean PUT path")
 			}
 			sdkCap, leanCap := &captureDoer{}, &captureDoer{}
-			lean, err := newLeanPut(ctx, b.client, c.bucket, leanCap, nil)
+			lean, err := newLeanPut(ctx, b.client, c.bucket, leanCap, nil, nil, time.Minute, 1)
 			if err != nil || lean == nil {
 				t.Fatalf("newLeanPut: %v, %v", lean, err)
 			}

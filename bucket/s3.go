@@ -196,8 +196,9 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			tr.MaxIdleConnsPerHost = o.maxIdleConns
 			tr.WriteBufferSize = writeBufferSize
 		})
+	tr := hc.GetTransport()
 	doer := attemptCounter{&http.Client{
-		Transport:     hc.GetTransport(),
+		Transport:     tr,
 		Timeout:       o.requestTimeout,
 		CheckRedirect: limitedRedirect,
 	}}
@@ -226,7 +227,7 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			so.APIOptions = append(so.APIOptions, metrics.addTo)
 		}
 	})
-	lean, err := newLeanPut(ctx, client, bucketName, doer, metrics)
+	lean, err := newLeanPut(ctx, client, bucketName, doer, metrics, tr, o.requestTimeout, o.maxIdleConns)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %q: %w", bucketName, err)
 	}
