@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -52,6 +54,12 @@ type h1Conn struct {
 	tls       bool
 	br        *bufio.Reader
 	idleSince time.Time
+
+	// The liveness check's (alive) state.
+	peek    func(fd uintptr) bool
+	peekN   int
+	peekErr error
+	peekBuf [1]byte
 }
 
 // errNothingWritten marks a failure before any byte of the request left.
@@ -60,9 +68,11 @@ type errNothingWritten struct{ err error }
 func (e errNothingWritten) Error() string { return e.err.Error() }
 func (e errNothingWritten) Unwrap() error { return e.err }
 
-// errRedirect: the store answered 307 or 308; the attempt goes through
-// net/http, which follows it.
-var errRedirect = errors.New("redirected")
+// redirected: the store answered 307 or 308 with a Location; the attempt
+// goes there through net/http, which follows any further redirect.
+type redirected struct{ location string }
+
+func (r *redirected) Error() string { return "redirected to " + r.location }
 
 // get returns an idle connection that is still open (reused true), or a
 // new one.
@@ -152,11 +162,12 @@ func (c *h1Client) closeIdle() {
 var putMethod = &http.Request{Method: http.MethodPut}
 
 // roundTrip writes head and body (a complete HTTP/1.1 request) on a
-// pooled connection by deadline and hands the answer to read, which must
-// read its body to the end (or return false: the connection is then
+// pooled connection by deadline and hands the answer to read: a 2xx one
+// as an okAnswer (its body read), any other as an *http.Response whose
+// body read must read to the end (or return false: the connection is then
 // closed). A failure on a reused connection before anything was written
 // is tried once more on a new connection.
-func (c *h1Client) roundTrip(ctx context.Context, deadline time.Time, head, body []byte, read func(*http.Response) bool) error {
+func (c *h1Client) roundTrip(ctx context.Context, deadline time.Time, head, body []byte, read func(*okAnswer, *http.Response) bool) error {
 	for try := 0; ; try++ {
 		pc, reused, err := c.get(ctx, deadline)
 		if err != nil {
@@ -174,7 +185,7 @@ func (c *h1Client) roundTrip(ctx context.Context, deadline time.Time, head, body
 // longAgo, as a deadline, fails every pending read and write at once.
 var longAgo = time.Unix(1, 0)
 
-func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, deadline time.Time, head, body []byte, read func(*http.Response) bool) error {
+func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, deadline time.Time, head, body []byte, read func(*okAnswer, *http.Response) bool) error {
 	if err := pc.conn.SetDeadline(deadline); err != nil {
 		_ = pc.conn.Close()
 		return errNothingWritten{err}
@@ -220,6 +231,14 @@ func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, deadline time.Time,
 		}
 		return err
 	}
+	if a, fast, err := readOK(pc.br); fast {
+		if err != nil {
+			return err
+		}
+		ok := read(&a, nil)
+		reuse = ok && a.reuse && pc.br.Buffered() == 0
+		return nil
+	}
 	var resp *http.Response
 	for {
 		resp, err = http.ReadResponse(pc.br, putMethod)
@@ -231,7 +250,7 @@ func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, deadline time.Time,
 		}
 		// An informational answer (100 Continue, 103): the real one follows.
 	}
-	ok := read(resp)
+	ok := read(nil, resp)
 	reuse = ok && !resp.Close && pc.br.Buffered() == 0
 	return nil
 }
@@ -296,4 +315,116 @@ func newH1Client(u *url.URL, tr *http.Transport, timeout time.Duration, maxIdle 
 		c.tlsConfig = cfg
 	}
 	return c
+}
+
+// A 2xx answer to a PUT is a status and a few headers, of which the
+// client needs the ETag and what says where the answer ends and whether
+// the connection stays open; readOK reads those without building the
+// header map (a dozen allocations per answer in net/textproto). Any other
+// answer goes through http.ReadResponse, whose *http.Response the error
+// keeps.
+
+// errLongLine: a header line past maxHeaderLine.
+var errLongLine = errors.New("a header line of the answer is too long")
+
+const maxHeaderLine = 64 << 10
+
+// okAnswer is what readOK takes from a 2xx answer.
+type okAnswer struct {
+	status int
+	etag   string
+	reuse  bool // the body was read to its end and the connection stays open
+}
+
+// readOK reads a 2xx HTTP/1.1 answer from br if one is next (ok), its
+// body included; otherwise it reads nothing and the caller reads the
+// answer with http.ReadResponse.
+func readOK(br *bufio.Reader) (a okAnswer, ok bool, err error) {
+	head, err := br.Peek(len("HTTP/1.1 200 "))
+	if err != nil || string(head[:9]) != "HTTP/1.1 " || head[9] != '2' ||
+		head[10] < '0' || head[10] > '9' || head[11] < '0' || head[11] > '9' || head[12] != ' ' {
+		return a, false, nil
+	}
+	a.status = 200 + int(head[10]-'0')*10 + int(head[11]-'0')
+	if _, err := readLine(br, nil); err != nil { // the status line
+		return a, true, err
+	}
+	length, chunked, closing := int64(-1), false, false
+	for {
+		var line []byte
+		if line, err = readLine(br, nil); err != nil {
+			return a, true, err
+		}
+		if len(line) == 0 {
+			break
+		}
+		name, value, found := bytes.Cut(line, []byte(":"))
+		if !found {
+			return a, true, fmt.Errorf("malformed header line %q in the answer", line)
+		}
+		value = bytes.Trim(value, " \t")
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			n, perr := strconv.ParseInt(string(value), 10, 64)
+			if perr != nil || n < 0 || length >= 0 && n != length {
+				return a, true, fmt.Errorf("bad Content-Length %q in the answer", value)
+			}
+			length = n
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = true
+		case bytes.EqualFold(name, []byte("Connection")):
+			for _, tok := range bytes.Split(value, []byte(",")) {
+				if bytes.EqualFold(bytes.TrimSpace(tok), []byte("close")) {
+					closing = true
+				}
+			}
+		case bytes.EqualFold(name, []byte("ETag")):
+			if a.etag == "" {
+				a.etag = string(value)
+			}
+		}
+	}
+	switch {
+	case a.status == http.StatusNoContent:
+		a.reuse = !closing
+	case chunked || length < 0 || length > 256<<10:
+		// A body whose end is not simply counted: the connection closes
+		// rather than be read through.
+	default:
+		if _, err := br.Discard(int(length)); err != nil {
+			return a, true, err
+		}
+		a.reuse = !closing
+	}
+	return a, true, nil
+}
+
+// readLine appends the next line of br to buf without its line ending.
+func readLine(br *bufio.Reader, buf []byte) ([]byte, error) {
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(buf)+len(part) > maxHeaderLine {
+			return nil, errLongLine
+		}
+		switch err {
+		case nil:
+			if buf == nil {
+				buf = part // the common case: no copy
+			} else {
+				buf = append(buf, part...)
+			}
+			buf = buf[:len(buf)-1]
+			if n := len(buf); n > 0 && buf[n-1] == '\r' {
+				buf = buf[:n-1]
+			}
+			return buf, nil
+		case bufio.ErrBufferFull:
+			buf = append(buf, part...)
+		default:
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
 }

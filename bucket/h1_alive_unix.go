@@ -14,21 +14,19 @@ func (pc *h1Conn) alive() bool {
 	if pc.raw == nil {
 		return true
 	}
-	var (
-		n   int
-		err error
-		b   [1]byte
-	)
-	if rerr := pc.raw.Read(func(fd uintptr) bool {
-		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true
-	}); rerr != nil {
+	if pc.peek == nil { // made once per connection, not per check
+		pc.peek = func(fd uintptr) bool {
+			pc.peekN, _, pc.peekErr = syscall.Recvfrom(int(fd), pc.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			return true
+		}
+	}
+	if err := pc.raw.Read(pc.peek); err != nil {
 		return false
 	}
-	switch {
+	switch err := pc.peekErr; {
 	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
 		return true // nothing to read: open and idle
-	case err != nil, n == 0:
+	case err != nil, pc.peekN == 0:
 		return false // reset, or closed by the server
 	default:
 		return pc.tls

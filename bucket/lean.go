@@ -220,6 +220,9 @@ func (l *leanPut) put(ctx context.Context, key string, body []byte, cond Cond) (
 // left out of the signature.
 const unsignedPayloadHash = "UNSIGNED-PAYLOAD"
 
+// emptyPayloadHash is the SHA-256 of an empty payload (an index entry's).
+const emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
 // attempts is the SDK's retry loop (retry.Attempt) for one PUT.
 func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
 	if err := validHeaderValue(cond.IfMatch); err != nil {
@@ -227,7 +230,11 @@ func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Co
 	}
 	rawPath := smithyhttp.JoinPath(l.baseRawPath, "/"+escapeKey(key))
 	hash := unsignedPayloadHash
-	if !l.unsignedPayload {
+	switch {
+	case l.unsignedPayload:
+	case len(body) == 0:
+		hash = emptyPayloadHash
+	default:
 		sum := sha256.Sum256(body)
 		hash = hex.EncodeToString(sum[:])
 	}
@@ -344,11 +351,26 @@ func (l *leanPut) send(ctx context.Context, key, rawPath string, body []byte, co
 	auth := l.signer.authorization(creds, t, l.host, rawPath, int64(len(body)), ph)
 	if l.h1 != nil {
 		etag, err := l.sendH1(ctx, rawPath, body, t, ph, auth)
-		if err != errRedirect {
+		re, ok := err.(*redirected)
+		if !ok {
 			return etag, err
 		}
+		to, perr := l.keyURL(key, rawPath).Parse(re.location)
+		if perr != nil {
+			return "", &smithyhttp.RequestSendError{Err: fmt.Errorf("redirect to %q: %w", re.location, perr)}
+		}
+		return l.sendStd(ctx, to, body, t, ph, auth)
 	}
-	return l.sendStd(ctx, key, rawPath, body, t, ph, auth)
+	return l.sendStd(ctx, l.keyURL(key, rawPath), body, t, ph, auth)
+}
+
+// keyURL is the URL of key in the bucket, whose escaped path is rawPath.
+func (l *leanPut) keyURL(key, rawPath string) *url.URL {
+	u := l.base
+	u.User = nil
+	u.Path = smithyhttp.JoinPath(l.base.Path, "/"+key)
+	u.RawPath = rawPath
+	return &u
 }
 
 // heads are the buffers the lean client writes request heads into.
@@ -391,13 +413,18 @@ func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sig
 	}
 	var etag string
 	var failed error
-	err := l.h1.roundTrip(ctx, deadline, h, body, func(resp *http.Response) bool {
+	err := l.h1.roundTrip(ctx, deadline, h, body, func(a *okAnswer, resp *http.Response) bool {
+		if a != nil {
+			etag = a.etag
+			return true
+		}
 		switch {
 		case resp.StatusCode >= 200 && resp.StatusCode < 300:
 			etag = resp.Header.Get("ETag")
 			return drain(resp.Body)
-		case resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect:
-			failed = errRedirect
+		case (resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect) &&
+			resp.Header.Get("Location") != "":
+			failed = &redirected{location: resp.Header.Get("Location")}
 			return drain(resp.Body)
 		}
 		failed = responseError(resp)
@@ -414,14 +441,16 @@ func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sig
 	return etag, failed
 }
 
-// sendStd sends the signed PUT through net/http: the lean path without
-// its own client (a proxy, an unusual scheme), and a PUT the store
-// redirects (net/http follows 307 and 308, see limitedRedirect).
-func (l *leanPut) sendStd(ctx context.Context, key, rawPath string, body []byte, t sigTime, ph putHeaders, auth string) (string, error) {
-	u := l.base
-	u.User = nil
-	u.Path = smithyhttp.JoinPath(l.base.Path, "/"+key)
-	u.RawPath = rawPath
+// sendStd sends the signed PUT to u through net/http: the lean path
+// without its own client (a proxy, an unusual scheme), and a PUT the store
+// redirected (net/http follows any further 307 and 308, see
+// limitedRedirect). The Host header is the endpoint's on the endpoint's
+// host, as net/http keeps it when it follows a redirect.
+func (l *leanPut) sendStd(ctx context.Context, u *url.URL, body []byte, t sigTime, ph putHeaders, auth string) (string, error) {
+	host := l.host
+	if u.Host != l.base.Host {
+		host = u.Host
+	}
 	h := make(http.Header, 7)
 	h["X-Amz-Content-Sha256"] = []string{ph.payloadHash}
 	h["X-Amz-Date"] = []string{t.amzDate}
@@ -437,12 +466,12 @@ func (l *leanPut) sendStd(ctx context.Context, key, rawPath string, body []byte,
 	}
 	req := &http.Request{
 		Method:        http.MethodPut,
-		URL:           &u,
+		URL:           u,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
 		Header:        h,
-		Host:          l.host,
+		Host:          host,
 		ContentLength: int64(len(body)),
 	}
 	if len(body) > 0 {

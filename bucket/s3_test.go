@@ -243,6 +243,20 @@ func TestS3EnsureBucketCreatesOnceAndCheckPasses(t *testing.T) {
 type dialCounter struct {
 	URL   string
 	conns atomic.Int64
+
+	mu   sync.Mutex
+	open []net.Conn
+}
+
+// CloseAll closes every connection through the relay, as a server closes
+// its idle keep-alive connections.
+func (d *dialCounter) CloseAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.open {
+		c.Close()
+	}
+	d.open = nil
 }
 
 func newDialCounter(t *testing.T, endpoint string) *dialCounter {
@@ -258,24 +272,22 @@ func newDialCounter(t *testing.T, endpoint string) *dialCounter {
 	d := &dialCounter{URL: "http://" + l.Addr().String()}
 	var (
 		wg    sync.WaitGroup
-		mu    sync.Mutex
-		open  []net.Conn
 		ended bool
 	)
 	track := func(c net.Conn) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		open = append(open, c)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.open = append(d.open, c)
 		return !ended
 	}
 	t.Cleanup(func() {
 		l.Close()
-		mu.Lock()
+		d.mu.Lock()
 		ended = true
-		for _, c := range open { // idle keep-alive connections stay open otherwise
+		for _, c := range d.open { // idle keep-alive connections stay open otherwise
 			c.Close()
 		}
-		mu.Unlock()
+		d.mu.Unlock()
 		wg.Wait()
 	})
 	wg.Add(1)

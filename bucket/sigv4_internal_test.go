@@ -2,6 +2,8 @@ package bucket
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -95,5 +97,12 @@ func TestPutSignatureIsTheSDKs(t *testing.T) {
 		if d := req.Header.Get("X-Amz-Date"); d != newSigTime(now).amzDate {
 			t.Fatalf("request %d: X-Amz-Date %q, the SDK's %q", i, newSigTime(now).amzDate, d)
 		}
+	}
+}
+
+func TestEmptyPayloadHash(t *testing.T) {
+	sum := sha256.Sum256(nil)
+	if got := hex.EncodeToString(sum[:]); got != emptyPayloadHash {
+		t.Fatalf("SHA-256 of nothing is %s, the constant says %s", got, emptyPayloadHash)
 	}
 }
