@@ -2,10 +2,16 @@ package bucket
 
 import (
 	"bufio"
+	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // readOK takes from a 2xx answer what net/http's ReadResponse does (the
@@ -69,4 +75,46 @@ func TestReadOKAsNetHTTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A request that fails on a reused connection before any byte of it left
+// (the connection broke while idle, unseen) is sent on a new connection,
+// once, as net/http does; the server sees it once.
+func TestH1ResendsWhatWasNotWritten(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		requests.Add(1)
+		w.Header().Set("ETag", `"new"`)
+	}))
+	defer srv.Close()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newH1Client(u, &http.Transport{}, time.Minute, 4)
+	dead, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // writing on it fails at once, nothing written
+	c.idle = []*h1Conn{{conn: dead, br: bufio.NewReader(dead), idleSince: time.Now()}}
+	head := []byte("PUT /b/k HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 1\r\n\r\n")
+	var etag string
+	err = c.roundTrip(context.Background(), time.Now().Add(time.Minute), head, []byte("x"), func(a *okAnswer, _ *http.Response) bool {
+		if a != nil {
+			etag = a.etag
+		}
+		return true
+	})
+	if err != nil || etag != `"new"` {
+		t.Fatalf("PUT on a broken idle connection: ETag %q, %v", etag, err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("the server saw %d requests, want 1", n)
+	}
+	if len(c.idle) != 1 || c.idle[0].conn == dead {
+		t.Fatalf("the pool holds %d connections after the PUT (the broken one: %v), want the new one", len(c.idle), len(c.idle) > 0 && c.idle[0].conn == dead)
+	}
+	c.closeIdle()
 }
