@@ -5,11 +5,11 @@ package bucket
 import "syscall"
 
 // alive reports whether an idle connection can carry a request: the
-// server has not closed or reset it, and (over plain HTTP) sent nothing
-// nobody asked for. It peeks at the socket without waiting, as net/http
-// learns the same from the read it keeps pending on every idle
-// connection. Over TLS, bytes waiting are a record the server may send
-// unasked (a session ticket), which the next read consumes.
+// server has not closed or reset it, nor sent anything (an answer nobody
+// asked for, a TLS alert before closing). It peeks at the socket without
+// waiting, as net/http learns the same from the read it keeps pending on
+// every idle connection. (A TLS 1.3 server's session tickets come right
+// after the handshake and are read with the first answer.)
 func (pc *h1Conn) alive() bool {
 	if pc.raw == nil {
 		return true
@@ -26,9 +26,7 @@ func (pc *h1Conn) alive() bool {
 	switch err := pc.peekErr; {
 	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
 		return true // nothing to read: open and idle
-	case err != nil, pc.peekN == 0:
-		return false // reset, or closed by the server
 	default:
-		return pc.tls
+		return false // reset, closed by the server, or bytes nobody asked for
 	}
 }
