@@ -27,18 +27,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// leanPut sends PutObject requests without the SDK's middleware stack: an
-// http.Request built here, signed by the SDK's own SigV4 signer with the
-// client's credentials, sent on the client's HTTP client (one pool of
-// connections with the SDK's requests), and retried by the client's own
-// retryer on the errors the SDK would build for the same failure, so that
-// what is retried, how many times and after what pause, is the SDK's
-// decision. A PUT is a conditional write of a body the caller holds in
-// memory; through the SDK it runs some fifty middlewares (flexible
-// checksums, endpoint rules, user agent, recursion detection, retry
-// metrics, XML deserialisation of an empty answer), each with its
-// allocations, for what is one signed HTTP request whose answer is a
-// status and an ETag.
+// leanPut sends PutObject requests without the SDK's middleware stack: a
+// request built here, signed with SigV4 (putSigner, the SDK signer's
+// output for the same request) with the client's credentials, sent on the
+// bucket's own HTTP/1.1 connections (h1Client; through the client's
+// net/http client when a proxy is configured, and to follow a redirect),
+// and retried by the client's own retryer on the errors the SDK would
+// build for the same failure, so that what is retried, how many times and
+// after what pause, is the SDK's decision. A PUT is a conditional write
+// of a body the caller holds in memory; through the SDK it runs some
+// fifty middlewares (flexible checksums, endpoint rules, user agent,
+// recursion detection, retry metrics, XML deserialisation of an empty
+// answer), each with its allocations, for what is one signed HTTP request
+// whose answer is a status and an ETag.
 //
 // What it leaves out, against the SDK path: the per-attempt invocation
 // and attempt headers (amz-sdk-invocation-id, amz-sdk-request), the
