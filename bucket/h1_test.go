@@ -186,9 +186,14 @@ func TestS3LeanPutHonoursConnectionClose(t *testing.T) {
 // A 307 or 308 is followed, through net/http, to where the store points,
 // as the SDK's client follows it.
 func TestS3LeanPutFollowsTemporaryRedirects(t *testing.T) {
+	var fail atomic.Bool
 	s := newPutServer(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		if r.URL.Path == "/bkt/k" {
 			http.Redirect(w, r, "/elsewhere/k", http.StatusTemporaryRedirect)
+			return
+		}
+		if fail.Load() {
+			w.WriteHeader(http.StatusPreconditionFailed)
 			return
 		}
 		w.Header().Set("ETag", `"moved"`)
@@ -198,7 +203,17 @@ func TestS3LeanPutFollowsTemporaryRedirects(t *testing.T) {
 	if err != nil || etag != `"moved"` {
 		t.Fatalf("PUT redirected: %q, %v", etag, err)
 	}
-	if want := []string{"/bkt/k", "/elsewhere/k"}; strings.Join(s.paths, " ") != strings.Join(want, " ") {
+	// A redirected PUT is one attempt, as net/http's following is within
+	// one: a PUT that fails after a redirect reports one.
+	fail.Store(true)
+	_, err = b.Put(ctx(t), "k", []byte("body"), bucket.Cond{IfNoneMatch: true})
+	if !errors.Is(err, bucket.ErrPrecondition) {
+		t.Fatalf("PUT redirected to a 412: %v", err)
+	}
+	if n := attempts(t, err); n != 1 {
+		t.Errorf("the PUT redirected to a 412 reports %d attempts, want 1", n)
+	}
+	if want := []string{"/bkt/k", "/elsewhere/k", "/bkt/k", "/elsewhere/k"}; strings.Join(s.paths, " ") != strings.Join(want, " ") {
 		t.Fatalf("the server saw PUTs to %q, want %q", s.paths, want)
 	}
 }

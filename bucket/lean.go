@@ -360,7 +360,8 @@ func (l *leanPut) send(ctx context.Context, key, rawPath string, body []byte, co
 		if perr != nil {
 			return "", &smithyhttp.RequestSendError{Err: fmt.Errorf("redirect to %q: %w", re.location, perr)}
 		}
-		return l.sendStd(ctx, to, body, t, ph, auth)
+		// The attempt is counted already: net/http's is not another.
+		return l.sendStd(context.WithValue(ctx, attemptsKey{}, nil), to, body, t, ph, auth)
 	}
 	return l.sendStd(ctx, l.keyURL(key, rawPath), body, t, ph, auth)
 }
@@ -429,7 +430,7 @@ func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sig
 			return drain(resp.Body)
 		}
 		failed = responseError(resp)
-		return true // responseError read the body to its end
+		return drain(resp.Body) // at its end unless reading it failed
 	})
 	if err != nil {
 		// As the SDK's HTTP handler: a failure to send is a connection
