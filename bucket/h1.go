@@ -43,8 +43,9 @@ type h1Client struct {
 	idleTimeout time.Duration
 	maxIdle     int
 
-	mu   sync.Mutex
-	idle []*h1Conn // most recently used last
+	mu    sync.Mutex
+	idle  []*h1Conn   // most recently used last
+	timer *time.Timer // closes what stays idle past the idle timeout; nil when idle is empty
 }
 
 // h1Conn is one connection of the pool.
@@ -137,6 +138,9 @@ func (c *h1Client) release(pc *h1Conn) {
 	if len(c.idle) < c.maxIdle {
 		c.idle = append(c.idle, pc)
 		pc = nil
+		if c.timer == nil {
+			c.timer = time.AfterFunc(c.idleTimeout, c.expire)
+		}
 	}
 	c.mu.Unlock()
 	if pc != nil {
@@ -144,6 +148,33 @@ func (c *h1Client) release(pc *h1Conn) {
 	}
 	for _, s := range stale {
 		_ = s.conn.Close()
+	}
+}
+
+// expire closes the connections idle for the idle timeout and waits for
+// the next to be, as long as any is idle: a client nobody uses keeps no
+// connection open past the timeout (net/http's Transport has a timer for
+// each idle connection to the same end).
+func (c *h1Client) expire() {
+	now := time.Now()
+	var stale []*h1Conn
+	c.mu.Lock()
+	n := 0
+	for n < len(c.idle) && now.Sub(c.idle[n].idleSince) >= c.idleTimeout {
+		n++
+	}
+	stale = append(stale, c.idle[:n]...)
+	m := copy(c.idle, c.idle[n:])
+	clear(c.idle[m:])
+	c.idle = c.idle[:m]
+	if len(c.idle) > 0 {
+		c.timer = time.AfterFunc(c.idle[0].idleSince.Add(c.idleTimeout).Sub(now), c.expire)
+	} else {
+		c.timer = nil
+	}
+	c.mu.Unlock()
+	for _, pc := range stale {
+		_ = pc.conn.Close()
 	}
 }
 

@@ -118,3 +118,41 @@ func TestH1ResendsWhatWasNotWritten(t *testing.T) {
 	}
 	c.closeIdle()
 }
+
+// A connection left idle is closed after the idle timeout even when no
+// other request comes to find it stale.
+func TestH1ClosesIdleConnectionsAfterTheTimeout(t *testing.T) {
+	closed := make(chan struct{}, 4)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newH1Client(u, &http.Transport{IdleConnTimeout: 100 * time.Millisecond}, time.Minute, 4)
+	head := []byte("PUT /b/k HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 0\r\n\r\n")
+	for range 2 { // the second on the first's connection
+		if err := c.roundTrip(context.Background(), time.Now().Add(time.Minute), head, nil,
+			func(*okAnswer, *http.Response) bool { return true }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle connection is still open 10 s after its idle timeout of 100 ms")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.idle) != 0 || c.timer != nil {
+		t.Fatalf("after the timeout the pool holds %d connections (timer set: %v)", len(c.idle), c.timer != nil)
+	}
+}
