@@ -7,3 +7,7 @@ func PutsThroughSDK(b *S3) { b.lean = nil }
 
 // HasLeanPut reports whether b sends its PUTs on the lean path.
 func HasLeanPut(b *S3) bool { return b.lean != nil }
+
+// HasLeanConns reports whether b's lean PUTs go on its own HTTP/1.1
+// connections rather than through net/http.
+func HasLeanConns(b *S3) bool { return b.lean != nil && b.lean.h1 != nil }

@@ -13,11 +13,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -26,18 +27,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// leanPut sends PutObject requests without the SDK's middleware stack: an
-// http.Request built here, signed by the SDK's own SigV4 signer with the
-// client's credentials, sent on the client's HTTP client (one pool of
-// connections with the SDK's requests), and retried by the client's own
-// retryer on the errors the SDK would build for the same failure, so that
-// what is retried, how many times and after what pause, is the SDK's
-// decision. A PUT is a conditional write of a body the caller holds in
-// memory; through the SDK it runs some fifty middlewares (flexible
-// checksums, endpoint rules, user agent, recursion detection, retry
-// metrics, XML deserialisation of an empty answer), each with its
-// allocations, for what is one signed HTTP request whose answer is a
-// status and an ETag.
+// leanPut sends PutObject requests without the SDK's middleware stack: a
+// request built here, signed with SigV4 (putSigner, the SDK signer's
+// output for the same request) with the client's credentials, sent on the
+// bucket's own HTTP/1.1 connections (h1Client; through the client's
+// net/http client when a proxy is configured, and to follow a redirect),
+// and retried by the client's own retryer on the errors the SDK would
+// build for the same failure, so that what is retried, how many times and
+// after what pause, is the SDK's decision. A PUT is a conditional write
+// of a body the caller holds in memory; through the SDK it runs some
+// fifty middlewares (flexible checksums, endpoint rules, user agent,
+// recursion detection, retry metrics, XML deserialisation of an empty
+// answer), each with its allocations, for what is one signed HTTP request
+// whose answer is a status and an ETag.
 //
 // What it leaves out, against the SDK path: the per-attempt invocation
 // and attempt headers (amz-sdk-invocation-id, amz-sdk-request), the
@@ -48,11 +50,14 @@ import (
 // HTTPS.
 type leanPut struct {
 	client        httpDoer
-	signer        *v4.Signer
+	h1            *h1Client // nil: every attempt goes through client (net/http)
+	timeout       time.Duration
+	signer        *putSigner
 	creds         aws.CredentialsProvider
 	retryer       aws.Retryer
 	base          url.URL // the bucket's endpoint, as the SDK resolves it
 	baseRawPath   string  // its escaped path
+	host          string  // the Host header: the endpoint's, without a default port
 	signingName   string
 	signingRegion string
 	// unsignedPayload: over HTTPS the payload is not hashed into the
@@ -80,8 +85,13 @@ const putObject = "PutObject"
 // returns nil (the SDK path then serves every PUT) when the client is
 // configured in a way it does not cover: an endpoint whose auth scheme is
 // not SigV4 (SigV4a multi-region access points, S3 Express), no
-// credentials, or anonymous ones.
-func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDoer, m *s3Metrics) (*leanPut, error) {
+// credentials, or anonymous ones. With tr (the transport under hc), the
+// PUTs go on the bucket's own HTTP/1.1 connections (h1Client) with tr's
+// TLS configuration and idle timeout, each attempt bounded by timeout,
+// unless tr sends requests to the endpoint through a proxy; without it,
+// or then, through hc.
+func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDoer, m *s3Metrics,
+	tr *http.Transport, timeout time.Duration, maxIdle int) (*leanPut, error) {
 	o := client.Options()
 	if o.Credentials == nil {
 		return nil, nil
@@ -129,14 +139,19 @@ func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDo
 	}
 	l := &leanPut{
 		client:          hc,
-		signer:          v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true }),
+		timeout:         timeout,
+		signer:          &putSigner{service: name, region: region},
 		creds:           o.Credentials,
 		retryer:         o.Retryer,
 		base:            e.URI,
 		baseRawPath:     e.URI.EscapedPath(),
+		host:            signingHost(e.URI.Scheme, e.URI.Host),
 		signingName:     name,
 		signingRegion:   region,
 		unsignedPayload: e.URI.Scheme == "https",
+	}
+	if tr != nil {
+		l.h1 = newH1Client(&e.URI, tr, timeout, maxIdle)
 	}
 	if m != nil {
 		l.metrics = &leanMetrics{
@@ -147,17 +162,6 @@ func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDo
 		}
 	}
 	return l, nil
-}
-
-// objectURL is the URL of key in the bucket: the endpoint's path joined
-// with the key, escaped as the SDK escapes a greedy path label (every byte
-// but letters, digits, "-._~" and "/").
-func (l *leanPut) objectURL(key string) *url.URL {
-	u := l.base
-	u.User = nil
-	u.Path = smithyhttp.JoinPath(l.base.Path, "/"+key)
-	u.RawPath = smithyhttp.JoinPath(l.baseRawPath, "/"+escapeKey(key))
-	return &u
 }
 
 // escapeKey escapes key as httpbinding.EscapePath(key, false) does, without
@@ -217,11 +221,21 @@ func (l *leanPut) put(ctx context.Context, key string, body []byte, cond Cond) (
 // left out of the signature.
 const unsignedPayloadHash = "UNSIGNED-PAYLOAD"
 
+// emptyPayloadHash is the SHA-256 of an empty payload (an index entry's).
+const emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
 // attempts is the SDK's retry loop (retry.Attempt) for one PUT.
 func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
-	u := l.objectURL(key)
+	if err := validHeaderValue(cond.IfMatch); err != nil {
+		return "", fmt.Errorf("If-Match %q: %w", cond.IfMatch, err)
+	}
+	rawPath := smithyhttp.JoinPath(l.baseRawPath, "/"+escapeKey(key))
 	hash := unsignedPayloadHash
-	if !l.unsignedPayload {
+	switch {
+	case l.unsignedPayload:
+	case len(body) == 0:
+		hash = emptyPayloadHash
+	default:
 		sum := sha256.Sum256(body)
 		hash = hex.EncodeToString(sum[:])
 	}
@@ -235,7 +249,7 @@ func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Co
 		if err != nil {
 			return "", fmt.Errorf("failed to get retry Send token, %w", err)
 		}
-		etag, err := l.send(ctx, u, body, cond, hash)
+		etag, err := l.send(ctx, key, rawPath, body, cond, hash)
 		_ = releaseRetry(err)
 		_ = release(err)
 		if err == nil {
@@ -259,6 +273,17 @@ func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Co
 			return "", &aws.RequestCanceledError{Err: serr}
 		}
 	}
+}
+
+// validHeaderValue refuses what would end a header line early or break
+// it: control characters other than a tab.
+func validHeaderValue(v string) error {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return fmt.Errorf("control character %#02x in a header value", c)
+		}
+	}
+	return nil
 }
 
 func (l *leanPut) attemptToken(ctx context.Context) (func(error) error, error) {
@@ -301,23 +326,145 @@ func retryAfter(backoff time.Duration, err error) time.Duration {
 	return min(max(time.Duration(ms)*time.Millisecond, backoff), backoff+5*time.Second)
 }
 
-// send makes one attempt. The body is read from the caller's slice, never
-// copied; each attempt gets a fresh reader on it and a fresh signature.
-func (l *leanPut) send(ctx context.Context, u *url.URL, body []byte, cond Cond, hash string) (string, error) {
+// send makes one attempt, on the lean HTTP/1.1 client when there is one.
+// The body is read from the caller's slice, never copied (but into one
+// TLS record with the head when it is small); each attempt gets a fresh
+// signature.
+func (l *leanPut) send(ctx context.Context, key, rawPath string, body []byte, cond Cond, hash string) (string, error) {
 	if l.metrics != nil {
 		l.metrics.attempts.Inc()
+	}
+	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int32); ok && l.h1 != nil {
+		n.Add(1) // attemptCounter counts those through net/http
 	}
 	creds, err := l.creds.Retrieve(ctx)
 	if err != nil {
 		return "", fmt.Errorf("failed to retrieve credentials: %w", err)
 	}
-	h := make(http.Header, 6)
-	h["X-Amz-Content-Sha256"] = []string{hash}
-	if cond.IfNoneMatch {
-		h["If-None-Match"] = []string{"*"}
+	if err := validHeaderValue(creds.SessionToken); err != nil {
+		return "", fmt.Errorf("the session token: %w", err)
 	}
-	if cond.IfMatch != "" {
-		h["If-Match"] = []string{cond.IfMatch}
+	t := newSigTime(time.Now())
+	ph := putHeaders{payloadHash: hash, ifMatch: cond.IfMatch, securityToken: creds.SessionToken}
+	if cond.IfNoneMatch {
+		ph.ifNoneMatch = "*"
+	}
+	auth := l.signer.authorization(creds, t, l.host, rawPath, int64(len(body)), ph)
+	if l.h1 != nil {
+		etag, err := l.sendH1(ctx, rawPath, body, t, ph, auth)
+		re, ok := err.(*redirected)
+		if !ok {
+			return etag, err
+		}
+		to, perr := l.keyURL(key, rawPath).Parse(re.location)
+		if perr != nil {
+			return "", &smithyhttp.RequestSendError{Err: fmt.Errorf("redirect to %q: %w", re.location, perr)}
+		}
+		// The attempt is counted already: net/http's is not another.
+		return l.sendStd(context.WithValue(ctx, attemptsKey{}, nil), to, body, t, ph, auth)
+	}
+	return l.sendStd(ctx, l.keyURL(key, rawPath), body, t, ph, auth)
+}
+
+// keyURL is the URL of key in the bucket, whose escaped path is rawPath.
+func (l *leanPut) keyURL(key, rawPath string) *url.URL {
+	u := l.base
+	u.User = nil
+	u.Path = smithyhttp.JoinPath(l.base.Path, "/"+key)
+	u.RawPath = rawPath
+	return &u
+}
+
+// heads are the buffers the lean client writes request heads into.
+var heads = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+
+// sendH1 sends the signed PUT on the lean HTTP/1.1 client.
+func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sigTime, ph putHeaders, auth string) (string, error) {
+	bp := heads.Get().(*[]byte)
+	defer heads.Put(bp)
+	h := append((*bp)[:0], "PUT "...)
+	h = append(h, rawPath...)
+	h = append(h, " HTTP/1.1\r\nHost: "...)
+	h = append(h, l.host...)
+	h = append(h, "\r\nUser-Agent: wasmkeep-alarms\r\nContent-Length: "...)
+	h = strconv.AppendInt(h, int64(len(body)), 10)
+	if ph.ifNoneMatch != "" {
+		h = append(h, "\r\nIf-None-Match: "...)
+		h = append(h, ph.ifNoneMatch...)
+	}
+	if ph.ifMatch != "" {
+		h = append(h, "\r\nIf-Match: "...)
+		h = append(h, ph.ifMatch...)
+	}
+	h = append(h, "\r\nX-Amz-Content-Sha256: "...)
+	h = append(h, ph.payloadHash...)
+	h = append(h, "\r\nX-Amz-Date: "...)
+	h = append(h, t.amzDate...)
+	if ph.securityToken != "" {
+		h = append(h, "\r\nX-Amz-Security-Token: "...)
+		h = append(h, ph.securityToken...)
+	}
+	h = append(h, "\r\nAuthorization: "...)
+	h = append(h, auth...)
+	h = append(h, "\r\n\r\n"...)
+	*bp = h
+
+	deadline := time.Now().Add(l.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	var etag string
+	var failed error
+	err := l.h1.roundTrip(ctx, deadline, h, body, func(a *okAnswer, resp *http.Response) bool {
+		if a != nil {
+			etag = a.etag
+			return true
+		}
+		switch {
+		case resp.StatusCode >= 200 && resp.StatusCode < 300:
+			etag = resp.Header.Get("ETag")
+			return drain(resp.Body)
+		case (resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect) &&
+			resp.Header.Get("Location") != "":
+			failed = &redirected{location: resp.Header.Get("Location")}
+			return drain(resp.Body)
+		}
+		failed = responseError(resp)
+		return drain(resp.Body) // at its end unless reading it failed
+	})
+	if err != nil {
+		// As the SDK's HTTP handler: a failure to send is a connection
+		// error (retried), unless the caller's context ended.
+		if cerr := ctx.Err(); cerr != nil {
+			return "", &smithy.CanceledError{Err: cerr}
+		}
+		return "", &smithyhttp.RequestSendError{Err: err}
+	}
+	return etag, failed
+}
+
+// sendStd sends the signed PUT to u through net/http: the lean path
+// without its own client (a proxy, an unusual scheme), and a PUT the store
+// redirected (net/http follows any further 307 and 308, see
+// limitedRedirect). The Host header is the endpoint's on the endpoint's
+// host, as net/http keeps it when it follows a redirect.
+func (l *leanPut) sendStd(ctx context.Context, u *url.URL, body []byte, t sigTime, ph putHeaders, auth string) (string, error) {
+	host := l.host
+	if u.Host != l.base.Host {
+		host = u.Host
+	}
+	h := make(http.Header, 7)
+	h["X-Amz-Content-Sha256"] = []string{ph.payloadHash}
+	h["X-Amz-Date"] = []string{t.amzDate}
+	h["Authorization"] = []string{auth}
+	if ph.securityToken != "" {
+		h["X-Amz-Security-Token"] = []string{ph.securityToken}
+	}
+	if ph.ifNoneMatch != "" {
+		h["If-None-Match"] = []string{ph.ifNoneMatch}
+	}
+	if ph.ifMatch != "" {
+		h["If-Match"] = []string{ph.ifMatch}
 	}
 	req := &http.Request{
 		Method:        http.MethodPut,
@@ -326,7 +473,7 @@ func (l *leanPut) send(ctx context.Context, u *url.URL, body []byte, cond Cond, 
 		ProtoMajor:    1,
 		ProtoMinor:    1,
 		Header:        h,
-		Host:          u.Host,
+		Host:          host,
 		ContentLength: int64(len(body)),
 	}
 	if len(body) > 0 {
@@ -334,13 +481,8 @@ func (l *leanPut) send(ctx context.Context, u *url.URL, body []byte, cond Cond, 
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	req = req.WithContext(ctx)
-	if err := l.signer.SignHTTP(ctx, creds, req, hash, l.signingName, l.signingRegion, time.Now().UTC()); err != nil {
-		return "", fmt.Errorf("signing the request: %w", err)
-	}
 	resp, err := l.client.Do(req)
 	if err != nil {
-		// As the SDK's HTTP handler: a failure to send is a connection
-		// error (retried), unless the caller's context ended.
 		if cerr := ctx.Err(); cerr != nil {
 			return "", &smithy.CanceledError{Err: cerr}
 		}

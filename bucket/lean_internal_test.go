@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -91,7 +93,7 @@ func TestLeanPutAddressesAsTheSDK(t *testing.T) {
 				t.Fatal("no lean PUT path")
 			}
 			sdkCap, leanCap := &captureDoer{}, &captureDoer{}
-			lean, err := newLeanPut(ctx, b.client, c.bucket, leanCap, nil)
+			lean, err := newLeanPut(ctx, b.client, c.bucket, leanCap, nil, nil, time.Minute, 1)
 			if err != nil || lean == nil {
 				t.Fatalf("newLeanPut: %v, %v", lean, err)
 			}
@@ -176,6 +178,42 @@ func TestEscapeKeyAsTheSDK(t *testing.T) {
 	for _, k := range []string{"", "alarms/t/000123", "a b", string(all), "ü☃/%2F"} {
 		if got, want := escapeKey(k), httpbinding.EscapePath(k, false); got != want {
 			t.Errorf("escapeKey(%q) = %q, the SDK's %q", k, got, want)
+		}
+	}
+}
+
+// The lean client carries http and https requests, and leaves to net/http
+// those a proxy should carry and any other scheme.
+func TestH1ClientOnlyWithoutAProxy(t *testing.T) {
+	proxyURL, _ := url.Parse("http://127.0.0.1:3128")
+	for _, c := range []struct {
+		endpoint string
+		proxy    func(*http.Request) (*url.URL, error)
+		want     bool
+		addr     string
+	}{
+		{"http://127.0.0.1:7070", nil, true, "127.0.0.1:7070"},
+		{"https://s3.eu-west-1.amazonaws.com", nil, true, "s3.eu-west-1.amazonaws.com:443"},
+		{"http://store.example", nil, true, "store.example:80"},
+		{"https://[::1]:8443/base", nil, true, "[::1]:8443"},
+		{"https://s3.eu-west-1.amazonaws.com", http.ProxyURL(proxyURL), false, ""},
+		{"http://127.0.0.1:7070", func(*http.Request) (*url.URL, error) { return nil, nil }, true, "127.0.0.1:7070"},
+		{"unix:///run/s3.sock", nil, false, ""},
+	} {
+		u, err := url.Parse(c.endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newH1Client(u, &http.Transport{Proxy: c.proxy}, time.Minute, 4)
+		if (h != nil) != c.want {
+			t.Errorf("%s (proxy %v): own client %v, want %v", c.endpoint, c.proxy != nil, h != nil, c.want)
+			continue
+		}
+		if h != nil && h.addr != c.addr {
+			t.Errorf("%s: dials %s, want %s", c.endpoint, h.addr, c.addr)
+		}
+		if h != nil && (h.tlsConfig != nil) != (u.Scheme == "https") {
+			t.Errorf("%s: TLS %v", c.endpoint, h.tlsConfig != nil)
 		}
 	}
 }

@@ -114,6 +114,8 @@ func TestS3LeanPutFailsAndRetriesAsTheSDKPut(t *testing.T) {
 				}
 				if path == "sdk" {
 					bucket.PutsThroughSDK(b)
+				} else if !bucket.HasLeanConns(b) {
+					t.Fatal("the lean PUTs of a client on versitygw go through net/http")
 				}
 				key := "outcome/" + sc.name + "/" + path
 				if sc.setup != nil {
@@ -264,8 +266,8 @@ func TestS3LeanPutPayloadHashByScheme(t *testing.T) {
 		{"http", plain.URL, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}, // SHA-256 of "hello"
 	} {
 		b := srv.NewClient(t, bucket.WithEndpoint(c.endpoint))
-		if !bucket.HasLeanPut(b) {
-			t.Fatalf("%s: no lean PUT path", c.scheme)
+		if !bucket.HasLeanPut(b) || !bucket.HasLeanConns(b) {
+			t.Fatalf("%s: no lean PUT path, or not on its own connections", c.scheme)
 		}
 		key := "scheme/" + c.scheme
 		if _, err := b.Put(ctx(t), key, []byte("hello"), bucket.Cond{IfNoneMatch: true}); err != nil {

@@ -55,11 +55,12 @@ const writeBufferSize = 64 << 10
 // with NewS3. It is safe for concurrent use.
 //
 // PUTs, the requests a node sends for every replicated firing, bypass the
-// SDK's middleware stack: they are built, signed with the SDK's SigV4
-// signer and retried by the SDK's retryer in lean.go, with the same
-// outcomes, attempts and metrics as the SDK's PutObject (over HTTPS the
-// payload is left out of the signature, as the SDK does; over plain HTTP
-// its SHA-256 is signed). Every other operation goes through the SDK.
+// SDK's middleware stack: they are built, signed (SigV4) and sent on
+// connections of their own in lean.go and retried by the SDK's retryer,
+// with the same outcomes, attempts and metrics as the SDK's PutObject
+// (over HTTPS the payload is left out of the signature, as the SDK does;
+// over plain HTTP its SHA-256 is signed). Every other operation goes
+// through the SDK.
 type S3 struct {
 	client *s3.Client
 	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
@@ -116,9 +117,10 @@ func WithRequestTimeout(d time.Duration) S3Option {
 }
 
 // WithMaxIdleConns sets how many idle connections to the store the client
-// keeps open for reuse (default DefaultMaxIdleConns). Size it for the
-// requests a process has in flight at once: a request that finds no idle
-// connection dials a new one, and one returned to a full pool is closed.
+// keeps open for reuse (default DefaultMaxIdleConns), in each of its two
+// pools: the PUTs' and the other operations'. Size it for the requests a
+// process has in flight at once: a request that finds no idle connection
+// dials a new one, and one returned to a full pool is closed.
 func WithMaxIdleConns(n int) S3Option { return func(o *s3Options) { o.maxIdleConns = n } }
 
 // NewS3 returns a client for the named bucket. Configuration comes from the
@@ -177,12 +179,14 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 	}
 	// The SDK's buildable client carries AWS_CA_BUNDLE if set; its
 	// transport, with the dial timeout and pool size set here, is the one
-	// transport of the bucket, under one http.Client that bounds each
-	// attempt and counts attempts, for the SDK's requests and the lean
-	// PUTs alike. One client (and so one pool of connections) serves every
-	// request of the bucket, as the SDK advises; the pool is sized so
-	// concurrent requests reuse their connections rather than dial (Go's
-	// default keeps two idle per host). The http.Client holds the
+	// net/http transport of the bucket, under one http.Client that bounds
+	// each attempt and counts attempts, for the SDK's requests (and the
+	// lean PUTs that go through net/http: behind a proxy, or redirected).
+	// One client serves every request of the bucket, as the SDK advises;
+	// the pool is sized so concurrent requests reuse their connections
+	// rather than dial (Go's default keeps two idle per host). The lean
+	// PUTs' own connections (h1Client) take the transport's TLS
+	// configuration, idle timeout and the same pool size. The http.Client holds the
 	// *http.Transport itself, not wrapped as the buildable client wraps
 	// it, so that its timeout costs a context deadline per request rather
 	// than a timer goroutine.
@@ -196,8 +200,9 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			tr.MaxIdleConnsPerHost = o.maxIdleConns
 			tr.WriteBufferSize = writeBufferSize
 		})
+	tr := hc.GetTransport()
 	doer := attemptCounter{&http.Client{
-		Transport:     hc.GetTransport(),
+		Transport:     tr,
 		Timeout:       o.requestTimeout,
 		CheckRedirect: limitedRedirect,
 	}}
@@ -226,7 +231,7 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			so.APIOptions = append(so.APIOptions, metrics.addTo)
 		}
 	})
-	lean, err := newLeanPut(ctx, client, bucketName, doer, metrics)
+	lean, err := newLeanPut(ctx, client, bucketName, doer, metrics, tr, o.requestTimeout, o.maxIdleConns)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %q: %w", bucketName, err)
 	}
