@@ -26,7 +26,8 @@ func BenchmarkSnapshot(b *testing.B) {
 				if err := st.Begin(); err != nil {
 					b.Fatal(err)
 				}
-				if err := st.SetAlarm(int64(i)); err == nil {
+				err := st.SetAlarm(int64(i))
+				if err == nil {
 					err = st.SetMeta(MetaAlarmIndexed, fmt.Sprintf("%d/tag", i))
 				}
 				if err != nil {
