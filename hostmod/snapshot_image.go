@@ -181,57 +181,68 @@ func imagePageSize(b []byte) (int, error) {
 	return ps, nil
 }
 
-// readFrames reads the WAL from m.off to its end and applies each commit
-// in it, in order, stopping at the first frame SQLite's recovery would not
-// take. Frames after the last commit frame (a transaction rolled back
+// readFrames reads the WAL from m.off on and applies each commit in it, in
+// order, stopping at the first frame SQLite's recovery would not take
+// (which, in a WAL kept at its size and started again over its old frames,
+// is usually just past the new ones: it reads in steps, not to the file's
+// end). Frames after the last commit frame (a transaction rolled back
 // after it spilled pages) are left for the next read.
 func (m *snapImage) readFrames(w imageFile) error {
 	bp := walBufs.Get().(*[]byte)
 	defer walBufs.Put(bp)
-	if cap(*bp) < 64<<10 {
-		*bp = make([]byte, 64<<10)
-	}
-	b := (*bp)[:cap(*bp)]
-	n := 0
-	for {
-		k, err := w.ReadAt(b[n:], m.off+int64(n))
-		n += k
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return errLayout
-		}
-		if int64(len(b)) >= maxWALRead {
-			return errLayout
-		}
-		b = append(b, make([]byte, len(b))...)
-	}
-	*bp = b
-	b = b[:n]
 	be := binary.BigEndian
 	step := walFrameHeaderSize + m.ps
+	chunk := 8 * step
+	b := (*bp)[:0]
 	s1, s2 := m.s1, m.s2
+	off := 0   // the next frame to check
 	start := 0 // the first frame of the commit under way
-	for off := 0; off+step <= len(b); off += step {
-		fh, data := b[off:off+walFrameHeaderSize], b[off+walFrameHeaderSize:off+step]
-		pgno := be.Uint32(fh[0:])
-		if pgno == 0 || !bytes.Equal(fh[8:16], m.hdr[16:24]) {
-			break
+	for {
+		n := len(b)
+		if cap(b) < n+chunk {
+			b = append(b[:cap(b)], make([]byte, n+chunk-cap(b))...)
 		}
-		s1, s2 = walChecksum(m.bigEnd, fh[:8], s1, s2)
-		s1, s2 = walChecksum(m.bigEnd, data, s1, s2)
-		if s1 != be.Uint32(fh[16:]) || s2 != be.Uint32(fh[20:]) {
-			break
+		b = b[:n+chunk]
+		k, err := w.ReadAt(b[n:], m.off+int64(n))
+		b = b[:n+k]
+		end := errors.Is(err, io.EOF)
+		if err != nil && !end {
+			*bp = b[:0]
+			return errLayout
 		}
-		if nPage := be.Uint32(fh[4:]); nPage != 0 { // a commit frame
-			if err := m.commit(b[start:off+step], nPage); err != nil {
-				return err
+		stopped := false
+		for ; off+step <= len(b); off += step {
+			fh, data := b[off:off+walFrameHeaderSize], b[off+walFrameHeaderSize:off+step]
+			pgno := be.Uint32(fh[0:])
+			if pgno == 0 || !bytes.Equal(fh[8:16], m.hdr[16:24]) {
+				stopped = true
+				break
 			}
-			start = off + step
-			m.s1, m.s2 = s1, s2
+			s1, s2 = walChecksum(m.bigEnd, fh[:8], s1, s2)
+			s1, s2 = walChecksum(m.bigEnd, data, s1, s2)
+			if s1 != be.Uint32(fh[16:]) || s2 != be.Uint32(fh[20:]) {
+				stopped = true
+				break
+			}
+			if nPage := be.Uint32(fh[4:]); nPage != 0 { // a commit frame
+				if err := m.commit(b[start:off+step], nPage); err != nil {
+					*bp = b[:0]
+					return err
+				}
+				start = off + step
+				m.s1, m.s2 = s1, s2
+			}
 		}
+		if stopped || end {
+			break
+		}
+		if len(b) >= maxWALRead {
+			*bp = b[:0]
+			return errLayout
+		}
+		chunk *= 2
 	}
+	*bp = b[:0]
 	m.off += int64(start)
 	return nil
 }
