@@ -243,7 +243,9 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		}
 		if ev.Ran && ev.Err != nil {
 			p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
-		} else if ev.Ran {
+		} else if ev.Ran && p.log.IsInfo() {
+			// The hot path: the line's fields are made only for a logger
+			// that writes it.
 			p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", d.At.UnixMilli(), "retry_count", ev.RetryCount)
 		}
 	case errors.Is(err, ErrNotHere):

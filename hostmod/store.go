@@ -57,6 +57,11 @@ type Store struct {
 	// failed is set when SQLite returned an error: the connection is
 	// closed with the store rather than reused.
 	failed bool
+
+	img snapImage // the committed image snapshots copy (see SnapshotTo)
+	// imageMisses counts the snapshots of a small database that could not
+	// use the image and were serialised through SQLite.
+	imageMisses int
 }
 
 // schemaIn is schema with every table in storeSchema.
@@ -543,10 +548,23 @@ func (s *Store) Snapshot() ([]byte, error) { return s.SnapshotTo(nil) }
 // SnapshotTo is Snapshot into buf[:0] (grown when too small): a replicating
 // host that uploads one snapshot after another reuses its buffers. The
 // image of a large database, read from the checkpointed file, is a new
-// slice.
+// slice. A small database's snapshot is a copy of the image the store
+// keeps (snapImage: as large as the database, up to serializeBelow, for
+// as long as the store is open), brought up to date from the frames the
+// WAL gained since the last snapshot.
 func (s *Store) SnapshotTo(buf []byte) ([]byte, error) {
 	if s.inTx {
 		return nil, errors.New("snapshot: a transaction is open")
+	}
+	// The image the store keeps, brought up to date from the frames the
+	// WAL gained since the last snapshot (snapImage): a small database
+	// costs a read of those frames and a copy.
+	db, wal := s.files()
+	if s.img.update(s.path, db, wal) == nil {
+		if b, err := s.img.snapshot(buf); err == nil {
+			return b, nil
+		}
+		s.img.reset()
 	}
 	// A serialisation copies every page through a second connection, WAL
 	// included, and writes nothing: for a small database (most actors')
@@ -560,6 +578,8 @@ func (s *Store) SnapshotTo(buf []byte) ([]byte, error) {
 		if b, ok := s.checkpointedFile(); ok {
 			return b, nil
 		}
+	} else {
+		s.imageMisses++
 	}
 	b, err := serialize(s.conn, storeSchema, buf)
 	if err != nil {
