@@ -101,34 +101,7 @@ func TestSnapshotImageIsTheDatabaseABackupMakes(t *testing.T) {
 		var byPath snapImage
 		for step := range steps {
 			name := fmt.Sprintf("seed %d step %d", seed, step)
-			if err := st.Begin(); err != nil {
-				t.Fatal(err)
-			}
-			for range 1 + rnd.IntN(4) {
-				switch rnd.IntN(7) {
-				case 0, 1:
-					err = st.SetAlarm(rnd.Int64N(1 << 45))
-				case 2:
-					err = st.ClearAlarm()
-				case 3:
-					err = st.SetMeta(fmt.Sprintf("m%d", rnd.IntN(8)), strings.Repeat("m", rnd.IntN(300)))
-				case 4, 5:
-					err = st.KVPut([]byte(fmt.Sprintf("k%d", rnd.IntN(10))), bytes.Repeat([]byte{byte(step)}, rnd.IntN(12000)))
-				case 6:
-					err = st.KVDelete([]byte(fmt.Sprintf("k%d", rnd.IntN(10))))
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			if rnd.IntN(6) == 0 {
-				err = st.Rollback()
-			} else {
-				err = st.Commit()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			randomTx(t, st, rnd, byte(step), randomTxShape{writes: 4, keys: 10, maxValue: 12000, deletes: true})
 			switch rnd.IntN(10) {
 			case 0: // the next commit starts the WAL again, over the old frames
 				err = st.conn.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)

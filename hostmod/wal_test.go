@@ -155,32 +155,7 @@ func TestReadAlarmFromTheWALAsSQLiteDoes(t *testing.T) {
 		var prevDB, prevSalt []byte
 		synced := 0
 		for step := range steps {
-			if err := st.Begin(); err != nil {
-				t.Fatal(err)
-			}
-			for range 1 + rnd.IntN(3) {
-				switch rnd.IntN(5) {
-				case 0, 1:
-					err = st.SetAlarm(rnd.Int64N(1 << 45))
-				case 2:
-					err = st.ClearAlarm()
-				case 3:
-					err = st.SetMeta(fmt.Sprintf("m%d", rnd.IntN(8)), strings.Repeat("m", rnd.IntN(300)))
-				case 4:
-					err = st.KVPut([]byte(fmt.Sprintf("k%d", rnd.IntN(6))), bytes.Repeat([]byte{byte(step)}, rnd.IntN(9000)))
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			if rnd.IntN(6) == 0 {
-				err = st.Rollback()
-			} else {
-				err = st.Commit()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			randomTx(t, st, rnd, byte(step), randomTxShape{writes: 3, keys: 6, maxValue: 9000})
 			switch rnd.IntN(8) {
 			case 0: // the next commit starts the WAL again, over the old frames
 				if err := st.conn.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
@@ -403,5 +378,53 @@ func TestAnOpenStoreHoldsTwoFileDescriptors(t *testing.T) {
 	st.Close()
 	if n := fdsOn(p); n != 0 {
 		t.Errorf("a closed store holds %d file descriptors on its files; want none", n)
+	}
+}
+
+// randomTxShape says what randomTx may write: up to writes changes, kv
+// keys among keys, values of up to maxValue bytes, and kv deletes or not.
+type randomTxShape struct {
+	writes, keys, maxValue int
+	deletes                bool
+}
+
+// randomTx runs one transaction of random writes on st (the alarm set or
+// cleared, meta rows, kv rows of byte fill), committed five times in six
+// and rolled back otherwise.
+func randomTx(t *testing.T, st *Store, rnd *rand.Rand, fill byte, shape randomTxShape) {
+	t.Helper()
+	if err := st.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	kinds := 5
+	if shape.deletes {
+		kinds = 6
+	}
+	for range 1 + rnd.IntN(shape.writes) {
+		var err error
+		switch rnd.IntN(kinds) {
+		case 0, 1:
+			err = st.SetAlarm(rnd.Int64N(1 << 45))
+		case 2:
+			err = st.ClearAlarm()
+		case 3:
+			err = st.SetMeta(fmt.Sprintf("m%d", rnd.IntN(8)), strings.Repeat("m", rnd.IntN(300)))
+		case 4:
+			err = st.KVPut([]byte(fmt.Sprintf("k%d", rnd.IntN(shape.keys))), bytes.Repeat([]byte{fill}, rnd.IntN(shape.maxValue)))
+		case 5:
+			err = st.KVDelete([]byte(fmt.Sprintf("k%d", rnd.IntN(shape.keys))))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	if rnd.IntN(6) == 0 {
+		err = st.Rollback()
+	} else {
+		err = st.Commit()
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
