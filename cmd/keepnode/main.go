@@ -63,7 +63,7 @@ func main() {
 	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
 	leaseGrace := fs.Duration("lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
 	idle := fs.Duration("idle", node.DefaultIdleTimeout, "close (in a cluster: upload, close and release) an actor no event reached for this long")
-	maxDBs := fs.Int("max-open-dbs", hostmod.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (about 3 file descriptors each); past it the least recently used idle actor sleeps")
+	maxDBs := fs.Int("max-open-dbs", hostmod.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (2 file descriptors each); past it the least recently used idle actor sleeps")
 	maxInsts := fs.Int("max-instances", hostmod.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
 	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	sweep := fs.Duration("sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
