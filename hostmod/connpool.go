@@ -139,7 +139,7 @@ func (pc *pooledConn) attachDB(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := pc.conn.Exec(`PRAGMA a.journal_mode=WAL; PRAGMA a.synchronous=NORMAL; PRAGMA a.journal_size_limit=` + strconv.Itoa(walSizeLimit) + `;`); err != nil {
+	if err := pc.conn.Exec(attachSettings); err != nil {
 		return err
 	}
 	if _, err := pc.conn.FileControl(storeSchema, sqlite3.FCNTL_PERSIST_WAL, true); err != nil {
@@ -147,6 +147,10 @@ func (pc *pooledConn) attachDB(path string) error {
 	}
 	return nil
 }
+
+// attachSettings are the per-database settings attachDB runs.
+var attachSettings = `PRAGMA ` + storeSchema + `.journal_mode=WAL; PRAGMA ` + storeSchema + `.synchronous=NORMAL; PRAGMA ` +
+	storeSchema + `.journal_size_limit=` + strconv.Itoa(walSizeLimit) + `;`
 
 // detachDB detaches the database under storeSchema, which closes its file
 // and releases its lock.

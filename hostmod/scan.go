@@ -158,37 +158,22 @@ func readWAL(b []byte) (*walPages, error) {
 	if len(b) < walHeaderSize {
 		return nil, errLayout
 	}
-	be := binary.BigEndian
-	magic := be.Uint32(b[0:])
-	if magic&^1 != walMagic || be.Uint32(b[4:]) != walVersion {
-		return nil, errLayout
-	}
-	ps := be.Uint32(b[8:])
-	if ps < 512 || ps > 65536 || ps&(ps-1) != 0 {
-		return nil, errLayout
-	}
-	bigEnd := magic&1 == 1
-	s1, s2 := walChecksum(bigEnd, b[:24], 0, 0)
-	if s1 != be.Uint32(b[24:]) || s2 != be.Uint32(b[28:]) {
-		return nil, errLayout
+	ps, bigEnd, s1, s2, err := walHeader(b[:walHeaderSize])
+	if err != nil {
+		return nil, err
 	}
 	salt := b[16:24]
-	w := &walPages{pageSize: int(ps)}
+	w := &walPages{pageSize: ps}
 	committed := 0 // frames up to the last commit frame
-	step := walFrameHeaderSize + int(ps)
+	step := walFrameHeaderSize + ps
 	for off := walHeaderSize; off+step <= len(b); off += step {
 		fh, data := b[off:off+walFrameHeaderSize], b[off+walFrameHeaderSize:off+step]
-		pgno := be.Uint32(fh[0:])
-		if pgno == 0 || !bytes.Equal(fh[8:16], salt) {
+		var ok bool
+		if s1, s2, ok = walFrameValid(bigEnd, salt, fh, data, s1, s2); !ok {
 			break
 		}
-		s1, s2 = walChecksum(bigEnd, fh[:8], s1, s2)
-		s1, s2 = walChecksum(bigEnd, data, s1, s2)
-		if s1 != be.Uint32(fh[16:]) || s2 != be.Uint32(fh[20:]) {
-			break
-		}
-		w.frames = append(w.frames, walFrame{pgno, data})
-		if n := be.Uint32(fh[4:]); n != 0 { // a commit frame
+		w.frames = append(w.frames, walFrame{binary.BigEndian.Uint32(fh[0:]), data})
+		if n := binary.BigEndian.Uint32(fh[4:]); n != 0 { // a commit frame
 			committed, w.nPage = len(w.frames), n
 		}
 	}
@@ -197,6 +182,43 @@ func readWAL(b []byte) (*walPages, error) {
 	}
 	w.frames = w.frames[:committed]
 	return w, nil
+}
+
+// walHeader checks a WAL header as SQLite's recovery does and returns its
+// page size, byte order and checksum.
+func walHeader(h []byte) (ps int, bigEnd bool, s1, s2 uint32, err error) {
+	be := binary.BigEndian
+	magic := be.Uint32(h[0:])
+	if magic&^1 != walMagic || be.Uint32(h[4:]) != walVersion {
+		return 0, false, 0, 0, errLayout
+	}
+	p := be.Uint32(h[8:])
+	if p < 512 || p > 65536 || p&(p-1) != 0 {
+		return 0, false, 0, 0, errLayout
+	}
+	bigEnd = magic&1 == 1
+	s1, s2 = walChecksum(bigEnd, h[:24], 0, 0)
+	if s1 != be.Uint32(h[24:]) || s2 != be.Uint32(h[28:]) {
+		return 0, false, 0, 0, errLayout
+	}
+	return int(p), bigEnd, s1, s2, nil
+}
+
+// walFrameValid reports whether the frame of header fh and page data is
+// one SQLite's recovery takes after the checksum (s1, s2) of the frames
+// before it: a page number, the header's salt, and a checksum that
+// continues theirs, which it returns.
+func walFrameValid(bigEnd bool, salt, fh, data []byte, s1, s2 uint32) (uint32, uint32, bool) {
+	be := binary.BigEndian
+	if be.Uint32(fh[0:]) == 0 || !bytes.Equal(fh[8:16], salt) {
+		return s1, s2, false
+	}
+	s1, s2 = walChecksum(bigEnd, fh[:8], s1, s2)
+	s1, s2 = walChecksum(bigEnd, data, s1, s2)
+	if s1 != be.Uint32(fh[16:]) || s2 != be.Uint32(fh[20:]) {
+		return s1, s2, false
+	}
+	return s1, s2, true
 }
 
 // walChecksum continues SQLite's WAL checksum (s1, s2) over b, a multiple

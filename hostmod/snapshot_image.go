@@ -109,26 +109,6 @@ func (m *snapImage) read(path string, db, w imageFile) error {
 	return m.readFrames(w)
 }
 
-// walHeader checks a WAL header as SQLite's recovery does and returns its
-// page size, byte order and checksum.
-func walHeader(h []byte) (ps int, bigEnd bool, s1, s2 uint32, err error) {
-	be := binary.BigEndian
-	magic := be.Uint32(h[0:])
-	if magic&^1 != walMagic || be.Uint32(h[4:]) != walVersion {
-		return 0, false, 0, 0, errLayout
-	}
-	p := be.Uint32(h[8:])
-	if p < 512 || p > 65536 || p&(p-1) != 0 {
-		return 0, false, 0, 0, errLayout
-	}
-	bigEnd = magic&1 == 1
-	s1, s2 = walChecksum(bigEnd, h[:24], 0, 0)
-	if s1 != be.Uint32(h[24:]) || s2 != be.Uint32(h[28:]) {
-		return 0, false, 0, 0, errLayout
-	}
-	return int(p), bigEnd, s1, s2, nil
-}
-
 // readFile makes the database file the image, read through f (nil: opened
 // by its path). ps, when not 0, is the page size its WAL says.
 func (m *snapImage) readFile(path string, f imageFile, ps int) error {
@@ -190,7 +170,6 @@ func imagePageSize(b []byte) (int, error) {
 func (m *snapImage) readFrames(w imageFile) error {
 	bp := walBufs.Get().(*[]byte)
 	defer walBufs.Put(bp)
-	be := binary.BigEndian
 	step := walFrameHeaderSize + m.ps
 	chunk := 8 * step
 	b := (*bp)[:0]
@@ -213,18 +192,12 @@ func (m *snapImage) readFrames(w imageFile) error {
 		stopped := false
 		for ; off+step <= len(b); off += step {
 			fh, data := b[off:off+walFrameHeaderSize], b[off+walFrameHeaderSize:off+step]
-			pgno := be.Uint32(fh[0:])
-			if pgno == 0 || !bytes.Equal(fh[8:16], m.hdr[16:24]) {
+			var ok bool
+			if s1, s2, ok = walFrameValid(m.bigEnd, m.hdr[16:24], fh, data, s1, s2); !ok {
 				stopped = true
 				break
 			}
-			s1, s2 = walChecksum(m.bigEnd, fh[:8], s1, s2)
-			s1, s2 = walChecksum(m.bigEnd, data, s1, s2)
-			if s1 != be.Uint32(fh[16:]) || s2 != be.Uint32(fh[20:]) {
-				stopped = true
-				break
-			}
-			if nPage := be.Uint32(fh[4:]); nPage != 0 { // a commit frame
+			if nPage := binary.BigEndian.Uint32(fh[4:]); nPage != 0 { // a commit frame
 				if err := m.commit(b[start:off+step], nPage); err != nil {
 					*bp = b[:0]
 					return err
