@@ -85,6 +85,31 @@ func frames(wal []byte) (n, step int) {
 	return (len(wal) - walHeaderSize) / step, step
 }
 
+// withSaltFrom gives frames i and after of a WAL another salt than its
+// header's, with checksums that continue those of the frames before them,
+// as frames left from before the WAL began again would have if their
+// checksums happened to match: the salt alone tells SQLite's recovery
+// they are not part of this WAL.
+func withSaltFrom(wal []byte, i int) []byte {
+	out := bytes.Clone(wal)
+	bigEnd := binary.BigEndian.Uint32(out[0:])&1 == 1
+	s1, s2 := walChecksum(bigEnd, out[:24], 0, 0)
+	n, step := frames(out)
+	for j := range n {
+		f := out[walHeaderSize+j*step : walHeaderSize+(j+1)*step]
+		if j >= i {
+			f[8] ^= 0x5a
+		}
+		s1, s2 = walChecksum(bigEnd, f[:8], s1, s2)
+		s1, s2 = walChecksum(bigEnd, f[24:], s1, s2)
+		if j >= i {
+			binary.BigEndian.PutUint32(f[16:], s1)
+			binary.BigEndian.PutUint32(f[20:], s2)
+		}
+	}
+	return out
+}
+
 // toBigEndian rewrites a WAL's checksums as a big-endian machine writes
 // them (magic 0x377f0683): the header's, and each frame's as far as the
 // frames are valid; the rest stay as they were (invalid either way).
@@ -127,8 +152,8 @@ func toBigEndian(wal []byte) []byte {
 // and its WAL as through SQLite, and so do the same files with the WAL cut
 // at any byte (a torn frame, a commit whose last frames never reached the
 // disk), at a frame boundary inside a commit (frames of no commit), with a
-// byte of a frame or of the header's checksum changed, and with the
-// checksums of a big-endian machine.
+// byte of a frame or of the header's checksum changed, with frames whose
+// salt is not the header's, and with the checksums of a big-endian machine.
 // Cuts and changes fall after the frames a checkpoint synced (a power loss
 // loses only unsynced writes; a checkpoint syncs the WAL before it copies
 // it into the file, so the file may be ahead of any earlier cut). Whole
@@ -212,6 +237,7 @@ func TestReadAlarmFromTheWALAsSQLiteDoes(t *testing.T) {
 				cases = append(cases, walCase{name: name + " a byte changed", db: db, wal: flipped})
 				big := toBigEndian(wal)
 				cases = append(cases, walCase{name: name + " big-endian cut", db: db, wal: big[:walHeaderSize+synced*fstep+rnd.IntN((n-synced)*fstep)]})
+				cases = append(cases, walCase{name: name + " frames of another salt", db: db, wal: withSaltFrom(wal, synced+rnd.IntN(n-synced))})
 			}
 			for _, c := range cases {
 				if checkAgainstSQLite(t, filepath.Join(dir, "check"), c) {
