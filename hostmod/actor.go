@@ -153,14 +153,13 @@ func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string
 	return a, nil
 }
 
-// wake opens the database of a sleeping actor, within the budget, and marks
-// the actor used (a.mu held).
+// wake opens the database of a sleeping actor, within the budget (a.mu
+// held). The actor is marked used when the call ends (end).
 func (a *Actor) wake(ctx context.Context) error {
 	if a.closed {
 		return &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
 	if a.store != nil {
-		a.e.res.touch(a)
 		return nil
 	}
 	if err := a.e.res.acquireDB(ctx, a); err != nil {
@@ -189,12 +188,9 @@ func (a *Actor) sleep(db bool) {
 	}
 }
 
-// end unlocks the actor after a call and lets actors waiting for room
-// consider it.
-func (a *Actor) end() {
-	a.mu.Unlock()
-	a.e.res.idle()
-}
+// end marks the actor used, unlocks it after a call and lets actors
+// waiting for room consider it: one taking of the residency lock per call.
+func (a *Actor) end() { a.e.res.idle(a) }
 
 // ID returns the actor's identity.
 func (a *Actor) ID() abi.ActorID { return a.id }

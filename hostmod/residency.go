@@ -57,9 +57,9 @@ type ResidencyStats struct {
 	Waits, Refused uint64
 }
 
-// residency keeps the budgets: two lists of actors, most recently used at
-// the front, one of those with an open database and one of those with a
-// live instance. A slot is counted before the database or the instance is
+// residency keeps the budgets: two lists of actors, most recently used
+// (the one whose last call ended last) at the front, one of those with an
+// open database and one of those with a live instance. A slot is counted before the database or the instance is
 // opened and uncounted after it is closed.
 //
 // Lock order: an actor's mu may be held while taking r.mu; with r.mu held,
@@ -103,10 +103,14 @@ func (r *residency) wakeWaiters() {
 	}
 }
 
-// idle is called after an actor's event ends: waiters may now put it to
-// sleep.
-func (r *residency) idle() {
+// idle ends a call of a's (a.mu held, and released here): a moves to the
+// front of the lists it is on, stamped with the time its last call ended,
+// before a.mu is released, so no waiter can take an actor whose call just
+// ended for the least recently used; then waiters may put it to sleep.
+func (r *residency) idle(a *Actor) {
 	r.mu.Lock()
+	r.touch(a)
+	a.mu.Unlock()
 	r.wakeWaiters()
 	r.mu.Unlock()
 }
@@ -215,9 +219,11 @@ func (r *residency) victim(a *Actor, l *list.List) *Actor {
 	return nil
 }
 
-// touch moves a to the front of the lists it is on (a.mu held).
+// touch moves a to the front of the lists it is on, if any (r.mu held).
 func (r *residency) touch(a *Actor) {
-	r.mu.Lock()
+	if a.dbElem == nil && a.instElem == nil {
+		return // asleep or closed
+	}
 	a.lastUsed = r.clock.Now()
 	if a.dbElem != nil {
 		r.dbs.MoveToFront(a.dbElem)
@@ -225,7 +231,6 @@ func (r *residency) touch(a *Actor) {
 	if a.instElem != nil {
 		r.insts.MoveToFront(a.instElem)
 	}
-	r.mu.Unlock()
 }
 
 // releaseDB uncounts a's database slot (a.mu held, its database closed).

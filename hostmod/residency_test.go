@@ -86,6 +86,41 @@ func TestResidencyBudget(t *testing.T) {
 	}
 }
 
+// The actor put to sleep for room is the one whose last call ended longest
+// ago: a call moves its actor to the front, so an actor opened early but
+// used since stays open and one opened later but idle since goes.
+func TestResidencyEvictsTheLeastRecentlyUsed(t *testing.T) {
+	e := newEnv(t, hostmod.WithMaxOpenDatabases(2))
+	c := e.class("oneshot", testguest.Fixture(t, "oneshot_alarm"))
+	actors := e.openN(c, 2) // a000, then a001
+	if _, err := actors[0].Request(e.ctx, reqAt(t0+1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actors[1].State(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actors[0].State(e.ctx); err != nil { // a000 used last
+		t.Fatal(err)
+	}
+	id := abi.ActorID{Tenant: "t", Class: c.Name, Name: "late"}
+	late, err := e.eng.Open(e.ctx, id, c, filepath.Join(e.dir, "late.db")) // needs room
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close(e.ctx)
+	if !actors[1].Asleep() || actors[0].Asleep() || late.Asleep() {
+		t.Fatalf("asleep: a000 %v, a001 %v, late %v; want only a001, the least recently used",
+			actors[0].Asleep(), actors[1].Asleep(), late.Asleep())
+	}
+	// The sleeper wakes with its state, and a000 (used before late) goes.
+	if st, err := actors[1].State(e.ctx); err != nil || st.HasAlarm {
+		t.Fatalf("woken a001: %+v, %v", st, err)
+	}
+	if !actors[0].Asleep() || late.Asleep() {
+		t.Fatalf("asleep: a000 %v, late %v; want a000", actors[0].Asleep(), late.Asleep())
+	}
+}
+
 // When every open actor is busy, an actor that needs a database waits for
 // one to become idle, and past the residency wait gets a clear error that
 // names it, never a failed open inside SQLite.

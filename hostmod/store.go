@@ -90,7 +90,6 @@ const (
 	stKVDel
 	stCheckpoint
 	stBegin
-	stBeginRead
 	stCommit
 	stRollback
 	nStmts
@@ -111,8 +110,7 @@ var stmtSQL = [nStmts]string{
 	stKVPut:      `INSERT INTO a.kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 	stKVDel:      `DELETE FROM a.kv WHERE key = ?`,
 	stCheckpoint: `PRAGMA a.wal_checkpoint(PASSIVE)`,
-	stBegin:      `BEGIN IMMEDIATE`,
-	stBeginRead:  `BEGIN`,
+	stBegin:      `BEGIN`,
 	stCommit:     `COMMIT`,
 	stRollback:   `ROLLBACK`,
 }
@@ -121,7 +119,8 @@ var stmtSQL = [nStmts]string{
 // since the open: an actor woken for one event prepares only what that
 // event runs. A table that is missing (the schema is not created on each
 // open: a new database starts from the template) is created with the rest
-// of the schema, and the statement prepared again.
+// of the schema, and the statement prepared again. Exec leaves a statement
+// reset; one stepped row by row is reset when its caller is done with it.
 func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 	if st := s.stmts[id]; st != nil {
 		return st, nil
@@ -291,7 +290,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Begin starts a write transaction (BEGIN IMMEDIATE).
+// Begin starts a transaction, for writes as for reads. It is a deferred
+// BEGIN, not BEGIN IMMEDIATE: the database is held in exclusive locking
+// mode (see OpenStore), so no other connection can take it in between
+// and the first write never waits or fails for a lock; and BEGIN
+// IMMEDIATE would open a write transaction on every database of the
+// connection, its own empty main database included, which each commit
+// then ends too (about a twentieth of an event that sets an alarm).
+// Each statement opens the transaction on the database it names.
 func (s *Store) Begin() error {
 	if s.inTx {
 		return errors.New("transaction already open")
@@ -303,17 +309,13 @@ func (s *Store) Begin() error {
 	return nil
 }
 
-// run steps a statement that returns no rows, and resets it.
+// run steps a statement that returns no rows (Exec resets it).
 func (s *Store) run(id stmtID) error {
 	st, err := s.stmt(id)
 	if err != nil {
 		return err
 	}
-	err = st.Exec()
-	if rerr := st.Reset(); err == nil {
-		err = rerr
-	}
-	return s.fail(err)
+	return s.fail(st.Exec())
 }
 
 // Commit commits the open transaction.
@@ -344,7 +346,7 @@ func (s *Store) read(f func() error) error {
 	if s.inTx {
 		return f()
 	}
-	if err := s.run(stBeginRead); err != nil {
+	if err := s.run(stBegin); err != nil {
 		return err
 	}
 	if err := f(); err != nil {
@@ -376,7 +378,6 @@ func (s *Store) SetAlarm(atMs int64) error {
 	if err != nil {
 		return err
 	}
-	defer st.Reset()
 	if err := st.BindInt64(1, atMs); err != nil {
 		return err
 	}
@@ -389,7 +390,6 @@ func (s *Store) ClearAlarm() error {
 	if err != nil {
 		return err
 	}
-	defer st.Reset()
 	return s.fail(st.Exec())
 }
 
@@ -415,7 +415,6 @@ func (s *Store) SetMeta(key, value string) error {
 	if err != nil {
 		return err
 	}
-	defer st.Reset()
 	if err := st.BindText(1, key); err != nil {
 		return err
 	}
@@ -431,7 +430,6 @@ func (s *Store) DeleteMeta(key string) error {
 	if err != nil {
 		return err
 	}
-	defer st.Reset()
 	if err := st.BindText(1, key); err != nil {
 		return err
 	}
@@ -482,7 +480,6 @@ func (s *Store) KVPut(key, value []byte) error {
 	if err != nil {
 		return err
 	}
-	defer st.Reset()
 	if err := st.BindBlob(1, blob(key)); err != nil {
 		return err
 	}
@@ -498,7 +495,6 @@ func (s *Store) KVDelete(key []byte) error {
 	if err != nil {
 		return err
 	}
-	defer st.Reset()
 	if err := st.BindBlob(1, blob(key)); err != nil {
 		return err
 	}
