@@ -23,3 +23,10 @@ func (a *Actor) StateReads() int {
 	defer a.mu.Unlock()
 	return a.stateReads
 }
+
+// The store's WAL settings, for a bare SQLite connection run as the store
+// runs its databases.
+const (
+	WALCheckpointPages = walCheckpointPages
+	WALSizeLimit       = walSizeLimit
+)
