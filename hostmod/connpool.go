@@ -67,7 +67,9 @@ func putConn(pc *pooledConn) {
 }
 
 func newPooledConn() (*pooledConn, error) {
-	conn, err := sqlite3.Open(":memory:")
+	// The connection's VFS is the one every database attached to it
+	// opens with (storeVFSName).
+	conn, err := sqlite3.Open("file::memory:?vfs=" + storeVFSName)
 	if err != nil {
 		return nil, err
 	}
