@@ -41,6 +41,10 @@ type storeFile struct {
 	aheadOK bool    // the read-ahead may still be taken (before the first write)
 
 	sysReads int // pread calls made, for the tests
+
+	// wal is whether the database header last read (the first 20 bytes
+	// of a database file) says the database is in WAL mode.
+	wal bool
 }
 
 var (
@@ -108,15 +112,23 @@ func (f *storeFile) dropReadAhead() {
 	}
 }
 
-func (f *storeFile) ReadAt(p []byte, off int64) (int, error) {
+func (f *storeFile) ReadAt(p []byte, off int64) (n int, err error) {
 	if f.ahead == nil && f.aheadOK {
 		f.readAhead(len(p), off)
 	}
 	if f.ahead != nil && off >= 0 && off+int64(len(p)) <= int64(f.aheadN) {
-		return copy(p, (*f.ahead)[off:]), nil
+		n = copy(p, (*f.ahead)[off:])
+	} else {
+		n, err = f.pread(p, off)
 	}
-	return f.pread(p, off)
+	if off == 0 && n >= 20 && f.flags&vfs.OPEN_MAIN_DB != 0 {
+		// The file format's read and write versions: 2 and 2 for WAL.
+		f.wal = p[18] == 2 && p[19] == 2
+	}
+	return n, err
 }
+
+func (f *storeFile) walHeader() bool { return f.wal }
 
 // readAhead fills the read-ahead buffer for the read of n bytes at off,
 // when it is the read that starts one: the WAL's header, or a database
