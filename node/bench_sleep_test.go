@@ -168,8 +168,9 @@ func sysTime(tb testing.TB) time.Duration {
 // past the alarms and times until every one has fired: each firing opens a
 // sleeping actor's database, starts an instance, runs on-alarm, commits,
 // and puts the least recently used actor to sleep. Besides firings/s and
-// the CPU per firing: the kernel's part of that CPU (sys-us/firing) and
-// the collector's cycles during the firings (gcs).
+// the CPU per firing: the kernel's part of that CPU (sys-us/firing), the
+// collector's cycles during the firings (gcs), and the live heap and
+// goroutines before them.
 func coldFirings(b *testing.B, classes map[string][]byte, class string, actors int, req []byte) {
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -191,6 +192,12 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 		}})
 	defer n.Close(ctx)
 	clock.Advance(2 * time.Second)
+	// What the process holds before the firings (its heap after a
+	// collection, its goroutines), to compare runs of one process.
+	runtime.GC()
+	var live runtime.MemStats
+	runtime.ReadMemStats(&live)
+	goroutines := runtime.NumGoroutine()
 	b.ResetTimer()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
@@ -209,6 +216,8 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	b.ReportMetric(float64(used.Microseconds())/float64(actors), "cpu-us/firing")
 	b.ReportMetric(float64(kernel.Microseconds())/float64(actors), "sys-us/firing")
 	b.ReportMetric(float64(ms1.NumGC-ms0.NumGC), "gcs")
+	b.ReportMetric(float64(live.HeapAlloc)/(1<<20), "MiB-live-before")
+	b.ReportMetric(float64(goroutines), "goroutines-before")
 	b.ReportMetric(float64(st.PeakOpenDatabases), "peak-dbs")
 	b.ReportMetric(float64(st.Slept), "slept")
 }
