@@ -17,16 +17,17 @@ import (
 // connection of any other SQLite, in this process or another, sees the
 // locks it expects.
 //
-// Reads under a lock read ahead: the first read of a database file while
-// it holds at least a shared lock reads its first dbReadAhead bytes, and
-// the read of a WAL's header (at offset 0) reads its first walReadAhead
-// bytes (a WAL is only read under its database's lock); later reads within
-// those bytes are served from them. The bytes are dropped at the first
-// write or truncation of the file, when its lock is released, when it
-// closes, and when the store ends its first transaction (dropReadAhead):
-// until then no other connection can change the file (the store holds
-// its database in exclusive locking mode), so what was read is what the
-// file holds.
+// Reads under the exclusive lock read ahead: the first read of a database
+// file while it holds the exclusive lock (which a database in exclusive
+// locking mode takes before it reads its first page) reads its first
+// dbReadAhead bytes, and the read of a WAL's header (at offset 0) reads
+// its first walReadAhead bytes (a WAL without shared memory is only read
+// in exclusive locking mode, under its database's exclusive lock); later
+// reads within those bytes are served from them. The bytes are dropped at
+// the first write or truncation of the file, when its lock is released,
+// when it closes, and when the store ends its first transaction
+// (dropReadAhead): until then no other connection can change the file,
+// so what was read is what the file holds.
 type storeFile struct {
 	fd      int
 	name    string
@@ -138,7 +139,7 @@ func (f *storeFile) readAhead(n int, off int64) {
 	switch {
 	case f.flags&vfs.OPEN_WAL != 0 && off == 0:
 		size = walReadAhead
-	case f.flags&vfs.OPEN_MAIN_DB != 0 && f.lock >= vfs.LOCK_SHARED && off+int64(n) <= dbReadAhead:
+	case f.flags&vfs.OPEN_MAIN_DB != 0 && f.lock == vfs.LOCK_EXCLUSIVE && off+int64(n) <= dbReadAhead:
 		size = dbReadAhead
 	default:
 		return

@@ -110,9 +110,19 @@ func TestReadAheadSeesTheFileAsItIs(t *testing.T) {
 		}
 		return string(b)
 	}
-	if err := f.Lock(vfs.LOCK_SHARED); err != nil {
-		t.Fatal(err)
+	lock := func() {
+		t.Helper()
+		if err := f.Lock(vfs.LOCK_SHARED); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(0); got != "aaaa" || f.ahead != nil {
+			t.Fatalf("read %q under a shared lock, ahead %v; want no read-ahead", got, f.ahead != nil)
+		}
+		if err := f.Lock(vfs.LOCK_EXCLUSIVE); err != nil {
+			t.Fatal(err)
+		}
 	}
+	lock()
 	if got := read(0); got != "aaaa" {
 		t.Fatalf("read %q", got)
 	}
@@ -142,9 +152,7 @@ func TestReadAheadSeesTheFileAsItIs(t *testing.T) {
 	if _, err := g.WriteAt([]byte("cccc"), 200); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Lock(vfs.LOCK_SHARED); err != nil {
-		t.Fatal(err)
-	}
+	lock()
 	if got := read(200); got != "cccc" {
 		t.Fatalf("after another writer's change while unlocked, read %q; want cccc", got)
 	}
