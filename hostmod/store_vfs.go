@@ -23,12 +23,13 @@ import (
 //     the WAL beside the file is the same file; a file that is a link is
 //     resolved as before, so its WAL goes beside its target.
 //   - on Linux, an actor's database file and its WAL are opened with the
-//     bare system calls (storeFile): an os.File registers each file with
-//     the runtime's poller and the "os" VFS asks each whether it supports
-//     F2FS's atomic writes, eight system calls more per open database, for
-//     files that never block and a file system that is not F2FS; and the
-//     first reads under the lock read ahead, so the WAL's recovery reads
-//     the WAL in one system call rather than one per frame.
+//     bare system calls (storeFile): an os.File tries to register each
+//     file with the runtime's poller and the "os" VFS asks each whether
+//     its file system has F2FS's atomic writes, six system calls more per
+//     file, for files that never block and a feature only a rollback
+//     journal uses; and the first reads under the exclusive lock read
+//     ahead, so the WAL's recovery reads the WAL in one system call
+//     rather than one per frame.
 //
 // Everything else (temporary files, a rollback journal, deletes, access
 // checks, and the files of other platforms) goes to the "os" VFS.
