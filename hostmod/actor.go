@@ -178,6 +178,7 @@ func (a *Actor) wake(ctx context.Context) error {
 // residency slots already passed on).
 func (a *Actor) sleep(db bool) {
 	if a.mod != nil {
+		a.mem.closingIdle() // no call runs: its memory may serve another instance
 		_ = a.mod.Close(context.Background())
 		a.dropInstance()
 	}

@@ -67,7 +67,9 @@ func putConn(pc *pooledConn) {
 }
 
 func newPooledConn() (*pooledConn, error) {
-	conn, err := sqlite3.Open(":memory:")
+	// The connection's VFS is the one every database attached to it
+	// opens with (storeVFSName).
+	conn, err := sqlite3.Open("file::memory:?vfs=" + storeVFSName)
 	if err != nil {
 		return nil, err
 	}
@@ -124,8 +126,8 @@ func (pc *pooledConn) close() {
 }
 
 // attachDB attaches the database at path under storeSchema and sets what
-// is set per database: WAL (kept in the file, so a no-op but for a
-// database not yet in it), synchronous=NORMAL, a WAL file kept at the
+// is set per database: WAL and synchronous=NORMAL for a database not yet
+// in WAL mode (see attachSettings), a WAL file kept at the
 // size the automatic checkpoint lets it reach (walSizeLimit), and a WAL
 // that stays when its database closes (FCNTL_PERSIST_WAL: a sleeping
 // actor keeps its commits in it). After an error the database
@@ -139,7 +141,11 @@ func (pc *pooledConn) attachDB(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := pc.conn.Exec(attachSettings); err != nil {
+	settings := attachSettings
+	if !inWALMode(pc.conn) {
+		settings = toWALSettings + settings
+	}
+	if err := pc.conn.Exec(settings); err != nil {
 		return err
 	}
 	if _, err := pc.conn.FileControl(storeSchema, sqlite3.FCNTL_PERSIST_WAL, true); err != nil {
@@ -148,9 +154,29 @@ func (pc *pooledConn) attachDB(path string) error {
 	return nil
 }
 
-// attachSettings are the per-database settings attachDB runs.
-var attachSettings = `PRAGMA ` + storeSchema + `.journal_mode=WAL; PRAGMA ` + storeSchema + `.synchronous=NORMAL; PRAGMA ` +
-	storeSchema + `.journal_size_limit=` + strconv.Itoa(walSizeLimit) + `;`
+// attachSettings are the per-database settings attachDB runs on a
+// database in WAL mode. Such a database opens in WAL mode (the file says
+// so) with synchronous=NORMAL (the driver's SQLite is built with
+// SQLITE_DEFAULT_WAL_SYNCHRONOUS=1, which applies to a database in WAL
+// mode whose synchronous was not set): setting either again would only
+// cost their statements, at every open.
+var attachSettings = `PRAGMA ` + storeSchema + `.journal_size_limit=` + strconv.Itoa(walSizeLimit) + `;`
+
+// toWALSettings come first for a database not in WAL mode (or on a
+// platform where the store VFS does not read its header).
+var toWALSettings = `PRAGMA ` + storeSchema + `.journal_mode=WAL; PRAGMA ` + storeSchema + `.synchronous=NORMAL; `
+
+// inWALMode reports whether the database attached under storeSchema is
+// in WAL mode, from the header its file last read (false if its file is
+// not one of the store VFS's).
+func inWALMode(conn *sqlite3.Conn) bool {
+	v, err := conn.FileControl(storeSchema, sqlite3.FCNTL_FILE_POINTER)
+	if err != nil {
+		return false
+	}
+	f, ok := unwrapFile(v).(interface{ walHeader() bool })
+	return ok && f.walHeader()
+}
 
 // detachDB detaches the database under storeSchema, which closes its file
 // and releases its lock.

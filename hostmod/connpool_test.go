@@ -249,11 +249,23 @@ func TestThePoolKeepsAFewIdleConnections(t *testing.T) {
 
 // Each attached database gets the settings an actor's database needs:
 // WAL, synchronous=NORMAL, exclusive locking, a WAL file kept at the
-// size of walCheckpointPages frames.
+// size of walCheckpointPages frames; a database that is not in WAL mode
+// (one written by another SQLite, say) is switched to it.
 func TestAnAttachedDatabaseHasTheStoreSettings(t *testing.T) {
 	drainPool(t)
 	dir := t.TempDir()
-	for i, name := range []string{"a.db", "b.db"} { // the second on a reused connection
+	rollback, err := sqlite3.Open(filepath.Join(dir, "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rollback.Exec(`PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL; ` + schema); err != nil {
+		t.Fatal(err)
+	}
+	if err := rollback.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The second and third on a reused connection.
+	for i, name := range []string{"a.db", "b.db", "c.db"} {
 		st, err := OpenStore(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)

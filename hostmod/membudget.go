@@ -97,6 +97,64 @@ type memBudget struct {
 	mu              sync.Mutex
 	max, used, peak uint64
 	closed, refused uint64
+
+	kept keptMemories
+}
+
+// Memories of instances closed while idle are kept for the next instance
+// that starts with the same size: a cold firing closes one instance and
+// starts another, and a new Go slice of that size is a large allocation,
+// zeroed, that makes the collector run (for a small .wat guest, two thirds
+// of the bytes a cold firing allocates). A kept memory is zeroed when it
+// is taken. At most keptMemoryBytes are kept, of memories up to
+// keptMemoryLargest each; they are not counted in the budget, which
+// counts live instances.
+const (
+	keptMemoryBytes   = 16 << 20
+	keptMemoryLargest = 1 << 20
+)
+
+// keptMemories holds the backing buffers of closed instances, by
+// capacity.
+type keptMemories struct {
+	mu    sync.Mutex
+	bufs  map[int][][]byte
+	bytes int
+}
+
+// put keeps b, unless it is too large or the store is full.
+func (k *keptMemories) put(b []byte) {
+	n := cap(b)
+	if n == 0 || n > keptMemoryLargest {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.bytes+n > keptMemoryBytes {
+		return
+	}
+	if k.bufs == nil {
+		k.bufs = map[int][][]byte{}
+	}
+	k.bufs[n] = append(k.bufs[n], b[:n])
+	k.bytes += n
+}
+
+// get returns a kept buffer of capacity n, all zero, or nil.
+func (k *keptMemories) get(n int) []byte {
+	k.mu.Lock()
+	l := k.bufs[n]
+	if len(l) == 0 {
+		k.mu.Unlock()
+		return nil
+	}
+	b := l[len(l)-1]
+	l[len(l)-1] = nil
+	k.bufs[n] = l[:len(l)-1]
+	k.bytes -= n
+	k.mu.Unlock()
+	clear(b)
+	return b
 }
 
 // take counts n more bytes if they fit the budget.
@@ -187,6 +245,23 @@ type guestMemory struct {
 	held    uint64 // bytes counted in the budget for this instance
 	freed   bool
 	refusal *MemoryBudgetError // the last refused growth, until taken
+	// idle is set when the actor closes the instance in no call (see
+	// closingIdle): no guest code can run on the buffer after Free, which
+	// may then keep it for another instance. An instance closed by
+	// wazero when a call's deadline passes may still be running guest
+	// code: its buffer is never kept.
+	idle bool
+}
+
+// closingIdle says the instance is about to be closed by its actor, in no
+// call (the actor's lock held, no event running).
+func (g *guestMemory) closingIdle() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.idle = true
+	g.mu.Unlock()
 }
 
 // newGuestMemory reserves the class's initial memory for an instance of
@@ -249,7 +324,15 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 		}
 	}
 	g.held = max(g.held, capacity)
-	nb := make([]byte, size, capacity)
+	var nb []byte
+	if initial {
+		if b := g.e.mem.kept.get(int(capacity)); b != nil {
+			nb = b[:size]
+		}
+	}
+	if nb == nil {
+		nb = make([]byte, size, capacity)
+	}
 	copy(nb, g.buf)
 	g.buf = nb
 	return g.buf
@@ -267,6 +350,9 @@ func (g *guestMemory) Free() {
 	}
 	g.freed = true
 	g.e.mem.give(g.held)
+	if g.idle {
+		g.e.mem.kept.put(g.buf)
+	}
 	g.held, g.buf = 0, nil
 }
 

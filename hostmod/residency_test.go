@@ -1,6 +1,7 @@
 package hostmod_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -333,5 +334,31 @@ func TestSetMetaKeepsTheStateKnown(t *testing.T) {
 	}
 	if got := a.StateReads() - reads; got != 1 {
 		t.Fatalf("waking read the committed state %d times, want 1", got)
+	}
+}
+
+// An instance never sees the memory of one closed before it: two actors of
+// a guest that answers with its memory as it finds it and then writes its
+// request there take turns under a budget of one instance (each start
+// closes the other's instance, whose memory may serve the new one), and
+// each always finds it zero.
+func TestANewInstanceNeverSeesAnEarlierOnesMemory(t *testing.T) {
+	e := newEnv(t, hostmod.WithMaxInstances(1))
+	c := e.class("peek", testguest.Fixture(t, "memory_peek"))
+	actors := e.openN(c, 2)
+	zero := make([]byte, 64)
+	for round := 0; round < 3; round++ {
+		for i, a := range actors {
+			res, err := a.Request(e.ctx, []byte(fmt.Sprintf("the secret of actor %d in round %d", i, round)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(res.Response, zero) {
+				t.Fatalf("round %d: actor %d's new instance found %q in its memory", round, i, res.Response)
+			}
+		}
+	}
+	if st := e.eng.Residency(); st.InstancesClosed < 5 {
+		t.Fatalf("%d instances closed for room; want each start to close the other's", st.InstancesClosed)
 	}
 }

@@ -58,6 +58,10 @@ type Store struct {
 	// closed with the store rather than reused.
 	failed bool
 
+	// ahead are the database's file and its WAL while they read ahead
+	// (see storeFile): until the store ends its first transaction.
+	ahead [2]readAheader
+
 	img snapImage // the committed image snapshots copy (see SnapshotTo)
 	// imageMisses counts the snapshots of a small database that could not
 	// use the image and were serialised through SQLite.
@@ -195,7 +199,26 @@ func attachStore(path string) (*Store, error) {
 		pc.close()
 		return nil, err
 	}
-	return &Store{path: path, pc: pc, conn: pc.conn}, nil
+	s := &Store{path: path, pc: pc, conn: pc.conn}
+	for i, op := range []sqlite3.FcntlOpcode{sqlite3.FCNTL_FILE_POINTER, sqlite3.FCNTL_JOURNAL_POINTER} {
+		if v, err := pc.conn.FileControl(storeSchema, op); err == nil {
+			s.ahead[i], _ = unwrapFile(v).(readAheader)
+		}
+	}
+	return s, nil
+}
+
+// endReadAhead stops the database's files reading ahead: the reads that
+// gain from it (the WAL's recovery, the schema, the first pages read) are
+// those of the open and the first transaction, and an open store keeps
+// no buffer beyond them.
+func (s *Store) endReadAhead() {
+	for i, f := range s.ahead {
+		if f != nil {
+			f.dropReadAhead()
+			s.ahead[i] = nil
+		}
+	}
 }
 
 var template struct {
@@ -276,6 +299,7 @@ func (s *Store) Close() error {
 			s.stmts[i] = nil
 		}
 	}
+	s.endReadAhead()
 	pc := s.pc
 	s.pc, s.conn = nil, nil
 	err := pc.detachDB()
@@ -315,7 +339,11 @@ func (s *Store) run(id stmtID) error {
 	if err != nil {
 		return err
 	}
-	return s.fail(st.Exec())
+	err = st.Exec()
+	if id == stCommit || id == stRollback {
+		s.endReadAhead()
+	}
+	return s.fail(err)
 }
 
 // Commit commits the open transaction.

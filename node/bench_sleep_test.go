@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,12 +152,25 @@ func warmFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	b.ReportMetric(float64(st.Slept-before.Slept), "slept")
 }
 
+// sysTime is the part of cpuTime the kernel spent for the process (system
+// calls, page faults).
+func sysTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Stime.Nano())
+}
+
 // coldFirings creates actors whose one alarm is due a second after they
 // are created (by a fake clock), restarts the node with a budget of 64
 // databases and 64 instances, so every actor is closed, moves the clock
 // past the alarms and times until every one has fired: each firing opens a
 // sleeping actor's database, starts an instance, runs on-alarm, commits,
-// and puts the least recently used actor to sleep.
+// and puts the least recently used actor to sleep. Besides firings/s and
+// the CPU per firing: the kernel's part of that CPU (sys-us/firing), the
+// collector's cycles during the firings (gcs), and the live heap and
+// goroutines before them.
 func coldFirings(b *testing.B, classes map[string][]byte, class string, actors int, req []byte) {
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -177,19 +192,32 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 		}})
 	defer n.Close(ctx)
 	clock.Advance(2 * time.Second)
+	// What the process holds before the firings (its heap after a
+	// collection, its goroutines), to compare runs of one process.
+	runtime.GC()
+	var live runtime.MemStats
+	runtime.ReadMemStats(&live)
+	goroutines := runtime.NumGoroutine()
 	b.ResetTimer()
-	start, cpu := time.Now(), cpuTime(b)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	start, cpu, sys := time.Now(), cpuTime(b), sysTime(b)
 	n.Start(ctx)
 	select {
 	case <-all:
 	case <-time.After(20 * time.Minute):
 		b.Fatalf("%d of %d alarms fired", fired.Load(), actors)
 	}
-	took, used := time.Since(start), cpuTime(b)-cpu
+	took, used, kernel := time.Since(start), cpuTime(b)-cpu, sysTime(b)-sys
 	b.StopTimer()
+	runtime.ReadMemStats(&ms1)
 	st, _ := n.Residency()
 	b.ReportMetric(float64(actors)/took.Seconds(), "firings/s")
 	b.ReportMetric(float64(used.Microseconds())/float64(actors), "cpu-us/firing")
+	b.ReportMetric(float64(kernel.Microseconds())/float64(actors), "sys-us/firing")
+	b.ReportMetric(float64(ms1.NumGC-ms0.NumGC), "gcs")
+	b.ReportMetric(float64(live.HeapAlloc)/(1<<20), "MiB-live-before")
+	b.ReportMetric(float64(goroutines), "goroutines-before")
 	b.ReportMetric(float64(st.PeakOpenDatabases), "peak-dbs")
 	b.ReportMetric(float64(st.Slept), "slept")
 }

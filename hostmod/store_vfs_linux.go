@@ -1,0 +1,398 @@
+package hostmod
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/vfs"
+	"golang.org/x/sys/unix"
+)
+
+// storeFile is an actor's database file or its WAL, opened by storeVFS
+// with the bare system calls. It locks as SQLite's unix VFS and the
+// driver's "os" VFS do, with open file description locks on the same
+// bytes (the pending byte, the reserved byte, the shared range), so a
+// connection of any other SQLite, in this process or another, sees the
+// locks it expects.
+//
+// Reads under the exclusive lock read ahead: the first read of a database
+// file while it holds the exclusive lock (which a database in exclusive
+// locking mode takes before it reads its first page) reads its first
+// dbReadAhead bytes, and the read of a WAL's header (at offset 0) reads
+// its first walReadAhead bytes (a WAL without shared memory is only read
+// in exclusive locking mode, under its database's exclusive lock); later
+// reads within those bytes are served from them. The bytes are dropped at
+// the first write or truncation of the file, when its lock is released,
+// when it closes, and when the store ends its first transaction
+// (dropReadAhead): until then no other connection can change the file,
+// so what was read is what the file holds.
+type storeFile struct {
+	fd      int
+	name    string
+	flags   vfs.OpenFlag
+	lock    vfs.LockLevel
+	psow    bool
+	keepWAL bool
+	syncDir bool // a WAL created by this open: its directory is synced once
+
+	ahead   *[]byte // read-ahead buffer, from readAheadBufs
+	aheadN  int     // bytes of ahead read from offset 0
+	aheadOK bool    // the read-ahead may still be taken (before the first write)
+
+	sysReads int // pread calls made, for the tests
+
+	// wal is whether the database header last read (the first 20 bytes
+	// of a database file) says the database is in WAL mode.
+	wal bool
+}
+
+var (
+	_ vfs.FileLockState          = (*storeFile)(nil)
+	_ vfs.FilePersistWAL         = (*storeFile)(nil)
+	_ vfs.FilePowersafeOverwrite = (*storeFile)(nil)
+	_ vfs.FileHasMoved           = (*storeFile)(nil)
+)
+
+// Lock bytes, as in SQLite's unix VFS.
+const (
+	pendingByte  = 0x40000000
+	reservedByte = pendingByte + 1
+	sharedFirst  = pendingByte + 2
+	sharedSize   = 510
+)
+
+func openStoreFile(name string, flags vfs.OpenFlag) (vfs.File, error) {
+	oflags := unix.O_RDWR | unix.O_CLOEXEC | unix.O_NOFOLLOW
+	if flags&vfs.OPEN_CREATE != 0 {
+		oflags |= unix.O_CREAT
+	}
+	if flags&vfs.OPEN_EXCLUSIVE != 0 {
+		oflags |= unix.O_EXCL
+	}
+	for {
+		fd, err := unix.Open(name, oflags, 0o666)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EISDIR {
+			return nil, vfs.SystemError(&os.PathError{Op: "open", Path: name, Err: err}, sqlite3.CANTOPEN_ISDIR)
+		}
+		if err != nil {
+			return nil, vfs.SystemError(&os.PathError{Op: "open", Path: name, Err: err}, sqlite3.CANTOPEN)
+		}
+		return &storeFile{
+			fd: fd, name: name, flags: flags, psow: true, aheadOK: true,
+			syncDir: flags&vfs.OPEN_WAL != 0 && flags&vfs.OPEN_CREATE != 0,
+		}, nil
+	}
+}
+
+func (f *storeFile) Close() error {
+	f.dropReadAhead()
+	if f.fd < 0 {
+		return nil
+	}
+	fd := f.fd
+	f.fd, f.lock = -1, vfs.LOCK_NONE
+	// Closing the only descriptor of the open file description releases
+	// its locks.
+	if err := unix.Close(fd); err != nil {
+		return vfs.SystemError(err, sqlite3.IOERR_CLOSE)
+	}
+	return nil
+}
+
+// dropReadAhead gives the read-ahead buffer back and takes no more.
+func (f *storeFile) dropReadAhead() {
+	f.aheadOK = false
+	if f.ahead != nil {
+		readAheadBufs.Put(f.ahead)
+		f.ahead, f.aheadN = nil, 0
+	}
+}
+
+func (f *storeFile) ReadAt(p []byte, off int64) (n int, err error) {
+	if f.ahead == nil && f.aheadOK {
+		f.readAhead(len(p), off)
+	}
+	if f.ahead != nil && off >= 0 && off+int64(len(p)) <= int64(f.aheadN) {
+		n = copy(p, (*f.ahead)[off:])
+	} else {
+		n, err = f.pread(p, off)
+	}
+	if off == 0 && n >= 20 && f.flags&vfs.OPEN_MAIN_DB != 0 {
+		// The file format's read and write versions: 2 and 2 for WAL.
+		f.wal = p[18] == 2 && p[19] == 2
+	}
+	return n, err
+}
+
+func (f *storeFile) walHeader() bool { return f.wal }
+
+// readAhead fills the read-ahead buffer for the read of n bytes at off,
+// when it is the read that starts one: the WAL's header, or a database
+// file's first read under a lock.
+func (f *storeFile) readAhead(n int, off int64) {
+	size := 0
+	switch {
+	case f.flags&vfs.OPEN_WAL != 0 && off == 0:
+		size = walReadAhead
+	case f.flags&vfs.OPEN_MAIN_DB != 0 && f.lock == vfs.LOCK_EXCLUSIVE && off+int64(n) <= dbReadAhead:
+		size = dbReadAhead
+	default:
+		return
+	}
+	b := readAheadBufs.Get().(*[]byte)
+	for {
+		// One read: what a short one leaves out is read when asked for.
+		m, err := unix.Pread(f.fd, (*b)[:size], 0)
+		f.sysReads++
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			readAheadBufs.Put(b)
+			return // the read itself reports it
+		}
+		f.ahead, f.aheadN = b, m
+		return
+	}
+}
+
+func (f *storeFile) pread(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pread(f.fd, p[n:], off+int64(n))
+		f.sysReads++
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, vfs.SystemError(err, sqlite3.IOERR_READ)
+		}
+		if m == 0 {
+			return n, io.EOF
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func (f *storeFile) WriteAt(p []byte, off int64) (int, error) {
+	f.dropReadAhead()
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pwrite(f.fd, p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.ENOSPC {
+			return n, vfs.SystemError(err, sqlite3.FULL)
+		}
+		if err != nil {
+			return n, vfs.SystemError(err, sqlite3.IOERR_WRITE)
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func (f *storeFile) Truncate(size int64) error {
+	f.dropReadAhead()
+	for {
+		err := unix.Ftruncate(f.fd, size)
+		if err == unix.EINTR {
+			continue
+		}
+		return vfs.SystemError(err, sqlite3.IOERR_TRUNCATE)
+	}
+}
+
+// Sync syncs the file's data (SQLite trusts Linux's fdatasync for every
+// sync), and once, for a WAL this open created, its directory, so that the
+// WAL's name survives a power loss with its frames.
+func (f *storeFile) Sync(vfs.SyncFlag) error {
+	if err := fdatasync(f.fd); err != nil {
+		return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
+	}
+	if f.syncDir {
+		f.syncDir = false
+		d, err := unix.Open(filepath.Dir(f.name), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return nil // as SQLite's unix VFS: a directory it cannot open is not an error
+		}
+		defer unix.Close(d)
+		if err := fdatasync(d); err != nil {
+			return vfs.SystemError(err, sqlite3.IOERR_DIR_FSYNC)
+		}
+	}
+	return nil
+}
+
+func fdatasync(fd int) error {
+	for {
+		if err := unix.Fdatasync(fd); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func (f *storeFile) Size() (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return 0, vfs.SystemError(err, sqlite3.IOERR_FSTAT)
+	}
+	return st.Size, nil
+}
+
+func (f *storeFile) SectorSize() int { return 4096 }
+
+func (f *storeFile) DeviceCharacteristics() vfs.DeviceCharacteristic {
+	c := vfs.IOCAP_SUBPAGE_READ
+	if f.psow {
+		c |= vfs.IOCAP_POWERSAFE_OVERWRITE
+	}
+	return c
+}
+
+func (f *storeFile) LockState() vfs.LockLevel        { return f.lock }
+func (f *storeFile) PersistWAL() bool                { return f.keepWAL }
+func (f *storeFile) SetPersistWAL(keep bool)         { f.keepWAL = keep }
+func (f *storeFile) PowersafeOverwrite() bool        { return f.psow }
+func (f *storeFile) SetPowersafeOverwrite(psow bool) { f.psow = psow }
+
+// HasMoved reports whether the file's name no longer names this file.
+func (f *storeFile) HasMoved() (bool, error) {
+	var st, byName unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return false, err
+	}
+	if err := unix.Stat(f.name, &byName); err != nil {
+		if err == unix.ENOENT {
+			return true, nil
+		}
+		return false, err
+	}
+	return st.Dev != byName.Dev || st.Ino != byName.Ino, nil
+}
+
+// Lock takes the lock level SQLite asks for, as its unix VFS does: a
+// shared lock is a read lock on the shared range, taken only while no
+// writer holds the pending byte; reserved is a write lock on the reserved
+// byte; exclusive a write lock on the shared range, after the pending
+// byte. No call waits: a lock held elsewhere is SQLITE_BUSY.
+func (f *storeFile) Lock(lock vfs.LockLevel) error {
+	if f.lock >= lock {
+		return nil
+	}
+	switch lock {
+	case vfs.LOCK_SHARED:
+		if f.lock != vfs.LOCK_NONE {
+			return sqlite3.IOERR_LOCK
+		}
+		held, err := f.testLock(pendingByte, 1)
+		if err != nil {
+			return vfs.SystemError(err, sqlite3.IOERR_LOCK)
+		}
+		if held {
+			return sqlite3.BUSY
+		}
+		if err := f.setLock(unix.F_RDLCK, sharedFirst, sharedSize, sqlite3.IOERR_RDLOCK); err != nil {
+			return err
+		}
+	case vfs.LOCK_RESERVED:
+		if f.lock != vfs.LOCK_SHARED {
+			return sqlite3.IOERR_LOCK
+		}
+		if err := f.setLock(unix.F_WRLCK, reservedByte, 1, sqlite3.IOERR_LOCK); err != nil {
+			return err
+		}
+	case vfs.LOCK_EXCLUSIVE:
+		if f.lock == vfs.LOCK_NONE {
+			return sqlite3.IOERR_LOCK
+		}
+		if f.lock == vfs.LOCK_RESERVED {
+			if err := f.setLock(unix.F_WRLCK, pendingByte, 1, sqlite3.IOERR_LOCK); err != nil {
+				return err
+			}
+			f.lock = vfs.LOCK_PENDING
+		}
+		if err := f.setLock(unix.F_WRLCK, sharedFirst, sharedSize, sqlite3.IOERR_LOCK); err != nil {
+			return err
+		}
+	default:
+		return sqlite3.IOERR_LOCK
+	}
+	f.lock = lock
+	return nil
+}
+
+// Unlock lowers the lock to shared (keeping the read lock on the shared
+// range, dropping the pending and reserved bytes) or to none.
+func (f *storeFile) Unlock(lock vfs.LockLevel) error {
+	if f.lock <= lock {
+		return nil
+	}
+	switch lock {
+	case vfs.LOCK_SHARED:
+		if f.lock >= vfs.LOCK_EXCLUSIVE {
+			if err := f.setLock(unix.F_RDLCK, sharedFirst, sharedSize, sqlite3.IOERR_RDLOCK); err != nil {
+				return err
+			}
+		}
+		f.lock = vfs.LOCK_SHARED
+		return f.setLock(unix.F_UNLCK, pendingByte, 2, sqlite3.IOERR_UNLOCK)
+	case vfs.LOCK_NONE:
+		f.dropReadAhead()
+		f.lock = vfs.LOCK_NONE
+		return f.setLock(unix.F_UNLCK, 0, 0, sqlite3.IOERR_UNLOCK)
+	}
+	return sqlite3.IOERR_UNLOCK
+}
+
+func (f *storeFile) CheckReservedLock() (bool, error) {
+	if f.lock >= vfs.LOCK_RESERVED {
+		return true, nil
+	}
+	held, err := f.testLock(reservedByte, 1)
+	if err != nil {
+		return false, vfs.SystemError(err, sqlite3.IOERR_CHECKRESERVEDLOCK)
+	}
+	return held, nil
+}
+
+// testLock reports whether another open file description holds a write
+// lock on the bytes.
+func (f *storeFile) testLock(start, n int64) (bool, error) {
+	for {
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Start: start, Len: n}
+		err := unix.FcntlFlock(uintptr(f.fd), unix.F_OFD_GETLK, &lk)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && lk.Type == unix.F_WRLCK, err
+	}
+}
+
+// setLock sets or clears an open file description lock on the bytes
+// without waiting: a lock held elsewhere is SQLITE_BUSY.
+func (f *storeFile) setLock(typ int16, start, n int64, code sqlite3.ExtendedErrorCode) error {
+	for {
+		lk := unix.Flock_t{Type: typ, Start: start, Len: n}
+		err := unix.FcntlFlock(uintptr(f.fd), unix.F_OFD_SETLK, &lk)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EACCES, unix.EAGAIN, unix.EBUSY, unix.ENOLCK, unix.EDEADLK, unix.ETIMEDOUT:
+			if typ == unix.F_UNLCK {
+				return vfs.SystemError(err, code)
+			}
+			return sqlite3.BUSY
+		}
+		return vfs.SystemError(err, code)
+	}
+}

@@ -1,0 +1,170 @@
+package hostmod
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/vfs"
+)
+
+// storeFiles returns the store's database file and WAL as the store VFS
+// opened them.
+func storeFiles(t *testing.T, s *Store) (db, wal *storeFile) {
+	t.Helper()
+	for i, op := range []sqlite3.FcntlOpcode{sqlite3.FCNTL_FILE_POINTER, sqlite3.FCNTL_JOURNAL_POINTER} {
+		v, err := s.conn.FileControl(storeSchema, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, ok := unwrapFile(v).(*storeFile)
+		if !ok {
+			t.Fatalf("file %d of the store is a %T, not opened by the store VFS", i, v)
+		}
+		if i == 0 {
+			db = f
+		} else {
+			wal = f
+		}
+	}
+	return db, wal
+}
+
+// Opening a sleeping actor's database reads its WAL (the recovery of
+// every frame) in one system call and its file's first pages in another,
+// and what it reads is the committed state.
+func TestAnOpenReadsTheWALInOneRead(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.db")
+	st := writeAlarm(t, p, 1, true)
+	for i := int64(2); i <= 7; i++ {
+		if err := st.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetAlarm(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.KVPut([]byte{byte(i)}, make([]byte, 300)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p + "-wal")
+	if err != nil || fi.Size() < 8*4096 || fi.Size() > closeCheckpointBytes {
+		t.Fatalf("the WAL: %v, %v; want the commits in it", fi, err)
+	}
+	st, err = OpenStore(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	at, ok, err := st.Alarm()
+	if err != nil || !ok || at != 7 {
+		t.Fatalf("alarm %d, %v, %v; want 7", at, ok, err)
+	}
+	db, wal := storeFiles(t, st)
+	if wal.sysReads != 1 {
+		t.Errorf("the open read the WAL in %d system calls, want 1", wal.sysReads)
+	}
+	// The header, read before the lock, and then the first pages.
+	if db.sysReads > 2 {
+		t.Errorf("the open read the database file in %d system calls, want 2", db.sysReads)
+	}
+	// The first transaction's end gives the buffers back: an open store
+	// keeps none.
+	if err := st.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if db.ahead != nil || wal.ahead != nil {
+		t.Error("a store kept its read-ahead buffers past its first transaction")
+	}
+}
+
+// What a file read ahead is dropped when the file is written, truncated
+// or unlocked: a read after any of them sees the file as it is.
+func TestReadAheadSeesTheFileAsItIs(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f.db")
+	if err := os.WriteFile(p, []byte(strings.Repeat("a", 8192)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vf, err := openStoreFile(p, vfs.OPEN_MAIN_DB|vfs.OPEN_READWRITE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := vf.(*storeFile)
+	defer f.Close()
+	read := func(off int64) string {
+		t.Helper()
+		b := make([]byte, 4)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	lock := func() {
+		t.Helper()
+		if err := f.Lock(vfs.LOCK_SHARED); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(0); got != "aaaa" || f.ahead != nil {
+			t.Fatalf("read %q under a shared lock, ahead %v; want no read-ahead", got, f.ahead != nil)
+		}
+		if err := f.Lock(vfs.LOCK_EXCLUSIVE); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock()
+	if got := read(0); got != "aaaa" {
+		t.Fatalf("read %q", got)
+	}
+	if f.ahead == nil {
+		t.Fatal("the first read under the lock did not read ahead")
+	}
+	if _, err := f.WriteAt([]byte("bbbb"), 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(100); got != "bbbb" {
+		t.Fatalf("after a write, read %q; want bbbb", got)
+	}
+
+	// Unlocked, another writer may change the file.
+	g, err := openStoreFile(p, vfs.OPEN_MAIN_DB|vfs.OPEN_READWRITE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	f.aheadOK = true
+	if got := read(200); got != "aaaa" || f.ahead == nil {
+		t.Fatalf("read %q, ahead %v", got, f.ahead != nil)
+	}
+	if err := f.Unlock(vfs.LOCK_NONE); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.WriteAt([]byte("cccc"), 200); err != nil {
+		t.Fatal(err)
+	}
+	lock()
+	if got := read(200); got != "cccc" {
+		t.Fatalf("after another writer's change while unlocked, read %q; want cccc", got)
+	}
+
+	f.aheadOK = true
+	if got := read(300); got != "aaaa" || f.ahead == nil {
+		t.Fatalf("read %q, ahead %v", got, f.ahead != nil)
+	}
+	if err := f.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.ReadAt(make([]byte, 4), 5000); n != 0 || err == nil {
+		t.Fatalf("past the truncated end: %d bytes, %v; want none", n, err)
+	}
+}
