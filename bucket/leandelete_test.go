@@ -3,6 +3,7 @@ package bucket_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -273,5 +275,47 @@ func TestS3LeanDeleteBatchRedirectsAndFallsBack(t *testing.T) {
 	}
 	if len(got) == 0 || got[0].ua == "wasmkeep-alarms" {
 		t.Fatalf("a key with a control character went with %+v; want the SDK's request", got)
+	}
+}
+
+// Multi-object deletes go on the lean PUTs' connections, over TLS as over
+// TCP: PUTs and deletes in turn, small and large, keep one connection.
+func TestS3LeanDeleteBatchSharesTLSConnections(t *testing.T) {
+	var posts atomic.Int32
+	s := startPutServer(t, true, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.TLS == nil {
+			t.Error("a request without TLS")
+		}
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+			if r.Header.Get("User-Agent") != "wasmkeep-alarms" {
+				t.Errorf("a multi-object delete with User-Agent %q", r.Header.Get("User-Agent"))
+			}
+			_, _ = w.Write([]byte(`<DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"></DeleteResult>`))
+			return
+		}
+		w.Header().Set("ETag", `"tls"`)
+	})
+	b := s.client(t)
+	for i := range 6 {
+		if _, err := b.Put(ctx(t), "k", []byte("small"), bucket.Cond{}); err != nil {
+			t.Fatalf("PUT %d over TLS: %v", i, err)
+		}
+		keys := []string{"a", "b"}
+		if i%2 == 1 {
+			keys = make([]string, 1000) // a body past one write of head and body together
+			for j := range keys {
+				keys[j] = fmt.Sprintf("cluster/state/tenant/class/actor-%04d/snapshot", j)
+			}
+		}
+		if deleted, err := b.DeleteBatch(ctx(t), keys); err != nil || len(deleted) != len(keys) {
+			t.Fatalf("delete %d over TLS: %d of %d, %v", i, len(deleted), len(keys), err)
+		}
+	}
+	if n := posts.Load(); n != 6 {
+		t.Errorf("the server saw %d multi-object deletes, want 6", n)
+	}
+	if n := s.conns.Load(); n != 1 {
+		t.Errorf("6 PUTs and 6 deletes over TLS opened %d connections, want 1", n)
 	}
 }
