@@ -189,7 +189,8 @@ func (c *h1Client) closeIdle() {
 	}
 }
 
-// putMethod is the request ReadResponse is told the answers are for.
+// putMethod is the request ReadResponse is told the answers are for (a
+// PUT's or a POST's: it reads them alike).
 var putMethod = &http.Request{Method: http.MethodPut}
 
 // roundTrip writes head and body (a complete HTTP/1.1 request) on a
@@ -197,14 +198,15 @@ var putMethod = &http.Request{Method: http.MethodPut}
 // as an okAnswer (its body read), any other as an *http.Response whose
 // body read must read to the end (or return false: the connection is then
 // closed). A failure on a reused connection before anything was written
-// is tried once more on a new connection.
-func (c *h1Client) roundTrip(ctx context.Context, deadline time.Time, head, body []byte, read func(*okAnswer, *http.Response) bool) error {
+// is tried once more on a new connection. With keepBody, every answer
+// comes as an *http.Response (a 2xx one whose body the caller reads).
+func (c *h1Client) roundTrip(ctx context.Context, deadline time.Time, head, body []byte, keepBody bool, read func(*okAnswer, *http.Response) bool) error {
 	for try := 0; ; try++ {
 		pc, reused, err := c.get(ctx, deadline)
 		if err != nil {
 			return err
 		}
-		err = c.exchange(ctx, pc, deadline, head, body, read)
+		err = c.exchange(ctx, pc, deadline, head, body, keepBody, read)
 		var nw errNothingWritten
 		if err != nil && reused && try == 0 && errors.As(err, &nw) && ctx.Err() == nil {
 			continue
@@ -216,7 +218,7 @@ func (c *h1Client) roundTrip(ctx context.Context, deadline time.Time, head, body
 // longAgo, as a deadline, fails every pending read and write at once.
 var longAgo = time.Unix(1, 0)
 
-func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, deadline time.Time, head, body []byte, read func(*okAnswer, *http.Response) bool) error {
+func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, deadline time.Time, head, body []byte, keepBody bool, read func(*okAnswer, *http.Response) bool) error {
 	if err := pc.conn.SetDeadline(deadline); err != nil {
 		_ = pc.conn.Close()
 		return errNothingWritten{err}
@@ -262,13 +264,15 @@ func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, deadline time.Time,
 		}
 		return err
 	}
-	if a, fast, err := readOK(pc.br); fast {
-		if err != nil {
-			return err
+	if !keepBody {
+		if a, fast, err := readOK(pc.br); fast {
+			if err != nil {
+				return err
+			}
+			ok := read(&a, nil)
+			reuse = ok && a.reuse && pc.br.Buffered() == 0
+			return nil
 		}
-		ok := read(&a, nil)
-		reuse = ok && a.reuse && pc.br.Buffered() == 0
-		return nil
 	}
 	var resp *http.Response
 	for {

@@ -101,7 +101,7 @@ func TestH1ResendsWhatWasNotWritten(t *testing.T) {
 	c.idle = []*h1Conn{{conn: dead, br: bufio.NewReader(dead), idleSince: time.Now()}}
 	head := []byte("PUT /b/k HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 1\r\n\r\n")
 	var etag string
-	err = c.roundTrip(context.Background(), time.Now().Add(time.Minute), head, []byte("x"), func(a *okAnswer, _ *http.Response) bool {
+	err = c.roundTrip(context.Background(), time.Now().Add(time.Minute), head, []byte("x"), false, func(a *okAnswer, _ *http.Response) bool {
 		if a != nil {
 			etag = a.etag
 		}
@@ -140,7 +140,7 @@ func TestH1ClosesIdleConnectionsAfterTheTimeout(t *testing.T) {
 	c := newH1Client(u, &http.Transport{IdleConnTimeout: 100 * time.Millisecond}, time.Minute, 4)
 	head := []byte("PUT /b/k HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 0\r\n\r\n")
 	for range 2 { // the second on the first's connection
-		if err := c.roundTrip(context.Background(), time.Now().Add(time.Minute), head, nil,
+		if err := c.roundTrip(context.Background(), time.Now().Add(time.Minute), head, nil, false,
 			func(*okAnswer, *http.Response) bool { return true }); err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// leanPut sends PutObject requests without the SDK's middleware stack: a
+// leanPut sends PutObject requests (and DeleteObjects ones: leandelete.go)
+// without the SDK's middleware stack: a
 // request built here, signed with SigV4 (putSigner, the SDK signer's
 // output for the same request) with the client's credentials, sent on the
 // bucket's own HTTP/1.1 connections (h1Client; through the client's
@@ -224,7 +225,7 @@ const unsignedPayloadHash = "UNSIGNED-PAYLOAD"
 // emptyPayloadHash is the SHA-256 of an empty payload (an index entry's).
 const emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-// attempts is the SDK's retry loop (retry.Attempt) for one PUT.
+// attempts is one PUT with the SDK's retries.
 func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
 	if err := validHeaderValue(cond.IfMatch); err != nil {
 		return "", fmt.Errorf("If-Match %q: %w", cond.IfMatch, err)
@@ -239,38 +240,50 @@ func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Co
 		sum := sha256.Sum256(body)
 		hash = hex.EncodeToString(sum[:])
 	}
+	var etag string
+	err := l.retry(ctx, func() error {
+		var err error
+		etag, err = l.send(ctx, key, rawPath, body, cond, hash)
+		return err
+	})
+	return etag, err
+}
+
+// retry is the SDK's retry loop (retry.Attempt) around send, one attempt
+// of an operation.
+func (l *leanPut) retry(ctx context.Context, send func() error) error {
 	maxAttempts := l.retryer.MaxAttempts()
 	releaseRetry := func(error) error { return nil }
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return "", err
+			return err
 		}
 		release, err := l.attemptToken(ctx)
 		if err != nil {
-			return "", fmt.Errorf("failed to get retry Send token, %w", err)
+			return fmt.Errorf("failed to get retry Send token, %w", err)
 		}
-		etag, err := l.send(ctx, key, rawPath, body, cond, hash)
+		err = send()
 		_ = releaseRetry(err)
 		_ = release(err)
 		if err == nil {
-			return etag, nil
+			return nil
 		}
 		if !l.retryer.IsErrorRetryable(err) {
-			return "", err
+			return err
 		}
 		if maxAttempts > 0 && attempt >= maxAttempts {
-			return "", &retry.MaxAttemptsError{Attempt: attempt, Err: err}
+			return &retry.MaxAttemptsError{Attempt: attempt, Err: err}
 		}
 		var tokenErr error
 		if releaseRetry, tokenErr = l.retryer.GetRetryToken(ctx, err); tokenErr != nil {
-			return "", errors.Join(err, tokenErr)
+			return errors.Join(err, tokenErr)
 		}
 		delay, derr := l.retryer.RetryDelay(attempt, err)
 		if derr != nil {
-			return "", derr
+			return derr
 		}
 		if serr := sleepCtx(ctx, retryAfter(delay, err)); serr != nil {
-			return "", &aws.RequestCanceledError{Err: serr}
+			return &aws.RequestCanceledError{Err: serr}
 		}
 	}
 }
@@ -415,7 +428,7 @@ func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sig
 	}
 	var etag string
 	var failed error
-	err := l.h1.roundTrip(ctx, deadline, h, body, func(a *okAnswer, resp *http.Response) bool {
+	err := l.h1.roundTrip(ctx, deadline, h, body, false, func(a *okAnswer, resp *http.Response) bool {
 		if a != nil {
 			etag = a.etag
 			return true

@@ -151,9 +151,9 @@ func requestResult(ctx context.Context, err error) string {
 
 // WithRegisterer records every S3 operation the client makes in reg,
 // through middleware in the SDK's own request stack (so retries, signing
-// and the store's answers are counted as the SDK sees them), and for PUTs,
-// which bypass that stack, by the lean path in the same series with the
-// same operation name and results:
+// and the store's answers are counted as the SDK sees them), and for PUTs
+// and multi-object deletes, which bypass that stack, by the lean path in
+// the same series with the same operation names and results:
 //
 //   - wasmkeep_s3_requests_total{operation,result}: operations completed;
 //   - wasmkeep_s3_request_duration_seconds{operation}: their latency, retries

@@ -59,8 +59,10 @@ const writeBufferSize = 64 << 10
 // connections of their own in lean.go and retried by the SDK's retryer,
 // with the same outcomes, attempts and metrics as the SDK's PutObject
 // (over HTTPS the payload is left out of the signature, as the SDK does;
-// over plain HTTP its SHA-256 is signed). Every other operation goes
-// through the SDK.
+// over plain HTTP its SHA-256 is signed). So do multi-object deletes
+// (leandelete.go), which a node sends every few dozen firings, with the
+// SDK's DeleteObjects' outcomes (their payload's SHA-256 always signed).
+// Every other operation goes through the SDK.
 type S3 struct {
 	client *s3.Client
 	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
@@ -392,34 +394,49 @@ func (b *S3) Delete(ctx context.Context, key string) error {
 
 // DeleteBatch removes keys with DeleteObjects requests (quiet mode: the
 // store answers only with the keys it could not delete), MaxDeleteBatch
-// keys each.
+// keys each: on the lean path (leandelete.go) as the PUTs, or through the
+// SDK for keys the lean request does not carry.
 func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
 	var deleted []string
 	for len(keys) > 0 {
 		n := min(len(keys), MaxDeleteBatch)
 		chunk := keys[:n]
 		keys = keys[n:]
-		ids := make([]types.ObjectIdentifier, n)
-		for i := range chunk {
-			ids[i] = types.ObjectIdentifier{Key: &chunk[i]}
-		}
 		actx, attempts := withAttempts(ctx)
-		out, err := b.client.DeleteObjects(actx, &s3.DeleteObjectsInput{
-			Bucket: &b.name,
-			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
-		})
-		if err != nil {
-			return deleted, b.fail(OpDeleteBatch, chunk[0], attempts, classify(err))
+		var errs []batchKeyError
+		if b.lean != nil && leanDeletable(chunk) {
+			res, err := b.lean.deleteBatch(actx, chunk)
+			if err != nil {
+				return deleted, b.fail(OpDeleteBatch, chunk[0], attempts, classify(err))
+			}
+			for _, e := range res.Errors {
+				errs = append(errs, batchKeyError{e.Key, e.Code, e.Message})
+			}
+		} else {
+			ids := make([]types.ObjectIdentifier, n)
+			for i := range chunk {
+				ids[i] = types.ObjectIdentifier{Key: &chunk[i]}
+			}
+			out, err := b.client.DeleteObjects(actx, &s3.DeleteObjectsInput{
+				Bucket: &b.name,
+				Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
+			})
+			if err != nil {
+				return deleted, b.fail(OpDeleteBatch, chunk[0], attempts, classify(err))
+			}
+			for _, e := range out.Errors {
+				errs = append(errs, batchKeyError{aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message)})
+			}
 		}
 		var failed map[string]error
-		for _, e := range out.Errors {
-			if aws.ToString(e.Code) == "NoSuchKey" {
+		for _, e := range errs {
+			if e.code == "NoSuchKey" {
 				continue // a missing key is deleted
 			}
 			if failed == nil {
 				failed = map[string]error{}
 			}
-			failed[aws.ToString(e.Key)] = fmt.Errorf("%s: %s", aws.ToString(e.Code), aws.ToString(e.Message))
+			failed[e.key] = fmt.Errorf("%s: %s", e.code, e.message)
 		}
 		for _, k := range chunk {
 			if _, bad := failed[k]; !bad {
@@ -432,6 +449,9 @@ func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
 	}
 	return deleted, nil
 }
+
+// batchKeyError is a key a DeleteObjects answer says was not deleted.
+type batchKeyError struct{ key, code, message string }
 
 // List returns up to limit keys under prefix after startAfter, in key order,
 // reading pages of at most MaxPage keys with ListObjectsV2 (each page starts

@@ -83,10 +83,13 @@ func (s *putSigner) signingKeyFor(secret, day string) *signingKey {
 // sigState is the per-request scratch of a signature, pooled.
 type sigState struct {
 	h   hash.Hash // SHA-256 of the canonical request
-	buf []byte
+	buf []byte    // the signed headers and the canonical request
+	sts []byte    // the string to sign
 }
 
-var sigStates = sync.Pool{New: func() any { return &sigState{h: sha256.New(), buf: make([]byte, 0, 512)} }}
+var sigStates = sync.Pool{New: func() any {
+	return &sigState{h: sha256.New(), buf: make([]byte, 0, 512), sts: make([]byte, 0, 192)}
+}}
 
 // authorization returns the Authorization header's value for a PUT of
 // length bytes to path (the escaped path of the request line) on host (as
@@ -142,39 +145,48 @@ func (s *putSigner) authorization(creds aws.Credentials, t sigTime, host, path s
 	c = append(c, signed[:nSigned-1]...) // without the last separator
 	c = append(c, '\n')
 	c = append(c, h.payloadHash...)
+	a := s.sign(st, creds, t, c[nSigned:], signed[:nSigned-1]) // without the separator that ended the list
+	st.buf = c[:0]
+	return a
+}
+
+// sign returns the Authorization header's value for the canonical request
+// c, whose signed headers are signed (names separated by ';'), signed at
+// t; st's hash and buffer are its scratch.
+func (s *putSigner) sign(st *sigState, creds aws.Credentials, t sigTime, c, signed []byte) string {
 	st.h.Reset()
-	st.h.Write(c[nSigned:])
+	st.h.Write(c)
 	var sum [sha256.Size]byte
 
 	// The string to sign, then the signature.
 	scope := t.day + "/" + s.region + "/" + s.service + "/aws4_request"
-	sts := c[:nSigned]
+	sts := st.sts[:0]
 	sts = append(sts, "AWS4-HMAC-SHA256\n"...)
 	sts = append(sts, t.amzDate...)
 	sts = append(sts, '\n')
 	sts = append(sts, scope...)
 	sts = append(sts, '\n')
 	sts = hex.AppendEncode(sts, st.h.Sum(sum[:0]))
+	st.sts = sts[:0]
 	key := s.signingKeyFor(creds.SecretAccessKey, t.day)
 	mac := key.macs.Get().(hash.Hash)
 	mac.Reset()
-	mac.Write(sts[nSigned:])
+	mac.Write(sts)
 	sig := mac.Sum(sum[:0])
 	key.macs.Put(mac)
 
 	var a strings.Builder
-	a.Grow(len("AWS4-HMAC-SHA256 Credential=/, SignedHeaders=, Signature=") + len(creds.AccessKeyID) + len(scope) + nSigned + 2*sha256.Size)
+	a.Grow(len("AWS4-HMAC-SHA256 Credential=/, SignedHeaders=, Signature=") + len(creds.AccessKeyID) + len(scope) + len(signed) + 2*sha256.Size)
 	a.WriteString("AWS4-HMAC-SHA256 Credential=")
 	a.WriteString(creds.AccessKeyID)
 	a.WriteByte('/')
 	a.WriteString(scope)
 	a.WriteString(", SignedHeaders=")
-	a.Write(signed[:nSigned-1]) // without the separator that ended the list
+	a.Write(signed)
 	a.WriteString(", Signature=")
 	var hx [2 * sha256.Size]byte
 	hex.Encode(hx[:], sig)
 	a.Write(hx[:])
-	st.buf = sts[:0]
 	return a.String()
 }
 

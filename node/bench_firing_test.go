@@ -2,7 +2,10 @@ package node_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,6 +90,14 @@ func (c *reqCounter) List(ctx context.Context, prefix, startAfter string, limit 
 	return c.Bucket.List(ctx, prefix, startAfter, limit)
 }
 
+// firingsProfile is where BenchmarkReplicatedFirings writes a CPU profile
+// of its measured window only, leaving out the start-up (-cpuprofile
+// covers the whole process: starting the node, creating the actors,
+// compiling the guest):
+//
+//	go test ./node -run '^$' -bench 'ReplicatedFirings/actors-200$' -benchtime 3000x -args -firings.cpuprofile=cpu.out
+var firingsProfile = flag.String("firings.cpuprofile", "", "write a CPU profile of BenchmarkReplicatedFirings' measured window to this file")
+
 // cpuTime is the CPU time this process has used (user and system), from
 // the kernel's accounting: the node's own work, not the S3 server's (a
 // child process) and not wall time.
@@ -168,9 +179,24 @@ func benchFirings(b *testing.B, srv *s3test.Server, classes map[string][]byte, a
 	}
 	wait(int64(2 * actors)) // warm-up: every actor open and fired
 	b.ResetTimer()
+	profiling := false
+	if *firingsProfile != "" && b.N > 1 { // not the benchmark's probe run of one
+		f, err := os.Create(*firingsProfile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		profiling = true
+	}
 	base, cpu0, t0 := fired.Load(), cpuTime(b), time.Now()
 	req0 := rc.snapshot()
 	wait(base + int64(b.N))
+	if profiling {
+		pprof.StopCPUProfile()
+	}
 	got := fired.Load() - base
 	elapsed, cpu := time.Since(t0), cpuTime(b)-cpu0
 	req := rc.snapshot()
