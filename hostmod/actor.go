@@ -288,15 +288,11 @@ func (a *Actor) SetMeta(ctx context.Context, key, value string) error {
 	if err := a.wake(ctx); err != nil {
 		return err
 	}
-	if err := a.store.Begin(); err != nil {
-		return &abi.ActorError{ID: a.id, Op: "begin", Err: err}
-	}
+	// One statement outside any transaction is its own transaction: SQLite
+	// commits it, or rolls it back, as BEGIN and COMMIT around it would,
+	// without running those two statements.
 	if err := a.store.SetMeta(key, value); err != nil {
-		a.store.Rollback()
-		return &abi.ActorError{ID: a.id, Op: "write meta " + key, Err: err}
-	}
-	if err := a.store.Commit(); err != nil {
-		a.known = false
+		a.known = false // whatever failed, the state is read back
 		return &abi.ActorError{ID: a.id, Op: "commit meta " + key, Err: err}
 	}
 	switch key {
