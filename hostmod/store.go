@@ -87,6 +87,7 @@ const (
 	stPutAlarm
 	stDelAlarm
 	stGetMeta
+	stState
 	stPutMeta
 	stDelMeta
 	stKVGet
@@ -104,10 +105,14 @@ const (
 // nothing of an actor's may land in the connection's own main database,
 // which outlives it.
 var stmtSQL = [nStmts]string{
-	stGetAlarm:   `SELECT at_ms FROM a._wasmkeep_alarm WHERE id = 1`,
-	stPutAlarm:   `INSERT INTO a._wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
-	stDelAlarm:   `DELETE FROM a._wasmkeep_alarm WHERE id = 1`,
-	stGetMeta:    `SELECT value FROM a._wasmkeep_meta WHERE key = ?`,
+	stGetAlarm: `SELECT at_ms FROM a._wasmkeep_alarm WHERE id = 1`,
+	stPutAlarm: `INSERT INTO a._wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
+	stDelAlarm: `DELETE FROM a._wasmkeep_alarm WHERE id = 1`,
+	stGetMeta:  `SELECT value FROM a._wasmkeep_meta WHERE key = ?`,
+	stState: `SELECT (SELECT at_ms FROM a._wasmkeep_alarm WHERE id = 1),
+		(SELECT value FROM a._wasmkeep_meta WHERE key = '` + MetaAlarmFailures + `'),
+		(SELECT value FROM a._wasmkeep_meta WHERE key = '` + MetaAlarmIndexed + `'),
+		EXISTS (SELECT 1 FROM a._wasmkeep_meta WHERE key = '` + MetaInitDone + `')`,
 	stPutMeta:    `INSERT INTO a._wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 	stDelMeta:    `DELETE FROM a._wasmkeep_meta WHERE key = ?`,
 	stKVGet:      `SELECT value FROM a.kv WHERE key = ?`,
@@ -368,22 +373,6 @@ func (s *Store) Rollback() error {
 	return s.run(stRollback)
 }
 
-// read runs f, which only reads, in one read transaction: the reads see
-// one state and take the database's read lock once rather than once each.
-func (s *Store) read(f func() error) error {
-	if s.inTx {
-		return f()
-	}
-	if err := s.run(stBegin); err != nil {
-		return err
-	}
-	if err := f(); err != nil {
-		_ = s.run(stRollback)
-		return err
-	}
-	return s.run(stCommit)
-}
-
 // InTx reports whether a transaction is open.
 func (s *Store) InTx() bool { return s.inTx }
 
@@ -464,6 +453,49 @@ func (s *Store) DeleteMeta(key string) error {
 	return s.fail(st.Exec())
 }
 
+// CommittedState is what an actor keeps of its committed state: the
+// alarm, its failure count and the meta rows an index updater and State
+// read (see State).
+type CommittedState struct {
+	Alarm    int64 // Unix ms, if HasAlarm
+	HasAlarm bool
+	Failures int
+	Indexed  string // MetaAlarmIndexed, empty when absent
+	InitDone bool   // MetaInitDone is present
+}
+
+// State reads the alarm, the failure count and the meta rows
+// MetaAlarmIndexed and MetaInitDone in one statement, which is one read
+// of one committed state: the values are those Alarm, Failures and Meta
+// return.
+func (s *Store) State() (CommittedState, error) {
+	var cs CommittedState
+	st, err := s.stmt(stState)
+	if err != nil {
+		return cs, err
+	}
+	defer st.Reset()
+	if !st.Step() {
+		if err := st.Err(); err != nil {
+			return cs, s.fail(err)
+		}
+		return cs, errors.New("read state: no row")
+	}
+	if st.ColumnType(0) != sqlite3.NULL {
+		cs.Alarm, cs.HasAlarm = st.ColumnInt64(0), true
+	}
+	if st.ColumnType(1) != sqlite3.NULL {
+		if cs.Failures, err = parseFailures(st.ColumnText(1)); err != nil {
+			return cs, err
+		}
+	}
+	if st.ColumnType(2) != sqlite3.NULL {
+		cs.Indexed = st.ColumnText(2)
+	}
+	cs.InitDone = st.ColumnBool(3)
+	return cs, nil
+}
+
 // Failures reads the committed failure count of the pending alarm (0 when
 // none is recorded).
 func (s *Store) Failures() (int, error) {
@@ -471,6 +503,11 @@ func (s *Store) Failures() (int, error) {
 	if err != nil || !ok {
 		return 0, err
 	}
+	return parseFailures(v)
+}
+
+// parseFailures reads the value of MetaAlarmFailures.
+func parseFailures(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("meta %s: malformed value %q", MetaAlarmFailures, v)
