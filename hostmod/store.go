@@ -105,14 +105,11 @@ const (
 // nothing of an actor's may land in the connection's own main database,
 // which outlives it.
 var stmtSQL = [nStmts]string{
-	stGetAlarm: `SELECT at_ms FROM a._wasmkeep_alarm WHERE id = 1`,
-	stPutAlarm: `INSERT INTO a._wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
-	stDelAlarm: `DELETE FROM a._wasmkeep_alarm WHERE id = 1`,
-	stGetMeta:  `SELECT value FROM a._wasmkeep_meta WHERE key = ?`,
-	stState: `SELECT (SELECT at_ms FROM a._wasmkeep_alarm WHERE id = 1),
-		(SELECT value FROM a._wasmkeep_meta WHERE key = '` + MetaAlarmFailures + `'),
-		(SELECT value FROM a._wasmkeep_meta WHERE key = '` + MetaAlarmIndexed + `'),
-		EXISTS (SELECT 1 FROM a._wasmkeep_meta WHERE key = '` + MetaInitDone + `')`,
+	stGetAlarm:   `SELECT at_ms FROM a._wasmkeep_alarm WHERE id = 1`,
+	stPutAlarm:   `INSERT INTO a._wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
+	stDelAlarm:   `DELETE FROM a._wasmkeep_alarm WHERE id = 1`,
+	stGetMeta:    `SELECT value FROM a._wasmkeep_meta WHERE key = ?`,
+	stState:      `SELECT 0, at_ms FROM a._wasmkeep_alarm WHERE id = 1 UNION ALL SELECT key, value FROM a._wasmkeep_meta`,
 	stPutMeta:    `INSERT INTO a._wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 	stDelMeta:    `DELETE FROM a._wasmkeep_meta WHERE key = ?`,
 	stKVGet:      `SELECT value FROM a.kv WHERE key = ?`,
@@ -465,9 +462,12 @@ type CommittedState struct {
 }
 
 // State reads the alarm, the failure count and the meta rows
-// MetaAlarmIndexed and MetaInitDone in one statement, which is one read
+// MetaAlarmIndexed and MetaInitDone with one statement, which is one read
 // of one committed state: the values are those Alarm, Failures and Meta
-// return.
+// return. The statement reads the alarm row (its first column an integer)
+// and every meta row (a key, which is text), the few there are: preparing
+// it costs less than preparing the statements of those reads, or one
+// statement of a subquery for each value.
 func (s *Store) State() (CommittedState, error) {
 	var cs CommittedState
 	st, err := s.stmt(stState)
@@ -475,24 +475,26 @@ func (s *Store) State() (CommittedState, error) {
 		return cs, err
 	}
 	defer st.Reset()
-	if !st.Step() {
-		if err := st.Err(); err != nil {
-			return cs, s.fail(err)
+	for st.Step() {
+		switch st.ColumnType(0) {
+		case sqlite3.INTEGER:
+			cs.Alarm, cs.HasAlarm = st.ColumnInt64(1), true
+		case sqlite3.TEXT:
+			switch st.ColumnText(0) {
+			case MetaAlarmFailures:
+				if cs.Failures, err = parseFailures(st.ColumnText(1)); err != nil {
+					return CommittedState{}, err
+				}
+			case MetaAlarmIndexed:
+				cs.Indexed = st.ColumnText(1)
+			case MetaInitDone:
+				cs.InitDone = true
+			}
 		}
-		return cs, errors.New("read state: no row")
 	}
-	if st.ColumnType(0) != sqlite3.NULL {
-		cs.Alarm, cs.HasAlarm = st.ColumnInt64(0), true
+	if err := st.Err(); err != nil {
+		return CommittedState{}, s.fail(err)
 	}
-	if st.ColumnType(1) != sqlite3.NULL {
-		if cs.Failures, err = parseFailures(st.ColumnText(1)); err != nil {
-			return cs, err
-		}
-	}
-	if st.ColumnType(2) != sqlite3.NULL {
-		cs.Indexed = st.ColumnText(2)
-	}
-	cs.InitDone = st.ColumnBool(3)
 	return cs, nil
 }
 

@@ -8,7 +8,8 @@ import (
 
 // State reads in one statement what Alarm, Failures and Meta read one by
 // one, whatever the database holds: rows missing, a failure count with no
-// alarm, an empty meta value, and host tables missing (a database made
+// alarm, an empty meta value, other meta rows (a NULL key among them, which
+// the table's primary key lets in), and host tables missing (a database made
 // before they existed), which State creates, as stmt does for every
 // statement.
 func TestStoreStateReadsWhatTheRowsHold(t *testing.T) {
@@ -25,7 +26,8 @@ func TestStoreStateReadsWhatTheRowsHold(t *testing.T) {
 			return firstErr(s.SetAlarm(at), s.SetFailures(2), s.SetMeta(MetaAlarmIndexed, "1800000000000/2-ab"), s.SetMeta(MetaInitDone, "1"))
 		}, CommittedState{Alarm: at, HasAlarm: true, Failures: 2, Indexed: "1800000000000/2-ab", InitDone: true}},
 		{"an empty indexed row and other meta", func(s *Store) error {
-			return firstErr(s.SetMeta(MetaAlarmIndexed, ""), s.SetMeta(MetaOwnerFence, "f"))
+			return firstErr(s.SetMeta(MetaAlarmIndexed, ""), s.SetMeta(MetaOwnerFence, "f"),
+				s.conn.Exec(`INSERT INTO a._wasmkeep_meta (key, value) VALUES (NULL, '7'), (7, '8')`))
 		}, CommittedState{}},
 		{"no meta table", func(s *Store) error {
 			return firstErr(s.SetAlarm(at), s.conn.Exec(`DROP TABLE a._wasmkeep_meta`))
