@@ -360,41 +360,20 @@ func (a *Actor) ensureInit(ctx context.Context) error {
 }
 
 // committed returns the committed alarm and failure count, reading them
-// (with the meta rows State reports) once after the database opens, in one
-// read transaction (a.mu held, no transaction open).
+// (with the meta rows State reports) once after the database opens, in
+// one statement (a.mu held, no transaction open).
 func (a *Actor) committed() (*int64, int, error) {
 	if a.known {
 		return a.alarm, a.failures, nil
 	}
-	var (
-		at       int64
-		ok, init bool
-		n        int
-		indexed  string
-	)
 	a.stateReads++
-	err := a.store.read(func() error {
-		var err error
-		if at, ok, err = a.store.Alarm(); err != nil {
-			return fmt.Errorf("read alarm: %w", err)
-		}
-		if n, err = a.store.Failures(); err != nil {
-			return err
-		}
-		if indexed, _, err = a.store.Meta(MetaAlarmIndexed); err != nil {
-			return fmt.Errorf("read meta: %w", err)
-		}
-		if _, init, err = a.store.Meta(MetaInitDone); err != nil {
-			return fmt.Errorf("read meta: %w", err)
-		}
-		return nil
-	})
+	cs, err := a.store.State()
 	if err != nil {
-		return nil, 0, &abi.ActorError{ID: a.id, Err: err}
+		return nil, 0, &abi.ActorError{ID: a.id, Op: "read committed state", Err: err}
 	}
-	a.alarm, a.failures, a.initMeta, a.indexed, a.known = nil, n, init, indexed, true
-	if ok {
-		a.alarm = &at
+	a.alarm, a.failures, a.initMeta, a.indexed, a.known = nil, cs.Failures, cs.InitDone, cs.Indexed, true
+	if cs.HasAlarm {
+		a.alarm = &cs.Alarm
 	}
 	return a.alarm, a.failures, nil
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/alarms/hostmod"
 )
@@ -55,5 +56,80 @@ func BenchmarkStoreWakeSleep(b *testing.B) {
 	}
 	if cpu > 0 {
 		b.ReportMetric(float64((threadCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+	}
+}
+
+// BenchmarkCommittedState is the read of an actor's committed state just
+// after its database opens (what every cold firing reads): Store.State's
+// one statement against the four reads (Alarm, Failures, two Meta rows) in
+// a read transaction that it replaced. cpu-us/op is the benchmark thread's
+// CPU time in the read alone (preparing its statements on the new attach
+// and stepping them), not in the open and close around it.
+//
+//	go test ./hostmod -run '^$' -bench CommittedState -benchtime 4000x -count 4
+func BenchmarkCommittedState(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "a.db")
+	st, err := hostmod.OpenStore(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, err := range []error{st.SetAlarm(1_800_000_000_000), st.SetFailures(2),
+		st.SetMeta(hostmod.MetaAlarmIndexed, "1800000000000/2-ab"), st.SetMeta(hostmod.MetaInitDone, "1"), st.Close()} {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	reads := map[string]func(*hostmod.Store) error{
+		"one-statement": func(st *hostmod.Store) error {
+			cs, err := st.State()
+			if err == nil && (!cs.HasAlarm || cs.Failures != 2 || !cs.InitDone) {
+				err = fmt.Errorf("read %+v", cs)
+			}
+			return err
+		},
+		"four-reads": func(st *hostmod.Store) error {
+			if err := st.Begin(); err != nil {
+				return err
+			}
+			defer st.Rollback()
+			_, ok, err := st.Alarm()
+			n, ferr := st.Failures()
+			_, _, merr := st.Meta(hostmod.MetaAlarmIndexed)
+			_, init, ierr := st.Meta(hostmod.MetaInitDone)
+			for _, e := range []error{err, ferr, merr, ierr} {
+				if e != nil {
+					return e
+				}
+			}
+			if !ok || n != 2 || !init {
+				return fmt.Errorf("read %v %d %v", ok, n, init)
+			}
+			return st.Commit()
+		},
+	}
+	for _, name := range []string{"one-statement", "four-reads"} {
+		read := reads[name]
+		b.Run(name, func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var cpu time.Duration
+			for i := 0; i < b.N; i++ {
+				st, err := hostmod.OpenStore(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c := threadCPU()
+				if err := read(st); err != nil {
+					b.Fatal(err)
+				}
+				cpu += threadCPU() - c
+				if err := st.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-us/op")
+			}
+		})
 	}
 }

@@ -146,6 +146,10 @@ type Engine struct {
 
 	res *residency
 	mem *memBudget
+	// modCfg is the configuration every instance starts from when the
+	// embedder gives none (WithModuleConfig): built once, since each With
+	// copies it; an instance adds only its actor's stdout and stderr.
+	modCfg wazero.ModuleConfig
 	// collectors are the metrics registered (WithRegisterer); Close takes
 	// them out.
 	collectors []prometheus.Collector
@@ -198,6 +202,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 			}
 		}
 		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
+		e.modCfg = e.contract(defaultModuleConfig())
 		if err := e.register(); err != nil {
 			return nil, err
 		}
@@ -220,6 +225,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("hostmod: instantiate host modules: %w", err)
 	}
 	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
+	e.modCfg = e.contract(defaultModuleConfig())
 	if err := e.register(); err != nil {
 		r.Close(ctx)
 		return nil, err
@@ -365,6 +371,27 @@ func sig(params, results []api.ValueType) string {
 	return s + ")"
 }
 
+// defaultModuleConfig is an instance's configuration without
+// WithModuleConfig (stdout and stderr aside): crypto/rand and the system's
+// monotonic clock.
+func defaultModuleConfig() wazero.ModuleConfig {
+	return wazero.NewModuleConfig().WithRandSource(rand.Reader).WithSysNanotime()
+}
+
+// contract sets on mc what the contract needs of every instance: an
+// anonymous name, the _initialize start function, and the wall clock from
+// the engine's clock.
+func (e *Engine) contract(mc wazero.ModuleConfig) wazero.ModuleConfig {
+	clock := e.cfg.clock
+	return mc.
+		WithName("").
+		WithStartFunctions(abi.ExportInitialize).
+		WithWalltime(func() (int64, int32) {
+			t := clock.Now()
+			return t.Unix(), int32(t.Nanosecond())
+		}, sys.ClockResolution(time.Millisecond))
+}
+
 // instantiate makes a fresh instance of the class for the actor. Its
 // _initialize runs with the actor in context but outside any event, so the
 // imports answer EPERM there.
@@ -372,24 +399,12 @@ func sig(params, results []api.ValueType) string {
 // The instance's memory is counted in the engine's memory budget until the
 // instance closes; the guestMemory returned tells of a growth it refused.
 func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdout, stderr io.Writer) (api.Module, *guestMemory, error) {
-	clock := e.cfg.clock
 	var mc wazero.ModuleConfig
 	if e.cfg.moduleConfig != nil {
-		mc = e.cfg.moduleConfig(id)
+		mc = e.contract(e.cfg.moduleConfig(id))
 	} else {
-		mc = wazero.NewModuleConfig().
-			WithStdout(stdout).
-			WithStderr(stderr).
-			WithRandSource(rand.Reader).
-			WithSysNanotime()
+		mc = e.modCfg.WithStdout(stdout).WithStderr(stderr)
 	}
-	mc = mc.
-		WithName("").
-		WithStartFunctions(abi.ExportInitialize).
-		WithWalltime(func() (int64, int32) {
-			t := clock.Now()
-			return t.Unix(), int32(t.Nanosecond())
-		}, sys.ClockResolution(time.Millisecond))
 	gm, err := e.newGuestMemory(id, c)
 	if err != nil {
 		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}

@@ -93,3 +93,69 @@ func TestGuestOutputGoesToTheLogAndIntoTheError(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Each actor's output goes to its own stream, however its instances
+// interleave: two actors of one class that fail in turn each carry their
+// own line in the error, and the log names the actor that wrote it.
+func TestEachActorsOutputIsItsOwn(t *testing.T) {
+	ctx := context.Background()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), Level: hclog.Info})
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	class, err := eng.Compile(ctx, "counter", testguest.Build(t, "examples/counter-actor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var actors [2]*hostmod.Actor
+	for i, name := range []string{"a", "b"} {
+		a, err := eng.Open(ctx, abi.ActorID{Tenant: "t", Class: "counter", Name: name}, class, filepath.Join(dir, name+".db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close(ctx)
+		actors[i] = a
+	}
+	for round := range 3 {
+		for i, a := range actors {
+			cmd := "explode-" + a.ID().Name
+			_, err := a.Request(ctx, []byte(cmd))
+			var ge *hostmod.GuestError
+			if !errors.As(err, &ge) {
+				t.Fatalf("round %d, actor %d: %v, want the guest's error", round, i, err)
+			}
+			if !strings.Contains(ge.Said, `"`+cmd+`"`) {
+				t.Fatalf("round %d, actor %d said %q, want its own line %q", round, i, ge.Said, cmd)
+			}
+			if other := "explode-" + actors[1-i].ID().Name; strings.Contains(ge.Said, other) {
+				t.Fatalf("round %d, actor %d said %q: the other actor's line", round, i, ge.Said)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lines := 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(line, "guest stderr: ") {
+			continue
+		}
+		lines++
+		for _, name := range []string{"a", "b"} {
+			if strings.Contains(line, "actor=t/counter/"+name+" ") != strings.Contains(line, "explode-"+name) {
+				t.Fatalf("a line logged under the wrong actor: %s", line)
+			}
+		}
+	}
+	if lines != 6 {
+		t.Fatalf("%d guest lines logged, want 6:\n%s", lines, logs.String())
+	}
+}

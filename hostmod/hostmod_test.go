@@ -491,3 +491,48 @@ func TestAGuestCannotGrowPastTheMemoryLimit(t *testing.T) {
 		t.Fatalf("memory.grow within a 1 GiB limit returned %v, want 1", got)
 	}
 }
+
+// An actor opens with the committed state its database holds, a failure
+// count with no alarm included; a malformed count fails the open with an
+// error that names the actor and the row.
+func TestOpenReadsTheCommittedState(t *testing.T) {
+	e := newEnv(t)
+	c := e.class("oneshot", testguest.Fixture(t, "oneshot_alarm"))
+	write := func(name string, f func(*hostmod.Store) error) string {
+		path := filepath.Join(e.dir, name+".db")
+		s, err := hostmod.OpenStore(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	write("failing", func(s *hostmod.Store) error { return s.SetFailures(4) })
+	if st := e.state(e.open(c, "failing")); st.HasAlarm || st.Failures != 4 || st.Indexed != "" {
+		t.Fatalf("failures without an alarm: state %+v", st)
+	}
+	write("indexed", func(s *hostmod.Store) error {
+		if err := s.SetAlarm(t0 + 5); err != nil {
+			return err
+		}
+		return s.SetMeta(hostmod.MetaAlarmIndexed, "1800000000005/1-ab")
+	})
+	if st := e.state(e.open(c, "indexed")); !st.HasAlarm || st.Alarm != t0+5 || st.Failures != 0 || st.Indexed != "1800000000005/1-ab" {
+		t.Fatalf("an indexed alarm: state %+v", st)
+	}
+	path := write("bad", func(s *hostmod.Store) error { return s.SetMeta(hostmod.MetaAlarmFailures, "two") })
+	id := abi.ActorID{Tenant: "t1", Class: c.Name, Name: "bad"}
+	a, err := e.eng.Open(e.ctx, id, c, path)
+	if err == nil {
+		a.Close(e.ctx)
+		t.Fatal("an actor with a malformed failure count opened")
+	}
+	if msg := err.Error(); !strings.Contains(msg, id.String()) || !strings.Contains(msg, `alarm_failures: malformed value "two"`) {
+		t.Fatalf("open error %q, want the actor and the row named", msg)
+	}
+}

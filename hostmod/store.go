@@ -87,6 +87,7 @@ const (
 	stPutAlarm
 	stDelAlarm
 	stGetMeta
+	stState
 	stPutMeta
 	stDelMeta
 	stKVGet
@@ -108,6 +109,7 @@ var stmtSQL = [nStmts]string{
 	stPutAlarm:   `INSERT INTO a._wasmkeep_alarm (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms`,
 	stDelAlarm:   `DELETE FROM a._wasmkeep_alarm WHERE id = 1`,
 	stGetMeta:    `SELECT value FROM a._wasmkeep_meta WHERE key = ?`,
+	stState:      `SELECT 0, at_ms FROM a._wasmkeep_alarm WHERE id = 1 UNION ALL SELECT key, value FROM a._wasmkeep_meta`,
 	stPutMeta:    `INSERT INTO a._wasmkeep_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 	stDelMeta:    `DELETE FROM a._wasmkeep_meta WHERE key = ?`,
 	stKVGet:      `SELECT value FROM a.kv WHERE key = ?`,
@@ -368,22 +370,6 @@ func (s *Store) Rollback() error {
 	return s.run(stRollback)
 }
 
-// read runs f, which only reads, in one read transaction: the reads see
-// one state and take the database's read lock once rather than once each.
-func (s *Store) read(f func() error) error {
-	if s.inTx {
-		return f()
-	}
-	if err := s.run(stBegin); err != nil {
-		return err
-	}
-	if err := f(); err != nil {
-		_ = s.run(stRollback)
-		return err
-	}
-	return s.run(stCommit)
-}
-
 // InTx reports whether a transaction is open.
 func (s *Store) InTx() bool { return s.inTx }
 
@@ -464,6 +450,54 @@ func (s *Store) DeleteMeta(key string) error {
 	return s.fail(st.Exec())
 }
 
+// CommittedState is what an actor keeps of its committed state: the
+// alarm, its failure count and the meta rows an index updater and State
+// read (see State).
+type CommittedState struct {
+	Alarm    int64 // Unix ms, if HasAlarm
+	HasAlarm bool
+	Failures int
+	Indexed  string // MetaAlarmIndexed, empty when absent
+	InitDone bool   // MetaInitDone is present
+}
+
+// State reads the alarm, the failure count and the meta rows
+// MetaAlarmIndexed and MetaInitDone with one statement, which is one read
+// of one committed state: the values are those Alarm, Failures and Meta
+// return. The statement reads the alarm row (its first column an integer)
+// and every meta row (a key, which is text), the few there are: preparing
+// it costs less than preparing the statements of those reads, or one
+// statement of a subquery for each value.
+func (s *Store) State() (CommittedState, error) {
+	var cs CommittedState
+	st, err := s.stmt(stState)
+	if err != nil {
+		return cs, err
+	}
+	defer st.Reset()
+	for st.Step() {
+		switch st.ColumnType(0) {
+		case sqlite3.INTEGER:
+			cs.Alarm, cs.HasAlarm = st.ColumnInt64(1), true
+		case sqlite3.TEXT:
+			switch st.ColumnText(0) {
+			case MetaAlarmFailures:
+				if cs.Failures, err = parseFailures(st.ColumnText(1)); err != nil {
+					return CommittedState{}, err
+				}
+			case MetaAlarmIndexed:
+				cs.Indexed = st.ColumnText(1)
+			case MetaInitDone:
+				cs.InitDone = true
+			}
+		}
+	}
+	if err := st.Err(); err != nil {
+		return CommittedState{}, s.fail(err)
+	}
+	return cs, nil
+}
+
 // Failures reads the committed failure count of the pending alarm (0 when
 // none is recorded).
 func (s *Store) Failures() (int, error) {
@@ -471,6 +505,11 @@ func (s *Store) Failures() (int, error) {
 	if err != nil || !ok {
 		return 0, err
 	}
+	return parseFailures(v)
+}
+
+// parseFailures reads the value of MetaAlarmFailures.
+func parseFailures(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("meta %s: malformed value %q", MetaAlarmFailures, v)
