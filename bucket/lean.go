@@ -411,21 +411,10 @@ func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sig
 	}
 	h = append(h, "\r\nX-Amz-Content-Sha256: "...)
 	h = append(h, ph.payloadHash...)
-	h = append(h, "\r\nX-Amz-Date: "...)
-	h = append(h, t.amzDate...)
-	if ph.securityToken != "" {
-		h = append(h, "\r\nX-Amz-Security-Token: "...)
-		h = append(h, ph.securityToken...)
-	}
-	h = append(h, "\r\nAuthorization: "...)
-	h = append(h, auth...)
-	h = append(h, "\r\n\r\n"...)
+	h = appendAuthHeaders(h, t.amzDate, ph.securityToken, auth)
 	*bp = h
 
-	deadline := time.Now().Add(l.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+	deadline := l.deadline(ctx)
 	var etag string
 	var failed error
 	err := l.h1.roundTrip(ctx, deadline, h, body, false, func(a *okAnswer, resp *http.Response) bool {
@@ -550,4 +539,28 @@ func responseError(resp *http.Response) error {
 		ResponseError: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: resp}, Err: apiErr},
 		RequestID:     reqID,
 	}
+}
+
+// appendAuthHeaders ends the head of a lean request: its date, its session
+// token if any, its signature and the blank line.
+func appendAuthHeaders(h []byte, amzDate, securityToken, auth string) []byte {
+	h = append(h, "\r\nX-Amz-Date: "...)
+	h = append(h, amzDate...)
+	if securityToken != "" {
+		h = append(h, "\r\nX-Amz-Security-Token: "...)
+		h = append(h, securityToken...)
+	}
+	h = append(h, "\r\nAuthorization: "...)
+	h = append(h, auth...)
+	return append(h, "\r\n\r\n"...)
+}
+
+// deadline is when an attempt on the lean path gives up: its timeout, or
+// the context's deadline if that comes first.
+func (l *leanPut) deadline(ctx context.Context) time.Time {
+	deadline := time.Now().Add(l.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		return d
+	}
+	return deadline
 }

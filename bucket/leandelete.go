@@ -167,20 +167,9 @@ func (l *leanPut) sendDelete(ctx context.Context, body []byte, dh deleteHeaders)
 	h = append(h, dh.checksum...)
 	h = append(h, "\r\nX-Amz-Content-Sha256: "...)
 	h = append(h, dh.payloadHash...)
-	h = append(h, "\r\nX-Amz-Date: "...)
-	h = append(h, t.amzDate...)
-	if dh.securityToken != "" {
-		h = append(h, "\r\nX-Amz-Security-Token: "...)
-		h = append(h, dh.securityToken...)
-	}
-	h = append(h, "\r\nAuthorization: "...)
-	h = append(h, auth...)
-	h = append(h, "\r\n\r\n"...)
+	h = appendAuthHeaders(h, t.amzDate, dh.securityToken, auth)
 
-	deadline := time.Now().Add(l.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+	deadline := l.deadline(ctx)
 	var res deleteResult
 	var failed error
 	err = l.h1.roundTrip(ctx, deadline, h, body, true, func(_ *okAnswer, resp *http.Response) bool {
