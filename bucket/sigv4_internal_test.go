@@ -23,14 +23,7 @@ import (
 func TestPutSignatureIsTheSDKs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	sdk := v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true })
-	word := func(alphabet string, n int) string {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
-	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	word := func(alphabet string, n int) string { return randomWord(rng, alphabet, n) }
 	hosts := []struct{ scheme, host string }{
 		{"http", "127.0.0.1:7070"}, {"http", "127.0.0.1:80"}, {"https", "s3.eu-west-1.amazonaws.com"},
 		{"https", "my-bucket.s3.us-east-1.amazonaws.com:443"}, {"https", "[::1]:8443"}, {"http", "[::1]:80"},
@@ -114,14 +107,7 @@ func TestEmptyPayloadHash(t *testing.T) {
 func TestDeleteSignatureIsTheSDKs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	sdk := v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true })
-	word := func(alphabet string, n int) string {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
-	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	word := func(alphabet string, n int) string { return randomWord(rng, alphabet, n) }
 	hosts := []struct{ scheme, host string }{
 		{"http", "127.0.0.1:7070"}, {"http", "127.0.0.1:80"}, {"https", "s3.eu-west-1.amazonaws.com"},
 		{"https", "my-bucket.s3.us-east-1.amazonaws.com:443"}, {"https", "[::1]:8443"},
@@ -163,4 +149,15 @@ func TestDeleteSignatureIsTheSDKs(t *testing.T) {
 			t.Fatalf("request %d (%s %s, %d bytes, %+v):\n got  %s\n want %s", i, h.host, path, length, dh, got, want)
 		}
 	}
+}
+
+const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// randomWord is n bytes drawn from alphabet.
+func randomWord(rng *rand.Rand, alphabet string, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+	return string(b)
 }

@@ -99,6 +99,22 @@ func (u *bareUpsert) do(b *testing.B, ms int64) {
 	}
 }
 
+// setAlarmBase is the alarm time the set-alarm benchmarks start from.
+const setAlarmBase = 4_000_000_000_000
+
+// setAlarmVsUpsert opens an actor of the bench class, its instance made
+// and on-init run, and a bare upsert's database beside it.
+func setAlarmVsUpsert(b *testing.B) (*hostmod.Actor, *bareUpsert) {
+	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	dir := b.TempDir()
+	a := openBench(b, eng, cl, dir, "a")
+	u := newBareUpsert(b, filepath.Join(dir, "bare.db"))
+	if _, err := a.Request(context.Background(), timeReq(setAlarmBase)); err != nil {
+		b.Fatal(err)
+	}
+	return a, u
+}
+
 // BenchmarkSetAlarmVsUpsert measures one set-alarm from a guest inside an
 // event, end to end with its commit, against a bare SQLite upsert of the
 // same row, interleaved in the same run; "ratio" is event / upsert by the
@@ -116,14 +132,7 @@ func (u *bareUpsert) do(b *testing.B, ms int64) {
 // work lands there too).
 func BenchmarkSetAlarmVsUpsert(b *testing.B) {
 	ctx := context.Background()
-	eng, cl := benchEngine(b, hostmod.SystemClock{})
-	dir := b.TempDir()
-	a := openBench(b, eng, cl, dir, "a")
-	u := newBareUpsert(b, filepath.Join(dir, "bare.db"))
-	const base = 4_000_000_000_000
-	if _, err := a.Request(ctx, timeReq(base)); err != nil { // instance and on-init
-		b.Fatal(err)
-	}
+	a, u := setAlarmVsUpsert(b)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var evNs, upNs, evCPU, upCPU time.Duration
@@ -131,13 +140,13 @@ func BenchmarkSetAlarmVsUpsert(b *testing.B) {
 	proc0, thread0 := processCPU(), threadCPU()
 	for i := 0; i < b.N; i++ {
 		t, c := time.Now(), threadCPU()
-		if _, err := a.Request(ctx, timeReq(base+int64(i))); err != nil {
+		if _, err := a.Request(ctx, timeReq(setAlarmBase+int64(i))); err != nil {
 			b.Fatal(err)
 		}
 		evNs += time.Since(t)
 		evCPU += threadCPU() - c
 		t, c = time.Now(), threadCPU()
-		u.do(b, base+int64(i))
+		u.do(b, setAlarmBase+int64(i))
 		upNs += time.Since(t)
 		upCPU += threadCPU() - c
 	}
@@ -163,14 +172,7 @@ func BenchmarkSetAlarmVsUpsert(b *testing.B) {
 // taken.
 func BenchmarkSetAlarmVsUpsertInBlocks(b *testing.B) {
 	ctx := context.Background()
-	eng, cl := benchEngine(b, hostmod.SystemClock{})
-	dir := b.TempDir()
-	a := openBench(b, eng, cl, dir, "a")
-	u := newBareUpsert(b, filepath.Join(dir, "bare.db"))
-	const base = 4_000_000_000_000
-	if _, err := a.Request(ctx, timeReq(base)); err != nil { // instance and on-init
-		b.Fatal(err)
-	}
+	a, u := setAlarmVsUpsert(b)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	const turn = 256
@@ -180,7 +182,7 @@ func BenchmarkSetAlarmVsUpsertInBlocks(b *testing.B) {
 		n := min(turn, b.N-i)
 		p, c := processCPU(), threadCPU()
 		for j := i; j < i+n; j++ {
-			if _, err := a.Request(ctx, timeReq(base+int64(j))); err != nil {
+			if _, err := a.Request(ctx, timeReq(setAlarmBase+int64(j))); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -188,7 +190,7 @@ func BenchmarkSetAlarmVsUpsertInBlocks(b *testing.B) {
 		evCPU += c1 - c
 		evOthers += (p1 - p) - (c1 - c)
 		for j := i; j < i+n; j++ {
-			u.do(b, base+int64(j))
+			u.do(b, setAlarmBase+int64(j))
 		}
 		upCPU += threadCPU() - c1
 	}

@@ -36,13 +36,7 @@ func (c *stillClock) advance(d time.Duration) {
 // handler returned).
 func TestGuestOutputGoesToTheLogAndIntoTheError(t *testing.T) {
 	ctx := context.Background()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := hclog.New(&hclog.LoggerOptions{Output: writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	}), Level: hclog.Info})
+	logger, logs := bufferLogger()
 	clock := &stillClock{now: time.UnixMilli(1_800_000_000_000)}
 	eng, err := hostmod.NewEngine(ctx, hostmod.WithLogger(logger), hostmod.WithClock(clock))
 	if err != nil {
@@ -73,7 +67,7 @@ func TestGuestOutputGoesToTheLogAndIntoTheError(t *testing.T) {
 		t.Fatalf("the next failed request: %v, want its own line only", err)
 	}
 
-	count := func(s string) int { mu.Lock(); defer mu.Unlock(); return strings.Count(logs.String(), s) }
+	count := func(s string) int { return strings.Count(logs.String(), s) }
 	if n := count("guest stderr: actor=t/counter/loud"); n != 2 {
 		t.Fatalf("%d guest lines logged with the actor's name, want 2:\n%s", n, logs.String())
 	}
@@ -90,22 +84,36 @@ func TestGuestOutputGoesToTheLogAndIntoTheError(t *testing.T) {
 	}
 }
 
-type writerFunc func([]byte) (int, error)
+// lockedBuffer is a buffer the logger writes to from any goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
 
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// bufferLogger is an Info logger whose lines are kept in a buffer.
+func bufferLogger() (hclog.Logger, *lockedBuffer) {
+	logs := &lockedBuffer{}
+	return hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), logs
+}
 
 // Each actor's output goes to its own stream, however its instances
 // interleave: two actors of one class that fail in turn each carry their
 // own line in the error, and the log names the actor that wrote it.
 func TestEachActorsOutputIsItsOwn(t *testing.T) {
 	ctx := context.Background()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := hclog.New(&hclog.LoggerOptions{Output: writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	}), Level: hclog.Info})
+	logger, logs := bufferLogger()
 	eng, err := hostmod.NewEngine(ctx, hostmod.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
@@ -141,8 +149,6 @@ func TestEachActorsOutputIsItsOwn(t *testing.T) {
 			}
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	lines := 0
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if !strings.Contains(line, "guest stderr: ") {
