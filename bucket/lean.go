@@ -347,15 +347,9 @@ func (l *leanPut) send(ctx context.Context, key, rawPath string, body []byte, co
 	if l.metrics != nil {
 		l.metrics.attempts.Inc()
 	}
-	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int32); ok && l.h1 != nil {
-		n.Add(1) // attemptCounter counts those through net/http
-	}
-	creds, err := l.creds.Retrieve(ctx)
+	creds, err := l.attempt(ctx)
 	if err != nil {
-		return "", fmt.Errorf("failed to retrieve credentials: %w", err)
-	}
-	if err := validHeaderValue(creds.SessionToken); err != nil {
-		return "", fmt.Errorf("the session token: %w", err)
+		return "", err
 	}
 	t := newSigTime(time.Now())
 	ph := putHeaders{payloadHash: hash, ifMatch: cond.IfMatch, securityToken: creds.SessionToken}
@@ -435,12 +429,7 @@ func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sig
 		return drain(resp.Body) // at its end unless reading it failed
 	})
 	if err != nil {
-		// As the SDK's HTTP handler: a failure to send is a connection
-		// error (retried), unless the caller's context ended.
-		if cerr := ctx.Err(); cerr != nil {
-			return "", &smithy.CanceledError{Err: cerr}
-		}
-		return "", &smithyhttp.RequestSendError{Err: err}
+		return "", sendError(ctx, err)
 	}
 	return etag, failed
 }
@@ -451,10 +440,6 @@ func (l *leanPut) sendH1(ctx context.Context, rawPath string, body []byte, t sig
 // limitedRedirect). The Host header is the endpoint's on the endpoint's
 // host, as net/http keeps it when it follows a redirect.
 func (l *leanPut) sendStd(ctx context.Context, u *url.URL, body []byte, t sigTime, ph putHeaders, auth string) (string, error) {
-	host := l.host
-	if u.Host != l.base.Host {
-		host = u.Host
-	}
 	h := make(http.Header, 7)
 	h["X-Amz-Content-Sha256"] = []string{ph.payloadHash}
 	h["X-Amz-Date"] = []string{t.amzDate}
@@ -468,27 +453,9 @@ func (l *leanPut) sendStd(ctx context.Context, u *url.URL, body []byte, t sigTim
 	if ph.ifMatch != "" {
 		h["If-Match"] = []string{ph.ifMatch}
 	}
-	req := &http.Request{
-		Method:        http.MethodPut,
-		URL:           u,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		Host:          host,
-		ContentLength: int64(len(body)),
-	}
-	if len(body) > 0 {
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
-	req = req.WithContext(ctx)
-	resp, err := l.client.Do(req)
+	resp, err := l.doStd(ctx, http.MethodPut, u, h, body)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return "", &smithy.CanceledError{Err: cerr}
-		}
-		return "", &smithyhttp.RequestSendError{Err: err}
+		return "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -563,4 +530,61 @@ func (l *leanPut) deadline(ctx context.Context) time.Time {
 		return d
 	}
 	return deadline
+}
+
+// attempt begins one attempt of a lean request: it counts the attempt for
+// a caller that counts them (attemptCounter counts those through net/http
+// itself) and returns the credentials to sign it with.
+func (l *leanPut) attempt(ctx context.Context) (aws.Credentials, error) {
+	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int32); ok && l.h1 != nil {
+		n.Add(1)
+	}
+	creds, err := l.creds.Retrieve(ctx)
+	if err != nil {
+		return creds, fmt.Errorf("failed to retrieve credentials: %w", err)
+	}
+	if err := validHeaderValue(creds.SessionToken); err != nil {
+		return creds, fmt.Errorf("the session token: %w", err)
+	}
+	return creds, nil
+}
+
+// doStd sends a signed lean request through net/http. The Host header is
+// the endpoint's on the endpoint's host, as net/http keeps it when it
+// follows a redirect. The body is sent from the caller's slice and can be
+// sent again on a redirect.
+func (l *leanPut) doStd(ctx context.Context, method string, u *url.URL, h http.Header, body []byte) (*http.Response, error) {
+	host := l.host
+	if u.Host != l.base.Host {
+		host = u.Host
+	}
+	req := &http.Request{
+		Method:        method,
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Host:          host,
+		ContentLength: int64(len(body)),
+	}
+	if len(body) > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	resp, err := l.client.Do(req.WithContext(ctx))
+	if err != nil {
+		return nil, sendError(ctx, err)
+	}
+	return resp, nil
+}
+
+// sendError is what a failure to send a request is, as the SDK's HTTP
+// handler makes it: a connection error (retried), unless the caller's
+// context ended.
+func sendError(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return &smithy.CanceledError{Err: cerr}
+	}
+	return &smithyhttp.RequestSendError{Err: err}
 }

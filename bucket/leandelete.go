@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -139,15 +138,9 @@ func (l *leanPut) sendDelete(ctx context.Context, body []byte, dh deleteHeaders)
 	if l.metrics != nil {
 		l.metrics.s3Metrics.attempts.WithLabelValues(deleteObjects).Inc()
 	}
-	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int32); ok && l.h1 != nil {
-		n.Add(1) // attemptCounter counts those through net/http
-	}
-	creds, err := l.creds.Retrieve(ctx)
+	creds, err := l.attempt(ctx)
 	if err != nil {
-		return deleteResult{}, fmt.Errorf("failed to retrieve credentials: %w", err)
-	}
-	if err := validHeaderValue(creds.SessionToken); err != nil {
-		return deleteResult{}, fmt.Errorf("the session token: %w", err)
+		return deleteResult{}, err
 	}
 	dh.securityToken = creds.SessionToken
 	t := newSigTime(time.Now())
@@ -186,10 +179,7 @@ func (l *leanPut) sendDelete(ctx context.Context, body []byte, dh deleteHeaders)
 		return drain(resp.Body)
 	})
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return deleteResult{}, &smithy.CanceledError{Err: cerr}
-		}
-		return deleteResult{}, &smithyhttp.RequestSendError{Err: err}
+		return deleteResult{}, sendError(ctx, err)
 	}
 	if re, ok := failed.(*redirected); ok {
 		to, perr := l.deleteURL().Parse(re.location)
@@ -213,10 +203,6 @@ func (l *leanPut) deleteURL() *url.URL {
 // sendDeleteStd sends the signed DeleteObjects request to u through
 // net/http (no lean client, or a redirect).
 func (l *leanPut) sendDeleteStd(ctx context.Context, u *url.URL, body []byte, t sigTime, dh deleteHeaders, auth string) (deleteResult, error) {
-	host := l.host
-	if u.Host != l.base.Host {
-		host = u.Host
-	}
 	h := make(http.Header, 7)
 	h["Content-Type"] = []string{"application/xml"}
 	h["X-Amz-Checksum-Crc32"] = []string{dh.checksum}
@@ -226,24 +212,9 @@ func (l *leanPut) sendDeleteStd(ctx context.Context, u *url.URL, body []byte, t 
 	if dh.securityToken != "" {
 		h["X-Amz-Security-Token"] = []string{dh.securityToken}
 	}
-	req := &http.Request{
-		Method:        http.MethodPost,
-		URL:           u,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		Host:          host,
-		ContentLength: int64(len(body)),
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
-	}
-	resp, err := l.client.Do(req.WithContext(ctx))
+	resp, err := l.doStd(ctx, http.MethodPost, u, h, body)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return deleteResult{}, &smithy.CanceledError{Err: cerr}
-		}
-		return deleteResult{}, &smithyhttp.RequestSendError{Err: err}
+		return deleteResult{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
