@@ -41,7 +41,16 @@ type storeFile struct {
 	aheadN  int     // bytes of ahead read from offset 0
 	aheadOK bool    // the read-ahead may still be taken (before the first write)
 
-	sysReads int // pread calls made, for the tests
+	sysReads  int // pread calls made, for the tests
+	sysWrites int // pwrite and pwritev calls made, for the tests
+
+	// A WAL frame's header is held back and written with its page in one
+	// system call (SQLite writes the 24 bytes of the header and then the
+	// page after them). held is how many bytes of heldHdr wait to be
+	// written at heldOff: every other call on the file writes them first.
+	heldHdr [walFrameHeaderSize]byte
+	held    int
+	heldOff int64
 
 	// wal is whether the database header last read (the first 20 bytes
 	// of a database file) says the database is in WAL mode.
@@ -91,6 +100,7 @@ func openStoreFile(name string, flags vfs.OpenFlag) (vfs.File, error) {
 
 func (f *storeFile) Close() error {
 	f.dropReadAhead()
+	ferr := f.flushHeld()
 	if f.fd < 0 {
 		return nil
 	}
@@ -101,7 +111,7 @@ func (f *storeFile) Close() error {
 	if err := unix.Close(fd); err != nil {
 		return vfs.SystemError(err, sqlite3.IOERR_CLOSE)
 	}
-	return nil
+	return ferr
 }
 
 // dropReadAhead gives the read-ahead buffer back and takes no more.
@@ -114,6 +124,9 @@ func (f *storeFile) dropReadAhead() {
 }
 
 func (f *storeFile) ReadAt(p []byte, off int64) (n int, err error) {
+	if err := f.flushHeld(); err != nil {
+		return 0, err
+	}
 	if f.ahead == nil && f.aheadOK {
 		f.readAhead(len(p), off)
 	}
@@ -180,27 +193,97 @@ func (f *storeFile) pread(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// WriteAt writes p at off. On a WAL, a write of a frame header's size is
+// held back, and written with the next write when that one follows it
+// (the frame's page), in one system call; anything else on the file
+// first writes what is held. A commit's last write is its commit frame's
+// page, so when a commit returns all of it has been written.
 func (f *storeFile) WriteAt(p []byte, off int64) (int, error) {
 	f.dropReadAhead()
-	n := 0
-	for n < len(p) {
-		m, err := unix.Pwrite(f.fd, p[n:], off+int64(n))
+	if f.held > 0 {
+		if off == f.heldOff+int64(f.held) {
+			return f.writeWithHeld(p)
+		}
+		if err := f.flushHeld(); err != nil {
+			return 0, err
+		}
+	}
+	if f.flags&vfs.OPEN_WAL != 0 && len(p) == walFrameHeaderSize {
+		f.held = copy(f.heldHdr[:], p)
+		f.heldOff = off
+		return len(p), nil
+	}
+	return f.pwrite(p, off)
+}
+
+// writeWithHeld writes the held bytes and p after them in one call, and
+// returns how much of p was written.
+func (f *storeFile) writeWithHeld(p []byte) (int, error) {
+	hdr, off := f.heldHdr[:f.held], f.heldOff
+	f.held = 0
+	for {
+		m, err := unix.Pwritev(f.fd, [][]byte{hdr, p}, off)
+		f.sysWrites++
 		if err == unix.EINTR {
 			continue
 		}
-		if err == unix.ENOSPC {
-			return n, vfs.SystemError(err, sqlite3.FULL)
+		if err != nil {
+			return 0, writeError(err)
+		}
+		if m < len(hdr) { // a short write: the rest one part at a time
+			if _, err := f.pwrite(hdr[m:], off+int64(m)); err != nil {
+				return 0, err
+			}
+			return f.pwrite(p, off+int64(len(hdr)))
+		}
+		n := m - len(hdr)
+		if n < len(p) {
+			k, err := f.pwrite(p[n:], off+int64(m))
+			return n + k, err
+		}
+		return n, nil
+	}
+}
+
+// flushHeld writes a held frame header, if there is one.
+func (f *storeFile) flushHeld() error {
+	if f.held == 0 {
+		return nil
+	}
+	hdr, off := f.heldHdr[:f.held], f.heldOff
+	f.held = 0
+	_, err := f.pwrite(hdr, off)
+	return err
+}
+
+func (f *storeFile) pwrite(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pwrite(f.fd, p[n:], off+int64(n))
+		f.sysWrites++
+		if err == unix.EINTR {
+			continue
 		}
 		if err != nil {
-			return n, vfs.SystemError(err, sqlite3.IOERR_WRITE)
+			return n, writeError(err)
 		}
 		n += m
 	}
 	return n, nil
 }
 
+func writeError(err error) error {
+	if err == unix.ENOSPC {
+		return vfs.SystemError(err, sqlite3.FULL)
+	}
+	return vfs.SystemError(err, sqlite3.IOERR_WRITE)
+}
+
 func (f *storeFile) Truncate(size int64) error {
 	f.dropReadAhead()
+	if err := f.flushHeld(); err != nil {
+		return err
+	}
 	for {
 		err := unix.Ftruncate(f.fd, size)
 		if err == unix.EINTR {
@@ -214,6 +297,9 @@ func (f *storeFile) Truncate(size int64) error {
 // sync), and once, for a WAL this open created, its directory, so that the
 // WAL's name survives a power loss with its frames.
 func (f *storeFile) Sync(vfs.SyncFlag) error {
+	if err := f.flushHeld(); err != nil {
+		return err
+	}
 	if err := fdatasync(f.fd); err != nil {
 		return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
 	}
@@ -240,6 +326,9 @@ func fdatasync(fd int) error {
 }
 
 func (f *storeFile) Size() (int64, error) {
+	if err := f.flushHeld(); err != nil {
+		return 0, err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(f.fd, &st); err != nil {
 		return 0, vfs.SystemError(err, sqlite3.IOERR_FSTAT)
@@ -284,6 +373,9 @@ func (f *storeFile) HasMoved() (bool, error) {
 // byte; exclusive a write lock on the shared range, after the pending
 // byte. No call waits: a lock held elsewhere is SQLITE_BUSY.
 func (f *storeFile) Lock(lock vfs.LockLevel) error {
+	if err := f.flushHeld(); err != nil {
+		return err
+	}
 	if f.lock >= lock {
 		return nil
 	}
@@ -332,6 +424,9 @@ func (f *storeFile) Lock(lock vfs.LockLevel) error {
 // Unlock lowers the lock to shared (keeping the read lock on the shared
 // range, dropping the pending and reserved bytes) or to none.
 func (f *storeFile) Unlock(lock vfs.LockLevel) error {
+	if err := f.flushHeld(); err != nil {
+		return err
+	}
 	if f.lock <= lock {
 		return nil
 	}

@@ -168,3 +168,113 @@ func TestReadAheadSeesTheFileAsItIs(t *testing.T) {
 		t.Fatalf("past the truncated end: %d bytes, %v; want none", n, err)
 	}
 }
+
+// A commit writes each WAL frame, its header and its page, in one system
+// call, and what it wrote is what a reopened store reads.
+func TestACommitWritesEachWALFrameInOneCall(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.db")
+	st := writeAlarm(t, p, 1, true)
+	_, wal := storeFiles(t, st)
+	for i := int64(2); i <= 20; i++ {
+		size0, err := wal.Size()
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes0 := wal.sysWrites
+		if err := st.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetAlarm(i); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 { // a second page in some commits
+			if err := st.KVPut([]byte{byte(i)}, make([]byte, 300)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		size1, err := wal.Size()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size1 <= size0 {
+			continue // the WAL started again after a checkpoint: not a plain append
+		}
+		frames := (size1 - size0) / (walFrameHeaderSize + 4096)
+		if frames < 1 || (size1-size0)%(walFrameHeaderSize+4096) != 0 {
+			t.Fatalf("commit %d grew the WAL by %d bytes, not whole frames", i, size1-size0)
+		}
+		if got := int64(wal.sysWrites - writes0); got != frames {
+			t.Errorf("commit %d wrote %d frames in %d system calls, want %d", i, frames, got, frames)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenStore(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if at, ok, err := st.Alarm(); err != nil || !ok || at != 20 {
+		t.Fatalf("reopened: alarm %d, %v, %v; want 20", at, ok, err)
+	}
+	for i := 3; i <= 18; i += 3 {
+		if v, ok, err := st.KVGet([]byte{byte(i)}); err != nil || !ok || len(v) != 300 {
+			t.Fatalf("reopened: key %d: %d bytes, %v, %v", i, len(v), ok, err)
+		}
+	}
+}
+
+// A WAL frame header held back for its page is on the file before
+// anything else reads, sizes, syncs, truncates or locks it, or writes
+// elsewhere.
+func TestAHeldFrameHeaderIsWrittenBeforeAnythingElse(t *testing.T) {
+	hdr := []byte(strings.Repeat("h", walFrameHeaderSize))
+	for _, c := range []struct {
+		name string
+		op   func(f *storeFile) error
+	}{
+		{"read", func(f *storeFile) error { _, err := f.ReadAt(make([]byte, 4), 0); return err }},
+		{"size", func(f *storeFile) error { _, err := f.Size(); return err }},
+		{"sync", func(f *storeFile) error { return f.Sync(vfs.SYNC_NORMAL) }},
+		{"truncate", func(f *storeFile) error { return f.Truncate(4096) }},
+		{"lock", func(f *storeFile) error { return f.Lock(vfs.LOCK_SHARED) }},
+		{"unlock", func(f *storeFile) error { return f.Unlock(vfs.LOCK_NONE) }},
+		{"a write elsewhere", func(f *storeFile) error { _, err := f.WriteAt([]byte("x"), 0); return err }},
+		{"close", func(f *storeFile) error { return f.Close() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "a.db-wal")
+			if err := os.WriteFile(p, make([]byte, 32), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			vf, err := openStoreFile(p, vfs.OPEN_WAL|vfs.OPEN_READWRITE)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := vf.(*storeFile)
+			defer f.Close()
+			if c.name == "unlock" {
+				if err := f.Lock(vfs.LOCK_SHARED); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := f.WriteAt(hdr, 32); n != len(hdr) || err != nil {
+				t.Fatalf("WriteAt: %d, %v", n, err)
+			}
+			if err := c.op(f); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) < 32+len(hdr) || string(b[32:32+len(hdr)]) != string(hdr) {
+				t.Fatalf("after %s the file holds %q past its first 32 bytes; want the header", c.name, b[min(32, len(b)):])
+			}
+		})
+	}
+}
