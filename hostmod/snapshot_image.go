@@ -38,7 +38,15 @@ type snapImage struct {
 	s1, s2 uint32              // the WAL's checksum there
 	bigEnd bool
 	fresh  []uint32 // pages past the image's end a commit wrote (reused)
+	// gen is the WAL's header generation the header was read at (walGen),
+	// 0 when unknown: while the WAL file reports the same, its header is
+	// the one in hdr and is not read again.
+	gen uint64
 }
+
+// walGenner is a WAL file that reports when its header may have changed
+// (storeFile).
+type walGenner interface{ walGen() uint64 }
 
 // maxImage is the largest image a store keeps; a larger database is
 // snapshotted as before (checkpointed and read from its file).
@@ -83,6 +91,16 @@ func (m *snapImage) read(path string, db, w imageFile) error {
 		defer f.Close()
 		w = f
 	}
+	var gen uint64
+	if g, ok := unwrapFile(w).(walGenner); ok {
+		gen = g.walGen()
+		if gen != 0 && gen == m.gen && m.valid && m.off != 0 {
+			// The header the image was read under, unchanged: only the
+			// frames after m.off are new.
+			return m.readFrames(w)
+		}
+	}
+	m.gen = 0
 	var hdr [walHeaderSize]byte
 	n, err := w.ReadAt(hdr[:], 0)
 	switch {
@@ -106,6 +124,7 @@ func (m *snapImage) read(path string, db, w imageFile) error {
 		}
 		m.hdr, m.off, m.s1, m.s2, m.bigEnd = hdr, walHeaderSize, s1, s2, bigEnd
 	}
+	m.gen = gen
 	return m.readFrames(w)
 }
 

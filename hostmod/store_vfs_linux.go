@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/vfs"
@@ -52,6 +53,11 @@ type storeFile struct {
 	held    int
 	heldOff int64
 
+	// hdrGen changes whenever the file's first walHeaderSize bytes may
+	// have (a write there, a truncation) and differs between files: the
+	// same value means the same file with the same header (walGen).
+	hdrGen uint64
+
 	// wal is whether the database header last read (the first 20 bytes
 	// of a database file) says the database is in WAL mode.
 	wal bool
@@ -92,7 +98,7 @@ func openStoreFile(name string, flags vfs.OpenFlag) (vfs.File, error) {
 			return nil, vfs.SystemError(&os.PathError{Op: "open", Path: name, Err: err}, sqlite3.CANTOPEN)
 		}
 		return &storeFile{
-			fd: fd, name: name, flags: flags, psow: true, aheadOK: true,
+			fd: fd, name: name, flags: flags, psow: true, aheadOK: true, hdrGen: fileGens.Add(1),
 			syncDir: flags&vfs.OPEN_WAL != 0 && flags&vfs.OPEN_CREATE != 0,
 		}, nil
 	}
@@ -143,6 +149,14 @@ func (f *storeFile) ReadAt(p []byte, off int64) (n int, err error) {
 }
 
 func (f *storeFile) walHeader() bool { return f.wal }
+
+// fileGens numbers the states of the store files' headers (hdrGen).
+var fileGens atomic.Uint64
+
+// walGen returns a value that stays the same for as long as the file's
+// header does: the file is the only writer of itself while its store
+// holds the exclusive lock.
+func (f *storeFile) walGen() uint64 { return f.hdrGen }
 
 // readAhead fills the read-ahead buffer for the read of n bytes at off,
 // when it is the read that starts one: the WAL's header, or a database
@@ -200,6 +214,9 @@ func (f *storeFile) pread(p []byte, off int64) (int, error) {
 // page, so when a commit returns all of it has been written.
 func (f *storeFile) WriteAt(p []byte, off int64) (int, error) {
 	f.dropReadAhead()
+	if off < walHeaderSize {
+		f.hdrGen = fileGens.Add(1)
+	}
 	if f.held > 0 {
 		if off == f.heldOff+int64(f.held) {
 			return f.writeWithHeld(p)
@@ -281,6 +298,7 @@ func writeError(err error) error {
 
 func (f *storeFile) Truncate(size int64) error {
 	f.dropReadAhead()
+	f.hdrGen = fileGens.Add(1)
 	if err := f.flushHeld(); err != nil {
 		return err
 	}

@@ -278,3 +278,67 @@ func TestAHeldFrameHeaderIsWrittenBeforeAnythingElse(t *testing.T) {
 		})
 	}
 }
+
+// A snapshot after a commit reads the WAL once, for the frames the commit
+// added: the WAL's header, which only the store itself can change while
+// it is open, is read again only when it may have changed.
+func TestASnapshotReadsOnlyTheNewFrames(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.db")
+	st := writeAlarm(t, p, 1, true)
+	defer st.Close()
+	if _, err := st.SnapshotTo(nil); err != nil { // builds the image
+		t.Fatal(err)
+	}
+	_, wal := storeFiles(t, st)
+	var buf []byte
+	restarts := 0
+	for i := int64(2); i <= 400; i++ {
+		before := wal.hdrGen
+		if err := st.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetAlarm(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		restarted := wal.hdrGen != before // a checkpoint, and the WAL started again
+		reads, misses, from := wal.sysReads, st.imageMisses, st.img.off
+		img, err := st.SnapshotTo(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.imageMisses != misses {
+			t.Fatalf("commit %d: the snapshot was serialised, not copied from the image", i)
+		}
+		if st.img.gen != wal.hdrGen {
+			t.Fatalf("commit %d: the image is at header generation %d, the WAL at %d", i, st.img.gen, wal.hdrGen)
+		}
+		size, err := wal.Size()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One read of the new frames (and of what follows them, in steps
+		// of 8 frames, up to the first frame that is not the WAL's); a
+		// second finds the end of the file when that read reaches it.
+		want := 1
+		if from+8*(walFrameHeaderSize+4096) > size {
+			want = 2
+		}
+		if restarted {
+			restarts++
+		} else if got := wal.sysReads - reads; got != want {
+			t.Errorf("commit %d: the snapshot made %d reads of the WAL, want %d", i, got, want)
+		}
+		if i%25 == 0 {
+			if got, want := openImage(t, filepath.Join(t.TempDir(), "r.db"), img), dump(t, st.conn); got != want {
+				t.Fatalf("commit %d: the snapshot holds\n%s\nthe store holds\n%s", i, got, want)
+			}
+		}
+		buf = img
+	}
+	if restarts == 0 {
+		t.Fatal("the WAL never started again: the test did not see a new header")
+	}
+}
