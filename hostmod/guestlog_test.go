@@ -36,17 +36,8 @@ func (c *stillClock) advance(d time.Duration) {
 // handler returned).
 func TestGuestOutputGoesToTheLogAndIntoTheError(t *testing.T) {
 	ctx := context.Background()
-	logger, logs := bufferLogger()
 	clock := &stillClock{now: time.UnixMilli(1_800_000_000_000)}
-	eng, err := hostmod.NewEngine(ctx, hostmod.WithLogger(logger), hostmod.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(ctx)
-	class, err := eng.Compile(ctx, "counter", testguest.Build(t, "examples/counter-actor"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng, class, logs := loggedCounter(t, hostmod.WithClock(clock))
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "loud"}
 	a, err := eng.Open(ctx, id, class, filepath.Join(t.TempDir(), "a.db"))
 	if err != nil {
@@ -108,21 +99,31 @@ func bufferLogger() (hclog.Logger, *lockedBuffer) {
 	return hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}), logs
 }
 
+// loggedCounter returns an engine that logs into the returned buffer
+// (with opts), closed when the test ends, and the Go counter class
+// compiled on it.
+func loggedCounter(t *testing.T, opts ...hostmod.Option) (*hostmod.Engine, *hostmod.Class, *lockedBuffer) {
+	t.Helper()
+	ctx := context.Background()
+	logger, logs := bufferLogger()
+	eng, err := hostmod.NewEngine(ctx, append([]hostmod.Option{hostmod.WithLogger(logger)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(ctx) })
+	class, err := eng.Compile(ctx, "counter", testguest.Build(t, "examples/counter-actor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng, class, logs
+}
+
 // Each actor's output goes to its own stream, however its instances
 // interleave: two actors of one class that fail in turn each carry their
 // own line in the error, and the log names the actor that wrote it.
 func TestEachActorsOutputIsItsOwn(t *testing.T) {
 	ctx := context.Background()
-	logger, logs := bufferLogger()
-	eng, err := hostmod.NewEngine(ctx, hostmod.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(ctx)
-	class, err := eng.Compile(ctx, "counter", testguest.Build(t, "examples/counter-actor"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng, class, logs := loggedCounter(t)
 	dir := t.TempDir()
 	var actors [2]*hostmod.Actor
 	for i, name := range []string{"a", "b"} {

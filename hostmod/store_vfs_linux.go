@@ -233,33 +233,30 @@ func (f *storeFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.pwrite(p, off)
 }
 
-// writeWithHeld writes the held bytes and p after them in one call, and
-// returns how much of p was written.
+// writeWithHeld writes the held bytes and p after them in one call (what a
+// short write leaves, one part at a time), and returns how much of p was
+// written.
 func (f *storeFile) writeWithHeld(p []byte) (int, error) {
 	hdr, off := f.heldHdr[:f.held], f.heldOff
 	f.held = 0
-	for {
-		m, err := unix.Pwritev(f.fd, [][]byte{hdr, p}, off)
+	m, err := unix.Pwritev(f.fd, [][]byte{hdr, p}, off)
+	f.sysWrites++
+	for err == unix.EINTR {
+		m, err = unix.Pwritev(f.fd, [][]byte{hdr, p}, off)
 		f.sysWrites++
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, writeError(err)
-		}
-		if m < len(hdr) { // a short write: the rest one part at a time
-			if _, err := f.pwrite(hdr[m:], off+int64(m)); err != nil {
-				return 0, err
-			}
-			return f.pwrite(p, off+int64(len(hdr)))
-		}
-		n := m - len(hdr)
-		if n < len(p) {
-			k, err := f.pwrite(p[n:], off+int64(m))
-			return n + k, err
-		}
-		return n, nil
 	}
+	if err != nil {
+		return 0, writeError(err)
+	}
+	if m < len(hdr) {
+		if _, err := f.pwrite(hdr[m:], off+int64(m)); err != nil {
+			return 0, err
+		}
+		m = len(hdr)
+	}
+	n := m - len(hdr)
+	k, err := f.pwrite(p[n:], off+int64(m))
+	return n + k, err
 }
 
 // flushHeld writes a held frame header, if there is one.
