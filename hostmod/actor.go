@@ -491,7 +491,10 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	}
 	copy(a.stack[:], params)
 	a.cc.begin(ctx, ev, deadline)
+	mem := a.mem
+	mem.enter()
 	err := fn.CallWithStack(a.cc, a.stack[:])
+	mem.exit()
 	stopped := a.cc.end()
 	refused := a.mem.takeRefusal()
 	if err != nil {

@@ -411,7 +411,9 @@ func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdo
 	}
 	ctx, cancel := context.WithTimeout(withCall(gm.with(ctx), &call{actor: id}), e.cfg.eventDeadline)
 	defer cancel()
+	gm.enter()
 	m, err := e.r.InstantiateModule(ctx, c.compiled, mc)
+	gm.exit()
 	if err != nil {
 		gm.Free() // wazero does not free it on every failure
 		if r := gm.takeRefusal(); r != nil {

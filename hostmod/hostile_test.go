@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
@@ -304,5 +305,35 @@ func TestTheMemoryBudgetLeavesAnEmbeddersRuntimeAlone(t *testing.T) {
 	}
 	if m := eng.Memory(); m.InUse != 0 || m.Refused != 0 {
 		t.Fatalf("counters %+v: nothing is counted in an embedder's runtime", m)
+	}
+}
+
+// Closing the engine while a guest runs (a host shutting down under a
+// looping request) ends the call without harm to the process: the guest
+// writes its memory on every turn, and that memory (17 pages, in an
+// address range of its own) stays until the call has returned.
+func TestClosingTheEngineUnderARunningGuestEndsTheCall(t *testing.T) {
+	e := newEnv(t, hostmod.WithEventDeadline(time.Hour))
+	a := e.open(e.class("hostile", testguest.Fixture(t, "hostile")), "loop")
+	e.req(a, "") // the instance is up
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Request(context.Background(), []byte("l"))
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the guest is looping
+	if err := e.eng.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a looping request ended without an error when the engine closed")
+		}
+	case <-time.After(stopWait):
+		t.Fatalf("the looping request still runs %v after the engine closed", stopWait)
+	}
+	if m := e.eng.Memory(); m.InUse != 0 {
+		t.Fatalf("%d bytes still counted after the engine closed", m.InUse)
 	}
 }

@@ -245,6 +245,20 @@ type guestMemory struct {
 	held    uint64 // bytes counted in the budget for this instance
 	freed   bool
 	refusal *MemoryBudgetError // the last refused growth, until taken
+	// max is the largest the memory may grow to, from wazero.
+	max uint64
+	// res, for a memory larger than a kept one, is the address range
+	// reserved for it up to max: buf lies at its start, and growing it
+	// copies nothing (see reservation). Without one (a small memory, or a
+	// system that gives none), buf is a Go slice copied when it grows.
+	res *reservation
+	// running counts the calls running guest code on the memory (and its
+	// instantiation). A reservation freed while one runs (wazero closes an
+	// instance at a call's deadline from another goroutine) is released
+	// when the last returns: guest code still running on the range when it
+	// went back to the system would fault and take the process down.
+	running      int
+	releaseLater bool
 	// idle is set when the actor closes the instance in no call (see
 	// closingIdle): no guest code can run on the buffer after Free, which
 	// may then keep it for another instance. An instance closed by
@@ -282,7 +296,36 @@ func (g *guestMemory) with(ctx context.Context) context.Context {
 	if g == nil {
 		return ctx
 	}
-	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory { return g }))
+	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+		g.mu.Lock()
+		g.max = max
+		g.mu.Unlock()
+		return g
+	}))
+}
+
+// enter and exit bracket guest code running on the memory: a call, or the
+// instantiation (which runs _initialize).
+func (g *guestMemory) enter() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.running++
+	g.mu.Unlock()
+}
+
+func (g *guestMemory) exit() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running--
+	if g.running == 0 && g.releaseLater {
+		g.res.release()
+		g.res, g.releaseLater = nil, false
+	}
 }
 
 // Reallocate implements experimental.LinearMemory: it returns the memory
@@ -302,10 +345,17 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 		return g.buf
 	}
 	initial := g.buf == nil
+	if initial && size > keptMemoryLargest {
+		// Too large to be kept: its own range, up to the largest it may
+		// grow to within the budget, so that it grows in place.
+		g.res = reserve(max(size, min(g.max, g.e.mem.max&^0xffff)))
+	}
 	// A quarter more than asked, when the budget has it, saves copying
-	// the memory at each small growth; else exactly what was asked.
+	// the memory at each small growth; else exactly what was asked. A
+	// memory in its own range grows without copying: exactly what was
+	// asked.
 	capacity := size
-	if !initial {
+	if !initial && g.res == nil {
 		capacity = max(size, uint64(cap(g.buf))+uint64(cap(g.buf))/4)
 	}
 	if capacity > g.held && !g.e.mem.take(capacity-g.held) {
@@ -324,6 +374,15 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 		}
 	}
 	g.held = max(g.held, capacity)
+	if g.res != nil {
+		// nil (memory.grow fails) if the system refuses; what was
+		// counted is given back when the instance closes.
+		nb := g.res.grow(size)
+		if nb != nil {
+			g.buf = nb
+		}
+		return nb
+	}
 	var nb []byte
 	if initial {
 		if b := g.e.mem.kept.get(int(capacity)); b != nil {
@@ -350,7 +409,13 @@ func (g *guestMemory) Free() {
 	}
 	g.freed = true
 	g.e.mem.give(g.held)
-	if g.idle {
+	switch {
+	case g.res != nil && g.running > 0:
+		g.releaseLater = true // see running
+	case g.res != nil:
+		g.res.release()
+		g.res = nil
+	case g.idle:
 		g.e.mem.kept.put(g.buf)
 	}
 	g.held, g.buf = 0, nil

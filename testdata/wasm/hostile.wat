@@ -8,8 +8,10 @@
 ;;                 responds with the errno (i32 LE)
 ;;   anything else returns 0
 ;;
-;; on-alarm loops forever (the alarm deadline stops it). The memory is 17
-;; pages (1,114,112 bytes), room for a value one byte over abi.MaxValueLen.
+;; on-alarm loops forever (the alarm deadline stops it). Both loops write
+;; to the last byte of memory on every turn, so a memory taken from a guest
+;; still running would be found at once. The memory is 17 pages (1,114,112
+;; bytes), room for a value one byte over abi.MaxValueLen.
 (module
   (import "wasmkeep:alarm" "set-alarm" (func $set_alarm (param i64) (result i32)))
   (import "wasmkeep:actor" "request-read" (func $request_read (param i32 i32) (result i32)))
@@ -21,8 +23,14 @@
   (data (i32.const 80) "big")
 
   (func (export "on-alarm") (param $scheduled_ms i64) (param $retry_count i32) (result i32)
-    (loop $forever (br $forever))
+    (call $spin)
     (i32.const 0))
+
+  ;; spin loops forever, counting in the last byte of memory.
+  (func $spin
+    (loop $forever
+      (i32.store8 (i32.const 1114111) (i32.add (i32.load8_u (i32.const 1114111)) (i32.const 1)))
+      (br $forever)))
 
   (func (export "on-request") (param $len i32) (result i32)
     (local $op i32)
@@ -33,7 +41,7 @@
       (then (return (i32.const 0))))
     (local.set $op (i32.load8_u (i32.const 0)))
     (if (i32.eq (local.get $op) (i32.const 108)) ;; l
-      (then (loop $forever (br $forever))))
+      (then (call $spin)))
     (if (i32.eq (local.get $op) (i32.const 97)) ;; a
       (then
         (i32.store (i32.const 32) (call $set_alarm (i64.load (i32.const 1))))

@@ -1,0 +1,53 @@
+package hostmod
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// reservation is a range of address space reserved for one instance's
+// linear memory, up to the largest it may grow to. Its pages are
+// inaccessible until committed; committing more makes them readable and
+// writable where they are, so a memory.grow copies nothing and moves
+// nothing, and the pages the instance already touched stay as they are.
+// Released, the range goes back to the system at once, whatever the Go
+// heap is doing.
+type reservation struct {
+	mem       []byte // the whole range
+	committed int    // bytes from the start that are readable and writable
+}
+
+// reserve reserves n bytes of address space (no memory is committed, nor
+// counted by the system against its overcommit limit), or returns nil.
+func reserve(n uint64) *reservation {
+	if n == 0 || n > 1<<40 {
+		return nil
+	}
+	b, err := unix.Mmap(-1, 0, int(n), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil
+	}
+	return &reservation{mem: b}
+}
+
+// grow makes the first size bytes usable and returns them, or nil when the
+// range is too short or the system refuses.
+func (r *reservation) grow(size uint64) []byte {
+	if size > uint64(len(r.mem)) {
+		return nil
+	}
+	if n := int(size); n > r.committed {
+		if err := unix.Mprotect(r.mem[r.committed:n], unix.PROT_READ|unix.PROT_WRITE); err != nil {
+			return nil
+		}
+		r.committed = n
+	}
+	return unsafe.Slice(unsafe.SliceData(r.mem), size)[:size:size]
+}
+
+// release returns the range to the system. Nothing may use it after.
+func (r *reservation) release() {
+	_ = unix.Munmap(r.mem)
+	r.mem, r.committed = nil, 0
+}

@@ -1,0 +1,75 @@
+package hostmod
+
+import (
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// A memory larger than a kept one grows where it is: its address stays,
+// what the guest wrote stays, nothing is copied, and the budget counts
+// exactly the bytes asked for (no slack for future growth). Freed in no
+// call, its range goes back to the system at once.
+func TestALargeMemoryGrowsInPlace(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("memories have ranges of their own on Linux only")
+	}
+	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
+	g := &guestMemory{e: e, id: abi.ActorID{Tenant: "t", Class: "c", Name: "a"}, max: 64 << 20}
+	b := g.Reallocate(2 << 20)
+	if len(b) != 2<<20 || g.res == nil {
+		t.Fatalf("a 2 MiB memory: %d bytes, reserved %v", len(b), g.res != nil)
+	}
+	b[0], b[len(b)-1] = 7, 8
+	for size := uint64(2<<20) + page; size <= 8<<20; size += page {
+		c := g.Reallocate(size)
+		if uint64(len(c)) != size {
+			t.Fatalf("grown to %d bytes, want %d", len(c), size)
+		}
+		if unsafe.SliceData(c) != unsafe.SliceData(b) {
+			t.Fatalf("growing to %d bytes moved the memory", size)
+		}
+		if c[0] != 7 || c[2<<20-1] != 8 {
+			t.Fatalf("growing to %d bytes lost what was written", size)
+		}
+		c[size-1] = 9 // the new pages are writable
+		if e.mem.used != size {
+			t.Fatalf("the budget counts %d bytes for a memory of %d", e.mem.used, size)
+		}
+	}
+	if c := g.Reallocate(64<<20 + page); c != nil {
+		t.Fatal("a memory grew past its largest size")
+	}
+	g.closingIdle()
+	g.Free()
+	if g.res != nil || e.mem.used != 0 || e.mem.kept.bytes != 0 {
+		t.Fatalf("after Free: reserved %v, %d bytes counted, %d kept", g.res != nil, e.mem.used, e.mem.kept.bytes)
+	}
+}
+
+// A memory freed while guest code runs on it (a runtime closed under a
+// running call) keeps its range until the call returns: returned to the
+// system at once, the guest's next write would fault and end the process.
+func TestALargeMemoryFreedDuringACallIsReleasedWhenTheCallReturns(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("memories have ranges of their own on Linux only")
+	}
+	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
+	g := &guestMemory{e: e, id: abi.ActorID{Tenant: "t", Class: "c", Name: "a"}, max: 64 << 20}
+	b := g.Reallocate(2 << 20)
+	g.enter()
+	g.Free() // as wazero's runtime.Close does
+	if e.mem.used != 0 {
+		t.Fatalf("%d bytes still counted after Free", e.mem.used)
+	}
+	b[len(b)-1]++ // the guest still running writes on
+	if g.res == nil {
+		t.Fatal("the range was released under a running call")
+	}
+	g.exit()
+	if g.res != nil {
+		t.Fatal("the range was not released when the call returned")
+	}
+}
