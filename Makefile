@@ -126,7 +126,7 @@ bench: tools
 # always-due actors on versitygw): firings/s, node CPU and requests per firing;
 # then the S3 client's CPU per PUT (an index entry, a 32 KiB snapshot).
 bench-firings: tools
-	$(GO) test -run '^$$' -bench ReplicatedFirings -benchtime 1000x -timeout 60m ./node/
+	$(GO) test -run '^$$' -bench ReplicatedFirings -benchtime 2000x -timeout 60m ./node/
 	$(GO) test -run '^$$' -bench S3Put -benchtime 2000x ./bucket/
 
 bench-failover: tools

@@ -232,8 +232,9 @@ func (c *Class) initialMemory() uint64 {
 	return n
 }
 
-// guestMemory backs one instance's linear memory with a Go slice whose
-// capacity is counted in the engine's budget. wazero calls Reallocate for
+// guestMemory backs one instance's linear memory, a Go slice or (when
+// larger than a kept memory) an address range reserved for it, whose size
+// is counted in the engine's budget. wazero calls Reallocate for
 // the initial size and for every memory.grow, and Free when the instance
 // closes (possibly from another goroutine, at a deadline).
 type guestMemory struct {
