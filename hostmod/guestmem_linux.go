@@ -1,6 +1,7 @@
 package hostmod
 
 import (
+	"math"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,9 +20,11 @@ type reservation struct {
 }
 
 // reserve reserves n bytes of address space (no memory is committed, nor
-// counted by the system against its overcommit limit), or returns nil.
+// counted by the system against its overcommit limit), or returns nil (a
+// size past what an int holds, on a 32-bit system, included: the memory
+// is then a Go slice).
 func reserve(n uint64) *reservation {
-	if n == 0 || n > 1<<40 {
+	if n == 0 || n > 1<<40 || n > math.MaxInt {
 		return nil
 	}
 	b, err := unix.Mmap(-1, 0, int(n), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
