@@ -24,7 +24,7 @@ type reservation struct {
 // size past what an int holds, on a 32-bit system, included: the memory
 // is then a Go slice).
 func reserve(n uint64) *reservation {
-	if n == 0 || n > 1<<40 || n > math.MaxInt {
+	if n == 0 || n > 1<<40 || n > math.MaxInt || addressSpaceLimited() {
 		return nil
 	}
 	b, err := unix.Mmap(-1, 0, int(n), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
@@ -47,6 +47,18 @@ func (r *reservation) grow(size uint64) []byte {
 		r.committed = n
 	}
 	return unsafe.Slice(unsafe.SliceData(r.mem), size)[:size:size]
+}
+
+// addressSpaceLimited says whether the process runs under a limit on its
+// address space (RLIMIT_AS, ulimit -v). Under one, no range is reserved:
+// ranges reserved up to each instance's largest size would spend the
+// limit that the Go heap, and everything else, must grow into.
+func addressSpaceLimited() bool {
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_AS, &l); err != nil {
+		return true
+	}
+	return l.Cur != unix.RLIM_INFINITY
 }
 
 // release returns the range to the system. Nothing may use it after.

@@ -83,3 +83,35 @@ func TestALargeMemoryFreedDuringACallIsReleasedWhenTheCallReturns(t *testing.T) 
 		t.Fatal("the range was not released when the call returned")
 	}
 }
+
+// Under a limit on the process's address space (ulimit -v), however large,
+// no range is reserved: the memory is a Go slice, so that reserved ranges
+// never spend the room the Go heap must grow into.
+func TestNoRangeIsReservedUnderAnAddressSpaceLimit(t *testing.T) {
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_AS, &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Cur != unix.RLIM_INFINITY {
+		t.Skip("the process already runs under an address space limit")
+	}
+	limited := old
+	limited.Cur = 1 << 62 // finite, and far above anything the test uses
+	if err := unix.Setrlimit(unix.RLIMIT_AS, &limited); err != nil {
+		t.Fatal(err)
+	}
+	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
+	g := &guestMemory{e: e, id: abi.ActorID{Tenant: "t", Class: "c", Name: "a"}, max: 64 << 20}
+	b := g.Reallocate(2 << 20)
+	reserved := g.res != nil
+	if err := unix.Setrlimit(unix.RLIMIT_AS, &old); err != nil {
+		t.Fatal(err)
+	}
+	if reserved {
+		t.Fatal("a range was reserved under an address space limit")
+	}
+	if len(b) != 2<<20 || e.mem.used < 2<<20 {
+		t.Fatalf("the memory as a Go slice: %d bytes, %d counted", len(b), e.mem.used)
+	}
+	g.Free()
+}
