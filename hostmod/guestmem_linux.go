@@ -41,13 +41,17 @@ func (r *reservation) grow(size uint64) []byte {
 		return nil
 	}
 	if n := int(size); n > r.committed {
-		if err := unix.Mprotect(r.mem[r.committed:n], unix.PROT_READ|unix.PROT_WRITE); err != nil {
+		if err := mprotect(r.mem[r.committed:n], unix.PROT_READ|unix.PROT_WRITE); err != nil {
 			return nil
 		}
 		r.committed = n
 	}
 	return unsafe.Slice(unsafe.SliceData(r.mem), size)[:size:size]
 }
+
+// mprotect is unix.Mprotect; a test makes it fail as a system short of
+// memory would.
+var mprotect = unix.Mprotect
 
 // addressSpaceLimited says whether the process runs under a limit on its
 // address space (RLIMIT_AS, ulimit -v). Under one, no range is reserved:

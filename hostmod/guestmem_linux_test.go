@@ -115,3 +115,43 @@ func TestNoRangeIsReservedUnderAnAddressSpaceLimit(t *testing.T) {
 	}
 	g.Free()
 }
+
+// When the system will not make a reserved range usable (short of memory),
+// a new instance's memory is a Go slice instead, and a growth of a memory
+// in a range fails as memory.grow (-1 for the guest) without harm to what
+// the guest holds.
+func TestAReservedRangeTheSystemWillNotCommitFallsBack(t *testing.T) {
+	refuse := func(b []byte, prot int) error { return unix.ENOMEM }
+	defer func(f func([]byte, int) error) { mprotect = f }(mprotect)
+	id := abi.ActorID{Tenant: "t", Class: "c", Name: "a"}
+
+	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
+	g := &guestMemory{e: e, id: id, max: 64 << 20}
+	mprotect = refuse
+	b := g.Reallocate(2 << 20)
+	if len(b) != 2<<20 || g.res != nil || e.mem.used != 2<<20 {
+		t.Fatalf("a new memory the system would not commit: %d bytes, reserved %v, %d counted", len(b), g.res != nil, e.mem.used)
+	}
+	b[len(b)-1] = 1
+	g.Free()
+
+	g = &guestMemory{e: e, id: id, max: 64 << 20}
+	mprotect = unix.Mprotect
+	b = g.Reallocate(2 << 20)
+	b[0] = 7
+	mprotect = refuse
+	if c := g.Reallocate(3 << 20); c != nil {
+		t.Fatal("a growth the system would not commit succeeded")
+	}
+	if g.res == nil || len(g.buf) != 2<<20 || g.buf[0] != 7 {
+		t.Fatalf("after a refused growth: reserved %v, %d bytes, first byte %d", g.res != nil, len(g.buf), g.buf[0])
+	}
+	mprotect = unix.Mprotect
+	if c := g.Reallocate(3 << 20); len(c) != 3<<20 || c[0] != 7 {
+		t.Fatal("the memory did not grow once the system could commit it")
+	}
+	g.Free()
+	if e.mem.used != 0 {
+		t.Fatalf("%d bytes still counted after Free", e.mem.used)
+	}
+}

@@ -376,13 +376,20 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 	}
 	g.held = max(g.held, capacity)
 	if g.res != nil {
-		// nil (memory.grow fails) if the system refuses; what was
-		// counted is given back when the instance closes.
-		nb := g.res.grow(size)
-		if nb != nil {
+		if nb := g.res.grow(size); nb != nil {
 			g.buf = nb
+			return nb
 		}
-		return nb
+		if !initial {
+			// memory.grow fails; what was counted is given back when
+			// the instance closes.
+			return nil
+		}
+		// The system would not make the range usable: the memory is a
+		// Go slice, as where no range is reserved (wazero cannot start
+		// an instance on no memory).
+		g.res.release()
+		g.res = nil
 	}
 	var nb []byte
 	if initial {
