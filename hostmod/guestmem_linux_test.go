@@ -21,13 +21,19 @@ func mapped(t *testing.T, p *byte) bool {
 	return err == nil
 }
 
+// largeMemory returns the memory of a new instance whose largest size is
+// 64 MiB, on an engine of its own with a budget of 1 GiB.
+func largeMemory() (*Engine, *guestMemory) {
+	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
+	return e, &guestMemory{e: e, id: abi.ActorID{Tenant: "t", Class: "c", Name: "a"}, max: 64 << 20}
+}
+
 // A memory larger than a kept one grows where it is: its address stays,
 // what the guest wrote stays, nothing is copied, and the budget counts
 // exactly the bytes asked for (no slack for future growth). Freed in no
 // call, its range goes back to the system at once.
 func TestALargeMemoryGrowsInPlace(t *testing.T) {
-	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
-	g := &guestMemory{e: e, id: abi.ActorID{Tenant: "t", Class: "c", Name: "a"}, max: 64 << 20}
+	e, g := largeMemory()
 	b := g.Reallocate(2 << 20)
 	if len(b) != 2<<20 || g.res == nil {
 		t.Fatalf("a 2 MiB memory: %d bytes, reserved %v", len(b), g.res != nil)
@@ -66,8 +72,7 @@ func TestALargeMemoryGrowsInPlace(t *testing.T) {
 // running call) keeps its range until the call returns: returned to the
 // system at once, the guest's next write would fault and end the process.
 func TestALargeMemoryFreedDuringACallIsReleasedWhenTheCallReturns(t *testing.T) {
-	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
-	g := &guestMemory{e: e, id: abi.ActorID{Tenant: "t", Class: "c", Name: "a"}, max: 64 << 20}
+	e, g := largeMemory()
 	b := g.Reallocate(2 << 20)
 	g.enter()
 	g.Free() // as wazero's runtime.Close does
@@ -100,8 +105,7 @@ func TestNoRangeIsReservedUnderAnAddressSpaceLimit(t *testing.T) {
 	if err := unix.Setrlimit(unix.RLIMIT_AS, &limited); err != nil {
 		t.Fatal(err)
 	}
-	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
-	g := &guestMemory{e: e, id: abi.ActorID{Tenant: "t", Class: "c", Name: "a"}, max: 64 << 20}
+	e, g := largeMemory()
 	b := g.Reallocate(2 << 20)
 	reserved := g.res != nil
 	if err := unix.Setrlimit(unix.RLIMIT_AS, &old); err != nil {
@@ -121,12 +125,10 @@ func TestNoRangeIsReservedUnderAnAddressSpaceLimit(t *testing.T) {
 // in a range fails as memory.grow (-1 for the guest) without harm to what
 // the guest holds.
 func TestAReservedRangeTheSystemWillNotCommitFallsBack(t *testing.T) {
-	refuse := func(b []byte, prot int) error { return unix.ENOMEM }
+	refuse := func([]byte, int) error { return unix.ENOMEM }
 	defer func(f func([]byte, int) error) { mprotect = f }(mprotect)
-	id := abi.ActorID{Tenant: "t", Class: "c", Name: "a"}
 
-	e := &Engine{mem: &memBudget{max: 1 << 30}, owned: true}
-	g := &guestMemory{e: e, id: id, max: 64 << 20}
+	e, g := largeMemory()
 	mprotect = refuse
 	b := g.Reallocate(2 << 20)
 	if len(b) != 2<<20 || g.res != nil || e.mem.used != 2<<20 {
@@ -135,7 +137,7 @@ func TestAReservedRangeTheSystemWillNotCommitFallsBack(t *testing.T) {
 	b[len(b)-1] = 1
 	g.Free()
 
-	g = &guestMemory{e: e, id: id, max: 64 << 20}
+	g = &guestMemory{e: e, id: g.id, max: g.max}
 	mprotect = unix.Mprotect
 	b = g.Reallocate(2 << 20)
 	b[0] = 7
