@@ -42,6 +42,9 @@ type snapImage struct {
 	// 0 when unknown: while the WAL file reports the same, its header is
 	// the one in hdr and is not read again.
 	gen uint64
+	// tailReads counts the updates that took their frames from the WAL
+	// file's memory (walTailer), for the tests.
+	tailReads int
 }
 
 // walGenner is a WAL file that reports when its header may have changed
@@ -74,7 +77,7 @@ func (m *snapImage) update(path string, db, wal imageFile) error {
 // reset forgets the image (its memory too: a store holds it only while it
 // is exact).
 func (m *snapImage) reset() {
-	*m = snapImage{}
+	*m = snapImage{tailReads: m.tailReads}
 }
 
 func (m *snapImage) read(path string, db, w imageFile) error {
@@ -180,21 +183,39 @@ func imagePageSize(b []byte) (int, error) {
 	return ps, nil
 }
 
+// walTailer is a WAL file that keeps in memory what was written under its
+// header (storeFile).
+type walTailer interface {
+	walTail(off int64) ([]byte, bool)
+	walTailUsed(off int64)
+}
+
 // readFrames reads the WAL from m.off on and applies each commit in it, in
 // order, stopping at the first frame SQLite's recovery would not take
 // (which, in a WAL kept at its size and started again over its old frames,
 // is usually just past the new ones: it reads in steps, not to the file's
 // end). Frames after the last commit frame (a transaction rolled back
-// after it spilled pages) are left for the next read.
+// after it spilled pages) are left for the next read. A WAL file that kept
+// what was written under its header gives the frames from memory: nothing
+// past them was written under that header, so nothing there is valid.
 func (m *snapImage) readFrames(w imageFile) error {
+	if t, ok := unwrapFile(w).(walTailer); ok {
+		if b, ok := t.walTail(m.off); ok {
+			s := frameScan{s1: m.s1, s2: m.s2}
+			if _, err := s.scan(m, b); err != nil {
+				return err
+			}
+			m.off += int64(s.start)
+			t.walTailUsed(m.off)
+			m.tailReads++
+			return nil
+		}
+	}
 	bp := walBufs.Get().(*[]byte)
 	defer walBufs.Put(bp)
-	step := walFrameHeaderSize + m.ps
-	chunk := 8 * step
+	chunk := 8 * (walFrameHeaderSize + m.ps)
 	b := (*bp)[:0]
-	s1, s2 := m.s1, m.s2
-	off := 0   // the next frame to check
-	start := 0 // the first frame of the commit under way
+	s := frameScan{s1: m.s1, s2: m.s2}
 	for {
 		n := len(b)
 		if cap(b) < n+chunk {
@@ -208,22 +229,10 @@ func (m *snapImage) readFrames(w imageFile) error {
 			*bp = b[:0]
 			return errLayout
 		}
-		stopped := false
-		for ; off+step <= len(b); off += step {
-			fh, data := b[off:off+walFrameHeaderSize], b[off+walFrameHeaderSize:off+step]
-			var ok bool
-			if s1, s2, ok = walFrameValid(m.bigEnd, m.hdr[16:24], fh, data, s1, s2); !ok {
-				stopped = true
-				break
-			}
-			if nPage := binary.BigEndian.Uint32(fh[4:]); nPage != 0 { // a commit frame
-				if err := m.commit(b[start:off+step], nPage); err != nil {
-					*bp = b[:0]
-					return err
-				}
-				start = off + step
-				m.s1, m.s2 = s1, s2
-			}
+		stopped, err := s.scan(m, b)
+		if err != nil {
+			*bp = b[:0]
+			return err
 		}
 		if stopped || end {
 			break
@@ -235,8 +244,39 @@ func (m *snapImage) readFrames(w imageFile) error {
 		chunk *= 2
 	}
 	*bp = b[:0]
-	m.off += int64(start)
+	m.off += int64(s.start)
 	return nil
+}
+
+// frameScan checks and applies the frames of a WAL read from the image's
+// offset, in one or more steps over a growing buffer; s1 and s2 are the
+// running checksum, from the image's.
+type frameScan struct {
+	off    int // the next frame to check
+	start  int // the first frame of the commit under way
+	s1, s2 uint32
+}
+
+// scan goes on through b (the WAL from m.off, as far as it was read) and
+// applies each commit it completes; stopped: a frame SQLite's recovery
+// would not take.
+func (s *frameScan) scan(m *snapImage, b []byte) (stopped bool, err error) {
+	step := walFrameHeaderSize + m.ps
+	for ; s.off+step <= len(b); s.off += step {
+		fh, data := b[s.off:s.off+walFrameHeaderSize], b[s.off+walFrameHeaderSize:s.off+step]
+		var ok bool
+		if s.s1, s.s2, ok = walFrameValid(m.bigEnd, m.hdr[16:24], fh, data, s.s1, s.s2); !ok {
+			return true, nil
+		}
+		if nPage := binary.BigEndian.Uint32(fh[4:]); nPage != 0 { // a commit frame
+			if err := m.commit(b[s.start:s.off+step], nPage); err != nil {
+				return false, err
+			}
+			s.start = s.off + step
+			m.s1, m.s2 = s.s1, s.s2
+		}
+	}
+	return false, nil
 }
 
 // commit applies the frames of one commit (headers and pages) to the

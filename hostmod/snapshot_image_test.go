@@ -138,27 +138,7 @@ func TestSnapshotImageIsTheDatabaseABackupMakes(t *testing.T) {
 			if fromPaths, err := byPath.snapshot(nil); err != nil || !bytes.Equal(fromPaths, img) {
 				t.Fatalf("%s: the image from the paths differs (%v)", name, err)
 			}
-			ref, err := serialize(st.conn, storeSchema, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(img) != len(ref) {
-				t.Fatalf("%s: image of %d bytes, the backup's %d", name, len(img), len(ref))
-			}
-			for i := range img {
-				if img[i] != ref[i] && !headerByteABackupWrites(i) {
-					t.Fatalf("%s: byte %d (page %d) differs from the backup's", name, i, i/4096+1)
-				}
-			}
-			if img[18] != 2 || img[19] != 2 {
-				t.Fatalf("%s: read and write versions %d, %d: not WAL", name, img[18], img[19])
-			}
-			if n := binary.BigEndian.Uint32(img[28:]); int(n)*4096 != len(img) {
-				t.Fatalf("%s: the header says %d pages, the image has %d bytes", name, n, len(img))
-			}
-			if got, want := openImage(t, filepath.Join(dir, "restored.db"), img), dump(t, st.conn); got != want {
-				t.Fatalf("%s: the image holds\n%s\nthe store holds\n%s", name, got, want)
-			}
+			sameAsBackup(t, name, dir, st, img)
 			buf = img
 		}
 		if err := st.Close(); err != nil {
@@ -166,6 +146,33 @@ func TestSnapshotImageIsTheDatabaseABackupMakes(t *testing.T) {
 		}
 	}
 	t.Logf("%d snapshots from the image; %d checkpoints", images, restarts)
+}
+
+// sameAsBackup checks that img is the database a backup of st makes, page
+// for page, and that opened as a restore opens it, it holds what st holds.
+func sameAsBackup(t *testing.T, name, dir string, st *Store, img []byte) {
+	t.Helper()
+	ref, err := serialize(st.conn, storeSchema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(img) != len(ref) {
+		t.Fatalf("%s: image of %d bytes, the backup's %d", name, len(img), len(ref))
+	}
+	for i := range img {
+		if img[i] != ref[i] && !headerByteABackupWrites(i) {
+			t.Fatalf("%s: byte %d (page %d) differs from the backup's", name, i, i/4096+1)
+		}
+	}
+	if img[18] != 2 || img[19] != 2 {
+		t.Fatalf("%s: read and write versions %d, %d: not WAL", name, img[18], img[19])
+	}
+	if n := binary.BigEndian.Uint32(img[28:]); int(n)*4096 != len(img) {
+		t.Fatalf("%s: the header says %d pages, the image has %d bytes", name, n, len(img))
+	}
+	if got, want := openImage(t, filepath.Join(dir, "restored.db"), img), dump(t, st.conn); got != want {
+		t.Fatalf("%s: the image holds\n%s\nthe store holds\n%s", name, got, want)
+	}
 }
 
 // A WAL the image cannot be read from (here its header's checksum no

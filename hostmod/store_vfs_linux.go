@@ -1,9 +1,11 @@
 package hostmod
 
 import (
+	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ncruces/go-sqlite3"
@@ -44,14 +46,32 @@ type storeFile struct {
 
 	sysReads  int // pread calls made, for the tests
 	sysWrites int // pwrite and pwritev calls made, for the tests
+	rewrites  int // writes into the kept tail, for the tests
 
-	// A WAL frame's header is held back and written with its page in one
-	// system call (SQLite writes the 24 bytes of the header and then the
-	// page after them). held is how many bytes of heldHdr wait to be
-	// written at heldOff: every other call on the file writes them first.
-	heldHdr [walFrameHeaderSize]byte
-	held    int
-	heldOff int64
+	// A WAL's writes are gathered (wb, from file offset wbOff) and written
+	// together: SQLite writes a frame as two writes, its header and then
+	// its page, and a commit as its frames one after the other. The file
+	// holds what follows on from the last write and writes it all in one
+	// system call once the commit frame's page is in (a frame whose header
+	// gives a database size), once walBufMax bytes wait, or before
+	// anything else is done on the file. A commit of any number of frames
+	// is one write, and when it returns, all of it is written. wbDone is
+	// how much of wb is written; lastHdr where in wb the last frame header
+	// is, while the next write may be its page (-1: none).
+	//
+	// Once the store's snapshot image asked for them (tailWanted), the
+	// bytes written since the WAL's header stay in wb after they are
+	// written (tailOK), until the image took them (walTailUsed): it reads
+	// a commit's frames from there rather than back from the file.
+	wb         *[]byte
+	wbOff      int64 // -1: no write yet to follow on from
+	wbDone     int
+	lastHdr    int
+	tailWanted bool
+	// tailOK: wb holds every byte written since the WAL's header from
+	// wbOff on, so the file holds nothing written under that header past
+	// wb's end.
+	tailOK bool
 
 	// hdrGen changes whenever the file's first walHeaderSize bytes may
 	// have (a write there, a truncation) and differs between files: the
@@ -99,6 +119,7 @@ func openStoreFile(name string, flags vfs.OpenFlag) (vfs.File, error) {
 		}
 		return &storeFile{
 			fd: fd, name: name, flags: flags, psow: true, aheadOK: true, hdrGen: fileGens.Add(1),
+			wbOff: -1, lastHdr: -1,
 			syncDir: flags&vfs.OPEN_WAL != 0 && flags&vfs.OPEN_CREATE != 0,
 		}, nil
 	}
@@ -107,6 +128,7 @@ func openStoreFile(name string, flags vfs.OpenFlag) (vfs.File, error) {
 func (f *storeFile) Close() error {
 	f.dropReadAhead()
 	ferr := f.flushHeld()
+	f.resetBuf(-1)
 	if f.fd < 0 {
 		return nil
 	}
@@ -207,67 +229,143 @@ func (f *storeFile) pread(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// WriteAt writes p at off. On a WAL, a write of a frame header's size is
-// held back, and written with the next write when that one follows it
-// (the frame's page), in one system call; anything else on the file
-// first writes what is held. A commit's last write is its commit frame's
-// page, so when a commit returns all of it has been written.
+// WriteAt writes p at off; on a WAL, with the writes before and after it
+// that follow on (wb).
 func (f *storeFile) WriteAt(p []byte, off int64) (int, error) {
 	f.dropReadAhead()
 	if off < walHeaderSize {
 		f.hdrGen = fileGens.Add(1)
 	}
-	if f.held > 0 {
-		if off == f.heldOff+int64(f.held) {
-			return f.writeWithHeld(p)
+	if f.flags&vfs.OPEN_WAL == 0 {
+		return f.pwrite(p, off)
+	}
+	end := f.wbOff + int64(f.wbLen())
+	header := off == 0 && len(p) == walHeaderSize
+	if f.wbOff < 0 || off != end || header {
+		if err := f.flushHeld(); err != nil {
+			return 0, err
 		}
+		switch {
+		case header:
+			// The WAL starts again: every frame after this header is
+			// written from here on.
+			f.resetBuf(0)
+			f.tailOK = f.tailWanted
+		case f.tailOK && off >= f.wbOff && off+int64(len(p)) <= end:
+			// A frame of the open transaction written again in place
+			// (SQLite rewrites a page, or the checksums from it on).
+			n, err := f.pwrite(p, off)
+			if err != nil {
+				f.tailOK = false
+				f.resetBuf(-1)
+				return n, err
+			}
+			copy((*f.wb)[off-f.wbOff:], p)
+			f.rewrites++
+			return n, nil
+		default:
+			f.tailOK = false
+			f.resetBuf(off)
+		}
+	}
+	if f.wb == nil {
+		f.wb = walWriteBufs.Get().(*[]byte)
+		*f.wb = (*f.wb)[:0]
+	}
+	at := len(*f.wb)
+	*f.wb = append(*f.wb, p...)
+	if len(p) == walFrameHeaderSize {
+		f.lastHdr = at
+		return len(p), nil
+	}
+	commit := f.lastHdr >= 0 && f.lastHdr+walFrameHeaderSize == at &&
+		binary.BigEndian.Uint32((*f.wb)[f.lastHdr+4:]) != 0
+	f.lastHdr = -1
+	if commit || len(*f.wb)-f.wbDone >= walBufMax {
 		if err := f.flushHeld(); err != nil {
 			return 0, err
 		}
 	}
-	if f.flags&vfs.OPEN_WAL != 0 && len(p) == walFrameHeaderSize {
-		f.held = copy(f.heldHdr[:], p)
-		f.heldOff = off
-		return len(p), nil
-	}
-	return f.pwrite(p, off)
+	return len(p), nil
 }
 
-// writeWithHeld writes the held bytes and p after them in one call (what a
-// short write leaves, one part at a time), and returns how much of p was
-// written.
-func (f *storeFile) writeWithHeld(p []byte) (int, error) {
-	hdr, off := f.heldHdr[:f.held], f.heldOff
-	f.held = 0
-	m, err := unix.Pwritev(f.fd, [][]byte{hdr, p}, off)
-	f.sysWrites++
-	for err == unix.EINTR {
-		m, err = unix.Pwritev(f.fd, [][]byte{hdr, p}, off)
-		f.sysWrites++
+// walBufMax is the most a WAL file holds in memory: the writes waiting to
+// be written, and the frames kept for the snapshot image; past it they are
+// written, and a longer tail is dropped (the image reads the file).
+const walBufMax = 256 << 10
+
+// walWriteBufs holds the buffers of WAL files' writes (*[]byte).
+var walWriteBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+func (f *storeFile) wbLen() int {
+	if f.wb == nil {
+		return 0
 	}
-	if err != nil {
-		return 0, writeError(err)
-	}
-	if m < len(hdr) {
-		if _, err := f.pwrite(hdr[m:], off+int64(m)); err != nil {
-			return 0, err
-		}
-		m = len(hdr)
-	}
-	n := m - len(hdr)
-	k, err := f.pwrite(p[n:], off+int64(m))
-	return n + k, err
+	return len(*f.wb)
 }
 
-// flushHeld writes a held frame header, if there is one.
+// resetBuf empties wb (its buffer goes back to the pool), the next write
+// following on from off.
+func (f *storeFile) resetBuf(off int64) {
+	if f.wb != nil {
+		walWriteBufs.Put(f.wb)
+		f.wb = nil
+	}
+	f.wbOff, f.wbDone, f.lastHdr = off, 0, -1
+}
+
+// flushHeld writes what waits in wb, in one call (what a short write
+// leaves, in more); then it keeps wb only as the snapshot's tail.
 func (f *storeFile) flushHeld() error {
-	if f.held == 0 {
+	n := f.wbLen()
+	if f.wbDone == n {
 		return nil
 	}
-	hdr, off := f.heldHdr[:f.held], f.heldOff
-	f.held = 0
-	_, err := f.pwrite(hdr, off)
-	return err
+	if _, err := f.pwrite((*f.wb)[f.wbDone:], f.wbOff+int64(f.wbDone)); err != nil {
+		// What the file holds is unknown now: nothing follows on.
+		f.tailOK = false
+		f.resetBuf(-1)
+		return err
+	}
+	f.wbDone = n
+	if n > walBufMax {
+		f.tailOK = false
+	}
+	if !f.tailOK {
+		f.resetBuf(f.wbOff + int64(n))
+	}
+	return nil
+}
+
+// walTail returns the bytes of the WAL from off to the end of what was
+// written under its header, from memory; ok is false when the file does
+// not have them there (and from its next header on, it keeps them). The
+// bytes are the file's until its next write: take them before.
+func (f *storeFile) walTail(off int64) (b []byte, ok bool) {
+	f.tailWanted = true
+	if err := f.flushHeld(); err != nil || !f.tailOK || off < f.wbOff || off > f.wbOff+int64(f.wbLen()) {
+		return nil, false
+	}
+	if f.wb == nil {
+		return nil, true
+	}
+	return (*f.wb)[off-f.wbOff:], true
+}
+
+// walTailUsed drops the tail's bytes before off, which the image took.
+func (f *storeFile) walTailUsed(off int64) {
+	n := f.wbLen()
+	if !f.tailOK || f.wbDone != n || off <= f.wbOff || off > f.wbOff+int64(n) {
+		return
+	}
+	k := int(off - f.wbOff)
+	if k == n {
+		f.resetBuf(off)
+		return
+	}
+	b := *f.wb
+	*f.wb = b[:copy(b, b[k:])]
+	f.wbOff, f.wbDone, f.lastHdr = off, n-k, -1
 }
 
 func (f *storeFile) pwrite(p []byte, off int64) (int, error) {
@@ -298,6 +396,11 @@ func (f *storeFile) Truncate(size int64) error {
 	f.hdrGen = fileGens.Add(1)
 	if err := f.flushHeld(); err != nil {
 		return err
+	}
+	if size < f.wbOff+int64(f.wbLen()) {
+		// Into what was written: nothing follows on from it now.
+		f.tailOK = false
+		f.resetBuf(-1)
 	}
 	for {
 		err := unix.Ftruncate(f.fd, size)

@@ -1,6 +1,10 @@
 package hostmod
 
 import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,9 +173,10 @@ func TestReadAheadSeesTheFileAsItIs(t *testing.T) {
 	}
 }
 
-// A commit writes each WAL frame, its header and its page, in one system
-// call, and what it wrote is what a reopened store reads.
-func TestACommitWritesEachWALFrameInOneCall(t *testing.T) {
+// A commit writes its WAL frames, each a header and a page, in one system
+// call, however many there are, and what it wrote is what a reopened
+// store reads.
+func TestACommitWritesItsWALFramesInOneCall(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "a.db")
 	st := writeAlarm(t, p, 1, true)
 	_, wal := storeFiles(t, st)
@@ -206,8 +211,8 @@ func TestACommitWritesEachWALFrameInOneCall(t *testing.T) {
 		if frames < 1 || (size1-size0)%(walFrameHeaderSize+4096) != 0 {
 			t.Fatalf("commit %d grew the WAL by %d bytes, not whole frames", i, size1-size0)
 		}
-		if got := int64(wal.sysWrites - writes0); got != frames {
-			t.Errorf("commit %d wrote %d frames in %d system calls, want %d", i, frames, got, frames)
+		if got := wal.sysWrites - writes0; got != 1 {
+			t.Errorf("commit %d wrote %d frames in %d system calls, want 1", i, frames, got)
 		}
 	}
 	if err := st.Close(); err != nil {
@@ -228,11 +233,62 @@ func TestACommitWritesEachWALFrameInOneCall(t *testing.T) {
 	}
 }
 
-// A WAL frame header held back for its page is on the file before
+// WAL frames held back for the rest of their commit (here a frame header,
+// and a whole frame that is not a commit frame) are on the file before
 // anything else reads, sizes, syncs, truncates or locks it, or writes
-// elsewhere.
-func TestAHeldFrameHeaderIsWrittenBeforeAnythingElse(t *testing.T) {
+// elsewhere; a commit frame is on it when the write of its page returns.
+func TestHeldWALFramesAreWrittenBeforeAnythingElse(t *testing.T) {
+	frame := func(fill string, commit bool) []byte {
+		b := []byte(strings.Repeat(fill, walFrameHeaderSize+4096))
+		if commit {
+			binary.BigEndian.PutUint32(b[4:], 7)
+		} else {
+			binary.BigEndian.PutUint32(b[4:], 0)
+		}
+		return b
+	}
+	open := func(t *testing.T) (*storeFile, string) {
+		p := filepath.Join(t.TempDir(), "a.db-wal")
+		if err := os.WriteFile(p, make([]byte, 32), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		vf, err := openStoreFile(p, vfs.OPEN_WAL|vfs.OPEN_READWRITE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vf.(*storeFile), p
+	}
+	write := func(t *testing.T, f *storeFile, fr []byte, off int64) {
+		t.Helper()
+		if n, err := f.WriteAt(fr[:walFrameHeaderSize], off); n != walFrameHeaderSize || err != nil {
+			t.Fatalf("WriteAt: %d, %v", n, err)
+		}
+		if n, err := f.WriteAt(fr[walFrameHeaderSize:], off+walFrameHeaderSize); n != 4096 || err != nil {
+			t.Fatalf("WriteAt: %d, %v", n, err)
+		}
+	}
+	t.Run("commit frame", func(t *testing.T) {
+		f, p := open(t)
+		defer f.Close()
+		first, last := frame("a", false), frame("b", true)
+		write(t, f, first, 32)
+		if f.sysWrites != 0 {
+			t.Fatalf("a frame that is not a commit's last was written at once (%d calls)", f.sysWrites)
+		}
+		write(t, f, last, 32+int64(len(first)))
+		if f.sysWrites != 1 {
+			t.Fatalf("a commit of two frames took %d system calls, want 1", f.sysWrites)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := string(first) + string(last); string(b[32:]) != want {
+			t.Fatal("the commit's frames are not on the file as written")
+		}
+	})
 	hdr := []byte(strings.Repeat("h", walFrameHeaderSize))
+	whole := frame("f", false)
 	for _, c := range []struct {
 		name string
 		op   func(f *storeFile) error
@@ -240,48 +296,51 @@ func TestAHeldFrameHeaderIsWrittenBeforeAnythingElse(t *testing.T) {
 		{"read", func(f *storeFile) error { _, err := f.ReadAt(make([]byte, 4), 0); return err }},
 		{"size", func(f *storeFile) error { _, err := f.Size(); return err }},
 		{"sync", func(f *storeFile) error { return f.Sync(vfs.SYNC_NORMAL) }},
-		{"truncate", func(f *storeFile) error { return f.Truncate(4096) }},
+		{"truncate", func(f *storeFile) error { return f.Truncate(1 << 16) }},
 		{"lock", func(f *storeFile) error { return f.Lock(vfs.LOCK_SHARED) }},
 		{"unlock", func(f *storeFile) error { return f.Unlock(vfs.LOCK_NONE) }},
 		{"a write elsewhere", func(f *storeFile) error { _, err := f.WriteAt([]byte("x"), 0); return err }},
 		{"close", func(f *storeFile) error { return f.Close() }},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			p := filepath.Join(t.TempDir(), "a.db-wal")
-			if err := os.WriteFile(p, make([]byte, 32), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			vf, err := openStoreFile(p, vfs.OPEN_WAL|vfs.OPEN_READWRITE)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := vf.(*storeFile)
-			defer f.Close()
-			if c.name == "unlock" {
-				if err := f.Lock(vfs.LOCK_SHARED); err != nil {
+		for _, held := range [][]byte{hdr, whole} {
+			t.Run(fmt.Sprintf("%s/%d bytes", c.name, len(held)), func(t *testing.T) {
+				f, p := open(t)
+				defer f.Close()
+				if c.name == "unlock" {
+					if err := f.Lock(vfs.LOCK_SHARED); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if len(held) == len(hdr) {
+					if n, err := f.WriteAt(hdr, 32); n != len(hdr) || err != nil {
+						t.Fatalf("WriteAt: %d, %v", n, err)
+					}
+				} else {
+					write(t, f, held, 32)
+				}
+				if f.sysWrites != 0 {
+					t.Fatalf("written at once (%d calls), not held", f.sysWrites)
+				}
+				if err := c.op(f); err != nil {
 					t.Fatal(err)
 				}
-			}
-			if n, err := f.WriteAt(hdr, 32); n != len(hdr) || err != nil {
-				t.Fatalf("WriteAt: %d, %v", n, err)
-			}
-			if err := c.op(f); err != nil {
-				t.Fatal(err)
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(b) < 32+len(hdr) || string(b[32:32+len(hdr)]) != string(hdr) {
-				t.Fatalf("after %s the file holds %q past its first 32 bytes; want the header", c.name, b[min(32, len(b)):])
-			}
-		})
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(b) < 32+len(held) || string(b[32:32+len(held)]) != string(held) {
+					t.Fatalf("after %s the file does not hold the held bytes past its first 32", c.name)
+				}
+			})
+		}
 	}
 }
 
 // A snapshot after a commit reads the WAL once, for the frames the commit
 // added: the WAL's header, which only the store itself can change while
-// it is open, is read again only when it may have changed.
+// it is open, is read again only when it may have changed. Once the WAL
+// started again under a header the store wrote, the snapshot takes the
+// frames from what the store wrote, and reads none.
 func TestASnapshotReadsOnlyTheNewFrames(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "a.db")
 	st := writeAlarm(t, p, 1, true)
@@ -326,6 +385,9 @@ func TestASnapshotReadsOnlyTheNewFrames(t *testing.T) {
 		if from+8*(walFrameHeaderSize+4096) > size {
 			want = 2
 		}
+		if restarts > 0 {
+			want = 0
+		}
 		if restarted {
 			restarts++
 		} else if got := wal.sysReads - reads; got != want {
@@ -338,7 +400,91 @@ func TestASnapshotReadsOnlyTheNewFrames(t *testing.T) {
 		}
 		buf = img
 	}
-	if restarts == 0 {
-		t.Fatal("the WAL never started again: the test did not see a new header")
+	if restarts < 2 {
+		t.Fatalf("the WAL started again %d times: the test did not see the frames kept under a header the store wrote", restarts)
+	}
+}
+
+// The frames a snapshot takes from what the store wrote (once the WAL
+// started again under a header the store wrote) make the database a
+// backup makes, whatever the commits wrote: transactions rolled back after
+// they spilled frames into the WAL (a small page cache), frames of an open
+// transaction written again in place, commits larger than the WAL file
+// keeps in memory (the snapshot reads those from the file), checkpoints
+// that empty the WAL, and several commits between snapshots.
+func TestASnapshotTakesTheFramesTheStoreWrote(t *testing.T) {
+	steps := 120
+	if testing.Short() {
+		steps = 50
+	}
+	dir := t.TempDir()
+	tailReads, rewrites, large := 0, 0, 0
+	for seed := range 3 {
+		rnd := rand.New(rand.NewPCG(uint64(seed), 16))
+		p := filepath.Join(dir, fmt.Sprintf("s%d.db", seed))
+		st, err := OpenStore(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.conn.Exec(`PRAGMA ` + storeSchema + `.cache_size=6`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.SnapshotTo(nil); err != nil { // the image asks for the frames from now on
+			t.Fatal(err)
+		}
+		var buf []byte
+		for step := range steps {
+			name := fmt.Sprintf("seed %d step %d", seed, step)
+			randomTx(t, st, rnd, byte(step), randomTxShape{writes: 6, keys: 8, maxValue: 8000, deletes: true})
+			switch rnd.IntN(12) {
+			case 0, 1: // the next commit starts the WAL again, under a new header
+				err = st.conn.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+			case 2: // the WAL emptied
+				err = st.conn.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+			case 3: // a commit past what the WAL file keeps in memory
+				large++
+				for _, v := range [][]byte{bytes.Repeat([]byte{byte(step)}, walBufMax+rnd.IntN(8192)), nil} {
+					if err = st.Begin(); err == nil {
+						if v != nil {
+							err = st.KVPut([]byte("large"), v)
+						} else {
+							err = st.KVDelete([]byte("large")) // and gone again, to keep the database under the image's size
+						}
+						if err == nil {
+							err = st.Commit()
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rnd.IntN(3) == 0 {
+				continue // frames of several commits in one snapshot
+			}
+			misses := st.imageMisses
+			img, err := st.SnapshotTo(buf)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if st.imageMisses != misses {
+				t.Fatalf("%s: the snapshot was serialised, not copied from the image", name)
+			}
+			sameAsBackup(t, name, dir, st, img)
+			buf = img
+		}
+		_, wal := storeFiles(t, st)
+		tailReads += st.img.tailReads
+		rewrites += wal.rewrites
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d snapshots took the frames from memory; %d frames written again in place; %d large commits", tailReads, rewrites, large)
+	if tailReads == 0 || rewrites == 0 || large == 0 {
+		t.Fatal("the test did not see frames taken from memory, written again in place, and commits too large to keep")
 	}
 }
