@@ -27,9 +27,11 @@ import (
 //     file with the runtime's poller and the "os" VFS asks each whether
 //     its file system has F2FS's atomic writes, six system calls more per
 //     file, for files that never block and a feature only a rollback
-//     journal uses; and the first reads under the exclusive lock read
+//     journal uses; the first reads under the exclusive lock read
 //     ahead, so the WAL's recovery reads the WAL in one system call
-//     rather than one per frame.
+//     rather than one per frame; and a commit's WAL frames are written
+//     in one system call, and kept for the snapshot's image until it
+//     took them, so that it need not read them back.
 //
 // Everything else (temporary files, a rollback journal, deletes, access
 // checks, and the files of other platforms) goes to the "os" VFS.
