@@ -121,14 +121,7 @@ func TestSnapshotImageIsTheDatabaseABackupMakes(t *testing.T) {
 			if rnd.IntN(3) == 0 {
 				continue // frames of several steps in one update
 			}
-			misses := st.imageMisses
-			img, err := st.SnapshotTo(buf)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if st.imageMisses != misses {
-				t.Fatalf("%s: the snapshot was serialised, not copied from the image", name)
-			}
+			img := snapshotFromImage(t, name, st, buf)
 			images++
 			// The same image read from the files opened by their paths
 			// (when the connection's handles are not at hand).
@@ -146,6 +139,21 @@ func TestSnapshotImageIsTheDatabaseABackupMakes(t *testing.T) {
 		}
 	}
 	t.Logf("%d snapshots from the image; %d checkpoints", images, restarts)
+}
+
+// snapshotFromImage takes st's snapshot into buf and checks that it was
+// copied from the image the store keeps, not serialised.
+func snapshotFromImage(t *testing.T, name string, st *Store, buf []byte) []byte {
+	t.Helper()
+	misses := st.imageMisses
+	img, err := st.SnapshotTo(buf)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if st.imageMisses != misses {
+		t.Fatalf("%s: the snapshot was serialised, not copied from the image", name)
+	}
+	return img
 }
 
 // sameAsBackup checks that img is the database a backup of st makes, page
