@@ -256,8 +256,7 @@ func (f *storeFile) WriteAt(p []byte, off int64) (int, error) {
 			// (SQLite rewrites a page, or the checksums from it on).
 			n, err := f.pwrite(p, off)
 			if err != nil {
-				f.tailOK = false
-				f.resetBuf(-1)
+				f.forgetBuf()
 				return n, err
 			}
 			copy((*f.wb)[off-f.wbOff:], p)
@@ -314,6 +313,13 @@ func (f *storeFile) resetBuf(off int64) {
 	f.wbOff, f.wbDone, f.lastHdr = off, 0, -1
 }
 
+// forgetBuf drops wb and the tail: no write follows on from what the file
+// is known to hold.
+func (f *storeFile) forgetBuf() {
+	f.tailOK = false
+	f.resetBuf(-1)
+}
+
 // flushHeld writes what waits in wb, in one call (what a short write
 // leaves, in more); then it keeps wb only as the snapshot's tail.
 func (f *storeFile) flushHeld() error {
@@ -323,8 +329,7 @@ func (f *storeFile) flushHeld() error {
 	}
 	if _, err := f.pwrite((*f.wb)[f.wbDone:], f.wbOff+int64(f.wbDone)); err != nil {
 		// What the file holds is unknown now: nothing follows on.
-		f.tailOK = false
-		f.resetBuf(-1)
+		f.forgetBuf()
 		return err
 	}
 	f.wbDone = n
@@ -399,8 +404,7 @@ func (f *storeFile) Truncate(size int64) error {
 	}
 	if size < f.wbOff+int64(f.wbLen()) {
 		// Into what was written: nothing follows on from it now.
-		f.tailOK = false
-		f.resetBuf(-1)
+		f.forgetBuf()
 	}
 	for {
 		err := unix.Ftruncate(f.fd, size)
