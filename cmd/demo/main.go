@@ -51,6 +51,10 @@ func main() {
 	flag.DurationVar(&o.sweep, "sweep", time.Second, "alarm_sweep (the design's default is 10s)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, data, bucket)")
 	flag.Parse()
+	if err := o.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(2)
+	}
 	if o.wasm == "" {
 		switch *guest {
 		case "go":
@@ -66,6 +70,29 @@ func main() {
 		fmt.Fprintln(os.Stderr, "\ndemo:", err)
 		os.Exit(1)
 	}
+}
+
+// check refuses flag values the demo cannot run with, before it starts
+// anything.
+func (o options) check() error {
+	if o.actors < 1 {
+		return fmt.Errorf("-actors %d: want at least 1", o.actors)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"interval", o.interval}, {"before", o.before}, {"after", o.after}, {"lease-ttl", o.leaseTTL}, {"sweep", o.sweep}} {
+		if d.v <= 0 {
+			return fmt.Errorf("-%s %v: want a positive duration", d.name, d.v)
+		}
+	}
+	if o.grace < 0 {
+		return fmt.Errorf("-lease-grace %v: want at least 0", o.grace)
+	}
+	if o.margin < 0 || o.margin >= o.leaseTTL {
+		return fmt.Errorf("-lease-margin %v: want at least 0 and less than -lease-ttl (%v)", o.margin, o.leaseTTL)
+	}
+	return nil
 }
 
 // firing is one "alarm fired" line of a node's log.
