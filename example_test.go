@@ -57,11 +57,9 @@ func (x *exampleActor) Upload(ctx context.Context) error {
 	return err
 }
 func (x *exampleActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
-	d, err := x.a.DeliverAlarm(ctx)
-	if err == nil && d.Ran {
-		err = x.p.Replicate(ctx, x, alarms.AfterEvent)
-	}
-	return d, err
+	// The event and its replication: the entry for the alarm it leaves is
+	// PUT before it commits and recorded in its own transaction.
+	return x.p.RunHostmodAlarm(ctx, x, x.a, alarms.AfterEvent)
 }
 func (x *exampleActor) Release(context.Context) {}
 

@@ -3,6 +3,7 @@ package alarms
 import (
 	"context"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -27,4 +28,72 @@ func ReadHostmod(ctx context.Context, a *hostmod.Actor) (ActorState, error) {
 // actor's committed state known, so the next Read costs no query).
 func WriteHostmodMeta(ctx context.Context, a *hostmod.Actor, key, value string) error {
 	return a.SetMeta(ctx, key, value)
+}
+
+// RunHostmodAlarm runs the alarm event of an actor run by package hostmod
+// (h is a's database and instance) and replicates it as Replicate does,
+// with one commit where DeliverAlarm then Replicate take two: the entry for
+// the alarm the event leaves is PUT before the event commits and recorded
+// in the event's own transaction (hostmod.Actor.DeliverAlarmBefore), then
+// the committed database is uploaded (a.Upload), the hold re-checked and
+// the replaced entry deleted. The bucket sees the same order as with
+// Replicate: the entry, then the state that names it, then the DELETE of
+// the one it replaced. An entry PUT for an event that then fails to commit
+// is an extra entry, removed when it comes due.
+//
+// a's Read and WriteMeta are not called while the event is open (they
+// would wait for the actor h holds); the plugin reads what is about to
+// commit from the event instead. An error means: give the actor up. When
+// the alarm was not due, nothing runs and nothing is replicated.
+func (p *Plugin) RunHostmodAlarm(ctx context.Context, a Actor, h *hostmod.Actor, kind UploadKind) (hostmod.Delivery, error) {
+	if p.cfg.SingleNode {
+		return h.DeliverAlarm(ctx)
+	}
+	var after func(context.Context) error
+	var indexErr error
+	d, err := h.DeliverAlarmBefore(ctx, func(ctx context.Context, pend *hostmod.Pending) error {
+		after, indexErr = p.BeforeUpload(ctx, inCommit{Actor: a, p: pend}, kind)
+		return indexErr
+	})
+	if indexErr != nil {
+		return d, &abi.ActorError{ID: a.ID(), Op: "replicate", Err: indexErr}
+	}
+	if err != nil || !d.Ran {
+		return d, err
+	}
+	err = a.Upload(ctx)
+	if err == nil {
+		err = after(ctx)
+	}
+	if err != nil {
+		return d, &abi.ActorError{ID: a.ID(), Op: "replicate", Err: err}
+	}
+	return d, nil
+}
+
+// inCommit is an actor inside a hostmod.BeforeCommit hook: while the event
+// is open, Read returns what it is about to commit and WriteMeta writes
+// into its transaction; once it committed, both go to the actor.
+type inCommit struct {
+	Actor
+	p *hostmod.Pending
+}
+
+func (c inCommit) Read(ctx context.Context) (ActorState, error) {
+	if !c.p.Open() {
+		return c.Actor.Read(ctx)
+	}
+	st := ActorState{Indexed: c.p.Indexed, InitRecorded: c.p.InitRecorded}
+	if c.p.HasAlarm {
+		at := c.p.Alarm
+		st.Alarm = &at
+	}
+	return st, nil
+}
+
+func (c inCommit) WriteMeta(ctx context.Context, key, value string) error {
+	if c.p.Open() {
+		return c.p.SetMeta(key, value)
+	}
+	return c.Actor.WriteMeta(ctx, key, value)
 }

@@ -295,6 +295,13 @@ func (a *Actor) SetMeta(ctx context.Context, key, value string) error {
 		a.known = false // whatever failed, the state is read back
 		return &abi.ActorError{ID: a.id, Op: "commit meta " + key, Err: err}
 	}
+	a.metaCommitted(key, value)
+	return nil
+}
+
+// metaCommitted keeps what the actor knows of its committed state in step
+// with a meta row just committed.
+func (a *Actor) metaCommitted(key, value string) {
 	switch key {
 	case MetaAlarmIndexed:
 		a.indexed = value
@@ -303,7 +310,6 @@ func (a *Actor) SetMeta(ctx context.Context, key, value string) error {
 	case MetaAlarmFailures:
 		a.known = false // kept as a number: read it back
 	}
-	return nil
 }
 
 // Lock runs f while holding the actor, so no event runs meanwhile. A
@@ -440,15 +446,34 @@ func (a *Actor) endEvent() { a.ev = event{} }
 // finish commits an event that leaves the alarm after and the failure
 // count n, and keeps them as the committed state.
 func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, error) {
+	return a.finishBefore(context.Background(), before, after, n, response, nil)
+}
+
+// finishBefore is finish with a hook run before the commit (nil: none).
+func (a *Actor) finishBefore(ctx context.Context, before, after *int64, n int, response []byte, hook BeforeCommit) (Result, error) {
 	res := Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
 	if after != nil {
 		res.Alarm, res.HasAlarm = *after, true
+	}
+	var p *Pending
+	if hook != nil {
+		p = &Pending{a: a, open: true, State: State{Alarm: res.Alarm, HasAlarm: res.HasAlarm, Failures: n, Inited: a.inited, InitRecorded: a.initMeta, Indexed: a.indexed}}
+		err := hook(ctx, p)
+		p.open = false
+		if err != nil {
+			return Result{}, err // the caller's deferred Rollback undoes the event
+		}
 	}
 	if err := a.store.Commit(); err != nil {
 		a.known = false
 		return Result{}, &abi.ActorError{ID: a.id, Op: "commit", Err: err}
 	}
 	a.alarm, a.failures, a.known = after, n, true
+	if p != nil {
+		for _, m := range p.set {
+			a.metaCommitted(m.key, m.value)
+		}
+	}
 	return res, nil
 }
 
@@ -532,6 +557,57 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 // A not-due or absent alarm runs nothing (Ran is false) and reports the
 // committed state, so the caller can re-arm its timer.
 func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
+	return a.DeliverAlarmBefore(ctx, nil)
+}
+
+// BeforeCommit is called inside an event's transaction once the event's
+// writes are done, just before COMMIT. p is what is about to commit; a meta
+// row written with p.SetMeta commits with the event, or not at all. The
+// actor is held meanwhile: the hook must not call the actor's methods. An
+// error rolls the whole event back (as a failure of the host, not of the
+// guest: the committed state stays as it was) and is returned as it is.
+type BeforeCommit func(ctx context.Context, p *Pending) error
+
+// Pending is an event's state as it is about to commit, as a BeforeCommit
+// hook sees it.
+type Pending struct {
+	// State is what the commit will hold (the alarm and failure count the
+	// event leaves, the meta rows written so far).
+	State
+	a    *Actor
+	open bool
+	set  []metaRow // rows written into the transaction, in order
+}
+
+type metaRow struct{ key, value string }
+
+// Open is true while the transaction is open: until the hook returns.
+func (p *Pending) Open() bool { return p.open }
+
+// SetMeta writes one meta row into the event's transaction. It fails once
+// the hook has returned.
+func (p *Pending) SetMeta(key, value string) error {
+	if !p.open {
+		return &abi.ActorError{ID: p.a.id, Op: "meta " + key, Err: errors.New("the event's transaction is over")}
+	}
+	if err := p.a.store.SetMeta(key, value); err != nil {
+		return &abi.ActorError{ID: p.a.id, Op: "write meta " + key + " in the event's transaction", Err: err}
+	}
+	p.set = append(p.set, metaRow{key, value})
+	switch key {
+	case MetaAlarmIndexed:
+		p.Indexed = value
+	case MetaInitDone:
+		p.InitRecorded = true
+	}
+	return nil
+}
+
+// DeliverAlarmBefore is DeliverAlarm with a hook run inside the event's
+// transaction, before it commits (nil: none). A host that lists the alarm
+// in a shared index uses it to write the listed entry into the event's own
+// commit rather than into a transaction of its own after it.
+func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (Delivery, error) {
 	a.mu.Lock()
 	defer a.end()
 	if err := a.wake(ctx); err != nil {
@@ -577,7 +653,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 				return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
 			}
 		}
-		res, err := a.finish(before, ev.alarm, 0, nil)
+		res, err := a.finishBefore(ctx, before, ev.alarm, 0, nil, hook)
 		if err != nil {
 			return Delivery{}, err
 		}
@@ -622,7 +698,7 @@ func (a *Actor) DeliverAlarm(ctx context.Context) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, &abi.ActorError{ID: a.id, Op: "commit retry", Err: err}
 	}
-	res, err := a.finish(before, next, n, nil)
+	res, err := a.finishBefore(ctx, before, next, n, nil, hook)
 	if err != nil {
 		return Delivery{}, err
 	}

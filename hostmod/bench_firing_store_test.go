@@ -12,11 +12,24 @@ import (
 // BenchmarkReplicatedFiringStore times a replicated firing's work on the
 // actor's database, without the guest and the bucket: the event's commit
 // (the alarm moved and the counter's row written), the new index entry
-// recorded in a transaction of its own, and the snapshot for the upload,
-// in the CPU time of the thread that runs them (system calls included).
+// recorded, and the snapshot for the upload, in the CPU time of the thread
+// that runs them (system calls included). The entry is recorded in the
+// event's own transaction, as a node does (alarms.Plugin.RunHostmodAlarm),
+// or in a transaction of its own after it, as a host that calls
+// alarms.Plugin.Replicate after the event does.
 //
 //	go test ./hostmod -run '^$' -bench ReplicatedFiringStore -benchtime 20000x
 func BenchmarkReplicatedFiringStore(b *testing.B) {
+	for _, inEvent := range []bool{false, true} {
+		name := "record-own-transaction"
+		if inEvent {
+			name = "record-in-event"
+		}
+		b.Run(name, func(b *testing.B) { benchFiringStore(b, inEvent) })
+	}
+}
+
+func benchFiringStore(b *testing.B, inEvent bool) {
 	st, err := hostmod.OpenStore(filepath.Join(b.TempDir(), "a.db"))
 	if err != nil {
 		b.Fatal(err)
@@ -31,10 +44,13 @@ func BenchmarkReplicatedFiringStore(b *testing.B) {
 		if err == nil {
 			err = st.KVPut([]byte("count"), fmt.Appendf(nil, "%d", i))
 		}
+		if err == nil && inEvent {
+			err = st.SetMeta(hostmod.MetaAlarmIndexed, fmt.Sprintf("%d/tag-%012d", i, i))
+		}
 		if err == nil {
 			err = st.Commit()
 		}
-		if err == nil {
+		if err == nil && !inEvent {
 			err = st.SetMeta(hostmod.MetaAlarmIndexed, fmt.Sprintf("%d/tag-%012d", i, i))
 		}
 		if err == nil {

@@ -825,13 +825,31 @@ func (c *nodeActor) Upload(ctx context.Context) error {
 	return err
 }
 
+// RunAlarm runs the alarm event and, in cluster mode, replicates it with
+// the index entry recorded in the event's own commit (RunHostmodAlarm).
 func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
-	d, err := c.e.a.DeliverAlarm(ctx)
-	if err != nil || !d.Ran {
+	n, e := c.n, c.e
+	if n.leases == nil {
+		return e.a.DeliverAlarm(ctx)
+	}
+	if !n.leases.Valid() {
+		err := &abi.ActorError{ID: e.id, Err: errors.New("not run: the node lease lapsed")}
+		n.giveUp(ctx, e, err)
+		return hostmod.Delivery{}, err
+	}
+	kind := alarms.AfterEvent
+	if e.joining {
+		kind = alarms.FirstUpload
+	}
+	d, err := n.plugin.RunHostmodAlarm(ctx, c, e.a, kind)
+	if err != nil {
+		n.giveUp(ctx, e, err)
 		return d, err
 	}
-	c.e.dirty = true
-	return d, c.n.replicate(ctx, c.e, alarms.AfterEvent)
+	if d.Ran {
+		e.dirty, e.joining = false, false
+	}
+	return d, nil
 }
 
 func (c *nodeActor) Release(ctx context.Context) { _ = c.n.release(ctx, c.e) }

@@ -163,12 +163,11 @@ func (a *actor) Upload(ctx context.Context) error {
 	return err
 }
 
+// RunAlarm runs the alarm event and replicates it: the plugin PUTs the
+// entry for the alarm the event leaves before the event commits, records
+// it in the event's own transaction, and has Upload called once it did.
 func (a *actor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
-	d, err := a.a.DeliverAlarm(ctx)
-	if err == nil && d.Ran {
-		err = a.h.p.Replicate(ctx, a, alarms.AfterEvent)
-	}
-	return d, err
+	return a.h.p.RunHostmodAlarm(ctx, a, a.a, alarms.AfterEvent)
 }
 
 func (a *actor) Release(ctx context.Context) { a.close(ctx) }
