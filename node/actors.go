@@ -826,16 +826,15 @@ func (c *nodeActor) Upload(ctx context.Context) error {
 }
 
 // RunAlarm runs the alarm event and, in cluster mode, replicates it with
-// the index entry recorded in the event's own commit (RunHostmodAlarm).
+// the index entry recorded in the event's own commit (RunHostmodAlarm). On
+// an error the delivery's Done gives the actor up.
 func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	n, e := c.n, c.e
 	if n.leases == nil {
 		return e.a.DeliverAlarm(ctx)
 	}
 	if !n.leases.Valid() {
-		err := &abi.ActorError{ID: e.id, Err: errors.New("not run: the node lease lapsed")}
-		n.giveUp(ctx, e, err)
-		return hostmod.Delivery{}, err
+		return hostmod.Delivery{}, &abi.ActorError{ID: e.id, Err: errors.New("not run: the node lease lapsed")}
 	}
 	kind := alarms.AfterEvent
 	if e.joining {
@@ -843,7 +842,6 @@ func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	}
 	d, err := n.plugin.RunHostmodAlarm(ctx, c, e.a, kind)
 	if err != nil {
-		n.giveUp(ctx, e, err)
 		return d, err
 	}
 	if d.Ran {

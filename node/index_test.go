@@ -913,6 +913,68 @@ func TestAFailedIndexPutGivesTheActorUp(t *testing.T) {
 	})
 }
 
+// A firing whose handler moves the alarm PUTs the new entry before the
+// event commits. When that PUT fails, nothing is uploaded: the node gives
+// the actor up, the entry the bucket's state names stays, and the alarm
+// fires again from the bucket's state, this time listed, uploaded and the
+// replaced entry deleted, in that order.
+func TestAFiringWhoseIndexPutFailsRunsAgain(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, b bucket.Bucket, failNextIndexPut func()) {
+		spy := newIxSpy(t, b)
+		log := &ixDeliveries{}
+		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true, log: log})
+		id := ixActor("firingputfails")
+		t1 := time.Now().Add(time.Second).UnixMilli()
+		t2 := t1 + time.Hour.Milliseconds()
+		ixRun(t, b, a, id, node.ExecDurable, "mode set:"+strconv.FormatInt(t2, 10))
+		ixSet(t, b, a, id, node.ExecDurable, t1)
+		before, e1 := ixNamed(t, b, id)
+
+		failNextIndexPut()
+		ev := log.wait(t, id, "the firing whose index PUT failed", func(ev node.DeliveryEvent) bool { return ev.Err != nil })
+		if !strings.Contains(ev.Err.Error(), id.String()) {
+			t.Errorf("the firing's error %q does not name the actor", ev.Err)
+		}
+		ixGivenUp(t, b, id, before, e1)
+
+		log.wait(t, id, "the firing run again", func(ev node.DeliveryEvent) bool { return ev.Err == nil && ev.Delivery.Ran })
+		snap, e2 := ixNamed(t, b, id)
+		if e2.DueMs != t2 {
+			t.Fatalf("the state names %s, want the handler's alarm at %d", e2, t2)
+		}
+		waitFor(t, "the replaced entry deleted", func() bool {
+			got := ixEntries(t, b, id)
+			return len(got) == 1 && got[0] == e2
+		})
+		if m := spy.mutations(); !ixBefore(m, "PUT "+ixPrefix+e2.String(), "PUT "+snap.Key) || !ixBefore(m, "PUT "+snap.Key, "DELETE "+ixPrefix+e1.String()) {
+			t.Fatalf("want PUT %s, then the snapshot %s, then DELETE %s; got %v", e2, snap.Key, e1, m)
+		}
+		if got := ixRun(t, b, a, id, node.ExecDurable, "getkv log"); got != strconv.FormatInt(t1, 10)+":0" {
+			t.Errorf("the handler's log %q, want the one run that was replicated", got)
+		}
+		spy.noViolations(t)
+	}
+	t.Run("mem", func(t *testing.T) {
+		m, faults := memWithFaults()
+		run(t, m, func() {
+			var once atomic.Bool
+			faults.set(func(op bucket.Op) bucket.Fault {
+				if isIndexPut(op) && once.CompareAndSwap(false, true) {
+					return bucket.Fault{Err: errInjected}
+				}
+				return bucket.Fault{}
+			})
+		})
+	})
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		proxy := s3test.NewProxy(t, srv.Endpoint)
+		b := ixSplit{Bucket: srv.Bucket, index: srv.NewClient(t, bucket.WithEndpoint(proxy.URL))}
+		run(t, b, func() { proxy.FailNext("PUT", bucket.DefaultMaxAttempts, s3test.Respond503) })
+	})
+}
+
 // ixSplit sends index requests (keys under alarms/) to index, the rest to
 // the embedded bucket.
 type ixSplit struct {
