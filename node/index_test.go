@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
@@ -65,11 +66,12 @@ type ixConfig struct {
 	// hostErrorRetry is node.Config.HostErrorRetry (default 5 s; a failed
 	// delivery is retried after at least the lease TTL).
 	hostErrorRetry time.Duration
-	log            *ixDeliveries     // records the node's deliveries
-	noStart        bool              // do not run the timer, the reaper and the sweeps
-	class          string            // the class served: ixClass (default) or oneshotClass
-	classes        map[string][]byte // the classes served, if not class
-	tenants        []string          // the tenants swept (default "t")
+	log            *ixDeliveries         // records the node's deliveries
+	noStart        bool                  // do not run the timer, the reaper and the sweeps
+	class          string                // the class served: ixClass (default) or oneshotClass
+	classes        map[string][]byte     // the classes served, if not class
+	tenants        []string              // the tenants swept (default "t")
+	registerer     prometheus.Registerer // the node's metrics (default none)
 	// steady uses a 3 s lease (margin 1 s, grace 1 s) for tests that wait
 	// for no takeover and no sweep, so that a busy machine cannot make the
 	// lease lapse; the default is 600 ms (150 ms, 300 ms).
@@ -98,7 +100,8 @@ func ixNode(t *testing.T, b bucket.Bucket, name, dir string, c ixConfig) *node.N
 	n, err := node.New(context.Background(), node.Config{
 		DataDir: dir, Classes: classes,
 		OnDelivery: onDelivery, RetryMax: c.retryMax, HostErrorRetry: c.hostErrorRetry,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}}),
+		Registerer: c.registerer,
+		Logger:     hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: name + ".invalid:1",
 			LeaseTTL: ttl, LeaseMargin: margin, LeaseGrace: grace,
@@ -923,7 +926,8 @@ func TestAFiringWhoseIndexPutFailsRunsAgain(t *testing.T) {
 	run := func(t *testing.T, b bucket.Bucket, failNextIndexPut func()) {
 		spy := newIxSpy(t, b)
 		log := &ixDeliveries{}
-		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true, log: log})
+		reg := prometheus.NewRegistry()
+		a := ixNode(t, spy, "a", t.TempDir(), ixConfig{steady: true, log: log, registerer: reg})
 		id := ixActor("firingputfails")
 		t1 := time.Now().Add(time.Second).UnixMilli()
 		t2 := t1 + time.Hour.Milliseconds()
@@ -937,6 +941,9 @@ func TestAFiringWhoseIndexPutFailsRunsAgain(t *testing.T) {
 			t.Errorf("the firing's error %q does not name the actor", ev.Err)
 		}
 		ixGivenUp(t, b, id, before, e1)
+		if got := gathered(t, reg, "wasmkeep_node_actors_given_up_total"); got != 1 {
+			t.Errorf("actors given up = %v after one failed firing, want 1", got)
+		}
 
 		log.wait(t, id, "the firing run again", func(ev node.DeliveryEvent) bool { return ev.Err == nil && ev.Delivery.Ran })
 		snap, e2 := ixNamed(t, b, id)
