@@ -891,6 +891,18 @@ func TestAFailedIndexPutGivesTheActorUp(t *testing.T) {
 		}
 		spy.noViolations(t)
 	}
+	ixWithFailingIndexPut(t, run, func(t *testing.T, proxy *s3test.Proxy) {
+		if n := proxy.Count("PUT"); n != 1+bucket.DefaultMaxAttempts {
+			t.Errorf("the proxy saw %d PUTs, want %d: one listing, then a failed one with its retries", n, 1+bucket.DefaultMaxAttempts)
+		}
+	})
+}
+
+// ixWithFailingIndexPut runs run on an in-memory bucket and on versitygw,
+// each with a function that fails the next index PUT (on versitygw, that
+// PUT and its retries are answered 503 by a proxy only index requests go
+// through); then afterS3, if not nil, sees the proxy.
+func ixWithFailingIndexPut(t *testing.T, run func(t *testing.T, b bucket.Bucket, failNextIndexPut func()), afterS3 func(t *testing.T, proxy *s3test.Proxy)) {
 	t.Run("mem", func(t *testing.T) {
 		m, faults := memWithFaults()
 		run(t, m, func() {
@@ -910,8 +922,8 @@ func TestAFailedIndexPutGivesTheActorUp(t *testing.T) {
 		// failure aimed at PUTs hits only the index.
 		b := ixSplit{Bucket: srv.Bucket, index: srv.NewClient(t, bucket.WithEndpoint(proxy.URL))}
 		run(t, b, func() { proxy.FailNext("PUT", bucket.DefaultMaxAttempts, s3test.Respond503) })
-		if n := proxy.Count("PUT"); n != 1+bucket.DefaultMaxAttempts {
-			t.Errorf("the proxy saw %d PUTs, want %d: one listing, then a failed one with its retries", n, 1+bucket.DefaultMaxAttempts)
+		if afterS3 != nil {
+			afterS3(t, proxy)
 		}
 	})
 }
@@ -962,24 +974,7 @@ func TestAFiringWhoseIndexPutFailsRunsAgain(t *testing.T) {
 		}
 		spy.noViolations(t)
 	}
-	t.Run("mem", func(t *testing.T) {
-		m, faults := memWithFaults()
-		run(t, m, func() {
-			var once atomic.Bool
-			faults.set(func(op bucket.Op) bucket.Fault {
-				if isIndexPut(op) && once.CompareAndSwap(false, true) {
-					return bucket.Fault{Err: errInjected}
-				}
-				return bucket.Fault{}
-			})
-		})
-	})
-	t.Run("s3", func(t *testing.T) {
-		srv := s3test.Start(t)
-		proxy := s3test.NewProxy(t, srv.Endpoint)
-		b := ixSplit{Bucket: srv.Bucket, index: srv.NewClient(t, bucket.WithEndpoint(proxy.URL))}
-		run(t, b, func() { proxy.FailNext("PUT", bucket.DefaultMaxAttempts, s3test.Respond503) })
-	})
+	ixWithFailingIndexPut(t, run, nil)
 }
 
 // ixSplit sends index requests (keys under alarms/) to index, the rest to
