@@ -422,7 +422,7 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 	if ev.alarmTouched {
 		after = ev.alarm
 	}
-	res, err := a.finish(before, after, ev.failures, ev.response)
+	res, err := a.finish(ctx, before, after, ev.failures, ev.response, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -445,12 +445,8 @@ func (a *Actor) endEvent() { a.ev = event{} }
 
 // finish commits an event that leaves the alarm after and the failure
 // count n, and keeps them as the committed state.
-func (a *Actor) finish(before, after *int64, n int, response []byte) (Result, error) {
-	return a.finishBefore(context.Background(), before, after, n, response, nil)
-}
-
-// finishBefore is finish with a hook run before the commit (nil: none).
-func (a *Actor) finishBefore(ctx context.Context, before, after *int64, n int, response []byte, hook BeforeCommit) (Result, error) {
+// A hook (nil: none) runs just before the commit.
+func (a *Actor) finish(ctx context.Context, before, after *int64, n int, response []byte, hook BeforeCommit) (Result, error) {
 	res := Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
 	if after != nil {
 		res.Alarm, res.HasAlarm = *after, true
@@ -653,7 +649,7 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (Deli
 				return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
 			}
 		}
-		res, err := a.finishBefore(ctx, before, ev.alarm, 0, nil, hook)
+		res, err := a.finish(ctx, before, ev.alarm, 0, nil, hook)
 		if err != nil {
 			return Delivery{}, err
 		}
@@ -698,7 +694,7 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (Deli
 	if err != nil {
 		return Delivery{}, &abi.ActorError{ID: a.id, Op: "commit retry", Err: err}
 	}
-	res, err := a.finishBefore(ctx, before, next, n, nil, hook)
+	res, err := a.finish(ctx, before, next, n, nil, hook)
 	if err != nil {
 		return Delivery{}, err
 	}

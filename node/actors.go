@@ -240,13 +240,10 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 	if n.leases == nil || !e.dirty || e.a == nil {
 		return nil
 	}
-	if !n.leases.Valid() {
-		err := &abi.ActorError{ID: e.id, Err: errors.New("not replicated: the node lease lapsed")}
+	kind, err := n.replicationKind(e, kind)
+	if err != nil {
 		n.giveUp(ctx, e, err)
 		return err
-	}
-	if e.joining {
-		kind = alarms.FirstUpload
 	}
 	if err := n.plugin.Replicate(ctx, &nodeActor{n: n, e: e}, kind); err != nil {
 		err = &abi.ActorError{ID: e.id, Op: "replicate", Err: err}
@@ -255,6 +252,19 @@ func (n *Node) replicate(ctx context.Context, e *entry, kind alarms.UploadKind) 
 	}
 	e.dirty, e.joining = false, false
 	return nil
+}
+
+// replicationKind is the upload kind of e's next replication (a joining
+// node's first upload, or kind), or an error naming the actor when the
+// node lease lapsed: nothing may be replicated then.
+func (n *Node) replicationKind(e *entry, kind alarms.UploadKind) (alarms.UploadKind, error) {
+	if !n.leases.Valid() {
+		return kind, &abi.ActorError{ID: e.id, Err: errors.New("not replicated: the node lease lapsed")}
+	}
+	if e.joining {
+		kind = alarms.FirstUpload
+	}
+	return kind, nil
 }
 
 // upload stores data as the next snapshot of the hold and prunes the one
@@ -833,12 +843,9 @@ func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	if n.leases == nil {
 		return e.a.DeliverAlarm(ctx)
 	}
-	if !n.leases.Valid() {
-		return hostmod.Delivery{}, &abi.ActorError{ID: e.id, Err: errors.New("not run: the node lease lapsed")}
-	}
-	kind := alarms.AfterEvent
-	if e.joining {
-		kind = alarms.FirstUpload
+	kind, err := n.replicationKind(e, alarms.AfterEvent)
+	if err != nil {
+		return hostmod.Delivery{}, err
 	}
 	d, err := n.plugin.RunHostmodAlarm(ctx, c, e.a, kind)
 	if err != nil {
