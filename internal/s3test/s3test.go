@@ -110,6 +110,40 @@ func Start(tb testing.TB) *Server {
 	return srv
 }
 
+// StartLocal starts a versitygw of the test's own, whose backend keeps its
+// files under dir (a tmpfs such as /dev/shm keeps them in memory), and
+// returns a client on a fresh bucket of it. The server stops and its files
+// go when the test ends. Use it where the server's storage is part of what
+// is measured; Start is the shared server every other test uses.
+func StartLocal(tb testing.TB, dir string) *Server {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gw, err := clusterproc.StartVersitygw(ctx, dir)
+	if err != nil {
+		tb.Fatalf("s3test: versitygw under %s: %v", dir, err)
+	}
+	tb.Cleanup(func() {
+		gw.Stop()
+		_ = os.RemoveAll(gw.Dir)
+	})
+	srv := &Server{
+		Name: bucketName(tb.Name()), Endpoint: gw.Endpoint,
+		AccessKey: gw.AccessKey, SecretKey: gw.SecretKey,
+		Options: []bucket.S3Option{
+			bucket.WithEndpoint(gw.Endpoint),
+			bucket.WithCredentials(gw.AccessKey, gw.SecretKey),
+			bucket.WithRegion(bucket.DefaultRegion),
+			bucket.WithRetryMaxBackoff(testBackoff),
+		},
+	}
+	srv.Bucket = srv.NewClient(tb)
+	if err := srv.Bucket.EnsureBucket(ctx); err != nil {
+		tb.Fatalf("s3test: creating bucket %q at %s: %v", srv.Name, srv.Endpoint, err)
+	}
+	return srv
+}
+
 // Run runs the tests and then stops the shared server, if one was started,
 // and removes its directory. Call it from TestMain and exit with its result.
 func Run(m *testing.M) int {

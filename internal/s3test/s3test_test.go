@@ -3,9 +3,11 @@ package s3test
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +39,41 @@ func TestStartGivesEachTestItsOwnBucket(t *testing.T) {
 	body, _, err := a.NewClient(t).Get(t.Context(), "only-in-a")
 	if err != nil || string(body) != "x" {
 		t.Fatalf("NewClient: Get = %q, %v", body, err)
+	}
+}
+
+func TestStartLocalKeepsItsFilesUnderDirAndRemovesThem(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("server", func(t *testing.T) {
+		srv := StartLocal(t, dir)
+		if !strings.HasPrefix(srv.Endpoint, "http://127.0.0.1:") {
+			t.Fatalf("the server is not on 127.0.0.1: %s", srv.Endpoint)
+		}
+		if shared := Start(t); shared.Endpoint == srv.Endpoint {
+			t.Fatalf("StartLocal returned the shared server %s", srv.Endpoint)
+		}
+		if _, err := srv.Bucket.Put(t.Context(), "k", []byte("in dir"), bucket.Cond{IfNoneMatch: true}); err != nil {
+			t.Fatal(err)
+		}
+		body, _, err := srv.NewClient(t).Get(t.Context(), "k")
+		if err != nil || string(body) != "in dir" {
+			t.Fatalf("Get = %q, %v", body, err)
+		}
+		found := false
+		err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && d.Name() == "k" {
+				found = true
+			}
+			return err
+		})
+		if err != nil || !found {
+			t.Fatalf("the object is not stored under %s (walk: %v)", dir, err)
+		}
+	})
+	// The subtest's end stopped the server and removed its files.
+	left, err := os.ReadDir(dir)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("after the test, %s holds %d entries (%v), want none", dir, len(left), err)
 	}
 }
 
