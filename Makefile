@@ -123,11 +123,13 @@ bench: tools
 	$(MAKE) bench-firings
 
 # bench-firings: replicated alarm firings on one node (1, 8, 64 and 200
-# always-due actors on versitygw): firings/s, node CPU and requests per firing;
-# then the S3 client's CPU per PUT (an index entry, a 32 KiB snapshot), and a
-# firing's work on the actor's database alone (commit, record, snapshot).
+# always-due actors on versitygw, its files on disk, then on a tmpfs):
+# firings/s, node CPU and requests per firing; how much more CPU this machine
+# charges for work that follows an idle spell; then the S3 client's CPU per
+# PUT (an index entry, a 32 KiB snapshot), and a firing's work on the actor's
+# database alone (commit, record, snapshot).
 bench-firings: tools
-	$(GO) test -run '^$$' -bench ReplicatedFirings -benchtime 2000x -timeout 60m ./node/
+	$(GO) test -run '^$$' -bench 'ReplicatedFirings|WorkAfterIdle' -benchtime 2000x -timeout 60m ./node/
 	$(GO) test -run '^$$' -bench S3Put -benchtime 2000x ./bucket/
 	$(GO) test -run '^$$' -bench ReplicatedFiringStore -benchtime 20000x ./hostmod/
 

@@ -2,9 +2,13 @@ package node_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -127,11 +131,105 @@ func cpuTime(tb testing.TB) time.Duration {
 //
 //	go test ./node -run '^$' -bench ReplicatedFirings -benchtime 3000x
 func BenchmarkReplicatedFirings(b *testing.B) {
-	srv := s3test.Start(b)
+	benchFiringsOn(b, s3test.Start(b))
+}
+
+// memServerDir is where BenchmarkReplicatedFiringsMemoryServer's versitygw
+// keeps its files: a tmpfs, so that the server answers at memory speed.
+var memServerDir = flag.String("firings.memdir", "/dev/shm", "a tmpfs directory for BenchmarkReplicatedFiringsMemoryServer's versitygw")
+
+// BenchmarkReplicatedFiringsMemoryServer is BenchmarkReplicatedFirings on a
+// versitygw of its own whose files are on a tmpfs (-firings.memdir,
+// /dev/shm by default) rather than on disk: still a real S3 server on the
+// same machine, but one whose replies do not wait for a disk. The node's
+// work per firing is the same; what differs is how long the node sits idle
+// between a request and its reply, and on a virtual machine work that
+// follows an idle spell costs more CPU time (BenchmarkWorkAfterIdle
+// measures by how much on the machine at hand). S3 elsewhere answers
+// slower still, but a node that serves many actors is then busy, not idle.
+//
+//	go test ./node -run '^$' -bench ReplicatedFiringsMemoryServer -benchtime 2000x
+func BenchmarkReplicatedFiringsMemoryServer(b *testing.B) {
+	if st, err := os.Stat(*memServerDir); err != nil || !st.IsDir() {
+		b.Skipf("no directory %s for an in-memory server (-firings.memdir): %v", *memServerDir, err)
+	}
+	benchFiringsOn(b, s3test.StartLocal(b, *memServerDir))
+}
+
+func benchFiringsOn(b *testing.B, srv *s3test.Server) {
 	classes := counter(b)
 	for _, actors := range []int{1, 8, 64, 200} {
 		b.Run(fmt.Sprintf("actors-%d", actors), func(b *testing.B) {
 			benchFirings(b, srv, classes, actors)
+		})
+	}
+}
+
+// BenchmarkWorkAfterIdle measures the machine, not the node: one fixed unit
+// of work (the SHA-256 of 32 KiB, a 1 KiB round trip over loopback TCP and
+// a 4 KiB pwrite, four times: roughly what a firing's requests cost) done
+// back to back, then with the process asleep for 1 ms and 10 ms between
+// units. cpu-us/unit is the process's CPU time per unit. On a quiet bare
+// machine the three are close; on a virtual machine the unit that follows
+// an idle spell costs more (cold caches, the vCPU's wake-up), which is why
+// BenchmarkReplicatedFirings' CPU per firing rises when the S3 server
+// answers slowly.
+//
+//	go test ./node -run '^$' -bench WorkAfterIdle -benchtime 400x
+func BenchmarkWorkAfterIdle(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c) // echo
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	f, err := os.Create(filepath.Join(b.TempDir(), "work"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	data, reply := make([]byte, 32<<10), make([]byte, 1<<10)
+	unit := func() {
+		for i := range 4 {
+			sum := sha256.Sum256(data)
+			data[0] = sum[0]
+			if _, err := c.Write(data[:len(reply)]); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, reply); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := f.WriteAt(data[:4096], int64(i)*4096); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for range 50 { // warm-up
+		unit()
+	}
+	for _, gap := range []time.Duration{0, time.Millisecond, 10 * time.Millisecond} {
+		b.Run(fmt.Sprintf("idle-%s", gap), func(b *testing.B) {
+			cpu0 := cpuTime(b)
+			for range b.N {
+				unit()
+				if gap > 0 {
+					time.Sleep(gap)
+				}
+			}
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(b.N), "cpu-us/unit")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
