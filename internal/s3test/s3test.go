@@ -130,12 +130,7 @@ func StartLocal(tb testing.TB, dir string) *Server {
 	srv := &Server{
 		Name: bucketName(tb.Name()), Endpoint: gw.Endpoint,
 		AccessKey: gw.AccessKey, SecretKey: gw.SecretKey,
-		Options: []bucket.S3Option{
-			bucket.WithEndpoint(gw.Endpoint),
-			bucket.WithCredentials(gw.AccessKey, gw.SecretKey),
-			bucket.WithRegion(bucket.DefaultRegion),
-			bucket.WithRetryMaxBackoff(testBackoff),
-		},
+		Options: localOptions(gw),
 	}
 	srv.Bucket = srv.NewClient(tb)
 	if err := srv.Bucket.EnsureBucket(ctx); err != nil {
@@ -190,15 +185,20 @@ func startShared() (*shared, error) {
 	}
 	return &shared{
 		endpoint: gw.Endpoint,
-		options: []bucket.S3Option{
-			bucket.WithEndpoint(gw.Endpoint),
-			bucket.WithCredentials(gw.AccessKey, gw.SecretKey),
-			bucket.WithRegion(bucket.DefaultRegion),
-			bucket.WithRetryMaxBackoff(testBackoff),
-		},
-		gw:  gw,
-		dir: dir,
+		options:  localOptions(gw),
+		gw:       gw,
+		dir:      dir,
 	}, nil
+}
+
+// localOptions reach a versitygw this package started.
+func localOptions(gw *clusterproc.Versitygw) []bucket.S3Option {
+	return []bucket.S3Option{
+		bucket.WithEndpoint(gw.Endpoint),
+		bucket.WithCredentials(gw.AccessKey, gw.SecretKey),
+		bucket.WithRegion(bucket.DefaultRegion),
+		bucket.WithRetryMaxBackoff(testBackoff),
+	}
 }
 
 // gwExited is closed once the local server exited (never for an external one).
