@@ -201,29 +201,29 @@ func BenchmarkWorkAfterIdle(b *testing.B) {
 	}
 	defer f.Close()
 	data, reply := make([]byte, 32<<10), make([]byte, 1<<10)
-	unit := func() {
+	unit := func(tb testing.TB) {
 		for i := range 4 {
 			sum := sha256.Sum256(data)
 			data[0] = sum[0]
 			if _, err := c.Write(data[:len(reply)]); err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			if _, err := io.ReadFull(c, reply); err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			if _, err := f.WriteAt(data[:4096], int64(i)*4096); err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 	}
 	for range 50 { // warm-up
-		unit()
+		unit(b)
 	}
 	for _, gap := range []time.Duration{0, time.Millisecond, 10 * time.Millisecond} {
 		b.Run(fmt.Sprintf("idle-%s", gap), func(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for range b.N {
-				unit()
+				unit(b)
 				if gap > 0 {
 					time.Sleep(gap)
 				}
