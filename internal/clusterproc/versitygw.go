@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -34,32 +34,55 @@ type Versitygw struct {
 	exited chan struct{}
 }
 
-// FindVersitygw returns the versitygw binary: on PATH, or in GOBIN or
-// GOPATH/bin as `go install` leaves it.
+// FindVersitygw returns the versitygw binary: on PATH, or where `go
+// install` leaves it (GOBIN if set, else the bin directory of each GOPATH
+// entry), whether or not that directory is on PATH.
 func FindVersitygw() (string, error) {
-	if p, err := exec.LookPath("versitygw"); err == nil {
+	if p, ok := FindGoInstalled("versitygw"); ok {
 		return p, nil
 	}
-	var dirs []string
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(lines) == 2 {
-			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
-				dirs = append(dirs, gobin)
-			}
-			for _, p := range filepath.SplitList(strings.TrimSpace(lines[1])) {
-				dirs = append(dirs, filepath.Join(p, "bin"))
-			}
-		}
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "versitygw")
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New("clusterproc: versitygw is neither on PATH nor in $(go env GOPATH)/bin; " +
+	return "", errors.New("clusterproc: versitygw is neither on PATH nor where `go install` puts it (GOBIN, or $(go env GOPATH)/bin); " +
 		"install it with `go install github.com/versity/versitygw/cmd/versitygw@" + VersitygwVersion + "` (or `make tools`)")
+}
+
+// FindGoInstalled returns the executable name: on PATH, else in the
+// directories `go install` writes to, asked of `go env -json GOBIN GOPATH`
+// (an unset GOBIN is an empty value there, not a missing line).
+func FindGoInstalled(name string) (string, bool) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, true
+	}
+	for _, d := range GoInstallDirs() {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// GoInstallDirs returns where `go install` puts binaries, in the order it
+// would: GOBIN if set, then the bin directory of each GOPATH entry. It is
+// empty if the go command cannot be run.
+func GoInstallDirs() []string {
+	out, err := exec.Command("go", "env", "-json", "GOBIN", "GOPATH").Output()
+	if err != nil {
+		return nil
+	}
+	var env struct{ GOBIN, GOPATH string }
+	if json.Unmarshal(out, &env) != nil {
+		return nil
+	}
+	var dirs []string
+	if env.GOBIN != "" {
+		dirs = append(dirs, env.GOBIN)
+	}
+	for _, p := range filepath.SplitList(env.GOPATH) {
+		if p != "" {
+			dirs = append(dirs, filepath.Join(p, "bin"))
+		}
+	}
+	return dirs
 }
 
 // StartVersitygw starts versitygw with its backend in a new directory under
