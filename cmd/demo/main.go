@@ -327,6 +327,9 @@ func run(o options) error {
 	if lost > 0 {
 		return fmt.Errorf("%d alarms lost", lost)
 	}
+	if len(first) < o.actors {
+		return fmt.Errorf("%d of %d orphaned alarms did not fire on a survivor within %v of the kill", o.actors-len(first), o.actors, o.after)
+	}
 	return nil
 }
 
