@@ -503,6 +503,33 @@ func (b *S3) listPaged(ctx context.Context, prefix, startAfter string, limit int
 	return keys, pages, nil
 }
 
+// Exists reports whether the bucket exists (a HEAD of the bucket): false
+// with a nil error when the store answers that there is no such bucket,
+// an error when it cannot be asked or refuses to say (a bucket of another
+// account answers 403).
+func (b *S3) Exists(ctx context.Context) (bool, error) {
+	ctx, n := withAttempts(ctx)
+	_, err := b.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &b.name})
+	if err == nil {
+		return true, nil
+	}
+	if err = classify(err); errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return false, b.fail("HEAD BUCKET", "", n, err)
+}
+
+// Endpoint names where the client sends its requests, for messages: the
+// endpoint URL when one is set (WithEndpoint or AWS_ENDPOINT_URL), or AWS
+// S3 in the client's region.
+func (b *S3) Endpoint() string {
+	o := b.client.Options()
+	if e := aws.ToString(o.BaseEndpoint); e != "" {
+		return e
+	}
+	return "AWS S3 in region " + o.Region
+}
+
 // EnsureBucket creates the bucket if it does not exist.
 func (b *S3) EnsureBucket(ctx context.Context) error {
 	ctx, n := withAttempts(ctx)

@@ -55,6 +55,7 @@ func TestS3UnreachableIsABoundedError(t *testing.T) {
 		"List":   func() error { _, err := b.List(guard, "", "", 5000); return err },
 		"Check":  func() error { return b.Check(guard) },
 		"Ensure": func() error { return b.EnsureBucket(guard) },
+		"Exists": func() error { _, err := b.Exists(guard); return err },
 	}
 	for name, op := range ops {
 		err := op()
@@ -233,6 +234,27 @@ func TestS3EnsureBucketCreatesOnceAndCheckPasses(t *testing.T) {
 	}
 	if keys, err := b.List(ctx(t), "", "", 10); err != nil || len(keys) != 0 {
 		t.Fatalf("bucket after Check holds %q, %v; want nothing", keys, err)
+	}
+}
+
+// Exists tells a bucket that is there from one that is not, without
+// creating it, and Endpoint names the server for messages about either.
+func TestS3ExistsDoesNotCreate(t *testing.T) {
+	srv := s3test.Start(t)
+	missing, err := bucket.NewS3(ctx(t), srv.Name+"-missing", srv.Options...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if ok, err := missing.Exists(ctx(t)); ok || err != nil {
+			t.Fatalf("Exists on a bucket never created = %v, %v; want false, nil", ok, err)
+		}
+	}
+	if ok, err := srv.Bucket.Exists(ctx(t)); !ok || err != nil {
+		t.Fatalf("Exists on the test's bucket = %v, %v; want true, nil", ok, err)
+	}
+	if got := missing.Endpoint(); got != srv.Endpoint {
+		t.Errorf("Endpoint() = %q, want the server's %q", got, srv.Endpoint)
 	}
 }
 

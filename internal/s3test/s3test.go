@@ -110,6 +110,26 @@ func Start(tb testing.TB) *Server {
 	return srv
 }
 
+// StartWithoutBucket is Start without creating the bucket: the server, and
+// a client on a fresh bucket name that does not exist there yet. If the
+// test creates the bucket, it is removed when the test ends, as Start's are.
+func StartWithoutBucket(tb testing.TB) *Server {
+	tb.Helper()
+	srv := Start(tb)
+	missing := &Server{Name: srv.Name + "-new", Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Options: srv.Options}
+	missing.Bucket = missing.NewClient(tb)
+	if sharedSrv.external {
+		tb.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if ok, err := missing.Bucket.Exists(ctx); ok || err != nil {
+				removeBucket(tb, missing.Bucket)
+			}
+		})
+	}
+	return missing
+}
+
 // StartLocal starts a versitygw of the test's own, whose backend keeps its
 // files under dir (a tmpfs such as /dev/shm keeps them in memory), and
 // returns a client on a fresh bucket of it. The server stops and its files
