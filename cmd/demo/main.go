@@ -200,6 +200,7 @@ func run(o options) error {
 		Flags: []string{
 			"-lease-ttl", o.leaseTTL.String(), "-lease-margin", o.margin.String(), "-lease-grace", o.grace.String(),
 			"-sweep", o.sweep.String(), "-tenants", "demo", "-idle", "10m", "-log-json",
+			"-create-bucket", // the demo's bucket is a new one of its own
 		},
 	}
 	nodes, err := clusterproc.StartNodes(ctx, cfg, 3)

@@ -56,7 +56,8 @@ func main() {
 	fs.Var(classes, "class", "an actor class: NAME=FILE.wasm (repeatable)")
 	listen := fs.String("listen", "127.0.0.1:7600", "HTTP listen address")
 	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address)")
-	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone)")
+	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone); it must exist, unless -create-bucket")
+	createBucket := fs.Bool("create-bucket", false, "create the -bucket if it does not exist (without it, a missing bucket is an error, so a mistyped name cannot start a second, empty cluster)")
 	prefix := fs.String("prefix", "cluster/", "key prefix of all the cluster's objects in the bucket (leases, holds, state, alarm index)")
 	nodeID := fs.String("node-id", "", "node name in the cluster (default: random); a node started under the name of one that crashed takes it back once that one's lease has expired")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "node lease period")
@@ -85,7 +86,7 @@ func main() {
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
-	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, classes, *listen, *advertise, *bucketName, *prefix, *nodeID,
+	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
 		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
@@ -98,7 +99,7 @@ type metricsFlags struct {
 	pprof bool
 }
 
-func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir string, classes classFlags, listen, advertise, bucketName, prefix, nodeID string,
+func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir string, classes classFlags, listen, advertise, bucketName string, createBucket bool, prefix, nodeID string,
 	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration,
 	maxDBs, maxInsts int) error {
 	if maxDBs < 1 || maxInsts < 1 {
@@ -178,8 +179,8 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 		if err != nil {
 			return err
 		}
-		if err := b.EnsureBucket(ctx); err != nil {
-			return fmt.Errorf("bucket %s unreachable: %w", bucketName, err)
+		if err := openBucket(ctx, b, createBucket); err != nil {
+			return err
 		}
 		if err := bucket.CheckConditional(ctx, b); err != nil {
 			return fmt.Errorf("bucket %s: %w", bucketName, err)
@@ -216,6 +217,27 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 	defer cancel()
 	srv.Shutdown(sctx)
 	return n.Close(sctx)
+}
+
+// openBucket checks that the cluster's bucket exists, or creates it when
+// asked to (-create-bucket). A node never creates a bucket unasked: a
+// mistyped -bucket would otherwise start a second, empty cluster beside
+// the real one.
+func openBucket(ctx context.Context, b *bucket.S3, create bool) error {
+	if create {
+		if err := b.EnsureBucket(ctx); err != nil {
+			return fmt.Errorf("bucket %s at %s: creating it: %w", b.Name(), b.Endpoint(), err)
+		}
+		return nil
+	}
+	ok, err := b.Exists(ctx)
+	if err != nil {
+		return fmt.Errorf("bucket %s at %s unreachable: %w", b.Name(), b.Endpoint(), err)
+	}
+	if !ok {
+		return fmt.Errorf("bucket %s does not exist at %s: check -bucket and AWS_ENDPOINT_URL, or pass -create-bucket to create it", b.Name(), b.Endpoint())
+	}
+	return nil
 }
 
 // versionLine describes the binary: its module version, the commit it was

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"os/exec"
 	"runtime/debug"
 	"strings"
 	"testing"
-
-	"github.com/wasmkeep/alarms/internal/clusterproc"
 )
 
 func TestVersionLine(t *testing.T) {
@@ -30,10 +27,7 @@ func TestVersionLine(t *testing.T) {
 
 // keepnode -version prints one line and exits 0, needing no other flag.
 func TestVersionFlag(t *testing.T) {
-	bin, err := clusterproc.Build(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := keepnodeBinary(t)
 	out, err := exec.Command(bin, "-version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "keepnode ") || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), " go1.") {
 		t.Fatalf("keepnode -version: %q, %v", out, err)

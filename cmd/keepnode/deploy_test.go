@@ -1,0 +1,116 @@
+package main
+
+// The deployment traps of a first cluster, on real keepnode processes: a
+// mistyped -bucket, a -listen address peers cannot reach, and a restart
+// that compiles every class again.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/testguest"
+)
+
+func TestMain(m *testing.M) {
+	code := s3test.Run(m)
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// keepnodeBinary builds keepnode once for the package's tests.
+func keepnodeBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "keepnode-test-"); binErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		binPath, binErr = clusterproc.Build(ctx, binDir)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// nodeConfig starts nodes of the oneshot fixture class on s3 (a bucket
+// named "unused" and no endpoint for tests that pass -bucket "").
+func nodeConfig(t *testing.T, s3 clusterproc.S3) clusterproc.Config {
+	t.Helper()
+	wasm := filepath.Join(t.TempDir(), "oneshot.wasm")
+	if err := os.WriteFile(wasm, testguest.Fixture(t, "oneshot_alarm"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return clusterproc.Config{Binary: keepnodeBinary(t), S3: s3, Dir: t.TempDir(),
+		Classes: map[string]string{"oneshot": wasm}, ReadyTimeout: 2 * time.Minute}
+}
+
+func procS3(srv *s3test.Server) clusterproc.S3 {
+	return clusterproc.S3{Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Bucket: srv.Name}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A -bucket that does not exist (a typo) stops keepnode with an error
+// naming the bucket and the endpoint, and leaves the store as it was;
+// -create-bucket creates it, after which nodes join it without the flag.
+func TestAMissingBucketIsRefusedUnlessCreateBucket(t *testing.T) {
+	ctx := testContext(t)
+	srv := s3test.StartWithoutBucket(t)
+	cfg := nodeConfig(t, procS3(srv))
+
+	n, err := clusterproc.StartNode(ctx, cfg, "typo")
+	if err == nil {
+		n.Kill()
+		t.Fatalf("keepnode served on bucket %s, which did not exist", srv.Name)
+	}
+	for _, want := range []string{"exited before serving", "bucket " + srv.Name + " does not exist at " + srv.Endpoint, "-create-bucket"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("keepnode on a missing bucket: %v\nwant it to say %q", err, want)
+		}
+	}
+	if ok, err := srv.Bucket.Exists(ctx); ok || err != nil {
+		t.Fatalf("after the refusal, bucket %s exists = %v, %v; want it still missing", srv.Name, ok, err)
+	}
+
+	first, err := clusterproc.StartNode(ctx, cfg, "creator", "-create-bucket")
+	if err != nil {
+		t.Fatalf("keepnode -create-bucket: %v", err)
+	}
+	defer first.Kill()
+	if first.NodeID == "" {
+		t.Fatal("the node started with -create-bucket reports no node ID: it did not join a cluster")
+	}
+	if ok, err := srv.Bucket.Exists(ctx); !ok || err != nil {
+		t.Fatalf("after keepnode -create-bucket, bucket %s exists = %v, %v; want true", srv.Name, ok, err)
+	}
+	second, err := clusterproc.StartNode(ctx, cfg, "joiner")
+	if err != nil {
+		t.Fatalf("keepnode without -create-bucket on the bucket now there: %v", err)
+	}
+	defer second.Kill()
+	if second.NodeID == "" || second.NodeID == first.NodeID {
+		t.Fatalf("second node's ID %q beside the first's %q: want a node of its own in the cluster", second.NodeID, first.NodeID)
+	}
+}
