@@ -114,3 +114,38 @@ func TestAMissingBucketIsRefusedUnlessCreateBucket(t *testing.T) {
 		t.Fatalf("second node's ID %q beside the first's %q: want a node of its own in the cluster", second.NodeID, first.NodeID)
 	}
 }
+
+// In a cluster, a -listen address with no host or every host would be
+// advertised to the other nodes as it is, and they could not forward to
+// it: keepnode refuses it without -advertise, and says to pass one. With
+// -advertise, or running alone (nothing advertised), it serves.
+func TestAWildcardListenNeedsAdvertiseInACluster(t *testing.T) {
+	ctx := testContext(t)
+	srv := s3test.Start(t)
+	cfg := nodeConfig(t, procS3(srv))
+
+	for i, listen := range []string{":0", "0.0.0.0:0", "[::]:0"} {
+		n, err := clusterproc.StartNode(ctx, cfg, "wild"+string(rune('a'+i)), "-listen", listen)
+		if err == nil {
+			n.Kill()
+			t.Errorf("keepnode -listen %s -bucket %s without -advertise served, advertising %s to its peers", listen, srv.Name, n.Addr)
+			continue
+		}
+		for _, want := range []string{"exited before serving", "-listen " + listen + " names no host", "pass -advertise HOST:0"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("keepnode -listen %s without -advertise: %v\nwant it to say %q", listen, err, want)
+			}
+		}
+	}
+
+	n, err := clusterproc.StartNode(ctx, cfg, "advertised", "-listen", ":0", "-advertise", "127.0.0.1:7600")
+	if err != nil {
+		t.Fatalf("keepnode -listen :0 -advertise 127.0.0.1:7600: %v", err)
+	}
+	n.Kill()
+	n, err = clusterproc.StartNode(ctx, cfg, "alone", "-listen", ":0", "-bucket", "")
+	if err != nil {
+		t.Fatalf("keepnode -listen :0 alone (nothing advertised): %v", err)
+	}
+	n.Kill()
+}

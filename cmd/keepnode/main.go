@@ -55,7 +55,7 @@ func main() {
 	dataDir := fs.String("data", "", "data directory: one SQLite file per actor (required)")
 	fs.Var(classes, "class", "an actor class: NAME=FILE.wasm (repeatable)")
 	listen := fs.String("listen", "127.0.0.1:7600", "HTTP listen address")
-	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address)")
+	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address, which must then name a host: with -bucket, a -listen of :PORT, 0.0.0.0 or [::] needs -advertise)")
 	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone); it must exist, unless -create-bucket")
 	createBucket := fs.Bool("create-bucket", false, "create the -bucket if it does not exist (without it, a missing bucket is an error, so a mistyped name cannot start a second, empty cluster)")
 	prefix := fs.String("prefix", "cluster/", "key prefix of all the cluster's objects in the bucket (leases, holds, state, alarm index)")
@@ -113,6 +113,11 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 	}
 	if mf.pprof && mf.addr == "" {
 		return errors.New("-pprof needs -metrics-addr: profiles are served only on the metrics listener")
+	}
+	if bucketName != "" && advertise == "" {
+		if err := checkAdvertisable(listen); err != nil {
+			return err
+		}
 	}
 	wasm := map[string][]byte{}
 	for name, path := range classes {
@@ -236,6 +241,21 @@ func openBucket(ctx context.Context, b *bucket.S3, create bool) error {
 	}
 	if !ok {
 		return fmt.Errorf("bucket %s does not exist at %s: check -bucket and AWS_ENDPOINT_URL, or pass -create-bucket to create it", b.Name(), b.Endpoint())
+	}
+	return nil
+}
+
+// checkAdvertisable refuses a listen address that names no host (":7600")
+// or every host ("0.0.0.0:7600", "[::]:7600") when it would be advertised
+// to the other nodes as it is: they could not forward requests to it.
+func checkAdvertisable(listen string) error {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("-listen %s: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("-listen %s names no host other nodes can reach, and without -advertise it is the address this node gives them: "+
+			"pass -advertise HOST:%s with the host name or address they reach this machine at", listen, port)
 	}
 	return nil
 }
