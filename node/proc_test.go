@@ -294,7 +294,7 @@ func TestKeepnodeFlags(t *testing.T) {
 		"-sweep duration", "(default 10s)", "-tenants string",
 		"-log-level string", `(default "info")`,
 		"-metrics-addr string", "-pprof\n",
-		"-create-bucket\n",
+		"-create-bucket\n", "-cache-dir string", "DATA/.compilation-cache",
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("keepnode -help lacks %q", want)

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,4 +149,120 @@ func TestAWildcardListenNeedsAdvertiseInACluster(t *testing.T) {
 		t.Fatalf("keepnode -listen :0 alone (nothing advertised): %v", err)
 	}
 	n.Kill()
+}
+
+// cacheFiles lists the files under dir.
+func cacheFiles(t *testing.T, dir string) map[string]os.FileInfo {
+	t.Helper()
+	files := map[string]os.FileInfo{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		files[rel] = info
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("compilation cache %s: %v", dir, err)
+	}
+	return files
+}
+
+// keepnode keeps compiled classes in <data>/.compilation-cache, and a
+// second start on the same data directory takes its class from there: a
+// compile that missed the cache would write the class's file anew (wazero
+// writes a temporary file and renames it over the entry). -cache-dir moves
+// the cache, and -cache-dir off turns it off.
+func TestASecondStartReusesTheCompilationCache(t *testing.T) {
+	ctx := testContext(t)
+	cfg := nodeConfig(t, clusterproc.S3{Bucket: "unused"})
+	start := func(name string, flags ...string) *clusterproc.Node {
+		t.Helper()
+		began := time.Now()
+		n, err := clusterproc.StartNode(ctx, cfg, name, append([]string{"-bucket", ""}, flags...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("node %s %q serving after %v", name, flags, time.Since(began).Round(time.Millisecond))
+		if err := n.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	n := start("node")
+	cache := filepath.Join(n.DataDir, ".compilation-cache")
+	first := cacheFiles(t, cache)
+	compiled := 0
+	for name, f := range first {
+		if strings.HasSuffix(name, ".tmp") {
+			t.Errorf("cache file %s: a write left unfinished", name)
+		}
+		if f.Size() > 0 {
+			compiled++
+		}
+	}
+	if compiled != 1 {
+		t.Fatalf("after the first start, %s holds %d non-empty files (%v); want the one compiled class", cache, compiled, first)
+	}
+
+	start("node")
+	second := cacheFiles(t, cache)
+	if len(second) != len(first) {
+		t.Errorf("after the second start the cache holds %d files, after the first %d: want the same", len(second), len(first))
+	}
+	for name, f := range first {
+		g, ok := second[name]
+		if !ok {
+			t.Errorf("cache file %s is gone after the second start", name)
+			continue
+		}
+		if !os.SameFile(f, g) || !g.ModTime().Equal(f.ModTime()) || g.Size() != f.Size() {
+			t.Errorf("cache file %s was written again by the second start: the class was compiled, not taken from the cache", name)
+		}
+	}
+
+	// A damaged entry stops the start with the remedy; following it works.
+	for name, f := range first {
+		path := filepath.Join(cache, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[f.Size()/2] ^= 0xff
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := clusterproc.StartNode(ctx, cfg, "node", "-bucket", ""); err == nil {
+		n.Kill()
+		t.Log("keepnode started on a damaged cache entry (wazero compiled the class again)")
+	} else if want := "the compilation cache in " + cache + " is damaged: remove that directory"; !strings.Contains(err.Error(), want) {
+		t.Errorf("keepnode on a damaged cache entry: %v\nwant it to say %q", err, want)
+	}
+	if err := os.RemoveAll(cache); err != nil {
+		t.Fatal(err)
+	}
+	start("node")
+	if got := len(cacheFiles(t, cache)); got != 1 {
+		t.Errorf("after the cache was removed, a start left %d files in it, want the one compiled class", got)
+	}
+
+	elsewhere := filepath.Join(t.TempDir(), "cache")
+	n = start("moved", "-cache-dir", elsewhere)
+	if got := len(cacheFiles(t, elsewhere)); got != 1 {
+		t.Errorf("-cache-dir %s holds %d files after a start, want the one compiled class", elsewhere, got)
+	}
+	if _, err := os.Stat(filepath.Join(n.DataDir, ".compilation-cache")); !os.IsNotExist(err) {
+		t.Errorf("with -cache-dir elsewhere, the data directory has a cache too (%v)", err)
+	}
+	n = start("uncached", "-cache-dir", "off")
+	if _, err := os.Stat(filepath.Join(n.DataDir, ".compilation-cache")); !os.IsNotExist(err) {
+		t.Errorf("with -cache-dir off, the data directory has a cache (%v)", err)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/tetratelabs/wazero"
 
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/hostmod"
@@ -58,6 +60,7 @@ func main() {
 	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address, which must then name a host: with -bucket, a -listen of :PORT, 0.0.0.0 or [::] needs -advertise)")
 	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone); it must exist, unless -create-bucket")
 	createBucket := fs.Bool("create-bucket", false, "create the -bucket if it does not exist (without it, a missing bucket is an error, so a mistyped name cannot start a second, empty cluster)")
+	cacheDir := fs.String("cache-dir", "", "directory where compiled classes are kept across restarts, so a restart does not compile them again (default: DATA/"+defaultCacheDir+"; \"off\": compile at every start)")
 	prefix := fs.String("prefix", "cluster/", "key prefix of all the cluster's objects in the bucket (leases, holds, state, alarm index)")
 	nodeID := fs.String("node-id", "", "node name in the cluster (default: random); a node started under the name of one that crashed takes it back once that one's lease has expired")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "node lease period")
@@ -86,7 +89,7 @@ func main() {
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
-	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
+	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, *cacheDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
 		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
@@ -99,7 +102,15 @@ type metricsFlags struct {
 	pprof bool
 }
 
-func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir string, classes classFlags, listen, advertise, bucketName string, createBucket bool, prefix, nodeID string,
+// defaultCacheDir is the compilation cache's directory under the data
+// directory: a name no tenant can have (tenants start with a letter or a
+// digit), so it never mixes with the actors' databases.
+const defaultCacheDir = ".compilation-cache"
+
+// cacheDirOff is the -cache-dir value that turns the cache off.
+const cacheDirOff = "off"
+
+func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir, cacheDir string, classes classFlags, listen, advertise, bucketName string, createBucket bool, prefix, nodeID string,
 	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration,
 	maxDBs, maxInsts int) error {
 	if maxDBs < 1 || maxInsts < 1 {
@@ -138,6 +149,25 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	engineOpts := append([]hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)}, memOpts...)
+	if cacheDir == "" {
+		// The data directory as node.New makes it, before the cache's
+		// directory inside it.
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return fmt.Errorf("-data %s: %w", dataDir, err)
+		}
+		cacheDir = filepath.Join(dataDir, defaultCacheDir)
+	}
+	if cacheDir != cacheDirOff {
+		cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
+		if err != nil {
+			return fmt.Errorf("-cache-dir %s: %w", cacheDir, err)
+		}
+		// Closed after the node, whose engine compiled into it.
+		defer cache.Close(context.Background())
+		engineOpts = append(engineOpts, hostmod.WithCompilationCache(cache))
+	}
+
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -172,7 +202,7 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 		IdleTimeout:      idle,
 		MaxOpenDatabases: maxDBs,
 		MaxInstances:     maxInsts,
-		EngineOptions:    append([]hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)}, memOpts...),
+		EngineOptions:    engineOpts,
 	}
 	var s3opts []bucket.S3Option
 	if reg != nil {
@@ -198,6 +228,11 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 	}
 	n, err := node.New(ctx, cfg)
 	if err != nil {
+		// wazero refuses a cached class it cannot read back (such as a
+		// checksum that does not match) rather than compile it again.
+		if cacheDir != cacheDirOff && strings.Contains(err.Error(), "compilationcache:") {
+			return fmt.Errorf("%w: the compilation cache in %s is damaged: remove that directory (the next start compiles the classes again and refills it), or pass -cache-dir off", err, cacheDir)
+		}
 		return err
 	}
 	n.Start(ctx)
