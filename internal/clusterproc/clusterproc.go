@@ -82,7 +82,8 @@ func Build(ctx context.Context, dir string) (string, error) {
 }
 
 // S3 is where the nodes' bucket is: the store's endpoint, credentials and
-// region, and the bucket's name (keepnode creates it if missing).
+// region, and the bucket's name (keepnode refuses a bucket that does not
+// exist unless Config.Flags holds -create-bucket).
 type S3 struct {
 	Endpoint  string
 	AccessKey string

@@ -73,7 +73,7 @@ func TestNodesServeForwardStopAndKill(t *testing.T) {
 	cfg := clusterproc.Config{
 		Binary: bin, S3: gw.S3("clusterproc-test"), Dir: dir, Log: &log,
 		Classes: map[string]string{"counter": wasm},
-		Flags:   []string{"-lease-ttl", "1s", "-lease-margin", "200ms", "-lease-grace", "500ms", "-log-level", "debug"},
+		Flags:   []string{"-create-bucket", "-lease-ttl", "1s", "-lease-margin", "200ms", "-lease-grace", "500ms", "-log-level", "debug"},
 	}
 	nodes, err := clusterproc.StartNodes(ctx, cfg, 2)
 	if err != nil {

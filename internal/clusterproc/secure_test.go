@@ -54,7 +54,7 @@ func TestKeepnodeWithTokensAndTLS(t *testing.T) {
 	cfg := clusterproc.Config{
 		Binary: bin, S3: gw.S3("clusterproc-secure"), Dir: dir, Log: &log,
 		Classes: map[string]string{"counter": wasm},
-		Flags: []string{"-token-file", tokenFile, "-tenant-tokens", tenantFile,
+		Flags: []string{"-create-bucket", "-token-file", tokenFile, "-tenant-tokens", tenantFile,
 			"-tls-cert", certFile, "-tls-key", keyFile, "-tls-ca", caFile},
 	}
 	nodes, err := clusterproc.StartNodes(ctx, cfg, 2)
