@@ -32,11 +32,16 @@
 //     every version of the object differs from every other (S3 ETags of
 //     equal bodies are equal). If the renewal sent at time s (holder's
 //     clock) succeeds, the holder is valid until s + TTL - Margin. A renewal
-//     that fails ends validity at once; one whose answer arrives after the
-//     validity it would extend has ended does not extend it (the chain of
-//     renewals is broken). A later success starts a new chain, a new lease
-//     epoch, and holds taken in an earlier epoch are never valid again: they
-//     must be acquired anew, by a conditional write on the ownership record.
+//     that fails, times out or whose answer is lost extends nothing and
+//     ends nothing: the holder stays valid until the window of its last
+//     confirmed renewal ends, and keeps renewing (see "Renewals that fail"
+//     below). A renewal whose answer arrives after the validity it would
+//     extend has ended does not extend it (the chain of renewals is
+//     broken). A later success starts a new chain, a new lease epoch, and
+//     holds taken in an earlier epoch are never valid again: they must be
+//     acquired anew, by a conditional write on the ownership record. Only
+//     the window running out, the lease object replaced or removed by
+//     someone else (ErrLeaseLost), or Close ends validity.
 //   - The taker. Another node treats the lease as expired only when it has
 //     seen the same version (ETag and sequence number) in a read it received
 //     at f, and again in a read it sent at g >= f + TTL + Grace (taker's
@@ -62,6 +67,39 @@
 // after its last successful renewal was sent, and a taker needs at least 12 s
 // of its own clock after first seeing that renewal: 3 s to spare, enough for
 // about 14% of drift.
+//
+// # Renewals that fail
+//
+// A renewal that failed may still have landed, and one that timed out may
+// land later; neither ends validity, and the argument above still holds,
+// because it rests on confirmed renewals alone. Every version of the lease
+// object is one of the holder's writes, and each write is conditioned on
+// the version it replaces (If-Match), so the versions form one chain and
+// each landing changes the object. Validity only ever comes from a renewal
+// whose success the holder received: its window is s + TTL - Margin for its
+// send time s, and the chain continues only if that answer came before the
+// previous window ended. So at any instant the holder is valid, its last
+// confirmed renewal C is valid for it, and C (or a later write of the
+// chain) is the object's version from C's landing on. A write that failed
+// but landed, or lands late, is a new version: a taker watching the object
+// sees it change and starts counting TTL + Grace again from when it first
+// sees it, which is later than C was sent. It can only put the taker's
+// judgement off, never bring it forward, and it never extends the holder's
+// validity: only an answer does. When the holder finds its own late write
+// in place (its next renewal's If-Match fails and reading the object back
+// shows its own instance with a sequence number it sent but never saw
+// confirmed), it renews on top of it, its validity where C left it. A taker
+// that judged the lease expired saw one version unchanged from f to g >=
+// f + TTL + Grace; the holder's confirmed renewals all landed before g, so
+// C landed by f, C was sent by f, and the holder's validity ended at
+// C's send + TTL - Margin, before g by the drift bound, as above.
+//
+// The simulator runs these leases and holds (sim.RunLeases) with renewals
+// that fail, lose their answer after landing, land late or are slow, with
+// pauses, partitions, crashes and clocks drifting by up to MaxClockDrift,
+// and checks after every step that no two nodes each hold a valid hold on
+// one actor; a variant that takes a failed renewal as confirmed (validity
+// past the last confirmed window) is caught within a few seeds.
 //
 // Margin protects against the holder's clock running slow and its requests
 // being slow to return; Grace protects against the taker's clock running

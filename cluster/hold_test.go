@@ -296,10 +296,11 @@ func faultyLeaseBucket(key string, fail *bool, mu *sync.Mutex) *bucket.Mem {
 	return m
 }
 
-// TestLapsedLeaseVoidsHolds: a failed renewal makes the node's holds invalid
-// at once; while the lease is not valid nothing is acquired (not even a
-// request is sent); once it is valid again, the old holds stay void and the
-// actor is taken anew under a higher generation.
+// TestLapsedLeaseVoidsHolds: renewals that fail until the last confirmed
+// window ends make the node's holds invalid; while the lease is not valid
+// nothing is acquired (not even a request is sent); once it is valid again,
+// the old holds stay void and the actor is taken anew under a higher
+// generation.
 func TestLapsedLeaseVoidsHolds(t *testing.T) {
 	ctx := context.Background()
 	clk := cluster.NewFakeClock(t0)
@@ -317,8 +318,12 @@ func TestLapsedLeaseVoidsHolds(t *testing.T) {
 	if err := a.RenewNow(ctx); err == nil {
 		t.Fatal("renewal succeeded through a failing store")
 	}
+	if !a.holds.Valid(h1) {
+		t.Fatal("a failed renewal voided a hold within the last confirmed window")
+	}
+	clk.Advance(8 * time.Second) // t0 + 9 s: the creating PUT's window has ended
 	if a.holds.Valid(h1) {
-		t.Fatal("a hold is valid after the lease renewal failed")
+		t.Fatal("a hold is valid after the last confirmed window ended")
 	}
 	b.Reset()
 	_, err := a.holds.Acquire(ctx, actorX)

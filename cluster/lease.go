@@ -195,7 +195,7 @@ type Leases struct {
 	etag       string    // ETag of our last write known to have landed
 	seq        uint64    // highest sequence number sent
 	confirmed  uint64    // sequence number of the write etag belongs to
-	validUntil time.Time // zero: not valid
+	validUntil time.Time // zero: not valid; else the last confirmed renewal's send + TTL - Margin
 	epoch      uint64    // grows with every new chain of renewals
 	lastSent   time.Time // when the last PUT was sent
 	halted     bool      // Kill or Close: no more renewals
@@ -292,10 +292,14 @@ func (l *Leases) validLocked() bool {
 }
 
 // RenewNow renews the lease once, now. It returns the error of a failed
-// renewal (after which Valid is false until a later renewal succeeds), an
-// error wrapping ErrLeaseLost once the lease object was replaced or removed
-// by someone else, or an error if the node was closed or killed. The
-// background loop calls it every period; tests with Manual call it directly.
+// renewal, an error wrapping ErrLeaseLost once the lease object was
+// replaced or removed by someone else, or an error if the node was closed
+// or killed. A renewal that fails, times out or whose answer is lost does
+// not end validity: the node stays valid until the window of the last
+// confirmed renewal ends (its send time + TTL - Margin), and a later
+// renewal answered before then continues the chain, so no hold is lost
+// (see "Renewals that fail" in the package documentation). The background
+// loop calls it every period; tests with Manual call it directly.
 func (l *Leases) RenewNow(ctx context.Context) error {
 	return l.write(ctx, bucket.Cond{})
 }
@@ -349,7 +353,15 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		Seq:       seq,
 		Instance:  l.instance,
 	})
-	rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL)
+	// An answer after the validity this renewal would extend cannot
+	// continue the chain, and one after its own TTL - Margin cannot start
+	// a new one: give up then (at least a period), so that the next
+	// renewal goes out.
+	timeout := l.cfg.TTL - l.cfg.Margin
+	if !prevUntil.IsZero() {
+		timeout = min(timeout, max(l.cfg.Period, prevUntil.Sub(sent)))
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	etag, err := l.b.Put(rctx, l.key, body, cond)
 	if errors.Is(err, bucket.ErrPrecondition) {
@@ -364,13 +376,15 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 			etag, err = getag, nil // this very PUT landed
 			l.mu.Unlock()
 		case own && rec.Seq > l.confirmed && rec.Seq < seq:
+			// Validity stays where the last confirmed renewal put it:
+			// this write's landing only restarts others' watch.
 			l.etag, l.confirmed = getag, rec.Seq
-			l.validUntil = time.Time{}
 			l.mu.Unlock()
 			l.log.Warn("an earlier renewal landed late; renewing on top of it", "seq", rec.Seq)
 			return true, fmt.Errorf("renewing the lease of node %s: an earlier renewal (seq %d) landed late: %w", l.cfg.NodeID, rec.Seq, err)
 		case gerr != nil && !errors.Is(gerr, bucket.ErrNotFound):
-			l.validUntil = time.Time{}
+			// Ambiguous: validity rides through on the last confirmed
+			// renewal, as for any failed one.
 			l.mu.Unlock()
 			return false, fmt.Errorf("renewing the lease of node %s: precondition failed and reading it back failed (%v): %w", l.cfg.NodeID, gerr, err)
 		case cond.IfNoneMatch && gerr == nil:
@@ -399,8 +413,11 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
-		l.validUntil = time.Time{}
-		l.log.Warn("lease renewal failed; not valid until a renewal succeeds", "error", err)
+		// The PUT may have landed or may land later: either way it is a
+		// new version that only restarts others' watch, and it extends
+		// nothing here. Validity rides through on the last confirmed
+		// renewal's window.
+		l.log.Warn("lease renewal failed; valid until the last confirmed renewal's window ends", "error", err, "valid_until", prevUntil)
 		return false, fmt.Errorf("renewing the lease of node %s: %w", l.cfg.NodeID, err)
 	}
 	l.etag, l.confirmed = etag, seq

@@ -326,30 +326,56 @@ func newFaultyMem(clk *cluster.FakeClock, key string) *faultyMem {
 	return f
 }
 
-// TestFailedRenewalEndsValidityAtOnce: a failed renewal makes Valid false
-// that instant, long before the last validity would have run out; a later
-// success makes it valid again.
-func TestFailedRenewalEndsValidityAtOnce(t *testing.T) {
+// TestFailedRenewalRidesThrough: a failed renewal does not end validity:
+// the node stays valid, its holds with it, until the window of the last
+// confirmed renewal ends, and a success before then continues the chain
+// (same epoch, the hold still valid). Failures until the window ends make
+// it lapse; a success after that starts a new epoch, in which the old hold
+// is void.
+func TestFailedRenewalRidesThrough(t *testing.T) {
 	ctx := context.Background()
 	clk := cluster.NewFakeClock(t0)
 	b := newFaultyMem(clk, "cluster/nodes/a")
-	a := startManual(t, b, clk, "a")
-	clk.Advance(time.Second)
+	a := startNode(t, b, clk, "a") // created at t0: valid until t0 + 9 s
+	h := acquire(t, a, actorX)
 	b.mode.Store(1)
-	if err := a.RenewNow(ctx); err == nil || !strings.Contains(err.Error(), "node a") {
-		t.Fatalf("renewal with a failing PUT: err = %v, want an error naming node a", err)
-	}
-	if a.Valid() || !a.ValidUntil().IsZero() {
-		t.Fatalf("after a failed renewal: Valid = %v, ValidUntil = %v", a.Valid(), a.ValidUntil())
+	for _, at := range []time.Duration{time.Second, 4 * time.Second, 7 * time.Second} {
+		clk.Advance(at - clk.Now().Sub(t0))
+		if err := a.RenewNow(ctx); err == nil || !strings.Contains(err.Error(), "node a") {
+			t.Fatalf("renewal at +%v with a failing PUT: err = %v, want an error naming node a", at, err)
+		}
+		if !a.Valid() || !a.ValidUntil().Equal(t0.Add(9*time.Second)) || !a.holds.Valid(h) {
+			t.Fatalf("after a failed renewal at +%v: Valid = %v, ValidUntil = %v (want t0 + 9 s), hold valid = %v",
+				at, a.Valid(), a.ValidUntil(), a.holds.Valid(h))
+		}
 	}
 	b.mode.Store(0)
-	clk.Advance(time.Second)
-	sent := clk.Now()
+	clk.Advance(time.Second) // t0 + 8 s, before the window ends
 	if err := a.RenewNow(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !a.Valid() || !a.ValidUntil().Equal(sent.Add(9*time.Second)) {
-		t.Fatalf("after a successful retry: Valid = %v, ValidUntil = %v", a.Valid(), a.ValidUntil())
+	if want := t0.Add(17 * time.Second); !a.ValidUntil().Equal(want) || !a.holds.Valid(h) {
+		t.Fatalf("after a success within the window: ValidUntil = %v (want %v), hold valid = %v", a.ValidUntil(), want, a.holds.Valid(h))
+	}
+
+	// Failures until that window ends: the lease lapses at t0 + 17 s.
+	b.mode.Store(1)
+	for clk.Now().Before(t0.Add(17 * time.Second)) {
+		if !a.Valid() || !a.holds.Valid(h) {
+			t.Fatalf("not valid at %v, before the confirmed window ends", clk.Now().Sub(t0))
+		}
+		_ = a.RenewNow(ctx)
+		clk.Advance(3 * time.Second)
+	}
+	if a.Valid() || a.holds.Valid(h) {
+		t.Fatalf("at +%v, past the last confirmed window: Valid = %v, hold valid = %v", clk.Now().Sub(t0), a.Valid(), a.holds.Valid(h))
+	}
+	b.mode.Store(0)
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Valid() || a.holds.Valid(h) {
+		t.Fatalf("renewed after lapsing: Valid = %v (want true), old hold valid = %v (want false: a new epoch)", a.Valid(), a.holds.Valid(h))
 	}
 }
 
@@ -397,8 +423,8 @@ func TestLateRenewalIsAdopted(t *testing.T) {
 	if err := a.RenewNow(ctx); err == nil {
 		t.Fatal("a timed-out renewal succeeded")
 	}
-	if a.Valid() {
-		t.Fatal("valid after a timed-out renewal")
+	if !a.Valid() || !a.ValidUntil().Equal(t0.Add(9*time.Second)) {
+		t.Fatalf("after a timed-out renewal: Valid = %v, ValidUntil = %v; want the creating PUT's window (t0 + 9 s)", a.Valid(), a.ValidUntil())
 	}
 	m.mode.Store(0)
 	if n := m.ApplyLate(); n != 1 {
@@ -409,8 +435,8 @@ func TestLateRenewalIsAdopted(t *testing.T) {
 	if err := a.RenewNow(ctx); err != nil {
 		t.Fatalf("renewal after our own late write landed: %v", err)
 	}
-	if !a.Valid() {
-		t.Fatal("not valid after renewing on top of our own late write")
+	if want := t0.Add(11 * time.Second); !a.Valid() || !a.ValidUntil().Equal(want) {
+		t.Fatalf("after renewing on top of our own late write: Valid = %v, ValidUntil = %v, want %v", a.Valid(), a.ValidUntil(), want)
 	}
 	if got, want := b.Counts(), (bucket.Counts{Put: 2, Get: 1}); got != want {
 		t.Fatalf("requests = %+v, want %+v (failed PUT, read back, PUT)", got, want)

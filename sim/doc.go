@@ -112,6 +112,19 @@
 // across restarts (a node always restores from the bucket, except a joining
 // node's own data), the guest code itself.
 //
+// # The lease simulation
+//
+// RunLeases runs the production node leases and holds (package cluster)
+// of three nodes, replaced when they crash, competing for three actors on
+// one bucket.Mem whose requests fail, lose their answer after landing,
+// land late or are slow, with pauses, partitions and each node's clock
+// drifting by up to cluster.MaxClockDrift, and checks after every step
+// that no two nodes each hold a valid hold on one actor (TestLeaseSim, at
+// the design's 10 s lease and at 2 s; -sim.leaseseeds sets the number of
+// seeds). LeaseConfig.TrustUnconfirmed, a failed renewal reported to the
+// lease as confirmed, is the unsafe variant it must catch
+// (TestLeaseSimCatchesTrustingUnconfirmedRenewals).
+//
 // # Replaying a seed
 //
 // A failing seed prints its replay command and the end of its trace:
