@@ -69,3 +69,39 @@ func (r Rules) AfterFailureAt(handlerLeft *int64, failures int, nowMs int64) *in
 	}
 	return AfterFailure(handlerLeft, retryAt)
 }
+
+// GiveUp reports whether a run of on-alarm that failed for the failures-th
+// time in a row (the first run of the alarm included) was the last one a
+// retry policy of maxAttempts allows. maxAttempts 0 (or less) is the
+// design's default: no limit, the backoff goes on for ever.
+func GiveUp(failures, maxAttempts int) bool {
+	return maxAttempts > 0 && failures >= maxAttempts
+}
+
+// AfterLastFailure is the alarm committed when the last attempt a retry
+// policy allows failed: the retry is given up, so an alarm the handler left
+// due before retryAt (the failed alarm itself, or one it set for now) is
+// cleared, while one it set for retryAt or later stands, as it would after
+// any failure. The result never aliases handlerLeft.
+func AfterLastFailure(handlerLeft *int64, retryAt int64) (newAlarm *int64) {
+	if handlerLeft == nil || *handlerLeft < min(retryAt, MaxDueMs) {
+		return nil
+	}
+	v := *handlerLeft
+	return &v
+}
+
+// AfterFailureLimitedAt is AfterFailureAt under a retry policy of
+// maxAttempts: when the failures-th failure in a row is the last the
+// policy allows (GiveUp), it returns AfterLastFailure's alarm and gaveUp.
+// The failure count committed with it is then 0.
+func (r Rules) AfterFailureLimitedAt(handlerLeft *int64, failures int, nowMs int64, maxAttempts int) (newAlarm *int64, gaveUp bool) {
+	if !GiveUp(failures, maxAttempts) {
+		return r.AfterFailureAt(handlerLeft, failures, nowMs), false
+	}
+	retryMax := r.RetryMax
+	if retryMax <= 0 {
+		retryMax = DefaultRetryMax
+	}
+	return AfterLastFailure(handlerLeft, nowMs+RetryDelay(failures, DefaultRetryBase, retryMax).Milliseconds()), true
+}

@@ -66,3 +66,66 @@ func deref(p *int64) any {
 	}
 	return *p
 }
+
+func TestGiveUpAfterMaxAttempts(t *testing.T) {
+	for _, c := range []struct {
+		failures, max int
+		want          bool
+	}{
+		{1, 0, false}, {1000, 0, false}, {5, -1, false},
+		{1, 1, true}, {1, 3, false}, {2, 3, false}, {3, 3, true}, {4, 3, true},
+	} {
+		if got := GiveUp(c.failures, c.max); got != c.want {
+			t.Errorf("GiveUp(%d failures, max %d) = %v, want %v", c.failures, c.max, got, c.want)
+		}
+	}
+}
+
+func TestAfterLastFailure(t *testing.T) {
+	p := func(v int64) *int64 { return &v }
+	const retryAt = 10_000
+	cases := []struct {
+		name string
+		left *int64
+		want *int64
+	}{
+		{"a clear stands", nil, nil},
+		{"the failed alarm is cleared", p(5_000), nil},
+		{"one set for now is cleared", p(9_999), nil},
+		{"one set for the retry time stands", p(retryAt), p(retryAt)},
+		{"one set later stands", p(60_000), p(60_000)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := AfterLastFailure(c.left, retryAt)
+			if (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+				t.Fatalf("AfterLastFailure = %v, want %v", deref(got), deref(c.want))
+			}
+			if got != nil && got == c.left {
+				t.Fatal("result aliases the handler's alarm")
+			}
+		})
+	}
+}
+
+func TestAfterFailureLimitedAt(t *testing.T) {
+	var r Rules
+	at := int64(1_000_000)
+	next, gaveUp := r.AfterFailureLimitedAt(&at, 2, at, 3)
+	if gaveUp || next == nil || *next != at+2000 {
+		t.Fatalf("second failure of three: %v, gave up %v; want a retry at +2 s", deref(next), gaveUp)
+	}
+	next, gaveUp = r.AfterFailureLimitedAt(&at, 3, at, 3)
+	if !gaveUp || next != nil {
+		t.Fatalf("third failure of three: %v, gave up %v; want cleared and given up", deref(next), gaveUp)
+	}
+	later := at + time.Hour.Milliseconds()
+	next, gaveUp = r.AfterFailureLimitedAt(&later, 3, at, 3)
+	if !gaveUp || next == nil || *next != later {
+		t.Fatalf("third failure of three, the handler set a later alarm: %v, gave up %v; want it to stand", deref(next), gaveUp)
+	}
+	next, gaveUp = r.AfterFailureLimitedAt(&at, 50, at, 0)
+	if gaveUp || next == nil || *next != at+DefaultRetryMax.Milliseconds() {
+		t.Fatalf("no limit: %v, gave up %v; want a retry at retry_max", deref(next), gaveUp)
+	}
+}

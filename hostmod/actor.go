@@ -70,6 +70,10 @@ type Delivery struct {
 	RetryCount int
 	// Err is why the run failed (a *GuestError), nil when it was handled.
 	Err error
+	// GaveUp is true when the run failed and was the last attempt the
+	// class allows (WithMaxAttempts): the retry was given up and the
+	// actor's dead letter records it.
+	GaveUp bool
 	// Result is the committed state after the delivery.
 	Result
 }
@@ -260,6 +264,21 @@ func (a *Actor) State(ctx context.Context) (State, error) {
 		st.Alarm, st.HasAlarm = *at, true
 	}
 	return st, nil
+}
+
+// DeadLetter returns the actor's dead letter: the last alarm whose retries
+// were given up (WithMaxAttempts). ok is false when none was.
+func (a *Actor) DeadLetter(ctx context.Context) (d DeadLetter, ok bool, err error) {
+	a.mu.Lock()
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return DeadLetter{}, false, err
+	}
+	d, ok, err = a.store.DeadLetter()
+	if err != nil {
+		return DeadLetter{}, false, &abi.ActorError{ID: a.id, Op: "read dead letter", Err: err}
+	}
+	return d, ok, nil
 }
 
 // Snapshot returns the actor's committed database as one SQLite file
@@ -679,7 +698,22 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (Deli
 	// The same arithmetic the simulator runs (package alarmindex is pure).
 	retryAt := now + alarmindex.RetryDelay(n, a.e.cfg.retryBase, a.e.cfg.retryMax).Milliseconds()
 	next := alarmindex.AfterFailure(left, retryAt)
-	if next == nil {
+	if alarmindex.GiveUp(n, a.e.cfg.maxAttemptsOf(a.class.Name)) {
+		d.GaveUp = true
+		next = alarmindex.AfterLastFailure(left, retryAt)
+		if err := a.store.SetDeadLetter(DeadLetter{Scheduled: at, FailedAt: now, Attempts: n, Error: d.Err.Error()}); err != nil {
+			return Delivery{}, &abi.ActorError{ID: a.id, Op: "record dead letter", Err: err}
+		}
+		n = 0
+		if next != nil {
+			err = a.store.SetAlarm(*next)
+		} else {
+			err = a.store.ClearAlarm()
+		}
+		if err == nil {
+			err = a.store.SetFailures(0)
+		}
+	} else if next == nil {
 		err = a.store.ClearAlarm()
 		if err == nil {
 			err = a.store.SetFailures(0)
@@ -699,6 +733,11 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (Deli
 		return Delivery{}, err
 	}
 	d.Result = res
+	if d.GaveUp {
+		a.e.cfg.logger.Warn("on-alarm failed on its last attempt; retries given up, dead letter kept", "actor", a.id.String(),
+			"attempts", failures+1, "scheduled_ms", at, "error", d.Err)
+		return d, nil
+	}
 	a.e.cfg.logger.Debug("on-alarm failed; retry committed", "actor", a.id.String(), "failures", n, "next_ms", res.Alarm, "error", d.Err)
 	return d, nil
 }

@@ -47,6 +47,8 @@ type config struct {
 	eventDeadline time.Duration
 	retryBase     time.Duration
 	retryMax      time.Duration
+	maxAttempts   int
+	classAttempts map[string]int
 	stdout        io.Writer
 	stderr        io.Writer
 	cache         wazero.CompilationCache
@@ -80,6 +82,35 @@ func WithEventDeadline(d time.Duration) Option { return func(o *config) { o.even
 // (default 1 s doubling to 5 min).
 func WithBackoff(base, max time.Duration) Option {
 	return func(o *config) { o.retryBase, o.retryMax = base, max }
+}
+
+// WithMaxAttempts ends the committed retries of an alarm: once n runs of
+// on-alarm in a row have failed (the alarm's first run included), the
+// retry is given up. The alarm is cleared (an alarm the handler set for
+// later than the retry would have been stands), the failure count goes
+// back to 0, and the actor keeps a dead letter of the alarm given up
+// (Actor.DeadLetter; Delivery.GaveUp reports it). The default, 0, is the
+// design's: the backoff goes on for ever (docs/design.md#retries).
+// WithClassMaxAttempts overrides it for one class.
+func WithMaxAttempts(n int) Option { return func(o *config) { o.maxAttempts = n } }
+
+// WithClassMaxAttempts is WithMaxAttempts for the actors of one class; 0
+// there means no limit for that class whatever WithMaxAttempts says.
+func WithClassMaxAttempts(class string, n int) Option {
+	return func(o *config) {
+		if o.classAttempts == nil {
+			o.classAttempts = map[string]int{}
+		}
+		o.classAttempts[class] = n
+	}
+}
+
+// maxAttemptsOf is the retry limit of a class (0: none).
+func (c *config) maxAttemptsOf(class string) int {
+	if n, ok := c.classAttempts[class]; ok {
+		return n
+	}
+	return c.maxAttempts
 }
 
 // WithGuestOutput sets where guests' stdout and stderr go besides the
@@ -177,6 +208,14 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	}
 	if cfg.retryBase <= 0 || cfg.retryMax < cfg.retryBase {
 		return nil, fmt.Errorf("hostmod: backoff base %v and max %v: need 0 < base <= max", cfg.retryBase, cfg.retryMax)
+	}
+	if cfg.maxAttempts < 0 {
+		return nil, fmt.Errorf("hostmod: max attempts %d: want 0 (no limit) or more", cfg.maxAttempts)
+	}
+	for class, n := range cfg.classAttempts {
+		if n < 0 {
+			return nil, fmt.Errorf("hostmod: max attempts %d for class %q: want 0 (no limit) or more", n, class)
+		}
 	}
 	if cfg.memoryPages == 0 {
 		return nil, fmt.Errorf("hostmod: the memory limit must be at least one 64 KiB page")

@@ -1,6 +1,7 @@
 package hostmod
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,57 @@ const (
 	MetaOwnerFence = alarmindex.MetaOwnerFence
 	// MetaInitDone records that on-init ran and committed.
 	MetaInitDone = "init_done"
+	// MetaAlarmDeadLetter is the dead letter of the last alarm whose
+	// retries were given up (WithMaxAttempts), as JSON (DeadLetter).
+	MetaAlarmDeadLetter = "alarm_dead_letter"
 )
+
+// DeadLetter is what an actor keeps of the last alarm whose retries were
+// given up after the last attempt its class allows (WithMaxAttempts): it
+// stays in the actor's database, replicated with it, until the next alarm
+// given up replaces it.
+type DeadLetter struct {
+	// Scheduled is the time (Unix ms) the last attempt ran for: the
+	// alarm's time, moved by each retry.
+	Scheduled int64 `json:"scheduled_ms"`
+	// FailedAt is when the last attempt failed (Unix ms).
+	FailedAt int64 `json:"failed_ms"`
+	// Attempts is how many runs in a row failed.
+	Attempts int `json:"attempts"`
+	// Error is the last attempt's error (at most 1 KiB of it).
+	Error string `json:"error"`
+}
+
+// ParseDeadLetter reads a MetaAlarmDeadLetter value.
+func ParseDeadLetter(v string) (DeadLetter, error) {
+	var d DeadLetter
+	if err := json.Unmarshal([]byte(v), &d); err != nil {
+		return DeadLetter{}, fmt.Errorf("meta %s: malformed value %q: %w", MetaAlarmDeadLetter, v, err)
+	}
+	return d, nil
+}
+
+// DeadLetter reads the dead letter; ok is false when no alarm was given up.
+func (s *Store) DeadLetter() (d DeadLetter, ok bool, err error) {
+	v, ok, err := s.Meta(MetaAlarmDeadLetter)
+	if err != nil || !ok {
+		return DeadLetter{}, false, err
+	}
+	d, err = ParseDeadLetter(v)
+	return d, err == nil, err
+}
+
+// SetDeadLetter writes the dead letter.
+func (s *Store) SetDeadLetter(d DeadLetter) error {
+	if len(d.Error) > 1024 {
+		d.Error = d.Error[:1024]
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return s.SetMeta(MetaAlarmDeadLetter, string(b))
+}
 
 // schema creates the host's tables. Everything the host owns is under the
 // _wasmkeep_ prefix; the guest's own data is in kv, the only table a guest
