@@ -858,9 +858,15 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			case y < 9:
 				left = s.pickAlarm(h.actor)
 			}
-			next.alarm = n.rules.AfterFailureAt(left, next.failures, s.now)
+			var gaveUp bool
+			next.alarm, gaveUp = n.rules.AfterFailureLimitedAt(left, next.failures, s.now, s.maxAttempts)
 			s.checkRetry(h.actor, left, next.failures, next.alarm)
 			outcome = "failed"
+			if gaveUp {
+				next.failures = 0
+				outcome = "failed its last attempt: given up"
+				s.c.GivenUp++
+			}
 		default:
 			next = db{rec: next.rec}
 			outcome = "deleted the actor"
@@ -888,7 +894,9 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 // checkRetry holds a committed retry to the rule, written out here apart
 // from the production arithmetic: the n-th failure in a row retries after
 // 1 s doubled n-1 times, at most retry_max (5 min); an alarm the handler
-// left before that time moves to it, a later one or a clear stands.
+// left before that time moves to it, a later one or a clear stands. Under
+// a retry limit, the failure that reaches it retries nothing: an alarm
+// left before the retry time is cleared, a later one stands.
 func (s *sim) checkRetry(a abi.ActorID, left *int64, failures int, got *int64) {
 	delay := int64(1000)
 	for i := 1; i < failures && delay < retryMax.Milliseconds(); i++ {
@@ -896,7 +904,14 @@ func (s *sim) checkRetry(a abi.ActorID, left *int64, failures int, got *int64) {
 	}
 	delay = min(delay, retryMax.Milliseconds())
 	var want *int64
-	if left != nil {
+	switch {
+	case left == nil:
+	case s.maxAttempts > 0 && failures >= s.maxAttempts:
+		if *left >= s.now+delay {
+			w := *left
+			want = &w
+		}
+	default:
 		w := max(*left, s.now+delay)
 		want = &w
 	}

@@ -154,6 +154,10 @@ type Counters struct {
 	Anyone int64
 	// Gateways: runs with a node that serves no class.
 	Gateways int64
+	// LimitedRetries: runs whose retry policy ends after 3 attempts;
+	// GivenUp: alarms whose last allowed attempt failed (cleared, the
+	// actor's failure count back to 0).
+	LimitedRetries, GivenUp int64
 	// Checks: invariant checks of one actor.
 	Checks int64
 }
@@ -188,7 +192,7 @@ var Required = []string{
 	"Takeovers", "Alarms", "LateCommits", "LateDeletes", "Fences", "Joins",
 	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
-	"AimedFaults", "Checks", "Anyone", "Gateways",
+	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
 }
 
 // Run runs one simulation to its end and reports the outcome. It is
@@ -268,6 +272,10 @@ type sim struct {
 	joined     []abi.ActorID // joining nodes' actors
 	lastTarget *abi.ActorID
 	byKey      map[string]abi.ActorID
+
+	// maxAttempts is the retry policy's limit (0: none); half the runs
+	// have one of 3 attempts.
+	maxAttempts int
 
 	epochs uint64
 	leases []storeLease

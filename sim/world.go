@@ -125,6 +125,15 @@ func (s *sim) setup() {
 		})
 	}
 
+	// Half the runs, chosen apart from the run's own draws, give a failing
+	// alarm up after three attempts (the retry policy with an end): the
+	// alarm is cleared by an ordinary committed change, under the same
+	// index rules as a handler's own clear.
+	if rand.New(rand.NewPCG(s.cfg.Seed, 0x72657472696573)).IntN(2) == 0 {
+		s.maxAttempts = 3
+		s.c.LimitedRetries++
+	}
+
 	// Half the runs, chosen apart from the run's own draws, have a gateway:
 	// a node that sweeps and counts as live but serves no class. The
 	// entries whose shard falls to it are delivered only by the
