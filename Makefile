@@ -110,7 +110,7 @@ testdata:
 	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
 	wat2wasm examples/soak-actor/soak_actor.wat -o examples/soak-actor/soak_actor.wasm
 
-# bench prints the benchmarks the README quotes (bench-failover: the
+# bench prints the benchmarks docs/benchmarks.md quotes (bench-failover: the
 # failover runs, several minutes at the spec's defaults).
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweeper/
