@@ -241,7 +241,9 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		default:
 			p.m.delivered(FiringStale, ev, d.At)
 		}
-		if ev.Ran && ev.Err != nil {
+		if ev.GaveUp {
+			p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "error", ev.Err)
+		} else if ev.Ran && ev.Err != nil {
 			p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
 		} else if ev.Ran && p.log.IsInfo() {
 			// The hot path: the line's fields are made only for a logger

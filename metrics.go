@@ -43,6 +43,7 @@ type metrics struct {
 	firings                     map[string]prometheus.Counter
 	lateness                    prometheus.Histogram
 	retries                     prometheus.Counter
+	deadLettered                prometheus.Counter
 	sweepDuration               prometheus.Histogram
 	putsOK, putsErr             prometheus.Counter
 	delReplaced, delStale       prometheus.Counter
@@ -73,7 +74,11 @@ func newMetrics(cfg Config) *metrics {
 		Name: "wasmkeep_alarm_retries_total",
 		Help: "on-alarm runs that were retries (a failure count above zero).",
 	})
-	m.collectors = append(m.collectors, firings, m.lateness, m.retries)
+	m.deadLettered = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wasmkeep_alarms_dead_lettered_total",
+		Help: "Alarms whose retries were given up: on-alarm failed on the last attempt its class allows (-max-attempts); the alarm was cleared and the actor keeps a dead letter.",
+	})
+	m.collectors = append(m.collectors, firings, m.lateness, m.retries, m.deadLettered)
 	if cfg.SingleNode {
 		return m
 	}
@@ -154,6 +159,9 @@ func (m *metrics) delivered(outcome string, ev hostmod.Delivery, at time.Time) {
 		m.lateness.Observe(float64(at.UnixMilli()-ev.Scheduled) / 1000)
 		if ev.RetryCount > 0 {
 			m.retries.Inc()
+		}
+		if ev.GaveUp {
+			m.deadLettered.Inc()
 		}
 	}
 }

@@ -163,6 +163,9 @@ type ActorInfo struct {
 	AlarmIndexed string `json:"alarm_indexed"`
 	OwnerFence   string `json:"owner_fence,omitempty"`
 	InitDone     bool   `json:"init_done"`
+	// DeadLetter is the last alarm whose retries were given up after its
+	// class's last attempt (nil: none).
+	DeadLetter *hostmod.DeadLetter `json:"dead_letter,omitempty"`
 	// Named is the object key alarm_indexed names ("" for none); NamedExists
 	// says whether it is in the bucket.
 	Named       string `json:"named_entry,omitempty"`
@@ -218,11 +221,13 @@ type state struct {
 	initDone   bool
 	named      *alarmindex.Key
 	generation uint64
+	deadLetter *hostmod.DeadLetter
 }
 
 func (s state) fill(info *ActorInfo) {
 	info.Deleted, info.AlarmMs, info.RetryCount = s.deleted, s.alarm, s.retries
 	info.AlarmIndexed, info.OwnerFence, info.InitDone = s.indexed, s.fence, s.initDone
+	info.DeadLetter = s.deadLetter
 }
 
 // readState downloads a snapshot into a temporary file and reads it.
@@ -274,6 +279,46 @@ func (c *Cluster) readState(ctx context.Context, id abi.ActorID, snap cluster.Sn
 	}
 	if out.named, err = alarmindex.ParseRecorded(id, out.indexed); err != nil {
 		return fail(err)
+	}
+	if dl, ok, err := st.DeadLetter(); err != nil {
+		return fail(err)
+	} else if ok {
+		out.deadLetter = &dl
+	}
+	return out, nil
+}
+
+// FailedAlarm is an actor's dead letter: the last alarm whose retries were
+// given up.
+type FailedAlarm struct {
+	Actor abi.ActorID `json:"-"`
+	Name  string      `json:"actor"`
+	hostmod.DeadLetter
+}
+
+// Failed reads the latest state of every actor (a LIST of the snapshots and
+// a GET of each latest one) and returns the dead letters, in actor order,
+// of the actors the filter keeps (Tenant, Class; DueAfter and DueBefore
+// bound when the last attempt failed). It writes nothing.
+func (c *Cluster) Failed(ctx context.Context, f Filter) ([]FailedAlarm, error) {
+	latest, _, err := c.latestStates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []FailedAlarm
+	for _, id := range sortedActors(latest) {
+		if (f.Tenant != "" && id.Tenant != f.Tenant) || (f.Class != "" && id.Class != f.Class) {
+			continue
+		}
+		st, err := c.readState(ctx, id, latest[id])
+		if err != nil {
+			return out, err
+		}
+		dl := st.deadLetter
+		if dl == nil || (f.DueAfter != 0 && dl.FailedAt < f.DueAfter) || (f.DueBefore != 0 && dl.FailedAt > f.DueBefore) {
+			continue
+		}
+		out = append(out, FailedAlarm{Actor: id, Name: id.String(), DeadLetter: *dl})
 	}
 	return out, nil
 }

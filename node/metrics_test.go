@@ -196,12 +196,12 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	checkDocumented(t, after)
 }
 
-// checkDocumented holds the README's table of metrics to what a node in
-// cluster mode registers: every wasmkeep_ metric it serves is documented,
-// and every one documented is served.
+// checkDocumented holds the table of metrics in docs/operations.md to what
+// a node in cluster mode registers: every wasmkeep_ metric it serves is
+// documented, and every one documented is served.
 func checkDocumented(t *testing.T, s metricstest.Families) {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(testguest.Root(t), "README.md"))
+	readme, err := os.ReadFile(filepath.Join(testguest.Root(t), "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,12 +211,12 @@ func checkDocumented(t *testing.T, s metricstest.Families) {
 	}
 	for name := range s {
 		if strings.HasPrefix(name, "wasmkeep_") && !documented[name] {
-			t.Errorf("%s is served but not in the README", name)
+			t.Errorf("%s is served but not in docs/operations.md", name)
 		}
 	}
 	for name := range documented {
 		if !s.Has(name) {
-			t.Errorf("the README lists %s, which the node does not serve", name)
+			t.Errorf("docs/operations.md lists %s, which the node does not serve", name)
 		}
 	}
 }

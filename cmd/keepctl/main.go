@@ -42,8 +42,12 @@ AWS_SECRET_ACCESS_KEY and AWS_REGION.
 Commands:
   alarms list [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-json]
         the index entries, by tenant and due time (TIME: RFC 3339 or Unix ms)
+  alarms failed [-tenant T] [-class C] [-after TIME] [-before TIME] [-json]
+        the alarms whose retries were given up after their class's last
+        attempt (keepnode -max-attempts): each actor's dead letter, from its
+        latest state in the bucket (one GET per actor)
   actor inspect TENANT/CLASS/NAME [-json]
-        the actor's committed alarm, retry count, alarm_indexed, fence,
+        the actor's committed alarm, retry count, alarm_indexed, fence, dead letter,
         generation and hold, read from the bucket (no hold taken, nothing written)
   verify [-serves CLASS,...] [-json]
         the index doctor: every committed alarm has an entry at its time;
@@ -95,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 	switch cmd {
 	case "alarms list":
 		status, err = alarmsList(ctx, c, rest, stdout, stderr)
+	case "alarms failed":
+		status, err = alarmsFailed(ctx, c, rest, stdout, stderr)
 	case "actor inspect":
 		status, err = actorInspect(ctx, c, rest, stdout, stderr)
 	case "verify":
@@ -193,6 +199,50 @@ func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, 
 	return 0, nil
 }
 
+func alarmsFailed(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("alarms failed", stderr)
+	tenant := fs.String("tenant", "", "only this tenant")
+	class := fs.String("class", "", "only this class")
+	after := fs.String("after", "", "only alarms whose last attempt failed at or after this time")
+	before := fs.String("before", "", "only alarms whose last attempt failed at or before this time")
+	asJSON := fs.Bool("json", false, "one JSON array")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return 2, errUsage
+	}
+	f := inspect.Filter{Tenant: *tenant, Class: *class}
+	var err error
+	if f.DueAfter, err = parseTime(*after); err != nil {
+		return 2, err
+	}
+	if f.DueBefore, err = parseTime(*before); err != nil {
+		return 2, err
+	}
+	failed, err := c.Failed(ctx, f)
+	if err != nil {
+		return 2, err
+	}
+	if *asJSON {
+		if failed == nil {
+			failed = []inspect.FailedAlarm{}
+		}
+		return 0, writeJSON(stdout, failed)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAILED	ACTOR	SCHEDULED	ATTEMPTS	ERROR")
+	for _, d := range failed {
+		msg := strings.ReplaceAll(d.Error, "\n", " ")
+		if len(msg) > 120 {
+			msg = msg[:117] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", formatMs(d.FailedAt), d.Name, formatMs(d.Scheduled), d.Attempts, msg)
+	}
+	if err := tw.Flush(); err != nil {
+		return 2, err
+	}
+	fmt.Fprintf(stdout, "%d alarms given up\n", len(failed))
+	return 0, nil
+}
+
 func parseActor(s string) (abi.ActorID, error) {
 	parts := strings.SplitN(s, "/", 3)
 	if len(parts) != 3 {
@@ -268,6 +318,9 @@ func actorInspect(ctx context.Context, c *inspect.Cluster, args []string, stdout
 		row("named entry", info.Named+" ("+exists+")")
 	}
 	row("owner_fence", quoteEmpty(info.OwnerFence))
+	if d := info.DeadLetter; d != nil {
+		row("dead letter", fmt.Sprintf("given up at %s after %d attempts, scheduled %s: %s", formatMs(d.FailedAt), d.Attempts, formatMs(d.Scheduled), d.Error))
+	}
 	row("on-init done", strconv.FormatBool(info.InitDone))
 	return 0, tw.Flush()
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/inspect"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -99,4 +102,80 @@ func TestKeepctlVerifyBackfillOnVersitygw(t *testing.T) {
 	}
 	keepctl(2, "frobnicate")
 	keepctl(2, "actor", "inspect", "no-slashes")
+}
+
+// keepctl alarms failed against versitygw: a node whose class allows one
+// attempt gives a poison alarm up; its dead letter, read from the actor's
+// replicated state, is listed (as a table and as JSON, filtered by tenant)
+// and an actor whose alarm succeeded is not.
+func TestKeepctlAlarmsFailedOnVersitygw(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	var mu sync.Mutex
+	ran := 0
+	n, err := node.New(ctx, node.Config{
+		DataDir: t.TempDir(), Classes: map[string][]byte{"scripted": testguest.Build(t, "testdata/guests/scripted")},
+		Logger:        hclog.NewNullLogger(),
+		EngineOptions: []hostmod.Option{hostmod.WithMaxAttempts(1)},
+		OnDelivery: func(ev node.DeliveryEvent) {
+			if ev.Delivery.Ran {
+				mu.Lock()
+				ran++
+				mu.Unlock()
+			}
+		},
+		Cluster: &node.ClusterConfig{Bucket: srv.Bucket, NodeID: "n1", Addr: "n1.invalid:1",
+			LeaseTTL: 3 * time.Second, LeaseMargin: time.Second, LeaseGrace: time.Second, IdleTimeout: time.Hour, SweepPeriod: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Start(ctx)
+	t.Cleanup(func() { n.Close(ctx) })
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for name, mode := range map[string]string{"poison": "mode fail", "fine": "mode ok"} {
+		id := abi.ActorID{Tenant: "t", Class: "scripted", Name: name}
+		for _, req := range []string{mode, "set " + now} {
+			if _, err := n.Request(ctx, id, []byte(req)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		done := ran >= 2
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two alarms did not run")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	open := func(context.Context, string) (bucket.Bucket, error) { return srv.NewClient(t), nil }
+	keepctl := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if got := run(ctx, append([]string{"-bucket", srv.Name}, args...), &out, &errOut, open); got != 0 {
+			t.Fatalf("keepctl %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, got, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	out := keepctl("alarms", "failed")
+	t.Logf("keepctl alarms failed:\n%s", out)
+	if !strings.Contains(out, "t/scripted/poison") || strings.Contains(out, "t/scripted/fine") || !strings.Contains(out, "1 alarms given up") || !strings.Contains(out, "failing on alarm") {
+		t.Fatalf("alarms failed:\n%s", out)
+	}
+	var failed []inspect.FailedAlarm
+	if err := json.Unmarshal([]byte(keepctl("alarms", "failed", "-tenant", "t", "-json")), &failed); err != nil || len(failed) != 1 || failed[0].Attempts != 1 || failed[0].Name != "t/scripted/poison" {
+		t.Fatalf("alarms failed -json: %+v, %v", failed, err)
+	}
+	if out := keepctl("actor", "inspect", "t/scripted/poison"); !strings.Contains(out, "after 1 attempts") {
+		t.Fatalf("actor inspect of an actor with a dead letter:\n%s", out)
+	}
+	if out := keepctl("alarms", "failed", "-tenant", "other", "-json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("alarms failed for a tenant with none: %q", out)
+	}
 }

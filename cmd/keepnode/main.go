@@ -74,6 +74,8 @@ func main() {
 	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
+	attempts := &attemptsFlag{}
+	fs.Var(attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log one JSON object per line")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -90,7 +92,7 @@ func main() {
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
 	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, *cacheDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
-		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
+		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, attempts, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
@@ -111,7 +113,7 @@ const defaultCacheDir = ".compilation-cache"
 const cacheDirOff = "off"
 
 func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir, cacheDir string, classes classFlags, listen, advertise, bucketName string, createBucket bool, prefix, nodeID string,
-	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, tenants []string, sweep time.Duration,
+	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, attempts *attemptsFlag, tenants []string, sweep time.Duration,
 	maxDBs, maxInsts int) error {
 	if maxDBs < 1 || maxInsts < 1 {
 		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
@@ -149,7 +151,12 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	attemptOpts, err := attempts.options(classes)
+	if err != nil {
+		return err
+	}
 	engineOpts := append([]hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)}, memOpts...)
+	engineOpts = append(engineOpts, attemptOpts...)
 	if cacheDir == "" {
 		// The data directory as node.New makes it, before the cache's
 		// directory inside it.
