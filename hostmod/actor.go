@@ -741,3 +741,74 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (Deli
 	a.e.cfg.logger.Debug("on-alarm failed; retry committed", "actor", a.id.String(), "failures", n, "next_ms", res.Alarm, "error", d.Err)
 	return d, nil
 }
+
+// ErrNotInitialised is wrapped by the error of a host event (SetAlarm) on
+// an actor whose on-init has not run: an actor that does not exist yet, or
+// was deleted. The host does not start an actor the guest never started:
+// its on-init must run, through a request, before any other event.
+var ErrNotInitialised = errors.New("the actor does not exist (on-init never ran)")
+
+// ErrAlarmOutOfRange is wrapped by the error of SetAlarm for a time
+// outside 0..abi.MaxAlarmMillis, the times set-alarm accepts (EINVAL).
+var ErrAlarmOutOfRange = errors.New("alarm time out of range")
+
+// SetAlarm is a host event: it sets the actor's alarm to *at (Unix ms), or
+// clears it when at is nil, without calling the guest, in a transaction of
+// its own, as a guest's set-alarm or clear-alarm in a successful event
+// would: the failure count goes back to 0 (docs/design.md#retries), and
+// Result says what committed (AlarmChanged when the alarm differs from
+// before; no Response). It is how an operator moves, clears or fires an
+// actor's alarm from outside.
+//
+// It fails, committing nothing, for a time outside 0..abi.MaxAlarmMillis
+// (ErrAlarmOutOfRange), for an actor whose on-init has not run
+// (ErrNotInitialised), and for a time on a class without on-alarm
+// (ErrNoExport): such an alarm could never be delivered.
+func (a *Actor) SetAlarm(ctx context.Context, at *int64) (Result, error) {
+	return a.SetAlarmBefore(ctx, at, nil)
+}
+
+// SetAlarmBefore is SetAlarm with a hook run inside the event's
+// transaction, before it commits (nil: none), as DeliverAlarmBefore has: a
+// host that lists the alarm in a shared index writes the listed entry into
+// the event's own commit.
+func (a *Actor) SetAlarmBefore(ctx context.Context, at *int64, hook BeforeCommit) (Result, error) {
+	if at != nil && (*at < 0 || *at > abi.MaxAlarmMillis) {
+		return Result{}, &abi.ActorError{ID: a.id, Op: "set alarm", Err: fmt.Errorf("%w: %d is outside 0..%d (Unix ms)", ErrAlarmOutOfRange, *at, abi.MaxAlarmMillis)}
+	}
+	a.mu.Lock()
+	defer a.end()
+	if err := a.wake(ctx); err != nil {
+		return Result{}, err
+	}
+	before, failures, err := a.committed()
+	if err != nil {
+		return Result{}, err
+	}
+	if !a.inited && !a.initMeta {
+		return Result{}, &abi.ActorError{ID: a.id, Err: ErrNotInitialised}
+	}
+	if at != nil && !a.class.onAlarm {
+		return Result{}, &abi.ActorError{ID: a.id, Op: "set alarm", Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, abi.ExportOnAlarm)}
+	}
+	if err := a.store.Begin(); err != nil {
+		return Result{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
+	}
+	defer a.store.Rollback()
+	if at != nil {
+		err = a.store.SetAlarm(*at)
+	} else {
+		err = a.store.ClearAlarm()
+	}
+	if err == nil && failures != 0 {
+		err = a.store.SetFailures(0)
+	}
+	if err != nil {
+		return Result{}, &abi.ActorError{ID: a.id, Op: "set alarm", Err: err}
+	}
+	if at != nil {
+		v := *at
+		at = &v // the caller's variable is not kept as the committed state
+	}
+	return a.finish(ctx, before, at, 0, nil, hook)
+}
