@@ -280,6 +280,50 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 	return d
 }
 
+// DeliverHeld delivers the entry time at to an actor the host already
+// holds and has locked (an operator firing its alarm now, say), as a
+// delivery of RunTimer does once it took the actor: Deliver, then the
+// timer re-armed from the committed alarm (or cleared), the firing counted
+// and logged. An error means: give the actor up; the same entry time is
+// then delivered again after Config.RetryAfterError, as for RunTimer.
+func (p *Plugin) DeliverHeld(ctx context.Context, a Actor, at int64) (Delivery, error) {
+	id := a.ID()
+	key := TimerKey(id)
+	d, err := p.Deliver(ctx, a, at)
+	now := p.cfg.Host.Now()
+	if err != nil {
+		p.m.delivered(FiringGaveUp, hostmod.Delivery{}, now)
+		p.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", p.cfg.RetryAfterError, "error", err)
+		retry := now.Add(p.cfg.RetryAfterError).UnixMilli()
+		if p.cfg.Timer.Offer(key, retry, now.UnixMilli()) {
+			p.mu.Lock()
+			p.redeliver[key] = at
+			p.mu.Unlock()
+		}
+		return d, err
+	}
+	if d.RetryAt == 0 {
+		st, rerr := a.Read(ctx)
+		if rerr != nil {
+			return d, &abi.ActorError{ID: id, Op: "read the committed alarm", Err: rerr}
+		}
+		p.Arm(id, st.Alarm)
+	}
+	ev := d.Event
+	p.trackFailing(key, ev)
+	switch {
+	case ev.Ran && ev.Err != nil:
+		p.m.delivered(FiringFailed, ev, now)
+		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "gave_up", ev.GaveUp, "error", ev.Err)
+	case ev.Ran:
+		p.m.delivered(FiringOK, ev, now)
+		p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", now.UnixMilli(), "retry_count", ev.RetryCount)
+	default:
+		p.m.delivered(FiringStale, ev, now)
+	}
+	return d, nil
+}
+
 // ErrPanicked is wrapped by the error of a delivery that panicked: the
 // actor is given up (Taken.Done) and the delivery retried like any other
 // that failed.

@@ -61,14 +61,53 @@ func (p *Plugin) RunHostmodAlarm(ctx context.Context, a Actor, h *hostmod.Actor,
 	if err != nil || !d.Ran {
 		return d, err
 	}
-	err = a.Upload(ctx)
+	return d, uploadCommitted(ctx, a, after)
+}
+
+// uploadCommitted uploads an event that committed with its index entry
+// recorded in its own transaction, then runs what BeforeUpload left for
+// after the upload (the hold re-checked, the replaced entry deleted).
+func uploadCommitted(ctx context.Context, a Actor, after func(context.Context) error) error {
+	err := a.Upload(ctx)
 	if err == nil {
 		err = after(ctx)
 	}
 	if err != nil {
-		return d, &abi.ActorError{ID: a.ID(), Op: "replicate", Err: err}
+		return &abi.ActorError{ID: a.ID(), Op: "replicate", Err: err}
 	}
-	return d, nil
+	return nil
+}
+
+// RunHostmodSetAlarm runs the host's own event on an actor run by package
+// hostmod that sets its alarm to at (nil: clears it) without calling the
+// guest (hostmod.Actor.SetAlarmBefore: an operator moving, clearing or
+// firing the alarm), and replicates it as RunHostmodAlarm does: the entry
+// for the alarm it leaves is PUT before the event commits and recorded in
+// the event's own transaction, then the database is uploaded, the hold
+// re-checked and the replaced entry deleted. The change is indexed and
+// replicated by the same rules as a guest's set-alarm, so nothing writes
+// the alarm behind them. The host re-arms its timer from the result (Arm).
+//
+// An error from hostmod before the event began (a time out of range, an
+// actor whose on-init never ran, no on-alarm: see SetAlarm) commits
+// nothing; any other means: give the actor up.
+func (p *Plugin) RunHostmodSetAlarm(ctx context.Context, a Actor, h *hostmod.Actor, at *int64, kind UploadKind) (hostmod.Result, error) {
+	if p.cfg.SingleNode {
+		return h.SetAlarm(ctx, at)
+	}
+	var after func(context.Context) error
+	var indexErr error
+	res, err := h.SetAlarmBefore(ctx, at, func(ctx context.Context, pend *hostmod.Pending) error {
+		after, indexErr = p.BeforeUpload(ctx, inCommit{Actor: a, p: pend}, kind)
+		return indexErr
+	})
+	if indexErr != nil {
+		return res, &abi.ActorError{ID: a.ID(), Op: "replicate", Err: indexErr}
+	}
+	if err != nil {
+		return res, err
+	}
+	return res, uploadCommitted(ctx, a, after)
 }
 
 // inCommit is an actor inside a hostmod.BeforeCommit hook: while the event
