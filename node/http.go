@@ -9,9 +9,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
 )
@@ -21,8 +23,17 @@ import (
 //	POST   /v1/actors/{tenant}/{class}/{name}?kind=exec|exec-durable   run a request event; the body is the request
 //	DELETE /v1/actors/{tenant}/{class}/{name}                          delete the actor
 //	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON), read only
+//	PUT    /v1/actors/{tenant}/{class}/{name}/alarm                    set the alarm: {"at_ms": N} or {"at": "RFC 3339"}
+//	DELETE /v1/actors/{tenant}/{class}/{name}/alarm[?if_at_ms=N]       clear the alarm (only if it is at N)
+//	POST   /v1/actors/{tenant}/{class}/{name}/alarm:fire               run on-alarm now
 //	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
 //	GET    /v1/readyz                                                  readiness (JSON): lease, bucket and sweep checks
+//
+// Setting, clearing and firing the alarm are events of the host's own on
+// the actor (Node.SetAlarm, ClearAlarm, FireAlarm): committed, indexed and
+// replicated before the answer, which is the committed state in the shape
+// of GET .../alarm (with "fired" for alarm:fire: whether on-alarm ran, and
+// its error when it failed, its retry committed).
 //
 // {name} is path-escaped (a name may hold '/', as %2F). A node that does not
 // hold the actor forwards the call to the node that does, once. Reading
@@ -46,7 +57,10 @@ import (
 //     or one the node does not know; 403 a tenant's token used outside
 //     /v1/actors/{that tenant}/... (the probes, GET /v1/healthz and
 //     /v1/readyz, need no token);
-//   - 404 a class this node does not serve;
+//   - 404 a class this node does not serve, or (setting, clearing or
+//     firing the alarm) an actor that does not exist: a request creates it;
+//   - 409 a clear with if_at_ms when the committed alarm is elsewhere
+//     (nothing cleared);
 //   - 422 the guest failed the event (its writes rolled back), its
 //     memory past what the node's budget for all instances could ever
 //     give included;
@@ -76,6 +90,9 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/actors/{tenant}/{class}/{name}", n.handleExec)
 	mux.HandleFunc("DELETE /v1/actors/{tenant}/{class}/{name}", n.handleDelete)
 	mux.HandleFunc("GET /v1/actors/{tenant}/{class}/{name}/alarm", n.handleState)
+	mux.HandleFunc("PUT /v1/actors/{tenant}/{class}/{name}/alarm", n.handleSetAlarm)
+	mux.HandleFunc("DELETE /v1/actors/{tenant}/{class}/{name}/alarm", n.handleClearAlarm)
+	mux.HandleFunc("POST /v1/actors/{tenant}/{class}/{name}/alarm:fire", n.handleFireAlarm)
 	mux.HandleFunc("GET /v1/readyz", n.handleReady)
 	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if n.leases != nil && !n.leases.Valid() {
@@ -141,6 +158,8 @@ type AlarmState struct {
 	// Node is the node that answered; From where it read (see Peek).
 	Node string `json:"node,omitempty"`
 	From string `json:"from"`
+	// Fired is what POST .../alarm:fire ran (absent elsewhere).
+	Fired *FiredState `json:"fired,omitempty"`
 }
 
 func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
@@ -186,9 +205,11 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 	case errors.As(err, &ge):
 		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
-	case errors.Is(err, ErrClassNotServed):
+	case errors.Is(err, ErrClassNotServed), errors.Is(err, hostmod.ErrNotInitialised):
 		http.Error(w, err.Error(), http.StatusNotFound)
-	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, hostmod.ErrNoExport):
+	case errors.Is(err, ErrAlarmMoved):
+		http.Error(w, err.Error(), http.StatusConflict)
+	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, hostmod.ErrNoExport), errors.Is(err, hostmod.ErrAlarmOutOfRange):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	case errors.Is(err, ErrInternal), errors.Is(err, hostmod.ErrBadSnapshot):
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -221,4 +242,143 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
+}
+
+// SetAlarmBody is the body of PUT .../alarm: the time, as Unix
+// milliseconds (AtMs) or RFC 3339 (At), exactly one of them.
+type SetAlarmBody struct {
+	AtMs *int64  `json:"at_ms,omitempty"`
+	At   *string `json:"at,omitempty"`
+}
+
+// maxAlarmBody bounds the body of PUT .../alarm.
+const maxAlarmBody = 4 << 10
+
+// parseSetAlarm reads the body of PUT .../alarm: the time, or an error
+// naming what is wrong with it.
+func parseSetAlarm(body []byte) (int64, error) {
+	if len(body) > maxAlarmBody {
+		return 0, fmt.Errorf("the body is over %d bytes", maxAlarmBody)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var b SetAlarmBody
+	if err := dec.Decode(&b); err != nil {
+		return 0, fmt.Errorf(`the body is not {"at_ms": N} or {"at": "RFC 3339"}: %v`, err)
+	}
+	if dec.More() {
+		return 0, errors.New("the body holds more than one JSON value")
+	}
+	var at int64
+	switch {
+	case b.AtMs != nil && b.At != nil:
+		return 0, errors.New(`the body gives both "at_ms" and "at": give one`)
+	case b.AtMs != nil:
+		at = *b.AtMs
+	case b.At != nil:
+		t, err := time.Parse(time.RFC3339Nano, *b.At)
+		if err != nil {
+			return 0, fmt.Errorf(`"at" %q is not an RFC 3339 time (2026-11-30T12:00:00Z)`, *b.At)
+		}
+		at = t.UnixMilli()
+	default:
+		return 0, errors.New(`the body gives no time: {"at_ms": N} or {"at": "RFC 3339"}`)
+	}
+	if at < 0 || at > alarmindex.MaxDueMs {
+		return 0, fmt.Errorf("alarm time %d is outside 0..%d (Unix ms), the times set-alarm accepts", at, int64(alarmindex.MaxDueMs))
+	}
+	return at, nil
+}
+
+func (n *Node) handleSetAlarm(w http.ResponseWriter, r *http.Request) {
+	id, err := actorFrom(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxAlarmBody+1))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("actor %s: set alarm: the body is unreadable: %v", id, err), http.StatusBadRequest)
+		return
+	}
+	at, err := parseSetAlarm(body)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("actor %s: set alarm: %v", id, err), http.StatusBadRequest)
+		return
+	}
+	res, err := n.SetAlarm(r.Context(), id, at)
+	if err != nil {
+		n.fail(w, r, body, err)
+		return
+	}
+	n.answerAlarm(w, res, nil)
+}
+
+func (n *Node) handleClearAlarm(w http.ResponseWriter, r *http.Request) {
+	id, err := actorFrom(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var res hostmod.Result
+	if v := r.URL.Query().Get("if_at_ms"); v != "" {
+		at, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil {
+			http.Error(w, fmt.Sprintf("actor %s: clear alarm: if_at_ms %q is not Unix milliseconds", id, v), http.StatusBadRequest)
+			return
+		}
+		res, err = n.ClearAlarmAt(r.Context(), id, at)
+	} else {
+		res, err = n.ClearAlarm(r.Context(), id)
+	}
+	if err != nil {
+		n.fail(w, r, nil, err)
+		return
+	}
+	n.answerAlarm(w, res, nil)
+}
+
+// FiredState is what alarm:fire adds to the alarm state.
+type FiredState struct {
+	// Ran is true when on-alarm was called.
+	Ran bool `json:"ran"`
+	// ScheduledMs and RetryCount are what it was called with.
+	ScheduledMs int64 `json:"scheduled_ms,omitempty"`
+	RetryCount  int   `json:"retry_count"`
+	// Error is why on-alarm failed ("" when it succeeded): its retry is
+	// committed (the alarm state's alarm_ms and failures), or, with
+	// GaveUp, its class's last attempt was reached.
+	Error  string `json:"error,omitempty"`
+	GaveUp bool   `json:"gave_up,omitempty"`
+}
+
+func (n *Node) handleFireAlarm(w http.ResponseWriter, r *http.Request) {
+	id, err := actorFrom(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f, err := n.FireAlarm(r.Context(), id)
+	if err != nil {
+		n.fail(w, r, nil, err)
+		return
+	}
+	fs := &FiredState{Ran: f.Ran, ScheduledMs: f.Scheduled, RetryCount: f.RetryCount, GaveUp: f.GaveUp}
+	if f.Err != nil {
+		fs.Error = f.Err.Error()
+	}
+	n.answerAlarm(w, f.Result, fs)
+}
+
+// answerAlarm answers the committed state after an event of the holder's.
+func (n *Node) answerAlarm(w http.ResponseWriter, res hostmod.Result, fired *FiredState) {
+	out := AlarmState{Failures: res.Failures, From: FromHolder, Fired: fired}
+	if res.HasAlarm {
+		out.AlarmMs = &res.Alarm
+	}
+	if n.leases != nil {
+		out.Node = n.leases.NodeID()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
 }

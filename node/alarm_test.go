@@ -1,0 +1,324 @@
+package node_test
+
+// An operator's control of one alarm over HTTP (PUT and DELETE .../alarm,
+// POST .../alarm:fire) on versitygw: each is an event of the holder's,
+// committed, indexed and replicated by the rules, through any node.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/inspect"
+	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/node"
+)
+
+// indexKeys lists the alarm index of tenant t in the bucket, once the
+// node's batched DELETEs of replaced entries have gone out.
+func indexKeys(t *testing.T, b bucket.Bucket, nodes ...*served) []string {
+	t.Helper()
+	for _, n := range nodes {
+		n.FlushDeletes(context.Background())
+	}
+	keys, err := b.List(context.Background(), "cluster/alarms/t/", "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// verifyIndex is keepctl verify, once the nodes' batched DELETEs went
+// out: every committed alarm has its entry and no entry is extra.
+func verifyIndex(t *testing.T, b bucket.Bucket, nodes ...*served) {
+	t.Helper()
+	for _, n := range nodes {
+		n.FlushDeletes(context.Background())
+	}
+	rep, err := inspect.New(b, "cluster/").Verify(context.Background(), inspect.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || len(rep.Extra) != 0 {
+		t.Fatalf("the index does not match the committed alarms: missing %+v, extra %+v", rep.Missing, rep.Extra)
+	}
+}
+
+// alarmCall makes one call on the actor's alarm and decodes a 200's state.
+func alarmCall(t *testing.T, method, u string, body string) (int, node.AlarmState, string) {
+	t.Helper()
+	status, out := call(t, method, u, []byte(body))
+	var st node.AlarmState
+	if status == http.StatusOK {
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("%s %s: %q is not an alarm state: %v", method, u, out, err)
+		}
+	}
+	return status, st, out
+}
+
+func counterState(t *testing.T, url string) counts {
+	t.Helper()
+	status, out := call(t, "POST", url, []byte("get"))
+	var c counts
+	if status != 200 || json.Unmarshal([]byte(out), &c) != nil {
+		t.Fatalf("get: %d %q", status, out)
+	}
+	return c
+}
+
+// Set through a node that does not hold the actor: the call is forwarded,
+// the holder commits the time (GET reads it back), lists one entry for it
+// in the index, and on-alarm runs at that time, after which the entry is
+// gone and the index matches the committed state.
+func TestAnAlarmSetOverHTTPFiresAtThatTime(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	classes := counter(t)
+	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{start: true})
+	bn := serveHost(t, srv.Bucket, "b", classes, hostConfig{start: true})
+	actor := "/v1/actors/t/counter/x"
+	if c := counterState(t, a.URL+actor); c.Requests != 1 || c.Fired != 0 {
+		t.Fatalf("a new counter: %+v", c)
+	}
+	at := time.Now().Add(1500 * time.Millisecond).UnixMilli()
+	status, st, out := alarmCall(t, "PUT", bn.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, at))
+	if status != 200 || st.AlarmMs == nil || *st.AlarmMs != at || st.Node != "a" || st.From != node.FromHolder || st.Failures != 0 {
+		t.Fatalf("PUT through b: %d %q, want a's answer with the alarm at %d", status, out, at)
+	}
+	if _, got, _ := alarmCall(t, "GET", bn.URL+actor+"/alarm", ""); got.AlarmMs == nil || *got.AlarmMs != at {
+		t.Fatalf("GET after the PUT: %+v, want %d", got, at)
+	}
+	keys := indexKeys(t, srv.Bucket, a, bn)
+	if len(keys) != 1 || !strings.Contains(keys[0], fmt.Sprintf("/%015d/", at)) {
+		t.Fatalf("index after the PUT: %v, want one entry at %d", keys, at)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+	waitFor(t, "the alarm set over HTTP to fire", func() bool { return counterState(t, a.URL+actor).Fired == 1 })
+	if c := counterState(t, a.URL+actor); c.AlarmMs != nil {
+		t.Fatalf("after the firing the counter holds an alarm: %+v", c)
+	}
+	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 0 {
+		t.Fatalf("index after the firing: %v, want empty", keys)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+
+	// The RFC 3339 form sets the same way.
+	status, st, out = alarmCall(t, "PUT", a.URL+actor+"/alarm", `{"at": "2030-01-02T03:04:05.678Z"}`)
+	if want := time.Date(2030, 1, 2, 3, 4, 5, 678e6, time.UTC).UnixMilli(); status != 200 || st.AlarmMs == nil || *st.AlarmMs != want {
+		t.Fatalf("PUT with an RFC 3339 time: %d %q, want %d", status, out, want)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+}
+
+// A clear through another node removes the alarm before it is due: it
+// never fires, and the index entry is gone from the bucket.
+func TestAnAlarmClearedOverHTTPDoesNotFire(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	classes := counter(t)
+	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{start: true})
+	bn := serveHost(t, srv.Bucket, "b", classes, hostConfig{start: true})
+	actor := "/v1/actors/t/counter/x"
+	counterState(t, a.URL+actor)
+	due := time.Now().Add(time.Second)
+	if status, _, out := alarmCall(t, "PUT", a.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, due.UnixMilli())); status != 200 {
+		t.Fatalf("PUT: %d %q", status, out)
+	}
+	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 1 {
+		t.Fatalf("index after the PUT: %v, want one entry", keys)
+	}
+	status, st, out := alarmCall(t, "DELETE", bn.URL+actor+"/alarm", "")
+	if status != 200 || st.AlarmMs != nil || st.Node != "a" {
+		t.Fatalf("DELETE through b: %d %q, want a's answer with no alarm", status, out)
+	}
+	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 0 {
+		t.Fatalf("index after the clear: %v, want no entry", keys)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+	// Past the time it was due, and then some: it did not fire.
+	time.Sleep(time.Until(due.Add(1500 * time.Millisecond)))
+	if c := counterState(t, a.URL+actor); c.Fired != 0 || c.AlarmMs != nil {
+		t.Fatalf("after the cleared alarm's time: %+v, want it not fired", c)
+	}
+	if _, ok := a.Timer().Get("t/counter/x"); ok {
+		t.Fatal("the holder's timer still holds the cleared alarm")
+	}
+
+	// A clear that names the time the alarm is at clears it; one that
+	// names another is a 409 and clears nothing.
+	at := time.Now().Add(time.Hour).UnixMilli()
+	alarmCall(t, "PUT", a.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, at))
+	if status, out := call(t, "DELETE", fmt.Sprintf("%s%s/alarm?if_at_ms=%d", bn.URL, actor, at+1), nil); status != 409 || !strings.Contains(out, "t/counter/x") || !strings.Contains(out, fmt.Sprint(at)) {
+		t.Fatalf("a clear naming another time: %d %q, want 409 naming the actor and the committed alarm", status, out)
+	}
+	if _, got, _ := alarmCall(t, "GET", a.URL+actor+"/alarm", ""); got.AlarmMs == nil || *got.AlarmMs != at {
+		t.Fatalf("after the refused clear: %+v, want the alarm still at %d", got, at)
+	}
+	if status, st, out := alarmCall(t, "DELETE", fmt.Sprintf("%s%s/alarm?if_at_ms=%d", bn.URL, actor, at), ""); status != 200 || st.AlarmMs != nil {
+		t.Fatalf("a clear naming the committed time: %d %q", status, out)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+}
+
+// Fire runs on-alarm now, through any node, whatever time the alarm was
+// set for; a guest whose on-alarm fails gets its retry committed and
+// indexed, and the answer says why it failed.
+func TestFireRunsOnAlarmNow(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	classes := counter(t)
+	for k, v := range scripted(t) {
+		classes[k] = v
+	}
+	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{start: true})
+	bn := serveHost(t, srv.Bucket, "b", classes, hostConfig{start: true})
+	actor := "/v1/actors/t/counter/x"
+	counterState(t, a.URL+actor)
+	later := time.Now().Add(time.Hour).UnixMilli()
+	alarmCall(t, "PUT", a.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, later))
+	before := time.Now().UnixMilli()
+	status, st, out := alarmCall(t, "POST", bn.URL+actor+"/alarm:fire", "")
+	if status != 200 || st.Fired == nil || !st.Fired.Ran || st.Fired.Error != "" || st.Fired.ScheduledMs < before || st.AlarmMs != nil || st.Node != "a" {
+		t.Fatalf("fire through b: %d %q, want on-alarm run on a just now, leaving no alarm", status, out)
+	}
+	if c := counterState(t, a.URL+actor); c.Fired != 1 {
+		t.Fatalf("after the fire: %+v, want one firing", c)
+	}
+	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 0 {
+		t.Fatalf("index after the fire: %v, want the hour's entry gone", keys)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+	// A counter that re-arms: on-alarm sets the next alarm, indexed.
+	call(t, "POST", a.URL+actor, []byte("start 3600000"))
+	status, st, out = alarmCall(t, "POST", a.URL+actor+"/alarm:fire", "")
+	if status != 200 || !st.Fired.Ran || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+3_600_000 {
+		t.Fatalf("fire of a counter that re-arms: %d %q, want its next alarm an hour on", status, out)
+	}
+	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 1 || !strings.Contains(keys[0], fmt.Sprintf("/%015d/", *st.AlarmMs)) {
+		t.Fatalf("index after the re-arming fire: %v, want one entry at %d", keys, *st.AlarmMs)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+
+	// A failing on-alarm: its retry is committed a second on, and indexed.
+	sactor := "/v1/actors/t/s/y"
+	if status, out := call(t, "POST", a.URL+sactor, []byte("mode fail")); status != 200 {
+		t.Fatalf("mode fail: %d %q", status, out)
+	}
+	status, st, out = alarmCall(t, "POST", bn.URL+sactor+"/alarm:fire", "")
+	if status != 200 || !st.Fired.Ran || !strings.Contains(st.Fired.Error, "failing on alarm") || st.Failures != 1 || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+1000 {
+		t.Fatalf("fire of a failing on-alarm: %d %q, want the error and a retry 1 s on", status, out)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+	// Setting from outside resets the failure count.
+	if status, st, out := alarmCall(t, "PUT", a.URL+sactor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, later)); status != 200 || st.Failures != 0 {
+		t.Fatalf("PUT after a failure: %d %q, want failures 0", status, out)
+	}
+	verifyIndex(t, srv.Bucket, a, bn)
+}
+
+// What the API refuses it refuses with a status that says whose fault it
+// is and a message naming the actor and the cause; nothing changes.
+func TestAlarmCallsRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	a := serveHost(t, srv.Bucket, "a", counter(t), hostConfig{})
+	actor := a.URL + "/v1/actors/t/counter/x"
+	counterState(t, actor)
+	at := time.Now().Add(time.Hour).UnixMilli()
+	if status, _, out := alarmCall(t, "PUT", actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, at)); status != 200 {
+		t.Fatalf("PUT: %d %q", status, out)
+	}
+	keys := indexKeys(t, srv.Bucket, a)
+	for _, tc := range []struct {
+		name, method, url, body string
+		status                  int
+		says                    string
+	}{
+		{"not JSON", "PUT", actor + "/alarm", `at 5`, 400, `is not {"at_ms": N} or {"at": "RFC 3339"}`},
+		{"an empty body", "PUT", actor + "/alarm", ``, 400, `is not {"at_ms": N}`},
+		{"no time", "PUT", actor + "/alarm", `{}`, 400, "gives no time"},
+		{"both times", "PUT", actor + "/alarm", `{"at_ms": 5, "at": "2030-01-01T00:00:00Z"}`, 400, `both "at_ms" and "at"`},
+		{"an unknown field", "PUT", actor + "/alarm", `{"at_ms": 5, "when": 6}`, 400, `unknown field "when"`},
+		{"a string for at_ms", "PUT", actor + "/alarm", `{"at_ms": "5"}`, 400, "at_ms"},
+		{"a fraction of a ms", "PUT", actor + "/alarm", `{"at_ms": 5.5}`, 400, "at_ms"},
+		{"two values", "PUT", actor + "/alarm", `{"at_ms": 5} {"at_ms": 6}`, 400, "more than one JSON value"},
+		{"a bad RFC 3339 time", "PUT", actor + "/alarm", `{"at": "tomorrow"}`, 400, `"at" "tomorrow" is not an RFC 3339 time`},
+		{"a time before 1970", "PUT", actor + "/alarm", `{"at_ms": -1}`, 400, "alarm time -1 is outside 0..999999999999999"},
+		{"a time before 1970, RFC 3339", "PUT", actor + "/alarm", `{"at": "1969-12-31T23:59:59Z"}`, 400, "alarm time -1000 is outside"},
+		{"a time past the index's", "PUT", actor + "/alarm", fmt.Sprintf(`{"at_ms": %d}`, alarmindex.MaxDueMs+1), 400, "is outside 0..999999999999999"},
+		{"a body over 4 KiB", "PUT", actor + "/alarm", `{"at_ms": 5` + strings.Repeat(" ", 5000) + `}`, 400, "over 4096 bytes"},
+		{"a bad if_at_ms", "DELETE", actor + "/alarm?if_at_ms=soon", ``, 400, `if_at_ms "soon" is not Unix milliseconds`},
+		{"an actor that does not exist, set", "PUT", a.URL + "/v1/actors/t/counter/nobody/alarm", `{"at_ms": 5}`, 404, "actor t/counter/nobody: the actor does not exist"},
+		{"an actor that does not exist, clear", "DELETE", a.URL + "/v1/actors/t/counter/nobody/alarm", ``, 404, "actor t/counter/nobody: the actor does not exist"},
+		{"an actor that does not exist, fire", "POST", a.URL + "/v1/actors/t/counter/nobody/alarm:fire", ``, 404, "actor t/counter/nobody: the actor does not exist"},
+		{"a class not served", "PUT", a.URL + "/v1/actors/t/nope/x/alarm", `{"at_ms": 5}`, 404, `class "nope" is not served`},
+		{"a bad tenant", "POST", a.URL + "/v1/actors/T/counter/x/alarm:fire", ``, 400, `the tenant "T"`},
+		{"another method", "PATCH", actor + "/alarm", `{"at_ms": 5}`, 405, ""},
+	} {
+		status, out := call(t, tc.method, tc.url, []byte(tc.body))
+		if status != tc.status || !strings.Contains(out, tc.says) {
+			t.Errorf("%s: %d %q, want %d saying %q", tc.name, status, out, tc.status, tc.says)
+		}
+		if tc.status == 400 && tc.url == actor+"/alarm" && !strings.Contains(out, "actor t/counter/x") {
+			t.Errorf("%s: %q does not name the actor", tc.name, out)
+		}
+	}
+	if _, st, _ := alarmCall(t, "GET", actor+"/alarm", ""); st.AlarmMs == nil || *st.AlarmMs != at {
+		t.Fatalf("after the refused calls: %+v, want the alarm still at %d", st, at)
+	}
+	if after := indexKeys(t, srv.Bucket, a); strings.Join(after, " ") != strings.Join(keys, " ") {
+		t.Fatalf("the refused calls changed the index: %v, then %v", keys, after)
+	}
+}
+
+// A tenant's token sets, clears and fires its own tenant's alarms only;
+// another tenant's are a 403 and stay as they were.
+func TestATenantTokenControlsOnlyItsOwnAlarms(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	u := secureNode(t, srv.Bucket, "a", counter(t), node.Security{
+		Token:        "operator-secret",
+		TenantTokens: map[string]string{"t": "tenant-t-secret", "u": "tenant-u-secret"},
+	}, nil, nil)
+	c := http.DefaultClient
+	at := time.Now().Add(time.Hour).UnixMilli()
+	body := []byte(fmt.Sprintf(`{"at_ms": %d}`, at))
+	for _, tenant := range []string{"t", "u"} {
+		actor := u + "/v1/actors/" + tenant + "/counter/x"
+		if status, _, out := send(t, c, "POST", actor, "operator-secret", []byte("get")); status != 200 {
+			t.Fatalf("create %s: %d %q", tenant, status, out)
+		}
+		if status, _, out := send(t, c, "PUT", actor+"/alarm", "operator-secret", body); status != 200 {
+			t.Fatalf("the operator's PUT on %s: %d %q", tenant, status, out)
+		}
+	}
+	other := u + "/v1/actors/u/counter/x/alarm"
+	for _, tc := range []struct{ method, url string }{{"PUT", other}, {"DELETE", other}, {"POST", other + ":fire"}} {
+		status, _, out := send(t, c, tc.method, tc.url, "tenant-t-secret", body)
+		if status != 403 || !strings.Contains(out, `the token of tenant "t" does not reach tenant "u"`) {
+			t.Errorf("%s %s with t's token: %d %q, want 403", tc.method, tc.url, status, out)
+		}
+		if status, _, out := send(t, c, tc.method, tc.url, "", body); status != 401 {
+			t.Errorf("%s %s with no token: %d %q, want 401", tc.method, tc.url, status, out)
+		}
+	}
+	status, _, out := send(t, c, "GET", other, "tenant-u-secret", nil)
+	var st node.AlarmState
+	if status != 200 || json.Unmarshal([]byte(out), &st) != nil || st.AlarmMs == nil || *st.AlarmMs != at {
+		t.Fatalf("u's alarm after the refused calls: %d %q, want it still at %d", status, out, at)
+	}
+	// t's own token reaches t's alarm.
+	if status, _, out := send(t, c, "DELETE", u+"/v1/actors/t/counter/x/alarm", "tenant-t-secret", nil); status != 200 || !strings.Contains(out, `"alarm_ms":null`) {
+		t.Fatalf("t's token on t's alarm: %d %q", status, out)
+	}
+	if status, _, out := send(t, c, "POST", u+"/v1/actors/t/counter/x/alarm:fire", "tenant-t-secret", nil); status != 200 || !strings.Contains(out, `"ran":true`) {
+		t.Fatalf("t's token firing t's alarm: %d %q", status, out)
+	}
+}
