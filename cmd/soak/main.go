@@ -67,6 +67,7 @@ type options struct {
 	rate             float64
 	quiet            time.Duration
 	slack            time.Duration
+	boundInFaults    bool
 	seed             uint64
 	wasm             string
 	keep             bool
@@ -84,15 +85,16 @@ func defaults() options {
 		sameName: 0.5, partition: 0.15, partitionFor: 4 * time.Second,
 		faults:  map[faultproxy.FailMode]*float64{},
 		latency: 0.05, maxLatency: 300 * time.Millisecond, lateDelay: 2 * time.Second,
-		leaseTTL: 6 * time.Second, margin: time.Second, grace: 2 * time.Second, sweep: 2 * time.Second,
+		leaseTTL: 2 * time.Second, margin: 400 * time.Millisecond, grace: time.Second, sweep: time.Second, boundInFaults: true,
 		retryBase: 500 * time.Millisecond, retryMax: 4 * time.Second,
 		minInt: 20 * time.Second, maxInt: 60 * time.Second, rate: 30, quiet: 20 * time.Second, slack: 2 * time.Second,
 		progressEvery: 5 * time.Second, maxInstances: 256, requestTimeout: 10 * time.Second, verifyAttempts: 4,
 		out: os.Stdout,
 	}
+	// 5 % of the S3 requests fail, 1 % in each of the five ways.
 	rates := map[faultproxy.FailMode]float64{
-		faultproxy.Respond503: 0.02, faultproxy.Drop: 0.005, faultproxy.DropAfterForward: 0.01,
-		faultproxy.Reset: 0.005, faultproxy.LandLate: 0.005,
+		faultproxy.Respond503: 0.01, faultproxy.Drop: 0.01, faultproxy.DropAfterForward: 0.01,
+		faultproxy.Reset: 0.01, faultproxy.LandLate: 0.01,
 	}
 	for m, r := range rates {
 		r := r
@@ -131,6 +133,7 @@ func main() {
 	flag.Float64Var(&o.rate, "rate", o.rate, "client requests per second (exec, exec-durable and deletes)")
 	flag.DurationVar(&o.quiet, "quiet", o.quiet, "how long the cluster runs, faults off and settled, before the check")
 	flag.DurationVar(&o.slack, "slack", o.slack, "slack added to the alarm bound for a busy machine")
+	flag.BoolVar(&o.boundInFaults, "bound-during-faults", o.boundInFaults, "hold firings due while the faults are on to the bound too (false: from the quiet phase on only)")
 	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: pick one and print it)")
 	flag.StringVar(&o.wasm, "wasm", "", "the soak actor (default examples/soak-actor/soak_actor.wasm)")
 	flag.IntVar(&o.maxInstances, "max-instances", o.maxInstances, "each node's -max-instances")
@@ -252,7 +255,21 @@ type summary struct {
 	Runs, RunDups, QuietDups int
 	DupCauses                map[string]int
 	Unseen, Dropped          int
+	// The phases: the faults (from the storm's start to the faults off)
+	// and the quiet phase (settled, to the check), in ms; the firings
+	// committed in each (by their run time) and the lateness of those in
+	// the faults (sorted).
+	FaultMs, QuietMs             int64
+	FaultFirings, QuietFirings   int
+	FaultLateness                []int64
+	// Client requests sent while the faults were on, by event kind (exec,
+	// exec-durable, delete): how many, how many failed, and how many of
+	// those failures were a reply with Retry-After.
+	FaultRequests map[string]*requestCount
 }
+
+// requestCount counts client requests of one kind.
+type requestCount struct{ Sent, Failed, RetryAfter, NoReply int }
 
 func run(ctx context.Context, o options) (summary, error) {
 	var sum summary
@@ -421,7 +438,8 @@ func run(ctx context.Context, o options) (summary, error) {
 	bd := bounds{
 		Alarm:     (2*o.leaseTTL + o.grace + 2*o.sweep + o.slack).Milliseconds(),
 		RetryBase: o.retryBase, RetryMax: o.retryMax,
-		Quiet: quietAt.UnixMilli(),
+		Quiet: quietAt.UnixMilli(), DuringFaults: o.boundInFaults,
+		FaultAlarm: (3*(o.leaseTTL+o.grace) + 2*o.sweep + o.slack).Milliseconds(),
 	}
 	bd.End = time.Now().UnixMilli()
 	s.say("reading every ledger")
@@ -445,6 +463,8 @@ func run(ctx context.Context, o options) (summary, error) {
 	}
 	sum.Bound = bd.Alarm
 	sum.DupCauses = map[string]int{}
+	sum.FaultRequests = map[string]*requestCount{}
+	sum.FaultMs, sum.QuietMs = faultsOff.UnixMilli()-stormStart.UnixMilli(), bd.End-bd.Quiet
 	var bad []string
 	for i, h := range hist {
 		v := check(h, bd)
@@ -458,6 +478,39 @@ func run(ctx context.Context, o options) (summary, error) {
 			}
 		}
 		sum.Lateness = append(sum.Lateness, v.Fired...)
+		for j, at := range v.FiredAt {
+			switch {
+			case at >= stormStart.UnixMilli() && at < faultsOff.UnixMilli():
+				sum.FaultFirings++
+				sum.FaultLateness = append(sum.FaultLateness, v.Fired[j])
+			case at >= bd.Quiet && at <= bd.End:
+				sum.QuietFirings++
+			}
+		}
+		for _, o := range h.Ops {
+			if o.Sent < stormStart.UnixMilli() || o.Sent >= faultsOff.UnixMilli() {
+				continue
+			}
+			kind := o.Event
+			if kind == "" {
+				kind = o.Kind
+			}
+			c := sum.FaultRequests[kind]
+			if c == nil {
+				c = &requestCount{}
+				sum.FaultRequests[kind] = c
+			}
+			c.Sent++
+			if o.Err != "" {
+				c.Failed++
+				if o.RetryAfter != "" {
+					c.RetryAfter++
+				}
+				if o.Status == 0 {
+					c.NoReply++
+				}
+			}
+		}
 		sum.Committed += len(v.Fired)
 		sum.Duplicates += v.Duplicates
 		sum.Uncommitted += v.Uncommitted
@@ -481,6 +534,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		}
 	}
 	sort.Slice(sum.Lateness, func(i, j int) bool { return sum.Lateness[i] < sum.Lateness[j] })
+	sort.Slice(sum.FaultLateness, func(i, j int) bool { return sum.FaultLateness[i] < sum.FaultLateness[j] })
 	sum.Kills, sum.SameName, sum.Cuts = int(s.kills.Load()), int(s.same.Load()), int(s.cuts.Load())
 	s.mu.Lock()
 	sum.Dropped = s.dropped
@@ -621,6 +675,10 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 		o.Err = err.Error()
 		if len(o.Err) > 200 {
 			o.Err = o.Err[:200] + "..."
+		}
+		var se *clusterproc.StatusError
+		if errors.As(err, &se) {
+			o.Status, o.RetryAfter = se.StatusCode, se.RetryAfter
 		}
 		s.failed.Add(1)
 	} else {
@@ -1166,8 +1224,30 @@ func (s *soak) table(sum summary, bd bounds) {
 		fmt.Fprintf(w, "  lateness:              p50 %s, p99 %s, max %s (committed firings, from each one's due or retry time)\n",
 			pctText(sum.Lateness, 50), pctText(sum.Lateness, 99), msText(sum.Lateness[n-1]))
 	}
-	fmt.Fprintf(w, "  bound:                 %s per attempt (2 x lease + grace + 2 x sweep + slack %v), plus the committed backoff;\n"+
-		"                         held from the quiet phase on; %d firings during the faults came later than it\n", msText(bd.Alarm), o.slack, sum.BeyondQuiet)
+	held := "not held during the faults (-bound-during-faults=false)"
+	if bd.DuringFaults {
+		held = fmt.Sprintf("during the faults %s per attempt (3 x (lease + grace) + 2 x sweep + slack: an entry anyone's), held too", msText(bd.FaultAlarm))
+	}
+	fmt.Fprintf(w, "  bound:                 %s per attempt (2 x lease + grace + 2 x sweep + slack %v), plus the committed backoff, from the quiet phase on;\n"+
+		"                         %s; %d firings during the faults came later than the quiet bound\n", msText(bd.Alarm), o.slack, held, sum.BeyondQuiet)
+	faultRate, quietRate := perSecond(sum.FaultFirings, sum.FaultMs), perSecond(sum.QuietFirings, sum.QuietMs)
+	ratio := 0.0
+	if quietRate > 0 {
+		ratio = 100 * faultRate / quietRate
+	}
+	fmt.Fprintf(w, "  firings per second:    %.1f during the faults (%d in %s), %.1f in the quiet phase (%d in %s): %.0f%%\n",
+		faultRate, sum.FaultFirings, msText(sum.FaultMs), quietRate, sum.QuietFirings, msText(sum.QuietMs), ratio)
+	if n := len(sum.FaultLateness); n > 0 {
+		fmt.Fprintf(w, "  lateness in faults:    p50 %s, p99 %s, max %s\n", pctText(sum.FaultLateness, 50), pctText(sum.FaultLateness, 99), msText(sum.FaultLateness[n-1]))
+	}
+	for _, kind := range []string{clusterproc.KindExecDurable, clusterproc.KindExec, "delete"} {
+		c := sum.FaultRequests[kind]
+		if c == nil {
+			continue
+		}
+		fmt.Fprintf(w, "  %-22s %d sent during the faults, %d failed (%.2f%%): %d with Retry-After, %d without a reply\n",
+			kind+" requests:", c.Sent, c.Failed, 100*float64(c.Failed)/float64(max(c.Sent, 1)), c.RetryAfter, c.NoReply)
+	}
 	rate := 0.0
 	if sum.Runs > 0 {
 		rate = 100 * float64(sum.RunDups) / float64(sum.Runs)
@@ -1187,6 +1267,13 @@ func (s *soak) table(sum summary, bd bounds) {
 		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra)
 	fmt.Fprintf(w, "  lost:                  %d\n", sum.Lost)
 	fmt.Fprintf(w, "  violations:            %d\n", sum.Violations)
+}
+
+func perSecond(n int, ms int64) float64 {
+	if ms <= 0 {
+		return 0
+	}
+	return float64(n) * 1000 / float64(ms)
 }
 
 func pctText(sorted []int64, p float64) string {

@@ -42,6 +42,15 @@ func TestShortSoak(t *testing.T) {
 		t.Skip("the short soak takes about two minutes")
 	}
 	o := defaults()
+	// The fault mix and bounds this test has always run with; make soak
+	// runs the defaults.
+	for m, r := range map[faultproxy.FailMode]float64{
+		faultproxy.Respond503: 0.02, faultproxy.Drop: 0.005, faultproxy.DropAfterForward: 0.01,
+		faultproxy.Reset: 0.005, faultproxy.LandLate: 0.005,
+	} {
+		*o.faults[m] = r
+	}
+	o.boundInFaults = false
 	o.actors = 300
 	o.kills = 10
 	o.killEvery = 3 * time.Second

@@ -35,6 +35,8 @@ type StatusError struct {
 	StatusCode int
 	// Body is the reply's text (the node's error message).
 	Body string
+	// RetryAfter is the reply's Retry-After header ("" if none).
+	RetryAfter string
 }
 
 func (e *StatusError) Error() string {
@@ -106,7 +108,7 @@ func do(ctx context.Context, method, u string, body []byte, want int) ([]byte, e
 		return nil, fmt.Errorf("%s %s: reading the reply: %w", method, u, err)
 	}
 	if resp.StatusCode != want {
-		return nil, &StatusError{Method: method, URL: u, StatusCode: resp.StatusCode, Body: string(out)}
+		return nil, &StatusError{Method: method, URL: u, StatusCode: resp.StatusCode, Body: string(out), RetryAfter: resp.Header.Get("Retry-After")}
 	}
 	return out, nil
 }
