@@ -259,9 +259,9 @@ type summary struct {
 	// and the quiet phase (settled, to the check), in ms; the firings
 	// committed in each (by their run time) and the lateness of those in
 	// the faults (sorted).
-	FaultMs, QuietMs             int64
-	FaultFirings, QuietFirings   int
-	FaultLateness                []int64
+	FaultMs, QuietMs           int64
+	FaultFirings, QuietFirings int
+	FaultLateness              []int64
 	// Client requests sent while the faults were on, by event kind (exec,
 	// exec-durable, delete): how many, how many failed, and how many of
 	// those failures were a reply with Retry-After.
