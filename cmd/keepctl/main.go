@@ -8,8 +8,18 @@
 //	keepctl -bucket wasmkeep verify [-serves CLASS,...] [-json]
 //	keepctl -bucket wasmkeep backfill
 //
+// With -node URL it changes alarms through that node's HTTP API (the
+// node's token from -token-file or $KEEPCTL_TOKEN), each change an event of
+// the actor's holder:
+//
+//	keepctl -node http://127.0.0.1:7601 alarm set TENANT/CLASS/NAME TIME [-json]
+//	keepctl -node http://127.0.0.1:7601 alarm clear TENANT/CLASS/NAME [-json]
+//	keepctl -node http://127.0.0.1:7601 alarm fire TENANT/CLASS/NAME [-json]
+//	keepctl -bucket wasmkeep -node http://127.0.0.1:7601 alarms delete [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-dry-run]
+//
 // Exit status: 0 on success, 1 when verify finds a committed alarm with no
-// entry, 2 for bad usage or a failure to read the bucket.
+// entry, alarm fire's on-alarm failed, or alarms delete failed for an
+// actor, 2 for bad usage or a failure to reach the bucket or the node.
 package main
 
 import (
@@ -34,10 +44,13 @@ import (
 )
 
 const usage = `Usage: keepctl -bucket NAME [-prefix cluster/] COMMAND [flags]
+       keepctl -node URL [-token-file FILE] [-ca FILE] alarm set|clear|fire TENANT/CLASS/NAME ...
 
 Inspects the alarms of a wasmkeep cluster in its S3 bucket, without joining
-it. S3 is configured as for keepnode: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY and AWS_REGION.
+it, and changes one alarm, or those a filter keeps, through a node's HTTP
+API (-node). S3 is configured as for keepnode: AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION. The node's token
+comes from -token-file or $KEEPCTL_TOKEN.
 
 Commands:
   alarms list [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-json]
@@ -54,6 +67,20 @@ Commands:
         explains the extra entries; exits 1 if an alarm has none
   backfill
         lists an entry for every committed alarm that has none; deletes nothing
+
+Commands through a node (-node URL), each an event of the actor's holder,
+committed, indexed and replicated before it answers:
+  alarm set TENANT/CLASS/NAME TIME [-json]
+        sets the alarm at TIME (RFC 3339, Unix ms, or +DURATION from now);
+        the failure count goes back to 0; the guest is not called
+  alarm clear TENANT/CLASS/NAME [-json]
+        clears the alarm; the guest is not called
+  alarm fire TENANT/CLASS/NAME [-json]
+        runs on-alarm now (exit 1 if it failed: its retry is committed)
+  alarms delete [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-dry-run]
+        (with -bucket too) clears the alarm of every actor whose index entry
+        and committed alarm the filter keeps; -dry-run prints what it would
+        clear and changes nothing
 
 Flags:
 `
@@ -75,27 +102,51 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (required)")
 	prefix := fs.String("prefix", "cluster/", "key prefix of the cluster's objects in the bucket")
+	nodeURL := fs.String("node", "", "a node's HTTP API (http://HOST:PORT or https://...), for the commands that change alarms")
+	tokenFile := fs.String("token-file", "", "file holding the token for -node (or $"+envToken+"), when the node has tokens")
+	caFile := fs.String("ca", "", "PEM file of the CA that signed the node's certificate, for an https -node (default: the system's roots)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	rest := fs.Args()
-	if *bucketName == "" || len(rest) == 0 {
+	if len(rest) == 0 {
 		fs.Usage()
 		return 2
 	}
-	b, err := open(ctx, *bucketName)
-	if err != nil {
-		fmt.Fprintf(stderr, "keepctl: %v\n", err)
-		return 2
-	}
-	c := inspect.New(b, *prefix)
 	cmd := rest[0]
-	if len(rest) > 1 && (cmd == "alarms" || cmd == "actor") {
+	if len(rest) > 1 && (cmd == "alarms" || cmd == "actor" || cmd == "alarm") {
 		cmd += " " + rest[1]
 		rest = rest[1:]
 	}
 	rest = rest[1:]
+	viaNode := strings.HasPrefix(cmd, "alarm ") || cmd == "alarms delete"
+	var nc *nodeClient
+	if viaNode {
+		if *nodeURL == "" {
+			fmt.Fprintf(stderr, "keepctl %s: needs -node URL, the HTTP API of a node of the cluster\n", cmd)
+			return 2
+		}
+		var err error
+		if nc, err = newNodeClient(*nodeURL, *tokenFile, *caFile); err != nil {
+			fmt.Fprintf(stderr, "keepctl: %v\n", err)
+			return 2
+		}
+	}
+	var c *inspect.Cluster
+	if !strings.HasPrefix(cmd, "alarm ") {
+		if *bucketName == "" {
+			fs.Usage()
+			return 2
+		}
+		b, err := open(ctx, *bucketName)
+		if err != nil {
+			fmt.Fprintf(stderr, "keepctl: %v\n", err)
+			return 2
+		}
+		c = inspect.New(b, *prefix)
+	}
 	var status int
+	var err error
 	switch cmd {
 	case "alarms list":
 		status, err = alarmsList(ctx, c, rest, stdout, stderr)
@@ -107,6 +158,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		status, err = verify(ctx, c, rest, stdout, stderr)
 	case "backfill":
 		status, err = backfill(ctx, c, rest, stdout, stderr)
+	case "alarm set", "alarm clear", "alarm fire":
+		status, err = alarmVerb(ctx, nc, strings.TrimPrefix(cmd, "alarm "), rest, stdout, stderr)
+	case "alarms delete":
+		status, err = alarmsDelete(ctx, c, nc, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "keepctl: unknown command %q\n\n", cmd)
 		fs.Usage()

@@ -1,0 +1,339 @@
+package main
+
+// The verbs that change an alarm go through a node's HTTP API (-node), so
+// that each change is an event of the actor's holder: committed, indexed
+// and replicated by the same rules as a guest's set-alarm.
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/inspect"
+)
+
+// envToken is where keepctl reads the node's token when -token-file is not
+// given.
+const envToken = "KEEPCTL_TOKEN"
+
+// nodeClient calls one node's HTTP API.
+type nodeClient struct {
+	base  string // scheme://host:port, no trailing slash
+	token string
+	hc    *http.Client
+}
+
+// newNodeClient checks the -node URL and reads the token and the CA.
+func newNodeClient(rawURL, tokenFile, caFile string) (*nodeClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("-node %q: want http://HOST:PORT or https://HOST:PORT", rawURL)
+	}
+	c := &nodeClient{base: strings.TrimRight(rawURL, "/"), hc: &http.Client{Timeout: 90 * time.Second}}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("-token-file: %w", err)
+		}
+		c.token = strings.TrimSpace(string(b))
+		if c.token == "" || strings.ContainsAny(c.token, " \t\r\n") {
+			return nil, fmt.Errorf("-token-file: %s must hold one token (no spaces)", tokenFile)
+		}
+	} else {
+		c.token = strings.TrimSpace(os.Getenv(envToken))
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-ca: %s holds no PEM certificate", caFile)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		c.hc.Transport = tr
+	}
+	return c, nil
+}
+
+// alarmState is a node's answer about an alarm (node.AlarmState).
+type alarmState struct {
+	AlarmMs  *int64      `json:"alarm_ms"`
+	Failures int         `json:"failures"`
+	Node     string      `json:"node,omitempty"`
+	From     string      `json:"from"`
+	Fired    *firedState `json:"fired,omitempty"`
+}
+
+type firedState struct {
+	Ran         bool   `json:"ran"`
+	ScheduledMs int64  `json:"scheduled_ms,omitempty"`
+	RetryCount  int    `json:"retry_count"`
+	Error       string `json:"error,omitempty"`
+	GaveUp      bool   `json:"gave_up,omitempty"`
+}
+
+// statusError is a node's answer other than 200.
+type statusError struct {
+	Status int
+	Body   string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("the node answered %d: %s", e.Status, strings.TrimSpace(e.Body))
+}
+
+func isStatus(err error, code int) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.Status == code
+}
+
+// alarm makes one call on the actor's alarm (suffix "/alarm" or
+// "/alarm:fire").
+func (c *nodeClient) alarm(ctx context.Context, method string, id abi.ActorID, suffix, query string, body []byte) (alarmState, error) {
+	u := c.base + "/v1/actors/" + url.PathEscape(id.Tenant) + "/" + url.PathEscape(id.Class) + "/" + url.PathEscape(id.Name) + suffix
+	if query != "" {
+		u += "?" + query
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return alarmState{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return alarmState{}, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return alarmState{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return alarmState{}, &statusError{Status: resp.StatusCode, Body: string(out)}
+	}
+	var st alarmState
+	if err := json.Unmarshal(out, &st); err != nil {
+		return alarmState{}, fmt.Errorf("the node's answer %q is not an alarm state: %v", out, err)
+	}
+	return st, nil
+}
+
+// parseAlarmTime reads the TIME of alarm set: RFC 3339, Unix
+// milliseconds, or +DURATION from now (+90s, +1h30m).
+func parseAlarmTime(s string, now time.Time) (int64, error) {
+	if d, ok := strings.CutPrefix(s, "+"); ok {
+		dur, err := time.ParseDuration(d)
+		if err != nil {
+			return 0, fmt.Errorf("time %q: +DURATION wants a Go duration (+90s, +1h30m)", s)
+		}
+		return now.Add(dur).UnixMilli(), nil
+	}
+	if s == "" {
+		return 0, errors.New("no time given")
+	}
+	return parseTime(s)
+}
+
+func describeState(id abi.ActorID, st alarmState) string {
+	alarm := "no alarm"
+	if st.AlarmMs != nil {
+		alarm = fmt.Sprintf("alarm at %s (%d)", formatMs(*st.AlarmMs), *st.AlarmMs)
+	}
+	on := ""
+	if st.Node != "" {
+		on = ", on node " + st.Node
+	}
+	return fmt.Sprintf("%s: %s, failures %d%s", id, alarm, st.Failures, on)
+}
+
+// alarmVerb runs alarm set, alarm clear and alarm fire.
+func alarmVerb(ctx context.Context, c *nodeClient, verb string, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("alarm "+verb, stderr)
+	asJSON := fs.Bool("json", false, "the committed alarm state as the node answered it, one JSON object")
+	var pos []string
+	// Positional arguments may come before or after the flags.
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return 2, errUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	want := 1
+	if verb == "set" {
+		want = 2
+	}
+	if len(pos) != want {
+		if verb == "set" {
+			return 2, fmt.Errorf("%w: want TENANT/CLASS/NAME TIME", errUsage)
+		}
+		return 2, fmt.Errorf("%w: want one TENANT/CLASS/NAME", errUsage)
+	}
+	id, err := parseActor(pos[0])
+	if err != nil {
+		return 2, err
+	}
+	var st alarmState
+	switch verb {
+	case "set":
+		at, err := parseAlarmTime(pos[1], time.Now())
+		if err != nil {
+			return 2, err
+		}
+		st, err = c.alarm(ctx, "PUT", id, "/alarm", "", fmt.Appendf(nil, `{"at_ms": %d}`, at))
+		if err != nil {
+			return 2, fmt.Errorf("actor %s: %w", id, err)
+		}
+	case "clear":
+		st, err = c.alarm(ctx, "DELETE", id, "/alarm", "", nil)
+		if err != nil {
+			return 2, fmt.Errorf("actor %s: %w", id, err)
+		}
+	case "fire":
+		st, err = c.alarm(ctx, "POST", id, "/alarm:fire", "", nil)
+		if err != nil {
+			return 2, fmt.Errorf("actor %s: %w", id, err)
+		}
+	}
+	status := 0
+	if st.Fired != nil && st.Fired.Error != "" {
+		status = 1 // on-alarm failed: its retry is committed
+	}
+	if *asJSON {
+		return status, writeJSON(stdout, st)
+	}
+	if f := st.Fired; f != nil {
+		switch {
+		case !f.Ran:
+			fmt.Fprintf(stdout, "%s: on-alarm did not run\n", id)
+		case f.Error != "":
+			fmt.Fprintf(stdout, "%s: on-alarm failed (retry count %d): %s\n", id, f.RetryCount, f.Error)
+		default:
+			fmt.Fprintf(stdout, "%s: on-alarm ran for %s\n", id, formatMs(f.ScheduledMs))
+		}
+	}
+	fmt.Fprintln(stdout, describeState(id, st))
+	if status != 0 {
+		fmt.Fprintf(stderr, "keepctl alarm fire: on-alarm of %s failed\n", id)
+	}
+	return status, nil
+}
+
+// alarmsDelete clears, through the node, the alarm of every actor with an
+// index entry the filter keeps, when its committed alarm is within the
+// filter too (an entry can be stale: the actor's alarm moved since).
+// Each clear names the time it read (DELETE ?if_at_ms=), so an alarm set
+// since is left alone.
+func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("alarms delete", stderr)
+	tenant := fs.String("tenant", "", "only this tenant")
+	class := fs.String("class", "", "only this class")
+	after := fs.String("due-after", "", "only alarms due at or after this time")
+	before := fs.String("due-before", "", "only alarms due at or before this time")
+	dryRun := fs.Bool("dry-run", false, "print what would be cleared; change nothing")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return 2, errUsage
+	}
+	f := inspect.Filter{Tenant: *tenant, Class: *class}
+	var err error
+	if f.DueAfter, err = parseTime(*after); err != nil {
+		return 2, err
+	}
+	if f.DueBefore, err = parseTime(*before); err != nil {
+		return 2, err
+	}
+	entries, malformed, err := c.Alarms(ctx, f)
+	if err != nil {
+		return 2, err
+	}
+	for _, k := range malformed {
+		fmt.Fprintf(stderr, "keepctl: skipped a key that is not an index entry: %s\n", k)
+	}
+	// One clear per actor, in the order of its earliest entry.
+	seen := map[abi.ActorID]bool{}
+	var actors []abi.ActorID
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].DueMs < entries[j].DueMs })
+	for _, e := range entries {
+		if !seen[e.Actor] {
+			seen[e.Actor] = true
+			actors = append(actors, e.Actor)
+		}
+	}
+	within := func(at int64) bool {
+		return (f.DueAfter == 0 || at >= f.DueAfter) && (f.DueBefore == 0 || at <= f.DueBefore)
+	}
+	var cleared, skipped, failed int
+	for _, id := range actors {
+		st, err := nc.alarm(ctx, "GET", id, "/alarm", "", nil)
+		if err != nil {
+			fmt.Fprintf(stdout, "FAILED %s: read the alarm: %v\n", id, err)
+			failed++
+			continue
+		}
+		switch {
+		case st.AlarmMs == nil:
+			fmt.Fprintf(stdout, "skip %s: no alarm committed (its entry is stale; the sweep removes it)\n", id)
+			skipped++
+			continue
+		case !within(*st.AlarmMs):
+			fmt.Fprintf(stdout, "skip %s: its committed alarm, at %s, is outside the filter (its entry is stale)\n", id, formatMs(*st.AlarmMs))
+			skipped++
+			continue
+		}
+		at := *st.AlarmMs
+		if *dryRun {
+			fmt.Fprintf(stdout, "would clear %s: alarm at %s (%d), failures %d\n", id, formatMs(at), at, st.Failures)
+			cleared++
+			continue
+		}
+		_, err = nc.alarm(ctx, "DELETE", id, "/alarm", "if_at_ms="+strconv.FormatInt(at, 10), nil)
+		switch {
+		case err == nil:
+			fmt.Fprintf(stdout, "cleared %s: alarm at %s (%d)\n", id, formatMs(at), at)
+			cleared++
+		case isStatus(err, http.StatusConflict):
+			fmt.Fprintf(stdout, "skip %s: its alarm moved since it was read: %v\n", id, err)
+			skipped++
+		case isStatus(err, http.StatusNotFound):
+			fmt.Fprintf(stdout, "skip %s: %v\n", id, err)
+			skipped++
+		default:
+			fmt.Fprintf(stdout, "FAILED %s: %v\n", id, err)
+			failed++
+		}
+	}
+	if *dryRun {
+		fmt.Fprintf(stdout, "dry run: %d actors matched, %d alarms would be cleared, %d skipped, %d failed; nothing changed\n", len(actors), cleared, skipped, failed)
+	} else {
+		fmt.Fprintf(stdout, "%d actors matched, %d alarms cleared, %d skipped, %d failed\n", len(actors), cleared, skipped, failed)
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "keepctl alarms delete: %d actors failed\n", failed)
+		return 1, nil
+	}
+	return 0, nil
+}
