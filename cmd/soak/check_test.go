@@ -159,3 +159,12 @@ func TestRunsTheGuestSaid(t *testing.T) {
 		t.Errorf("runs after a delete: violations %v", v.Violations)
 	}
 }
+
+// failureCause groups failed requests by what they have in common.
+func TestFailureCause(t *testing.T) {
+	a := failureCause(`POST http://127.0.0.1:39469/v1/actors/soak/soak/a00103?kind=exec-durable: 503 Service Unavailable: actor soak/soak/a00103: hold on node n2: this node's lease is not valid`)
+	b := failureCause(`POST http://127.0.0.1:4001/v1/actors/soak/soak/a00007?kind=exec-durable: 503 Service Unavailable: actor soak/soak/a00007: hold on node n0-4: this node's lease is not valid`)
+	if a != b || a != "# Service Unavailable: hold on node N: this node's lease is not valid" {
+		t.Fatalf("causes %q and %q; want one, without the URL, the actor and the node", a, b)
+	}
+}

@@ -29,9 +29,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -268,8 +271,32 @@ type summary struct {
 	FaultRequests map[string]*requestCount
 }
 
-// requestCount counts client requests of one kind.
-type requestCount struct{ Sent, Failed, RetryAfter, NoReply int }
+// requestCount counts client requests of one kind, and their failures by
+// cause (failureCause).
+type requestCount struct {
+	Sent, Failed, RetryAfter, NoReply int
+	Causes                            map[string]int
+}
+
+var (
+	causeURL   = regexp.MustCompile(`^[A-Z]+ https?://[^ ]+: `)
+	causeActor = regexp.MustCompile(`actor [a-z]+/[a-z]+/a[0-9]+: `)
+	causeNode  = regexp.MustCompile(`\bn[0-9]+(-[0-9]+)?\b`)
+	causeNums  = regexp.MustCompile(`[0-9]+(\.[0-9]+)?(ms|s|µs)?`)
+)
+
+// failureCause is a failed request's error without what differs from one
+// request to the next (the URL, the actor, node names, numbers).
+func failureCause(err string) string {
+	c := causeURL.ReplaceAllString(err, "")
+	c = causeActor.ReplaceAllString(c, "")
+	c = causeNode.ReplaceAllString(c, "N")
+	c = causeNums.ReplaceAllString(c, "#")
+	if len(c) > 110 {
+		c = c[:110] + "..."
+	}
+	return c
+}
 
 func run(ctx context.Context, o options) (summary, error) {
 	var sum summary
@@ -503,6 +530,10 @@ func run(ctx context.Context, o options) (summary, error) {
 			c.Sent++
 			if o.Err != "" {
 				c.Failed++
+				if c.Causes == nil {
+					c.Causes = map[string]int{}
+				}
+				c.Causes[failureCause(o.Err)]++
 				if o.RetryAfter != "" {
 					c.RetryAfter++
 				}
@@ -1247,6 +1278,20 @@ func (s *soak) table(sum summary, bd bounds) {
 		}
 		fmt.Fprintf(w, "  %-22s %d sent during the faults, %d failed (%.2f%%): %d with Retry-After, %d without a reply\n",
 			kind+" requests:", c.Sent, c.Failed, 100*float64(c.Failed)/float64(max(c.Sent, 1)), c.RetryAfter, c.NoReply)
+		causes := slices.Collect(maps.Keys(c.Causes))
+		sort.Slice(causes, func(i, j int) bool {
+			if c.Causes[causes[i]] != c.Causes[causes[j]] {
+				return c.Causes[causes[i]] > c.Causes[causes[j]]
+			}
+			return causes[i] < causes[j]
+		})
+		for i, cause := range causes {
+			if i == 4 {
+				fmt.Fprintf(w, "                           ... %d more causes\n", len(causes)-i)
+				break
+			}
+			fmt.Fprintf(w, "                           %d: %s\n", c.Causes[cause], cause)
+		}
 	}
 	rate := 0.0
 	if sum.Runs > 0 {
