@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -138,11 +139,18 @@ func TestKeepctlChangesAlarmsThroughANode(t *testing.T) {
 	for i, name := range []string{"a", "b", "c"} {
 		keepctl(0, "alarm", "set", "t/counter/"+name, fmt.Sprint(base+int64(i)*3_600_000))
 	}
+	// A stale entry of c inside the filter, written by hand: c's committed
+	// alarm is outside it, so c is skipped, not cleared.
+	stale := "cluster/" + alarmindex.Key{Actor: id("c"), DueMs: base, Tag: alarmindex.Tag{Generation: 1, Nonce: "ab"}}.String()
+	if _, err := srv.Bucket.Put(ctx, stale, nil, bucket.Cond{}); err != nil {
+		t.Fatal(err)
+	}
 	before := bucketKeys()
 	dueBefore := fmt.Sprint(base + 3_600_000)
 	out := keepctl(0, "alarms", "delete", "-due-before", dueBefore, "-dry-run")
 	t.Logf("keepctl alarms delete -dry-run:\n%s", out)
-	if !strings.Contains(out, "would clear t/counter/a") || !strings.Contains(out, "would clear t/counter/b") || strings.Contains(out, "t/counter/c") || !strings.Contains(out, "2 alarms would be cleared") {
+	if !strings.Contains(out, "would clear t/counter/a") || !strings.Contains(out, "would clear t/counter/b") || strings.Contains(out, "would clear t/counter/c") ||
+		!strings.Contains(out, "skip t/counter/c: its committed alarm") || !strings.Contains(out, "2 alarms would be cleared") {
 		t.Fatalf("alarms delete -dry-run:\n%s", out)
 	}
 	if after := bucketKeys(); !slices.Equal(before, after) {
@@ -152,6 +160,15 @@ func TestKeepctlChangesAlarmsThroughANode(t *testing.T) {
 	t.Logf("keepctl alarms delete:\n%s", out)
 	if !strings.Contains(out, "cleared t/counter/a") || !strings.Contains(out, "cleared t/counter/b") || !strings.Contains(out, "2 alarms cleared") {
 		t.Fatalf("alarms delete:\n%s", out)
+	}
+	if _, _, err := srv.Bucket.Get(ctx, stale); err != nil {
+		t.Fatalf("the stale entry: %v, want it left to the sweep", err)
+	}
+	if err := srv.Bucket.Delete(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if got := fired("c"); got != 1 {
+		t.Fatalf("counter c fired %d times, want 1", got)
 	}
 	keys := indexKeys()
 	if len(keys) != 1 || !strings.Contains(keys[0], fmt.Sprintf("/%015d/", base+2*3_600_000)) {
