@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/inspect"
@@ -134,6 +136,10 @@ func TestAnAlarmClearedOverHTTPDoesNotFire(t *testing.T) {
 	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 1 {
 		t.Fatalf("index after the PUT: %v, want one entry", keys)
 	}
+	key := alarms.TimerKey(abi.ActorID{Tenant: "t", Class: "counter", Name: "x"})
+	if got, ok := a.Timer().Get(key); !ok || got != due.UnixMilli() {
+		t.Fatalf("the holder's timer holds %d (%v) after the PUT, want %d", got, ok, due.UnixMilli())
+	}
 	status, st, out := alarmCall(t, "DELETE", bn.URL+actor+"/alarm", "")
 	if status != 200 || st.AlarmMs != nil || st.Node != "a" {
 		t.Fatalf("DELETE through b: %d %q, want a's answer with no alarm", status, out)
@@ -147,7 +153,7 @@ func TestAnAlarmClearedOverHTTPDoesNotFire(t *testing.T) {
 	if c := counterState(t, a.URL+actor); c.Fired != 0 || c.AlarmMs != nil {
 		t.Fatalf("after the cleared alarm's time: %+v, want it not fired", c)
 	}
-	if _, ok := a.Timer().Get("t/counter/x"); ok {
+	if _, ok := a.Timer().Get(key); ok {
 		t.Fatal("the holder's timer still holds the cleared alarm")
 	}
 
