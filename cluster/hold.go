@@ -119,6 +119,12 @@ func (h *Holds) errorf(id abi.ActorID, format string, args ...any) error {
 	return &abi.ActorError{ID: id, Op: "hold on node " + h.l.NodeID(), Err: fmt.Errorf(format, args...)}
 }
 
+// ErrLeaseNotValid is wrapped by Acquire's errors when this node's lease is
+// not valid (a renewal is late, the node was cut off from the bucket):
+// nothing was done for the actor, and the same call may succeed once the
+// lease is renewed, or find another node holding the actor.
+var ErrLeaseNotValid = errors.New("this node's lease is not valid")
+
 // Acquire takes the actor's hold for this node, or returns the one it has.
 //
 // It reads the ownership record. If there is none, it creates it with
@@ -141,7 +147,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	}
 	epoch, ok := h.l.validEpoch()
 	if !ok {
-		return Hold{}, h.errorf(id, "this node's lease is not valid")
+		return Hold{}, h.errorf(id, "%w", ErrLeaseNotValid)
 	}
 	key := h.Key(id)
 	body, etag, err := h.b.Get(ctx, key)
@@ -190,7 +196,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 // take writes an ownership record naming this node with generation gen.
 func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, cond bucket.Cond) (Hold, error) {
 	if e, ok := h.l.validEpoch(); !ok || e != epoch {
-		return Hold{}, h.errorf(id, "this node's lease lapsed before taking the hold")
+		return Hold{}, h.errorf(id, "%w: it lapsed before taking the hold", ErrLeaseNotValid)
 	}
 	key := h.Key(id)
 	self := holdRecord{NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance}
@@ -224,7 +230,7 @@ func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, con
 	h.mu.Unlock()
 	h.taken.Add(1)
 	if e, ok := h.l.validEpoch(); !ok || e != epoch {
-		return Hold{}, h.errorf(id, "this node's lease lapsed while taking the hold (generation %d)", gen)
+		return Hold{}, h.errorf(id, "%w: it lapsed while taking the hold (generation %d)", ErrLeaseNotValid, gen)
 	}
 	return hold, nil
 }

@@ -46,6 +46,16 @@ type ClusterConfig struct {
 	Tenants []string
 	// SweepPeriod is alarm_sweep (default 10 s).
 	SweepPeriod time.Duration
+	// FailoverWait is how long a client request waits, inside the node,
+	// for the actor to become reachable again when it is not: its holder
+	// does not answer (a connection to it cannot be made), or the node
+	// that would hold it has no valid lease for now. The node tries the
+	// request again every FailoverPoll meanwhile, and answers 503 with
+	// Retry-After once the wait is over. Default: LeaseTTL + LeaseGrace +
+	// LeaseTTL/3, which covers a holder's death (a takeover once its lease
+	// is seen unchanged for TTL + grace) and a renewal's period; negative:
+	// no waiting.
+	FailoverWait time.Duration
 	// DeleteWindow is how long the node gathers the DELETEs of replaced
 	// index entries and snapshots before it sends them in one multi-object
 	// request (default bucket.DefaultDeleteWindow, 100 ms).
@@ -149,6 +159,11 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		return err
 	}
 	e.hold, e.held, e.uploaded, e.dirty, e.unsynced = hold, true, false, false, false
+	// The new hold replaced the record conditionally: an earlier hold whose
+	// release failed has nothing left to release.
+	n.mu.Lock()
+	delete(n.unreleased, e.id)
+	n.mu.Unlock()
 	if err := n.openLocal(ctx, e); err != nil {
 		n.releaseHold(ctx, hold)
 		e.held = false
@@ -315,9 +330,93 @@ func (n *Node) giveUp(ctx context.Context, e *entry, why error) {
 	e.held, e.dirty = false, false
 }
 
+// releaseHold lets a hold go (e.mu held). A release that fails for any
+// cause but the record having changed since (taken over, or an earlier try
+// that landed) is tried again every lease period (releaseAgain): while the
+// record names this node and its lease is live, every other node is refused
+// the actor and drops its alarm (docs/design.md#delivery), yet this node
+// holds nothing, and its timer may lack the bucket's alarm (an event whose
+// upload failed changed it here only). Without the retry that alarm waited
+// until it was anyone's, three margins overdue.
 func (n *Node) releaseHold(ctx context.Context, h cluster.Hold) {
-	if err := n.holds.Release(ctx, h); err != nil {
-		n.log.Debug("could not release a hold", "actor", h.Actor.String(), "error", err)
+	err := n.holds.Release(ctx, h)
+	if err != nil {
+		n.log.Debug("could not release a hold", "actor", h.Actor.String(), "generation", h.Generation, "error", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err == nil || errors.Is(err, bucket.ErrPrecondition) {
+		if p, ok := n.unreleased[h.Actor]; ok && p == h {
+			delete(n.unreleased, h.Actor)
+		}
+		return
+	}
+	if n.unreleased == nil {
+		n.unreleased = map[abi.ActorID]cluster.Hold{}
+	}
+	n.unreleased[h.Actor] = h
+}
+
+// releaseAgain tries again the releases that failed (releaseHold), each
+// with its actor's lock, so that it cannot race this node taking the actor
+// anew; an actor busy with an event is left for the next round (the event
+// takes a new hold, which replaces the record conditionally anyway).
+func (n *Node) releaseAgain(ctx context.Context) {
+	n.mu.Lock()
+	ids := make([]abi.ActorID, 0, len(n.unreleased))
+	for id := range n.unreleased {
+		ids = append(ids, id)
+	}
+	n.mu.Unlock()
+	for _, id := range ids {
+		e, err := n.entry(id)
+		if err != nil {
+			return // closed (Close releases what is left)
+		}
+		if !e.mu.TryLock() {
+			continue
+		}
+		func() {
+			defer e.mu.Unlock()
+			var err error
+			defer n.recoverEvent(ctx, e, "release", &err)
+			if e.gone || e.held {
+				return // looked up again next round; or held anew (open forgot it)
+			}
+			n.mu.Lock()
+			h, ok := n.unreleased[id]
+			n.mu.Unlock()
+			if !ok {
+				return
+			}
+			n.releaseHold(ctx, h)
+			n.mu.Lock()
+			_, still := n.unreleased[id]
+			n.mu.Unlock()
+			if !still {
+				n.log.Info("released a hold whose release had failed", "actor", id.String(), "generation", h.Generation)
+			}
+		}()
+	}
+}
+
+// leaseTTL is the lease period in force (cluster mode).
+func (n *Node) leaseTTL() time.Duration {
+	if c := n.cfg.Cluster; c != nil && c.LeaseTTL > 0 {
+		return c.LeaseTTL
+	}
+	return cluster.DefaultTTL
+}
+
+// retryReleases runs releaseAgain every period until ctx ends.
+func (n *Node) retryReleases(ctx context.Context, period time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.cfg.Clock.After(period):
+		}
+		n.releaseAgain(ctx)
 	}
 }
 
@@ -692,8 +791,9 @@ func (n *Node) Start(ctx context.Context) {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.reapIdle(ctx) }()
 		if n.leases != nil {
-			wg.Add(1)
+			wg.Add(2)
 			go func() { defer wg.Done(); n.plugin.RunSweeps(ctx) }()
+			go func() { defer wg.Done(); n.retryReleases(ctx, n.leaseTTL()) }()
 		}
 		n.plugin.RunTimer(ctx, nodeTaker{n})
 		wg.Wait()
@@ -736,6 +836,17 @@ func (n *Node) Close(ctx context.Context) error {
 		}))
 	}
 	if n.leases != nil {
+		// Nothing runs any more: a release that failed is tried once
+		// more without the actors' locks.
+		n.mu.Lock()
+		left := make([]cluster.Hold, 0, len(n.unreleased))
+		for _, h := range n.unreleased {
+			left = append(left, h)
+		}
+		n.mu.Unlock()
+		for _, h := range left {
+			n.releaseHold(ctx, h)
+		}
 		n.FlushDeletes(ctx)
 		errs = append(errs, n.leases.Close(ctx))
 	}

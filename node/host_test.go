@@ -37,6 +37,7 @@ type hostConfig struct {
 	log                io.Writer     // also gets the node's log lines
 	security           node.Security // tokens and TLS (default: an open API)
 	registerer         prometheus.Registerer
+	failoverWait       time.Duration // default: the node's own
 }
 
 // startHost starts a cluster node on b with data in dir, closed when the
@@ -59,7 +60,7 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,
 			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace,
-			IdleTimeout: hc.idle, SweepPeriod: time.Hour,
+			IdleTimeout: hc.idle, SweepPeriod: time.Hour, FailoverWait: hc.failoverWait,
 		},
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -129,9 +130,11 @@ func (n *Node) handleExec(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "request body unreadable or over 4 MiB", http.StatusBadRequest)
 		return
 	}
-	res, err := n.Exec(r.Context(), id, body, kind)
-	if err != nil {
-		n.fail(w, r, body, err)
+	var res hostmod.Result
+	if !n.serve(w, r, body, func(ctx context.Context) (err error) {
+		res, err = n.Exec(ctx, id, body, kind)
+		return err
+	}) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -144,8 +147,7 @@ func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if err := n.Delete(r.Context(), id); err != nil {
-		n.fail(w, r, nil, err)
+	if !n.serve(w, r, nil, func(ctx context.Context) error { return n.Delete(ctx, id) }) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -185,6 +187,122 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(out)
 }
 
+// notAppliedHeader marks a 503 answered for a forwarded request that did
+// nothing for the actor (this node's lease was not valid, or another node
+// holds it now): the forwarding node may send the request again.
+const notAppliedHeader = "Wasmkeep-Not-Applied"
+
+// failoverPoll is how often a request waiting for a failover is tried again.
+const failoverPoll = 200 * time.Millisecond
+
+// failoverWait is ClusterConfig.FailoverWait with its default (0 on a node
+// running alone).
+func (n *Node) failoverWait() time.Duration {
+	c := n.cfg.Cluster
+	if c == nil || c.FailoverWait < 0 {
+		return 0
+	}
+	if c.FailoverWait > 0 {
+		return c.FailoverWait
+	}
+	ttl, grace := c.LeaseTTL, c.LeaseGrace
+	if ttl <= 0 {
+		ttl = cluster.DefaultTTL
+	}
+	if grace <= 0 {
+		grace = cluster.DefaultGrace
+	}
+	return ttl + grace + ttl/3
+}
+
+// serve runs op for the request and rides through a failover: when the
+// actor's holder cannot be reached (no connection to it could be made, so
+// nothing was sent), or answers that it did nothing (notAppliedHeader), or
+// this node's lease is not valid for now, op is tried again every
+// failoverPoll until failoverWait has passed, and only then answered with
+// a 503 and Retry-After. Any other error is answered by fail. serve
+// returns true when op succeeded and the caller answers; false when the
+// answer was written (an error, or the holder's answer to a forward).
+func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op func(ctx context.Context) error) bool {
+	deadline := time.Now().Add(n.failoverWait())
+	for {
+		err := op(r.Context())
+		if err == nil {
+			return true
+		}
+		var held *cluster.HeldElsewhereError
+		var cause error
+		switch {
+		case errors.As(err, &held) && r.Header.Get(forwardedHeader) == "" && held.Addr != "":
+			written, ferr := n.forwardOnce(w, r, held.Addr, body)
+			if written {
+				return false
+			}
+			cause = fmt.Errorf("forward to the holder %s at %s: %w", held.NodeID, held.Addr, ferr)
+		case errors.Is(err, cluster.ErrLeaseNotValid):
+			cause = err
+		default:
+			n.fail(w, r, body, err)
+			return false
+		}
+		if time.Now().Add(failoverPoll).After(deadline) {
+			if errors.Is(cause, cluster.ErrLeaseNotValid) && r.Header.Get(forwardedHeader) != "" {
+				w.Header().Set(notAppliedHeader, "1")
+			}
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, cause.Error(), http.StatusServiceUnavailable)
+			return false
+		}
+		select {
+		case <-r.Context().Done():
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, cause.Error(), http.StatusServiceUnavailable)
+			return false
+		case <-time.After(failoverPoll):
+		}
+	}
+}
+
+// forwardOnce forwards the request to the holder at addr. written is false,
+// and err says why, when nothing reached the holder (no connection could
+// be made) or the holder answered that it did nothing for the actor
+// (notAppliedHeader): the request may be sent again. Otherwise the
+// holder's answer, or a 503 if its answer was lost after the request was
+// sent, is written.
+func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, addr string, body []byte) (written bool, err error) {
+	u := url.URL{Scheme: n.sec.scheme, Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return true, nil
+	}
+	req.Header.Set(forwardedHeader, "1")
+	n.sec.forwardAuth(req, r)
+	resp, err := n.sec.client.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return false, err
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("forward to the holder at %s: %v", addr, err), http.StatusServiceUnavailable)
+		return true, nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(notAppliedHeader) != "" {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return false, fmt.Errorf("the holder did nothing: %s", bytes.TrimSpace(msg))
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+	return true, nil
+}
+
 // fail answers an error, forwarding to the holder when another node holds
 // the actor.
 func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err error) {
@@ -201,6 +319,9 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 			n.forward(w, r, held.Addr, body)
 			return
 		}
+		// Forwarded here, but another node holds the actor now: nothing
+		// was done, and the forwarding node may look again.
+		w.Header().Set(notAppliedHeader, "1")
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 	case errors.As(err, &ge):
@@ -220,28 +341,10 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 }
 
 func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
-	u := url.URL{Scheme: n.sec.scheme, Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
-	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	req.Header.Set(forwardedHeader, "1")
-	n.sec.forwardAuth(req, r)
-	resp, err := n.sec.client.Do(req)
-	if err != nil {
+	if written, err := n.forwardOnce(w, r, addr, body); !written {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("forward to the holder at %s: %v", addr, err), http.StatusServiceUnavailable)
-		return
 	}
-	defer resp.Body.Close()
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
-	io.Copy(w, resp.Body)
 }
 
 // SetAlarmBody is the body of PUT .../alarm: the time, as Unix
@@ -306,9 +409,11 @@ func (n *Node) handleSetAlarm(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("actor %s: set alarm: %v", id, err), http.StatusBadRequest)
 		return
 	}
-	res, err := n.SetAlarm(r.Context(), id, at)
-	if err != nil {
-		n.fail(w, r, body, err)
+	var res hostmod.Result
+	if !n.serve(w, r, body, func(ctx context.Context) (err error) {
+		res, err = n.SetAlarm(ctx, id, at)
+		return err
+	}) {
 		return
 	}
 	n.answerAlarm(w, res, nil)
@@ -321,18 +426,22 @@ func (n *Node) handleClearAlarm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res hostmod.Result
+	clear := func(ctx context.Context) (err error) {
+		res, err = n.ClearAlarm(ctx, id)
+		return err
+	}
 	if v := r.URL.Query().Get("if_at_ms"); v != "" {
 		at, perr := strconv.ParseInt(v, 10, 64)
 		if perr != nil {
 			http.Error(w, fmt.Sprintf("actor %s: clear alarm: if_at_ms %q is not Unix milliseconds", id, v), http.StatusBadRequest)
 			return
 		}
-		res, err = n.ClearAlarmAt(r.Context(), id, at)
-	} else {
-		res, err = n.ClearAlarm(r.Context(), id)
+		clear = func(ctx context.Context) (err error) {
+			res, err = n.ClearAlarmAt(ctx, id, at)
+			return err
+		}
 	}
-	if err != nil {
-		n.fail(w, r, nil, err)
+	if !n.serve(w, r, nil, clear) {
 		return
 	}
 	n.answerAlarm(w, res, nil)
@@ -358,9 +467,11 @@ func (n *Node) handleFireAlarm(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	f, err := n.FireAlarm(r.Context(), id)
-	if err != nil {
-		n.fail(w, r, nil, err)
+	var f Fired
+	if !n.serve(w, r, nil, func(ctx context.Context) (err error) {
+		f, err = n.FireAlarm(ctx, id)
+		return err
+	}) {
 		return
 	}
 	fs := &FiredState{Ran: f.Ran, ScheduledMs: f.Scheduled, RetryCount: f.RetryCount, GaveUp: f.GaveUp}

@@ -295,7 +295,7 @@ func TestKeepnodeFlags(t *testing.T) {
 		"-log-level string", `(default "info")`,
 		"-metrics-addr string", "-pprof\n",
 		"-create-bucket\n", "-cache-dir string", "DATA/.compilation-cache",
-		"-max-attempts value", "keepctl alarms failed",
+		"-max-attempts value", "keepctl alarms failed", "-failover-wait duration",
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("keepnode -help lacks %q", want)

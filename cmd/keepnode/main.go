@@ -74,6 +74,7 @@ func main() {
 	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
+	failoverWait := fs.Duration("failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + TTL/3, about a takeover; negative: no waiting)")
 	attempts := &attemptsFlag{}
 	fs.Var(attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
@@ -92,7 +93,7 @@ func main() {
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
 	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, *cacheDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
-		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, attempts, splitList(*tenants), *sweep, *maxDBs, *maxInsts); err != nil {
+		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, attempts, splitList(*tenants), *sweep, *failoverWait, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
@@ -113,7 +114,7 @@ const defaultCacheDir = ".compilation-cache"
 const cacheDirOff = "off"
 
 func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir, cacheDir string, classes classFlags, listen, advertise, bucketName string, createBucket bool, prefix, nodeID string,
-	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, attempts *attemptsFlag, tenants []string, sweep time.Duration,
+	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, attempts *attemptsFlag, tenants []string, sweep, failoverWait time.Duration,
 	maxDBs, maxInsts int) error {
 	if maxDBs < 1 || maxInsts < 1 {
 		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
@@ -230,7 +231,7 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 		cfg.Cluster = &node.ClusterConfig{
 			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
 			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace,
-			Tenants: tenants, SweepPeriod: sweep,
+			Tenants: tenants, SweepPeriod: sweep, FailoverWait: failoverWait,
 		}
 	}
 	n, err := node.New(ctx, cfg)
