@@ -113,6 +113,9 @@ type Node struct {
 	mu      sync.Mutex
 	entries map[abi.ActorID]*entry
 	closed  bool
+	// unreleased are holds given up whose release failed, tried again
+	// every lease period (cluster mode; see releaseHold).
+	unreleased map[abi.ActorID]cluster.Hold
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
