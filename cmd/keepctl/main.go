@@ -207,22 +207,34 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := subFlags("alarms list", stderr)
+// filterFlags adds -tenant, -class and the two time bounds (named after
+// and before, described as what) to fs; the returned function reads them
+// into a Filter once fs is parsed.
+func filterFlags(fs *flag.FlagSet, after, before, what string) func() (inspect.Filter, error) {
 	tenant := fs.String("tenant", "", "only this tenant")
 	class := fs.String("class", "", "only this class")
-	after := fs.String("due-after", "", "only entries due at or after this time")
-	before := fs.String("due-before", "", "only entries due at or before this time")
+	from := fs.String(after, "", "only "+what+" at or after this time")
+	to := fs.String(before, "", "only "+what+" at or before this time")
+	return func() (inspect.Filter, error) {
+		f := inspect.Filter{Tenant: *tenant, Class: *class}
+		var err error
+		if f.DueAfter, err = parseTime(*from); err != nil {
+			return f, err
+		}
+		f.DueBefore, err = parseTime(*to)
+		return f, err
+	}
+}
+
+func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := subFlags("alarms list", stderr)
+	filter := filterFlags(fs, "due-after", "due-before", "entries due")
 	asJSON := fs.Bool("json", false, "one JSON array")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return 2, errUsage
 	}
-	f := inspect.Filter{Tenant: *tenant, Class: *class}
-	var err error
-	if f.DueAfter, err = parseTime(*after); err != nil {
-		return 2, err
-	}
-	if f.DueBefore, err = parseTime(*before); err != nil {
+	f, err := filter()
+	if err != nil {
 		return 2, err
 	}
 	entries, malformed, err := c.Alarms(ctx, f)
@@ -256,20 +268,13 @@ func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, 
 
 func alarmsFailed(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms failed", stderr)
-	tenant := fs.String("tenant", "", "only this tenant")
-	class := fs.String("class", "", "only this class")
-	after := fs.String("after", "", "only alarms whose last attempt failed at or after this time")
-	before := fs.String("before", "", "only alarms whose last attempt failed at or before this time")
+	filter := filterFlags(fs, "after", "before", "alarms whose last attempt failed")
 	asJSON := fs.Bool("json", false, "one JSON array")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return 2, errUsage
 	}
-	f := inspect.Filter{Tenant: *tenant, Class: *class}
-	var err error
-	if f.DueAfter, err = parseTime(*after); err != nil {
-		return 2, err
-	}
-	if f.DueBefore, err = parseTime(*before); err != nil {
+	f, err := filter()
+	if err != nil {
 		return 2, err
 	}
 	failed, err := c.Failed(ctx, f)

@@ -250,20 +250,13 @@ func alarmVerb(ctx context.Context, c *nodeClient, verb string, args []string, s
 // since is left alone.
 func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms delete", stderr)
-	tenant := fs.String("tenant", "", "only this tenant")
-	class := fs.String("class", "", "only this class")
-	after := fs.String("due-after", "", "only alarms due at or after this time")
-	before := fs.String("due-before", "", "only alarms due at or before this time")
+	filter := filterFlags(fs, "due-after", "due-before", "alarms due")
 	dryRun := fs.Bool("dry-run", false, "print what would be cleared; change nothing")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return 2, errUsage
 	}
-	f := inspect.Filter{Tenant: *tenant, Class: *class}
-	var err error
-	if f.DueAfter, err = parseTime(*after); err != nil {
-		return 2, err
-	}
-	if f.DueBefore, err = parseTime(*before); err != nil {
+	f, err := filter()
+	if err != nil {
 		return 2, err
 	}
 	entries, malformed, err := c.Alarms(ctx, f)
