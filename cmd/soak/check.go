@@ -184,8 +184,10 @@ type bounds struct {
 	// attempt FaultAlarm, the design's worst case while nodes die and come
 	// back, when an entry whose shard falls to a node that cannot deliver
 	// it (dead but not yet judged so, just restarted) waits until it is
-	// three margins overdue and anyone's: 3 x (lease + grace) + 2 x sweep
-	// + slack.
+	// three margins overdue and anyone's, and the node that takes it may
+	// itself have just restarted, so that it must watch the dead holder's
+	// lease for lease + grace first: 4 x (lease + grace) + 2 x sweep +
+	// slack.
 	DuringFaults bool
 	FaultAlarm   int64
 }

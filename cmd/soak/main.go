@@ -466,7 +466,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		Alarm:     (2*o.leaseTTL + o.grace + 2*o.sweep + o.slack).Milliseconds(),
 		RetryBase: o.retryBase, RetryMax: o.retryMax,
 		Quiet: quietAt.UnixMilli(), DuringFaults: o.boundInFaults,
-		FaultAlarm: (3*(o.leaseTTL+o.grace) + 2*o.sweep + o.slack).Milliseconds(),
+		FaultAlarm: (4*(o.leaseTTL+o.grace) + 2*o.sweep + o.slack).Milliseconds(),
 	}
 	bd.End = time.Now().UnixMilli()
 	s.say("reading every ledger")
@@ -1257,7 +1257,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	}
 	held := "not held during the faults (-bound-during-faults=false)"
 	if bd.DuringFaults {
-		held = fmt.Sprintf("during the faults %s per attempt (3 x (lease + grace) + 2 x sweep + slack: an entry anyone's), held too", msText(bd.FaultAlarm))
+		held = fmt.Sprintf("during the faults %s per attempt (4 x (lease + grace) + 2 x sweep + slack: an entry anyone's, taken by a node that may have just restarted), held too", msText(bd.FaultAlarm))
 	}
 	fmt.Fprintf(w, "  bound:                 %s per attempt (2 x lease + grace + 2 x sweep + slack %v), plus the committed backoff, from the quiet phase on;\n"+
 		"                         %s; %d firings during the faults came later than the quiet bound\n", msText(bd.Alarm), o.slack, held, sum.BeyondQuiet)
