@@ -107,6 +107,7 @@ sim:
 
 # testdata rebuilds the .wasm fixtures from their .wat sources (needs wabt's wat2wasm).
 testdata:
+	@command -v wat2wasm >/dev/null || { echo "make testdata: wat2wasm not found; install wabt (Debian: apt-get install wabt)" >&2; exit 1; }
 	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
 	wat2wasm examples/soak-actor/soak_actor.wat -o examples/soak-actor/soak_actor.wasm
 

@@ -105,11 +105,11 @@ func Rust(root, dir string) ([]byte, error) {
 func ASCompiler(root string) (node, asc string, err error) {
 	node, err = exec.LookPath("node")
 	if err != nil {
-		return "", "", fmt.Errorf("assemblyscript: node is not on PATH: %w", ErrNoToolchain)
+		return "", "", fmt.Errorf("assemblyscript: node is not on PATH (Debian: apt-get install nodejs npm, then make guest-tools): %w", ErrNoToolchain)
 	}
 	asc = filepath.Join(root, ASSDK, ascScript)
 	if _, err := os.Stat(asc); err != nil {
-		return "", "", fmt.Errorf("assemblyscript: no compiler in %s (run npm ci there): %w",
+		return "", "", fmt.Errorf("assemblyscript: no compiler in %s (make guest-tools, or npm ci there): %w",
 			filepath.Join(root, ASSDK), ErrNoToolchain)
 	}
 	return node, asc, nil
