@@ -55,6 +55,7 @@ build/counter-actor-as.wasm: guest-sdk-as/node_modules $(AS_SOURCES)
 guest-tools: guest-sdk-as/node_modules
 
 guest-sdk-as/node_modules: guest-sdk-as/package-lock.json
+	@command -v npm >/dev/null || { echo "make guest-tools: npm not found; install Node.js and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }
 	cd guest-sdk-as && npm ci --no-audit --no-fund
 	@touch $@
 
