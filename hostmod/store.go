@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/internal/diskfault"
 )
 
 // Meta keys in the _wasmkeep_meta table.
@@ -122,12 +124,47 @@ type Store struct {
 // schemaIn is schema with every table in storeSchema.
 var schemaIn = strings.ReplaceAll(schema, "CREATE TABLE IF NOT EXISTS ", "CREATE TABLE IF NOT EXISTS "+storeSchema+".")
 
-// fail notes an error from SQLite (see failed) and returns it.
+// fail notes an error from SQLite (see failed) and returns it. A write
+// that found the disk full is SQLITE_FULL, which the driver returns
+// without the system's error: it is given ENOSPC back, so that a host
+// tells a full disk from other failures with errors.Is(err,
+// syscall.ENOSPC), as it does for the files written beside the database.
 func (s *Store) fail(err error) error {
 	if err != nil {
 		s.failed = true
+		err = withENOSPC(err)
 	}
 	return err
+}
+
+// withENOSPC wraps syscall.ENOSPC into SQLITE_FULL, the code the store's
+// VFS and SQLite's own give a write that found the disk full.
+func withENOSPC(err error) error {
+	if errors.Is(err, sqlite3.FULL) && !errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w: %w", err, syscall.ENOSPC)
+	}
+	return err
+}
+
+// writeFile writes a new file at path (see diskfault); a write that
+// failed leaves no file, and what it wrote no space taken.
+func writeFile(path string, data []byte) error {
+	err := writeFileFit(path, data)
+	if err != nil {
+		_ = os.Remove(path)
+	}
+	return err
+}
+
+func writeFileFit(path string, data []byte) error {
+	if k := diskfault.Fit(path, len(data)); k < len(data) {
+		// The tests' full disk: what fits is written, then ENOSPC.
+		if err := os.WriteFile(path, data[:max(k, 0)], 0o644); err != nil {
+			return err
+		}
+		return &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // The statements a Store runs, each prepared once per open, on first use.
@@ -288,7 +325,7 @@ func createFromTemplate(path string) error {
 		return template.err
 	}
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, template.img, 0o644); err != nil {
+	if err := writeFile(tmp, template.img); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -731,16 +768,19 @@ func (s *Store) checkpointedFile() (b []byte, ok bool) {
 }
 
 // WriteSnapshot replaces the database file at path with a snapshot's bytes
-// (no database may be open on it). Its WAL and shared-memory files go too.
+// (no database may be open on it). Its WAL and shared-memory files go too,
+// once the bytes are written beside it: a write that fails (a full disk)
+// leaves the database as it was, WAL and all.
 func WriteSnapshot(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := writeFile(tmp, data); err != nil {
+		return err
+	}
 	for _, p := range []string{path + "-wal", path + "-shm"} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			_ = os.Remove(tmp)
 			return err
 		}
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
 	}
 	return os.Rename(tmp, path)
 }
