@@ -244,7 +244,10 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 			return &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 		}
 	}
-	return os.WriteFile(p+".sync", []byte(latest.Key), 0o644)
+	if err := os.WriteFile(p+".sync", []byte(latest.Key), 0o644); err != nil {
+		return &abi.ActorError{ID: e.id, Op: "write the sidecar", Err: err}
+	}
+	return nil
 }
 
 // replicate uploads the actor's database when events committed since the

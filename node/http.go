@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -324,6 +325,11 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		w.Header().Set(notAppliedHeader, "1")
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case errors.Is(err, syscall.ENOSPC):
+		// The node's data directory is full: the event committed nothing,
+		// and it can succeed once an operator frees space, not after a
+		// second or two, so no Retry-After.
+		http.Error(w, err.Error(), http.StatusInsufficientStorage)
 	case errors.As(err, &ge):
 		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 	case errors.Is(err, ErrClassNotServed), errors.Is(err, hostmod.ErrNotInitialised):
