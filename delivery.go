@@ -231,25 +231,7 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 	d.At = p.cfg.Host.Now()
 	switch {
 	case err == nil:
-		ev := d.Index.Event
-		p.trackFailing(key, ev)
-		switch {
-		case ev.Ran && ev.Err != nil:
-			p.m.delivered(FiringFailed, ev, d.At)
-		case ev.Ran:
-			p.m.delivered(FiringOK, ev, d.At)
-		default:
-			p.m.delivered(FiringStale, ev, d.At)
-		}
-		if ev.GaveUp {
-			p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "error", ev.Err)
-		} else if ev.Ran && ev.Err != nil {
-			p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
-		} else if ev.Ran && p.log.IsInfo() {
-			// The hot path: the line's fields are made only for a logger
-			// that writes it.
-			p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", d.At.UnixMilli(), "retry_count", ev.RetryCount)
-		}
+		p.delivered(id, key, d.Index.Event, d.At)
 	case errors.Is(err, ErrNotHere):
 		d.Err = err
 		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)
@@ -265,19 +247,49 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		if ctx.Err() != nil {
 			return d
 		}
-		p.m.delivered(FiringGaveUp, hostmod.Delivery{}, d.At)
-		// docs/design.md#delivery: tried again a lease period later, for
-		// the same entry time.
-		retry := d.At.Add(p.cfg.RetryAfterError).UnixMilli()
-		p.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", p.cfg.RetryAfterError, "error", err)
-		if p.cfg.Timer.Offer(key, retry, d.At.UnixMilli()) {
-			d.RetryAt = retry
-			p.mu.Lock()
-			p.redeliver[key] = at
-			p.mu.Unlock()
-		}
+		d.RetryAt = p.retryAfterError(id, key, at, d.At, err)
 	}
 	return d
+}
+
+// delivered counts and logs a delivery that the rules carried out (on-alarm
+// ran, or the entry was stale), and tracks the actor's failures.
+func (p *Plugin) delivered(id abi.ActorID, key string, ev hostmod.Delivery, now time.Time) {
+	p.trackFailing(key, ev)
+	switch {
+	case ev.Ran && ev.Err != nil:
+		p.m.delivered(FiringFailed, ev, now)
+	case ev.Ran:
+		p.m.delivered(FiringOK, ev, now)
+	default:
+		p.m.delivered(FiringStale, ev, now)
+	}
+	if ev.GaveUp {
+		p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "error", ev.Err)
+	} else if ev.Ran && ev.Err != nil {
+		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
+	} else if ev.Ran && p.log.IsInfo() {
+		// The hot path: the line's fields are made only for a logger
+		// that writes it.
+		p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", now.UnixMilli(), "retry_count", ev.RetryCount)
+	}
+}
+
+// retryAfterError counts a delivery of the entry time at that failed on
+// the host's side and offers the same time again after
+// Config.RetryAfterError (docs/design.md#delivery: a lease period later).
+// It returns when, or 0 if the timer holds the actor earlier anyway.
+func (p *Plugin) retryAfterError(id abi.ActorID, key string, at int64, now time.Time, err error) int64 {
+	p.m.delivered(FiringGaveUp, hostmod.Delivery{}, now)
+	retry := now.Add(p.cfg.RetryAfterError).UnixMilli()
+	p.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", p.cfg.RetryAfterError, "error", err)
+	if !p.cfg.Timer.Offer(key, retry, now.UnixMilli()) {
+		return 0
+	}
+	p.mu.Lock()
+	p.redeliver[key] = at
+	p.mu.Unlock()
+	return retry
 }
 
 // DeliverHeld delivers the entry time at to an actor the host already
@@ -292,14 +304,7 @@ func (p *Plugin) DeliverHeld(ctx context.Context, a Actor, at int64) (Delivery, 
 	d, err := p.Deliver(ctx, a, at)
 	now := p.cfg.Host.Now()
 	if err != nil {
-		p.m.delivered(FiringGaveUp, hostmod.Delivery{}, now)
-		p.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", p.cfg.RetryAfterError, "error", err)
-		retry := now.Add(p.cfg.RetryAfterError).UnixMilli()
-		if p.cfg.Timer.Offer(key, retry, now.UnixMilli()) {
-			p.mu.Lock()
-			p.redeliver[key] = at
-			p.mu.Unlock()
-		}
+		p.retryAfterError(id, key, at, now, err)
 		return d, err
 	}
 	if d.RetryAt == 0 {
@@ -309,18 +314,7 @@ func (p *Plugin) DeliverHeld(ctx context.Context, a Actor, at int64) (Delivery, 
 		}
 		p.Arm(id, st.Alarm)
 	}
-	ev := d.Event
-	p.trackFailing(key, ev)
-	switch {
-	case ev.Ran && ev.Err != nil:
-		p.m.delivered(FiringFailed, ev, now)
-		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "gave_up", ev.GaveUp, "error", ev.Err)
-	case ev.Ran:
-		p.m.delivered(FiringOK, ev, now)
-		p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", now.UnixMilli(), "retry_count", ev.RetryCount)
-	default:
-		p.m.delivered(FiringStale, ev, now)
-	}
+	p.delivered(id, key, d.Event, now)
 	return d, nil
 }
 

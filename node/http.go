@@ -177,15 +177,7 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := p.State
-	out := AlarmState{Failures: st.Failures, From: p.From}
-	if st.HasAlarm {
-		out.AlarmMs = &st.Alarm
-	}
-	if n.leases != nil {
-		out.Node = n.leases.NodeID()
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(out)
+	n.writeAlarmState(w, AlarmState{Failures: st.Failures, From: p.From}, st.Alarm, st.HasAlarm)
 }
 
 // notAppliedHeader marks a 503 answered for a forwarded request that did
@@ -489,9 +481,14 @@ func (n *Node) handleFireAlarm(w http.ResponseWriter, r *http.Request) {
 
 // answerAlarm answers the committed state after an event of the holder's.
 func (n *Node) answerAlarm(w http.ResponseWriter, res hostmod.Result, fired *FiredState) {
-	out := AlarmState{Failures: res.Failures, From: FromHolder, Fired: fired}
-	if res.HasAlarm {
-		out.AlarmMs = &res.Alarm
+	n.writeAlarmState(w, AlarmState{Failures: res.Failures, From: FromHolder, Fired: fired}, res.Alarm, res.HasAlarm)
+}
+
+// writeAlarmState answers out, with the alarm if hasAlarm and this node's
+// ID.
+func (n *Node) writeAlarmState(w http.ResponseWriter, out AlarmState, alarm int64, hasAlarm bool) {
+	if hasAlarm {
+		out.AlarmMs = &alarm
 	}
 	if n.leases != nil {
 		out.Node = n.leases.NodeID()
