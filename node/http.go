@@ -71,12 +71,16 @@ import (
 //     actor's newest snapshot in the bucket is not a database this host
 //     wrote (hostmod.ErrBadSnapshot: the actor is not taken, nothing is
 //     overwritten, and retrying cannot help until someone repairs it);
+//   - 507 the node's data directory is full (the event committed nothing;
+//     no Retry-After: it clears when someone frees space);
 //   - 503, with Retry-After, for every other failure: the actor is held by
 //     a node that cannot be reached, the bucket is unreachable, the node
 //     lease lapsed, an upload failed (after an exec-durable event, whose
 //     outcome is then unknown), the guest needed memory while the node's
 //     budget for all instances was held by busy instances
-//     (hostmod.ErrMemoryBudget).
+//     (hostmod.ErrMemoryBudget). Before a 503 for an actor it cannot
+//     reach, or while its own lease is being renewed, the node waits for
+//     the failover inside the request (ClusterConfig.FailoverWait).
 //
 // /v1/healthz answers 503 while the node lease is not valid; /v1/readyz
 // answers 200 when ready and 503 (with Retry-After) when a check fails.
