@@ -2,7 +2,6 @@ package wasmkeep
 
 import (
 	"io"
-	"os"
 	"time"
 )
 
@@ -13,10 +12,6 @@ var (
 	requestHandler func(req []byte) ([]byte, error)
 	initHandler    func() error
 )
-
-// logOutput receives a line for each failed event (the host may collect the
-// guest's standard error in its logs).
-var logOutput io.Writer = os.Stderr
 
 // HandleAlarm registers the function the host calls when the actor's alarm
 // fires (the on-alarm export). scheduled is the time the alarm was set for;
@@ -110,7 +105,9 @@ func onInit() int32 {
 	return 0
 }
 
+// logLine writes a line for a failed event to standard error (the host may
+// collect it in its logs), or to the fake host's log in a native test.
 func logLine(msg string) {
 	// Nothing to do if standard error fails too.
-	_, _ = io.WriteString(logOutput, "wasmkeep: "+msg+"\n")
+	_, _ = io.WriteString(logWriter(), "wasmkeep: "+msg+"\n")
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/guest-sdk/internal/native"
 )
 
 // fakeHost is an in-memory host with the ABI's semantics, counting calls and
@@ -19,7 +21,10 @@ type fakeHost struct {
 	fail     map[string]uint32 // import name -> errno to return instead
 	calls    map[string]int
 	setTimes []int64
+	now      time.Time
 }
+
+func (h *fakeHost) Now() time.Time { return h.now }
 
 func (h *fakeHost) call(op string) (uint32, bool) {
 	h.calls[op]++
@@ -29,7 +34,7 @@ func (h *fakeHost) call(op string) (uint32, bool) {
 	return 0, false
 }
 
-func (h *fakeHost) setAlarm(atMs int64) uint32 {
+func (h *fakeHost) SetAlarm(atMs int64) uint32 {
 	if e, ok := h.call("set-alarm"); ok {
 		return e
 	}
@@ -41,7 +46,7 @@ func (h *fakeHost) setAlarm(atMs int64) uint32 {
 	return 0
 }
 
-func (h *fakeHost) getAlarm(out *int64) uint32 {
+func (h *fakeHost) GetAlarm(out *int64) uint32 {
 	if e, ok := h.call("get-alarm"); ok {
 		return e
 	}
@@ -52,7 +57,7 @@ func (h *fakeHost) getAlarm(out *int64) uint32 {
 	return 0
 }
 
-func (h *fakeHost) clearAlarm() uint32 {
+func (h *fakeHost) ClearAlarm() uint32 {
 	if e, ok := h.call("clear-alarm"); ok {
 		return e
 	}
@@ -60,7 +65,7 @@ func (h *fakeHost) clearAlarm() uint32 {
 	return 0
 }
 
-func (h *fakeHost) requestRead(buf []byte) uint32 {
+func (h *fakeHost) RequestRead(buf []byte) uint32 {
 	if e, ok := h.call("request-read"); ok {
 		return e
 	}
@@ -68,7 +73,7 @@ func (h *fakeHost) requestRead(buf []byte) uint32 {
 	return 0
 }
 
-func (h *fakeHost) responseWrite(buf []byte) uint32 {
+func (h *fakeHost) ResponseWrite(buf []byte) uint32 {
 	if e, ok := h.call("response-write"); ok {
 		return e
 	}
@@ -76,7 +81,7 @@ func (h *fakeHost) responseWrite(buf []byte) uint32 {
 	return 0
 }
 
-func (h *fakeHost) kvGet(key string, buf []byte, outLen *uint32) uint32 {
+func (h *fakeHost) KVGet(key string, buf []byte, outLen *uint32) uint32 {
 	if e, ok := h.call("kv-get"); ok {
 		return e
 	}
@@ -89,7 +94,7 @@ func (h *fakeHost) kvGet(key string, buf []byte, outLen *uint32) uint32 {
 	return 0
 }
 
-func (h *fakeHost) kvPut(key string, val []byte) uint32 {
+func (h *fakeHost) KVPut(key string, val []byte) uint32 {
 	if e, ok := h.call("kv-put"); ok {
 		return e
 	}
@@ -100,7 +105,7 @@ func (h *fakeHost) kvPut(key string, val []byte) uint32 {
 	return 0
 }
 
-func (h *fakeHost) kvDelete(key string) uint32 {
+func (h *fakeHost) KVDelete(key string) uint32 {
 	if e, ok := h.call("kv-delete"); ok {
 		return e
 	}
@@ -114,10 +119,10 @@ func withHost(t *testing.T) (*fakeHost, *strings.Builder) {
 	t.Helper()
 	h := &fakeHost{kv: map[string][]byte{}, fail: map[string]uint32{}, calls: map[string]int{}}
 	var log strings.Builder
-	nativeHost, logOutput = h, &log
+	native.Current, native.Log = h, &log
 	alarmHandler, requestHandler, initHandler = nil, nil, nil
 	t.Cleanup(func() {
-		nativeHost, logOutput = nil, nil
+		native.Current, native.Log = nil, nil
 		alarmHandler, requestHandler, initHandler = nil, nil, nil
 	})
 	return h, &log

@@ -2,81 +2,95 @@
 
 package wasmkeep
 
-import "unsafe"
+import (
+	"io"
+	"os"
+	"time"
+	"unsafe"
 
-// On a native build there is no wasm host. The imports go to nativeHost,
-// which the package's tests set to a fake; while it is nil every call returns
-// EPERM, as a call outside an event does. This lets the SDK's own code,
-// pointers included, run under go test on the build machine.
+	"github.com/wasmkeep/alarms/guest-sdk/internal/native"
+)
 
-// hostAPI is the host as the native build's imports see it.
-type hostAPI interface {
-	setAlarm(atMs int64) uint32
-	getAlarm(out *int64) uint32
-	clearAlarm() uint32
-	requestRead(buf []byte) uint32
-	responseWrite(buf []byte) uint32
-	kvGet(key string, buf []byte, outLen *uint32) uint32
-	kvPut(key string, val []byte) uint32
-	kvDelete(key string) uint32
+// On a native build there is no wasm host. The imports go to native.Current,
+// which package wasmkeeptest (and the SDK's own tests) set to a fake; while
+// it is nil every call returns EPERM, as a call outside an event does. This
+// lets a guest's code, the SDK's pointers included, run under go test on the
+// build machine.
+
+func init() {
+	native.OnAlarm, native.OnRequest, native.OnInit = onAlarm, onRequest, onInit
 }
-
-var nativeHost hostAPI
 
 const noHost = uint32(EPERM)
 
+// hostNow is the fake host's clock when one is installed, else the machine's.
+func hostNow() time.Time {
+	if h := native.Current; h != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+// logWriter is where logLine writes.
+func logWriter() io.Writer {
+	if native.Log != nil {
+		return native.Log
+	}
+	return os.Stderr
+}
+
 func hostSetAlarm(atMs int64) uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.setAlarm(atMs)
+	return native.Current.SetAlarm(atMs)
 }
 
 func hostGetAlarm(out *int64) uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.getAlarm(out)
+	return native.Current.GetAlarm(out)
 }
 
 func hostClearAlarm() uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.clearAlarm()
+	return native.Current.ClearAlarm()
 }
 
 func hostRequestRead(buf *byte, bufLen uint32) uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.requestRead(unsafe.Slice(buf, bufLen))
+	return native.Current.RequestRead(unsafe.Slice(buf, bufLen))
 }
 
 func hostResponseWrite(buf *byte, n uint32) uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.responseWrite(unsafe.Slice(buf, n))
+	return native.Current.ResponseWrite(unsafe.Slice(buf, n))
 }
 
 func hostKVGet(key *byte, keyLen uint32, buf *byte, bufLen uint32, outLen *uint32) uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.kvGet(unsafe.String(key, keyLen), unsafe.Slice(buf, bufLen), outLen)
+	return native.Current.KVGet(unsafe.String(key, keyLen), unsafe.Slice(buf, bufLen), outLen)
 }
 
 func hostKVPut(key *byte, keyLen uint32, val *byte, valLen uint32) uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.kvPut(unsafe.String(key, keyLen), unsafe.Slice(val, valLen))
+	return native.Current.KVPut(unsafe.String(key, keyLen), unsafe.Slice(val, valLen))
 }
 
 func hostKVDelete(key *byte, keyLen uint32) uint32 {
-	if nativeHost == nil {
+	if native.Current == nil {
 		return noHost
 	}
-	return nativeHost.kvDelete(unsafe.String(key, keyLen))
+	return native.Current.KVDelete(unsafe.String(key, keyLen))
 }

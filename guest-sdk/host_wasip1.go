@@ -2,6 +2,20 @@
 
 package wasmkeep
 
+import (
+	"io"
+	"os"
+	"time"
+)
+
+// hostNow is the host's clock: WASI's realtime clock, which the host sets
+// to its own.
+func hostNow() time.Time { return time.Now() }
+
+// logWriter is where logLine writes: standard error, which the host may
+// collect in its logs.
+func logWriter() io.Writer { return os.Stderr }
+
 // The host's imports (see abi/ABI.md in the wasmkeep alarms module). Each
 // returns an errno; pointers are addresses in the guest's memory.
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/guest-sdk/internal/native"
 )
 
 func TestSetAlarmSendsMillisRoundedUp(t *testing.T) {
@@ -86,7 +88,7 @@ func TestClearAlarm(t *testing.T) {
 
 func TestWithoutAHostEveryCallIsEPERM(t *testing.T) {
 	withHost(t)
-	nativeHost = nil
+	native.Current = nil
 	HandleAlarm(noopAlarm)
 	_, getAlarmErr := GetAlarm()
 	_, getErr := Get("k")
@@ -160,7 +162,7 @@ type growingHost struct {
 	n uint32
 }
 
-func (h *growingHost) kvGet(key string, buf []byte, outLen *uint32) uint32 {
+func (h *growingHost) KVGet(key string, buf []byte, outLen *uint32) uint32 {
 	h.calls["kv-get"]++
 	h.n += 1000
 	*outLen = h.n
@@ -170,7 +172,7 @@ func (h *growingHost) kvGet(key string, buf []byte, outLen *uint32) uint32 {
 func TestGetGivesUpOnAValueThatKeepsGrowing(t *testing.T) {
 	withHost(t)
 	g := &growingHost{fakeHost: fakeHost{calls: map[string]int{}}}
-	nativeHost = g
+	native.Current = g
 	if _, err := Get("k"); err == nil {
 		t.Fatal("Get returned no error")
 	}

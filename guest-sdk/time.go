@@ -2,6 +2,14 @@ package wasmkeep
 
 import "time"
 
+// Now returns the host's clock, the one alarms are due by. In a guest (under
+// wasip1) it is time.Now, which the host sets to its own clock. In a native
+// test with a fake host installed (package wasmkeeptest) it is the fake's
+// clock, which the test moves; time.Now there is the machine's. Handlers
+// that read the time with Now rather than time.Now can be tested with the
+// fake's clock.
+func Now() time.Time { return hostNow() }
+
 // maxAlarmMillis is the latest alarm time the host accepts, in Unix
 // milliseconds (abi.MaxAlarmMillis; the SDK has no dependencies, so it keeps
 // its own copy).
