@@ -48,12 +48,19 @@
 // Each actor has at most one alarm. A failing alarm handler is retried after
 // 1 s, then 2 s, 4 s and so on up to 5 min; the count of failures so far is
 // the handler's retryCount, and it survives restarts and moves between nodes.
-// time.Now reads the host's clock.
+// time.Now reads the host's clock, and so does Now.
+//
+// Package timers (guest-sdk/timers) keeps any number of named timers,
+// intervals and cron schedules over the one alarm.
 //
 // Errors from the host are *HostError values wrapping an Errno, so
 // errors.Is(err, wasmkeep.EIO) works; the SDK never panics on them. The
 // imports and exports it uses are described in the module's abi/ABI.md.
 //
 // Outside wasip1 (under go test on the build machine) the package compiles,
-// but there is no host: every call returns an error wrapping EPERM.
+// but there is no host: every call returns an error wrapping EPERM, unless a
+// test installs the fake host of package wasmkeeptest
+// (guest-sdk/wasmkeeptest), which runs the registered handlers against an
+// in-memory table, alarm and clock. Handlers that read the time with Now
+// rather than time.Now then see the fake's clock.
 package wasmkeep
