@@ -198,6 +198,8 @@ type Leases struct {
 	validUntil time.Time // zero: not valid; else the last confirmed renewal's send + TTL - Margin
 	epoch      uint64    // grows with every new chain of renewals
 	lastSent   time.Time // when the last PUT was sent
+	failing    error     // the latest renewal's error, nil once one succeeds
+	failSince  time.Time // when the first of the renewals failing in a row was sent
 	halted     bool      // Kill or Close: no more renewals
 	closed     bool      // Close: not valid
 	lost       bool      // someone replaced or removed our lease object
@@ -278,6 +280,16 @@ func (l *Leases) ValidUntil() time.Time {
 		return time.Time{}
 	}
 	return l.validUntil
+}
+
+// RenewalsFailing returns the error of the latest renewal and when the
+// first of the renewals failing in a row was sent (this node's clock), or
+// a nil error when the latest renewal succeeded: how long the bucket has
+// not taken this node's renewals, during an outage.
+func (l *Leases) RenewalsFailing() (since time.Time, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failSince, l.failing
 }
 
 // validEpoch returns the current lease epoch and whether the lease is valid.
@@ -413,6 +425,10 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
+		if l.failing == nil {
+			l.failSince = sent
+		}
+		l.failing = err
 		// The PUT may have landed or may land later: either way it is a
 		// new version that only restarts others' watch, and it extends
 		// nothing here. Validity rides through on the last confirmed
@@ -421,6 +437,7 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		return false, fmt.Errorf("renewing the lease of node %s: %w", l.cfg.NodeID, err)
 	}
 	l.etag, l.confirmed = etag, seq
+	l.failing = nil
 	until := sent.Add(l.cfg.TTL - l.cfg.Margin)
 	switch {
 	case l.closed || l.lost:

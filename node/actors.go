@@ -148,7 +148,22 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		return nil
 	}
 	if e.a != nil || e.held {
+		// Nothing committed here since the last snapshot (none pending, as
+		// after a lapse in a bucket outage): the local file is that
+		// snapshot, so its sidecar says so and taking the actor again
+		// downloads nothing unless the bucket moved on. Without it, every
+		// actor touched during an outage was downloaded afresh after it.
+		keep := e.a != nil && e.hasLast && !e.dirty
+		last := e.last.Key
 		n.giveUp(ctx, e, errors.New("the hold is no longer valid (the node lease lapsed)"))
+		if keep {
+			if err := os.WriteFile(n.path(e.id)+".sync", []byte(last), 0o644); err != nil {
+				n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
+			}
+		}
+	}
+	if err := n.bucketDown(e.id); err != nil {
+		return err
 	}
 	hold, err := n.holds.Acquire(ctx, e.id)
 	if err != nil {
@@ -173,6 +188,32 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	// The new holder arms its timer with the committed alarm.
 	if st, err := e.a.State(ctx); err == nil && st.HasAlarm {
 		n.timer.Set(timerKey(e.id), st.Alarm)
+	}
+	return nil
+}
+
+// ErrBucketUnreachable is wrapped by the errors of events that need the
+// bucket while it has not taken this node's lease renewals for longer than
+// a failover wait, so the lease lapsed and cannot come back until the
+// bucket answers: they fail at once (an HTTP 503 with Retry-After) rather
+// than waiting for a renewal that would not come.
+var ErrBucketUnreachable = errors.New("the bucket is unreachable")
+
+// bucketDown returns an error wrapping ErrBucketUnreachable, naming the
+// renewals' last error, when the node lease is not valid and renewals have
+// failed for longer than the failover wait; nil otherwise (the lease
+// valid, or lapsed for a reason waiting may cure).
+func (n *Node) bucketDown(id abi.ActorID) error {
+	if n.leases.Valid() {
+		return nil
+	}
+	since, err := n.leases.RenewalsFailing()
+	if err == nil {
+		return nil
+	}
+	wait := n.failoverWait()
+	if d := n.cfg.Clock.Now().Sub(since); d > wait+n.leaseTTL() {
+		return &abi.ActorError{ID: id, Err: fmt.Errorf("%w: every lease renewal has failed for %v, so the node lease lapsed (the last: %v)", ErrBucketUnreachable, d.Round(time.Second), err)}
 	}
 	return nil
 }
@@ -217,6 +258,7 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
+	n.restored.Add(1)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return &abi.ActorError{ID: e.id, Err: err}
 	}
@@ -379,6 +421,7 @@ func (n *Node) releaseAgain(ctx context.Context) {
 		if !e.mu.TryLock() {
 			continue
 		}
+		failed := false
 		func() {
 			defer e.mu.Unlock()
 			var err error
@@ -399,7 +442,15 @@ func (n *Node) releaseAgain(ctx context.Context) {
 			if !still {
 				n.log.Info("released a hold whose release had failed", "actor", id.String(), "generation", h.Generation)
 			}
+			failed = still
 		}()
+		if failed {
+			// The bucket failed this release: the others would fail
+			// too. They wait for the next round, so a node cut off from
+			// the bucket sends one release a lease period, not one for
+			// every actor it gave up.
+			return
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 type nodeCollector struct {
 	n                                  *Node
 	actors, givenUp, leaseValid        *prometheus.Desc
+	restored                           *prometheus.Desc
 	taken, takeovers, released, relErr *prometheus.Desc
 }
 
@@ -25,6 +26,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 		n:          n,
 		actors:     d("wasmkeep_node_actors", "Actors the node keeps a record of (open, or reached since the idle reaper last ran)."),
 		givenUp:    d("wasmkeep_node_actors_given_up_total", "Actors given up after a failure (closed, their hold let go; the next event takes them afresh)."),
+		restored:   d("wasmkeep_actor_restores_total", "Actors restored from the bucket: taken with a local database that was not the bucket's newest state, so the snapshot was downloaded (cluster mode)."),
 		leaseValid: d("wasmkeep_node_lease_valid", "1 while the node's lease is valid, 0 otherwise (cluster mode)."),
 		taken:      d("wasmkeep_holds_taken_total", "Holds the node took: ownership records naming it with a new generation (cluster mode)."),
 		takeovers:  d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
@@ -34,7 +36,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.leaseValid, c.taken, c.takeovers, c.released, c.relErr} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.taken, c.takeovers, c.released, c.relErr} {
 		ch <- d
 	}
 }
@@ -54,6 +56,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		valid = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaseValid, prometheus.GaugeValue, valid)
+	ch <- prometheus.MustNewConstMetric(c.restored, prometheus.CounterValue, float64(n.restored.Load()))
 	s := n.holds.Stats()
 	ch <- prometheus.MustNewConstMetric(c.taken, prometheus.CounterValue, float64(s.Taken))
 	ch <- prometheus.MustNewConstMetric(c.takeovers, prometheus.CounterValue, float64(s.Takeovers))

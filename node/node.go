@@ -108,7 +108,8 @@ type Node struct {
 	plugin  *alarms.Plugin
 	deletes *bucket.Deleter // replaced snapshots, batched (the plugin batches the index's)
 
-	givenUp atomic.Int64 // actors given up, for the metrics
+	givenUp  atomic.Int64 // actors given up, for the metrics
+	restored atomic.Int64 // actors restored from the bucket (a snapshot downloaded), for the metrics
 
 	mu      sync.Mutex
 	entries map[abi.ActorID]*entry
