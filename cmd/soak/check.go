@@ -190,6 +190,31 @@ type bounds struct {
 	// slack.
 	DuringFaults bool
 	FaultAlarm   int64
+	// OutageStart and OutageEnd are the bucket outage (-outage; both 0
+	// without one), and OutageAlarm how late, per attempt, an alarm it
+	// held up may fire after the bucket returned: lease + grace + 2 x
+	// sweep + slack. An alarm due during the outage, or due before it but
+	// within its bound during the faults of its start, is held to that
+	// from the outage's end instead.
+	OutageStart, OutageEnd int64
+	OutageAlarm            int64
+}
+
+// heldUp says whether the outage held up an alarm at t that fails `fails`
+// times first.
+func (b bounds) heldUp(t int64, fails int) bool {
+	return b.OutageEnd > 0 && t <= b.OutageEnd && t+b.withinFaults(fails) >= b.OutageStart
+}
+
+// afterOutage is the latest an alarm at t that the outage held up may
+// fire its successful run: each attempt within OutageAlarm, plus the
+// committed backoff between them, from the bucket's return (or t).
+func (b bounds) afterOutage(t int64, fails int) int64 {
+	d := b.OutageAlarm
+	for n := 1; n <= fails; n++ {
+		d += b.OutageAlarm + alarmindex.RetryDelay(n, b.RetryBase, b.RetryMax).Milliseconds()
+	}
+	return max(t, b.OutageEnd) + d
 }
 
 // withinFaults is within with the bound of an attempt during the faults.
@@ -269,6 +294,13 @@ type verdict struct {
 	Lost int
 	// Pending is the alarm the ledger leaves set (-1 none).
 	Pending int64
+	// AfterOutage are the committed firings the outage held up: how long
+	// after the bucket returned (or after their time, if later) each ran,
+	// in ms.
+	AfterOutage []int64
+	// LateAfterOutage counts those past their bound (a violation; they
+	// fired, so they are not counted lost).
+	LateAfterOutage int
 }
 
 func (v *verdict) fail(format string, args ...any) {
@@ -379,6 +411,12 @@ func check(h history, b bounds) verdict {
 			v.FiredAt = append(v.FiredAt, r.C)
 			switch {
 			case pending < 0:
+			case b.heldUp(pending, h.Plan.Fails):
+				v.AfterOutage = append(v.AfterOutage, r.C-max(pending, b.OutageEnd))
+				if r.C > b.afterOutage(pending, h.Plan.Fails) {
+					v.fail("record %d: the alarm at %s, held up by the bucket outage, fired at %s, past its bound %s after the bucket returned", i, ms(pending), ms(r.C), ms(b.afterOutage(pending, h.Plan.Fails)))
+					v.LateAfterOutage++
+				}
 			case r.C > b.deadline(pending, h.Plan.Fails):
 				v.fail("record %d: the alarm at %s fired at %s, past its bound %s", i, ms(pending), ms(r.C), ms(b.deadline(pending, h.Plan.Fails)))
 				v.Lost++

@@ -71,6 +71,7 @@ type options struct {
 	quiet            time.Duration
 	slack            time.Duration
 	boundInFaults    bool
+	outage           time.Duration
 	seed             uint64
 	wasm             string
 	keep             bool
@@ -137,6 +138,7 @@ func main() {
 	flag.DurationVar(&o.quiet, "quiet", o.quiet, "how long the cluster runs, faults off and settled, before the check")
 	flag.DurationVar(&o.slack, "slack", o.slack, "slack added to the alarm bound for a busy machine")
 	flag.BoolVar(&o.boundInFaults, "bound-during-faults", o.boundInFaults, "hold firings due while the faults are on to the bound too (false: from the quiet phase on only)")
+	flag.DurationVar(&o.outage, "outage", 0, "once, in the middle of the faults, every node's proxy fails every S3 request for this long (a third each: hung, connections reset, 503), kills and faults paused from before it to the end of the recovery after it; 0: none")
 	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: pick one and print it)")
 	flag.StringVar(&o.wasm, "wasm", "", "the soak actor (default examples/soak-actor/soak_actor.wasm)")
 	flag.IntVar(&o.maxInstances, "max-instances", o.maxInstances, "each node's -max-instances")
@@ -204,6 +206,8 @@ type soak struct {
 	killLog  []kill // under mu
 	gen      int
 	lineBuf  []byte
+	// outageRep is the outage's measurements (-outage), once it ran.
+	outageRep *outageReport
 }
 
 // slot is one node's place: its proxy (kept across restarts) and the node
@@ -269,6 +273,13 @@ type summary struct {
 	// exec-durable, delete): how many, how many failed, and how many of
 	// those failures were a reply with Retry-After.
 	FaultRequests map[string]*requestCount
+	// The bucket outage (-outage): what the soak measured around it, the
+	// client requests sent during it by kind, and how long after the
+	// bucket returned each firing it held up ran (sorted, ms).
+	Outage          *outageReport
+	OutageRequests  map[string]*requestCount
+	AfterOutage     []int64
+	LateAfterOutage int
 }
 
 // requestCount counts client requests of one kind, and their failures by
@@ -276,6 +287,9 @@ type summary struct {
 type requestCount struct {
 	Sent, Failed, RetryAfter, NoReply int
 	Causes                            map[string]int
+	// FailedMs are the failed requests' latencies (sent to answered, ms),
+	// kept for the outage's requests only.
+	FailedMs []int64
 }
 
 var (
@@ -308,6 +322,9 @@ func run(ctx context.Context, o options) (summary, error) {
 	}
 	if o.kills <= 0 && o.duration <= 0 {
 		return sum, errors.New("give -kills or -duration")
+	}
+	if o.outage < 0 || o.outage > 0 && o.outage < 3*time.Second {
+		return sum, fmt.Errorf("-outage %v: want 0 or at least 3s", o.outage)
 	}
 	s := &soak{o: o, rng: mrand.New(mrand.NewPCG(o.seed, o.seed>>1|1)), chaosRng: mrand.New(mrand.NewPCG(o.seed^0xc4a05, o.seed)), start: time.Now(), byName: map[string]*actor{}, runs: map[string]int{}, said: map[string]int{}}
 	s.say("seed %d (go run ./cmd/soak -seed %d ... repeats the run's choices; the machine's timing does not repeat)", o.seed, o.seed)
@@ -370,6 +387,10 @@ func run(ctx context.Context, o options) (summary, error) {
 			"-sweep", o.sweep.String(), "-retry-base", o.retryBase.String(), "-retry-max", o.retryMax.String(),
 			"-tenants", "soak", "-idle", "10m", "-max-instances", fmt.Sprint(o.maxInstances), "-log-json",
 		},
+	}
+	if o.outage > 0 {
+		// The restores after the outage are read from the nodes' metrics.
+		s.cfg.Flags = append(s.cfg.Flags, "-metrics-addr", "127.0.0.1:0")
 	}
 	for i := 0; i < o.nodes; i++ {
 		p, err := faultproxy.Start(s3.Endpoint, o.seed+uint64(i))
@@ -468,6 +489,10 @@ func run(ctx context.Context, o options) (summary, error) {
 		Quiet: quietAt.UnixMilli(), DuringFaults: o.boundInFaults,
 		FaultAlarm: (4*(o.leaseTTL+o.grace) + 2*o.sweep + o.slack).Milliseconds(),
 	}
+	if ou := s.outageRep; ou != nil {
+		bd.OutageStart, bd.OutageEnd = ou.StartMs, ou.EndMs
+		bd.OutageAlarm = (o.leaseTTL + o.grace + 2*o.sweep + o.slack).Milliseconds()
+	}
 	bd.End = time.Now().UnixMilli()
 	s.say("reading every ledger")
 	s.mu.Lock()
@@ -492,6 +517,15 @@ func run(ctx context.Context, o options) (summary, error) {
 	sum.DupCauses = map[string]int{}
 	sum.FaultRequests = map[string]*requestCount{}
 	sum.FaultMs, sum.QuietMs = faultsOff.UnixMilli()-stormStart.UnixMilli(), bd.End-bd.Quiet
+	// The outage and the recovery after it (faults and kills paused) are
+	// not the faults' phase: their figures are the outage's own.
+	inOutage := func(int64) bool { return false }
+	if ou := s.outageRep; ou != nil {
+		sum.Outage = ou
+		sum.OutageRequests = map[string]*requestCount{}
+		sum.FaultMs -= ou.ResumedMs - ou.PausedMs
+		inOutage = func(t int64) bool { return t >= ou.PausedMs && t < ou.ResumedMs }
+	}
 	var bad []string
 	for i, h := range hist {
 		v := check(h, bd)
@@ -505,8 +539,11 @@ func run(ctx context.Context, o options) (summary, error) {
 			}
 		}
 		sum.Lateness = append(sum.Lateness, v.Fired...)
+		sum.AfterOutage = append(sum.AfterOutage, v.AfterOutage...)
+		sum.LateAfterOutage += v.LateAfterOutage
 		for j, at := range v.FiredAt {
 			switch {
+			case inOutage(at):
 			case at >= stormStart.UnixMilli() && at < faultsOff.UnixMilli():
 				sum.FaultFirings++
 				sum.FaultLateness = append(sum.FaultLateness, v.Fired[j])
@@ -522,10 +559,16 @@ func run(ctx context.Context, o options) (summary, error) {
 			if kind == "" {
 				kind = o.Kind
 			}
-			c := sum.FaultRequests[kind]
+			counts := sum.FaultRequests
+			if ou := sum.Outage; ou != nil && o.Sent >= ou.StartMs && o.Sent < ou.EndMs {
+				counts = sum.OutageRequests
+			} else if inOutage(o.Sent) {
+				continue
+			}
+			c := counts[kind]
 			if c == nil {
 				c = &requestCount{}
-				sum.FaultRequests[kind] = c
+				counts[kind] = c
 			}
 			c.Sent++
 			if o.Err != "" {
@@ -539,6 +582,9 @@ func run(ctx context.Context, o options) (summary, error) {
 				}
 				if o.Status == 0 {
 					c.NoReply++
+				}
+				if sum.Outage != nil {
+					c.FailedMs = append(c.FailedMs, o.Done-o.Sent)
 				}
 			}
 		}
@@ -566,6 +612,10 @@ func run(ctx context.Context, o options) (summary, error) {
 	}
 	sort.Slice(sum.Lateness, func(i, j int) bool { return sum.Lateness[i] < sum.Lateness[j] })
 	sort.Slice(sum.FaultLateness, func(i, j int) bool { return sum.FaultLateness[i] < sum.FaultLateness[j] })
+	slices.Sort(sum.AfterOutage)
+	for _, c := range sum.OutageRequests {
+		slices.Sort(c.FailedMs)
+	}
 	sum.Kills, sum.SameName, sum.Cuts = int(s.kills.Load()), int(s.same.Load()), int(s.cuts.Load())
 	s.mu.Lock()
 	sum.Dropped = s.dropped
@@ -853,11 +903,18 @@ func (s *soak) step(ctx context.Context, a *actor) {
 // chaos kills and cuts nodes until the kill count or the duration is
 // reached.
 func (s *soak) chaos(ctx context.Context, from time.Time) {
+	var paused time.Duration // the outage's, not counted in -duration
 	for {
+		if s.o.outage > 0 && s.outageRep == nil &&
+			(s.o.kills > 0 && int(s.kills.Load()) >= s.o.kills/2 || s.o.kills <= 0 && time.Since(from)-paused >= s.o.duration/2) {
+			t := time.Now()
+			s.outageRun(ctx)
+			paused += time.Since(t)
+		}
 		if s.o.kills > 0 && int(s.kills.Load()) >= s.o.kills {
 			return
 		}
-		if s.o.duration > 0 && time.Since(from) >= s.o.duration {
+		if s.o.duration > 0 && time.Since(from)-paused >= s.o.duration {
 			return
 		}
 		time.Sleep(time.Duration((0.5 + s.chaosRng.Float64()) * float64(s.o.killEvery)))
@@ -1250,6 +1307,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	}
 	kinds = append(kinds, fmt.Sprintf("latency %d", sum.Injected["latency"]), fmt.Sprintf("refused while cut off %d", sum.Injected["partitioned"]))
 	fmt.Fprintf(w, "  S3 requests:           %d through the proxies; faults injected: %s\n", sum.S3Requests, strings.Join(kinds, ", "))
+	s.outageTable(w, sum, bd)
 	fmt.Fprintf(w, "  firings:               %d committed (in the actors' ledgers), %d logged by the nodes, %d failed runs retried\n", sum.Committed, sum.Logged, sum.FailRuns)
 	if n := len(sum.Lateness); n > 0 {
 		fmt.Fprintf(w, "  lateness:              p50 %s, p99 %s, max %s (committed firings, from each one's due or retry time)\n",

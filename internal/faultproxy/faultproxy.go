@@ -1,7 +1,8 @@
 // Package faultproxy is a reverse proxy on 127.0.0.1 in front of an S3
 // server that fails, delays and holds back requests: on demand (FailNext,
 // SetDelay), at random rates from a seeded source (SetFaults), or all of
-// them (SetPartitioned, a node cut off from the bucket). Tests reach it
+// them (SetPartitioned, a node cut off from the bucket; SetOutage, the
+// bucket down: requests hung, connections reset, or 503s). Tests reach it
 // through s3test.NewProxy; the soak (cmd/soak) puts one in front of each
 // node. It depends on no testing package.
 package faultproxy
@@ -79,6 +80,42 @@ type Faults struct {
 	MaxLatency time.Duration
 }
 
+// Outage is a bucket outage as the proxy plays it: while one is on, every
+// request fails in its way, unforwarded, whatever else is set.
+type Outage int
+
+// The kinds of outage.
+const (
+	// NoOutage forwards requests (the faults set apply).
+	NoOutage Outage = iota
+	// OutageCut accepts connections and reads requests but never answers
+	// them: each hangs until its caller gives up or the outage changes,
+	// then its connection is closed (a network that drops the packets).
+	OutageCut
+	// OutageRefused resets every connection as it is accepted, and every
+	// request on a connection already open (a server that is down; a
+	// closed port would refuse before the proxy could count anything).
+	OutageRefused
+	// Outage503 answers every request 503 Service Unavailable (a server
+	// that is up but failing).
+	Outage503
+)
+
+// String names the outage as the soak's summary does.
+func (o Outage) String() string {
+	switch o {
+	case NoOutage:
+		return "none"
+	case OutageCut:
+		return "cut"
+	case OutageRefused:
+		return "refused"
+	case Outage503:
+		return "503"
+	}
+	return "unknown"
+}
+
 type failRule struct {
 	method string
 	left   int
@@ -102,6 +139,8 @@ type Proxy struct {
 	faults      Faults
 	rng         *rand.Rand
 	partitioned bool
+	outage      Outage
+	cutEnd      chan struct{} // closed when an OutageCut ends
 	late        time.Duration
 	injected    map[string]int // by kind: FailMode.String(), "latency", "partitioned"
 	pending     sync.WaitGroup // requests landing late
@@ -147,8 +186,54 @@ func StartAt(addr, target string, seed uint64) (*Proxy, error) {
 		},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = p.srv.Serve(l) }()
+	go func() { _ = p.srv.Serve(&outageListener{Listener: l, p: p}) }()
 	return p, nil
+}
+
+// outageListener resets connections as they are accepted during an
+// OutageRefused.
+type outageListener struct {
+	net.Listener
+	p *Proxy
+}
+
+func (l *outageListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.p.mu.Lock()
+		refuse := l.p.outage == OutageRefused
+		if refuse {
+			l.p.injected["outage refused connection"]++
+		}
+		l.p.mu.Unlock()
+		if !refuse {
+			return c, nil
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+}
+
+// SetOutage starts an outage of the given kind, replacing the one on, or
+// ends it (NoOutage). Requests hung by an OutageCut are closed when it
+// ends. Injected counts each failed request under "outage " and the
+// kind's String, and each connection reset as it was accepted (no
+// request read, so not in Count) under "outage refused connection".
+func (p *Proxy) SetOutage(o Outage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.outage == OutageCut && o != OutageCut {
+		close(p.cutEnd)
+	}
+	if o == OutageCut && p.outage != OutageCut {
+		p.cutEnd = make(chan struct{})
+	}
+	p.outage = o
 }
 
 // Close stops the proxy; requests still waiting to land late are dropped
@@ -228,7 +313,8 @@ func (p *Proxy) Count(method string) int {
 }
 
 // Injected returns how many faults the proxy injected, by kind: a
-// FailMode's String, "latency" and "partitioned".
+// FailMode's String, "latency", "partitioned", "outage " with an
+// Outage's String, and "outage refused connection" (see SetOutage).
 func (p *Proxy) Injected() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -241,15 +327,28 @@ func (p *Proxy) Injected() map[string]int {
 
 // decide picks what happens to a request: its delay, and its failure
 // (nil: forwarded as it is).
-func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, late time.Duration) {
+func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, late time.Duration, cut <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts[r.Method]++
 	late = p.late
+	switch p.outage {
+	case OutageCut:
+		p.injected["outage cut"]++
+		return 0, nil, late, p.cutEnd
+	case OutageRefused:
+		p.injected["outage refused"]++
+		m := Reset
+		return 0, &m, late, nil
+	case Outage503:
+		p.injected["outage 503"]++
+		m := Respond503
+		return 0, &m, late, nil
+	}
 	if p.partitioned {
 		p.injected["partitioned"]++
 		m := Drop
-		return 0, &m, late
+		return 0, &m, late, nil
 	}
 	delay, ok := p.delays[r.Method]
 	if !ok {
@@ -261,7 +360,7 @@ func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, la
 				p.rules = append(p.rules[:i:i], p.rules[i+1:]...)
 			}
 			m := fr.mode
-			return delay, &m, late
+			return delay, &m, late, nil
 		}
 	}
 	if p.faults.Latency > 0 && p.faults.MaxLatency > 0 && p.rng.Float64() < p.faults.Latency {
@@ -271,15 +370,23 @@ func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, la
 	for _, m := range Modes {
 		if rate := p.faults.Fail[m]; rate > 0 && p.rng.Float64() < rate {
 			p.injected[m.String()]++
-			return delay, &m, late
+			return delay, &m, late, nil
 		}
 	}
-	return delay, nil, late
+	return delay, nil, late, nil
 }
 
 // ServeHTTP applies delays and failures, then forwards the request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	delay, mode, late := p.decide(r)
+	delay, mode, late, cut := p.decide(r)
+	if cut != nil {
+		select {
+		case <-cut:
+		case <-r.Context().Done():
+		}
+		hijackAndClose(w, false)
+		return
+	}
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {

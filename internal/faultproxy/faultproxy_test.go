@@ -153,3 +153,51 @@ func TestRandomFaults(t *testing.T) {
 		t.Fatalf("faults off: %d, %v", st, err)
 	}
 }
+
+// An outage fails every request in its own way and forwards none: a cut
+// hangs the request until the outage changes, refused resets the
+// connection, 503 answers; once it ends, requests reach the server again.
+func TestAnOutageFailsEveryRequestUntilItEnds(t *testing.T) {
+	b, target := startBackend(t)
+	p := start(t, target)
+
+	p.SetOutage(OutageCut)
+	hung := make(chan error, 1)
+	go func() { _, err := send(p, "GET", ""); hung <- err }()
+	for deadline := time.Now().Add(5 * time.Second); p.Injected()["outage cut"] == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached the proxy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-hung:
+		t.Fatalf("a request during a cut was answered (%v), want it hung", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.SetOutage(OutageRefused)
+	if err := <-hung; err == nil {
+		t.Fatal("the hung request succeeded once the cut ended, want its connection closed")
+	}
+	if _, err := send(p, "PUT", "x"); !errors.Is(err, syscall.ECONNRESET) && !strings.Contains(err.Error(), "reset") && !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("a request while refused: %v, want the connection reset", err)
+	}
+	p.SetOutage(Outage503)
+	if code, err := send(p, "GET", ""); err != nil || code != http.StatusServiceUnavailable {
+		t.Fatalf("a request during a 503 outage: %d %v, want 503", code, err)
+	}
+	if got := b.seen(); got != "" {
+		t.Fatalf("the server saw %q during the outage, want nothing", got)
+	}
+	p.SetOutage(NoOutage)
+	if code, err := send(p, "PUT", "after"); err != nil || code != http.StatusOK {
+		t.Fatalf("a request after the outage: %d %v, want it forwarded", code, err)
+	}
+	if got := b.seen(); got != "PUT after" {
+		t.Fatalf("the server saw %q, want only the request after the outage", got)
+	}
+	in := p.Injected()
+	if in["outage cut"] != 1 || in["outage refused connection"] < 1 || in["outage 503"] != 1 {
+		t.Fatalf("injected %v, want one of each outage", in)
+	}
+}

@@ -1,0 +1,320 @@
+package main
+
+// The bucket outage (-outage): once, in the middle of the faults, every
+// node's proxy fails every S3 request for the outage's length, a third of
+// it in each way (requests hung, connections reset, 503s), with the client
+// load going on. Kills and the random faults pause from before it (every
+// node up, a window measured as "before") to the end of a recovery window
+// after it, so that what is measured is the outage's: the nodes' S3
+// request rate, their RSS, the client requests answered during it, and the
+// actors restored from the bucket after it. The checker holds every alarm
+// the outage held up to lease + grace + two sweeps + slack per attempt
+// from the bucket's return.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/faultproxy"
+)
+
+// outageReport is what the soak measured around the outage.
+type outageReport struct {
+	// PausedMs and ResumedMs bound the pause of kills and faults; StartMs
+	// and EndMs the outage itself.
+	PausedMs, StartMs, EndMs, ResumedMs int64
+	// Before, Phases and After are the S3 requests through the proxies
+	// (all nodes, connections reset as they opened included) in the
+	// window before the outage, in each of its phases, and in the
+	// recovery after it.
+	Before, After span
+	Phases        []span
+	// PerSecond are the requests in each second of the outage.
+	PerSecond []int
+	// RSS is each node's VmRSS in KiB: before the outage, the highest
+	// during it, and at the end of the recovery.
+	RSS []nodeRSS
+	// Restores, GivenUp and Taken are the nodes' wasmkeep_actor_restores_total,
+	// wasmkeep_node_actors_given_up_total and wasmkeep_holds_taken_total
+	// from the outage's start to the end of the recovery (summed); Scrape
+	// says why they could not be read, if so.
+	Restores, GivenUp, Taken float64
+	Scrape                   string
+}
+
+// span is requests over a stretch of time.
+type span struct {
+	Name     string
+	Requests int
+	Ms       int64
+}
+
+func (s span) rate() float64 { return perSecond(s.Requests, s.Ms) }
+
+type nodeRSS struct {
+	Node                string
+	Before, Peak, After int64
+	BeforeOK, AfterOK   bool
+}
+
+// proxyTotal is the S3 requests every proxy has received, with the
+// connections an outage reset before a request was read.
+func (s *soak) proxyTotal() int {
+	n := 0
+	for _, sl := range s.slots {
+		n += sl.proxy.Count("") + sl.proxy.Injected()["outage refused connection"]
+	}
+	return n
+}
+
+// vmRSS reads a process's resident set size in KiB from /proc.
+func vmRSS(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb, err == nil
+		}
+	}
+	return 0, false
+}
+
+// nodes returns the running nodes, slot by slot (nil where none runs).
+func (s *soak) nodes() []*clusterproc.Node {
+	out := make([]*clusterproc.Node, len(s.slots))
+	for i, sl := range s.slots {
+		sl.mu.Lock()
+		out[i] = sl.node
+		sl.mu.Unlock()
+	}
+	return out
+}
+
+// scrape sums the named counters over the running nodes' metrics.
+func (s *soak) scrape(ctx context.Context, names ...string) (map[string]float64, error) {
+	sum := map[string]float64{}
+	for _, nd := range s.nodes() {
+		if nd == nil || nd.MetricsURL == "" {
+			return nil, fmt.Errorf("a node without metrics")
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, nd.MetricsURL, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		sc := bufio.NewScanner(io.LimitReader(resp.Body, 8<<20))
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			name, v, ok := strings.Cut(sc.Text(), " ")
+			if ok && slices.Contains(names, name) {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err == nil {
+					sum[name] += f
+				}
+			}
+		}
+		resp.Body.Close()
+		cancel()
+	}
+	return sum, nil
+}
+
+const (
+	metricRestores = "wasmkeep_actor_restores_total"
+	metricGivenUp  = "wasmkeep_node_actors_given_up_total"
+	metricTaken    = "wasmkeep_holds_taken_total"
+)
+
+// outageRun pauses kills and faults, brings every node up, and runs the
+// outage with the recovery after it, recording outageRep.
+func (s *soak) outageRun(ctx context.Context) {
+	o := s.o
+	rep := &outageReport{PausedMs: time.Now().UnixMilli()}
+	s.say("outage: kills and faults paused; every node up first")
+	s.restarts.Wait()
+	s.setFaults(false)
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		sl.partitioned = false
+		sl.proxy.SetPartitioned(false)
+		sl.mu.Unlock()
+		if err := s.ensureUp(ctx, sl); err != nil {
+			s.say("outage: %v", err)
+		}
+	}
+	window := o.leaseTTL + o.grace + 2*o.sweep + o.slack + 5*time.Second
+	t0, n0 := time.Now(), s.proxyTotal()
+	time.Sleep(window)
+	rep.Before = span{Name: "before", Requests: s.proxyTotal() - n0, Ms: time.Since(t0).Milliseconds()}
+	nodes := s.nodes()
+	rep.RSS = make([]nodeRSS, len(nodes))
+	for i, nd := range nodes {
+		if nd != nil {
+			rep.RSS[i].Before, rep.RSS[i].BeforeOK = vmRSS(nd.Pid())
+		}
+		s.slots[i].mu.Lock()
+		rep.RSS[i].Node = s.slots[i].name
+		s.slots[i].mu.Unlock()
+	}
+	m0, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken)
+	if err != nil {
+		rep.Scrape = err.Error()
+	}
+
+	rep.StartMs = time.Now().UnixMilli()
+	s.say("outage: every S3 request fails for %v (hung, then connections reset, then 503)", o.outage)
+	phaseLen := o.outage / 3
+	last := s.proxyTotal()
+	for i, kind := range []faultproxy.Outage{faultproxy.OutageCut, faultproxy.OutageRefused, faultproxy.Outage503} {
+		for _, sl := range s.slots {
+			sl.proxy.SetOutage(kind)
+		}
+		ps, pn := time.Now(), s.proxyTotal()
+		length := phaseLen
+		if i == 2 {
+			length = o.outage - 2*phaseLen
+		}
+		end := ps.Add(length)
+		for next := ps.Add(time.Second); ; next = next.Add(time.Second) {
+			if next.After(end) {
+				time.Sleep(time.Until(end))
+				break
+			}
+			time.Sleep(time.Until(next))
+			n := s.proxyTotal()
+			rep.PerSecond = append(rep.PerSecond, n-last)
+			last = n
+			for j, nd := range nodes {
+				if nd == nil {
+					continue
+				}
+				if kb, ok := vmRSS(nd.Pid()); ok && kb > rep.RSS[j].Peak {
+					rep.RSS[j].Peak = kb
+				}
+			}
+		}
+		rep.Phases = append(rep.Phases, span{Name: kind.String(), Requests: s.proxyTotal() - pn, Ms: time.Since(ps).Milliseconds()})
+	}
+	for _, sl := range s.slots {
+		sl.proxy.SetOutage(faultproxy.NoOutage)
+	}
+	rep.EndMs = time.Now().UnixMilli()
+	s.say("outage over: the bucket answers again; kills and faults resume in %v", window)
+
+	t1, n1 := time.Now(), s.proxyTotal()
+	time.Sleep(window)
+	rep.After = span{Name: "after", Requests: s.proxyTotal() - n1, Ms: time.Since(t1).Milliseconds()}
+	for i, nd := range nodes {
+		if nd != nil {
+			rep.RSS[i].After, rep.RSS[i].AfterOK = vmRSS(nd.Pid())
+		}
+	}
+	if m1, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken); err != nil {
+		rep.Scrape = err.Error()
+	} else if m0 != nil {
+		rep.Restores, rep.GivenUp, rep.Taken = m1[metricRestores]-m0[metricRestores], m1[metricGivenUp]-m0[metricGivenUp], m1[metricTaken]-m0[metricTaken]
+	}
+	s.setFaults(true)
+	rep.ResumedMs = time.Now().UnixMilli()
+	s.outageRep = rep
+}
+
+// outageTable prints the outage's lines of the summary.
+func (s *soak) outageTable(w io.Writer, sum summary, bd bounds) {
+	ou := sum.Outage
+	if ou == nil {
+		return
+	}
+	var phases []string
+	for _, p := range ou.Phases {
+		phases = append(phases, fmt.Sprintf("%s %s", msText(p.Ms), p.Name))
+	}
+	fmt.Fprintf(w, "  bucket outage:         %s at +%s (%s); kills and faults paused %s before it and %s after it\n",
+		msText(ou.EndMs-ou.StartMs), msText(ou.StartMs-s.start.UnixMilli()), strings.Join(phases, ", "),
+		msText(ou.StartMs-ou.PausedMs), msText(ou.ResumedMs-ou.EndMs))
+	var rates []string
+	for _, p := range ou.Phases {
+		rates = append(rates, fmt.Sprintf("%s %.1f", p.Name, p.rate()))
+	}
+	first, lastTen := 0, 0
+	n := len(ou.PerSecond)
+	for i, c := range ou.PerSecond {
+		if i < 10 {
+			first += c
+		}
+		if i >= n-10 {
+			lastTen += c
+		}
+	}
+	fmt.Fprintf(w, "  S3 requests/s:         %.1f before; during the outage %s (first 10s %.1f, last 10s %.1f, busiest second %d); %.1f after (all nodes, through the proxies)\n",
+		ou.Before.rate(), strings.Join(rates, ", "), float64(first)/float64(min(n, 10)), float64(lastTen)/float64(min(n, 10)), slices.Max(append([]int{0}, ou.PerSecond...)), ou.After.rate())
+	var rss []string
+	mib := func(kb int64, ok bool) string {
+		if !ok {
+			return "?"
+		}
+		return fmt.Sprintf("%.0f", float64(kb)/1024)
+	}
+	for _, r := range ou.RSS {
+		rss = append(rss, fmt.Sprintf("%s %s/%s/%s", r.Node, mib(r.Before, r.BeforeOK), mib(r.Peak, r.Peak > 0), mib(r.After, r.AfterOK)))
+	}
+	fmt.Fprintf(w, "  RSS MiB:               %s (before / highest during / after)\n", strings.Join(rss, ", "))
+	for _, kind := range []string{clusterproc.KindExecDurable, clusterproc.KindExec, "delete"} {
+		c := sum.OutageRequests[kind]
+		if c == nil {
+			continue
+		}
+		lat := "-"
+		if len(c.FailedMs) > 0 {
+			lat = fmt.Sprintf("p50 %s, p99 %s, max %s", pctText(c.FailedMs, 50), pctText(c.FailedMs, 99), msText(c.FailedMs[len(c.FailedMs)-1]))
+		}
+		fmt.Fprintf(w, "  %-22s %d sent during the outage, %d failed (answered in %s): %d with Retry-After, %d without a reply\n",
+			kind+" in outage:", c.Sent, c.Failed, lat, c.RetryAfter, c.NoReply)
+		causes := slices.Collect(func(yield func(string) bool) {
+			for k := range c.Causes {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		slices.SortFunc(causes, func(a, b string) int {
+			if c.Causes[a] != c.Causes[b] {
+				return c.Causes[b] - c.Causes[a]
+			}
+			return strings.Compare(a, b)
+		})
+		for i, cause := range causes {
+			if i == 3 {
+				fmt.Fprintf(w, "                           ... %d more causes\n", len(causes)-i)
+				break
+			}
+			fmt.Fprintf(w, "                           %d: %s\n", c.Causes[cause], cause)
+		}
+	}
+	held := "-"
+	if n := len(sum.AfterOutage); n > 0 {
+		held = fmt.Sprintf("p50 %s, p99 %s, max %s", pctText(sum.AfterOutage, 50), pctText(sum.AfterOutage, 99), msText(sum.AfterOutage[n-1]))
+	}
+	fmt.Fprintf(w, "  after the outage:      %d firings it held up ran %s after the bucket returned; %d past their bound (%s per attempt: lease + grace + 2 x sweep + slack)\n",
+		len(sum.AfterOutage), held, sum.LateAfterOutage, msText(bd.OutageAlarm))
+	if ou.Scrape != "" {
+		fmt.Fprintf(w, "                         restores not read: %s\n", ou.Scrape)
+	} else {
+		fmt.Fprintf(w, "                         from the outage's start to the recovery's end: %.0f actors restored from the bucket (snapshots downloaded), %.0f given up, %.0f holds taken\n",
+			ou.Restores, ou.GivenUp, ou.Taken)
+	}
+}
