@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
@@ -171,21 +172,24 @@ func TestHTTPStatusCodes(t *testing.T) {
 	}
 }
 
-// While the holder cannot be reached (it crashed and its lease has not run
-// out), other nodes answer 503 with Retry-After: the client retries.
+// While the holder cannot be reached and its lease still stands (its HTTP
+// server is gone, its lease renewed), other nodes wait for it for their
+// failover wait, then answer 503 with Retry-After naming it: the client
+// retries.
 func TestAnUnreachableHolderIs503(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := s3test.Start(t).Bucket
 	classes := counter(t)
 	a := serveHost(t, b, "a", classes, hostConfig{})
-	bn := serveHost(t, b, "b", classes, hostConfig{})
+	// b waits this long for the holder before its 503; a's lease stays
+	// valid (only its HTTP server is gone), so no takeover ends the wait.
+	bn := serveHost(t, b, "b", classes, hostConfig{failoverWait: 600 * time.Millisecond})
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
 	if _, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, nil); err != nil {
 		t.Fatal(err)
 	}
 	a.srv.Close()
-	a.Crash()
 	req, _ := http.NewRequest("POST", clusterproc.ActorURL(bn.URL, id), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
