@@ -226,6 +226,16 @@ func filterFlags(fs *flag.FlagSet, after, before, what string) func() (inspect.F
 	}
 }
 
+// listEntries lists the index entries the filter keeps, saying on stderr
+// which keys under the index it skipped as not entries.
+func listEntries(ctx context.Context, c *inspect.Cluster, f inspect.Filter, stderr io.Writer) ([]inspect.Entry, error) {
+	entries, malformed, err := c.Alarms(ctx, f)
+	for _, k := range malformed {
+		fmt.Fprintf(stderr, "keepctl: skipped a key that is not an index entry: %s\n", k)
+	}
+	return entries, err
+}
+
 func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms list", stderr)
 	filter := filterFlags(fs, "due-after", "due-before", "entries due")
@@ -237,12 +247,9 @@ func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, 
 	if err != nil {
 		return 2, err
 	}
-	entries, malformed, err := c.Alarms(ctx, f)
+	entries, err := listEntries(ctx, c, f, stderr)
 	if err != nil {
 		return 2, err
-	}
-	for _, k := range malformed {
-		fmt.Fprintf(stderr, "keepctl: skipped a key that is not an index entry: %s\n", k)
 	}
 	if *asJSON {
 		if entries == nil {

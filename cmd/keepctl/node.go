@@ -259,12 +259,9 @@ func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args 
 	if err != nil {
 		return 2, err
 	}
-	entries, malformed, err := c.Alarms(ctx, f)
+	entries, err := listEntries(ctx, c, f, stderr)
 	if err != nil {
 		return 2, err
-	}
-	for _, k := range malformed {
-		fmt.Fprintf(stderr, "keepctl: skipped a key that is not an index entry: %s\n", k)
 	}
 	// One clear per actor, in the order of its earliest entry.
 	seen := map[abi.ActorID]bool{}
