@@ -454,18 +454,10 @@ func run(ctx context.Context, o options) (summary, error) {
 	go func() { defer wg.Done(); s.load(ctx, stop) }()
 	go func() { defer wg.Done(); s.progress(stop) }()
 	s.chaos(ctx, stormStart)
-	s.restarts.Wait()
-	s.setFaults(false)
-	for _, sl := range s.slots {
-		sl.mu.Lock()
-		sl.partitioned = false
-		sl.proxy.SetPartitioned(false)
-		sl.mu.Unlock()
-		if err := s.ensureUp(ctx, sl); err != nil {
-			close(stop)
-			wg.Wait()
-			return sum, err
-		}
+	if err := s.calm(ctx); err != nil {
+		close(stop)
+		wg.Wait()
+		return sum, err
 	}
 	for _, sl := range s.slots {
 		sl.proxy.WaitLate()
@@ -657,6 +649,25 @@ func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
 	sl.name = name
 	sl.mu.Unlock()
 	return fmt.Errorf("node %s would not start: %w", name, err)
+}
+
+// calm waits for the restarts under way, turns the faults off, ends every
+// cut and brings every node up; it returns the first node that would not
+// start (the others are still brought up).
+func (s *soak) calm(ctx context.Context) error {
+	s.restarts.Wait()
+	s.setFaults(false)
+	var first error
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		sl.partitioned = false
+		sl.proxy.SetPartitioned(false)
+		sl.mu.Unlock()
+		if err := s.ensureUp(ctx, sl); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 func (s *soak) ensureUp(ctx context.Context, sl *slot) error {

@@ -145,16 +145,8 @@ func (s *soak) outageRun(ctx context.Context) {
 	o := s.o
 	rep := &outageReport{PausedMs: time.Now().UnixMilli()}
 	s.say("outage: kills and faults paused; every node up first")
-	s.restarts.Wait()
-	s.setFaults(false)
-	for _, sl := range s.slots {
-		sl.mu.Lock()
-		sl.partitioned = false
-		sl.proxy.SetPartitioned(false)
-		sl.mu.Unlock()
-		if err := s.ensureUp(ctx, sl); err != nil {
-			s.say("outage: %v", err)
-		}
+	if err := s.calm(ctx); err != nil {
+		s.say("outage: %v", err)
 	}
 	window := o.leaseTTL + o.grace + 2*o.sweep + o.slack + 5*time.Second
 	t0, n0 := time.Now(), s.proxyTotal()
