@@ -189,8 +189,22 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 // holds it now): the forwarding node may send the request again.
 const notAppliedHeader = "Wasmkeep-Not-Applied"
 
-// failoverPoll is how often a request waiting for a failover is tried again.
-const failoverPoll = 200 * time.Millisecond
+// failoverPoll is how soon a request waiting for a failover is first tried
+// again; each later try waits twice as long, up to a third of the lease
+// TTL (a renewal's period): a takeover cannot come before the holder's
+// lease has stood unchanged for TTL + grace, and every try costs requests
+// to the bucket (the hold record, the holder's lease).
+const failoverPoll = 100 * time.Millisecond
+
+// failoverPollMax is the longest wait between two tries of a request
+// waiting for a failover.
+func (n *Node) failoverPollMax() time.Duration {
+	ttl := cluster.DefaultTTL
+	if c := n.cfg.Cluster; c != nil && c.LeaseTTL > 0 {
+		ttl = c.LeaseTTL
+	}
+	return max(failoverPoll, ttl/3)
+}
 
 // failoverWait is ClusterConfig.FailoverWait with its default (0 on a node
 // running alone).
@@ -216,12 +230,14 @@ func (n *Node) failoverWait() time.Duration {
 // actor's holder cannot be reached (no connection to it could be made, so
 // nothing was sent), or answers that it did nothing (notAppliedHeader), or
 // this node's lease is not valid for now, op is tried again every
-// failoverPoll until failoverWait has passed, and only then answered with
+// failoverPoll, then twice as long each time up to a renewal's period,
+// until failoverWait has passed, and only then answered with
 // a 503 and Retry-After. Any other error is answered by fail. serve
 // returns true when op succeeded and the caller answers; false when the
 // answer was written (an error, or the holder's answer to a forward).
 func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op func(ctx context.Context) error) bool {
 	deadline := time.Now().Add(n.failoverWait())
+	poll := failoverPoll
 	for {
 		err := op(r.Context())
 		if err == nil {
@@ -242,7 +258,8 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 			n.fail(w, r, body, err)
 			return false
 		}
-		if time.Now().Add(failoverPoll).After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			if errors.Is(cause, cluster.ErrLeaseNotValid) && r.Header.Get(forwardedHeader) != "" {
 				w.Header().Set(notAppliedHeader, "1")
 			}
@@ -255,8 +272,9 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, cause.Error(), http.StatusServiceUnavailable)
 			return false
-		case <-time.After(failoverPoll):
+		case <-time.After(min(poll, left)):
 		}
+		poll = min(2*poll, n.failoverPollMax())
 	}
 }
 
