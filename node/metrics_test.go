@@ -191,7 +191,7 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	if got := final.Value("wasmkeep_hold_releases_total"); got != actors {
 		t.Errorf("hold releases after a clean shutdown = %v, want %d", got, actors)
 	}
-	// The running node's metrics, each in the README and each README row
+	// The running node's metrics, each in docs/operations.md and each row there
 	// served (a closed node's engine has taken its own out).
 	checkDocumented(t, after)
 }
