@@ -208,14 +208,17 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // filterFlags adds -tenant, -class and the two time bounds (named after
-// and before, described as what) to fs; the returned function reads them
-// into a Filter once fs is parsed.
-func filterFlags(fs *flag.FlagSet, after, before, what string) func() (inspect.Filter, error) {
+// and before, described as what) to fs; the returned function parses args
+// with fs (no positional arguments allowed) and reads them into a Filter.
+func filterFlags(fs *flag.FlagSet, after, before, what string) func(args []string) (inspect.Filter, error) {
 	tenant := fs.String("tenant", "", "only this tenant")
 	class := fs.String("class", "", "only this class")
 	from := fs.String(after, "", "only "+what+" at or after this time")
 	to := fs.String(before, "", "only "+what+" at or before this time")
-	return func() (inspect.Filter, error) {
+	return func(args []string) (inspect.Filter, error) {
+		if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+			return inspect.Filter{}, errUsage
+		}
 		f := inspect.Filter{Tenant: *tenant, Class: *class}
 		var err error
 		if f.DueAfter, err = parseTime(*from); err != nil {
@@ -238,12 +241,9 @@ func listEntries(ctx context.Context, c *inspect.Cluster, f inspect.Filter, stde
 
 func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms list", stderr)
-	filter := filterFlags(fs, "due-after", "due-before", "entries due")
+	parse := filterFlags(fs, "due-after", "due-before", "entries due")
 	asJSON := fs.Bool("json", false, "one JSON array")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return 2, errUsage
-	}
-	f, err := filter()
+	f, err := parse(args)
 	if err != nil {
 		return 2, err
 	}
@@ -275,12 +275,9 @@ func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, 
 
 func alarmsFailed(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms failed", stderr)
-	filter := filterFlags(fs, "after", "before", "alarms whose last attempt failed")
+	parse := filterFlags(fs, "after", "before", "alarms whose last attempt failed")
 	asJSON := fs.Bool("json", false, "one JSON array")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return 2, errUsage
-	}
-	f, err := filter()
+	f, err := parse(args)
 	if err != nil {
 		return 2, err
 	}

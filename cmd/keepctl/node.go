@@ -250,12 +250,9 @@ func alarmVerb(ctx context.Context, c *nodeClient, verb string, args []string, s
 // since is left alone.
 func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms delete", stderr)
-	filter := filterFlags(fs, "due-after", "due-before", "alarms due")
+	parse := filterFlags(fs, "due-after", "due-before", "alarms due")
 	dryRun := fs.Bool("dry-run", false, "print what would be cleared; change nothing")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return 2, errUsage
-	}
-	f, err := filter()
+	f, err := parse(args)
 	if err != nil {
 		return 2, err
 	}
