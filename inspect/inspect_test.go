@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"slices"
@@ -82,12 +83,14 @@ func TestVerifyFindsAMissingEntryAndBackfillMendsIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !rep.OK() || rep.Actors != 6 || rep.Alarms != 6 || rep.Named != 6 || rep.Entries != 6 || len(rep.Extra) != 0 {
+		if !rep.OK() || rep.Actors != 6 || rep.Alarms != 6 || rep.Named != 6 || rep.Entries != 6 || len(rep.Extra) != 0 || len(rep.Nested) != 0 {
 			t.Fatalf("healthy cluster: %+v", rep)
 		}
 		// One delimited LIST for the tenants, one LIST per tenant, one of
-		// the state; a GET per actor; nothing written.
-		if want := (bucket.Counts{List: 4, ListPages: 4, Get: 6}); rep.Requests != want {
+		// the state; a GET per actor; for keys that are also folders, a
+		// LIST of every key and one under the node's record (the only key
+		// not an entry, a snapshot or a hold); nothing written.
+		if want := (bucket.Counts{List: 6, ListPages: 6, Get: 6}); rep.Requests != want {
 			t.Errorf("verify sent %+v, want %+v", rep.Requests, want)
 		}
 
@@ -262,5 +265,104 @@ func TestVerifyReadsASnapshotReplacedDuringTheCheck(t *testing.T) {
 		if len(r.replaced) != 6 {
 			t.Fatalf("%d snapshots replaced and added, want 3 of each (the wrapper did not run)", len(r.replaced))
 		}
+	})
+}
+
+// minioLike is a bucket that lists a key that is both an object and a
+// folder as MinIO does: a listing leaves out the keys under an object it
+// walks past (one at or below its prefix), while a listing of the object's
+// own folder shows them.
+type minioLike struct{ bucket.Bucket }
+
+func (m minioLike) List(ctx context.Context, pfx, startAfter string, limit int) ([]string, error) {
+	all, err := m.Bucket.List(ctx, pfx, startAfter, math.MaxInt32)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+keys:
+	for _, k := range all {
+		for i := len(pfx); i < len(k); i++ {
+			if k[i] != '/' || i == len(pfx)-1 {
+				continue
+			}
+			if _, _, err := m.Bucket.Get(ctx, k[:i]); err == nil {
+				continue keys // under an object: hidden
+			}
+		}
+		if out = append(out, k); len(out) == limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// The doctor reports a key that is both an object and the folder of other
+// keys: here an object at an entry's time folder, which on MinIO hides the
+// entry from every sweep. The memory bucket lists both; on a store that
+// hides the keys under the object (MinIO, played by minioLike), the doctor
+// finds the entry by listing the object's folder, and reports the alarm
+// missing as well, since its listing of the index does not show it. A
+// store that refuses such a key (versitygw answers 409) has nothing to
+// report. A healthy cluster has none on any of them.
+func TestVerifyReportsAKeyThatIsAlsoAFolder(t *testing.T) {
+	// hides: whether the store hides the entry (nil: either, as it does).
+	run := func(t *testing.T, b bucket.Bucket, hides *bool) {
+		ctx := context.Background()
+		due := time.Now().Add(time.Hour).UnixMilli()
+		victim := actor("t", "v")
+		cluster(t, b, map[abi.ActorID]int64{victim: due, actor("t", "w"): due + 1})
+		c := inspect.New(b, prefix)
+		if rep, err := c.Verify(ctx, inspect.VerifyOptions{}); err != nil || !rep.OK() || len(rep.Nested) != 0 {
+			t.Fatalf("healthy cluster: %+v, %v", rep, err)
+		}
+		info, err := c.Actor(ctx, victim)
+		if err != nil || info.Named == "" {
+			t.Fatalf("actor inspect: %+v, %v", info, err)
+		}
+		folder := prefix + alarmindex.TimePrefix("t", due)
+		object := strings.TrimSuffix(folder, "/")
+		if _, err := b.Put(ctx, object, []byte("stray"), bucket.Cond{}); err != nil {
+			// versitygw keeps objects as files: a key cannot be a file
+			// and a directory at once.
+			t.Logf("the store refuses an object at %s, the folder of %s: %v", object, info.Named, err)
+			if rep, err := c.Verify(ctx, inspect.VerifyOptions{}); err != nil || !rep.OK() || len(rep.Nested) != 0 {
+				t.Fatalf("after the refused PUT: %+v, %v", rep, err)
+			}
+			return
+		}
+		// Whether the store hides the entry now, as MinIO does.
+		listed, err := b.List(ctx, prefix+alarmindex.TenantPrefix("t"), "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hidden := !slices.Contains(listed, info.Named)
+		t.Logf("an object at %s: the store lists %v (the entry hidden: %v)", object, listed, hidden)
+		if hides != nil && hidden != *hides {
+			t.Errorf("the store hides the entry: %v, want %v", hidden, *hides)
+		}
+		rep, err := c.Verify(ctx, inspect.VerifyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []inspect.Nested{{Object: object, Under: info.Named, Hidden: hidden}}
+		if rep.OK() || !slices.Equal(rep.Nested, want) {
+			t.Fatalf("an object at %s: nested %+v (ok %v), want %+v", object, rep.Nested, rep.OK(), want)
+		}
+		if hidden != (len(rep.Missing) == 1 && rep.Missing[0].Actor == victim) {
+			t.Errorf("missing %+v; hidden %v: the alarm is missing exactly when its entry is hidden", rep.Missing, hidden)
+		}
+		if !slices.Contains(rep.Malformed, object) {
+			t.Errorf("malformed %v: want %s among them", rep.Malformed, object)
+		}
+	}
+	no, yes := false, true
+	t.Run("mem", func(t *testing.T) { run(t, bucket.NewMem(), &no) })
+	t.Run("mem-hiding", func(t *testing.T) { run(t, minioLike{bucket.NewMem()}, &yes) })
+	t.Run("s3", func(t *testing.T) {
+		// MinIO (make test-minio) stores the object and hides the entry,
+		// S3 lists both, versitygw refuses the object: the doctor reports
+		// what the store does.
+		run(t, s3test.Start(t).Bucket, nil)
 	})
 }
