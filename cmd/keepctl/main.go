@@ -18,8 +18,9 @@
 //	keepctl -bucket wasmkeep -node http://127.0.0.1:7601 alarms delete [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-dry-run]
 //
 // Exit status: 0 on success, 1 when verify finds a committed alarm with no
-// entry, alarm fire's on-alarm failed, or alarms delete failed for an
-// actor, 2 for bad usage or a failure to reach the bucket or the node.
+// entry or a key that is both an object and the folder of other keys,
+// alarm fire's on-alarm failed, or alarms delete failed for an actor, 2 for
+// bad usage or a failure to reach the bucket or the node.
 package main
 
 import (
@@ -64,7 +65,10 @@ Commands:
         generation and hold, read from the bucket (no hold taken, nothing written)
   verify [-serves CLASS,...] [-json]
         the index doctor: every committed alarm has an entry at its time;
-        explains the extra entries; exits 1 if an alarm has none
+        explains the extra entries; reports keys that are both an object
+        and the folder of others (a store such as MinIO accepts them but
+        hides the keys under them from listings); exits 1 if an alarm has
+        no entry or such a key exists
   backfill
         lists an entry for every committed alarm that has none; deletes nothing
 
@@ -430,6 +434,7 @@ func verify(ctx context.Context, c *inspect.Cluster, args []string, stdout, stde
 	}
 	fmt.Fprintf(stdout, "actors %d, committed alarms %d (named entry present %d, covered by an unnamed entry %d, missing %d), index entries %d, extra %d\n",
 		rep.Actors, rep.Alarms, rep.Named, rep.Covered, len(rep.Missing), rep.Entries, len(rep.Extra))
+	fmt.Fprintf(stdout, "keys both an object and a folder %d\n", len(rep.Nested))
 	fmt.Fprintf(stdout, "requests: %d LIST, %d GET\n", rep.Requests.ListPages, rep.Requests.Get)
 	for _, m := range rep.Missing {
 		named := "names no entry"
@@ -448,8 +453,18 @@ func verify(ctx context.Context, c *inspect.Cluster, args []string, stdout, stde
 	for _, k := range rep.Malformed {
 		fmt.Fprintf(stdout, "malformed %s\n", k)
 	}
-	if status != 0 {
+	for _, n := range rep.Nested {
+		how := "listed"
+		if n.Hidden {
+			how = "hidden from the listing by the store"
+		}
+		fmt.Fprintf(stdout, "NESTED %s: an object, and the folder of %s (%s); remove or move one of them\n", n.Object, n.Under, how)
+	}
+	if len(rep.Missing) > 0 {
 		fmt.Fprintf(stderr, "keepctl verify: %d committed alarms have no index entry\n", len(rep.Missing))
+	}
+	if len(rep.Nested) > 0 {
+		fmt.Fprintf(stderr, "keepctl verify: %d keys are both an object and the folder of other keys\n", len(rep.Nested))
 	}
 	return status, nil
 }

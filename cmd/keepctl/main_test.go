@@ -179,3 +179,66 @@ func TestKeepctlAlarmsFailedOnVersitygw(t *testing.T) {
 		t.Fatalf("alarms failed for a tenant with none: %q", out)
 	}
 }
+
+// keepctl verify reports a key that is both an object and the folder of
+// other keys (here an object at a tenant's folder of the index, which on
+// MinIO hides every entry of the tenant from the sweeps) and exits 1; in
+// the memory bucket and on the S3 server the tests run against. versitygw
+// refuses such an object (409): verify then passes.
+func TestKeepctlVerifyReportsAKeyThatIsAlsoAFolder(t *testing.T) {
+	for _, store := range []string{"mem", "s3"} {
+		t.Run(store, func(t *testing.T) {
+			ctx := context.Background()
+			var b bucket.Bucket
+			open := func(context.Context, string) (bucket.Bucket, error) { return b, nil }
+			if store == "mem" {
+				b = bucket.NewMem()
+			} else {
+				srv := s3test.Start(t)
+				b = srv.Bucket
+				open = func(context.Context, string) (bucket.Bucket, error) { return srv.NewClient(t), nil }
+			}
+			n, err := node.New(ctx, node.Config{
+				DataDir: t.TempDir(), Classes: map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")},
+				Logger: hclog.NewNullLogger(),
+				Cluster: &node.ClusterConfig{Bucket: b, NodeID: "n1", Addr: "n1.invalid:1",
+					LeaseTTL: 3 * time.Second, LeaseMargin: time.Second, LeaseGrace: time.Second, IdleTimeout: time.Hour, SweepPeriod: time.Hour},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(n.Crash) // the timer never ran: the alarm stays pending
+			id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "a"}
+			if _, err := n.Exec(ctx, id, binary.LittleEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixMilli())), node.ExecDurable); err != nil {
+				t.Fatal(err)
+			}
+			keepctl := func(want int, args ...string) string {
+				t.Helper()
+				var out, errOut bytes.Buffer
+				if got := run(ctx, append([]string{"-bucket", "b"}, args...), &out, &errOut, open); got != want {
+					t.Fatalf("keepctl %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, got, want, out.String(), errOut.String())
+				}
+				return out.String()
+			}
+			if out := keepctl(0, "verify"); !strings.Contains(out, "keys both an object and a folder 0") {
+				t.Fatalf("verify on a healthy cluster:\n%s", out)
+			}
+
+			const object = "cluster/alarms/t"
+			if _, err := b.Put(ctx, object, []byte("stray"), bucket.Cond{}); err != nil {
+				t.Logf("the store refuses an object at %s, a folder of the index: %v", object, err)
+				keepctl(0, "verify")
+				return
+			}
+			out := keepctl(1, "verify")
+			t.Logf("keepctl verify, an object at %s:\n%s", object, out)
+			if !strings.Contains(out, "NESTED "+object+": an object, and the folder of cluster/alarms/t/") {
+				t.Fatalf("verify does not report the object at %s:\n%s", object, out)
+			}
+			var rep inspect.Report
+			if err := json.Unmarshal([]byte(keepctl(1, "verify", "-json")), &rep); err != nil || len(rep.Nested) != 1 || rep.Nested[0].Object != object {
+				t.Fatalf("verify -json: nested %+v, %v", rep.Nested, err)
+			}
+		})
+	}
+}
