@@ -43,13 +43,14 @@
 //     the window running out, the lease object replaced or removed by
 //     someone else (ErrLeaseLost), or Close ends validity.
 //   - The taker. Another node treats the lease as expired only when it has
-//     seen the same version (ETag and sequence number) in a read it received
-//     at f, and again in a read it sent at g >= f + TTL + Grace (taker's
-//     clock), where TTL is the one the holder wrote in its lease; or when
-//     the lease object is gone, which only a clean shutdown does after the
-//     node stopped acting. So a node that has just started watches a lease
-//     for TTL + Grace before it can judge it expired, however long the
-//     holder has been dead.
+//     seen the same version (ETag) in a read it received at f, and again in
+//     a read it sent at g >= f + TTL + Grace (taker's clock), where TTL is
+//     the one the holder wrote in that very version; or when the lease
+//     object is gone, which only a clean shutdown does after the node
+//     stopped acting. A read is a GET of the lease or a LIST of the leases
+//     showing its ETag (see "Reading leases from a listing"). So a node
+//     that has just started watches a lease for TTL + Grace before it can
+//     judge it expired, however long the holder has been dead.
 //
 // Why a lapsed holder stops acting before anyone can take its holds: say the
 // taker saw version v received at f and again in a read sent at g >= f +
@@ -67,6 +68,40 @@
 // after its last successful renewal was sent, and a taker needs at least 12 s
 // of its own clock after first seeing that renewal: 3 s to spare, enough for
 // about 14% of drift.
+//
+// # Reading leases from a listing
+//
+// Each node reads the others' leases every period with one LIST of
+// <prefix>nodes/, which gives every lease's ETag, rather than a GET of each
+// (O(N) requests per period in the cluster instead of O(N²)). Every write
+// of a lease is a new version with a new ETag (the bodies differ, above),
+// so a listing tells a renewed lease from an unchanged one without its
+// body: a changed ETag starts the watch of the new version at the
+// listing's receipt (f), and an unchanged one confirms the version at the
+// listing's send (g), exactly as a GET would. The argument above holds
+// word for word with a listing as the read: it needs only that the version
+// the read showed was the object's version when the read was served, which
+// a strongly consistent LIST gives (S3's is).
+//
+// A listing does not show what a version says: its TTL, address and
+// instance. A node GETs a lease the first time it lists it (and after
+// seeing it removed), and GETs a version again only once it has stood
+// unchanged for half the TTL last read, which a renewing holder's versions
+// never do (it renews every TTL/3): so a dead node's last version is read
+// once, and a live node's are not read at all. A version is judged expired
+// only by the TTL read from that very version; one known only from
+// listings is not expired however long it stands, so a later process of
+// the node ID writing a longer TTL is never judged by the earlier one's
+// (the failure of that GET only puts the judgement off). The address and
+// instance kept are those last read, possibly of an earlier process of the
+// node ID: Acquire reads the holder's lease afresh before taking a hold,
+// and Lookup does before trusting that a record's instance is earlier, as
+// before. Live judges freshness from listings alone (a node is live while
+// its ETag changed within TTL + Grace, TTL as last read), which is not a
+// safety judgement.
+//
+// On a bucket whose listings carry no ETags ([bucket.InfoLister]) each
+// round GETs every other node's lease, as before.
 //
 // # Renewals that fail
 //
@@ -106,9 +141,9 @@
 // fast. Neither may be negative, and TTL - Margin must leave room for a
 // renewal every period (TTL/3 by default).
 //
-// Two things the argument needs from the store: reads and conditional
-// writes are strongly consistent (S3 is), and nothing but the node itself
-// writes its lease object. An operator deleting a live node's lease object,
+// Two things the argument needs from the store: reads, listings and
+// conditional writes are strongly consistent (S3 is), and nothing but the
+// node itself writes its lease object. An operator deleting a live node's lease object,
 // or deleting an ownership record (which resets its generation), breaks the
 // guarantees.
 package cluster

@@ -154,7 +154,13 @@ type leaseRecord struct {
 
 // observed is what this node knows of another node's lease.
 type observed struct {
+	// etag names the version seen last, by a GET or a listing.
 	etag string
+	// read: seq, ttl, addr and instance were read (GET) from this very
+	// version. A version known only from a listing keeps the fields of the
+	// last version read, which judge nothing about its expiry (see
+	// expiredLocked).
+	read bool
 	seq  uint64
 	ttl  time.Duration
 	addr string
@@ -522,14 +528,96 @@ func (l *Leases) takeBack(ctx context.Context) error {
 	}
 }
 
-// RefreshNow reads every node's lease once (a LIST of <prefix>nodes/ and a
-// GET of each other node's lease), updating Live, Expired and Addr. The
-// background loop calls it every period; tests with Manual call it directly.
+// RefreshNow reads every node's lease once, updating Live, Expired and
+// Addr: one LIST of <prefix>nodes/, whose ETags tell which leases were
+// renewed since the last round, and a GET only of a lease whose contents
+// are needed: one not seen before (or seen removed), and one whose version
+// has stood unchanged for half its TTL, so that its own TTL judges its
+// expiry (see "Reading leases from a listing" in the package
+// documentation). An idle round of a healthy cluster is the LIST alone. On
+// a bucket whose listings carry no ETags (see bucket.InfoLister) it GETs
+// every other node's lease. The background loop calls it every period;
+// tests with Manual call it directly.
 func (l *Leases) RefreshNow(ctx context.Context) error {
 	l.observeMu.Lock()
 	defer l.observeMu.Unlock()
 	prefix := l.cfg.Prefix + "nodes/"
 	listTick := l.ticks.Add(1)
+	sent := l.clk.Now()
+	infos, err := bucket.ListInfo(ctx, l.b, prefix, "", 1<<20)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return l.refreshByGets(ctx, prefix, listTick)
+	}
+	recv := l.clk.Now()
+	if err != nil {
+		return fmt.Errorf("node %s reading the node leases: %w", l.cfg.NodeID, err)
+	}
+	foundTick := l.ticks.Add(1)
+	listed := map[string]bool{}
+	var fetch []string
+	l.mu.Lock()
+	for _, info := range infos {
+		id := strings.TrimPrefix(info.Key, prefix)
+		if id == "" || strings.Contains(id, "/") || id == l.cfg.NodeID {
+			continue
+		}
+		listed[id] = true
+		if l.listedLocked(id, info.ETag, sent, recv, foundTick) {
+			fetch = append(fetch, id)
+		}
+	}
+	l.markGoneLocked(listed, listTick)
+	l.mu.Unlock()
+	var errs []error
+	for _, id := range fetch {
+		if _, err := l.readLease(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listedLocked records that a listing sent at sent and received at recv
+// showed node id's lease at version etag. It reports whether the lease
+// must be read (GET): a node not seen before or seen removed (its address,
+// instance and TTL are needed), or a version that has stood unchanged for
+// half the TTL last read while its own contents are unknown.
+func (l *Leases) listedLocked(id, etag string, sent, recv time.Time, tick uint64) (get bool) {
+	o := l.others[id]
+	if o == nil || o.gone {
+		return true
+	}
+	if tick > o.presentTick {
+		o.presentTick = tick
+	}
+	if o.etag != etag {
+		// A new version: a renewal, or a later process's lease under the
+		// same ID, which a GET tells apart when it matters (Acquire and
+		// Lookup read the lease before judging a record's instance).
+		o.etag, o.read = etag, false
+		o.firstSeen, o.confirmed = recv, sent
+		return false
+	}
+	if sent.After(o.confirmed) {
+		o.confirmed = sent
+	}
+	return !o.read && o.confirmed.Sub(o.firstSeen) >= o.ttl/2
+}
+
+// markGoneLocked marks removed every lease a LIST did not show, unless a
+// read that found it completed after the LIST was sent (listTick).
+func (l *Leases) markGoneLocked(listed map[string]bool, listTick uint64) {
+	for id, o := range l.others {
+		if !listed[id] && !o.gone && o.presentTick < listTick {
+			o.gone = true
+			l.log.Info("node lease removed", "other", id)
+		}
+	}
+}
+
+// refreshByGets is RefreshNow on a bucket whose listings carry no ETags:
+// the LIST's keys, and a GET of each other node's lease.
+func (l *Leases) refreshByGets(ctx context.Context, prefix string, listTick uint64) error {
 	keys, err := l.b.List(ctx, prefix, "", 1<<20)
 	if err != nil {
 		return fmt.Errorf("node %s reading the node leases: %w", l.cfg.NodeID, err)
@@ -547,12 +635,7 @@ func (l *Leases) RefreshNow(ctx context.Context) error {
 		}
 	}
 	l.mu.Lock()
-	for id, o := range l.others {
-		if !listed[id] && !o.gone && o.presentTick < listTick {
-			o.gone = true
-			l.log.Info("node lease removed", "other", id)
-		}
-	}
+	l.markGoneLocked(listed, listTick)
 	l.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -604,10 +687,18 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	if ttl <= 0 {
 		ttl = l.cfg.TTL
 	}
-	if o.etag != etag || o.seq != rec.Seq || o.instance != rec.Instance {
-		*o = observed{etag: etag, seq: rec.Seq, ttl: ttl, addr: rec.Addr, instance: rec.Instance, firstSeen: recv, confirmed: sent}
-	} else if sent.After(o.confirmed) {
-		o.confirmed = sent
+	switch {
+	case o.etag != etag || (o.read && (o.seq != rec.Seq || o.instance != rec.Instance)):
+		*o = observed{etag: etag, read: true, seq: rec.Seq, ttl: ttl, addr: rec.Addr, instance: rec.Instance, firstSeen: recv, confirmed: sent}
+	case !o.read:
+		// The version a listing showed: its watch goes on from that
+		// listing, now with its own TTL.
+		o.read, o.seq, o.ttl, o.addr, o.instance = true, rec.Seq, ttl, rec.Addr, rec.Instance
+		fallthrough
+	default:
+		if sent.After(o.confirmed) {
+			o.confirmed = sent
+		}
 	}
 	if tick > o.presentTick {
 		o.presentTick = tick
@@ -615,8 +706,11 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	return l.expiredLocked(o), nil
 }
 
+// expiredLocked judges a version only by the TTL written in it: one seen
+// only in listings is not expired however long it stood (RefreshNow reads
+// it once it has stood for half a TTL).
 func (l *Leases) expiredLocked(o *observed) bool {
-	return o.gone || o.confirmed.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace
+	return o.gone || (o.read && o.confirmed.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace)
 }
 
 // Expired reports whether this node may treat the node's lease as expired,

@@ -474,15 +474,15 @@ func TestReplacedLeaseStops(t *testing.T) {
 	}
 }
 
-// TestRequestCounts: a renewal is one PUT; an observation round is one LIST
-// and one GET per other node.
+// TestRequestCounts: a renewal is one PUT; the first observation round is
+// one LIST and one GET per other node, and a round after the others renewed
+// is the LIST alone: their new ETags say they are alive.
 func TestRequestCounts(t *testing.T) {
 	ctx := context.Background()
 	clk := cluster.NewFakeClock(t0)
 	b := bucket.NewCounting(bucket.NewMem())
 	a := startManual(t, b, clk, "a")
-	startManual(t, b, clk, "b")
-	startManual(t, b, clk, "c")
+	others := []*cluster.Leases{startManual(t, b, clk, "b"), startManual(t, b, clk, "c")}
 	b.Reset()
 	if err := a.RenewNow(ctx); err != nil {
 		t.Fatal(err)
@@ -495,10 +495,28 @@ func TestRequestCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := b.Counts(), (bucket.Counts{List: 1, ListPages: 1, Get: 2}); got != want {
-		t.Fatalf("observation round: %+v, want %+v", got, want)
+		t.Fatalf("first observation round: %+v, want %+v", got, want)
 	}
 	if got := a.Live(); len(got) != 3 {
 		t.Fatalf("Live() = %v, want a, b, c", got)
+	}
+	for round := range 10 {
+		clk.Advance(cluster.DefaultTTL / 3)
+		for _, l := range append(others, a) {
+			if err := l.RenewNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Reset()
+		if err := a.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.Counts(), (bucket.Counts{List: 1, ListPages: 1}); got != want {
+			t.Fatalf("observation round %d after renewals: %+v, want %+v", round+2, got, want)
+		}
+		if got := a.Live(); len(got) != 3 {
+			t.Fatalf("round %d: Live() = %v, want a, b, c", round+2, got)
+		}
 	}
 }
 
@@ -578,15 +596,15 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 }
 
 // TestSlowReadsCountConservatively: the watch starts when the first read
-// showing a version is received and ends when the confirming read is sent,
-// so slow reads never shorten it.
+// showing a version is received and ends when the confirming read (here a
+// listing) is sent, so slow reads never shorten it.
 func TestSlowReadsCountConservatively(t *testing.T) {
 	ctx := context.Background()
 	clk := cluster.NewFakeClock(t0)
 	m := bucket.NewMem()
 	m.Sleep = clk.Sleep
 	m.Faults = func(op bucket.Op) bucket.Fault {
-		if op.Kind == bucket.OpGet && op.Key == "cluster/nodes/a" {
+		if (op.Kind == bucket.OpGet && op.Key == "cluster/nodes/a") || (op.Kind == bucket.OpList && op.Prefix == "cluster/nodes/") {
 			return bucket.Fault{Delay: time.Second}
 		}
 		return bucket.Fault{}
@@ -594,21 +612,123 @@ func TestSlowReadsCountConservatively(t *testing.T) {
 	a := startManual(t, m, clk, "a")
 	a.Kill()
 	o := startManual(t, m, clk, "o")
-	if err := o.RefreshNow(ctx); err != nil { // sent at 0, received at 1 s
+	if err := o.RefreshNow(ctx); err != nil { // LIST 0 to 1 s; GET sent at 1 s, received at 2 s
 		t.Fatal(err)
 	}
 	watch := cluster.DefaultTTL + cluster.DefaultGrace
-	clk.Advance(watch - time.Millisecond) // sent at 1 s + watch - 1 ms
+	clk.Advance(watch - time.Millisecond) // LIST sent at 2 s + watch - 1 ms
 	if err := o.RefreshNow(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if o.Expired("a") {
 		t.Fatal("expired by a confirming read sent less than TTL + Grace after the first read was received")
 	}
-	if err := o.RefreshNow(ctx); err != nil { // sent at 2 s + watch - 1 ms
+	if err := o.RefreshNow(ctx); err != nil { // LIST sent at 3 s + watch - 1 ms
 		t.Fatal(err)
 	}
 	if !o.Expired("a") {
 		t.Fatal("not expired by a confirming read sent TTL + Grace after the first read was received")
+	}
+}
+
+// TestListedVersionJudgedByItsOwnTTL: a version seen only in listings is
+// judged by the TTL written in it, never by the TTL of an earlier version
+// read before. Here a later process takes node a's ID with a 40 s TTL
+// while the observer, which read a's 10 s lease, cannot GET it: the new
+// version stands unchanged for longer than 10 s + Grace and is still not
+// expired; once read, it expires after its own 40 s + Grace.
+func TestListedVersionJudgedByItsOwnTTL(t *testing.T) {
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	m := bucket.NewMem()
+	var failGets atomic.Bool
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		if failGets.Load() && op.Kind == bucket.OpGet && op.Key == "cluster/nodes/a" {
+			return bucket.Fault{Err: errors.New("injected: connection reset")}
+		}
+		return bucket.Fault{}
+	}
+	a := startManual(t, m, clk, "a")
+	o := startManual(t, m, clk, "o")
+	if err := o.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.Kill()
+	body := `{"node_id":"a","addr":"a2.example:7000","ttl_ms":40000,"renewed_ms":0,"seq":1,"instance":"later"}`
+	if _, err := m.Put(ctx, "cluster/nodes/a", []byte(body), bucket.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	failGets.Store(true)
+	watch := cluster.DefaultTTL + cluster.DefaultGrace
+	for range 2 * int(watch/time.Second) {
+		_ = o.RefreshNow(ctx) // the GET of the unchanged version fails
+		if o.Expired("a") {
+			t.Fatalf("at %v: a version seen only in listings judged expired by an earlier version's TTL", clk.Now().Sub(t0))
+		}
+		clk.Advance(time.Second)
+	}
+	failGets.Store(false)
+	if err := o.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o.Expired("a") {
+		t.Fatal("expired before its own TTL + Grace")
+	}
+	if addr, _ := o.Addr("a"); addr != "a2.example:7000" {
+		t.Fatalf("Addr(a) = %q after reading the later process's lease", addr)
+	}
+	clk.Advance(40*time.Second + cluster.DefaultGrace)
+	if err := o.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !o.Expired("a") {
+		t.Fatal("not expired after its own TTL + Grace")
+	}
+}
+
+// TestListingJudgesExpiry: with listings only (no GET after the first),
+// a killed node is judged expired exactly TTL + Grace after the listing that
+// first showed its last renewal, at the cost of one GET of that version;
+// a renewing node is never read again.
+func TestListingJudgesExpiry(t *testing.T) {
+	ctx := context.Background()
+	clk := cluster.NewFakeClock(t0)
+	b := bucket.NewCounting(bucket.NewMem())
+	a := startManual(t, b, clk, "a")
+	r := startManual(t, b, clk, "r")
+	o := startManual(t, b, clk, "o")
+	if err := o.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(cluster.DefaultTTL / 3)
+	for _, l := range []*cluster.Leases{a, r} {
+		if err := l.RenewNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Kill()
+	b.Reset()
+	if err := o.RefreshNow(ctx); err != nil { // first shows a's last renewal
+		t.Fatal(err)
+	}
+	expiredAt := clk.Now().Add(cluster.DefaultTTL + cluster.DefaultGrace)
+	step := 100 * time.Millisecond
+	for clk.Now().Before(expiredAt.Add(time.Second)) {
+		clk.Advance(step)
+		if err := r.RenewNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if want := !clk.Now().Before(expiredAt); o.Expired("a") != want {
+			t.Fatalf("at %v: Expired(a) = %v, want %v", clk.Now().Sub(t0), !want, want)
+		}
+		if o.Expired("r") || !containsNode(o.Live(), "r") {
+			t.Fatalf("at %v: the renewing node judged expired or not live", clk.Now().Sub(t0))
+		}
+	}
+	if got := b.Counts().Get; got != 1 {
+		t.Fatalf("GETs while watching = %d, want 1 (a's last version, once it stood half a TTL)", got)
 	}
 }

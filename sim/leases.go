@@ -412,6 +412,11 @@ func (b *nodeBucket) List(ctx context.Context, prefix, startAfter string, limit 
 	return b.Mem.List(ctx, prefix, startAfter, limit)
 }
 
+func (b *nodeBucket) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, error) {
+	b.w.caller = b.n
+	return b.Mem.ListInfo(ctx, prefix, startAfter, limit)
+}
+
 func (b *nodeBucket) Delete(ctx context.Context, key string) error {
 	b.w.caller = b.n
 	return b.Mem.Delete(ctx, key)
