@@ -11,7 +11,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/alarmindex"
 )
 
 // ErrClosed is returned by an Actor after Close.
@@ -454,7 +453,7 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 
 // newEvent starts the state of an event in the actor's reused one.
 func (a *Actor) newEvent(req []byte, failures int) *event {
-	a.ev = event{store: a.store, request: req, failures: failures}
+	a.ev = event{alarms: a.store, store: a.store, request: req, failures: failures}
 	return &a.ev
 }
 
@@ -644,101 +643,28 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (Deli
 	if !a.class.onAlarm {
 		return Delivery{}, &abi.ActorError{ID: a.id, Err: fmt.Errorf("%w: class %s does not export %q", ErrNoExport, a.class.Name, abi.ExportOnAlarm)}
 	}
-	d := Delivery{Ran: true, Scheduled: at, RetryCount: failures}
-
-	if err := a.store.Begin(); err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
-	}
-	defer a.store.Rollback()
 	before := &at
 	ev := a.newEvent(nil, failures)
 	defer a.endEvent()
-	code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
-	if err == nil && code != 0 {
-		err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
-	}
-	if err == nil {
-		if !ev.alarmTouched {
-			if err := a.store.ClearAlarm(); err != nil {
-				return Delivery{}, &abi.ActorError{ID: a.id, Op: "clear delivered alarm", Err: err}
-			}
+	pol := retryPolicy{base: a.e.cfg.retryBase, max: a.e.cfg.retryMax, maxAttempts: a.e.cfg.maxAttemptsOf(a.class.Name)}
+	d, err := runDue(a.id, a.store, ev, at, now, failures, pol, func() error {
+		code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
+		if err == nil && code != 0 {
+			err = &abi.ActorError{ID: a.id, Err: &GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
 		}
-		if ev.failures != 0 {
-			if err := a.store.SetFailures(0); err != nil {
-				return Delivery{}, &abi.ActorError{ID: a.id, Err: err}
-			}
-		}
-		res, err := a.finish(ctx, before, ev.alarm, 0, nil, hook)
-		if err != nil {
-			return Delivery{}, err
-		}
-		d.Result = res
-		return d, nil
+		return err
+	}, func(next *int64, n int) (Result, error) {
+		return a.finish(ctx, before, next, n, nil, hook)
+	})
+	if err != nil || d.Err == nil {
+		return d, err
 	}
-	var ge *GuestError
-	if !errors.As(err, &ge) {
-		// The host failed (the database), not the guest: nothing is
-		// committed and the alarm stays as it was.
-		return Delivery{}, err
-	}
-	d.Err = err
-
-	// What did the handler leave? Read it before rolling its writes back.
-	left := before
-	if ev.alarmTouched {
-		left = ev.alarm
-	}
-	if err := a.store.Rollback(); err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Op: "roll back failed on-alarm", Err: err}
-	}
-	if err := a.store.Begin(); err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Op: "begin", Err: err}
-	}
-	n := failures + 1
-	// The same arithmetic the simulator runs (package alarmindex is pure).
-	retryAt := now + alarmindex.RetryDelay(n, a.e.cfg.retryBase, a.e.cfg.retryMax).Milliseconds()
-	next := alarmindex.AfterFailure(left, retryAt)
-	if alarmindex.GiveUp(n, a.e.cfg.maxAttemptsOf(a.class.Name)) {
-		d.GaveUp = true
-		next = alarmindex.AfterLastFailure(left, retryAt)
-		if err := a.store.SetDeadLetter(DeadLetter{Scheduled: at, FailedAt: now, Attempts: n, Error: d.Err.Error()}); err != nil {
-			return Delivery{}, &abi.ActorError{ID: a.id, Op: "record dead letter", Err: err}
-		}
-		n = 0
-		if next != nil {
-			err = a.store.SetAlarm(*next)
-		} else {
-			err = a.store.ClearAlarm()
-		}
-		if err == nil {
-			err = a.store.SetFailures(0)
-		}
-	} else if next == nil {
-		err = a.store.ClearAlarm()
-		if err == nil {
-			err = a.store.SetFailures(0)
-		}
-		n = 0
-	} else {
-		err = a.store.SetAlarm(*next)
-		if err == nil {
-			err = a.store.SetFailures(n)
-		}
-	}
-	if err != nil {
-		return Delivery{}, &abi.ActorError{ID: a.id, Op: "commit retry", Err: err}
-	}
-	res, err := a.finish(ctx, before, next, n, nil, hook)
-	if err != nil {
-		return Delivery{}, err
-	}
-	d.Result = res
 	if d.GaveUp {
 		a.e.cfg.logger.Warn("on-alarm failed on its last attempt; retries given up, dead letter kept", "actor", a.id.String(),
 			"attempts", failures+1, "scheduled_ms", at, "error", d.Err)
 		return d, nil
 	}
-	a.e.cfg.logger.Debug("on-alarm failed; retry committed", "actor", a.id.String(), "failures", n, "next_ms", res.Alarm, "error", d.Err)
+	a.e.cfg.logger.Debug("on-alarm failed; retry committed", "actor", a.id.String(), "failures", d.Failures, "next_ms", d.Alarm, "error", d.Err)
 	return d, nil
 }
 

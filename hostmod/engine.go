@@ -2,7 +2,6 @@ package hostmod
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
-	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
@@ -147,10 +145,13 @@ func WithCompilationCache(c wazero.CompilationCache) Option {
 // r unless they are there already (hostmod.Instantiate), and
 // wasi_snapshot_preview1 unless r has a module of that name. Close does not
 // close r. The runtime's own configuration then applies:
-// WithCompilationCache, WithMemoryLimit and WithMaxTotalMemory are ignored,
-// and r must be created with
-// wazero.RuntimeConfig.WithCloseOnContextDone(true), or the alarm and event
-// deadlines cannot stop a guest that runs too long.
+// WithCompilationCache, WithMemoryLimit and WithMaxTotalMemory are ignored.
+//
+// NewEngine refuses a runtime that cannot stop a guest at its deadline
+// (CheckRuntime: r must be created with
+// wazero.RuntimeConfig.WithCloseOnContextDone(true)), and one that already
+// has a module named wasmkeep:alarm or wasmkeep:actor which Instantiate
+// did not make (ErrForeignModule).
 func WithRuntime(r wazero.Runtime) Option { return func(o *config) { o.runtime = r } }
 
 // WithModuleConfig gives the base configuration of each actor's instance
@@ -230,6 +231,12 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("hostmod: the memory budget for all instances must be at least one 64 KiB page, not %d bytes", cfg.maxMemory)
 	}
 	if r := cfg.runtime; r != nil {
+		if err := CheckRuntime(ctx, r); err != nil {
+			return nil, err
+		}
+		if err := checkForeign(r); err != nil {
+			return nil, err
+		}
 		if r.Module(wasi_snapshot_preview1.ModuleName) == nil {
 			if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
 				return nil, fmt.Errorf("hostmod: instantiate WASI in the embedder's runtime: %w", err)
@@ -410,25 +417,11 @@ func sig(params, results []api.ValueType) string {
 	return s + ")"
 }
 
-// defaultModuleConfig is an instance's configuration without
-// WithModuleConfig (stdout and stderr aside): crypto/rand and the system's
-// monotonic clock.
-func defaultModuleConfig() wazero.ModuleConfig {
-	return wazero.NewModuleConfig().WithRandSource(rand.Reader).WithSysNanotime()
-}
-
-// contract sets on mc what the contract needs of every instance: an
-// anonymous name, the _initialize start function, and the wall clock from
-// the engine's clock.
+// contract sets on mc what the contract needs of every instance
+// (GuestConfig): an anonymous name, the _initialize start function, and the
+// wall clock from the engine's clock.
 func (e *Engine) contract(mc wazero.ModuleConfig) wazero.ModuleConfig {
-	clock := e.cfg.clock
-	return mc.
-		WithName("").
-		WithStartFunctions(abi.ExportInitialize).
-		WithWalltime(func() (int64, int32) {
-			t := clock.Now()
-			return t.Unix(), int32(t.Nanosecond())
-		}, sys.ClockResolution(time.Millisecond))
+	return GuestConfig(mc, e.cfg.clock)
 }
 
 // instantiate makes a fresh instance of the class for the actor. Its

@@ -13,7 +13,7 @@ import (
 // result), and its parameters' types and names as abi/ABI.md gives them.
 type hostFunc struct {
 	module, name string
-	handler      func(ctx context.Context, mod api.Module, params []uint64) abi.Errno
+	handler      func(ctx context.Context, mem api.Memory, params []uint64) abi.Errno
 	params       []api.ValueType
 	paramNames   []string
 }

@@ -37,6 +37,12 @@ type call struct {
 // event is one call into an actor: its database transaction, the request and
 // the response, and what the guest did to the alarm.
 type event struct {
+	// alarms is the database the alarm functions write: the engine's
+	// Store, or a host's own connection (Table).
+	alarms alarmStore
+	// store is the engine's Store, for the actor module's functions (nil
+	// in an event of a host's own connection, which serves no actor
+	// module).
 	store        *Store
 	request      []byte
 	response     []byte
@@ -71,17 +77,24 @@ func NewModuleBuilders(r wazero.Runtime) (alarm, actor wazero.HostModuleBuilder)
 		if f.module == abi.ActorModule {
 			b = actor
 		}
-		h := f.handler
 		b.NewFunctionBuilder().
-			WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
-				// The handler reads its parameters; then the errno goes
-				// over stack[0].
-				stack[0] = uint64(h(ctx, mod, stack))
-			}), f.params, []api.ValueType{i32}).
+			WithGoModuleFunction(goFunc(f.handler), f.params, []api.ValueType{i32}).
 			WithParameterNames(f.paramNames...).WithResultNames("errno").
 			Export(f.name)
 	}
 	return alarm, actor
+}
+
+// goFunc is the Go function of the host function whose handler is h: the
+// handler reads its parameters, then the errno goes over stack[0]. It is
+// never inlined, so that every closure it returns has the one code
+// pointer isOurs compares (an inlined copy would have its own).
+//
+//go:noinline
+func goFunc(h func(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno) api.GoModuleFunc {
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		stack[0] = uint64(h(ctx, mod.Memory(), stack))
+	}
 }
 
 // Instantiate instantiates the wasmkeep:alarm and wasmkeep:actor host modules
@@ -128,7 +141,7 @@ func (ev *event) ioErr(err error) abi.Errno {
 // It sets the actor's one alarm to at_ms (Unix milliseconds), replacing any,
 // and resets the failure count. Errno: EINVAL when at_ms < 0 or
 // > abi.MaxAlarmMillis; EPERM outside an event; EIO when the database fails.
-func setAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
+func setAlarm(ctx context.Context, _ api.Memory, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
 		return e
@@ -137,7 +150,7 @@ func setAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
 	if at < 0 || at > abi.MaxAlarmMillis {
 		return abi.EINVAL
 	}
-	if err := ev.store.SetAlarm(at); err != nil {
+	if err := ev.alarms.SetAlarm(at); err != nil {
 		return ev.ioErr(err)
 	}
 	return alarmChanged(ev, &at)
@@ -148,20 +161,19 @@ func setAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
 // It writes the alarm time as an i64, little-endian, at out_ptr. Errno:
 // ENOENT when none is set; EFAULT when the 8 bytes are not inside memory;
 // EPERM outside an event; EIO when the database fails.
-func getAlarm(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
+func getAlarm(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
 		return e
 	}
 	ptr := uint32(stack[0])
-	at, ok, err := ev.store.Alarm()
+	at, ok, err := ev.alarms.Alarm()
 	if err != nil {
 		return ev.ioErr(err)
 	}
 	if !ok {
 		return abi.ENOENT
 	}
-	mem := mod.Memory()
 	if mem == nil || !mem.WriteUint64Le(ptr, uint64(at)) {
 		return abi.EFAULT
 	}
@@ -172,12 +184,12 @@ func getAlarm(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 //
 // It removes the alarm, if any, and resets the failure count. Errno: EPERM
 // outside an event; EIO when the database fails.
-func clearAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
+func clearAlarm(ctx context.Context, _ api.Memory, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
 		return e
 	}
-	if err := ev.store.ClearAlarm(); err != nil {
+	if err := ev.alarms.ClearAlarm(); err != nil {
 		return ev.ioErr(err)
 	}
 	return alarmChanged(ev, nil)
@@ -185,10 +197,11 @@ func clearAlarm(ctx context.Context, _ api.Module, stack []uint64) abi.Errno {
 
 // alarmChanged ends set-alarm and clear-alarm: a change resets the failure
 // count (a failed on-alarm run rolls this back and commits its own count).
-// The event's count is known, so a count already 0 costs no write.
+// Where the event's count is known, a count already 0 costs no write; an
+// event on a host's connection starts with it unknown (-1).
 func alarmChanged(ev *event, at *int64) abi.Errno {
 	if ev.failures != 0 {
-		if err := ev.store.SetFailures(0); err != nil {
+		if err := ev.alarms.SetFailures(0); err != nil {
 			return ev.ioErr(err)
 		}
 		ev.failures = 0
@@ -201,7 +214,7 @@ func alarmChanged(ev *event, at *int64) abi.Errno {
 //
 // It copies min(buf_len, request length) bytes of the request body to buf.
 // Errno: EFAULT when that range is not inside memory; EPERM outside an event.
-func requestRead(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
+func requestRead(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
 		return e
@@ -210,7 +223,6 @@ func requestRead(ctx context.Context, mod api.Module, stack []uint64) abi.Errno 
 	if uint64(n) > uint64(len(ev.request)) {
 		n = uint32(len(ev.request))
 	}
-	mem := mod.Memory()
 	if mem == nil || !mem.Write(buf, ev.request[:n]) {
 		return abi.EFAULT
 	}
@@ -221,12 +233,12 @@ func requestRead(ctx context.Context, mod api.Module, stack []uint64) abi.Errno 
 //
 // It appends len bytes at buf to the response. Errno: EFAULT when the range
 // is not inside memory; E2BIG past 16 MiB of response; EPERM outside an event.
-func responseWrite(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
+func responseWrite(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
 	ev, e := eventOf(ctx)
 	if e != 0 {
 		return e
 	}
-	b, ok := readMem(mod, uint32(stack[0]), uint32(stack[1]))
+	b, ok := readMem(mem, uint32(stack[0]), uint32(stack[1]))
 	if !ok {
 		return abi.EFAULT
 	}
@@ -244,8 +256,8 @@ func responseWrite(ctx context.Context, mod api.Module, stack []uint64) abi.Errn
 // min(buf_len, length) bytes to buf. Errno: ENOENT when the key is absent;
 // EFAULT for a range outside memory; E2BIG for a key over abi.MaxKeyLen;
 // EPERM outside an event; EIO when the database fails.
-func kvGet(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
-	ev, key, e := keyCall(ctx, mod, stack)
+func kvGet(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
+	ev, key, e := keyCall(ctx, mem, stack)
 	if e != 0 {
 		return e
 	}
@@ -257,7 +269,6 @@ func kvGet(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 	if !ok {
 		return abi.ENOENT
 	}
-	mem := mod.Memory()
 	n := uint32(len(v))
 	if n > bufLen {
 		n = bufLen
@@ -276,15 +287,15 @@ func kvGet(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 // It writes the value under the key in the guest's own table, in the
 // event's transaction. Errno: EFAULT, E2BIG (key over abi.MaxKeyLen or value
 // over abi.MaxValueLen), EPERM outside an event, EIO.
-func kvPut(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
-	ev, key, e := keyCall(ctx, mod, stack)
+func kvPut(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
+	ev, key, e := keyCall(ctx, mem, stack)
 	if e != 0 {
 		return e
 	}
 	if uint32(stack[3]) > abi.MaxValueLen {
 		return abi.E2BIG
 	}
-	val, ok := readMem(mod, uint32(stack[2]), uint32(stack[3]))
+	val, ok := readMem(mem, uint32(stack[2]), uint32(stack[3]))
 	if !ok {
 		return abi.EFAULT
 	}
@@ -298,8 +309,8 @@ func kvPut(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 //
 // Errno: EFAULT, E2BIG, EPERM outside an event, EIO. Deleting an absent key
 // succeeds.
-func kvDelete(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
-	ev, key, e := keyCall(ctx, mod, stack)
+func kvDelete(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
+	ev, key, e := keyCall(ctx, mem, stack)
 	if e != 0 {
 		return e
 	}
@@ -310,20 +321,23 @@ func kvDelete(ctx context.Context, mod api.Module, stack []uint64) abi.Errno {
 }
 
 // keyCall starts a kv function: the event, and the key at stack[0:2].
-func keyCall(ctx context.Context, mod api.Module, stack []uint64) (*event, []byte, abi.Errno) {
+func keyCall(ctx context.Context, mem api.Memory, stack []uint64) (*event, []byte, abi.Errno) {
 	ev, e := eventOf(ctx)
 	if e != 0 {
 		return nil, nil, e
 	}
-	key, e := readKey(mod, uint32(stack[0]), uint32(stack[1]))
+	if ev.store == nil { // an event on a host's own connection has no kv table
+		return nil, nil, abi.EPERM
+	}
+	key, e := readKey(mem, uint32(stack[0]), uint32(stack[1]))
 	return ev, key, e
 }
 
-func readKey(mod api.Module, ptr, n uint32) ([]byte, abi.Errno) {
+func readKey(mem api.Memory, ptr, n uint32) ([]byte, abi.Errno) {
 	if n > abi.MaxKeyLen {
 		return nil, abi.E2BIG
 	}
-	b, ok := readMem(mod, ptr, n)
+	b, ok := readMem(mem, ptr, n)
 	if !ok {
 		return nil, abi.EFAULT
 	}
@@ -331,8 +345,7 @@ func readKey(mod api.Module, ptr, n uint32) ([]byte, abi.Errno) {
 }
 
 // readMem copies n bytes at ptr out of the guest's memory.
-func readMem(mod api.Module, ptr, n uint32) ([]byte, bool) {
-	mem := mod.Memory()
+func readMem(mem api.Memory, ptr, n uint32) ([]byte, bool) {
 	if mem == nil {
 		return nil, n == 0
 	}

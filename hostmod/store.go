@@ -84,7 +84,15 @@ func (s *Store) SetDeadLetter(d DeadLetter) error {
 // schema creates the host's tables. Everything the host owns is under the
 // _wasmkeep_ prefix; the guest's own data is in kv, the only table a guest
 // can reach (through kv-get, kv-put and kv-delete).
-const schema = `
+const schema = alarmSchema + `
+CREATE TABLE IF NOT EXISTS kv (
+	key   BLOB PRIMARY KEY,
+	value BLOB NOT NULL
+);`
+
+// alarmSchema creates the tables of the alarm and the host's meta rows:
+// all a Table creates in a host's own database.
+const alarmSchema = `
 CREATE TABLE IF NOT EXISTS _wasmkeep_alarm (
 	id    INTEGER PRIMARY KEY CHECK (id = 1),
 	at_ms INTEGER NOT NULL
@@ -92,10 +100,6 @@ CREATE TABLE IF NOT EXISTS _wasmkeep_alarm (
 CREATE TABLE IF NOT EXISTS _wasmkeep_meta (
 	key   TEXT PRIMARY KEY,
 	value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS kv (
-	key   BLOB PRIMARY KEY,
-	value BLOB NOT NULL
 );`
 
 // Store is one actor's SQLite database: its alarm, the host's meta rows and
@@ -106,7 +110,11 @@ type Store struct {
 	pc    *pooledConn
 	conn  *sqlite3.Conn         // pc.conn
 	stmts [nStmts]*sqlite3.Stmt // prepared on first use (see stmt)
-	inTx  bool
+	// sql and create are the statements and the schema of a Table, on a
+	// host's own connection (nil: stmtSQL and schemaIn).
+	sql    *[nStmts]string
+	create string
+	inTx   bool
 	// failed is set when SQLite returned an error: the connection is
 	// closed with the store rather than reused.
 	failed bool
@@ -219,10 +227,14 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 	if st := s.stmts[id]; st != nil {
 		return st, nil
 	}
-	st, _, err := s.conn.Prepare(stmtSQL[id])
+	sql, create := &stmtSQL, schemaIn
+	if s.sql != nil {
+		sql, create = s.sql, s.create
+	}
+	st, _, err := s.conn.Prepare(sql[id])
 	if err != nil && strings.Contains(err.Error(), "no such table") {
-		if err = s.conn.Exec(schemaIn); err == nil {
-			st, _, err = s.conn.Prepare(stmtSQL[id])
+		if err = s.conn.Exec(create); err == nil {
+			st, _, err = s.conn.Prepare(sql[id])
 		}
 	}
 	if err != nil {

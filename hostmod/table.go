@@ -1,0 +1,303 @@
+package hostmod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// Table is the alarm of one actor in a database the host owns: a
+// *sqlite3.Conn (ncruces/go-sqlite3) that the host opened, with whatever
+// file layout, VFS and journal mode it chose. It is how a wazero host that
+// runs its own instances and databases adopts alarms (docs/embedding.md):
+//
+//   - in each event, the host begins its transaction, starts an Event with
+//     NewEvent and calls the guest with WithEvent's context: the guest's
+//     set-alarm, get-alarm and clear-alarm (AlarmFunctions) then write the
+//     alarm in the host's transaction, committed with the guest's writes or
+//     rolled back with them;
+//   - when the alarm is due, DeliverAlarm runs the guest's on-alarm through
+//     the host's own instance, with the committed backoff of ABI.md.
+//
+// The Table creates its two tables (_wasmkeep_alarm, _wasmkeep_meta, in
+// the connection's main database) and touches nothing else. It prepares its statements on first use and keeps them
+// until Close; the connection stays the host's. Like the connection, a
+// Table is used by one goroutine at a time: the host runs one event at a
+// time per actor.
+type Table struct {
+	s Store
+}
+
+// tableSQL are the statements of a Table: those of a Store, on the
+// connection's main database; its transactions are BEGIN IMMEDIATE, since
+// other connections may share the host's database file.
+var tableSQL = func() (out [nStmts]string) {
+	for i, q := range stmtSQL {
+		out[i] = strings.ReplaceAll(q, storeSchema+"._wasmkeep_", "main._wasmkeep_")
+	}
+	out[stBegin] = `BEGIN IMMEDIATE`
+	return out
+}()
+
+// tableSchema creates a Table's tables.
+var tableSchema = strings.ReplaceAll(alarmSchema, "CREATE TABLE IF NOT EXISTS ", "CREATE TABLE IF NOT EXISTS main.")
+
+// NewTable returns the alarm table of the actor whose database conn is,
+// creating its tables if they are not there. With a transaction open on
+// conn they are created on first use instead, inside it: then, should it
+// roll back, so does their creation, and the next use creates them again.
+func NewTable(conn *sqlite3.Conn) (*Table, error) {
+	t := &Table{s: Store{conn: conn, sql: &tableSQL, create: tableSchema}}
+	if conn.GetAutocommit() {
+		if err := conn.Exec(tableSchema); err != nil {
+			return nil, fmt.Errorf("hostmod: create the alarm's tables: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// Close finalises the Table's statements. The connection stays open.
+func (t *Table) Close() error {
+	var errs []error
+	for i, st := range t.s.stmts {
+		if st != nil {
+			errs = append(errs, st.Close())
+			t.s.stmts[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// State reads the committed alarm, its failure count and the meta rows an
+// index updater reads (MetaAlarmIndexed, MetaInitDone), in the caller's
+// transaction if one is open.
+func (t *Table) State() (State, error) {
+	cs, err := t.s.State()
+	if err != nil {
+		return State{}, err
+	}
+	return State{Alarm: cs.Alarm, HasAlarm: cs.HasAlarm, Failures: cs.Failures, Inited: cs.InitDone,
+		InitRecorded: cs.InitDone, Indexed: cs.Indexed}, nil
+}
+
+// Meta reads one meta row (MetaAlarmIndexed and the like).
+func (t *Table) Meta(key string) (value string, ok bool, err error) { return t.s.Meta(key) }
+
+// SetMeta writes one meta row, in the caller's transaction if one is open
+// (otherwise the write commits by itself). An index updater records the
+// entry that stands for the alarm with it (alarms.Actor.WriteMeta).
+func (t *Table) SetMeta(key, value string) error { return t.s.SetMeta(key, value) }
+
+// DeadLetter reads the dead letter of the last alarm whose retries were
+// given up (DeliverOptions.MaxAttempts).
+func (t *Table) DeadLetter() (d DeadLetter, ok bool, err error) { return t.s.DeadLetter() }
+
+// ErrNoTransaction is wrapped by the error of NewEvent on a connection
+// with no transaction open: the alarm the guest sets must commit with the
+// event's other writes.
+var ErrNoTransaction = errors.New("no transaction is open on the connection")
+
+// ErrInTransaction is wrapped by the error of DeliverAlarm on a
+// connection with a transaction open: a delivery runs in transactions of
+// its own.
+var ErrInTransaction = errors.New("a transaction is already open on the connection")
+
+// Event is one event of an actor on a host's own connection, inside the
+// transaction the host opened: call the guest with the context WithEvent
+// returns, and its alarm functions write into that transaction.
+type Event struct {
+	ev   event
+	call call
+}
+
+// NewEvent starts an event of actor id in the transaction open on the
+// Table's connection. The host commits or rolls back that transaction as
+// it would without alarms; Err says whether a host function failed on the
+// database, in which case the event must not commit.
+func (t *Table) NewEvent(id abi.ActorID) (*Event, error) {
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	if t.s.conn.GetAutocommit() {
+		return nil, &abi.ActorError{ID: id, Op: "start an event", Err: ErrNoTransaction}
+	}
+	// The failure count is not read: set-alarm and clear-alarm reset it
+	// with one write whatever it was.
+	ev := &Event{ev: event{alarms: &t.s, failures: -1}, call: call{actor: id}}
+	ev.call.ev = &ev.ev
+	return ev, nil
+}
+
+// WithEvent returns ctx carrying ev, for the calls into the guest in the
+// event: the alarm functions find their actor and transaction there.
+func WithEvent(ctx context.Context, ev *Event) context.Context { return withCall(ctx, &ev.call) }
+
+// Alarm reports what the guest did to the alarm in the event: touched is
+// true once set-alarm or clear-alarm succeeded, and then at and set are
+// the alarm the event leaves (set is false for a clear).
+func (ev *Event) Alarm() (at int64, set, touched bool) {
+	if !ev.ev.alarmTouched {
+		return 0, false, false
+	}
+	if ev.ev.alarm == nil {
+		return 0, false, true
+	}
+	return *ev.ev.alarm, true, true
+}
+
+// Err is the database error an alarm function met in the event (the guest
+// saw EIO), nil if none: an event with one must roll back.
+func (ev *Event) Err() error {
+	if ev.ev.storageErr != nil {
+		return &abi.ActorError{ID: ev.call.actor, Op: "alarm", Err: ev.ev.storageErr}
+	}
+	return nil
+}
+
+// Invoker calls the guest's on-alarm export on the host's own instance,
+// with ctx (which carries the delivery's event) and on-alarm's two
+// parameters, the scheduled time (i64) and the retry count (i32); it
+// returns the export's results. api.Function's Call is one:
+// inst.ExportedFunction("on-alarm").Call.
+type Invoker func(ctx context.Context, params ...uint64) ([]uint64, error)
+
+// DeliverOptions configure Table.DeliverAlarm. The zero value is the
+// engine's defaults.
+type DeliverOptions struct {
+	// Clock says when it is (nil: the system clock).
+	Clock Clock
+	// Deadline bounds one on-alarm run (0: DefaultAlarmDeadline). A run
+	// stopped by it is a failure of the guest, retried with the backoff.
+	// The guest is stopped only if the host's runtime closes modules
+	// when their context is done (CheckRuntime); the instance is then
+	// closed, and the host makes a new one for the next event.
+	Deadline time.Duration
+	// RetryBase and RetryMax are the backoff of failed runs: the first
+	// retry after RetryBase, doubling up to RetryMax (0:
+	// DefaultRetryBase, DefaultRetryMax).
+	RetryBase, RetryMax time.Duration
+	// MaxAttempts is how many runs in a row may fail before the retries
+	// are given up and the dead letter kept (0: no limit).
+	MaxAttempts int
+}
+
+// DeliverAlarm delivers the actor's alarm if it is due, as the engine
+// does (ABI.md, "Delivery"): it reads the committed alarm and, when due,
+// runs on-alarm(scheduled, retry count) through onAlarm in a transaction
+// of its own. On success the alarm is gone unless the handler set one,
+// and the failure count is reset; on failure (a non-zero result, a trap,
+// the deadline) the handler's writes roll back and the retry is committed
+// (1 s doubling to 5 min by default), so the backoff survives restarts.
+//
+// A not-due or absent alarm runs nothing (Ran is false) and reports the
+// committed state, so the caller can re-arm its timer. An error (not
+// Delivery.Err, which is the guest's) means the host failed: nothing
+// committed, and the same alarm is due again. No transaction may be open
+// on the connection.
+func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoker, o DeliverOptions) (Delivery, error) {
+	if err := id.Validate(); err != nil {
+		return Delivery{}, err
+	}
+	if !t.s.conn.GetAutocommit() {
+		return Delivery{}, &abi.ActorError{ID: id, Op: "deliver", Err: ErrInTransaction}
+	}
+	if o.Clock == nil {
+		o.Clock = SystemClock{}
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = DefaultAlarmDeadline
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = DefaultRetryBase
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = DefaultRetryMax
+	}
+	now := o.Clock.Now().UnixMilli()
+	st, err := t.State()
+	if err != nil {
+		return Delivery{}, &abi.ActorError{ID: id, Op: "read committed state", Err: err}
+	}
+	if !st.HasAlarm || st.Alarm > now {
+		return Delivery{Result: Result{Alarm: st.Alarm, HasAlarm: st.HasAlarm, Failures: st.Failures}}, nil
+	}
+	at, failures := st.Alarm, st.Failures
+	ev := &Event{ev: event{alarms: &t.s, failures: failures}, call: call{actor: id}}
+	ev.call.ev = &ev.ev
+	run := func() error {
+		cctx, cancel := context.WithTimeout(WithEvent(ctx, ev), o.Deadline)
+		defer cancel()
+		res, err := onAlarm(cctx, api.EncodeI64(at), uint64(uint32(failures)))
+		switch {
+		case ev.ev.storageErr != nil:
+			return &abi.ActorError{ID: id, Err: fmt.Errorf("%s: database: %w", abi.ExportOnAlarm, ev.ev.storageErr)}
+		case err != nil && ctx.Err() != nil:
+			// The caller gave up, not the guest: no failure is counted.
+			return &abi.ActorError{ID: id, Op: abi.ExportOnAlarm, Err: err}
+		case err != nil:
+			if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+				err = fmt.Errorf("stopped at the %v deadline: %w", o.Deadline, err)
+			}
+			return &abi.ActorError{ID: id, Err: &GuestError{Actor: id, Export: abi.ExportOnAlarm, Cause: err}}
+		case len(res) != 1:
+			return &abi.ActorError{ID: id, Err: &GuestError{Actor: id, Export: abi.ExportOnAlarm,
+				Cause: fmt.Errorf("returned %d results, want one i32", len(res))}}
+		case uint32(res[0]) != 0:
+			return &abi.ActorError{ID: id, Err: &GuestError{Actor: id, Export: abi.ExportOnAlarm, Code: uint32(res[0])}}
+		}
+		return nil
+	}
+	before := &at
+	finish := func(next *int64, n int) (Result, error) {
+		if err := t.s.Commit(); err != nil {
+			return Result{}, &abi.ActorError{ID: id, Op: "commit", Err: err}
+		}
+		res := Result{Failures: n, AlarmChanged: !sameAlarm(before, next)}
+		if next != nil {
+			res.Alarm, res.HasAlarm = *next, true
+		}
+		return res, nil
+	}
+	pol := retryPolicy{base: o.RetryBase, max: o.RetryMax, maxAttempts: o.MaxAttempts}
+	return runDue(id, &t.s, &ev.ev, at, now, failures, pol, run, finish)
+}
+
+// HostFunction is one host function of the ABI with its handler, for a
+// host that registers host functions of its own rather than instantiating
+// the plugin's modules (as Extism and many frameworks do).
+type HostFunction struct {
+	Function
+	// Call runs the function: it reads its parameters from stack and
+	// writes its one result, the errno, to stack[0]. mem is the calling
+	// guest's memory (nil for a guest without one: a function that
+	// writes to memory then answers EFAULT). ctx must carry the event
+	// (WithEvent); outside one the function answers EPERM, and without
+	// an actor at all it panics, which wazero turns into a trap.
+	Call func(ctx context.Context, mem api.Memory, stack []uint64)
+}
+
+// AlarmFunctions returns the functions of the wasmkeep:alarm module
+// (abi.AlarmModule) with their handlers, in ABI.md's order: the same
+// handlers, errnos and bounds checks as the plugin's own module.
+func AlarmFunctions() []HostFunction {
+	var out []HostFunction
+	for _, f := range hostFuncs {
+		if f.module != abi.AlarmModule {
+			continue
+		}
+		h := f.handler
+		out = append(out, HostFunction{
+			Function: Function{Module: f.module, Name: f.name, Params: append([]api.ValueType(nil), f.params...),
+				ParamNames: append([]string(nil), f.paramNames...)},
+			Call: func(ctx context.Context, mem api.Memory, stack []uint64) { stack[0] = uint64(h(ctx, mem, stack)) },
+		})
+	}
+	return out
+}
