@@ -78,8 +78,8 @@ type Report struct {
 	// Requests are the requests the check sent: one LIST page per 1,000
 	// tenants, per 1,000 entries and per 1,000 snapshots, and one GET per
 	// actor; for the nested keys, one LIST page per 1,000 keys under the
-	// prefix and one LIST for each key that is not an entry, a snapshot or
-	// a hold (the nodes' records, and any stray key).
+	// prefix, and a GET of a missing alarm's named entry when one of its
+	// folders is an object.
 	Requests bucket.Counts `json:"requests"`
 }
 
@@ -91,14 +91,14 @@ func (r Report) OK() bool { return len(r.Missing) == 0 && len(r.Nested) == 0 }
 // object at Object, and others under Object + "/". S3 and the memory
 // bucket store and list both, and versitygw refuses to store the second;
 // but MinIO stores it and leaves the keys under the object out of every
-// listing that walks past it, so an index entry under it is one no sweep
-// sees, and a snapshot under it one no node restores.
+// listing, so an index entry under it is one no sweep sees, and a
+// snapshot under it one no node restores.
 type Nested struct {
 	Object string `json:"object"`
 	// Under is the first key under Object + "/".
 	Under string `json:"under"`
-	// Hidden says the listing of the prefix left the keys under Object
-	// out (as MinIO does): they were found by listing Object + "/".
+	// Hidden says the store left Under out of its listings (as MinIO
+	// does): it was found as the entry a missing alarm's state names.
 	Hidden bool `json:"hidden,omitempty"`
 }
 
@@ -229,7 +229,7 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 		}
 	}
 	sortExtra(rep.Extra)
-	if rep.Nested, err = c.nested(ctx); err != nil {
+	if rep.Nested, err = c.nested(ctx, rep.Missing); err != nil {
 		return rep, err
 	}
 	rep.Requests = sub(c.b.Counts(), before)
@@ -237,59 +237,48 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 }
 
 // nested finds the keys under the cluster's prefix that are both an object
-// and the folder of other keys. A store that lists both shows them in one
-// listing of the prefix. On one that hides the keys under an object from
-// listings (MinIO), only a listing of the object's own folder finds them:
-// that LIST is sent for every key that is not an index entry, a snapshot
-// or a hold. Those three are the layout's leaves, under which no entry,
-// snapshot, hold or node record can sit (their keys have a fixed number of
-// segments, and a tagged entry's class folder ends in a suffix no class
-// has), so what a store might hide under them is never one the cluster
-// reads.
-func (c *Cluster) nested(ctx context.Context) ([]Nested, error) {
+// and the folder of other keys. A store that lists both (S3, the memory
+// bucket) shows them in one listing of the prefix. MinIO hides the keys
+// under such an object even from a listing of the object's own folder, so
+// there the doctor finds only those it knows must exist: the entry each
+// missing alarm's state names, when one of its folders is an object and a
+// GET finds the entry.
+func (c *Cluster) nested(ctx context.Context, missing []Missing) ([]Nested, error) {
 	keys, err := c.b.List(ctx, c.prefix, "", math.MaxInt32)
 	if err != nil {
 		return nil, fmt.Errorf("listing the cluster's keys: %w", err)
 	}
+	// Keys list in byte order: the first key at or after a folder is under
+	// it if any is.
+	has := func(k string) bool {
+		i := sort.SearchStrings(keys, k)
+		return i < len(keys) && keys[i] == k
+	}
 	out := []Nested{}
 	for _, k := range keys {
 		folder := k + "/"
-		// Keys list in byte order: the first key at or after the folder
-		// is under it if any is.
 		if i := sort.SearchStrings(keys, folder); i < len(keys) && strings.HasPrefix(keys[i], folder) {
 			out = append(out, Nested{Object: k, Under: keys[i]})
-			continue
-		}
-		if c.leaf(k) {
-			continue
-		}
-		under, err := c.b.List(ctx, folder, "", 1)
-		if err != nil {
-			return nil, fmt.Errorf("listing under %q: %w", k, err)
-		}
-		if len(under) > 0 {
-			out = append(out, Nested{Object: k, Under: under[0], Hidden: true})
 		}
 	}
+	for _, m := range missing {
+		for i := len(c.prefix); i < len(m.Named); i++ {
+			if m.Named[i] != '/' || !has(m.Named[:i]) {
+				continue
+			}
+			_, _, err := c.b.Get(ctx, m.Named)
+			if errors.Is(err, bucket.ErrNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Nested{Object: m.Named[:i], Under: m.Named, Hidden: true})
+			break
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Object < out[j].Object })
 	return out, nil
-}
-
-// leaf reports whether key is an index entry, a snapshot or a hold of the
-// cluster.
-func (c *Cluster) leaf(key string) bool {
-	rest := strings.TrimPrefix(key, c.prefix)
-	switch {
-	case strings.HasPrefix(rest, alarmindex.Root):
-		_, err := alarmindex.ParseKey(rest)
-		return err == nil
-	case strings.HasPrefix(rest, "state/"):
-		_, _, err := c.parseSnapshotKey(key)
-		return err == nil
-	case strings.HasPrefix(rest, "holds/"):
-		_, err := abi.ParsePath(strings.TrimPrefix(rest, "holds/"))
-		return err == nil
-	}
-	return false
 }
 
 func (c *Cluster) unserved(x Extra, opts VerifyOptions) Extra {

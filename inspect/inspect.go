@@ -336,7 +336,18 @@ func (c *Cluster) latestStates(ctx context.Context) (map[abi.ActorID]cluster.Sna
 	out := map[abi.ActorID]cluster.Snapshot{}
 	var malformed []string
 	for _, k := range keys {
-		id, s, err := c.parseSnapshotKey(k)
+		parts := strings.Split(strings.TrimPrefix(k, root), "/")
+		if len(parts) != 4 {
+			malformed = append(malformed, k)
+			continue
+		}
+		name, err := hex.DecodeString(parts[2])
+		id := abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}
+		if err != nil {
+			malformed = append(malformed, k)
+			continue
+		}
+		s, err := c.replica.Parse(id, k)
 		if err != nil {
 			malformed = append(malformed, k)
 			continue
@@ -346,21 +357,6 @@ func (c *Cluster) latestStates(ctx context.Context) (map[abi.ActorID]cluster.Sna
 		}
 	}
 	return out, malformed, nil
-}
-
-// parseSnapshotKey reads a key under <prefix>state/ as an actor's snapshot.
-func (c *Cluster) parseSnapshotKey(k string) (abi.ActorID, cluster.Snapshot, error) {
-	parts := strings.Split(strings.TrimPrefix(k, c.prefix+"state/"), "/")
-	if len(parts) != 4 {
-		return abi.ActorID{}, cluster.Snapshot{}, fmt.Errorf("snapshot key %q: not tenant/class/name/snapshot", k)
-	}
-	name, err := hex.DecodeString(parts[2])
-	if err != nil {
-		return abi.ActorID{}, cluster.Snapshot{}, fmt.Errorf("snapshot key %q: %w", k, err)
-	}
-	id := abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(name)}
-	s, err := c.replica.Parse(id, k)
-	return id, s, err
 }
 
 func sortedActors(m map[abi.ActorID]cluster.Snapshot) []abi.ActorID {
