@@ -143,7 +143,27 @@ type Proxy struct {
 	cutEnd      chan struct{} // closed when an OutageCut ends
 	late        time.Duration
 	injected    map[string]int // by kind: FailMode.String(), "latency", "partitioned"
+	hook        func(Fault)
 	pending     sync.WaitGroup // requests landing late
+}
+
+// Fault is one fault the proxy injected into a request.
+type Fault struct {
+	At     time.Time
+	Method string
+	// Path is the request's URL path: the bucket and the key, path-style.
+	Path string
+	// Kind is the fault's kind, as Injected counts it.
+	Kind string
+}
+
+// SetFaultHook calls f, outside the proxy's lock, with every fault the
+// proxy injects from now on (nil: none), so a caller can tell which
+// requests failed and when.
+func (p *Proxy) SetFaultHook(f func(Fault)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hook = f
 }
 
 // DefaultLateDelay is how long a LandLate request waits before it is
@@ -328,25 +348,38 @@ func (p *Proxy) Injected() map[string]int {
 // decide picks what happens to a request: its delay, and its failure
 // (nil: forwarded as it is).
 func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, late time.Duration, cut <-chan struct{}) {
+	var kinds []string
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	hook := p.hook
+	defer func() {
+		p.mu.Unlock()
+		if hook != nil {
+			for _, k := range kinds {
+				hook(Fault{At: time.Now(), Method: r.Method, Path: r.URL.Path, Kind: k})
+			}
+		}
+	}()
+	inject := func(kind string) {
+		p.injected[kind]++
+		kinds = append(kinds, kind)
+	}
 	p.counts[r.Method]++
 	late = p.late
 	switch p.outage {
 	case OutageCut:
-		p.injected["outage cut"]++
+		inject("outage cut")
 		return 0, nil, late, p.cutEnd
 	case OutageRefused:
-		p.injected["outage refused"]++
+		inject("outage refused")
 		m := Reset
 		return 0, &m, late, nil
 	case Outage503:
-		p.injected["outage 503"]++
+		inject("outage 503")
 		m := Respond503
 		return 0, &m, late, nil
 	}
 	if p.partitioned {
-		p.injected["partitioned"]++
+		inject("partitioned")
 		m := Drop
 		return 0, &m, late, nil
 	}
@@ -365,11 +398,11 @@ func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, la
 	}
 	if p.faults.Latency > 0 && p.faults.MaxLatency > 0 && p.rng.Float64() < p.faults.Latency {
 		delay += time.Duration(p.rng.Int64N(int64(p.faults.MaxLatency)))
-		p.injected["latency"]++
+		inject("latency")
 	}
 	for _, m := range Modes {
 		if rate := p.faults.Fail[m]; rate > 0 && p.rng.Float64() < rate {
-			p.injected[m.String()]++
+			inject(m.String())
 			return delay, &m, late, nil
 		}
 	}

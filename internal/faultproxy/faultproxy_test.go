@@ -133,6 +133,23 @@ func TestRandomFaults(t *testing.T) {
 	if inj := p.Injected(); inj["503"] != 5 || inj["latency"] != 5 {
 		t.Fatalf("injected %v, want 5 503s and 5 delays", inj)
 	}
+	// The hook hears of each fault, with its request.
+	var mu sync.Mutex
+	var heard []string
+	p.SetFaultHook(func(f Fault) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, f.Kind+" "+f.Method+" "+f.Path)
+	})
+	if st, err := send(p, "PUT", "x"); err != nil || st != 503 {
+		t.Fatalf("at rate 1: %d, %v; want 503", st, err)
+	}
+	p.SetFaultHook(nil)
+	mu.Lock()
+	if got := strings.Join(heard, ","); got != "latency PUT /b/k,503 PUT /b/k" {
+		t.Errorf("the fault hook heard %q, want the delay and the 503 of PUT /b/k", got)
+	}
+	mu.Unlock()
 
 	run := func() string {
 		q := start(t, target)
