@@ -8,10 +8,12 @@ package main
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 )
 
@@ -135,27 +137,119 @@ type kill struct {
 	At   int64
 }
 
-// Causes of a duplicate run.
+// cut is a span in which a node could not reach the bucket: a cut of that
+// node (-partition), or the bucket outage (-outage; Node "" for every
+// node). ms.
+type cut struct {
+	Node     string
+	From, To int64
+}
+
+// fault is a request fault a node's proxy injected (faultproxy.Fault): a
+// failure, or a delay.
+type fault struct {
+	Node string // the node behind the proxy then
+	At   int64
+	Path string // the bucket and key, path-style
+	Kind string
+}
+
+// evidence is every failure the soak caused, which a duplicate must be
+// explained by.
+type evidence struct {
+	Kills  []kill
+	Cuts   []cut
+	Faults []fault
+}
+
+// Causes of a duplicate run: each a failure of the node that ran the
+// attempt first, within a lease period of the run (a node that outlives
+// its run by that much, reaching the bucket, has replicated the run or
+// given the actor up, since an upload counts only while the hold is
+// valid).
 const (
-	causeKill     = "the first run's node was killed within a lease period of the run, before it ran again"
-	causeSameNode = "run again on the same node (its upload failed or its reply was lost, so the node gave the actor up)"
-	causeTakeover = "run again on another node, the first one alive (it gave the actor up: a cut, a failed or late upload, a lapsed lease)"
+	causeKill  = "the first run's node was SIGKILLed within a lease period after the run, before it ran again"
+	causeCut   = "the first run's node was cut off from the bucket (or the bucket was out) within a lease period of the run"
+	causeFault = "a request of the first run's node for the actor or its lease failed or was delayed (a fault injected) within a lease period of the run"
 )
 
-// dupCause says why an attempt ran twice, from who ran it and the kills. A
-// node that outlives its run by a lease period has replicated the run or
-// given the actor up (an upload counts only while the hold is valid), so
-// only a kill within lease of the first run is taken as its cause.
-func dupCause(d dup, kills []kill, lease int64) string {
-	for _, k := range kills {
-		if k.Node == d.First.Node && k.At >= d.First.At && k.At <= min(d.Again.At, d.First.At+lease) {
+// dupCause says which failure explains a duplicate run, "" for none: a
+// SIGKILL of the node that ran the attempt first, after its run, within a
+// lease of it and before the run again; else a cut of that node (or the
+// outage) overlapping the span from a lease before the run to a lease after
+// it (or the run again, if sooner), since a node cut off keeps its lease
+// until its last confirmed renewal's window ends, so it may run an alarm
+// whose upload then fails; else a fault injected into that node's request
+// for the actor's objects (its snapshot, hold, index entry) or for its own
+// lease, in the same span (a failed upload gives the actor up; a failed
+// renewal lets the lease lapse). At least once allows a duplicate only
+// from such a failure: one that none explains is a violation.
+func dupCause(d dup, ev evidence, actor abi.ActorID, lease int64) string {
+	end := min(d.Again.At, d.First.At+lease)
+	for _, k := range ev.Kills {
+		if k.Node == d.First.Node && k.At >= d.First.At && k.At <= end {
 			return causeKill
 		}
 	}
-	if d.Again.Node == d.First.Node {
-		return causeSameNode
+	for _, c := range ev.Cuts {
+		to := c.To
+		if to < 0 { // not healed
+			to = math.MaxInt64
+		}
+		if (c.Node == "" || c.Node == d.First.Node) && c.From <= end && to >= d.First.At-lease {
+			return causeCut
+		}
 	}
-	return causeTakeover
+	for _, f := range ev.Faults {
+		if f.Node == d.First.Node && f.At >= d.First.At-lease && f.At <= end && concerns(f.Path, actor, d.First.Node) {
+			return causeFault
+		}
+	}
+	return ""
+}
+
+// concerns says whether a request's path (bucket and key) is for one of
+// the actor's objects (a snapshot, its hold, an index entry) or for the
+// node's lease.
+func concerns(path string, actor abi.ActorID, node string) bool {
+	return strings.Contains(path, "/state/"+actor.Path()+"/") ||
+		strings.HasSuffix(path, "/holds/"+actor.Path()) ||
+		strings.Contains(path, "/"+alarmindex.TenantPrefix(actor.Tenant)) &&
+			strings.Contains(path, "/"+actor.Class+alarmindex.TaggedClassSuffix+"/"+actor.NameHex()+"/") ||
+		strings.HasSuffix(path, "/nodes/"+node)
+}
+
+// unexplained describes a duplicate no failure explains: the actor, both
+// runs' nodes and times, and the nearest kill.
+func unexplained(actor string, d dup, kills []kill) string {
+	near := "no kill"
+	var best *kill
+	for i, k := range kills {
+		if best == nil || abs(k.At-d.First.At) < abs(best.At-d.First.At) {
+			best = &kills[i]
+		}
+	}
+	if best != nil {
+		near = fmt.Sprintf("the nearest kill %s at %s (%+.1fs from the first run)", best.Node, ms(best.At), float64(best.At-d.First.At)/1000)
+	}
+	return fmt.Sprintf("actor %s: attempt scheduled %s retry %d ran on %s at %s and again on %s at %s, with no kill of %s, cut or fault of its requests within a lease of the run; %s",
+		actor, ms(d.First.Scheduled), d.First.Retry, d.First.Node, ms(d.First.At), d.Again.Node, ms(d.Again.At), d.First.Node, near)
+}
+
+// actorOf is the actor a plan names (tenant/class/name).
+func actorOf(name string) abi.ActorID {
+	parts := strings.SplitN(name, "/", 3)
+	for len(parts) < 3 {
+		parts = append(parts, "")
+	}
+	return abi.ActorID{Tenant: parts[0], Class: parts[1], Name: parts[2]}
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // plan is what the soak made of an actor.
@@ -198,6 +292,12 @@ type bounds struct {
 	// from the outage's end instead.
 	OutageStart, OutageEnd int64
 	OutageAlarm            int64
+	// Failures are the kills, cuts and injected faults of the run, and
+	// Lease the nodes' lease period (ms): a duplicate run none of them
+	// explains (dupCause) is a violation. nil: duplicates are counted
+	// only.
+	Failures *evidence
+	Lease    int64
 }
 
 // heldUp says whether the outage held up an alarm at t that fails `fails`
@@ -275,6 +375,11 @@ type verdict struct {
 	// (scheduled time, retry count) that had already run.
 	Runs int
 	Dups []dup
+	// DupCauses counts Dups by cause (dupCause; "" for none), and
+	// Unexplained describes those no failure explains (violations), when
+	// bounds.Failures is set.
+	DupCauses   map[string]int
+	Unexplained []string
 	// Unseen counts committed firings whose run the guest was not seen to
 	// say (its line lost: over the guest output rate limit, say).
 	Unseen int
@@ -360,6 +465,19 @@ func check(h history, b bounds) verdict {
 			continue
 		}
 		said[k] = r
+	}
+	if b.Failures != nil {
+		id := actorOf(h.Plan.Name)
+		v.DupCauses = map[string]int{}
+		for _, d := range v.Dups {
+			c := dupCause(d, *b.Failures, id, b.Lease)
+			v.DupCauses[c]++
+			if c == "" {
+				line := unexplained(h.Plan.Name, d, b.Failures.Kills)
+				v.Unexplained = append(v.Unexplained, line)
+				v.fail("a duplicate run no failure explains: %s", line)
+			}
+		}
 	}
 	if !h.HasLedger {
 		if h.PendingAtEnd >= 0 {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/abi"
 )
 
 // The checker on small histories: a clean one passes, and each rule it
@@ -125,17 +128,23 @@ func TestRunsTheGuestSaid(t *testing.T) {
 			{recFire, s3, 1, s3 + 9_000, -1}},
 	}
 	h.Plan.Fails = 0
-	// n0 dies just after its run; n2 dies too, but long after its run of
-	// s3 (by then it had replicated the run or given the actor up).
-	kills := []kill{{Node: "n0", At: s1 + 100}, {Node: "n1", At: s3 + 20_000}, {Node: "n2", At: s3 + 7_000}}
+	// n0 dies just after its run of s1; n1's upload of the actor's
+	// snapshot after its run of s2 fails; n2 is cut off from the bucket
+	// around its run of s3, and dies too, but long after it (by then it
+	// had replicated the run or given the actor up).
 	const lease = 6_000
+	ev := evidence{
+		Kills:  []kill{{Node: "n0", At: s1 + 100}, {Node: "n1", At: s3 + 20_000}, {Node: "n2", At: s3 + 7_000}},
+		Faults: []fault{{Node: "n1", At: s2 + 200, Path: "/bucket/cluster/state/t/soak/61/x", Kind: "503"}},
+		Cuts:   []cut{{Node: "n2", From: s3 - 2_000, To: s3 + 2_000}},
+	}
 	v := check(h, bd)
 	if v.Runs != 7 || len(v.Dups) != 3 {
 		t.Fatalf("%d runs, %d duplicates %+v; want 7 and 3", v.Runs, len(v.Dups), v.Dups)
 	}
-	want := []string{causeKill, causeSameNode, causeTakeover}
+	want := []string{causeKill, causeFault, causeCut}
 	for i, d := range v.Dups {
-		if got := dupCause(d, kills, lease); got != want[i] {
+		if got := dupCause(d, ev, actorOf(h.Plan.Name), lease); got != want[i] {
 			t.Errorf("duplicate %d (%s then %s): cause %q, want %q", i, d.First, d.Again, got, want[i])
 		}
 	}
@@ -166,5 +175,76 @@ func TestFailureCause(t *testing.T) {
 	b := failureCause(`POST http://127.0.0.1:4001/v1/actors/soak/soak/a00007?kind=exec-durable: 503 Service Unavailable: actor soak/soak/a00007: hold on node n0-4: this node's lease is not valid`)
 	if a != b || a != "# Service Unavailable: hold on node N: this node's lease is not valid" {
 		t.Fatalf("causes %q and %q; want one, without the URL, the actor and the node", a, b)
+	}
+}
+
+// The duplicates' classifier on a hand-made history: at least once allows
+// a second run of an attempt only from a failure of the node that ran it
+// first, within a lease of the run (a SIGKILL after it, a cut from the
+// bucket or the outage, a fault injected into its request for the actor
+// or its lease). Each kind is explained; one with failures only of the
+// wrong node, of another actor, or too early or too late is not, and it is
+// a violation that names the actor, both runs and the nearest kill.
+func TestADuplicateNoFailureExplainsIsAViolation(t *testing.T) {
+	const t0, lease = int64(1_000_000), int64(2_000)
+	bd := bounds{Alarm: 5000, RetryBase: time.Second, RetryMax: 8 * time.Second, Quiet: t0 + 200_000, End: t0 + 300_000, Lease: lease}
+	id := abi.ActorID{Tenant: "soak", Class: "soak", Name: "a00007"} // name hex 613030303037
+	s := []int64{t0 + 10_000, t0 + 30_000, t0 + 50_000, t0 + 70_000, t0 + 90_000, t0 + 110_000}
+	twice := func(at int64, first, again string, after int64) []guestRun {
+		return []guestRun{{Node: first, At: at + 5, Scheduled: at}, {Node: again, At: at + after, Scheduled: at}}
+	}
+	var runs []guestRun
+	runs = append(runs, twice(s[0], "n0", "n1", 4_000)...) // n0 SIGKILLed after its run
+	runs = append(runs, twice(s[1], "n1", "n1", 3_000)...) // n1's renewal of its lease failed
+	runs = append(runs, twice(s[2], "n2", "n0", 6_000)...) // n2 cut off from a second before its run
+	runs = append(runs, twice(s[3], "n1", "n2", 5_000)...) // the bucket out
+	runs = append(runs, twice(s[4], "n0", "n1", 4_000)...) // failures, but none that explains it
+	runs = append(runs, twice(s[5], "n2", "n2", 1_000)...) // no failure at all
+	h := history{Plan: plan{Name: id.String(), Kind: "oneshot"}, Runs: runs, PendingAtEnd: -1}
+	ev := evidence{
+		Kills: []kill{
+			{Node: "n0", At: s[0] + 500},
+			{Node: "n1", At: s[4] + 300},          // not the node that ran it first
+			{Node: "n0", At: s[4] + lease + 1000}, // more than a lease after the run
+			{Node: "n0", At: s[4] - 50},           // before the run: the run came from the node's next life
+		},
+		Cuts: []cut{
+			{Node: "n2", From: s[2] - 1_000, To: s[2] + 3_000},
+			{From: s[3] - 500, To: s[3] + 3_000},                      // the outage
+			{Node: "n1", From: s[4], To: s[4] + 3_000},                // not the node that ran it first
+			{Node: "n0", From: s[4] - 10_000, To: s[4] - lease - 100}, // healed more than a lease before the run
+		},
+		Faults: []fault{
+			{Node: "n1", At: s[1] + 800, Path: "/wasmkeep-soak/cluster/nodes/n1", Kind: "reset"},
+			{Node: "n0", At: s[4] + 100, Path: "/wasmkeep-soak/cluster/state/soak/soak/613030303038/x", Kind: "503"},     // another actor
+			{Node: "n0", At: s[4] - lease - 1, Path: "/wasmkeep-soak/cluster/holds/soak/soak/613030303037", Kind: "503"}, // too early
+			{Node: "n0", At: s[4] + 100, Path: "/wasmkeep-soak/cluster/nodes/n0-2", Kind: "503"},                         // another node's lease
+		},
+	}
+	bd.Failures = &ev
+	v := check(h, bd)
+	if len(v.Dups) != 6 {
+		t.Fatalf("%d duplicates, want 6: %+v", len(v.Dups), v.Dups)
+	}
+	want := map[string]int{causeKill: 1, causeFault: 1, causeCut: 2, "": 2}
+	if !maps.Equal(v.DupCauses, want) {
+		t.Errorf("causes %v, want %v", v.DupCauses, want)
+	}
+	if len(v.Unexplained) != 2 || len(v.Violations) != 2 {
+		t.Fatalf("unexplained %q, violations %q; want two of each", v.Unexplained, v.Violations)
+	}
+	for i, w := range []string{
+		"actor soak/soak/a00007: attempt scheduled " + ms(s[4]) + " retry 0 ran on n0 at " + ms(s[4]+5) + " and again on n1 at " + ms(s[4]+4_000),
+		"ran on n2 at " + ms(s[5]+5) + " and again on n2 at " + ms(s[5]+1_000),
+	} {
+		if !strings.Contains(v.Unexplained[i], w) || !strings.Contains(v.Violations[i], w) {
+			t.Errorf("unexplained duplicate %d: %q; want it to say %q", i, v.Unexplained[i], w)
+		}
+	}
+	if w := "the nearest kill n0 at " + ms(s[4]-50); !strings.Contains(v.Unexplained[0], w) {
+		t.Errorf("unexplained %q: want it to name %q", v.Unexplained[0], w)
+	}
+	if rep := h.report(v); !strings.Contains(rep, "VIOLATION: a duplicate run no failure explains") {
+		t.Errorf("the actor's report does not show the violation:\n%s", rep)
 	}
 }

@@ -131,7 +131,7 @@ func TestASIGKILLMidFiringIsCountedAsADuplicate(t *testing.T) {
 	if rs[0].Node != "a" || rs[1].Node != "b" || len(v.Dups) != 1 || v.Runs != 2 {
 		t.Fatalf("runs %v, duplicates %v; want a run on a and one on b, one duplicate", rs, v.Dups)
 	}
-	if c := dupCause(v.Dups[0], kills, (10 * time.Second).Milliseconds()); c != causeKill {
+	if c := dupCause(v.Dups[0], evidence{Kills: kills}, id, (10 * time.Second).Milliseconds()); c != causeKill {
 		t.Errorf("cause %q, want %q", c, causeKill)
 	}
 	if len(v.Violations) > 0 {

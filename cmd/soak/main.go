@@ -204,6 +204,9 @@ type soak struct {
 	saidDups int
 	dropped  int    // guest stdout lines dropped over the rate limit
 	killLog  []kill // under mu
+	cutLog   []cut  // under mu
+	faultMu  sync.Mutex
+	faultLog []fault // under faultMu: the faults the proxies injected
 	gen      int
 	lineBuf  []byte
 	// outageRep is the outage's measurements (-outage), once it ran.
@@ -219,6 +222,7 @@ type slot struct {
 	node        *clusterproc.Node
 	name        string
 	partitioned bool
+	cutAt       int // the open cut's index in cutLog, under the soak's mu
 }
 
 func (s *soak) intn(n int) int {
@@ -261,7 +265,10 @@ type summary struct {
 	// guest output rate limit.
 	Runs, RunDups, QuietDups int
 	DupCauses                map[string]int
-	Unseen, Dropped          int
+	// Unexplained are the duplicates no failure explains (dupCause), one
+	// line each: violations.
+	Unexplained     []string
+	Unseen, Dropped int
 	// The phases: the faults (from the storm's start to the faults off)
 	// and the quiet phase (settled, to the check), in ms; the firings
 	// committed in each (by their run time) and the lateness of those in
@@ -399,7 +406,16 @@ func run(ctx context.Context, o options) (summary, error) {
 		}
 		defer p.Close()
 		p.SetLateDelay(o.lateDelay)
-		s.slots = append(s.slots, &slot{i: i, proxy: p})
+		sl := &slot{i: i, proxy: p}
+		p.SetFaultHook(func(f faultproxy.Fault) {
+			sl.mu.Lock()
+			name := sl.name
+			sl.mu.Unlock()
+			s.faultMu.Lock()
+			s.faultLog = append(s.faultLog, fault{Node: name, At: f.At.UnixMilli(), Path: f.Path, Kind: f.Kind})
+			s.faultMu.Unlock()
+		})
+		s.slots = append(s.slots, sl)
 	}
 	defer func() {
 		for _, sl := range s.slots {
@@ -489,8 +505,15 @@ func run(ctx context.Context, o options) (summary, error) {
 	s.say("reading every ledger")
 	s.mu.Lock()
 	sum.Logged, sum.FailRuns = s.fires, s.fails
-	kills := append([]kill(nil), s.killLog...)
+	ev := evidence{Kills: append([]kill(nil), s.killLog...), Cuts: append([]cut(nil), s.cutLog...)}
 	s.mu.Unlock()
+	s.faultMu.Lock()
+	ev.Faults = append([]fault(nil), s.faultLog...)
+	s.faultMu.Unlock()
+	if ou := s.outageRep; ou != nil {
+		ev.Cuts = append(ev.Cuts, cut{From: ou.StartMs, To: ou.EndMs})
+	}
+	bd.Failures, bd.Lease = &ev, o.leaseTTL.Milliseconds()
 	hist, err := s.readAll(ctx)
 	if err != nil {
 		return sum, err
@@ -502,6 +525,9 @@ func run(ctx context.Context, o options) (summary, error) {
 	}
 	sum.Report = rep
 	sum.Missing = len(missing)
+	// A key both an object and a folder: on MinIO the keys under it are
+	// hidden from every sweep.
+	sum.Violations += len(rep.Nested)
 	for _, xs := range overdueExtra {
 		sum.OverdueExtra += len(xs)
 	}
@@ -524,8 +550,11 @@ func run(ctx context.Context, o options) (summary, error) {
 		sum.Runs += v.Runs
 		sum.RunDups += len(v.Dups)
 		sum.Unseen += v.Unseen
+		for c, n := range v.DupCauses {
+			sum.DupCauses[c] += n
+		}
+		sum.Unexplained = append(sum.Unexplained, v.Unexplained...)
 		for _, d := range v.Dups {
-			sum.DupCauses[dupCause(d, kills, o.leaseTTL.Milliseconds())]++
 			if d.First.At >= bd.Quiet {
 				sum.QuietDups++
 			}
@@ -660,8 +689,9 @@ func (s *soak) calm(ctx context.Context) error {
 	var first error
 	for _, sl := range s.slots {
 		sl.mu.Lock()
-		sl.partitioned = false
-		sl.proxy.SetPartitioned(false)
+		if sl.partitioned {
+			s.heal(sl)
+		}
 		sl.mu.Unlock()
 		if err := s.ensureUp(ctx, sl); err != nil && first == nil {
 			first = err
@@ -948,6 +978,10 @@ func (s *soak) cut() {
 	sl.partitioned = true
 	sl.proxy.SetPartitioned(true)
 	name := sl.name
+	s.mu.Lock()
+	sl.cutAt = len(s.cutLog)
+	s.cutLog = append(s.cutLog, cut{Node: name, From: time.Now().UnixMilli(), To: -1})
+	s.mu.Unlock()
 	sl.mu.Unlock()
 	s.cuts.Add(1)
 	s.say("cut %s off from the bucket for %v", name, s.o.partitionFor)
@@ -955,10 +989,18 @@ func (s *soak) cut() {
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
 		if sl.partitioned {
-			sl.partitioned = false
-			sl.proxy.SetPartitioned(false)
+			s.heal(sl)
 		}
 	})
+}
+
+// heal ends the slot's cut (sl.mu held).
+func (s *soak) heal(sl *slot) {
+	sl.partitioned = false
+	sl.proxy.SetPartitioned(false)
+	s.mu.Lock()
+	s.cutLog[sl.cutAt].To = time.Now().UnixMilli()
+	s.mu.Unlock()
 }
 
 // killOne SIGKILLs a random node, while another runs, and starts one in
@@ -1368,8 +1410,12 @@ func (s *soak) table(sum summary, bd bounds) {
 	}
 	fmt.Fprintf(w, "  on-alarm runs:         %d, as the guests said them on stdout before each run committed (failed runs and runs whose commit was lost included)\n", sum.Runs)
 	fmt.Fprintf(w, "  duplicates:            %d runs of an attempt (scheduled time, retry count) that had already run: %.2f%% of runs; at least once allows them, each from a failure:\n", sum.RunDups, rate)
-	for _, c := range []string{causeKill, causeSameNode, causeTakeover} {
+	for _, c := range []string{causeKill, causeCut, causeFault} {
 		fmt.Fprintf(w, "                           %d %s\n", sum.DupCauses[c], c)
+	}
+	fmt.Fprintf(w, "                           %d explained by no failure (violations)\n", len(sum.Unexplained))
+	for _, line := range sum.Unexplained {
+		fmt.Fprintf(w, "                             %s\n", line)
 	}
 	fmt.Fprintf(w, "                         %d of them first ran after the faults stopped and the cluster settled\n", sum.QuietDups)
 	fmt.Fprintf(w, "                         %d committed firings whose run no guest line showed (%d lines dropped over the guest output rate limit)\n", sum.Unseen, sum.Dropped)
@@ -1377,8 +1423,11 @@ func (s *soak) table(sum summary, bd bounds) {
 	fmt.Fprintf(w, "                         %d runs logged whose commit was lost and whose alarm a later event replaced; %d committed runs no node logged\n", sum.Uncommitted, sum.LedgerOnly)
 	fmt.Fprintf(w, "  exec acks lost:        %d (exec replies before it replicates; every acknowledged exec-durable request is checked)\n", sum.ExecLost)
 	r := sum.Report
-	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them overdue in two runs in a row)\n",
-		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra)
+	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them overdue in two runs in a row); %d keys both an object and a folder\n",
+		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra, len(r.Nested))
+	for _, n := range r.Nested {
+		fmt.Fprintf(w, "                         VIOLATION: %s is an object and the folder of %s\n", n.Object, n.Under)
+	}
 	fmt.Fprintf(w, "  lost:                  %d\n", sum.Lost)
 	fmt.Fprintf(w, "  violations:            %d\n", sum.Violations)
 }
