@@ -126,6 +126,9 @@ type Config struct {
 	Margin time.Duration
 	// SweepPeriod is alarm_sweep (default 10 s).
 	SweepPeriod time.Duration
+	// SweepConcurrency is how many tenants' indexes a sweep lists at once
+	// (default sweeper.DefaultConcurrency, 32).
+	SweepConcurrency int
 	// RetryMax is the longest backoff (default 5 min).
 	RetryMax time.Duration
 	// Busy reports an actor already in flight on this node. Actors the
@@ -323,6 +326,8 @@ func Register(cfg Config) (*Plugin, error) {
 		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
 		Logger:  cfg.Logger.Named("sweep"),
 		OnSweep: onSweep,
+
+		Concurrency: cfg.SweepConcurrency,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("alarms: %w", err)
@@ -353,6 +358,19 @@ func (p *Plugin) RunSweeps(ctx context.Context) {
 	if p.loop != nil {
 		p.loop.Run(ctx)
 	}
+}
+
+// Start runs the plugin's two loops, the sweeps (RunSweeps) and the timer
+// (RunTimer, taking actors with t), each in a goroutine of its own, until
+// stop is called. stop returns once both have ended and every delivery
+// they started is done.
+func (p *Plugin) Start(ctx context.Context, t Taker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.RunSweeps(ctx) }()
+	go func() { defer wg.Done(); p.RunTimer(ctx, t) }()
+	return func() { cancel(); wg.Wait() }
 }
 
 // Sweep runs one sweep now (tests, tools).

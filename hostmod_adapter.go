@@ -2,6 +2,7 @@ package alarms
 
 import (
 	"context"
+	"time"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
@@ -21,6 +22,31 @@ func ReadHostmod(ctx context.Context, a *hostmod.Actor) (ActorState, error) {
 	}
 	return st, nil
 }
+
+// ReadTable reads what Actor.Read returns from the alarm table of a host
+// that keeps the actor's database itself (hostmod.Table): the committed
+// alarm and alarm_indexed. InitRecorded is true: the host calls it only
+// for an actor whose database exists.
+func ReadTable(t *hostmod.Table) (ActorState, error) {
+	s, err := t.State()
+	if err != nil {
+		return ActorState{}, err
+	}
+	st := ActorState{Indexed: s.Indexed, InitRecorded: true}
+	if s.HasAlarm {
+		st.Alarm = &s.Alarm
+	}
+	return st, nil
+}
+
+// OneNode is the Host of a host that runs as one node, named Name, on the
+// system clock: it alone is alive.
+type OneNode struct{ Name string }
+
+func (n OneNode) Now() time.Time                              { return time.Now() }
+func (n OneNode) After(d time.Duration) <-chan time.Time      { return time.After(d) }
+func (n OneNode) Self() string                                { return n.Name }
+func (n OneNode) LiveNodes(context.Context) ([]string, error) { return []string{n.Name}, nil }
 
 // WriteHostmodMeta commits one meta row, in a transaction of its own, in
 // the database of an actor run by package hostmod: what Actor.WriteMeta

@@ -127,6 +127,16 @@ func eventOf(ctx context.Context) (*event, abi.Errno) {
 	return c.ev, abi.ESUCCESS
 }
 
+// alarmEventOf is eventOf for the alarm functions: an event that could not
+// start on a host's connection (Table.NewEvent) has no alarm to write.
+func alarmEventOf(ctx context.Context) (*event, abi.Errno) {
+	ev, e := eventOf(ctx)
+	if e == 0 && ev.alarms == nil {
+		return nil, abi.EPERM
+	}
+	return ev, e
+}
+
 // ioErr records a storage failure on the event (the event then fails) and
 // returns EIO for the guest.
 func (ev *event) ioErr(err error) abi.Errno {
@@ -142,7 +152,7 @@ func (ev *event) ioErr(err error) abi.Errno {
 // and resets the failure count. Errno: EINVAL when at_ms < 0 or
 // > abi.MaxAlarmMillis; EPERM outside an event; EIO when the database fails.
 func setAlarm(ctx context.Context, _ api.Memory, stack []uint64) abi.Errno {
-	ev, e := eventOf(ctx)
+	ev, e := alarmEventOf(ctx)
 	if e != 0 {
 		return e
 	}
@@ -162,7 +172,7 @@ func setAlarm(ctx context.Context, _ api.Memory, stack []uint64) abi.Errno {
 // ENOENT when none is set; EFAULT when the 8 bytes are not inside memory;
 // EPERM outside an event; EIO when the database fails.
 func getAlarm(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
-	ev, e := eventOf(ctx)
+	ev, e := alarmEventOf(ctx)
 	if e != 0 {
 		return e
 	}
@@ -185,7 +195,7 @@ func getAlarm(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
 // It removes the alarm, if any, and resets the failure count. Errno: EPERM
 // outside an event; EIO when the database fails.
 func clearAlarm(ctx context.Context, _ api.Memory, stack []uint64) abi.Errno {
-	ev, e := eventOf(ctx)
+	ev, e := alarmEventOf(ctx)
 	if e != 0 {
 		return e
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -63,8 +64,12 @@ func NewTable(conn *sqlite3.Conn) (*Table, error) {
 	return t, nil
 }
 
-// Close finalises the Table's statements. The connection stays open.
+// Close finalises the Table's statements (a nil Table has none). The
+// connection stays open.
 func (t *Table) Close() error {
+	if t == nil {
+		return nil
+	}
 	var errs []error
 	for i, st := range t.s.stmts {
 		if st != nil {
@@ -99,8 +104,8 @@ func (t *Table) SetMeta(key, value string) error { return t.s.SetMeta(key, value
 // given up (DeliverOptions.MaxAttempts).
 func (t *Table) DeadLetter() (d DeadLetter, ok bool, err error) { return t.s.DeadLetter() }
 
-// ErrNoTransaction is wrapped by the error of NewEvent on a connection
-// with no transaction open: the alarm the guest sets must commit with the
+// ErrNoTransaction is wrapped by Event.Err for an event started on a
+// connection with no transaction open: the alarm the guest sets must commit with the
 // event's other writes.
 var ErrNoTransaction = errors.New("no transaction is open on the connection")
 
@@ -119,20 +124,21 @@ type Event struct {
 
 // NewEvent starts an event of actor id in the transaction open on the
 // Table's connection. The host commits or rolls back that transaction as
-// it would without alarms; Err says whether a host function failed on the
-// database, in which case the event must not commit.
-func (t *Table) NewEvent(id abi.ActorID) (*Event, error) {
-	if err := id.Validate(); err != nil {
-		return nil, err
-	}
-	if t.s.conn.GetAutocommit() {
-		return nil, &abi.ActorError{ID: id, Op: "start an event", Err: ErrNoTransaction}
-	}
+// it would without alarms, after checking Err: an event with an error must
+// not commit. With no transaction open (ErrNoTransaction), or an invalid
+// id, the event's alarm functions answer EPERM and write nothing, and Err
+// says why.
+func (t *Table) NewEvent(id abi.ActorID) *Event {
 	// The failure count is not read: set-alarm and clear-alarm reset it
 	// with one write whatever it was.
 	ev := &Event{ev: event{alarms: &t.s, failures: -1}, call: call{actor: id}}
 	ev.call.ev = &ev.ev
-	return ev, nil
+	if err := id.Validate(); err != nil {
+		ev.ev.alarms, ev.ev.storageErr = nil, err
+	} else if t.s.conn.GetAutocommit() {
+		ev.ev.alarms, ev.ev.storageErr = nil, ErrNoTransaction
+	}
+	return ev
 }
 
 // WithEvent returns ctx carrying ev, for the calls into the guest in the
@@ -152,8 +158,19 @@ func (ev *Event) Alarm() (at int64, set, touched bool) {
 	return *ev.ev.alarm, true, true
 }
 
+// Result is what the event did to the alarm, as the engine's events
+// report it (a host passes it to the plugin's ArmEvent): AlarmChanged once
+// set-alarm or clear-alarm succeeded, then the alarm the event leaves. It
+// has no Response (the host keeps its own) and no failure count (an event
+// that touched the alarm resets it to 0).
+func (ev *Event) Result() Result {
+	at, set, touched := ev.Alarm()
+	return Result{Alarm: at, HasAlarm: set, AlarmChanged: touched}
+}
+
 // Err is the database error an alarm function met in the event (the guest
-// saw EIO), nil if none: an event with one must roll back.
+// saw EIO), or why the event could not start (NewEvent); nil if none. An
+// event with one must roll back.
 func (ev *Event) Err() error {
 	if ev.ev.storageErr != nil {
 		return &abi.ActorError{ID: ev.call.actor, Op: "alarm", Err: ev.ev.storageErr}
@@ -300,4 +317,20 @@ func AlarmFunctions() []HostFunction {
 		})
 	}
 	return out
+}
+
+// InstantiateAlarms instantiates the wasmkeep:alarm module alone in r, a
+// runtime the host owns, after checking that r can stop a guest at its
+// deadline (CheckRuntime): for a host that runs its own instances (Table)
+// and provides its own request and data imports. A host that registers its
+// functions its own way uses AlarmFunctions instead.
+func InstantiateAlarms(ctx context.Context, r wazero.Runtime) error {
+	if err := CheckRuntime(ctx, r); err != nil {
+		return err
+	}
+	alarm, _ := NewModuleBuilders(r)
+	if _, err := alarm.Instantiate(ctx); err != nil {
+		return fmt.Errorf("hostmod: instantiate %s: %w", abi.AlarmModule, err)
+	}
+	return nil
 }

@@ -101,10 +101,7 @@ func (h *ownHost) event(export string, params ...uint64) (errno uint32, ev *host
 	if err := h.conn.Exec(`BEGIN; INSERT INTO notes VALUES ('` + export + `')`); err != nil {
 		h.t.Fatal(err)
 	}
-	ev, err := h.tbl.NewEvent(h.id)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	ev = h.tbl.NewEvent(h.id)
 	res, err := h.mod.ExportedFunction(export).Call(hostmod.WithEvent(h.ctx, ev), params...)
 	if err != nil {
 		h.t.Fatal(err)
@@ -208,10 +205,7 @@ func TestAlarmFunctionsReportADatabaseFailure(t *testing.T) {
 	if err := h.conn.Exec(`BEGIN`); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := h.tbl.NewEvent(h.id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := h.tbl.NewEvent(h.id)
 	res, err := h.mod.ExportedFunction("set").Call(hostmod.WithEvent(h.ctx, ev), api.EncodeI64(t0), 0)
 	if err != nil || uint32(res[0]) != uint32(abi.EIO) {
 		t.Fatalf("set-alarm on a read-only connection: %v, %v; want EIO", res, err)
@@ -222,11 +216,18 @@ func TestAlarmFunctionsReportADatabaseFailure(t *testing.T) {
 	_ = h.conn.Exec(`ROLLBACK`)
 }
 
-// NewEvent needs the host's transaction open, and DeliverAlarm needs none.
+// An event needs the host's transaction open: without one, the alarm
+// functions answer EPERM and write nothing, and Event.Err says why.
+// DeliverAlarm needs no transaction open.
 func TestTableTransactionsAreChecked(t *testing.T) {
 	h := newOwnHost(t, filepath.Join(t.TempDir(), "a.db"))
-	if _, err := h.tbl.NewEvent(h.id); !errors.Is(err, hostmod.ErrNoTransaction) {
-		t.Fatalf("NewEvent with no transaction: %v", err)
+	ev := h.tbl.NewEvent(h.id)
+	res, err := h.mod.ExportedFunction("set").Call(hostmod.WithEvent(h.ctx, ev), api.EncodeI64(t0), 0)
+	if err != nil || uint32(res[0]) != uint32(abi.EPERM) || !errors.Is(ev.Err(), hostmod.ErrNoTransaction) {
+		t.Fatalf("set-alarm in an event with no transaction: %v, %v, Err %v", res, err, ev.Err())
+	}
+	if st := h.state(); st.HasAlarm {
+		t.Fatalf("an event with no transaction wrote the alarm: %+v", st)
 	}
 	if err := h.conn.Exec(`BEGIN`); err != nil {
 		t.Fatal(err)

@@ -1,182 +1,256 @@
-// Command minihost is a minimal host of the alarms plugin, written only
-// against the module's public API: one process, a wazero runtime of its
-// own, and a bucket (S3 or in memory) for the alarm index and a replica of
-// each actor. Its local databases are the truth and it holds every actor
-// (generation 1, for ever): a single node, delivering through the index.
+// Command minihost is a plain wazero host that adopts durable alarms. The
+// host (this file) is written as any wazero host would be, with no alarms
+// in mind: it owns its runtime, compiles one class, runs one instance of
+// it per actor, opens one SQLite database per actor with ncruces's driver
+// and serves requests, each one event in a transaction of its database.
+// It provides the request and data imports of abi/ABI.md (wasmkeep:actor)
+// itself, as its own host API.
+//
+// Adopting alarms takes the glue in alarms.go and the lines marked
+// "alarms:" here: the host registers the wasmkeep:alarm functions in its
+// runtime, gives each actor's connection a hostmod.Table, starts each
+// event with hostmod.Table.NewEvent, and hands the plugin its actors for
+// delivery; the plugin runs on-alarm through the host's own instance with
+// the committed backoff. With a bucket the alarm index and a replica of
+// each actor live there, and a survivor of this process would find them.
 package main
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
-	"time"
 
+	"github.com/ncruces/go-sqlite3"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 
-	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/hostmod"
-	"github.com/wasmkeep/alarms/sweeper"
 )
 
 // Host runs the actors of one class.
 type Host struct {
-	rt      wazero.Runtime
-	eng     *hostmod.Engine
-	class   *hostmod.Class
-	b       bucket.Bucket
-	dir     string
-	tenants []string
-	p       *alarms.Plugin
-	cancel  context.CancelFunc
-	done    chan struct{}
-	mu      sync.Mutex
-	actors  map[abi.ActorID]*actor
+	rt     wazero.Runtime
+	class  wazero.CompiledModule
+	name   string
+	dir    string
+	mu     sync.Mutex
+	actors map[abi.ActorID]*actor
+	alarms *alarmsGlue // alarms: the plugin and its loops
 }
 
-// New starts a host running class (wasm) with its databases under dir.
-func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, tenants []string, margin, sweep time.Duration, onDelivery func(alarms.Delivered)) (*Host, error) {
-	h := &Host{b: b, dir: dir, tenants: tenants, actors: map[abi.ActorID]*actor{}, done: make(chan struct{})}
+// actor is one actor: its instance and its database, one event at a time.
+type actor struct {
+	id                  abi.ActorID
+	mu                  sync.Mutex
+	mod                 api.Module
+	conn                *sqlite3.Conn
+	path                string
+	h                   *Host
+	tbl                 *hostmod.Table // alarms: the alarm in the actor's database
+	uploaded, bucketHad bool           // alarms: the plugin's view of it
+}
+
+// call is what the host's own imports see of the event running.
+type call struct {
+	req, resp []byte
+	conn      *sqlite3.Conn
+}
+
+type callKey struct{}
+
+// newHost compiles the class and registers the host's imports.
+func newHost(ctx context.Context, dir, class string, wasm []byte) (*Host, error) {
+	h := &Host{name: class, dir: dir, actors: map[abi.ActorID]*actor{}}
 	h.rt = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
-	var err error
-	if h.eng, err = hostmod.NewEngine(ctx, hostmod.WithRuntime(h.rt)); err == nil {
-		h.class, err = h.eng.Compile(ctx, class, wasm)
+	b := h.rt.NewHostModuleBuilder(abi.ActorModule)
+	fn := func(name string, f api.GoModuleFunc, params ...api.ValueType) {
+		b.NewFunctionBuilder().WithGoModuleFunction(f, params, []api.ValueType{api.ValueTypeI32}).Export(name)
 	}
+	i32 := api.ValueTypeI32
+	fn(abi.FuncRequestRead, func(ctx context.Context, m api.Module, s []uint64) {
+		c := ctx.Value(callKey{}).(*call)
+		s[0] = errno(m.Memory().Write(uint32(s[0]), c.req[:min(len(c.req), int(uint32(s[1])))]))
+	}, i32, i32)
+	fn(abi.FuncResponseWrite, func(ctx context.Context, m api.Module, s []uint64) {
+		c := ctx.Value(callKey{}).(*call)
+		b, ok := m.Memory().Read(uint32(s[0]), uint32(s[1]))
+		c.resp = append(c.resp, b...)
+		s[0] = errno(ok)
+	}, i32, i32)
+	fn(abi.FuncKVGet, func(ctx context.Context, m api.Module, s []uint64) {
+		c, mem := ctx.Value(callKey{}).(*call), m.Memory()
+		key, _ := mem.Read(uint32(s[0]), uint32(s[1]))
+		v, ok := kv(c.conn, `SELECT value FROM kv WHERE key = ?`, key)
+		if !ok {
+			s[0] = uint64(abi.ENOENT)
+			return
+		}
+		s[0] = errno(mem.WriteUint32Le(uint32(s[4]), uint32(len(v))) && mem.Write(uint32(s[2]), v[:min(len(v), int(uint32(s[3])))]))
+	}, i32, i32, i32, i32, i32)
+	fn(abi.FuncKVPut, func(ctx context.Context, m api.Module, s []uint64) {
+		key, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
+		val, _ := m.Memory().Read(uint32(s[2]), uint32(s[3]))
+		_, ok := kv(ctx.Value(callKey{}).(*call).conn, `INSERT OR REPLACE INTO kv VALUES (?, ?)`, key, val)
+		s[0] = errno(ok)
+	}, i32, i32, i32, i32)
+	fn(abi.FuncKVDelete, func(ctx context.Context, m api.Module, s []uint64) {
+		key, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
+		_, ok := kv(ctx.Value(callKey{}).(*call).conn, `DELETE FROM kv WHERE key = ?`, key)
+		s[0] = errno(ok)
+	}, i32, i32)
+	_, err := b.Instantiate(ctx)
+	if err == nil { // alarms
+		err = hostmod.InstantiateAlarms(ctx, h.rt) // alarms: wasmkeep:alarm in this runtime
+	} // alarms
 	if err == nil {
-		h.p, err = alarms.Register(alarms.Config{Bucket: b, Host: h, Timer: sweeper.NewTimer(hostmod.DefaultRetryMax), Margin: margin,
-			SweepPeriod: sweep, OnDelivery: onDelivery, Serves: func(c string) bool { return c == class }})
+		h.class, err = h.rt.CompileModule(ctx, wasm)
 	}
 	if err != nil {
 		h.rt.Close(ctx)
 		return nil, err
 	}
-	ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	go func() { defer close(h.done); go h.p.RunSweeps(ctx); h.p.RunTimer(ctx, h) }()
 	return h, nil
 }
 
-// Request runs a request event on the actor and replicates it before it
-// returns.
+// Request runs a request event on the actor.
 func (h *Host) Request(ctx context.Context, id abi.ActorID, body []byte) ([]byte, error) {
 	a, err := h.take(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer a.mu.Unlock()
-	res, err := a.a.Request(ctx, body)
-	if err == nil {
-		err = h.p.Replicate(ctx, a, alarms.AfterEvent) // PUT, record, Upload, hold check, DELETE
-	}
-	if err != nil {
-		return nil, err
-	}
-	h.p.ArmEvent(id, res) // the timer follows the committed alarm
-	return res.Response, nil
+	return a.event(ctx, body)
 }
 
-// Close stops the loops and closes every actor and the runtime.
+// event runs on-request in a transaction of the actor's database.
+func (a *actor) event(ctx context.Context, body []byte) ([]byte, error) {
+	if err := a.conn.Exec(`BEGIN IMMEDIATE`); err != nil {
+		return nil, err
+	}
+	c := &call{req: body, conn: a.conn}
+	ctx = context.WithValue(ctx, callKey{}, c)
+	ev := a.tbl.NewEvent(a.id)       // alarms: the guest's alarm commits with its writes
+	ctx = hostmod.WithEvent(ctx, ev) // alarms
+	res, err := a.mod.ExportedFunction(abi.ExportOnRequest).Call(ctx, uint64(len(body)))
+	if err == nil && uint32(res[0]) != 0 {
+		err = fmt.Errorf("actor %s: on-request returned %d", a.id, uint32(res[0]))
+	}
+	err = errors.Join(err, ev.Err()) // alarms: the alarm's write failed
+	if err != nil {
+		_ = a.conn.Exec(`ROLLBACK`)
+		a.restart(ctx)
+		return nil, err
+	}
+	if err := a.conn.Exec(`COMMIT`); err != nil {
+		return nil, err
+	}
+	return c.resp, a.h.alarms.afterEvent(ctx, a, ev) // alarms: replicate, re-arm the timer
+}
+
+// restart replaces an instance that trapped or was stopped.
+func (a *actor) restart(ctx context.Context) {
+	if a.mod.IsClosed() {
+		if m, err := a.h.instantiate(ctx); err == nil {
+			a.mod = m
+		}
+	}
+}
+
+func (h *Host) instantiate(ctx context.Context) (api.Module, error) {
+	return h.rt.InstantiateModule(ctx, h.class, hostmod.GuestConfig(nil, nil)) // alarms: the wall clock
+}
+
+// take returns the actor locked and open: its instance and its database.
+func (h *Host) take(ctx context.Context, id abi.ActorID) (*actor, error) {
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	a := h.actors[id]
+	if a == nil {
+		a = &actor{id: id, h: h}
+		h.actors[id] = a
+	}
+	h.mu.Unlock()
+	a.mu.Lock()
+	if a.conn != nil {
+		a.restart(ctx)
+		return a, nil
+	}
+	a.path = filepath.Join(h.dir, filepath.FromSlash(id.Path())+".db")
+	err := os.MkdirAll(filepath.Dir(a.path), 0o755)
+	if err == nil {
+		a.conn, err = sqlite3.Open(a.path)
+	}
+	if err == nil {
+		err = a.conn.Exec(`PRAGMA journal_mode=DELETE; CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY, value BLOB)`)
+	}
+	if err == nil {
+		a.mod, err = h.instantiate(ctx)
+	}
+	if err == nil { // alarms
+		err = h.alarms.opened(ctx, a) // alarms: its table, and what the bucket had of it
+	} // alarms
+	if err != nil {
+		a.close(ctx)
+		a.mu.Unlock()
+		return nil, fmt.Errorf("actor %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// close closes the actor's instance and database (a.mu held).
+func (a *actor) close(ctx context.Context) {
+	if a.mod != nil {
+		a.mod.Close(ctx)
+	}
+	a.tbl.Close() // alarms
+	if a.conn != nil {
+		a.conn.Close()
+	}
+	a.mod, a.conn, a.tbl = nil, nil, nil
+}
+
+// Close closes every actor and the runtime.
 func (h *Host) Close(ctx context.Context) error {
-	h.cancel()
-	<-h.done
+	h.alarms.stop() // alarms
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, a := range h.actors {
 		a.mu.Lock()
 		a.close(ctx)
 		a.mu.Unlock()
 	}
-	h.eng.Close(ctx)
 	return h.rt.Close(ctx)
 }
 
-// take returns the actor locked and open.
-func (h *Host) take(ctx context.Context, id abi.ActorID) (*actor, error) {
-	h.mu.Lock()
-	a := h.actors[id]
-	if a == nil {
-		a = &actor{h: h, id: id}
-		h.actors[id] = a
+func errno(ok bool) uint64 {
+	if ok {
+		return 0
 	}
-	h.mu.Unlock()
-	a.mu.Lock()
-	if a.a != nil {
-		return a, nil
-	}
-	_, _, err := h.b.Get(ctx, a.key())
-	if a.bucketHad = err == nil; errors.Is(err, bucket.ErrNotFound) {
-		err = nil
-	}
-	p := filepath.Join(h.dir, filepath.FromSlash(id.Path())+".db")
-	if err == nil {
-		err = os.MkdirAll(filepath.Dir(p), 0o755)
-	}
-	if err == nil {
-		a.a, err = h.eng.Open(ctx, id, h.class, p)
-	}
+	return uint64(abi.EFAULT)
+}
+
+// kv runs one statement of the guest's data. A query returns the value
+// found (ok is false for none); a write returns whether it ran.
+func kv(conn *sqlite3.Conn, sql string, args ...[]byte) (value []byte, ok bool) {
+	st, _, err := conn.Prepare(sql)
 	if err != nil {
-		a.mu.Unlock()
-		return nil, err
+		return nil, false
 	}
-	return a, nil
-}
-
-// The plugin's view of the host (alarms.Host, alarms.Taker).
-func (h *Host) Now() time.Time                              { return time.Now() }
-func (h *Host) After(d time.Duration) <-chan time.Time      { return time.After(d) }
-func (h *Host) Self() string                                { return "minihost" }
-func (h *Host) LiveNodes(context.Context) ([]string, error) { return []string{h.Self()}, nil }
-func (h *Host) Tenants(context.Context) ([]string, error)   { return h.tenants, nil }
-func (h *Host) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, error) {
-	return h.take(ctx, id)
-}
-
-// actor is an actor as the plugin sees it (alarms.Actor, alarms.Taken).
-type actor struct {
-	h                   *Host
-	id                  abi.ActorID
-	mu                  sync.Mutex
-	a                   *hostmod.Actor
-	uploaded, bucketHad bool
-}
-
-func (a *actor) key() string          { return "state/" + alarms.TimerKey(a.id) }
-func (a *actor) ID() abi.ActorID      { return a.id }
-func (a *actor) Generation() uint64   { return 1 }
-func (a *actor) HoldValid() bool      { return a.a != nil }
-func (a *actor) Uploaded() bool       { return a.uploaded }
-func (a *actor) BucketHadActor() bool { return a.bucketHad }
-
-func (a *actor) Read(ctx context.Context) (alarms.ActorState, error) {
-	return alarms.ReadHostmod(ctx, a.a)
-}
-func (a *actor) WriteMeta(ctx context.Context, k, v string) error {
-	return alarms.WriteHostmodMeta(ctx, a.a, k, v)
-}
-
-func (a *actor) Upload(ctx context.Context) error {
-	data, err := a.a.Snapshot(ctx)
-	if err == nil {
-		_, err = a.h.b.Put(ctx, a.key(), data, bucket.Cond{})
+	defer st.Close()
+	for i, a := range args {
+		if st.BindBlob(i+1, a) != nil {
+			return nil, false
+		}
 	}
-	a.uploaded = a.uploaded || err == nil
-	return err
-}
-
-// RunAlarm runs the alarm event and replicates it: the plugin PUTs the
-// entry for the alarm the event leaves before the event commits, records
-// it in the event's own transaction, and has Upload called once it did.
-func (a *actor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
-	return a.h.p.RunHostmodAlarm(ctx, a, a.a, alarms.AfterEvent)
-}
-
-func (a *actor) Release(ctx context.Context) { a.close(ctx) }
-
-func (a *actor) Done(context.Context, error) { a.mu.Unlock() }
-
-func (a *actor) close(ctx context.Context) {
-	if a.a != nil {
-		a.a.Close(ctx)
-		a.a = nil
+	if st.Step() {
+		return st.ColumnBlob(0, nil), true
 	}
+	return nil, st.Err() == nil && !strings.HasPrefix(sql, "SELECT")
 }

@@ -1,0 +1,122 @@
+package main
+
+// The glue that gives the host of host.go durable alarms: all of it is in
+// this file, besides the lines marked "alarms:" in host.go.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// alarmsGlue is the plugin and its loops: the timer, which delivers each
+// alarm when due, and the sweep of the bucket's index. As the plugin's
+// host (alarms.Host, alarms.Taker) it is one node.
+type alarmsGlue struct {
+	alarms.OneNode
+	h    *Host
+	p    *alarms.Plugin
+	b    bucket.Bucket
+	stop func() // ends the loops
+}
+
+// New starts a host running class (wasm) with its databases under dir, its
+// alarm index and replicas in b, sweeping tenants.
+func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, tenants []string, margin, sweep time.Duration, onDelivery func(alarms.Delivered)) (*Host, error) {
+	h, err := newHost(ctx, dir, class, wasm)
+	if err != nil {
+		return nil, err
+	}
+	g := &alarmsGlue{OneNode: alarms.OneNode{Name: "minihost"}, h: h, b: b}
+	g.p, err = alarms.Register(alarms.Config{Bucket: b, Host: g, Tenants: tenants, Timer: sweeper.NewTimer(hostmod.DefaultRetryMax),
+		Margin: margin, SweepPeriod: sweep, OnDelivery: onDelivery, Serves: func(c string) bool { return c == class }})
+	if err != nil {
+		h.rt.Close(ctx)
+		return nil, err
+	}
+	h.alarms, g.stop = g, g.p.Start(ctx, g)
+	return h, nil
+}
+
+// afterEvent replicates a committed event with the index in line around
+// the upload (or gives the actor up), and re-arms the timer.
+func (g *alarmsGlue) afterEvent(ctx context.Context, a *actor, ev *hostmod.Event) error {
+	if err := g.p.Replicate(ctx, a, alarms.AfterEvent); err != nil {
+		a.close(ctx)
+		return err
+	}
+	g.p.ArmEvent(a.id, ev.Result())
+	return nil
+}
+
+// opened gives the actor's connection its alarm table and notes whether
+// the bucket had the actor when the host opened it.
+func (g *alarmsGlue) opened(ctx context.Context, a *actor) (err error) {
+	if a.tbl, err = hostmod.NewTable(a.conn); err != nil {
+		return err
+	}
+	_, _, err = g.b.Get(ctx, a.key())
+	if a.bucketHad = err == nil; errors.Is(err, bucket.ErrNotFound) {
+		err = nil
+	}
+	return err
+}
+
+func (g *alarmsGlue) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, error) {
+	return g.h.take(ctx, id)
+}
+
+// The plugin's view of an actor (alarms.Actor, alarms.Taken): held by this
+// process for ever, generation 1.
+func (a *actor) key() string                                     { return "state/" + alarms.TimerKey(a.id) }
+func (a *actor) ID() abi.ActorID                                 { return a.id }
+func (a *actor) Generation() uint64                              { return 1 }
+func (a *actor) HoldValid() bool                                 { return a.conn != nil }
+func (a *actor) Uploaded() bool                                  { return a.uploaded }
+func (a *actor) BucketHadActor() bool                            { return a.bucketHad }
+func (a *actor) Read(context.Context) (alarms.ActorState, error) { return alarms.ReadTable(a.tbl) }
+func (a *actor) WriteMeta(_ context.Context, k, v string) error  { return a.tbl.SetMeta(k, v) }
+func (a *actor) Release(ctx context.Context)                     { a.close(ctx) }
+
+// Upload puts the committed database in the bucket: with a rollback
+// journal and no transaction open, the file is the committed state.
+func (a *actor) Upload(ctx context.Context) error {
+	data, err := os.ReadFile(a.path)
+	if err == nil {
+		_, err = a.h.alarms.b.Put(ctx, a.key(), data, bucket.Cond{})
+	}
+	a.uploaded = a.uploaded || err == nil
+	return err
+}
+
+// RunAlarm delivers the alarm on the host's own instance, with the
+// committed backoff, then replicates what the delivery committed.
+func (a *actor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
+	d, err := a.tbl.DeliverAlarm(ctx, a.id, a.onAlarm, hostmod.DeliverOptions{})
+	if err == nil && d.Ran {
+		err = a.h.alarms.p.Replicate(ctx, a, alarms.AfterEvent)
+	}
+	return d, err
+}
+
+// onAlarm calls on-alarm as the host calls any export: with the state of
+// its own imports in the context.
+func (a *actor) onAlarm(ctx context.Context, params ...uint64) ([]uint64, error) {
+	ctx = context.WithValue(ctx, callKey{}, &call{conn: a.conn})
+	return a.mod.ExportedFunction(abi.ExportOnAlarm).Call(ctx, params...)
+}
+
+// Done ends a delivery; an error means the plugin gave the actor up.
+func (a *actor) Done(ctx context.Context, err error) {
+	if err != nil {
+		a.close(ctx)
+	}
+	a.mu.Unlock()
+}
