@@ -18,7 +18,9 @@
 //     a seeded random rotation.
 //   - The loop ([Loop]) does the I/O: LIST calls through a [Lister], time
 //     through a [WaitClock], deliveries to a [Sink], live nodes from a
-//     [LiveNodes] provider.
+//     [LiveNodes] provider. It walks up to Config.Concurrency tenants at
+//     once (32 by default) and plans each tenant as its walk ends, one
+//     plan at a time.
 //
 // The walk and the planner take no clock, do no I/O and use no global
 // randomness, so the simulator runs them unchanged.

@@ -17,6 +17,11 @@ import (
 // DefaultPeriod is the default alarm_sweep: how often a node sweeps.
 const DefaultPeriod = 10 * time.Second
 
+// DefaultConcurrency is how many tenants' indexes a sweep lists at once by
+// default: with 20 ms a LIST, 10,000 tenants take about 6 s, within one
+// period.
+const DefaultConcurrency = 32
+
 // Lister lists keys of the bucket: up to limit keys under prefix that sort
 // after startAfter, in key order. It returns fewer than limit keys only at
 // the end of the listing.
@@ -83,6 +88,11 @@ type Config struct {
 	// Limits of a walk and a plan; zero takes the defaults.
 	Walk          WalkLimits
 	MaxDeliveries int
+	// Concurrency is how many tenants' indexes a sweep lists at once
+	// (zero takes DefaultConcurrency). Each tenant's walk is sequential;
+	// its plan is made, and offered to the sink, once its walk ends, one
+	// tenant at a time.
+	Concurrency int
 }
 
 // Stats counts what a loop did since it was made.
@@ -108,8 +118,10 @@ type Loop struct {
 	cfg Config
 	log hclog.Logger
 
-	mu      sync.Mutex // one sweep at a time: cursors, rand
-	cursors map[string]string
+	mu       sync.Mutex // one sweep at a time
+	planMu   sync.Mutex // one plan at a time: rand, the sink
+	cursorMu sync.Mutex
+	cursors  map[string]string
 
 	lastMu  sync.Mutex
 	lastAt  time.Time // when the latest sweep ended (Clock)
@@ -154,6 +166,9 @@ func New(cfg Config) (*Loop, error) {
 	cfg.Walk = cfg.Walk.withDefaults()
 	if cfg.MaxDeliveries <= 0 {
 		cfg.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -207,16 +222,31 @@ func (l *Loop) sweep(ctx context.Context) error {
 		l.setLast(err)
 		return err
 	}
-	var errs []error
-	for _, t := range tenants {
-		if ctx.Err() != nil {
-			errs = append(errs, ctx.Err())
-			break
-		}
-		if err := l.sweepTenant(ctx, t, live); err != nil {
-			errs = append(errs, err)
-		}
+	// Up to Concurrency workers take the tenants in order; a tenant's
+	// error goes in its slot, so the joined error lists them in order.
+	errs := make([]error, len(tenants))
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range min(l.cfg.Concurrency, len(tenants)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(tenants) {
+					return
+				}
+				if ctx.Err() != nil {
+					errs[i] = ctx.Err()
+					return
+				}
+				errs[i] = l.sweepTenant(ctx, tenants[i], live)
+			}
+		}()
 	}
+	wg.Wait()
 	err = errors.Join(errs...)
 	l.setLast(err)
 	return err
@@ -240,7 +270,7 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 	l.sweeps.Add(1)
 	now := l.cfg.Clock.Now()
 	cutoff := now.UnixMilli() - l.cfg.Margin.Milliseconds()
-	w := NewWalk(tenant, l.cursors[tenant], cutoff, l.cfg.Walk)
+	w := NewWalk(tenant, l.Cursor(tenant), cutoff, l.cfg.Walk)
 	var listErr error
 	for {
 		page, ok := w.Next()
@@ -257,7 +287,9 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 		w.Feed(keys)
 	}
 	res := w.Result()
+	l.cursorMu.Lock()
 	l.cursors[tenant] = res.Cursor
+	l.cursorMu.Unlock()
 	l.entries.Add(int64(len(res.Entries)))
 	if n := len(res.Malformed); n > 0 {
 		l.malformed.Add(int64(n))
@@ -269,6 +301,8 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 			"tenant", tenant, "read", res.Read, "error", listErr)
 	}
 
+	l.planMu.Lock()
+	defer l.planMu.Unlock()
 	plan := PlanSweep(PlanInput{
 		Entries:       res.Entries,
 		Now:           now,
@@ -299,8 +333,8 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 // Cursor returns where the next sweep of tenant's index starts ("" for the
 // beginning).
 func (l *Loop) Cursor(tenant string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.cursorMu.Lock()
+	defer l.cursorMu.Unlock()
 	return l.cursors[tenant]
 }
 
