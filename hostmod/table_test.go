@@ -24,7 +24,7 @@ import (
 // settings (a rollback journal, not the engine's WAL), with a table of its
 // own beside the alarm's.
 type ownHost struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	r    wazero.Runtime
 	mod  api.Module
@@ -34,7 +34,7 @@ type ownHost struct {
 	id   abi.ActorID
 }
 
-func newOwnHost(t *testing.T, path string) *ownHost {
+func newOwnHost(t testing.TB, path string) *ownHost {
 	t.Helper()
 	ctx := context.Background()
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
