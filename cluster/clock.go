@@ -88,6 +88,21 @@ func (c *FakeClock) Advance(d time.Duration) {
 	c.waiters = kept
 }
 
+// Waiting returns how many After channels wait to fire and the earliest
+// time one of them fires (the zero time when none waits): a test that runs
+// loops on the clock knows they are all idle when as many wait as there
+// are loops, and moves the time straight to the next event.
+func (c *FakeClock) Waiting() (n int, next time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.waiters {
+		if next.IsZero() || w.at.Before(next) {
+			next = w.at
+		}
+	}
+	return len(c.waiters), next
+}
+
 // Sleep advances the fake time by d at once. It has the signature of
 // bucket.Mem's Sleep hook, so a delayed request to an in-memory bucket
 // takes fake time; it fails only if ctx has already ended.

@@ -46,6 +46,9 @@ type ClusterConfig struct {
 	Tenants []string
 	// SweepPeriod is alarm_sweep (default 10 s).
 	SweepPeriod time.Duration
+	// SweepConcurrency is how many tenants' indexes a sweep lists at
+	// once (default sweeper.DefaultConcurrency, 32).
+	SweepConcurrency int
 	// FailoverWait is how long a client request waits, inside the node,
 	// for the actor to become reachable again when it is not: its holder
 	// does not answer (a connection to it cannot be made), or the node
@@ -768,6 +771,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		// docs/design.md#delivery: a failed delivery is tried again a
 		// lease period later.
 		RetryAfterError:         ttl,
+		SweepConcurrency:        c.SweepConcurrency,
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
 		Registerer:              n.cfg.Registerer,

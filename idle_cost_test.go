@@ -1,0 +1,146 @@
+package alarms_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// idleHost is a node of an idle cluster as the plugin sees it: the shared
+// fake clock, and the live nodes of its lease view.
+type idleHost struct {
+	clk *cluster.FakeClock
+	l   *cluster.Leases
+}
+
+func (h idleHost) Now() time.Time                         { return h.clk.Now() }
+func (h idleHost) After(d time.Duration) <-chan time.Time { return h.clk.After(d) }
+func (h idleHost) Self() string                           { return h.l.NodeID() }
+func (h idleHost) LiveNodes(context.Context) ([]string, error) {
+	var ids []string
+	for _, n := range h.l.Live() {
+		ids = append(ids, n.ID)
+	}
+	return ids, nil
+}
+
+// keysOnly hides a bucket's listing with ETags (bucket.InfoLister), as a
+// store whose listings carried none would.
+type keysOnly struct{ bucket.Bucket }
+
+// TestIdleClusterRequestsPerSweep pins what an idle cluster costs the
+// bucket: 3 nodes, 2 tenants each with an alarm due tomorrow, the design's
+// defaults (lease 10 s renewed and read every TTL/3, sweep 10 s), every
+// loop running on one fake clock. Per node and sweep period, exactly:
+//
+//   - 3 lease renewals (PUT) and 3 readings of the leases: one LIST of
+//     nodes/ each, whose ETags show the others renewed, and no GET;
+//   - one sweep: a delimited LIST that finds the tenants, one LIST per
+//     tenant.
+//
+// So 3 PUTs, 6 LISTs and no GET; on a bucket whose listings carry no ETags
+// the leases are read as before this change, with a GET of each other node
+// per reading: 6 GETs more.
+func TestIdleClusterRequestsPerSweep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(bucket.Bucket) bucket.Bucket
+		want bucket.Counts
+	}{
+		{"listing ETags", func(b bucket.Bucket) bucket.Bucket { return b }, bucket.Counts{Put: 3, List: 6, ListPages: 6}},
+		{"keys only", func(b bucket.Bucket) bucket.Bucket { return keysOnly{b} }, bucket.Counts{Put: 3, List: 6, ListPages: 6, Get: 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const nodes, sweeps = 3, 3
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			t0 := time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
+			clk := cluster.NewFakeClock(t0)
+			mem := bucket.NewMem()
+			for _, tenant := range []string{"t1", "t2"} {
+				id := abi.ActorID{Tenant: tenant, Class: "c", Name: "a"}
+				if _, err := mem.Put(ctx, swKey(id, t0.Add(24*time.Hour).UnixMilli()), nil, bucket.Cond{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var counters []*bucket.Counting
+			var leases []*cluster.Leases
+			done := make(chan struct{})
+			for i := range nodes {
+				cb := bucket.NewCounting(tc.wrap(mem))
+				id := fmt.Sprintf("node-%d", i)
+				l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: cb, NodeID: id, Addr: id, Clock: clk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				leases = append(leases, l)
+				p, err := alarms.Register(alarms.Config{Bucket: cb, Host: idleHost{clk, l}, Timer: sweeper.NewTimer(swRetryMax),
+					Margin: cluster.DefaultTTL + cluster.DefaultGrace, RetryMax: swRetryMax})
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { p.RunSweeps(ctx); done <- struct{}{} }()
+				counters = append(counters, cb)
+			}
+			defer func() {
+				cancel()
+				for range nodes {
+					<-done
+				}
+				for _, l := range leases {
+					l.Kill()
+				}
+			}()
+			// Every node renews, reads the leases and sweeps, each on a loop
+			// of its own that waits on the clock: idle when all 3n wait.
+			idle := func() time.Time {
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					n, next := clk.Waiting()
+					if n == 3*nodes {
+						return next
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%d of %d loops wait on the clock", n, 3*nodes)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			runUntil := func(end time.Time) {
+				for next := idle(); !next.After(end); next = idle() {
+					clk.Advance(next.Sub(clk.Now()))
+				}
+			}
+			// Warm up: every node has seen every other (a GET each), and
+			// the lease periods (TTL/3) run on from t0.
+			from := t0.Add(2 * sweeper.DefaultPeriod)
+			runUntil(from)
+			for _, c := range counters {
+				c.Reset()
+			}
+			// Sweeps at 30, 40, 50 s; renewals and readings at 7P..15P (P
+			// = TTL/3, 15P <= 50 s < 16P).
+			runUntil(from.Add(sweeps * sweeper.DefaultPeriod))
+			for i, c := range counters {
+				got := c.Counts()
+				per := bucket.Counts{Get: got.Get / sweeps, Put: got.Put / sweeps, Delete: got.Delete / sweeps, List: got.List / sweeps,
+					ListPages: got.ListPages / sweeps, DeleteBatch: got.DeleteBatch / sweeps, BatchKeys: got.BatchKeys / sweeps}
+				if per != tc.want || got.Get%sweeps+got.Put%sweeps+got.List%sweeps != 0 {
+					t.Errorf("node-%d over %d sweep periods: %+v; per period %+v, want %+v", i, sweeps, got, per, tc.want)
+				}
+			}
+			for _, l := range leases {
+				if live := l.Live(); len(live) != nodes {
+					t.Errorf("%s sees %d live nodes, want %d", l.NodeID(), len(live), nodes)
+				}
+			}
+		})
+	}
+}
