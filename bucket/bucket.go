@@ -1,8 +1,11 @@
-// Package bucket is the object-store client shared by the alarm index and the
-// reference cluster host: a small Bucket interface with conditional PUTs and
-// ordered listings, an S3 implementation over aws-sdk-go-v2, an in-memory
-// implementation with deterministic fault injection for unit tests and the
-// simulator, and a Counting wrapper that counts requests exactly.
+// Package bucket is the object-store interface shared by the alarm index and
+// the reference cluster host: a small Bucket interface with conditional PUTs
+// and ordered listings, an in-memory implementation with deterministic fault
+// injection for unit tests and the simulator, a Counting wrapper that counts
+// requests exactly, and a Prefixed view under a key prefix. The S3
+// implementation, over aws-sdk-go-v2, is package bucket/s3: this package
+// does not depend on the AWS SDK, so neither do the packages that only need
+// the interface.
 //
 // Both implementations follow S3's rules: keys list in byte order, a PUT with
 // If-None-Match: * fails if the key exists, a PUT with If-Match fails unless
@@ -40,7 +43,9 @@ type Cond struct {
 	IfMatch string
 }
 
-func (c Cond) validate() error {
+// Validate returns an error if the condition is not valid (both fields
+// set). Bucket implementations check it before they send a PUT.
+func (c Cond) Validate() error {
 	if c.IfNoneMatch && c.IfMatch != "" {
 		return errors.New("a condition cannot have both IfNoneMatch and IfMatch")
 	}
@@ -158,13 +163,22 @@ func (e *BatchError) Error() string {
 	return fmt.Sprintf("bucket %q: %s: %d keys not deleted, such as %q: %v", e.Bucket, OpDeleteBatch, len(e.Failed), first, e.Failed[first])
 }
 
-// pager is implemented by buckets that report how many LIST pages a List
-// call sent; Counting uses it to count pages exactly under concurrency.
-type pager interface {
-	listPaged(ctx context.Context, prefix, startAfter string, limit int) (keys []string, pages int, err error)
+// PagedLister is implemented by buckets that report how many LIST requests
+// (pages) each List and ListFolders call sent: Mem, Counting, Prefixed and
+// the S3 client of package bucket/s3. Counting uses it to count pages
+// exactly under concurrency; a bucket without it counts as one page a call.
+type PagedLister interface {
+	// ListPaged is List that also returns how many LIST requests it sent.
+	ListPaged(ctx context.Context, prefix, startAfter string, limit int) (keys []string, pages int, err error)
+	// ListFoldersPaged is ListFolders that also returns how many LIST
+	// requests it sent.
+	ListFoldersPaged(ctx context.Context, prefix string, limit int) (folders []string, pages int, err error)
 }
 
-func checkLimit(limit int) error {
+// CheckLimit returns an error if limit is not a valid List or ListFolders
+// limit (at least 1). Bucket implementations check it before they send a
+// LIST.
+func CheckLimit(limit int) error {
 	if limit < 1 {
 		return fmt.Errorf("list limit %d: must be at least 1", limit)
 	}

@@ -15,8 +15,9 @@ type Counts struct {
 	// they carried.
 	DeleteBatch, BatchKeys int64
 	// ListPages counts the LIST requests those List calls sent, as reported
-	// by the wrapped bucket (S3, Mem and Counting report it; any other
-	// bucket counts as one page per List call).
+	// by the wrapped bucket (see PagedLister: Mem, Counting, Prefixed and
+	// the S3 client of package bucket/s3 report it; any other bucket counts
+	// as one page per List call).
 	ListPages int64
 }
 
@@ -86,19 +87,21 @@ func (c *Counting) DeleteBatch(ctx context.Context, keys []string) ([]string, er
 
 // List counts one LIST call and the pages it sent, and forwards the call.
 func (c *Counting) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
-	keys, _, err := c.listPaged(ctx, prefix, startAfter, limit)
+	keys, _, err := c.ListPaged(ctx, prefix, startAfter, limit)
 	return keys, err
 }
 
-func (c *Counting) listPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
+// ListPaged is List that also returns how many LIST requests the wrapped
+// bucket sent (one if it does not say); see PagedLister.
+func (c *Counting) ListPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
 	c.list.Add(1)
 	var (
 		keys  []string
 		pages int
 		err   error
 	)
-	if p, ok := c.inner.(pager); ok {
-		keys, pages, err = p.listPaged(ctx, prefix, startAfter, limit)
+	if p, ok := c.inner.(PagedLister); ok {
+		keys, pages, err = p.ListPaged(ctx, prefix, startAfter, limit)
 	} else {
 		keys, err = c.inner.List(ctx, prefix, startAfter, limit)
 		pages = 1

@@ -118,6 +118,21 @@ func (m *Mem) fail(op Op, err error) error {
 	return &OpError{Bucket: "mem", Op: op.Kind, Key: key, Attempts: 1, Err: err}
 }
 
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // admit runs the fault hook for op. It returns held=true if the operation was
 // held as late, and a non-nil error if the request fails to its caller.
 func (m *Mem) admit(ctx context.Context, op Op) (held bool, err error) {
@@ -170,7 +185,7 @@ func (m *Mem) Get(ctx context.Context, key string) ([]byte, string, error) {
 // Put stores body under key if cond holds.
 func (m *Mem) Put(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
 	op := m.nextOp(Op{Kind: OpPut, Key: key, Body: slices.Clone(body), Cond: cond})
-	if err := cond.validate(); err != nil {
+	if err := cond.Validate(); err != nil {
 		return "", m.fail(op, err)
 	}
 	if _, err := m.admit(ctx, op); err != nil {
@@ -293,13 +308,15 @@ func unquote(etag string) string {
 // It reads pages of at most MaxPage keys, as S3 does, and counts them (see
 // ListPagesSent).
 func (m *Mem) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
-	keys, _, err := m.listPaged(ctx, prefix, startAfter, limit)
+	keys, _, err := m.ListPaged(ctx, prefix, startAfter, limit)
 	return keys, err
 }
 
-func (m *Mem) listPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
+// ListPaged is List that also returns how many LIST requests (pages) it
+// sent; see PagedLister.
+func (m *Mem) ListPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
 	op := m.nextOp(Op{Kind: OpList, Prefix: prefix, StartAfter: startAfter, Limit: limit})
-	if err := checkLimit(limit); err != nil {
+	if err := CheckLimit(limit); err != nil {
 		return nil, 0, m.fail(op, err)
 	}
 	var out []string

@@ -57,11 +57,13 @@ func (p *Prefixed) DeleteBatch(ctx context.Context, keys []string) ([]string, er
 
 // List lists under prefix+sub and cuts the prefix off the keys.
 func (p *Prefixed) List(ctx context.Context, sub, startAfter string, limit int) ([]string, error) {
-	keys, _, err := p.listPaged(ctx, sub, startAfter, limit)
+	keys, _, err := p.ListPaged(ctx, sub, startAfter, limit)
 	return keys, err
 }
 
-func (p *Prefixed) listPaged(ctx context.Context, sub, startAfter string, limit int) ([]string, int, error) {
+// ListPaged is List that also returns how many LIST requests the wrapped
+// bucket sent (one if it does not say); see PagedLister.
+func (p *Prefixed) ListPaged(ctx context.Context, sub, startAfter string, limit int) ([]string, int, error) {
 	after := ""
 	if startAfter != "" {
 		after = p.prefix + startAfter
@@ -71,8 +73,8 @@ func (p *Prefixed) listPaged(ctx context.Context, sub, startAfter string, limit 
 		pages = 1
 		err   error
 	)
-	if pg, ok := p.inner.(pager); ok {
-		keys, pages, err = pg.listPaged(ctx, p.prefix+sub, after, limit)
+	if pg, ok := p.inner.(PagedLister); ok {
+		keys, pages, err = pg.ListPaged(ctx, p.prefix+sub, after, limit)
 	} else {
 		keys, err = p.inner.List(ctx, p.prefix+sub, after, limit)
 	}
@@ -81,18 +83,20 @@ func (p *Prefixed) listPaged(ctx context.Context, sub, startAfter string, limit 
 
 // ListFolders lists the folders under prefix+sub and cuts the prefix off.
 func (p *Prefixed) ListFolders(ctx context.Context, sub string, limit int) ([]string, error) {
-	f, _, err := p.listFoldersPaged(ctx, sub, limit)
+	f, _, err := p.ListFoldersPaged(ctx, sub, limit)
 	return f, err
 }
 
-func (p *Prefixed) listFoldersPaged(ctx context.Context, sub string, limit int) ([]string, int, error) {
+// ListFoldersPaged is ListFolders that also returns how many LIST requests
+// the wrapped bucket sent (one if it does not say); see PagedLister.
+func (p *Prefixed) ListFoldersPaged(ctx context.Context, sub string, limit int) ([]string, int, error) {
 	var (
 		folders []string
 		pages   = 1
 		err     error
 	)
-	if fp, ok := p.inner.(folderPager); ok {
-		folders, pages, err = fp.listFoldersPaged(ctx, p.prefix+sub, limit)
+	if fp, ok := p.inner.(PagedLister); ok {
+		folders, pages, err = fp.ListFoldersPaged(ctx, p.prefix+sub, limit)
 	} else {
 		folders, err = p.inner.ListFolders(ctx, p.prefix+sub, limit)
 	}

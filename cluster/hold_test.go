@@ -11,6 +11,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
@@ -419,7 +420,7 @@ func TestHoldRequestCounts(t *testing.T) {
 func TestRetriedAcquireThatLanded(t *testing.T) {
 	srv := s3test.Start(t)
 	p := s3test.NewProxy(t, srv.Endpoint)
-	b := srv.NewClient(t, bucket.WithEndpoint(p.URL))
+	b := srv.NewClient(t, s3.WithEndpoint(p.URL))
 	clk := cluster.NewFakeClock(t0)
 	a, o := startNode(t, b, clk, "a"), startNode(t, srv.Bucket, clk, "o")
 	p.FailNext("PUT", 1, s3test.DropAfterForward)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
@@ -526,7 +527,7 @@ func TestRequestCounts(t *testing.T) {
 func TestRetriedRenewalThatLanded(t *testing.T) {
 	srv := s3test.Start(t)
 	p := s3test.NewProxy(t, srv.Endpoint)
-	b := srv.NewClient(t, bucket.WithEndpoint(p.URL))
+	b := srv.NewClient(t, s3.WithEndpoint(p.URL))
 	ctx := context.Background()
 	clk := cluster.NewFakeClock(t0)
 	a := startManual(t, b, clk, "a")

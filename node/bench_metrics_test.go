@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -47,9 +47,9 @@ func BenchmarkMetricsCost(b *testing.B) {
 				actors := 200
 				if mode == "replicated" {
 					actors = 8
-					var opts []bucket.S3Option
+					var opts []s3.Option
 					if on {
-						opts = append(opts, bucket.WithRegisterer(reg))
+						opts = append(opts, s3.WithRegisterer(reg))
 					}
 					cfg.Cluster = &node.ClusterConfig{
 						Bucket: srv.NewClient(b, opts...), NodeID: "bench", Addr: "bench.invalid:1",

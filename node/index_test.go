@@ -28,6 +28,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -892,8 +893,8 @@ func TestAFailedIndexPutGivesTheActorUp(t *testing.T) {
 		spy.noViolations(t)
 	}
 	ixWithFailingIndexPut(t, run, func(t *testing.T, proxy *s3test.Proxy) {
-		if n := proxy.Count("PUT"); n != 1+bucket.DefaultMaxAttempts {
-			t.Errorf("the proxy saw %d PUTs, want %d: one listing, then a failed one with its retries", n, 1+bucket.DefaultMaxAttempts)
+		if n := proxy.Count("PUT"); n != 1+s3.DefaultMaxAttempts {
+			t.Errorf("the proxy saw %d PUTs, want %d: one listing, then a failed one with its retries", n, 1+s3.DefaultMaxAttempts)
 		}
 	})
 }
@@ -920,8 +921,8 @@ func ixWithFailingIndexPut(t *testing.T, run func(t *testing.T, b bucket.Bucket,
 		proxy := s3test.NewProxy(t, srv.Endpoint)
 		// Index requests go through the proxy, the rest directly, so a
 		// failure aimed at PUTs hits only the index.
-		b := ixSplit{Bucket: srv.Bucket, index: srv.NewClient(t, bucket.WithEndpoint(proxy.URL))}
-		run(t, b, func() { proxy.FailNext("PUT", bucket.DefaultMaxAttempts, s3test.Respond503) })
+		b := ixSplit{Bucket: srv.Bucket, index: srv.NewClient(t, s3.WithEndpoint(proxy.URL))}
+		run(t, b, func() { proxy.FailNext("PUT", s3.DefaultMaxAttempts, s3test.Respond503) })
 		if afterS3 != nil {
 			afterS3(t, proxy)
 		}
@@ -1028,7 +1029,7 @@ func TestAListingWhoseReplyWasLostIsRetriedAsTheSameEntry(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
 	proxy := s3test.NewProxy(t, srv.Endpoint)
-	b := ixSplit{Bucket: srv.Bucket, index: srv.NewClient(t, bucket.WithEndpoint(proxy.URL))}
+	b := ixSplit{Bucket: srv.Bucket, index: srv.NewClient(t, s3.WithEndpoint(proxy.URL))}
 	spy := newIxSpy(t, b)
 	id := ixOneshot("lostreply")
 	t1 := time.Now().Add(time.Hour).UnixMilli()

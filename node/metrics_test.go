@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -62,7 +62,7 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	srv := s3test.Start(t)
-	b := srv.NewClient(t, bucket.WithRegisterer(reg))
+	b := srv.NewClient(t, s3.WithRegisterer(reg))
 	var fired atomic.Int64
 	n, err := node.New(ctx, node.Config{
 		DataDir: t.TempDir(), Classes: map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")},

@@ -87,7 +87,7 @@ type Config struct {
 	Security Security
 	// Registerer, if set, is where the node, its engine and its alarm
 	// plugin register their metrics (nil: none). The bucket's S3 metrics
-	// come from the bucket's own option (bucket.WithRegisterer). Serve
+	// come from the bucket's own option (s3.WithRegisterer). Serve
 	// them with MetricsHandler.
 	Registerer prometheus.Registerer
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/inspect"
 )
 
@@ -95,7 +96,7 @@ type opener func(ctx context.Context, name string) (bucket.Bucket, error)
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	open := func(ctx context.Context, name string) (bucket.Bucket, error) { return bucket.NewS3(ctx, name) }
+	open := func(ctx context.Context, name string) (bucket.Bucket, error) { return s3.New(ctx, name) }
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, open))
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -212,13 +213,13 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 		MaxInstances:     maxInsts,
 		EngineOptions:    engineOpts,
 	}
-	var s3opts []bucket.S3Option
+	var s3opts []s3.Option
 	if reg != nil {
 		cfg.Registerer = reg
-		s3opts = append(s3opts, bucket.WithRegisterer(reg))
+		s3opts = append(s3opts, s3.WithRegisterer(reg))
 	}
 	if bucketName != "" {
-		b, err := bucket.NewS3(ctx, bucketName, s3opts...)
+		b, err := s3.New(ctx, bucketName, s3opts...)
 		if err != nil {
 			return err
 		}
@@ -271,7 +272,7 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 // asked to (-create-bucket). A node never creates a bucket unasked: a
 // mistyped -bucket would otherwise start a second, empty cluster beside
 // the real one.
-func openBucket(ctx context.Context, b *bucket.S3, create bool) error {
+func openBucket(ctx context.Context, b *s3.Bucket, create bool) error {
 	if create {
 		if err := b.EnsureBucket(ctx); err != nil {
 			return fmt.Errorf("bucket %s at %s: creating it: %w", b.Name(), b.Endpoint(), err)

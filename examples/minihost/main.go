@@ -11,6 +11,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 )
 
 // main serves POST /<tenant>/<name> as a request event on that actor of
@@ -29,7 +30,7 @@ func main() {
 	}
 	var b bucket.Bucket = bucket.NewMem()
 	if *bucketName != "" {
-		if b, err = bucket.NewS3(ctx, *bucketName); err != nil {
+		if b, err = s3.New(ctx, *bucketName); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -20,7 +20,7 @@ const (
 
 // Proxy is a reverse proxy on 127.0.0.1 in front of an S3 server that can
 // fail, delay and hold back requests (a faultproxy.Proxy). Point a client
-// at URL with bucket.WithEndpoint; the proxy keeps the Host header so
+// at URL with s3.WithEndpoint; the proxy keeps the Host header so
 // SigV4 signatures stay valid.
 type Proxy struct {
 	*faultproxy.Proxy

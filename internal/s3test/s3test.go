@@ -23,10 +23,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 )
 
@@ -34,7 +35,7 @@ import (
 // what is needed to build more clients on it.
 type Server struct {
 	// Bucket is a client on the test's own, fresh bucket.
-	Bucket *bucket.S3
+	Bucket *s3.Bucket
 	// Name is the bucket's name.
 	Name string
 	// Endpoint is the server's URL.
@@ -45,15 +46,15 @@ type Server struct {
 	AccessKey, SecretKey string
 	// Options reach the server (endpoint, credentials, region) and keep
 	// retry pauses short for tests. NewClient starts from them.
-	Options []bucket.S3Option
+	Options []s3.Option
 }
 
 // NewClient returns another client on the test's bucket: Options followed by
 // opts (so opts win; point WithEndpoint at a Proxy to put faults in between).
-func (s *Server) NewClient(tb testing.TB, opts ...bucket.S3Option) *bucket.S3 {
+func (s *Server) NewClient(tb testing.TB, opts ...s3.Option) *s3.Bucket {
 	tb.Helper()
-	all := append(append([]bucket.S3Option{}, s.Options...), opts...)
-	b, err := bucket.NewS3(context.Background(), s.Name, all...)
+	all := append(append([]s3.Option{}, s.Options...), opts...)
+	b, err := s3.New(context.Background(), s.Name, all...)
 	if err != nil {
 		tb.Fatalf("s3test: client for bucket %q: %v", s.Name, err)
 	}
@@ -67,7 +68,7 @@ const testBackoff = 50 * time.Millisecond
 // shared is the one server of the test process.
 type shared struct {
 	endpoint string
-	options  []bucket.S3Option
+	options  []s3.Option
 	external bool                   // from AWS_ENDPOINT_URL
 	gw       *clusterproc.Versitygw // the local server, when not external
 	dir      string
@@ -188,7 +189,7 @@ func startShared() (*shared, error) {
 		// The environment holds the credentials and region.
 		return &shared{
 			endpoint: ep,
-			options:  []bucket.S3Option{bucket.WithRetryMaxBackoff(testBackoff)},
+			options:  []s3.Option{s3.WithRetryMaxBackoff(testBackoff)},
 			external: true,
 		}, nil
 	}
@@ -212,12 +213,12 @@ func startShared() (*shared, error) {
 }
 
 // localOptions reach a versitygw this package started.
-func localOptions(gw *clusterproc.Versitygw) []bucket.S3Option {
-	return []bucket.S3Option{
-		bucket.WithEndpoint(gw.Endpoint),
-		bucket.WithCredentials(gw.AccessKey, gw.SecretKey),
-		bucket.WithRegion(bucket.DefaultRegion),
-		bucket.WithRetryMaxBackoff(testBackoff),
+func localOptions(gw *clusterproc.Versitygw) []s3.Option {
+	return []s3.Option{
+		s3.WithEndpoint(gw.Endpoint),
+		s3.WithCredentials(gw.AccessKey, gw.SecretKey),
+		s3.WithRegion(s3.DefaultRegion),
+		s3.WithRetryMaxBackoff(testBackoff),
 	}
 }
 
@@ -230,7 +231,7 @@ func (s *shared) gwExited() <-chan struct{} {
 }
 
 // removeBucket empties and deletes a test bucket on an external server.
-func removeBucket(tb testing.TB, b *bucket.S3) {
+func removeBucket(tb testing.TB, b *s3.Bucket) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := b.Client()
@@ -248,14 +249,14 @@ func removeBucket(tb testing.TB, b *bucket.S3) {
 		for i := range keys {
 			ids[i] = types.ObjectIdentifier{Key: aws.String(keys[i])}
 		}
-		if _, err := c.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+		if _, err := c.DeleteObjects(ctx, &awss3.DeleteObjectsInput{
 			Bucket: aws.String(name), Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
 		}); err != nil {
 			tb.Logf("s3test: emptying bucket %q: %v", name, err)
 			return
 		}
 	}
-	if _, err := c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(name)}); err != nil {
+	if _, err := c.DeleteBucket(ctx, &awss3.DeleteBucketInput{Bucket: aws.String(name)}); err != nil {
 		tb.Logf("s3test: removing bucket %q: %v", name, err)
 	}
 }

@@ -1,4 +1,4 @@
-package bucket
+package s3
 
 import (
 	"context"
@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/encoding/httpbinding"
+
+	"github.com/wasmkeep/alarms/bucket"
 )
 
 // captureDoer records the requests sent through it and answers each with
@@ -81,11 +83,11 @@ func TestLeanPutAddressesAsTheSDK(t *testing.T) {
 		{"custom-endpoint-with-path", "my-bucket", "http://127.0.0.1:9000/store/", "127.0.0.1:9000"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			opts := []S3Option{WithRegion("eu-west-1"), WithCredentials("AKID", "SECRET")}
+			opts := []Option{WithRegion("eu-west-1"), WithCredentials("AKID", "SECRET")}
 			if c.endpoint != "" {
 				opts = append(opts, WithEndpoint(c.endpoint))
 			}
-			b, err := NewS3(ctx, c.bucket, opts...)
+			b, err := New(ctx, c.bucket, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,13 +101,13 @@ func TestLeanPutAddressesAsTheSDK(t *testing.T) {
 			}
 			for _, key := range keys {
 				body := []byte("body")
-				if _, err := b.client.PutObject(ctx, &s3.PutObjectInput{
+				if _, err := b.client.PutObject(ctx, &awss3.PutObjectInput{
 					Bucket: aws.String(c.bucket), Key: aws.String(key), Body: strings.NewReader("body"),
 					ContentLength: aws.Int64(4), IfNoneMatch: aws.String("*"),
-				}, func(o *s3.Options) { o.HTTPClient = sdkCap }); err != nil {
+				}, func(o *awss3.Options) { o.HTTPClient = sdkCap }); err != nil {
 					t.Fatalf("SDK PUT %q: %v", key, err)
 				}
-				if _, err := lean.put(ctx, key, body, Cond{IfNoneMatch: true}); err != nil {
+				if _, err := lean.put(ctx, key, body, bucket.Cond{IfNoneMatch: true}); err != nil {
 					t.Fatalf("lean PUT %q: %v", key, err)
 				}
 				s, l := sdkCap.last(t), leanCap.last(t)

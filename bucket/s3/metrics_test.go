@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
@@ -33,7 +34,7 @@ func TestS3MetricsCountEachOperationByResult(t *testing.T) {
 	srv := s3test.Start(t)
 	proxy := s3test.NewProxy(t, srv.Endpoint)
 	reg := prometheus.NewRegistry()
-	b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL), bucket.WithMaxAttempts(3), bucket.WithRegisterer(reg))
+	b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3), s3.WithRegisterer(reg))
 
 	if _, err := b.Put(ctx(t), "k", []byte("v"), bucket.Cond{IfNoneMatch: true}); err != nil {
 		t.Fatal(err)
@@ -72,14 +73,14 @@ func TestS3MetricsCountEachOperationByResult(t *testing.T) {
 		op, result string
 		want       float64
 	}{
-		{"PutObject", bucket.ResultOK, 2},
-		{"PutObject", bucket.ResultPreconditionFailed, 1},
-		{"GetObject", bucket.ResultOK, 1},
-		{"GetObject", bucket.ResultNotFound, 1},
-		{"GetObject", bucket.ResultServerError, 1},
-		{"ListObjectsV2", bucket.ResultOK, 1},
-		{"DeleteObjects", bucket.ResultOK, 1},
-		{"DeleteObject", bucket.ResultOK, 1},
+		{"PutObject", s3.ResultOK, 2},
+		{"PutObject", s3.ResultPreconditionFailed, 1},
+		{"GetObject", s3.ResultOK, 1},
+		{"GetObject", s3.ResultNotFound, 1},
+		{"GetObject", s3.ResultServerError, 1},
+		{"ListObjectsV2", s3.ResultOK, 1},
+		{"DeleteObjects", s3.ResultOK, 1},
+		{"DeleteObject", s3.ResultOK, 1},
 	} {
 		if got := s3Requests(reg, c.op, c.result); got != c.want {
 			t.Errorf("wasmkeep_s3_requests_total{operation=%q,result=%q} = %v, want %v", c.op, c.result, got, c.want)
@@ -107,15 +108,15 @@ func TestS3MetricsCountEachOperationByResult(t *testing.T) {
 func TestS3MetricsSharedRegistryAndNone(t *testing.T) {
 	srv := s3test.Start(t)
 	reg := prometheus.NewRegistry()
-	a := srv.NewClient(t, bucket.WithRegisterer(reg))
-	b := srv.NewClient(t, bucket.WithRegisterer(reg))
+	a := srv.NewClient(t, s3.WithRegisterer(reg))
+	b := srv.NewClient(t, s3.WithRegisterer(reg))
 	plain := srv.NewClient(t)
-	for _, c := range []*bucket.S3{a, b, plain} {
+	for _, c := range []*s3.Bucket{a, b, plain} {
 		if _, err := c.Put(ctx(t), "k", nil, bucket.Cond{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := s3Requests(reg, "PutObject", bucket.ResultOK); got != 2 {
+	if got := s3Requests(reg, "PutObject", s3.ResultOK); got != 2 {
 		t.Fatalf("PutObject ok = %v, want 2 (the two clients on the registry)", got)
 	}
 }

@@ -1,4 +1,4 @@
-package bucket
+package s3
 
 import (
 	"bytes"
@@ -89,8 +89,8 @@ type deleteResult struct {
 }
 
 // deleteBatch sends one quiet DeleteObjects request for keys (at most
-// MaxDeleteBatch, each leanDeletable) with the SDK's retries and returns
-// the answer's per-key errors; an error ends as the SDK's DeleteObjects
+// bucket.MaxDeleteBatch, each leanDeletable) with the SDK's retries and
+// returns the answer's per-key errors; an error ends as the SDK's DeleteObjects
 // would for the same answers.
 func (l *leanPut) deleteBatch(ctx context.Context, keys []string) (deleteResult, error) {
 	start := time.Now()

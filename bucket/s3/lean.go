@@ -1,4 +1,4 @@
-package bucket
+package s3
 
 import (
 	"bytes"
@@ -20,11 +20,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyauth "github.com/aws/smithy-go/auth"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmkeep/alarms/bucket"
 )
 
 // leanPut sends PutObject requests (and DeleteObjects ones: leandelete.go)
@@ -82,7 +84,7 @@ type leanMetrics struct {
 
 const putObject = "PutObject"
 
-// newLeanPut prepares the lean path for client's PUTs into bucket, or
+// newLeanPut prepares the lean path for client's PUTs into bucketName, or
 // returns nil (the SDK path then serves every PUT) when the client is
 // configured in a way it does not cover: an endpoint whose auth scheme is
 // not SigV4 (SigV4a multi-region access points, S3 Express), no
@@ -91,7 +93,7 @@ const putObject = "PutObject"
 // TLS configuration and idle timeout, each attempt bounded by timeout,
 // unless tr sends requests to the endpoint through a proxy; without it,
 // or then, through hc.
-func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDoer, m *s3Metrics,
+func newLeanPut(ctx context.Context, client *awss3.Client, bucketName string, hc httpDoer, m *s3Metrics,
 	tr *http.Transport, timeout time.Duration, maxIdle int) (*leanPut, error) {
 	o := client.Options()
 	if o.Credentials == nil {
@@ -105,8 +107,8 @@ func newLeanPut(ctx context.Context, client *s3.Client, bucket string, hc httpDo
 	}
 	// The parameters the SDK binds for PutObject (bindEndpointParams); the
 	// key is not among those the rules read (see endpointCache).
-	p := s3.EndpointParameters{
-		Bucket:                         aws.String(bucket),
+	p := awss3.EndpointParameters{
+		Bucket:                         aws.String(bucketName),
 		Region:                         aws.String(o.Region),
 		UseFIPS:                        aws.Bool(o.EndpointOptions.UseFIPSEndpoint == aws.FIPSEndpointStateEnabled),
 		UseDualStack:                   aws.Bool(o.EndpointOptions.UseDualStackEndpoint == aws.DualStackEndpointStateEnabled),
@@ -201,7 +203,7 @@ func keepInPath(c byte) bool {
 // put stores body under key if cond holds and returns the ETag, with the
 // SDK's retries: it ends in the errors the SDK's PutObject returns for the
 // same answers, so classify and the metrics read them alike.
-func (l *leanPut) put(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
+func (l *leanPut) put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
 	start := time.Now()
 	etag, err := l.attempts(ctx, key, body, cond)
 	if err != nil {
@@ -226,7 +228,7 @@ const unsignedPayloadHash = "UNSIGNED-PAYLOAD"
 const emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // attempts is one PUT with the SDK's retries.
-func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
+func (l *leanPut) attempts(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
 	if err := validHeaderValue(cond.IfMatch); err != nil {
 		return "", fmt.Errorf("If-Match %q: %w", cond.IfMatch, err)
 	}
@@ -343,7 +345,7 @@ func retryAfter(backoff time.Duration, err error) time.Duration {
 // The body is read from the caller's slice, never copied (but into one
 // TLS record with the head when it is small); each attempt gets a fresh
 // signature.
-func (l *leanPut) send(ctx context.Context, key, rawPath string, body []byte, cond Cond, hash string) (string, error) {
+func (l *leanPut) send(ctx context.Context, key, rawPath string, body []byte, cond bucket.Cond, hash string) (string, error) {
 	if l.metrics != nil {
 		l.metrics.attempts.Inc()
 	}

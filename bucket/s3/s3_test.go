@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"context"
@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -42,9 +43,9 @@ func attempts(t *testing.T, err error) int {
 func TestS3UnreachableIsABoundedError(t *testing.T) {
 	guard, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := bucket.NewS3(guard, "unreachable",
-		bucket.WithEndpoint(closedEndpoint(t)), bucket.WithCredentials("k", "s"),
-		bucket.WithMaxAttempts(3), bucket.WithRetryMaxBackoff(10*time.Millisecond))
+	b, err := s3.New(guard, "unreachable",
+		s3.WithEndpoint(closedEndpoint(t)), s3.WithCredentials("k", "s"),
+		s3.WithMaxAttempts(3), s3.WithRetryMaxBackoff(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestS3UnreachableIsABoundedError(t *testing.T) {
 func TestS3Retries503WithinTheBound(t *testing.T) {
 	srv := s3test.Start(t)
 	proxy := s3test.NewProxy(t, srv.Endpoint)
-	b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL), bucket.WithMaxAttempts(3))
+	b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3))
 
 	proxy.FailNext("PUT", 2, s3test.Respond503)
 	if _, err := b.Put(ctx(t), "k", []byte("v1"), bucket.Cond{IfNoneMatch: true}); err != nil {
@@ -117,7 +118,7 @@ func TestS3Retries503WithinTheBound(t *testing.T) {
 func TestS3RetriedConditionalPutReportsItsAttempts(t *testing.T) {
 	srv := s3test.Start(t)
 	proxy := s3test.NewProxy(t, srv.Endpoint)
-	b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL), bucket.WithMaxAttempts(3))
+	b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3))
 
 	// The first attempt lands but its reply is lost; the retry then finds
 	// the key taken. The caller cannot tell this from losing a race, except
@@ -138,8 +139,8 @@ func TestS3RetriedConditionalPutReportsItsAttempts(t *testing.T) {
 func TestS3RequestTimeoutIsRetriedThenReported(t *testing.T) {
 	srv := s3test.Start(t)
 	proxy := s3test.NewProxy(t, srv.Endpoint)
-	b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL),
-		bucket.WithMaxAttempts(2), bucket.WithRequestTimeout(200*time.Millisecond))
+	b := srv.NewClient(t, s3.WithEndpoint(proxy.URL),
+		s3.WithMaxAttempts(2), s3.WithRequestTimeout(200*time.Millisecond))
 	mustPut(t, srv.Bucket, "slow", []byte("x"), bucket.Cond{})
 
 	proxy.SetDelay("GET", time.Minute)
@@ -166,7 +167,7 @@ func TestS3RequestTimeoutIsRetriedThenReported(t *testing.T) {
 func TestS3ListPagesReachTheServer(t *testing.T) {
 	srv := s3test.Start(t)
 	proxy := s3test.NewProxy(t, srv.Endpoint)
-	b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL))
+	b := srv.NewClient(t, s3.WithEndpoint(proxy.URL))
 	keys := make([]string, 2001)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("alarms/t/%015d", i)
@@ -196,12 +197,12 @@ func TestS3ConfigFromEnvironment(t *testing.T) {
 		t.Setenv("AWS_REGION", "")
 		t.Setenv("AWS_DEFAULT_REGION", "")
 	}
-	b, err := bucket.NewS3(ctx(t), srv.Name)
+	b, err := s3.New(ctx(t), srv.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := b.Client().Options().Region; local && r != bucket.DefaultRegion {
-		t.Errorf("region = %q, want the default %q", r, bucket.DefaultRegion)
+	if r := b.Client().Options().Region; local && r != s3.DefaultRegion {
+		t.Errorf("region = %q, want the default %q", r, s3.DefaultRegion)
 	}
 	if !b.Client().Options().UsePathStyle {
 		t.Error("a non-AWS endpoint from the environment did not get path-style addressing")
@@ -214,12 +215,12 @@ func TestS3ConfigFromEnvironment(t *testing.T) {
 func TestS3EnsureBucketCreatesOnceAndCheckPasses(t *testing.T) {
 	srv := s3test.Start(t)
 	name := srv.Name + "-new"
-	b, err := bucket.NewS3(ctx(t), name, srv.Options...)
+	b, err := s3.New(ctx(t), name, srv.Options...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = b.Client().DeleteBucket(context.Background(), &s3.DeleteBucketInput{Bucket: &name})
+		_, _ = b.Client().DeleteBucket(context.Background(), &awss3.DeleteBucketInput{Bucket: &name})
 	})
 	if _, err := b.Put(ctx(t), "k", nil, bucket.Cond{}); err == nil {
 		t.Fatal("PUT into a bucket that does not exist yet succeeded")
@@ -241,7 +242,7 @@ func TestS3EnsureBucketCreatesOnceAndCheckPasses(t *testing.T) {
 // creating it, and Endpoint names the server for messages about either.
 func TestS3ExistsDoesNotCreate(t *testing.T) {
 	srv := s3test.Start(t)
-	missing, err := bucket.NewS3(ctx(t), srv.Name+"-missing", srv.Options...)
+	missing, err := s3.New(ctx(t), srv.Name+"-missing", srv.Options...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func newDialCounter(t *testing.T, endpoint string) *dialCounter {
 func TestS3ReusesConnectionsOverABurst(t *testing.T) {
 	srv := s3test.Start(t)
 	relay := newDialCounter(t, srv.Endpoint)
-	b := srv.NewClient(t, bucket.WithEndpoint(relay.URL))
+	b := srv.NewClient(t, s3.WithEndpoint(relay.URL))
 
 	// One after another: one connection serves the PUTs (the lean path's
 	// own), one the GETs and DELETEs (net/http's).

@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -33,10 +34,10 @@ func TestS3LeanPutAfterTheServerClosedIdleConnections(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			relay := newDialCounter(t, srv.Endpoint)
 			reg := prometheus.NewRegistry()
-			b := srv.NewClient(t, bucket.WithEndpoint(relay.URL), bucket.WithRegisterer(reg))
+			b := srv.NewClient(t, s3.WithEndpoint(relay.URL), s3.WithRegisterer(reg))
 			if path == "sdk" {
-				bucket.PutsThroughSDK(b)
-			} else if !bucket.HasLeanConns(b) {
+				s3.PutsThroughSDK(b)
+			} else if !s3.HasLeanConns(b) {
 				t.Fatal("lean PUTs not on their own connections")
 			}
 			const rounds = 5
@@ -108,15 +109,15 @@ func startPutServer(t *testing.T, useTLS bool, handle func(w http.ResponseWriter
 	return s
 }
 
-func (s *putServer) client(t *testing.T, opts ...bucket.S3Option) *bucket.S3 {
+func (s *putServer) client(t *testing.T, opts ...s3.Option) *s3.Bucket {
 	t.Helper()
-	all := append([]bucket.S3Option{bucket.WithEndpoint(s.URL), bucket.WithRegion("us-east-1"),
-		bucket.WithCredentials("AKID", "SECRET"), bucket.WithRetryMaxBackoff(10 * time.Millisecond)}, opts...)
-	b, err := bucket.NewS3(context.Background(), "bkt", all...)
+	all := append([]s3.Option{s3.WithEndpoint(s.URL), s3.WithRegion("us-east-1"),
+		s3.WithCredentials("AKID", "SECRET"), s3.WithRetryMaxBackoff(10 * time.Millisecond)}, opts...)
+	b, err := s3.New(context.Background(), "bkt", all...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bucket.HasLeanConns(b) {
+	if !s3.HasLeanConns(b) {
 		t.Fatal("lean PUTs not on their own connections")
 	}
 	return b
@@ -226,9 +227,9 @@ func TestS3LeanPutCanceledInFlight(t *testing.T) {
 	proxy := s3test.NewProxy(t, srv.Endpoint)
 	for _, path := range []string{"sdk", "lean"} {
 		reg := prometheus.NewRegistry()
-		b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL), bucket.WithRegisterer(reg))
+		b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithRegisterer(reg))
 		if path == "sdk" {
-			bucket.PutsThroughSDK(b)
+			s3.PutsThroughSDK(b)
 		}
 		proxy.SetDelay("PUT", 5*time.Second)
 		c, cancel := context.WithCancel(context.Background())
@@ -243,7 +244,7 @@ func TestS3LeanPutCanceledInFlight(t *testing.T) {
 		if took > 4*time.Second {
 			t.Errorf("%s: the cancelled PUT returned after %v, when the store answered", path, took)
 		}
-		if got := s3Requests(reg, "PutObject", bucket.ResultCanceled); got != 1 {
+		if got := s3Requests(reg, "PutObject", s3.ResultCanceled); got != 1 {
 			t.Errorf("%s: PutObject canceled = %v, want 1", path, got)
 		}
 		// The client still works.

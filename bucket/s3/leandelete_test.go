@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -84,14 +85,14 @@ func TestS3LeanDeleteBatchAsTheSDK(t *testing.T) {
 		want    deleteOutcome
 	}
 	scenarios := []scenario{
-		{name: "plain", want: deleteOutcome{OK: true, PostsSent: 1, Result: bucket.ResultOK, MetricAttempts: 1}},
-		{name: "missing-keys", missing: true, want: deleteOutcome{OK: true, PostsSent: 1, Result: bucket.ResultOK, MetricAttempts: 1}},
+		{name: "plain", want: deleteOutcome{OK: true, PostsSent: 1, Result: s3.ResultOK, MetricAttempts: 1}},
+		{name: "missing-keys", missing: true, want: deleteOutcome{OK: true, PostsSent: 1, Result: s3.ResultOK, MetricAttempts: 1}},
 		{name: "503-then-ok", fault: func() { proxy.FailNext("POST", 1, s3test.Respond503) },
-			want: deleteOutcome{OK: true, PostsSent: 2, Result: bucket.ResultOK, MetricAttempts: 2}},
+			want: deleteOutcome{OK: true, PostsSent: 2, Result: s3.ResultOK, MetricAttempts: 2}},
 		{name: "reset-then-ok", fault: func() { proxy.FailNext("POST", 1, s3test.Reset) },
-			want: deleteOutcome{OK: true, PostsSent: 2, Result: bucket.ResultOK, MetricAttempts: 2}},
+			want: deleteOutcome{OK: true, PostsSent: 2, Result: s3.ResultOK, MetricAttempts: 2}},
 		{name: "503-every-attempt", fault: func() { proxy.FailNext("POST", 3, s3test.Respond503) },
-			want: deleteOutcome{Attempts: 3, PostsSent: 3, Result: bucket.ResultServerError, MetricAttempts: 3}},
+			want: deleteOutcome{Attempts: 3, PostsSent: 3, Result: s3.ResultServerError, MetricAttempts: 3}},
 	}
 	names := []string{"a&b", "<tag>", `quote"s'`, "sp ace/x", "é/ü/日本", "plus+percent%", "n/1"}
 	for _, sc := range scenarios {
@@ -99,10 +100,10 @@ func TestS3LeanDeleteBatchAsTheSDK(t *testing.T) {
 			got := map[string]deleteOutcome{}
 			for _, path := range []string{"sdk", "lean"} {
 				reg := prometheus.NewRegistry()
-				b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL), bucket.WithMaxAttempts(3), bucket.WithRegisterer(reg))
+				b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3), s3.WithRegisterer(reg))
 				if path == "sdk" {
-					bucket.PutsThroughSDK(b)
-				} else if !bucket.HasLeanConns(b) {
+					s3.PutsThroughSDK(b)
+				} else if !s3.HasLeanConns(b) {
 					t.Fatal("a client on versitygw has no lean connections")
 				}
 				prefix := "del/" + sc.name + "/" + path + "/"
@@ -205,13 +206,13 @@ func TestS3LeanDeleteBatchReadsPerKeyErrors(t *testing.T) {
 	}
 	got := map[string]outcome{}
 	for _, path := range []string{"sdk", "lean"} {
-		b, err := bucket.NewS3(context.Background(), "bkt", bucket.WithEndpoint(store.URL),
-			bucket.WithCredentials("AKID", "SECRET"), bucket.WithRegion("us-east-1"))
+		b, err := s3.New(context.Background(), "bkt", s3.WithEndpoint(store.URL),
+			s3.WithCredentials("AKID", "SECRET"), s3.WithRegion("us-east-1"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if path == "sdk" {
-			bucket.PutsThroughSDK(b)
+			s3.PutsThroughSDK(b)
 		}
 		deleted, err := b.DeleteBatch(ctx(t), keys)
 		var be *bucket.BatchError
@@ -256,8 +257,8 @@ func TestS3LeanDeleteBatchRedirectsAndFallsBack(t *testing.T) {
 		_, _ = w.Write([]byte(`<DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"></DeleteResult>`))
 	}))
 	t.Cleanup(store.Close)
-	b, err := bucket.NewS3(context.Background(), "bkt", bucket.WithEndpoint(store.URL),
-		bucket.WithCredentials("AKID", "SECRET"), bucket.WithRegion("us-east-1"))
+	b, err := s3.New(context.Background(), "bkt", s3.WithEndpoint(store.URL),
+		s3.WithCredentials("AKID", "SECRET"), s3.WithRegion("us-east-1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bucket
+package s3
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	smithyauth "github.com/aws/smithy-go/auth"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 )
@@ -24,7 +24,7 @@ func TestEndpointParametersTheCacheKnows(t *testing.T) {
 		"UseArnRegion", "UseS3ExpressControlEndpoint", "DisableS3ExpressSessionAuth",
 	}
 	leftOut := []string{"Key", "Prefix", "CopySource"}
-	ty := reflect.TypeFor[s3.EndpointParameters]()
+	ty := reflect.TypeFor[awss3.EndpointParameters]()
 	var fields []string
 	for i := range ty.NumField() {
 		fields = append(fields, ty.Field(i).Name)
@@ -33,16 +33,16 @@ func TestEndpointParametersTheCacheKnows(t *testing.T) {
 	want := slices.Concat(inKey, leftOut)
 	slices.Sort(want)
 	if !slices.Equal(fields, want) {
-		t.Fatalf("s3.EndpointParameters has fields %q; the cache knows %q", fields, want)
+		t.Fatalf("awss3.EndpointParameters has fields %q; the cache knows %q", fields, want)
 	}
 }
 
 type countingResolver struct {
-	next  s3.EndpointResolverV2
+	next  awss3.EndpointResolverV2
 	calls atomic.Int32
 }
 
-func (c *countingResolver) ResolveEndpoint(ctx context.Context, p s3.EndpointParameters) (smithyendpoints.Endpoint, error) {
+func (c *countingResolver) ResolveEndpoint(ctx context.Context, p awss3.EndpointParameters) (smithyendpoints.Endpoint, error) {
 	c.calls.Add(1)
 	return c.next.ResolveEndpoint(ctx, p)
 }
@@ -53,11 +53,11 @@ func (c *countingResolver) ResolveEndpoint(ctx context.Context, p s3.EndpointPar
 // that changes its copy changes nothing the next one gets.
 func TestEndpointCacheAnswersAsTheRules(t *testing.T) {
 	ctx := context.Background()
-	rules := s3.NewDefaultEndpointResolverV2()
+	rules := awss3.NewDefaultEndpointResolverV2()
 	next := &countingResolver{next: rules}
 	c := newEndpointCache(next)
-	params := func(bucket, endpoint string, pathStyle, fips bool, key string) s3.EndpointParameters {
-		p := s3.EndpointParameters{
+	params := func(bucket, endpoint string, pathStyle, fips bool, key string) awss3.EndpointParameters {
+		p := awss3.EndpointParameters{
 			Bucket: aws.String(bucket), Region: aws.String("us-east-1"),
 			UseFIPS: aws.Bool(fips), UseDualStack: aws.Bool(false), ForcePathStyle: aws.Bool(pathStyle),
 			Accelerate: aws.Bool(false), Key: aws.String(key),
@@ -67,7 +67,7 @@ func TestEndpointCacheAnswersAsTheRules(t *testing.T) {
 		}
 		return p
 	}
-	cases := []s3.EndpointParameters{
+	cases := []awss3.EndpointParameters{
 		params("wasmkeep", "http://127.0.0.1:7070", true, false, "cluster/state/a"),
 		params("wasmkeep", "http://127.0.0.1:7070", true, false, "cluster/alarms/b"),
 		params("other", "http://127.0.0.1:7070", true, false, "cluster/state/a"),

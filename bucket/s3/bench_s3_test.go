@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -34,11 +35,11 @@ func processCPU(tb testing.TB) time.Duration {
 func BenchmarkS3Put(b *testing.B) {
 	srv := s3test.Start(b)
 	sdk := srv.NewClient(b)
-	bucket.PutsThroughSDK(sdk)
+	s3.PutsThroughSDK(sdk)
 	for _, size := range []int{0, 32 << 10} {
 		for _, path := range []struct {
 			name string
-			c    *bucket.S3
+			c    *s3.Bucket
 		}{{"sdk", sdk}, {"lean", srv.Bucket}} {
 			b.Run(fmt.Sprintf("bytes-%d/path=%s", size, path.name), func(b *testing.B) {
 				benchPut(b, path.c, size)
@@ -47,7 +48,7 @@ func BenchmarkS3Put(b *testing.B) {
 	}
 }
 
-func benchPut(b *testing.B, c *bucket.S3, size int) {
+func benchPut(b *testing.B, c *s3.Bucket, size int) {
 	ctx := context.Background()
 	body := make([]byte, size)
 	done := make(chan error)
@@ -78,11 +79,11 @@ func benchPut(b *testing.B, c *bucket.S3, size int) {
 func BenchmarkS3DeleteBatch(b *testing.B) {
 	srv := s3test.Start(b)
 	sdk := srv.NewClient(b)
-	bucket.PutsThroughSDK(sdk)
+	s3.PutsThroughSDK(sdk)
 	for _, n := range []int{2, 90} {
 		for _, path := range []struct {
 			name string
-			c    *bucket.S3
+			c    *s3.Bucket
 		}{{"sdk", sdk}, {"lean", srv.Bucket}} {
 			b.Run(fmt.Sprintf("keys-%d/path=%s", n, path.name), func(b *testing.B) {
 				benchDeleteBatch(b, srv.Bucket, path.c, n)
@@ -91,7 +92,7 @@ func BenchmarkS3DeleteBatch(b *testing.B) {
 	}
 }
 
-func benchDeleteBatch(b *testing.B, put, c *bucket.S3, n int) {
+func benchDeleteBatch(b *testing.B, put, c *s3.Bucket, n int) {
 	ctx := context.Background()
 	var cpu time.Duration
 	b.ReportAllocs()

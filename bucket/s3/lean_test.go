@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -35,9 +36,9 @@ type putOutcome struct {
 }
 
 var putResults = []string{
-	bucket.ResultOK, bucket.ResultNotFound, bucket.ResultPreconditionFailed, bucket.ResultThrottled,
-	bucket.ResultClientError, bucket.ResultServerError, bucket.ResultTimeout, bucket.ResultCanceled,
-	bucket.ResultNetworkError,
+	s3.ResultOK, s3.ResultNotFound, s3.ResultPreconditionFailed, s3.ResultThrottled,
+	s3.ResultClientError, s3.ResultServerError, s3.ResultTimeout, s3.ResultCanceled,
+	s3.ResultNetworkError,
 }
 
 // The lean PUT fails, retries and reports exactly as the SDK's PutObject
@@ -58,40 +59,40 @@ func TestS3LeanPutFailsAndRetriesAsTheSDKPut(t *testing.T) {
 	}
 	etagOf := map[string]string{}
 	scenarios := []scenario{
-		{name: "plain", want: putOutcome{OK: true, PutsSent: 1, Result: bucket.ResultOK, MetricAttempts: 1}},
+		{name: "plain", want: putOutcome{OK: true, PutsSent: 1, Result: s3.ResultOK, MetricAttempts: 1}},
 		{name: "503-then-ok", fault: func() { proxy.FailNext("PUT", 1, s3test.Respond503) },
-			want: putOutcome{OK: true, PutsSent: 2, Result: bucket.ResultOK, MetricAttempts: 2}},
+			want: putOutcome{OK: true, PutsSent: 2, Result: s3.ResultOK, MetricAttempts: 2}},
 		{name: "reset-then-ok", fault: func() { proxy.FailNext("PUT", 1, s3test.Reset) },
-			want: putOutcome{OK: true, PutsSent: 2, Result: bucket.ResultOK, MetricAttempts: 2}},
+			want: putOutcome{OK: true, PutsSent: 2, Result: s3.ResultOK, MetricAttempts: 2}},
 		{name: "dropped-then-ok", fault: func() { proxy.FailNext("PUT", 2, s3test.Drop) },
-			want: putOutcome{OK: true, PutsSent: 3, Result: bucket.ResultOK, MetricAttempts: 3}},
+			want: putOutcome{OK: true, PutsSent: 3, Result: s3.ResultOK, MetricAttempts: 3}},
 		{name: "503-every-attempt", fault: func() { proxy.FailNext("PUT", 3, s3test.Respond503) },
-			want: putOutcome{Attempts: 3, PutsSent: 3, Result: bucket.ResultServerError, MetricAttempts: 3}},
+			want: putOutcome{Attempts: 3, PutsSent: 3, Result: s3.ResultServerError, MetricAttempts: 3}},
 		{name: "reply-lost-if-none-match", fault: func() { proxy.FailNext("PUT", 1, s3test.DropAfterForward) },
 			cond: func(string) bucket.Cond { return bucket.Cond{IfNoneMatch: true} },
-			want: putOutcome{Precondition: true, Attempts: 2, PutsSent: 2, Result: bucket.ResultPreconditionFailed, MetricAttempts: 2}},
+			want: putOutcome{Precondition: true, Attempts: 2, PutsSent: 2, Result: s3.ResultPreconditionFailed, MetricAttempts: 2}},
 		{name: "if-none-match-taken",
 			setup: func(key string) { mustPut(t, srv.Bucket, key, []byte("x"), bucket.Cond{}) },
 			cond:  func(string) bucket.Cond { return bucket.Cond{IfNoneMatch: true} },
-			want:  putOutcome{Precondition: true, Attempts: 1, PutsSent: 1, Result: bucket.ResultPreconditionFailed, MetricAttempts: 1}},
+			want:  putOutcome{Precondition: true, Attempts: 1, PutsSent: 1, Result: s3.ResultPreconditionFailed, MetricAttempts: 1}},
 		{name: "if-match-ok",
 			setup: func(key string) { etagOf[key] = mustPut(t, srv.Bucket, key, []byte("x"), bucket.Cond{}) },
 			cond:  func(key string) bucket.Cond { return bucket.Cond{IfMatch: etagOf[key]} },
-			want:  putOutcome{OK: true, PutsSent: 1, Result: bucket.ResultOK, MetricAttempts: 1}},
+			want:  putOutcome{OK: true, PutsSent: 1, Result: s3.ResultOK, MetricAttempts: 1}},
 		{name: "if-match-stale",
 			setup: func(key string) { mustPut(t, srv.Bucket, key, []byte("x"), bucket.Cond{}) },
 			cond:  func(string) bucket.Cond { return bucket.Cond{IfMatch: `"0123456789abcdef0123456789abcdef"`} },
-			want:  putOutcome{Precondition: true, Attempts: 1, PutsSent: 1, Result: bucket.ResultPreconditionFailed, MetricAttempts: 1}},
+			want:  putOutcome{Precondition: true, Attempts: 1, PutsSent: 1, Result: s3.ResultPreconditionFailed, MetricAttempts: 1}},
 		{name: "if-match-missing",
 			cond: func(string) bucket.Cond { return bucket.Cond{IfMatch: `"0123456789abcdef0123456789abcdef"`} },
-			want: putOutcome{Precondition: true, NotFound: true, Attempts: 1, PutsSent: 1, Result: bucket.ResultNotFound, MetricAttempts: 1}},
+			want: putOutcome{Precondition: true, NotFound: true, Attempts: 1, PutsSent: 1, Result: s3.ResultNotFound, MetricAttempts: 1}},
 		{name: "canceled",
 			ctx: func() context.Context {
 				c, cancel := context.WithCancel(context.Background())
 				cancel()
 				return c
 			},
-			want: putOutcome{Canceled: true, Result: bucket.ResultCanceled}},
+			want: putOutcome{Canceled: true, Result: s3.ResultCanceled}},
 		{name: "deadline-in-flight",
 			fault: func() { proxy.SetDelay("PUT", 2*time.Second) },
 			ctx: func() context.Context {
@@ -99,7 +100,7 @@ func TestS3LeanPutFailsAndRetriesAsTheSDKPut(t *testing.T) {
 				t.Cleanup(cancel)
 				return c
 			},
-			want: putOutcome{Attempts: 1, PutsSent: 1, Result: bucket.ResultTimeout, MetricAttempts: 1}},
+			want: putOutcome{Attempts: 1, PutsSent: 1, Result: s3.ResultTimeout, MetricAttempts: 1}},
 	}
 
 	for _, sc := range scenarios {
@@ -107,14 +108,14 @@ func TestS3LeanPutFailsAndRetriesAsTheSDKPut(t *testing.T) {
 			got := map[string]putOutcome{}
 			for _, path := range []string{"sdk", "lean"} {
 				reg := prometheus.NewRegistry()
-				opts := []bucket.S3Option{bucket.WithEndpoint(proxy.URL), bucket.WithMaxAttempts(3), bucket.WithRegisterer(reg)}
+				opts := []s3.Option{s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3), s3.WithRegisterer(reg)}
 				b := srv.NewClient(t, opts...)
-				if !bucket.HasLeanPut(b) {
+				if !s3.HasLeanPut(b) {
 					t.Fatal("a client on versitygw has no lean PUT path")
 				}
 				if path == "sdk" {
-					bucket.PutsThroughSDK(b)
-				} else if !bucket.HasLeanConns(b) {
+					s3.PutsThroughSDK(b)
+				} else if !s3.HasLeanConns(b) {
 					t.Fatal("the lean PUTs of a client on versitygw go through net/http")
 				}
 				key := "outcome/" + sc.name + "/" + path
@@ -175,8 +176,8 @@ func TestS3LeanPutRequestTimeout(t *testing.T) {
 	srv := s3test.Start(t)
 	proxy := s3test.NewProxy(t, srv.Endpoint)
 	reg := prometheus.NewRegistry()
-	b := srv.NewClient(t, bucket.WithEndpoint(proxy.URL), bucket.WithRegisterer(reg),
-		bucket.WithMaxAttempts(2), bucket.WithRequestTimeout(200*time.Millisecond))
+	b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithRegisterer(reg),
+		s3.WithMaxAttempts(2), s3.WithRequestTimeout(200*time.Millisecond))
 	// Longer than both attempts; the proxy holds a PUT's body unread, so
 	// it ends its wait only after the delay.
 	proxy.SetDelay("PUT", 2*time.Second)
@@ -193,7 +194,7 @@ func TestS3LeanPutRequestTimeout(t *testing.T) {
 	if n := proxy.Count("PUT"); n != 2 {
 		t.Errorf("proxy saw %d PUTs, want 2", n)
 	}
-	if got := s3Requests(reg, "PutObject", bucket.ResultTimeout); got != 1 {
+	if got := s3Requests(reg, "PutObject", s3.ResultTimeout); got != 1 {
 		t.Errorf("PutObject timeout = %v, want 1", got)
 	}
 }
@@ -265,8 +266,8 @@ func TestS3LeanPutPayloadHashByScheme(t *testing.T) {
 		{"https", tlsSrv.URL, "UNSIGNED-PAYLOAD"},
 		{"http", plain.URL, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}, // SHA-256 of "hello"
 	} {
-		b := srv.NewClient(t, bucket.WithEndpoint(c.endpoint))
-		if !bucket.HasLeanPut(b) || !bucket.HasLeanConns(b) {
+		b := srv.NewClient(t, s3.WithEndpoint(c.endpoint))
+		if !s3.HasLeanPut(b) || !s3.HasLeanConns(b) {
 			t.Fatalf("%s: no lean PUT path, or not on its own connections", c.scheme)
 		}
 		key := "scheme/" + c.scheme

@@ -1,10 +1,10 @@
-package bucket
+package s3
 
 import (
 	"context"
 	"sync"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	smithyauth "github.com/aws/smithy-go/auth"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 )
@@ -22,7 +22,7 @@ import (
 // the list to the SDK's struct, so a new parameter fails a test rather than
 // being ignored).
 type endpointCache struct {
-	next s3.EndpointResolverV2
+	next awss3.EndpointResolverV2
 	mu   sync.RWMutex
 	m    map[endpointKey]smithyendpoints.Endpoint
 }
@@ -52,11 +52,11 @@ func optString(s *string) string {
 	return *s
 }
 
-func newEndpointCache(next s3.EndpointResolverV2) *endpointCache {
+func newEndpointCache(next awss3.EndpointResolverV2) *endpointCache {
 	return &endpointCache{next: next, m: map[endpointKey]smithyendpoints.Endpoint{}}
 }
 
-func (c *endpointCache) key(p s3.EndpointParameters) endpointKey {
+func (c *endpointCache) key(p awss3.EndpointParameters) endpointKey {
 	flags := []byte{
 		optBool(p.UseFIPS), optBool(p.UseDualStack), optBool(p.ForcePathStyle),
 		optBool(p.Accelerate), optBool(p.UseGlobalEndpoint), optBool(p.UseObjectLambdaEndpoint),
@@ -72,7 +72,7 @@ func (c *endpointCache) key(p s3.EndpointParameters) endpointKey {
 
 // ResolveEndpoint returns the endpoint for p, a copy of the one resolved
 // before for the same parameters if there is one.
-func (c *endpointCache) ResolveEndpoint(ctx context.Context, p s3.EndpointParameters) (smithyendpoints.Endpoint, error) {
+func (c *endpointCache) ResolveEndpoint(ctx context.Context, p awss3.EndpointParameters) (smithyendpoints.Endpoint, error) {
 	k := c.key(p)
 	c.mu.RLock()
 	e, ok := c.m[k]

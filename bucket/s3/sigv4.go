@@ -1,4 +1,4 @@
-package bucket
+package s3
 
 import (
 	"crypto/hmac"

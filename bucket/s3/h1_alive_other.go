@@ -1,6 +1,6 @@
 //go:build !unix
 
-package bucket
+package s3
 
 // alive cannot peek at a socket here; a connection the server closed while
 // idle fails its next request, which the retryer sends again.

@@ -1,4 +1,4 @@
-package bucket
+package s3
 
 import (
 	"context"
@@ -165,6 +165,6 @@ func requestResult(ctx context.Context, err error) string {
 // result is one of the Result constants. Several clients on one registry
 // add to the same series. Without this option (or with a nil reg) nothing
 // is recorded.
-func WithRegisterer(reg prometheus.Registerer) S3Option {
-	return func(o *s3Options) { o.registerer = reg }
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(o *options) { o.registerer = reg }
 }

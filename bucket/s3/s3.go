@@ -1,4 +1,11 @@
-package bucket
+// Package s3 is the bucket.Bucket of an S3-compatible store (AWS S3,
+// versitygw, MinIO, ...), over aws-sdk-go-v2: create one with New, and
+// configure it with the With options and the SDK's environment variables.
+//
+// It is a package of its own so that the AWS SDK is built only into the
+// programs that talk to S3: package bucket (the interface, the in-memory
+// bucket), the plugin, its host module and the alarm index do not import it.
+package s3
 
 import (
 	"bytes"
@@ -19,10 +26,12 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmkeep/alarms/bucket"
 )
 
 // Defaults of the S3 client's options.
@@ -51,8 +60,8 @@ const (
 // Snapshots of small actors are a few KiB to a few tens of KiB.
 const writeBufferSize = 64 << 10
 
-// S3 is a Bucket on an S3-compatible store, through aws-sdk-go-v2. Create it
-// with NewS3. It is safe for concurrent use.
+// Bucket is a bucket.Bucket on an S3-compatible store, through
+// aws-sdk-go-v2. Create it with New. It is safe for concurrent use.
 //
 // PUTs, the requests a node sends for every replicated firing, bypass the
 // SDK's middleware stack: they are built, signed (SigV4) and sent on
@@ -63,17 +72,17 @@ const writeBufferSize = 64 << 10
 // (leandelete.go), which a node sends every few dozen firings, with the
 // SDK's DeleteObjects' outcomes (their payload's SHA-256 always signed).
 // Every other operation goes through the SDK.
-type S3 struct {
-	client *s3.Client
+type Bucket struct {
+	client *awss3.Client
 	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
 	name   string
 	pages  atomic.Int64
 }
 
-// S3Option configures NewS3.
-type S3Option func(*s3Options)
+// Option configures New.
+type Option func(*options)
 
-type s3Options struct {
+type options struct {
 	endpoint       string
 	region         string
 	accessKey      string
@@ -88,34 +97,34 @@ type s3Options struct {
 // WithEndpoint sets the store's URL (such as http://127.0.0.1:7070),
 // overriding AWS_ENDPOINT_URL. An endpoint outside amazonaws.com gets
 // path-style addressing and checksums only where the API requires them.
-func WithEndpoint(url string) S3Option { return func(o *s3Options) { o.endpoint = url } }
+func WithEndpoint(url string) Option { return func(o *options) { o.endpoint = url } }
 
 // WithRegion sets the region, overriding AWS_REGION.
-func WithRegion(region string) S3Option { return func(o *s3Options) { o.region = region } }
+func WithRegion(region string) Option { return func(o *options) { o.region = region } }
 
 // WithCredentials sets static credentials, overriding AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY.
-func WithCredentials(accessKeyID, secretAccessKey string) S3Option {
-	return func(o *s3Options) { o.accessKey, o.secretKey = accessKeyID, secretAccessKey }
+func WithCredentials(accessKeyID, secretAccessKey string) Option {
+	return func(o *options) { o.accessKey, o.secretKey = accessKeyID, secretAccessKey }
 }
 
 // WithMaxAttempts bounds the HTTP requests one operation sends, retries
 // included (default DefaultMaxAttempts; 1 disables retries). The SDK's
 // standard retryer decides what is retried: 5xx responses, throttling,
 // connection errors and timeouts. It ignores AWS_MAX_ATTEMPTS.
-func WithMaxAttempts(n int) S3Option { return func(o *s3Options) { o.maxAttempts = n } }
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
 
 // WithRetryMaxBackoff caps the jittered pause between attempts (default
 // DefaultRetryMaxBackoff).
-func WithRetryMaxBackoff(d time.Duration) S3Option {
-	return func(o *s3Options) { o.maxBackoff = d }
+func WithRetryMaxBackoff(d time.Duration) Option {
+	return func(o *options) { o.maxBackoff = d }
 }
 
 // WithRequestTimeout bounds each HTTP attempt, from dialling to reading the
 // response body (default DefaultRequestTimeout). A timed-out attempt is
 // retried within the attempt bound; the request may still land at the store.
-func WithRequestTimeout(d time.Duration) S3Option {
-	return func(o *s3Options) { o.requestTimeout = d }
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) { o.requestTimeout = d }
 }
 
 // WithMaxIdleConns sets how many idle connections to the store the client
@@ -123,18 +132,18 @@ func WithRequestTimeout(d time.Duration) S3Option {
 // pools: the PUTs' and the other operations'. Size it for the requests a
 // process has in flight at once: a request that finds no idle connection
 // dials a new one, and one returned to a full pool is closed.
-func WithMaxIdleConns(n int) S3Option { return func(o *s3Options) { o.maxIdleConns = n } }
+func WithMaxIdleConns(n int) Option { return func(o *options) { o.maxIdleConns = n } }
 
-// NewS3 returns a client for the named bucket. Configuration comes from the
+// New returns a client for the named bucket. Configuration comes from the
 // environment as the SDK reads it (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY, AWS_REGION, shared config files), then opts; the
 // region defaults to us-east-1. It does not contact the store: see
 // EnsureBucket and Check.
-func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error) {
+func New(ctx context.Context, bucketName string, opts ...Option) (*Bucket, error) {
 	if bucketName == "" {
-		return nil, errors.New("bucket: NewS3: empty bucket name")
+		return nil, errors.New("s3.New: empty bucket name")
 	}
-	o := s3Options{
+	o := options{
 		maxAttempts:    DefaultMaxAttempts,
 		maxBackoff:     DefaultRetryMaxBackoff,
 		requestTimeout: DefaultRequestTimeout,
@@ -215,13 +224,13 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 			return nil, fmt.Errorf("bucket %q: registering the S3 metrics: %w", bucketName, err)
 		}
 	}
-	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
+	client := awss3.NewFromConfig(cfg, func(so *awss3.Options) {
 		if o.endpoint != "" {
 			so.BaseEndpoint = aws.String(o.endpoint)
 		}
 		// The endpoint rules run once per distinct set of parameters, not
 		// once per request.
-		so.EndpointResolverV2 = newEndpointCache(s3.NewDefaultEndpointResolverV2())
+		so.EndpointResolverV2 = newEndpointCache(awss3.NewDefaultEndpointResolverV2())
 		so.Retryer = retryer()
 		so.RetryMaxAttempts = 0 // keep AWS_MAX_ATTEMPTS from overriding the bound
 		if so.BaseEndpoint != nil && !isAWSEndpoint(*so.BaseEndpoint) {
@@ -237,7 +246,7 @@ func NewS3(ctx context.Context, bucketName string, opts ...S3Option) (*S3, error
 	if err != nil {
 		return nil, fmt.Errorf("bucket %q: %w", bucketName, err)
 	}
-	return &S3{client: client, lean: lean, name: bucketName}, nil
+	return &Bucket{client: client, lean: lean, name: bucketName}, nil
 }
 
 func isAWSEndpoint(endpoint string) bool {
@@ -250,15 +259,15 @@ func isAWSEndpoint(endpoint string) bool {
 }
 
 // Name returns the bucket's name.
-func (b *S3) Name() string { return b.name }
+func (b *Bucket) Name() string { return b.name }
 
 // Client returns the underlying SDK client, for what the Bucket interface
 // does not cover (such as removing a test bucket).
-func (b *S3) Client() *s3.Client { return b.client }
+func (b *Bucket) Client() *awss3.Client { return b.client }
 
 // ListPagesSent returns how many LIST requests (pages) this client has sent
 // since it was created, failed ones included and retries not counted.
-func (b *S3) ListPagesSent() int64 { return b.pages.Load() }
+func (b *Bucket) ListPagesSent() int64 { return b.pages.Load() }
 
 // attemptsKey carries an *atomic.Int32 that counts the HTTP attempts of one
 // operation.
@@ -294,12 +303,13 @@ func withAttempts(ctx context.Context) (context.Context, *atomic.Int32) {
 	return context.WithValue(ctx, attemptsKey{}, n), n
 }
 
-func (b *S3) fail(op OpKind, key string, attempts *atomic.Int32, cause error) error {
-	return &OpError{Bucket: b.name, Op: op, Key: key, Attempts: int(attempts.Load()), Err: cause}
+func (b *Bucket) fail(op bucket.OpKind, key string, attempts *atomic.Int32, cause error) error {
+	return &bucket.OpError{Bucket: b.name, Op: op, Key: key, Attempts: int(attempts.Load()), Err: cause}
 }
 
-// classify maps an SDK error to ErrNotFound or ErrPrecondition where it is
-// one, keeping the SDK error as the detail.
+// classify maps an SDK error to bucket.ErrNotFound or
+// bucket.ErrPrecondition where it is one, keeping the SDK error as the
+// detail.
 func classify(err error) error {
 	code, status := "", 0
 	var apiErr smithy.APIError
@@ -312,44 +322,44 @@ func classify(err error) error {
 	}
 	switch {
 	case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %w", ErrPrecondition, err)
+		return fmt.Errorf("%w: %w", bucket.ErrPrecondition, err)
 	case code == "ConditionalRequestConflict":
-		return fmt.Errorf("%w: a concurrent conditional write won: %w", ErrPrecondition, err)
+		return fmt.Errorf("%w: a concurrent conditional write won: %w", bucket.ErrPrecondition, err)
 	case code == "NoSuchKey" || code == "NotFound" || (status == http.StatusNotFound && code == ""):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", bucket.ErrNotFound, err)
 	}
 	return err
 }
 
 // Get returns the object's body and ETag.
-func (b *S3) Get(ctx context.Context, key string) ([]byte, string, error) {
+func (b *Bucket) Get(ctx context.Context, key string) ([]byte, string, error) {
 	ctx, n := withAttempts(ctx)
-	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.name, Key: &key})
+	out, err := b.client.GetObject(ctx, &awss3.GetObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
-		return nil, "", b.fail(OpGet, key, n, classify(err))
+		return nil, "", b.fail(bucket.OpGet, key, n, classify(err))
 	}
 	defer out.Body.Close()
 	body, err := io.ReadAll(out.Body)
 	if err != nil {
-		return nil, "", b.fail(OpGet, key, n, fmt.Errorf("reading the body: %w", err))
+		return nil, "", b.fail(bucket.OpGet, key, n, fmt.Errorf("reading the body: %w", err))
 	}
 	return body, aws.ToString(out.ETag), nil
 }
 
 // Put stores body under key if cond holds (If-None-Match: * or If-Match).
-func (b *S3) Put(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
+func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
 	ctx, n := withAttempts(ctx)
-	if err := cond.validate(); err != nil {
-		return "", b.fail(OpPut, key, n, err)
+	if err := cond.Validate(); err != nil {
+		return "", b.fail(bucket.OpPut, key, n, err)
 	}
 	if b.lean != nil {
 		etag, err := b.lean.put(ctx, key, body, cond)
 		if err != nil {
-			return "", b.fail(OpPut, key, n, putError(err, cond))
+			return "", b.fail(bucket.OpPut, key, n, putError(err, cond))
 		}
 		return etag, nil
 	}
-	in := &s3.PutObjectInput{
+	in := &awss3.PutObjectInput{
 		Bucket:        &b.name,
 		Key:           &key,
 		Body:          bytes.NewReader(body),
@@ -363,43 +373,43 @@ func (b *S3) Put(ctx context.Context, key string, body []byte, cond Cond) (strin
 	}
 	out, err := b.client.PutObject(ctx, in)
 	if err != nil {
-		return "", b.fail(OpPut, key, n, putError(err, cond))
+		return "", b.fail(bucket.OpPut, key, n, putError(err, cond))
 	}
 	return aws.ToString(out.ETag), nil
 }
 
 // putError classifies a failed PUT; a PUT If-Match on a missing key fails
-// with ErrPrecondition as well as ErrNotFound.
-func putError(err error, cond Cond) error {
+// with bucket.ErrPrecondition as well as bucket.ErrNotFound.
+func putError(err error, cond bucket.Cond) error {
 	err = classify(err)
-	if cond.IfMatch != "" && errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPrecondition) {
-		err = fmt.Errorf("%w: If-Match on a missing key: %w", ErrPrecondition, err)
+	if cond.IfMatch != "" && errors.Is(err, bucket.ErrNotFound) && !errors.Is(err, bucket.ErrPrecondition) {
+		err = fmt.Errorf("%w: If-Match on a missing key: %w", bucket.ErrPrecondition, err)
 	}
 	return err
 }
 
 // Delete removes key; a missing key is not an error.
-func (b *S3) Delete(ctx context.Context, key string) error {
+func (b *Bucket) Delete(ctx context.Context, key string) error {
 	ctx, n := withAttempts(ctx)
-	_, err := b.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.name, Key: &key})
+	_, err := b.client.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
 		err = classify(err)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, bucket.ErrNotFound) {
 			return nil
 		}
-		return b.fail(OpDelete, key, n, err)
+		return b.fail(bucket.OpDelete, key, n, err)
 	}
 	return nil
 }
 
 // DeleteBatch removes keys with DeleteObjects requests (quiet mode: the
-// store answers only with the keys it could not delete), MaxDeleteBatch
-// keys each: on the lean path (leandelete.go) as the PUTs, or through the
+// store answers only with the keys it could not delete),
+// bucket.MaxDeleteBatch keys each: on the lean path (leandelete.go) as the PUTs, or through the
 // SDK for keys the lean request does not carry.
-func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+func (b *Bucket) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
 	var deleted []string
 	for len(keys) > 0 {
-		n := min(len(keys), MaxDeleteBatch)
+		n := min(len(keys), bucket.MaxDeleteBatch)
 		chunk := keys[:n]
 		keys = keys[n:]
 		actx, attempts := withAttempts(ctx)
@@ -407,7 +417,7 @@ func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
 		if b.lean != nil && leanDeletable(chunk) {
 			res, err := b.lean.deleteBatch(actx, chunk)
 			if err != nil {
-				return deleted, b.fail(OpDeleteBatch, chunk[0], attempts, classify(err))
+				return deleted, b.fail(bucket.OpDeleteBatch, chunk[0], attempts, classify(err))
 			}
 			for _, e := range res.Errors {
 				errs = append(errs, batchKeyError{e.Key, e.Code, e.Message})
@@ -417,12 +427,12 @@ func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
 			for i := range chunk {
 				ids[i] = types.ObjectIdentifier{Key: &chunk[i]}
 			}
-			out, err := b.client.DeleteObjects(actx, &s3.DeleteObjectsInput{
+			out, err := b.client.DeleteObjects(actx, &awss3.DeleteObjectsInput{
 				Bucket: &b.name,
 				Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
 			})
 			if err != nil {
-				return deleted, b.fail(OpDeleteBatch, chunk[0], attempts, classify(err))
+				return deleted, b.fail(bucket.OpDeleteBatch, chunk[0], attempts, classify(err))
 			}
 			for _, e := range out.Errors {
 				errs = append(errs, batchKeyError{aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message)})
@@ -444,7 +454,7 @@ func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
 			}
 		}
 		if failed != nil {
-			return deleted, &BatchError{Bucket: b.name, Failed: failed}
+			return deleted, &bucket.BatchError{Bucket: b.name, Failed: failed}
 		}
 	}
 	return deleted, nil
@@ -454,26 +464,28 @@ func (b *S3) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
 type batchKeyError struct{ key, code, message string }
 
 // List returns up to limit keys under prefix after startAfter, in key order,
-// reading pages of at most MaxPage keys with ListObjectsV2 (each page starts
-// after the last key of the one before).
-func (b *S3) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
-	keys, _, err := b.listPaged(ctx, prefix, startAfter, limit)
+// reading pages of at most bucket.MaxPage keys with ListObjectsV2 (each page
+// starts after the last key of the one before).
+func (b *Bucket) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
+	keys, _, err := b.ListPaged(ctx, prefix, startAfter, limit)
 	return keys, err
 }
 
-func (b *S3) listPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
+// ListPaged is List that also returns how many LIST requests it sent (see
+// bucket.PagedLister).
+func (b *Bucket) ListPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
 	ctx, n := withAttempts(ctx)
-	if err := checkLimit(limit); err != nil {
-		return nil, 0, b.fail(OpList, prefix, n, err)
+	if err := bucket.CheckLimit(limit); err != nil {
+		return nil, 0, b.fail(bucket.OpList, prefix, n, err)
 	}
 	var keys []string
 	pages := 0
 	after := startAfter
 	for len(keys) < limit {
-		in := &s3.ListObjectsV2Input{
+		in := &awss3.ListObjectsV2Input{
 			Bucket:  &b.name,
 			Prefix:  &prefix,
-			MaxKeys: aws.Int32(int32(min(MaxPage, limit-len(keys)))),
+			MaxKeys: aws.Int32(int32(min(bucket.MaxPage, limit-len(keys)))),
 		}
 		if after != "" {
 			in.StartAfter = aws.String(after)
@@ -482,12 +494,12 @@ func (b *S3) listPaged(ctx context.Context, prefix, startAfter string, limit int
 		b.pages.Add(1)
 		out, err := b.client.ListObjectsV2(ctx, in)
 		if err != nil {
-			return nil, pages, b.fail(OpList, prefix, n, classify(err))
+			return nil, pages, b.fail(bucket.OpList, prefix, n, classify(err))
 		}
 		for _, obj := range out.Contents {
 			k := aws.ToString(obj.Key)
 			if k <= after || !strings.HasPrefix(k, prefix) {
-				return nil, pages, b.fail(OpList, prefix, n,
+				return nil, pages, b.fail(bucket.OpList, prefix, n,
 					fmt.Errorf("the store listed %q after %q: keys out of order or outside the prefix", k, after))
 			}
 			keys = append(keys, k)
@@ -507,13 +519,13 @@ func (b *S3) listPaged(ctx context.Context, prefix, startAfter string, limit int
 // with a nil error when the store answers that there is no such bucket,
 // an error when it cannot be asked or refuses to say (a bucket of another
 // account answers 403).
-func (b *S3) Exists(ctx context.Context) (bool, error) {
+func (b *Bucket) Exists(ctx context.Context) (bool, error) {
 	ctx, n := withAttempts(ctx)
-	_, err := b.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &b.name})
+	_, err := b.client.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: &b.name})
 	if err == nil {
 		return true, nil
 	}
-	if err = classify(err); errors.Is(err, ErrNotFound) {
+	if err = classify(err); errors.Is(err, bucket.ErrNotFound) {
 		return false, nil
 	}
 	return false, b.fail("HEAD BUCKET", "", n, err)
@@ -522,7 +534,7 @@ func (b *S3) Exists(ctx context.Context) (bool, error) {
 // Endpoint names where the client sends its requests, for messages: the
 // endpoint URL when one is set (WithEndpoint or AWS_ENDPOINT_URL), or AWS
 // S3 in the client's region.
-func (b *S3) Endpoint() string {
+func (b *Bucket) Endpoint() string {
 	o := b.client.Options()
 	if e := aws.ToString(o.BaseEndpoint); e != "" {
 		return e
@@ -531,16 +543,16 @@ func (b *S3) Endpoint() string {
 }
 
 // EnsureBucket creates the bucket if it does not exist.
-func (b *S3) EnsureBucket(ctx context.Context) error {
+func (b *Bucket) EnsureBucket(ctx context.Context) error {
 	ctx, n := withAttempts(ctx)
-	_, err := b.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &b.name})
+	_, err := b.client.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: &b.name})
 	if err == nil {
 		return nil
 	}
-	if err = classify(err); !errors.Is(err, ErrNotFound) {
+	if err = classify(err); !errors.Is(err, bucket.ErrNotFound) {
 		return b.fail("HEAD BUCKET", "", n, err)
 	}
-	in := &s3.CreateBucketInput{Bucket: &b.name}
+	in := &awss3.CreateBucketInput{Bucket: &b.name}
 	if region := b.client.Options().Region; region != DefaultRegion {
 		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{
 			LocationConstraint: types.BucketLocationConstraint(region),
@@ -555,5 +567,5 @@ func (b *S3) EnsureBucket(ctx context.Context) error {
 }
 
 // Check verifies that the store honours conditional writes, which the
-// cluster's correctness depends on; see CheckConditional.
-func (b *S3) Check(ctx context.Context) error { return CheckConditional(ctx, b) }
+// cluster's correctness depends on; see bucket.CheckConditional.
+func (b *Bucket) Check(ctx context.Context) error { return bucket.CheckConditional(ctx, b) }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package bucket
+package s3
 
 import "syscall"
 
