@@ -129,20 +129,9 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 	p.inflight[key] = true
 	p.wg.Add(1)
 	p.mu.Unlock()
-	done := func() {
-		p.mu.Lock()
-		delete(p.inflight, key)
-		at, again := p.again[key]
-		delete(p.again, key)
-		p.mu.Unlock()
-		if _, held := p.cfg.Timer.Get(key); again && !held {
-			// Nothing armed the actor since that time was popped.
-			p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())
-		}
-	}
 	job := func() {
 		defer p.wg.Done()
-		defer done()
+		defer p.release(key)
 		defer func() {
 			// A panic outside the actor's delivery (OnDelivery, say) ends
 			// this delivery only.
@@ -168,7 +157,7 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 	select {
 	case p.idle <- job:
 	case <-ctx.Done():
-		done()
+		p.release(key)
 		p.wg.Done()
 	}
 }

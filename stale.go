@@ -129,8 +129,9 @@ func (p *Plugin) claim(key string) bool {
 	return true
 }
 
-// release ends what claim started: a time the timer popped meanwhile is
-// armed again, as after a delivery.
+// release ends what claim (or the timer loop's start) began: the actor's
+// delivery slot is free, and a time the timer popped meanwhile, if nothing
+// armed the actor since, is offered again.
 func (p *Plugin) release(key string) {
 	p.mu.Lock()
 	delete(p.inflight, key)
