@@ -141,7 +141,7 @@ bench: tools
 # database alone (commit, record, snapshot).
 bench-firings: tools
 	$(GO) test -run '^$$' -bench 'ReplicatedFirings|WorkAfterIdle' -benchtime 2000x -timeout 60m ./node/
-	$(GO) test -run '^$$' -bench S3Put -benchtime 2000x ./bucket/
+	$(GO) test -run '^$$' -bench S3Put -benchtime 2000x ./bucket/s3/
 	$(GO) test -run '^$$' -bench ReplicatedFiringStore -benchtime 20000x ./hostmod/
 
 bench-failover: tools
