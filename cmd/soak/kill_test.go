@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/bucket"
+	s3bucket "github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/faultproxy"
 )
@@ -37,7 +37,7 @@ func TestASIGKILLMidFiringIsCountedAsADuplicate(t *testing.T) {
 	_, _ = rand.Read(suffix[:])
 	name := "wasmkeep-soak-kill-" + hex.EncodeToString(suffix[:])
 	var s3 clusterproc.S3
-	var direct []bucket.S3Option
+	var direct []s3bucket.Option
 	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
 		s3 = clusterproc.S3{Endpoint: ep, Bucket: name}
 	} else {
@@ -47,9 +47,9 @@ func TestASIGKILLMidFiringIsCountedAsADuplicate(t *testing.T) {
 		}
 		defer gw.Stop()
 		s3 = gw.S3(name)
-		direct = append(direct, bucket.WithEndpoint(gw.Endpoint), bucket.WithCredentials(gw.AccessKey, gw.SecretKey), bucket.WithRegion(bucket.DefaultRegion))
+		direct = append(direct, s3bucket.WithEndpoint(gw.Endpoint), s3bucket.WithCredentials(gw.AccessKey, gw.SecretKey), s3bucket.WithRegion(s3bucket.DefaultRegion))
 	}
-	b, err := bucket.NewS3(ctx, name, direct...)
+	b, err := s3bucket.New(ctx, name, direct...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	s3bucket "github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/inspect"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/faultproxy"
@@ -363,7 +364,7 @@ func run(ctx context.Context, o options) (summary, error) {
 	_, _ = rand.Read(suffix[:])
 	bucketName := "wasmkeep-soak-" + hex.EncodeToString(suffix[:])
 	var s3 clusterproc.S3
-	direct := []bucket.S3Option{}
+	direct := []s3bucket.Option{}
 	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
 		s3 = clusterproc.S3{Endpoint: ep, Bucket: bucketName}
 		s.say("S3 endpoint %s, bucket %s", ep, bucketName)
@@ -374,10 +375,10 @@ func run(ctx context.Context, o options) (summary, error) {
 		}
 		defer gw.Stop()
 		s3 = gw.S3(bucketName)
-		direct = append(direct, bucket.WithEndpoint(gw.Endpoint), bucket.WithCredentials(gw.AccessKey, gw.SecretKey), bucket.WithRegion(bucket.DefaultRegion))
+		direct = append(direct, s3bucket.WithEndpoint(gw.Endpoint), s3bucket.WithCredentials(gw.AccessKey, gw.SecretKey), s3bucket.WithRegion(s3bucket.DefaultRegion))
 		s.say("S3 endpoint (versitygw) %s, bucket %s", gw.Endpoint, bucketName)
 	}
-	b, err := bucket.NewS3(ctx, bucketName, direct...)
+	b, err := s3bucket.New(ctx, bucketName, direct...)
 	if err != nil {
 		return sum, err
 	}
