@@ -31,6 +31,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/node"
+	"github.com/wasmkeep/alarms/sweeper"
 )
 
 type classFlags map[string]string
@@ -72,6 +73,7 @@ func main() {
 	maxInsts := fs.Int("max-instances", hostmod.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
 	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	sweep := fs.Duration("sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
+	sweepConc := fs.Int("sweep-concurrency", sweeper.DefaultConcurrency, "how many tenants' alarm indexes a sweep lists at once")
 	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
@@ -94,7 +96,7 @@ func main() {
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
 	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, *cacheDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
-		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, attempts, splitList(*tenants), *sweep, *failoverWait, *maxDBs, *maxInsts); err != nil {
+		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, attempts, splitList(*tenants), *sweep, *sweepConc, *failoverWait, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
@@ -115,7 +117,7 @@ const defaultCacheDir = ".compilation-cache"
 const cacheDirOff = "off"
 
 func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir, cacheDir string, classes classFlags, listen, advertise, bucketName string, createBucket bool, prefix, nodeID string,
-	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, attempts *attemptsFlag, tenants []string, sweep, failoverWait time.Duration,
+	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, attempts *attemptsFlag, tenants []string, sweep time.Duration, sweepConc int, failoverWait time.Duration,
 	maxDBs, maxInsts int) error {
 	if maxDBs < 1 || maxInsts < 1 {
 		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
@@ -232,7 +234,7 @@ func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf
 		cfg.Cluster = &node.ClusterConfig{
 			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
 			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace,
-			Tenants: tenants, SweepPeriod: sweep, FailoverWait: failoverWait,
+			Tenants: tenants, SweepPeriod: sweep, SweepConcurrency: sweepConc, FailoverWait: failoverWait,
 		}
 	}
 	n, err := node.New(ctx, cfg)
