@@ -3,6 +3,8 @@ package alarms_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
@@ -31,6 +34,26 @@ func (h idleHost) LiveNodes(context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// tempGets counts the GETs of versitygw's temporary files: a PUT in
+// progress shows in a listing as .<name>.sgwtmp.<n> next to the object, and
+// a node reading the leases GETs it as a node it has not seen (it is gone
+// by then). S3 itself lists no such key.
+type tempGets struct {
+	bucket.Bucket
+	n *atomic.Int64
+}
+
+func (b tempGets) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if strings.Contains(key, ".sgwtmp.") {
+		b.n.Add(1)
+	}
+	return b.Bucket.Get(ctx, key)
+}
+
+func (b tempGets) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, error) {
+	return bucket.ListInfo(ctx, b.Bucket, prefix, startAfter, limit)
+}
+
 // keysOnly hides a bucket's listing with ETags (bucket.InfoLister), as a
 // store whose listings carried none would.
 type keysOnly struct{ bucket.Bucket }
@@ -47,15 +70,19 @@ type keysOnly struct{ bucket.Bucket }
 //
 // So 3 PUTs, 6 LISTs and no GET; on a bucket whose listings carry no ETags
 // the leases are read as before this change, with a GET of each other node
-// per reading: 6 GETs more.
+// per reading: 6 GETs more. On memory and on the S3 server.
 func TestIdleClusterRequestsPerSweep(t *testing.T) {
+	mem := func(*testing.T) bucket.Bucket { return bucket.NewMem() }
+	same := func(b bucket.Bucket) bucket.Bucket { return b }
 	for _, tc := range []struct {
-		name string
-		wrap func(bucket.Bucket) bucket.Bucket
-		want bucket.Counts
+		name  string
+		store func(*testing.T) bucket.Bucket
+		wrap  func(bucket.Bucket) bucket.Bucket
+		want  bucket.Counts
 	}{
-		{"listing ETags", func(b bucket.Bucket) bucket.Bucket { return b }, bucket.Counts{Put: 3, List: 6, ListPages: 6}},
-		{"keys only", func(b bucket.Bucket) bucket.Bucket { return keysOnly{b} }, bucket.Counts{Put: 3, List: 6, ListPages: 6, Get: 6}},
+		{"listing ETags", mem, same, bucket.Counts{Put: 3, List: 6, ListPages: 6}},
+		{"keys only", mem, func(b bucket.Bucket) bucket.Bucket { return keysOnly{b} }, bucket.Counts{Put: 3, List: 6, ListPages: 6, Get: 6}},
+		{"s3", func(t *testing.T) bucket.Bucket { return s3test.Start(t).Bucket }, same, bucket.Counts{Put: 3, List: 6, ListPages: 6}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const nodes, sweeps = 3, 3
@@ -63,18 +90,21 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 			defer cancel()
 			t0 := time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
 			clk := cluster.NewFakeClock(t0)
-			mem := bucket.NewMem()
+			store := tc.store(t)
 			for _, tenant := range []string{"t1", "t2"} {
 				id := abi.ActorID{Tenant: tenant, Class: "c", Name: "a"}
-				if _, err := mem.Put(ctx, swKey(id, t0.Add(24*time.Hour).UnixMilli()), nil, bucket.Cond{}); err != nil {
+				if _, err := store.Put(ctx, swKey(id, t0.Add(24*time.Hour).UnixMilli()), nil, bucket.Cond{}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			var counters []*bucket.Counting
+			var temps []*atomic.Int64
 			var leases []*cluster.Leases
 			done := make(chan struct{})
 			for i := range nodes {
-				cb := bucket.NewCounting(tc.wrap(mem))
+				temp := new(atomic.Int64)
+				temps = append(temps, temp)
+				cb := bucket.NewCounting(tempGets{tc.wrap(store), temp})
 				id := fmt.Sprintf("node-%d", i)
 				l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: cb, NodeID: id, Addr: id, Clock: clk})
 				if err != nil {
@@ -122,14 +152,19 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 			// the lease periods (TTL/3) run on from t0.
 			from := t0.Add(2 * sweeper.DefaultPeriod)
 			runUntil(from)
-			for _, c := range counters {
+			for i, c := range counters {
 				c.Reset()
+				temps[i].Store(0)
 			}
 			// Sweeps at 30, 40, 50 s; renewals and readings at 7P..15P (P
 			// = TTL/3, 15P <= 50 s < 16P).
 			runUntil(from.Add(sweeps * sweeper.DefaultPeriod))
 			for i, c := range counters {
 				got := c.Counts()
+				if n := temps[i].Load(); n > 0 {
+					t.Logf("node-%d: %d GETs of the store's temporary files left out", i, n)
+					got.Get -= n
+				}
 				per := bucket.Counts{Get: got.Get / sweeps, Put: got.Put / sweeps, Delete: got.Delete / sweeps, List: got.List / sweeps,
 					ListPages: got.ListPages / sweeps, DeleteBatch: got.DeleteBatch / sweeps, BatchKeys: got.BatchKeys / sweeps}
 				if per != tc.want || got.Get%sweeps+got.Put%sweeps+got.List%sweeps != 0 {

@@ -92,14 +92,15 @@ func (m *Mem) infoPage(prefix, startAfter string, n int) ([]ObjectInfo, bool) {
 }
 
 // ListInfo counts one LIST call, and a page per MaxPage objects it
-// returned (at least one), and forwards the call; for a wrapped bucket that
-// cannot list ETags it counts nothing (see the function ListInfo).
+// returned (at least one), and forwards the call; when the wrapped bucket
+// cannot list ETags (errors.ErrUnsupported, nothing sent) it counts
+// nothing.
 func (c *Counting) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]ObjectInfo, error) {
-	if _, ok := c.inner.(InfoLister); !ok {
-		return ListInfo(ctx, c.inner, prefix, startAfter, limit)
+	infos, err := ListInfo(ctx, c.inner, prefix, startAfter, limit)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return infos, err
 	}
 	c.list.Add(1)
-	infos, err := ListInfo(ctx, c.inner, prefix, startAfter, limit)
 	c.listPages.Add(int64(max(1, (len(infos)+MaxPage-1)/MaxPage)))
 	return infos, err
 }

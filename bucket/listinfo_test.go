@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
 // listInfo: a listing with ETags names the same objects as List, in the
@@ -64,6 +65,24 @@ func TestListInfoMem(t *testing.T) {
 			t.Fatalf("counted %+v, want 3 LIST calls of one page each", got)
 		}
 	})
+}
+
+// On the S3 server the tests run against, the client's listing reports
+// the ETags its GETs and PUTs do (quoted alike) and when each object was
+// written.
+func TestListInfoS3(t *testing.T) {
+	b := s3test.Start(t).Bucket
+	listInfo(t, b)
+	infos, err := bucket.ListInfo(ctx(t), b, "n/", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.LastModified.IsZero() {
+			t.Fatalf("%s: no last-modified time", in.Key)
+		}
+	}
+	t.Run("prefixed", func(t *testing.T) { listInfo(t, bucket.WithPrefix(s3test.Start(t).Bucket, "root/")) })
 }
 
 // A bucket whose listings carry no ETags says so, and sends nothing.

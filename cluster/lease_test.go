@@ -477,11 +477,15 @@ func TestReplacedLeaseStops(t *testing.T) {
 
 // TestRequestCounts: a renewal is one PUT; the first observation round is
 // one LIST and one GET per other node, and a round after the others renewed
-// is the LIST alone: their new ETags say they are alive.
+// is the LIST alone: their new ETags say they are alive. On memory and on
+// the S3 server.
 func TestRequestCounts(t *testing.T) {
+	onBoth(t, func(t *testing.T, inner bucket.Bucket) { requestCounts(t, bucket.NewCounting(inner)) })
+}
+
+func requestCounts(t *testing.T, b *bucket.Counting) {
 	ctx := context.Background()
 	clk := cluster.NewFakeClock(t0)
-	b := bucket.NewCounting(bucket.NewMem())
 	a := startManual(t, b, clk, "a")
 	others := []*cluster.Leases{startManual(t, b, clk, "b"), startManual(t, b, clk, "c")}
 	b.Reset()

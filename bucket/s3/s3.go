@@ -474,11 +474,30 @@ func (b *Bucket) List(ctx context.Context, prefix, startAfter string, limit int)
 // ListPaged is List that also returns how many LIST requests it sent (see
 // bucket.PagedLister).
 func (b *Bucket) ListPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
+	infos, pages, err := b.listInfoPaged(ctx, prefix, startAfter, limit)
+	if err != nil {
+		return nil, pages, err
+	}
+	keys := make([]string, len(infos))
+	for i, in := range infos {
+		keys[i] = in.Key
+	}
+	return keys, pages, nil
+}
+
+// ListInfo is List with each object's ETag, size and last-modified time,
+// as ListObjectsV2 reports them (see bucket.InfoLister).
+func (b *Bucket) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, error) {
+	infos, _, err := b.listInfoPaged(ctx, prefix, startAfter, limit)
+	return infos, err
+}
+
+func (b *Bucket) listInfoPaged(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, int, error) {
 	ctx, n := withAttempts(ctx)
 	if err := bucket.CheckLimit(limit); err != nil {
 		return nil, 0, b.fail(bucket.OpList, prefix, n, err)
 	}
-	var keys []string
+	var keys []bucket.ObjectInfo
 	pages := 0
 	after := startAfter
 	for len(keys) < limit {
@@ -502,7 +521,7 @@ func (b *Bucket) ListPaged(ctx context.Context, prefix, startAfter string, limit
 				return nil, pages, b.fail(bucket.OpList, prefix, n,
 					fmt.Errorf("the store listed %q after %q: keys out of order or outside the prefix", k, after))
 			}
-			keys = append(keys, k)
+			keys = append(keys, bucket.ObjectInfo{Key: k, ETag: aws.ToString(obj.ETag), Size: aws.ToInt64(obj.Size), LastModified: aws.ToTime(obj.LastModified)})
 			after = k
 		}
 		if !aws.ToBool(out.IsTruncated) || len(out.Contents) == 0 {
