@@ -179,3 +179,52 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentSweepOfManyTenants: with tenants listed 8 at a time, one
+// sweep over 40 tenants offers every overdue entry of every tenant, once,
+// for one delimited LIST and one LIST per tenant; on memory and on the S3
+// server.
+func TestConcurrentSweepOfManyTenants(t *testing.T) {
+	swBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		now := swStart
+		const tenants = 40
+		var keys []string
+		want := map[abi.ActorID]bool{}
+		for i := range tenants {
+			tn := fmt.Sprintf("t%02d", i)
+			for j := range 2 {
+				id := abi.ActorID{Tenant: tn, Class: "c", Name: fmt.Sprint(j)}
+				want[id] = true
+				keys = append(keys, swKey(id, now.Add(-swMargin-time.Second).UnixMilli()+int64(j)))
+			}
+			keys = append(keys, swKey(abi.ActorID{Tenant: tn, Class: "c", Name: "later"}, now.Add(time.Hour).UnixMilli()))
+		}
+		plant(t, b, keys)
+		cb := bucket.NewCounting(b)
+		h := &sweepHost{now: now, self: "node-a", live: []string{"node-a"}}
+		tm := sweeper.NewTimer(swRetryMax)
+		p, err := alarms.Register(alarms.Config{Bucket: cb, Host: h, Timer: tm, Margin: swMargin, RetryMax: swRetryMax, SweepConcurrency: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &swNode{host: h, timer: tm, plugin: p}
+		p.Sweep(ctx)
+		got := map[abi.ActorID]bool{}
+		for _, id := range n.popDue(t) {
+			if got[id] {
+				t.Errorf("%s offered twice", id)
+			}
+			got[id] = true
+		}
+		if len(got) != len(want) {
+			t.Errorf("offered %d actors, want %d", len(got), len(want))
+		}
+		if c := cb.Counts(); c != (bucket.Counts{List: 1 + tenants, ListPages: 1 + tenants}) {
+			t.Errorf("one sweep of %d tenants sent %+v, want one delimited LIST and one LIST per tenant", tenants, c)
+		}
+		if _, err := p.LastSweep(); err != nil {
+			t.Errorf("last sweep: %v", err)
+		}
+	})
+}
