@@ -238,6 +238,28 @@ pub fn from_millis(ms: i64) -> SystemTime {
     }
 }
 
+/// The host's clock, the one alarms are due by: `SystemTime::now()` in a
+/// guest (the host sets WASI's clock), the fake host's clock in a native
+/// test that installed one ([`fake`]). Handlers that read the time with it
+/// rather than `SystemTime::now()` can be tested with the fake's clock.
+pub fn now() -> SystemTime {
+    from_millis(now_ms())
+}
+
+/// [`now`] in Unix milliseconds (rounded down).
+pub fn now_ms() -> i64 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        if let Some(ms) = fake::with(|h| h.now_ms) {
+            return ms;
+        }
+    }
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_millis().min(i64::MAX as u128) as i64,
+        Err(e) => -(e.duration().as_millis().min(i64::MAX as u128) as i64),
+    }
+}
+
 // ---- the request -----------------------------------------------------------
 
 /// Reads the first `len` bytes of the request body (the length `on-request`
@@ -375,6 +397,12 @@ pub mod dispatch {
     use super::*;
 
     fn fail(export: &str, err: &dyn fmt::Display) -> i32 {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            if super::fake::with(|h| h.log.push_str(&format!("{}: {}\n", export, err))).is_some() {
+                return 1;
+            }
+        }
         eprintln!("{}: {}", export, err);
         1
     }
@@ -415,6 +443,8 @@ pub mod dispatch {
         }
     }
 }
+
+pub mod timers;
 
 // ---- the host --------------------------------------------------------------
 
@@ -492,15 +522,33 @@ mod host {
 }
 
 /// An in-memory host with the ABI's semantics, for unit tests of actors on
-/// the build machine (not on wasm32). Install one per test with
-/// [`fake::install`]; it lives on the test's thread.
+/// the build machine (not on wasm32).
+///
+/// [`TestHost`] runs an actor's handlers as the host does: each call an
+/// event, committed or rolled back; a clock the test moves, delivering the
+/// alarm when it falls due and retrying a failing `on-alarm` on the host's
+/// committed backoff. Underneath, [`install`] puts a bare [`Host`] on the
+/// test's thread, whose fields a test may read and change directly.
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fake {
     use std::cell::RefCell;
     use std::collections::BTreeMap;
+    use std::marker::PhantomData;
+    use std::panic::{self, AssertUnwindSafe};
+    use std::time::Duration;
+
+    /// The clock's time when a host is installed: 2025-01-01T00:00:00Z in
+    /// Unix ms (as the Go SDK's fake starts).
+    pub const DEFAULT_START_MS: i64 = 1_735_689_600_000;
+
+    /// The delay before the first retry of a failed alarm handler; each
+    /// further failure doubles it, up to [`RETRY_MAX`].
+    pub const RETRY_BASE: Duration = Duration::from_secs(1);
+    /// The longest delay between retries.
+    pub const RETRY_MAX: Duration = Duration::from_secs(300);
 
     /// The fake host's state; tests read and change it freely.
-    #[derive(Default, Debug)]
+    #[derive(Debug)]
     pub struct Host {
         /// The alarm, in Unix milliseconds.
         pub alarm: Option<i64>,
@@ -514,6 +562,32 @@ pub mod fake {
         pub fail: BTreeMap<&'static str, u32>,
         /// Calls so far, by import name.
         pub calls: BTreeMap<&'static str, usize>,
+        /// The host's clock, in Unix ms: what [`crate::now`] returns.
+        pub now_ms: i64,
+        /// What the SDK's exports reported of failed handlers (on a guest's
+        /// standard error, in a real host).
+        pub log: String,
+        /// Set by a successful set-alarm or clear-alarm.
+        alarm_touched: bool,
+        /// The alarm a failed event left, when it set or cleared it.
+        alarm_left: Option<Option<i64>>,
+    }
+
+    impl Default for Host {
+        fn default() -> Host {
+            Host {
+                alarm: None,
+                kv: BTreeMap::new(),
+                request: Vec::new(),
+                response: Vec::new(),
+                fail: BTreeMap::new(),
+                calls: BTreeMap::new(),
+                now_ms: DEFAULT_START_MS,
+                log: String::new(),
+                alarm_touched: false,
+                alarm_left: None,
+            }
+        }
     }
 
     thread_local! {
@@ -535,6 +609,267 @@ pub mod fake {
         HOST.with(|h| h.borrow_mut().as_mut().map(f))
     }
 
+    fn host<R>(f: impl FnOnce(&mut Host) -> R) -> R {
+        with(f).expect("wasmkeep::fake: the TestHost's host was uninstalled")
+    }
+
+    /// One delivery of the alarm: on-alarm's arguments, the clock when it
+    /// ran, and what the handler reported.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Firing {
+        /// The time on-alarm received (during retries, this attempt's).
+        pub scheduled_ms: i64,
+        /// How many attempts at this alarm failed before this one.
+        pub retry_count: u32,
+        /// The clock when the handler ran.
+        pub at_ms: i64,
+        /// `None` when the handler succeeded, else what it reported.
+        pub err: Option<String>,
+    }
+
+    /// A fake host running the actor `A`'s handlers (see the module). It
+    /// lives on the test's thread, replacing any host there; dropping it
+    /// uninstalls it.
+    ///
+    /// ```ignore
+    /// let mut h = wasmkeep::fake::TestHost::<Reminders>::new();
+    /// h.request(b"remind tea 300 put the kettle on").unwrap();
+    /// let fired = h.advance(Duration::from_secs(300)); // the reminder's alarm fires
+    /// assert_eq!(fired.len(), 1);
+    /// ```
+    pub struct TestHost<A: crate::Actor> {
+        failures: u32,
+        inited: bool,
+        firings: Vec<Firing>,
+        _actor: PhantomData<A>,
+    }
+
+    impl<A: crate::Actor> Default for TestHost<A> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl<A: crate::Actor> Drop for TestHost<A> {
+        fn drop(&mut self) {
+            uninstall();
+        }
+    }
+
+    impl<A: crate::Actor> TestHost<A> {
+        /// Installs a host with its clock at [`DEFAULT_START_MS`].
+        pub fn new() -> Self {
+            Self::starting_at(DEFAULT_START_MS)
+        }
+
+        /// Installs a host with its clock at `now_ms` (Unix ms).
+        pub fn starting_at(now_ms: i64) -> Self {
+            install();
+            host(|h| h.now_ms = now_ms);
+            TestHost { failures: 0, inited: false, firings: Vec::new(), _actor: PhantomData }
+        }
+
+        /// The clock, in Unix ms.
+        pub fn now_ms(&self) -> i64 {
+            host(|h| h.now_ms)
+        }
+
+        /// The committed alarm, in Unix ms.
+        pub fn alarm_ms(&self) -> Option<i64> {
+            host(|h| h.alarm)
+        }
+
+        /// The committed failure count: the retry count the next delivery
+        /// of the alarm receives.
+        pub fn retry_count(&self) -> u32 {
+            self.failures
+        }
+
+        /// The committed value under `key`.
+        pub fn get<K: AsRef<[u8]>>(&self, key: K) -> Option<Vec<u8>> {
+            host(|h| h.kv.get(key.as_ref()).cloned())
+        }
+
+        /// Every delivery of the alarm so far, oldest first.
+        pub fn firings(&self) -> &[Firing] {
+            &self.firings
+        }
+
+        /// What the SDK reported of failed handlers so far.
+        pub fn log(&self) -> String {
+            host(|h| h.log.clone())
+        }
+
+        /// Sends a request (on-request), first running on-init if it has not
+        /// succeeded yet. The response, or what the failing handler reported
+        /// (its writes are then rolled back).
+        pub fn request(&mut self, body: &[u8]) -> Result<Vec<u8>, String> {
+            self.ensure_init()?;
+            host(|h| {
+                h.request = body.to_vec();
+                h.response.clear();
+            });
+            let len = body.len() as i32;
+            self.event("on-request", || crate::dispatch::on_request::<A>(len)).map(|_| host(|h| h.response.clone()))
+        }
+
+        /// Runs `f` as an event of the actor, as a request handler runs:
+        /// inside it the SDK's calls (and the timers) work, and its writes
+        /// commit when it returns `Ok` and roll back when it fails.
+        pub fn run(&mut self, f: impl FnOnce() -> crate::HandlerResult<()>) -> Result<(), String> {
+            self.ensure_init()?;
+            self.event("event", || match f() {
+                Ok(()) => 0,
+                Err(e) => {
+                    host(|h| h.log.push_str(&format!("event: {}\n", e)));
+                    1
+                }
+            })
+            .map(|_| ())
+        }
+
+        /// Moves the clock forward by `d`, delivering the alarm each time it
+        /// falls due on the way (retries included), at its time, and returns
+        /// those deliveries. `advance(Duration::ZERO)` delivers an alarm
+        /// already due.
+        pub fn advance(&mut self, d: Duration) -> Vec<Firing> {
+            let to = self.now_ms().saturating_add(d.as_millis().min(i64::MAX as u128) as i64);
+            self.advance_to(to)
+        }
+
+        /// Moves the clock to `to_ms`, as [`advance`](TestHost::advance)
+        /// does; a time before the clock delivers what is due and leaves the
+        /// clock where it is.
+        pub fn advance_to(&mut self, to_ms: i64) -> Vec<Firing> {
+            let mut out = Vec::new();
+            loop {
+                let (now, alarm) = host(|h| (h.now_ms, h.alarm));
+                match alarm {
+                    Some(at) if at <= to_ms.max(now) => {
+                        assert!(
+                            out.len() < 100_000,
+                            "wasmkeep::fake: 100000 alarms delivered in one advance: does the alarm handler set its alarm for now again and again?"
+                        );
+                        host(|h| h.now_ms = now.max(at));
+                        out.push(self.deliver(at));
+                    }
+                    _ => break,
+                }
+            }
+            host(|h| h.now_ms = h.now_ms.max(to_ms));
+            self.firings.extend(out.iter().cloned());
+            out
+        }
+
+        /// Moves the clock forward by `d` without delivering anything, as if
+        /// the actor's node were down; the next advance delivers the alarm
+        /// that fell due, late.
+        pub fn down(&mut self, d: Duration) {
+            let d = d.as_millis().min(i64::MAX as u128) as i64;
+            host(|h| h.now_ms = h.now_ms.saturating_add(d));
+        }
+
+        /// Runs on-alarm for the committed alarm, due now, and commits the
+        /// outcome as the host does.
+        fn deliver(&mut self, at: i64) -> Firing {
+            let failures = self.failures;
+            let mut f = Firing { scheduled_ms: at, retry_count: failures, at_ms: self.now_ms(), err: None };
+            match self.event("on-alarm", || crate::dispatch::on_alarm::<A>(at, failures as i32)) {
+                Ok(touched) => {
+                    if !touched.0 {
+                        host(|h| h.alarm = None);
+                    }
+                    self.failures = 0;
+                }
+                Err(e) => {
+                    f.err = Some(e);
+                    // The event rolled back; what it left of the alarm was
+                    // kept aside: a set or clear stands, else the alarm.
+                    let left = host(|h| h.alarm_left.take()).unwrap_or(Some(at));
+                    let n = failures + 1;
+                    let retry_at = (f.at_ms + retry_delay(n).as_millis() as i64).min(crate::MAX_ALARM_MS);
+                    match left {
+                        None => {
+                            host(|h| h.alarm = None);
+                            self.failures = 0;
+                        }
+                        Some(l) => {
+                            host(|h| h.alarm = Some(l.max(retry_at)));
+                            self.failures = n;
+                        }
+                    }
+                }
+            }
+            f
+        }
+
+        fn ensure_init(&mut self) -> Result<(), String> {
+            if self.inited {
+                return Ok(());
+            }
+            self.event("on-init", crate::dispatch::on_init::<A>)?;
+            self.inited = true;
+            Ok(())
+        }
+
+        /// Runs one event: commits its writes when `call` returns 0, rolls
+        /// them back otherwise (or on a panic, which traps in a guest).
+        /// Ok says whether the event set or cleared the alarm.
+        fn event(&mut self, export: &str, call: impl FnOnce() -> i32) -> Result<Touched, String> {
+            let (kv, alarm, logged) = host(|h| {
+                h.alarm_touched = false;
+                h.alarm_left = None;
+                (h.kv.clone(), h.alarm, h.log.len())
+            });
+            let code = match panic::catch_unwind(AssertUnwindSafe(call)) {
+                Ok(code) => code,
+                Err(p) => {
+                    let msg = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    host(|h| h.log.push_str(&format!("{}: panic: {}\n", export, msg)));
+                    1
+                }
+            };
+            if code == 0 {
+                // A committed set or clear starts the failure count again.
+                let touched = host(|h| h.alarm_touched);
+                if touched {
+                    self.failures = 0;
+                }
+                return Ok(Touched(touched));
+            }
+            Err(host(|h| {
+                if h.alarm_touched {
+                    h.alarm_left = Some(h.alarm);
+                }
+                h.kv = kv;
+                h.alarm = alarm;
+                let said = h.log[logged..].trim().to_string();
+                if said.is_empty() {
+                    format!("{} returned {}", export, code)
+                } else {
+                    said
+                }
+            }))
+        }
+    }
+
+    struct Touched(bool);
+
+    /// The delay after the n-th failure in a row.
+    fn retry_delay(n: u32) -> Duration {
+        let mut d = RETRY_BASE;
+        let mut i = 1;
+        while i < n && d < RETRY_MAX {
+            d *= 2;
+            i += 1;
+        }
+        d.min(RETRY_MAX)
+    }
+
     impl Host {
         fn call(&mut self, op: &'static str) -> Option<u32> {
             *self.calls.entry(op).or_insert(0) += 1;
@@ -548,6 +883,7 @@ pub mod fake {
                 return 28;
             }
             self.alarm = Some(at_ms);
+            self.alarm_touched = true;
             0
         }
         pub(crate) fn get_alarm(&mut self, out: &mut i64) -> u32 {
@@ -567,6 +903,7 @@ pub mod fake {
                 return e;
             }
             self.alarm = None;
+            self.alarm_touched = true;
             0
         }
         pub(crate) fn request_read(&mut self, buf: &mut [u8]) -> u32 {
