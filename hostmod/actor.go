@@ -168,7 +168,12 @@ func (a *Actor) wake(ctx context.Context) error {
 	if err := a.e.res.acquireDB(ctx, a); err != nil {
 		return &abi.ActorError{ID: a.id, Op: "open database", Err: err}
 	}
-	st, err := OpenStore(a.path)
+	st, err := openStore(a.path, a.e.cfg.durable)
+	if err == nil && a.e.cfg.syncFull {
+		if err = st.conn.Exec(`PRAGMA ` + storeSchema + `.synchronous=FULL`); err != nil {
+			st.Close()
+		}
+	}
 	if err != nil {
 		a.e.res.releaseDB(a)
 		return &abi.ActorError{ID: a.id, Err: err}
@@ -482,6 +487,14 @@ func (a *Actor) finish(ctx context.Context, before, after *int64, n int, respons
 		a.known = false
 		return Result{}, &abi.ActorError{ID: a.id, Op: "commit", Err: err}
 	}
+	if a.e.cfg.durable {
+		if err := a.durable(); err != nil {
+			// Committed, but not known to be on stable storage: not
+			// acknowledged. The connection is not reused.
+			a.store.failed = true
+			return Result{}, &abi.ActorError{ID: a.id, Op: "sync the commit", Err: err}
+		}
+	}
 	a.alarm, a.failures, a.known = after, n, true
 	if p != nil {
 		for _, m := range p.set {
@@ -489,6 +502,17 @@ func (a *Actor) finish(ctx context.Context, before, after *int64, n int, respons
 		}
 	}
 	return res, nil
+}
+
+// durable waits until the last commit is on stable storage
+// (WithDurableCommits): its WAL synced, in a round shared with other
+// actors' commits.
+func (a *Actor) durable() error {
+	f := a.store.walFile()
+	if f == nil {
+		return errors.New("the database has no WAL open")
+	}
+	return a.e.commits.wait(f)
 }
 
 // call runs an export of the instance (creating one if needed) within the

@@ -58,6 +58,8 @@ type config struct {
 	resWait       time.Duration
 	registerer    prometheus.Registerer
 	maxMemory     uint64
+	durable       bool
+	syncFull      bool // tests and benchmarks: synchronous=FULL
 }
 
 // Option configures an Engine.
@@ -65,6 +67,18 @@ type Option func(*config)
 
 // WithClock sets the clock (default: the system clock).
 func WithClock(c Clock) Option { return func(o *config) { o.clock = c } }
+
+// WithDurableCommits makes every event's commit durable before the event
+// returns: a request's response, a delivery's outcome and a host's
+// SetAlarm are reported only once the commit is on stable storage, so an
+// acknowledged event and the alarm it set survive a power loss or an OS
+// crash, not only a crash of the process. Commits of all actors share
+// syncs (group commit): each waits for the next round of one goroutine
+// that syncs every WAL written since the last round once, so under load
+// the cost is a fraction of synchronous=FULL's sync per commit
+// (docs/benchmarks.md). A new actor's database file is synced before it is
+// named. Off by default.
+func WithDurableCommits(on bool) Option { return func(o *config) { o.durable = on } }
 
 // WithLogger sets the logger (default: a null logger).
 func WithLogger(l hclog.Logger) Option { return func(o *config) { o.logger = l } }
@@ -178,6 +192,9 @@ type Engine struct {
 
 	res *residency
 	mem *memBudget
+	// commits syncs the commits of every actor in groups
+	// (WithDurableCommits).
+	commits groupSync
 	// modCfg is the configuration every instance starts from when the
 	// embedder gives none (WithModuleConfig): built once, since each With
 	// copies it; an instance adds only its actor's stdout and stderr.
@@ -284,6 +301,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 // leaves the embedder's runtime open. Its metrics leave the registerer
 // (WithRegisterer), so a new engine may register there.
 func (e *Engine) Close(ctx context.Context) error {
+	e.commits.close()
 	e.mu.Lock()
 	e.unregister()
 	e.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/vfs"
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/internal/diskfault"
@@ -276,9 +277,13 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 // data through kv-get, kv-put and kv-delete), every one naming
 // storeSchema. A connection is reused only after a clean DETACH in a
 // store that saw no error from SQLite; any other is closed.
-func OpenStore(path string) (*Store, error) {
+func OpenStore(path string) (*Store, error) { return openStore(path, false) }
+
+// openStore is OpenStore; durable syncs a new database's file, and its
+// directory, before the database is named (WithDurableCommits).
+func openStore(path string, durable bool) (*Store, error) {
 	if _, err := os.Lstat(path); os.IsNotExist(err) {
-		if err := createFromTemplate(path); err != nil {
+		if err := createFromTemplate(path, durable); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
 	}
@@ -330,8 +335,11 @@ var template struct {
 }
 
 // createFromTemplate writes an empty actor database at path: written beside
-// it and renamed, so a crash leaves either no file or a whole one.
-func createFromTemplate(path string) error {
+// it and renamed, so a crash leaves either no file or a whole one. durable
+// syncs the file before the rename and the directory after it, so that a
+// power loss too leaves either no file or a whole one, and not the name
+// without its contents.
+func createFromTemplate(path string, durable bool) error {
 	template.once.Do(func() { template.img, template.err = makeTemplate() })
 	if template.err != nil {
 		return template.err
@@ -340,7 +348,39 @@ func createFromTemplate(path string) error {
 	if err := writeFile(tmp, template.img); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if durable {
+		if err := syncPath(tmp); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if durable {
+		return syncPath(filepath.Dir(path))
+	}
+	return nil
+}
+
+// syncPath syncs the file or directory at path.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// walFile returns the connection's handle on the database's WAL (nil
+// before the WAL is open), which a durable commit syncs.
+func (s *Store) walFile() vfs.File {
+	v, err := s.conn.FileControl(storeSchema, sqlite3.FCNTL_JOURNAL_POINTER)
+	if err != nil {
+		return nil
+	}
+	f, _ := v.(vfs.File)
+	return f
 }
 
 // makeTemplate creates an empty database the way OpenStore sets one up,

@@ -375,7 +375,16 @@ func (f *storeFile) walTailUsed(off int64) {
 	f.wbOff, f.wbDone, f.lastHdr = off, n-k, -1
 }
 
+// ioHook, when set (the power-loss test), is told of each write to an
+// actor's file before it is made ("write": n bytes at off), of each
+// truncation before it is made ("truncate" to off), and of each sync once
+// it is done ("sync").
+var ioHook func(op, name string, off, n int64)
+
 func (f *storeFile) pwrite(p []byte, off int64) (int, error) {
+	if ioHook != nil {
+		ioHook("write", f.name, off, int64(len(p)))
+	}
 	n := 0
 	for n < len(p) {
 		q := p[n:]
@@ -416,6 +425,9 @@ func (f *storeFile) Truncate(size int64) error {
 		// Into what was written: nothing follows on from it now.
 		f.forgetBuf()
 	}
+	if ioHook != nil {
+		ioHook("truncate", f.name, size, 0)
+	}
 	for {
 		err := unix.Ftruncate(f.fd, size)
 		if err == unix.EINTR {
@@ -435,6 +447,9 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 	if err := fdatasync(f.fd); err != nil {
 		return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
 	}
+	if ioHook != nil {
+		ioHook("sync", f.name, 0, 0)
+	}
 	if f.syncDir {
 		f.syncDir = false
 		d, err := unix.Open(filepath.Dir(f.name), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
@@ -447,6 +462,55 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 		}
 	}
 	return nil
+}
+
+// syncAllOn syncs every file of the file systems files are on, with one
+// syncfs for each file system, once each file's held writes are written:
+// one journal commit and one flush of the disk's cache for a whole round
+// of group commit, however many WALs it covers. ok is false when a file
+// is not a storeFile (the caller syncs those itself).
+func syncAllOn(files []vfs.File) (ok bool, err error) {
+	var fds []int
+	for _, v := range files {
+		f, isStore := v.(*storeFile)
+		if !isStore {
+			return false, nil
+		}
+		if err := f.flushHeld(); err != nil {
+			return true, err
+		}
+		if f.syncDir {
+			f.syncDir = false // syncfs covers the directory too
+		}
+		fds = append(fds, f.fd)
+	}
+	seen := map[uint64]bool{}
+	for _, fd := range fds {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return true, err
+		}
+		if seen[st.Dev] {
+			continue
+		}
+		seen[st.Dev] = true
+		for {
+			err := unix.Syncfs(fd)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return true, vfs.SystemError(err, sqlite3.IOERR_FSYNC)
+			}
+			break
+		}
+	}
+	if ioHook != nil {
+		for _, v := range files {
+			ioHook("sync", v.(*storeFile).name, 0, 0)
+		}
+	}
+	return true, nil
 }
 
 func fdatasync(fd int) error {
