@@ -87,6 +87,7 @@ func main() {
 	withPprof := fs.Bool("pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
 	secFlags := addSecurityFlags(fs)
 	memFlags := addMemoryFlags(fs)
+	durable := fs.Bool("durable-commits", false, "acknowledge an event (a request's reply, a delivery) only once its commit is on stable storage, so it survives a power loss, not only a crash of the process; commits of all actors share syncs (group commit); see docs/benchmarks.md for what it costs")
 	fs.Parse(os.Args[1:])
 	if *showVersion {
 		bi, ok := debug.ReadBuildInfo()
@@ -95,6 +96,7 @@ func main() {
 	}
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
+	memFlags.durable = *durable
 	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, *cacheDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
 		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, attempts, splitList(*tenants), *sweep, *sweepConc, *failoverWait, *maxDBs, *maxInsts); err != nil {
 		logger.Error("exiting", "error", err)

@@ -46,6 +46,9 @@ func (b *byteSize) Set(s string) error {
 // memoryFlags are the bounds on guests' memory.
 type memoryFlags struct {
 	total, instance byteSize
+	// durable is -durable-commits (hostmod.WithDurableCommits), which
+	// rides with the engine's other storage and memory options.
+	durable bool
 }
 
 func addMemoryFlags(fs *flag.FlagSet) *memoryFlags {
@@ -63,5 +66,6 @@ func (m *memoryFlags) options() ([]hostmod.Option, error) {
 	if m.total < m.instance {
 		return nil, fmt.Errorf("-max-memory %s is less than -instance-memory %s: one instance could never use what it may", &m.total, &m.instance)
 	}
-	return []hostmod.Option{hostmod.WithMaxTotalMemory(uint64(m.total)), hostmod.WithMemoryLimit(uint64(m.instance))}, nil
+	return []hostmod.Option{hostmod.WithMaxTotalMemory(uint64(m.total)), hostmod.WithMemoryLimit(uint64(m.instance)),
+		hostmod.WithDurableCommits(m.durable)}, nil
 }
