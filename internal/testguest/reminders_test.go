@@ -23,6 +23,7 @@ import (
 const (
 	remindersGo   = "guest-sdk/examples/reminders"
 	remindersRust = "examples/reminders-rust"
+	remindersAS   = "examples/reminders-as/assembly/index.ts"
 )
 
 func reminders(t *testing.T, lang string) []byte {
@@ -32,12 +33,14 @@ func reminders(t *testing.T, lang string) []byte {
 		return testguest.Build(t, remindersGo)
 	case "rust":
 		return testguest.BuildRust(t, remindersRust)
+	case "as":
+		return testguest.BuildAS(t, remindersAS)
 	}
 	t.Fatalf("no reminders actor in %q", lang)
 	return nil
 }
 
-var remindersLangs = []string{"go", "rust"}
+var remindersLangs = []string{"go", "rust", "as"}
 
 // TestRemindersInEveryLanguage runs one script of requests and clock steps
 // against the reminders actor in each language, in the real host module
@@ -267,6 +270,21 @@ func TestRustRemindersNativeTests(t *testing.T) {
 	out, err := exec.Command(bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("the Rust reminders' tests failed: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// TestASRemindersNativeTests runs the AssemblyScript reminders' own test, in
+// Node against the SDK's fake host (guest-sdk-as/fake.mjs).
+func TestASRemindersNativeTests(t *testing.T) {
+	root := testguest.Root(t)
+	node, _, err := guestbuild.ASCompiler(root)
+	testguest.NeedToolchain(t, err)
+	cmd := exec.Command(node, "--test", "reminders.test.mjs")
+	cmd.Dir = filepath.Join(root, "examples", "reminders-as")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the AssemblyScript reminders' test failed: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
 }
