@@ -59,6 +59,23 @@ build/counter-actor-as.wasm: guest-sdk-as/node_modules $(AS_SOURCES)
 	@mkdir -p build
 	$(GO) run ./internal/guestbuild/buildguest as examples/counter-actor-as/assembly/index.ts $@
 
+# reminders builds the reminders example (named timers and a cron digest,
+# docs/timers.md) in each language; its tests are in internal/testguest.
+.PHONY: reminders
+reminders: build/reminders.wasm build/reminders-rust.wasm build/reminders-as.wasm
+
+build/reminders.wasm: $(shell find guest-sdk -name '*.go' -o -name go.mod)
+	@mkdir -p build
+	cd guest-sdk/examples/reminders && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o ../../../build/reminders.wasm .
+
+build/reminders-rust.wasm: $(shell find guest-sdk-rust examples/reminders-rust -name '*.rs')
+	@mkdir -p build
+	$(GO) run ./internal/guestbuild/buildguest rust examples/reminders-rust $@
+
+build/reminders-as.wasm: guest-sdk-as/node_modules $(shell find guest-sdk-as/assembly examples/reminders-as -name '*.ts') guest-sdk-as/asconfig.json guest-sdk-as/transform.mjs
+	@mkdir -p build
+	$(GO) run ./internal/guestbuild/buildguest as examples/reminders-as/assembly/index.ts $@
+
 # guest-tools installs the AssemblyScript compiler from the lockfile. Rust
 # and wabt come from the system's packages (Debian: apt-get install rustc
 # libstd-rust-dev-wasm32 wabt); .ci/run installs them.
