@@ -169,7 +169,7 @@ func (a *Actor) wake(ctx context.Context) error {
 		return &abi.ActorError{ID: a.id, Op: "open database", Err: err}
 	}
 	st, err := openStore(a.path, a.e.cfg.durable)
-	if err == nil && a.e.cfg.syncFull {
+	if err == nil && a.e.cfg.durable {
 		if err = st.conn.Exec(`PRAGMA ` + storeSchema + `.synchronous=FULL`); err != nil {
 			st.Close()
 		}
@@ -487,14 +487,7 @@ func (a *Actor) finish(ctx context.Context, before, after *int64, n int, respons
 		a.known = false
 		return Result{}, &abi.ActorError{ID: a.id, Op: "commit", Err: err}
 	}
-	if a.e.cfg.durable {
-		if err := a.durable(); err != nil {
-			// Committed, but not known to be on stable storage: not
-			// acknowledged. The connection is not reused.
-			a.store.failed = true
-			return Result{}, &abi.ActorError{ID: a.id, Op: "sync the commit", Err: err}
-		}
-	}
+
 	a.alarm, a.failures, a.known = after, n, true
 	if p != nil {
 		for _, m := range p.set {
@@ -502,17 +495,6 @@ func (a *Actor) finish(ctx context.Context, before, after *int64, n int, respons
 		}
 	}
 	return res, nil
-}
-
-// durable waits until the last commit is on stable storage
-// (WithDurableCommits): its WAL synced, in a round shared with other
-// actors' commits.
-func (a *Actor) durable() error {
-	f := a.store.walFile()
-	if f == nil {
-		return errors.New("the database has no WAL open")
-	}
-	return a.e.commits.wait(f)
 }
 
 // call runs an export of the instance (creating one if needed) within the

@@ -14,11 +14,9 @@ import (
 
 // BenchmarkDurableCommits measures events per second, and their latency,
 // with concurrently busy actors, each running request events that set its
-// alarm one after the other: with commits acknowledged once written
-// (off, the default), durable through group commit
-// (WithDurableCommits), and durable through synchronous=FULL, a sync per
-// commit. group syncs a round's WALs with one syncfs, group-fdatasync
-// with a sync of each, issued together. The databases are on the test's temporary directory: run it on
+// alarm one after the other: with commits acknowledged once written (off,
+// the default) and durable (WithDurableCommits: a sync of the WAL per
+// commit). The databases are on the test's temporary directory: run it on
 // a real disk, not a tmpfs, for the figures to mean anything.
 //
 //	go test ./hostmod -run '^$' -bench DurableCommits -benchtime 2000x
@@ -28,16 +26,11 @@ func BenchmarkDurableCommits(b *testing.B) {
 		opts []hostmod.Option
 	}{
 		{"off", nil},
-		{"group", []hostmod.Option{hostmod.WithDurableCommits(true)}},
-		{"group-fdatasync", []hostmod.Option{hostmod.WithDurableCommits(true)}},
-		{"full", []hostmod.Option{hostmod.WithSynchronousFull()}},
+		{"durable", []hostmod.Option{hostmod.WithDurableCommits(true)}},
 	}
 	for _, actors := range []int{1, 8, 64, 1000} {
 		for _, m := range modes {
 			b.Run(fmt.Sprintf("actors=%d/%s", actors, m.name), func(b *testing.B) {
-				if m.name == "group-fdatasync" {
-					defer hostmod.SetSyncfs(false)()
-				}
 				benchDurable(b, actors, m.opts)
 			})
 		}
@@ -63,7 +56,6 @@ func benchDurable(b *testing.B, actors int, opts []hostmod.Option) {
 			b.Fatal(err)
 		}
 	}
-	rounds0, _ := eng.CommitRounds()
 	lat := make([][]time.Duration, actors)
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -97,7 +89,4 @@ func benchDurable(b *testing.B, actors int, opts []hostmod.Option) {
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	if rounds, _ := eng.CommitRounds(); rounds > rounds0 {
-		b.ReportMetric(float64(len(all))/float64(rounds-rounds0), "commits/round")
-	}
 }

@@ -30,31 +30,3 @@ const (
 	WALCheckpointPages = walCheckpointPages
 	WALSizeLimit       = walSizeLimit
 )
-
-// WithSynchronousFull opens each actor's database with synchronous=FULL
-// (a sync of the WAL at every commit), the baseline the benchmark of
-// durable commits compares with.
-func WithSynchronousFull() Option { return func(o *config) { o.syncFull = true } }
-
-// CommitRounds returns the group committer's rounds and files synced.
-func (e *Engine) CommitRounds() (rounds, syncs uint64) {
-	e.commits.mu.Lock()
-	defer e.commits.mu.Unlock()
-	return e.commits.rounds, e.commits.syncs
-}
-
-// SetSyncfs chooses how a round of group commit syncs several WALs: one
-// syncfs (true, the default) or a sync of each at the same time.
-func SetSyncfs(on bool) (restore func()) {
-	prev := useSyncfs
-	useSyncfs = on
-	return func() { useSyncfs = prev }
-}
-
-// SetIOHook sets the hook told of each write, truncation and sync of an
-// actor's file (Linux), for the power-loss test.
-func SetIOHook(h func(op, name string, off, n int64)) (restore func()) {
-	prev := ioHook
-	ioHook = h
-	return func() { ioHook = prev }
-}

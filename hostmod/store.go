@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/ncruces/go-sqlite3"
-	"github.com/ncruces/go-sqlite3/vfs"
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/internal/diskfault"
@@ -370,17 +369,6 @@ func syncPath(path string) error {
 	}
 	defer f.Close()
 	return f.Sync()
-}
-
-// walFile returns the connection's handle on the database's WAL (nil
-// before the WAL is open), which a durable commit syncs.
-func (s *Store) walFile() vfs.File {
-	v, err := s.conn.FileControl(storeSchema, sqlite3.FCNTL_JOURNAL_POINTER)
-	if err != nil {
-		return nil
-	}
-	f, _ := v.(vfs.File)
-	return f
 }
 
 // makeTemplate creates an empty database the way OpenStore sets one up,

@@ -464,55 +464,6 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 	return nil
 }
 
-// syncAllOn syncs every file of the file systems files are on, with one
-// syncfs for each file system, once each file's held writes are written:
-// one journal commit and one flush of the disk's cache for a whole round
-// of group commit, however many WALs it covers. ok is false when a file
-// is not a storeFile (the caller syncs those itself).
-func syncAllOn(files []vfs.File) (ok bool, err error) {
-	var fds []int
-	for _, v := range files {
-		f, isStore := v.(*storeFile)
-		if !isStore {
-			return false, nil
-		}
-		if err := f.flushHeld(); err != nil {
-			return true, err
-		}
-		if f.syncDir {
-			f.syncDir = false // syncfs covers the directory too
-		}
-		fds = append(fds, f.fd)
-	}
-	seen := map[uint64]bool{}
-	for _, fd := range fds {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return true, err
-		}
-		if seen[st.Dev] {
-			continue
-		}
-		seen[st.Dev] = true
-		for {
-			err := unix.Syncfs(fd)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				return true, vfs.SystemError(err, sqlite3.IOERR_FSYNC)
-			}
-			break
-		}
-	}
-	if ioHook != nil {
-		for _, v := range files {
-			ioHook("sync", v.(*storeFile).name, 0, 0)
-		}
-	}
-	return true, nil
-}
-
 func fdatasync(fd int) error {
 	for {
 		if err := unix.Fdatasync(fd); err != unix.EINTR {

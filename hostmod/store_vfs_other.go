@@ -7,6 +7,3 @@ import "github.com/ncruces/go-sqlite3/vfs"
 // openStoreFile: other platforms open an actor's files through the "os"
 // VFS.
 func openStoreFile(string, vfs.OpenFlag) (vfs.File, error) { return nil, errNoStoreFile }
-
-// syncAllOn: other platforms sync each file (ok is false).
-func syncAllOn([]vfs.File) (ok bool, err error) { return false, nil }
