@@ -12,6 +12,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -19,7 +20,7 @@ import (
 // idleHost is a node of an idle cluster as the plugin sees it: the shared
 // fake clock, and the live nodes of its lease view.
 type idleHost struct {
-	clk *cluster.FakeClock
+	clk *fakeclock.Clock
 	l   *cluster.Leases
 }
 
@@ -89,7 +90,7 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			t0 := time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
-			clk := cluster.NewFakeClock(t0)
+			clk := fakeclock.New(t0)
 			store := tc.store(t)
 			for _, tenant := range []string{"t1", "t2"} {
 				id := abi.ActorID{Tenant: tenant, Class: "c", Name: "a"}

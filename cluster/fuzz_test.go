@@ -16,6 +16,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
 func fuzzLeases(tb testing.TB, b bucket.Bucket, clk cluster.Clock, id string) *cluster.Leases {
@@ -42,7 +43,7 @@ func FuzzHoldRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, otherLive bool) {
 		ctx := context.Background()
 		b := bucket.NewMem()
-		clk := cluster.NewFakeClock(time.Unix(1_700_000_000, 0))
+		clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 		if otherLive {
 			fuzzLeases(t, b, clk, "other")
 		}
@@ -89,7 +90,7 @@ func FuzzLeaseRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ctx := context.Background()
 		b := bucket.NewMem()
-		clk := cluster.NewFakeClock(time.Unix(1_700_000_000, 0))
+		clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 		me := fuzzLeases(t, b, clk, "me")
 		if _, err := b.Put(ctx, "cluster/nodes/other", body, bucket.Cond{}); err != nil {
 			t.Fatal(err)

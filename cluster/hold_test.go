@@ -13,6 +13,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -72,7 +73,7 @@ func wantLookup(t *testing.T, n testNode, id abi.ActorID, holder string) {
 func TestGenerationsGrow(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a, o := startNode(t, b, clk, "a"), startNode(t, b, clk, "o")
 		wantLookup(t, o, actorX, "")
 
@@ -161,7 +162,7 @@ func TestGenerationsGrow(t *testing.T) {
 func TestKilledHolderKeepsHoldsUntilTTLPlusGrace(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a, o := startNode(t, b, clk, "a"), startNode(t, b, clk, "o")
 		y := abi.ActorID{Tenant: "t1", Class: "counter", Name: "y\x00\xff"}
 		hx, hy := acquire(t, a, actorX), acquire(t, a, y)
@@ -304,7 +305,7 @@ func faultyLeaseBucket(key string, fail *bool, mu *sync.Mutex) *bucket.Mem {
 // generation.
 func TestLapsedLeaseVoidsHolds(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	var mu sync.Mutex
 	fail := false
 	m := faultyLeaseBucket("cluster/nodes/a", &fail, &mu)
@@ -361,7 +362,7 @@ func TestLapsedLeaseVoidsHolds(t *testing.T) {
 func TestLostLeaseStopsHolds(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a := startNode(t, b, clk, "a")
 		h := acquire(t, a, actorX)
 		if _, err := b.Put(ctx, "cluster/nodes/a", []byte(`{"node_id":"someone else","seq":9}`), bucket.Cond{}); err != nil {
@@ -382,7 +383,7 @@ func TestLostLeaseStopsHolds(t *testing.T) {
 // TestHoldRequestCounts: what each operation costs, exactly.
 func TestHoldRequestCounts(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	b := bucket.NewCounting(bucket.NewMem())
 	a, o := startNode(t, b, clk, "a"), startNode(t, b, clk, "o")
 	step := func(name string, want bucket.Counts, f func()) {
@@ -421,7 +422,7 @@ func TestRetriedAcquireThatLanded(t *testing.T) {
 	srv := s3test.Start(t)
 	p := s3test.NewProxy(t, srv.Endpoint)
 	b := srv.NewClient(t, s3.WithEndpoint(p.URL))
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	a, o := startNode(t, b, clk, "a"), startNode(t, srv.Bucket, clk, "o")
 	p.FailNext("PUT", 1, s3test.DropAfterForward)
 	before := p.Count("PUT")
@@ -439,7 +440,7 @@ func TestRetriedAcquireThatLanded(t *testing.T) {
 // TestBadActorID: actor IDs that cannot form a key are refused, naming the
 // actor.
 func TestBadActorID(t *testing.T) {
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	a := startNode(t, bucket.NewMem(), clk, "a")
 	for _, id := range []abi.ActorID{
 		{Tenant: "", Class: "c", Name: "n"},
@@ -456,7 +457,7 @@ func TestBadActorID(t *testing.T) {
 // TestHoldKeyLayout: records live at <prefix>holds/<tenant>/<class>/<hex name>.
 func TestHoldKeyLayout(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	m := bucket.NewMem()
 	l := startManual(t, m, clk, "a", func(c *cluster.LeaseConfig) { c.Prefix = "p/" })
 	hs := cluster.NewHolds(m, "p/", l, nil)

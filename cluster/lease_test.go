@@ -13,6 +13,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
@@ -40,16 +41,16 @@ func onBoth(t *testing.T, f func(t *testing.T, b bucket.Bucket)) {
 	t.Run("s3", func(t *testing.T) { f(t, s3test.Start(t).Bucket) })
 }
 
-// nodeClock is one machine's view of the test's real time (a FakeClock):
+// nodeClock is one machine's view of the test's real time (a fakeclock.Clock):
 // offset by an arbitrary wall-clock error and running at its own rate.
 type nodeClock struct {
-	ref    *cluster.FakeClock
+	ref    *fakeclock.Clock
 	origin time.Time // ref's reading when the clock was made
 	base   time.Time // this clock's reading then
 	rate   float64
 }
 
-func newNodeClock(ref *cluster.FakeClock, offset time.Duration, rate float64) nodeClock {
+func newNodeClock(ref *fakeclock.Clock, offset time.Duration, rate float64) nodeClock {
 	return nodeClock{ref: ref, origin: ref.Now(), base: ref.Now().Add(offset), rate: rate}
 }
 
@@ -94,7 +95,7 @@ func TestMarginsKilledHolderStopsBeforeTakerMayTake(t *testing.T) {
 				ttl, margin, grace = cluster.DefaultTTL, cluster.DefaultMargin, cluster.DefaultGrace
 			}
 			set := func(c *cluster.LeaseConfig) { c.TTL, c.Margin, c.Grace = ttl, margin, grace }
-			ref := cluster.NewFakeClock(t0)
+			ref := fakeclock.New(t0)
 			hc := newNodeClock(ref, tc.holderOffset, tc.holderRate)
 			tk := newNodeClock(ref, tc.takerOffset, tc.takerRate)
 			b := bucket.NewMem()
@@ -187,7 +188,7 @@ func TestLeaseConfigValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := bucket.NewMem()
 			cfg := cluster.LeaseConfig{Bucket: b, NodeID: "n1", TTL: tc.ttl, Margin: tc.margin, Grace: tc.grace, Period: tc.period,
-				Clock: cluster.NewFakeClock(t0), Manual: true}
+				Clock: fakeclock.New(t0), Manual: true}
 			if tc.noID {
 				cfg.NodeID = ""
 			}
@@ -219,7 +220,7 @@ func TestLeaseConfigValidation(t *testing.T) {
 func TestNewNodeWatchesTTLPlusGrace(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a := startManual(t, b, clk, "a")
 		a.Kill()
 		clk.Advance(time.Hour)
@@ -262,7 +263,7 @@ func TestNewNodeWatchesTTLPlusGrace(t *testing.T) {
 func TestCloseFreesAtOnce(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a := startManual(t, b, clk, "a")
 		o := startManual(t, b, clk, "o")
 		if err := o.RefreshNow(ctx); err != nil {
@@ -307,7 +308,7 @@ type faultyMem struct {
 	delay atomic.Int64
 }
 
-func newFaultyMem(clk *cluster.FakeClock, key string) *faultyMem {
+func newFaultyMem(clk *fakeclock.Clock, key string) *faultyMem {
 	f := &faultyMem{Mem: bucket.NewMem(), key: key}
 	f.Mem.Sleep = clk.Sleep
 	f.Mem.Faults = func(op bucket.Op) bucket.Fault {
@@ -335,7 +336,7 @@ func newFaultyMem(clk *cluster.FakeClock, key string) *faultyMem {
 // is void.
 func TestFailedRenewalRidesThrough(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	b := newFaultyMem(clk, "cluster/nodes/a")
 	a := startNode(t, b, clk, "a") // created at t0: valid until t0 + 9 s
 	h := acquire(t, a, actorX)
@@ -385,7 +386,7 @@ func TestFailedRenewalRidesThrough(t *testing.T) {
 // nothing.
 func TestSlowRenewal(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	b := newFaultyMem(clk, "cluster/nodes/a")
 	a := startManual(t, b, clk, "a")
 	clk.Advance(3 * time.Second)
@@ -415,7 +416,7 @@ func TestSlowRenewal(t *testing.T) {
 // write, renews on top of it and stays a member.
 func TestLateRenewalIsAdopted(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	m := newFaultyMem(clk, "cluster/nodes/a")
 	b := bucket.NewCounting(m)
 	a := startManual(t, b, clk, "a")
@@ -451,7 +452,7 @@ func TestReplacedLeaseStops(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			onBoth(t, func(t *testing.T, b bucket.Bucket) {
 				ctx := context.Background()
-				clk := cluster.NewFakeClock(t0)
+				clk := fakeclock.New(t0)
 				a := startManual(t, b, clk, "a")
 				var err error
 				if how == "replaced" {
@@ -485,7 +486,7 @@ func TestRequestCounts(t *testing.T) {
 
 func requestCounts(t *testing.T, b *bucket.Counting) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	a := startManual(t, b, clk, "a")
 	others := []*cluster.Leases{startManual(t, b, clk, "b"), startManual(t, b, clk, "c")}
 	b.Reset()
@@ -533,7 +534,7 @@ func TestRetriedRenewalThatLanded(t *testing.T) {
 	p := s3test.NewProxy(t, srv.Endpoint)
 	b := srv.NewClient(t, s3.WithEndpoint(p.URL))
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	a := startManual(t, b, clk, "a")
 	clk.Advance(time.Second)
 	p.FailNext("PUT", 1, s3test.DropAfterForward)
@@ -605,7 +606,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 // listing) is sent, so slow reads never shorten it.
 func TestSlowReadsCountConservatively(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	m := bucket.NewMem()
 	m.Sleep = clk.Sleep
 	m.Faults = func(op bucket.Op) bucket.Fault {
@@ -644,7 +645,7 @@ func TestSlowReadsCountConservatively(t *testing.T) {
 // expired; once read, it expires after its own 40 s + Grace.
 func TestListedVersionJudgedByItsOwnTTL(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	m := bucket.NewMem()
 	var failGets atomic.Bool
 	m.Faults = func(op bucket.Op) bucket.Fault {
@@ -697,7 +698,7 @@ func TestListedVersionJudgedByItsOwnTTL(t *testing.T) {
 // a renewing node is never read again.
 func TestListingJudgesExpiry(t *testing.T) {
 	ctx := context.Background()
-	clk := cluster.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	b := bucket.NewCounting(bucket.NewMem())
 	a := startManual(t, b, clk, "a")
 	r := startManual(t, b, clk, "r")

@@ -9,6 +9,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
 type started struct {
@@ -20,7 +21,7 @@ type started struct {
 // startDriven starts a lease for id in the background and drives the fake
 // clock 100 ms at a time until StartLeases returns or a minute of fake time
 // has passed; each step calls every() first (a live node renewing).
-func startDriven(t *testing.T, b bucket.Bucket, clk *cluster.FakeClock, id string, every func()) started {
+func startDriven(t *testing.T, b bucket.Bucket, clk *fakeclock.Clock, id string, every func()) started {
 	t.Helper()
 	done := make(chan started, 1)
 	go func() {
@@ -53,7 +54,7 @@ func startDriven(t *testing.T, b bucket.Bucket, clk *cluster.FakeClock, id strin
 func TestRestartTakesTheNameBackOnceTheOldLeaseExpired(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a1 := startNode(t, b, clk, "a")
 		o := startNode(t, b, clk, "o")
 		actorY := abi.ActorID{Tenant: "t1", Class: "counter", Name: "y"}
@@ -111,7 +112,7 @@ func TestRestartTakesTheNameBackOnceTheOldLeaseExpired(t *testing.T) {
 func TestNodeIDInUse(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a := startManual(t, b, clk, "a")
 		last := clk.Now()
 		s := startDriven(t, b, clk, "a", func() {
@@ -137,7 +138,7 @@ func TestNodeIDInUse(t *testing.T) {
 func TestACleanlyStoppedNodeComesBackUnderItsName(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := cluster.NewFakeClock(t0)
+		clk := fakeclock.New(t0)
 		a1 := startNode(t, b, clk, "a")
 		o := startNode(t, b, clk, "o")
 		if err := o.RefreshNow(ctx); err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
 
@@ -40,7 +40,7 @@ func BenchmarkCounterGuests(b *testing.B) {
 
 func benchCounter(b *testing.B, wasm []byte) {
 	ctx := context.Background()
-	clock := cluster.NewFakeClock(time.UnixMilli(1_767_225_600_000))
+	clock := fakeclock.New(time.UnixMilli(1_767_225_600_000))
 	// ResetTimer drops metrics reported before it: report them all at the end.
 	metrics := map[string]float64{"module-KiB": float64(len(wasm)) / 1024}
 	defer func() {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -174,7 +174,7 @@ func sysTime(tb testing.TB) time.Duration {
 func coldFirings(b *testing.B, classes map[string][]byte, class string, actors int, req []byte) {
 	ctx := context.Background()
 	dir := b.TempDir()
-	clock := cluster.NewFakeClock(time.UnixMilli(1_800_000_000_000))
+	clock := fakeclock.New(time.UnixMilli(1_800_000_000_000))
 	n := newNode(b, dir, classes, node.Config{Clock: clock})
 	ids := make([]abi.ActorID, actors)
 	for i := range ids {

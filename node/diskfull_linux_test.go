@@ -18,8 +18,8 @@ import (
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/diskfault"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -70,7 +70,7 @@ func TestAFullDataDirectoryAnswers507AndResumes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_767_225_600_000)
-	clock := cluster.NewFakeClock(t0)
+	clock := fakeclock.New(t0)
 	dir := t.TempDir()
 	log := &ixDeliveries{}
 	n := newNode(t, dir, ixClasses(t, ixClass), node.Config{

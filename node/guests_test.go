@@ -9,8 +9,8 @@ import (
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -45,7 +45,7 @@ func TestCounterInEveryLanguage(t *testing.T) {
 func counterScenario(t *testing.T, wasm []byte) []string {
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_767_225_600_000).UTC() // 2026-01-01T00:00:00Z
-	clock := cluster.NewFakeClock(t0)
+	clock := fakeclock.New(t0)
 	ms := func(d time.Duration) int64 { return t0.Add(d).UnixMilli() }
 	dir := t.TempDir()
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "c1"}
@@ -163,7 +163,7 @@ func awaitDelivery(t *testing.T, n *node.Node, id abi.ActorID, deliveries <-chan
 		return ev
 	case <-time.After(2 * time.Second):
 	}
-	// FakeClock.After counts from when it is called: a timer loop that read
+	// fakeclock.Clock.After counts from when it is called: a timer loop that read
 	// the clock just before Advance waits a period too long. Waking it
 	// (setting its entry to the time it holds) makes it read the clock again.
 	key := alarms.TimerKey(id)
@@ -205,7 +205,7 @@ func setCounter(t *testing.T, path, key, value string) {
 func TestCExampleActor(t *testing.T) {
 	ctx := context.Background()
 	wasm := testguest.BuildC(t, testguest.ReminderC)
-	clock := cluster.NewFakeClock(time.UnixMilli(1_767_225_600_000))
+	clock := fakeclock.New(time.UnixMilli(1_767_225_600_000))
 	deliveries := make(chan node.DeliveryEvent, 4)
 	n := newNode(t, t.TempDir(), map[string][]byte{"reminder": wasm}, node.Config{
 		Clock:      clock,

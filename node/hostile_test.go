@@ -15,8 +15,8 @@ import (
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
-	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -59,7 +59,7 @@ func awaitDeliveries(t *testing.T, n *node.Node, deliveries <-chan node.Delivery
 func TestALoopingGuestAffectsOnlyItself(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_800_000_000_000)
-	clock := cluster.NewFakeClock(t0)
+	clock := fakeclock.New(t0)
 	deliveries := make(chan node.DeliveryEvent, 16)
 	n := newNode(t, t.TempDir(), map[string][]byte{
 		"hostile": testguest.Fixture(t, "hostile"),

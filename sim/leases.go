@@ -11,6 +11,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
 // LeaseConfig configures one run of the lease simulation ([RunLeases]):
@@ -83,7 +84,7 @@ type leaseNode struct {
 // rateClock reads the reference clock at its own rate from its own
 // offset: a node's monotonic clock, drifting within cluster.MaxClockDrift.
 type rateClock struct {
-	ref          *cluster.FakeClock
+	ref          *fakeclock.Clock
 	origin, base time.Time
 	rate         float64
 }
@@ -99,7 +100,7 @@ func (c *rateClock) After(d time.Duration) <-chan time.Time {
 type leaseWorld struct {
 	cfg     LeaseConfig
 	rng     *rand.Rand
-	ref     *cluster.FakeClock
+	ref     *fakeclock.Clock
 	mem     *bucket.Mem
 	nodes   []*leaseNode
 	actors  []abi.ActorID
@@ -134,7 +135,7 @@ func RunLeases(cfg LeaseConfig) LeaseResult {
 	w := &leaseWorld{
 		cfg: cfg,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x1ea5e)),
-		ref: cluster.NewFakeClock(start),
+		ref: fakeclock.New(start),
 		mem: bucket.NewMem(),
 		res: LeaseResult{Seed: cfg.Seed},
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
 func TestTimerPopsInTimeOrder(t *testing.T) {
@@ -119,18 +119,18 @@ func TestTimerOffer(t *testing.T) {
 // channel of events, so a test knows when the loop has delivered all that
 // is due and is waiting (no sleeping to give it time).
 type signalClock struct {
-	*cluster.FakeClock
+	*fakeclock.Clock
 	ev chan string
 }
 
 func (c signalClock) After(d time.Duration) <-chan time.Time {
 	c.ev <- "wait"
-	return c.FakeClock.After(d)
+	return c.Clock.After(d)
 }
 
 func TestTimerRunDeliversWhenDue(t *testing.T) {
 	ev := make(chan string, 100)
-	clock := signalClock{cluster.NewFakeClock(time.UnixMilli(10_000)), ev}
+	clock := signalClock{fakeclock.New(time.UnixMilli(10_000)), ev}
 	tm := NewTimer(time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
