@@ -74,7 +74,7 @@ func TestAFullDataDirectoryAnswers507AndResumes(t *testing.T) {
 	dir := t.TempDir()
 	log := &ixDeliveries{}
 	n := newNode(t, dir, ixClasses(t, ixClass), node.Config{
-		Clock: clock, HostErrorRetry: time.Second, OnDelivery: log.add,
+		Clock: clock, RetryAfterError: time.Second, OnDelivery: log.add,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
 	})
 	n.Start(ctx)

@@ -64,9 +64,9 @@ func ixClasses(t *testing.T, class string) map[string][]byte {
 // ixConfig is what an index test varies about a cluster node.
 type ixConfig struct {
 	retryMax time.Duration // node.Config.RetryMax (default 5 min)
-	// hostErrorRetry is node.Config.HostErrorRetry (default 5 s; a failed
+	// retryAfterError is node.Config.RetryAfterError (default 5 s; a failed
 	// delivery is retried after at least the lease TTL).
-	hostErrorRetry time.Duration
+	retryAfterError time.Duration
 	log            *ixDeliveries         // records the node's deliveries
 	noStart        bool                  // do not run the timer, the reaper and the sweeps
 	class          string                // the class served: ixClass (default) or oneshotClass
@@ -100,7 +100,7 @@ func ixNode(t *testing.T, b bucket.Bucket, name, dir string, c ixConfig) *node.N
 	}
 	n, err := node.New(context.Background(), node.Config{
 		DataDir: dir, Classes: classes,
-		OnDelivery: onDelivery, RetryMax: c.retryMax, HostErrorRetry: c.hostErrorRetry,
+		OnDelivery: onDelivery, RetryMax: c.retryMax, RetryAfterError: c.retryAfterError,
 		Registerer: c.registerer,
 		Logger:     hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}}),
 		Cluster: &node.ClusterConfig{
@@ -1447,7 +1447,7 @@ func TestGivingTheActorUpAfterAFailedListing(t *testing.T) {
 	spy := newIxSpy(t, m)
 	id := ixOneshot("listfails")
 	aLog := &ixDeliveries{}
-	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass, log: aLog, hostErrorRetry: 100 * time.Millisecond})
+	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass, log: aLog, retryAfterError: 100 * time.Millisecond})
 	t1 := time.Now().Add(time.Second).UnixMilli()
 	t2 := time.Now().Add(time.Hour).UnixMilli()
 	ixSet(t, nil, a, id, node.ExecDurable, t1)

@@ -62,10 +62,10 @@ type Config struct {
 	// RetryMax is the longest backoff; the timer keeps a retry within it
 	// against earlier offers from a sweep (default 5 min).
 	RetryMax time.Duration
-	// HostErrorRetry is how long after a host-side failure (the database)
+	// RetryAfterError is how long after a host-side failure (the database)
 	// a delivery is tried again on a node running alone (default 5 s); in
 	// cluster mode it is the lease period, as docs/design.md#delivery says.
-	HostErrorRetry time.Duration
+	RetryAfterError time.Duration
 	// MaxConcurrentDeliveries bounds deliveries in flight (default 64).
 	MaxConcurrentDeliveries int
 	// MaxOpenDatabases and MaxInstances are the residency budget: at most
@@ -144,8 +144,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = hostmod.DefaultRetryMax
 	}
-	if cfg.HostErrorRetry <= 0 {
-		cfg.HostErrorRetry = 5 * time.Second
+	if cfg.RetryAfterError <= 0 {
+		cfg.RetryAfterError = 5 * time.Second
 	}
 	if cfg.MaxConcurrentDeliveries <= 0 {
 		cfg.MaxConcurrentDeliveries = 64
@@ -220,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Host:                    clusterHost{n},
 		Timer:                   n.timer,
 		RetryMax:                cfg.RetryMax,
-		RetryAfterError:         cfg.HostErrorRetry,
+		RetryAfterError:         cfg.RetryAfterError,
 		MaxConcurrentDeliveries: cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
 		Logger:                  n.log.Named("alarms"),

@@ -57,7 +57,7 @@ func TestAPanicInAnEventLeavesTheNodeWorking(t *testing.T) {
 					panic("provoked in the delivery callback")
 				}
 			},
-			HostErrorRetry: 100 * time.Millisecond,
+			RetryAfterError: 100 * time.Millisecond,
 		}
 		if b != nil {
 			cfg.Cluster = &node.ClusterConfig{
