@@ -67,12 +67,12 @@ type ixConfig struct {
 	// retryAfterError is node.Config.RetryAfterError (default 5 s; a failed
 	// delivery is retried after at least the lease TTL).
 	retryAfterError time.Duration
-	log            *ixDeliveries         // records the node's deliveries
-	noStart        bool                  // do not run the timer, the reaper and the sweeps
-	class          string                // the class served: ixClass (default) or oneshotClass
-	classes        map[string][]byte     // the classes served, if not class
-	tenants        []string              // the tenants swept (default "t")
-	registerer     prometheus.Registerer // the node's metrics (default none)
+	log             *ixDeliveries         // records the node's deliveries
+	noStart         bool                  // do not run the timer, the reaper and the sweeps
+	class           string                // the class served: ixClass (default) or oneshotClass
+	classes         map[string][]byte     // the classes served, if not class
+	tenants         []string              // the tenants swept (default "t")
+	registerer      prometheus.Registerer // the node's metrics (default none)
 	// steady uses a 3 s lease (margin 1 s, grace 1 s) for tests that wait
 	// for no takeover and no sweep, so that a busy machine cannot make the
 	// lease lapse; the default is 600 ms (150 ms, 300 ms).
