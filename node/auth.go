@@ -160,17 +160,17 @@ func (s *security) guard(next http.Handler) http.Handler {
 		p, err := s.who(r)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wasmkeep"`)
-			http.Error(w, err.Error(), http.StatusUnauthorized)
+			writeProblem(w, http.StatusUnauthorized, CodeUnauthorized, err.Error())
 			return
 		}
 		if p.tenant != "" {
 			tenant, ok := actorsTenant(r)
 			if !ok {
-				http.Error(w, fmt.Sprintf("the token of tenant %q reaches only /v1/actors/%s/...", p.tenant, p.tenant), http.StatusForbidden)
+				writeProblem(w, http.StatusForbidden, CodeForbidden, fmt.Sprintf("the token of tenant %q reaches only /v1/actors/%s/...", p.tenant, p.tenant))
 				return
 			}
 			if tenant != p.tenant {
-				http.Error(w, fmt.Sprintf("the token of tenant %q does not reach tenant %q", p.tenant, tenant), http.StatusForbidden)
+				writeProblem(w, http.StatusForbidden, CodeForbidden, fmt.Sprintf("the token of tenant %q does not reach tenant %q", p.tenant, tenant))
 				return
 			}
 		}

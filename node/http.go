@@ -102,12 +102,12 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/readyz", n.handleReady)
 	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if n.leases != nil && !n.leases.Valid() {
-			http.Error(w, "node lease not valid", http.StatusServiceUnavailable)
+			writeProblem(w, http.StatusServiceUnavailable, CodeLeaseNotValid, "node lease not valid")
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return n.sec.guard(mux)
+	return n.sec.guard(problemRoutes{mux})
 }
 
 func actorFrom(r *http.Request) (abi.ActorID, error) {
@@ -118,7 +118,7 @@ func actorFrom(r *http.Request) (abi.ActorID, error) {
 func (n *Node) handleExec(w http.ResponseWriter, r *http.Request) {
 	id, err := actorFrom(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	kind := Exec
@@ -127,12 +127,12 @@ func (n *Node) handleExec(w http.ResponseWriter, r *http.Request) {
 	case "exec-durable":
 		kind = ExecDurable
 	default:
-		http.Error(w, fmt.Sprintf("unknown kind %q: use exec or exec-durable", r.URL.Query().Get("kind")), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown kind %q: use exec or exec-durable", r.URL.Query().Get("kind")))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBody+1))
 	if err != nil || len(body) > MaxRequestBody {
-		http.Error(w, "request body unreadable or over 4 MiB", http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, "request body unreadable or over 4 MiB")
 		return
 	}
 	var res hostmod.Result
@@ -149,7 +149,7 @@ func (n *Node) handleExec(w http.ResponseWriter, r *http.Request) {
 func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 	id, err := actorFrom(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	if !n.serve(w, r, nil, func(ctx context.Context) error { return n.Delete(ctx, id) }) {
@@ -172,7 +172,7 @@ type AlarmState struct {
 func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 	id, err := actorFrom(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	p, err := n.Peek(r.Context(), id)
@@ -264,13 +264,13 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 				w.Header().Set(notAppliedHeader, "1")
 			}
 			w.Header().Set("Retry-After", "1")
-			http.Error(w, cause.Error(), http.StatusServiceUnavailable)
+			writeProblem(w, http.StatusServiceUnavailable, codeOf(cause), cause.Error())
 			return false
 		}
 		select {
 		case <-r.Context().Done():
 			w.Header().Set("Retry-After", "1")
-			http.Error(w, cause.Error(), http.StatusServiceUnavailable)
+			writeProblem(w, http.StatusServiceUnavailable, codeOf(cause), cause.Error())
 			return false
 		case <-time.After(min(poll, left)):
 		}
@@ -290,7 +290,7 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, addr string, 
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		writeProblem(w, http.StatusInternalServerError, CodeInternal, err.Error())
 		return true, nil
 	}
 	req.Header.Set(forwardedHeader, "1")
@@ -302,7 +302,7 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, addr string, 
 			return false, err
 		}
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, fmt.Sprintf("forward to the holder at %s: %v", addr, err), http.StatusServiceUnavailable)
+		writeProblem(w, http.StatusServiceUnavailable, CodeForwardFailed, fmt.Sprintf("forward to the holder at %s: %v", addr, err))
 		return true, nil
 	}
 	defer resp.Body.Close()
@@ -328,7 +328,7 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 	case errors.As(err, &mb) && mb.Want <= mb.Budget:
 		// Busy instances hold the memory: it frees when their events end.
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		writeProblem(w, http.StatusServiceUnavailable, CodeMemoryBusy, err.Error())
 	case errors.As(err, &held):
 		if r.Header.Get(forwardedHeader) == "" && held.Addr != "" {
 			n.forward(w, r, held.Addr, body)
@@ -338,32 +338,32 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		// was done, and the forwarding node may look again.
 		w.Header().Set(notAppliedHeader, "1")
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		writeProblem(w, http.StatusServiceUnavailable, CodeHeldElsewhere, err.Error())
 	case errors.Is(err, syscall.ENOSPC):
 		// The node's data directory is full: the event committed nothing,
 		// and it can succeed once an operator frees space, not after a
 		// second or two, so no Retry-After.
-		http.Error(w, err.Error(), http.StatusInsufficientStorage)
+		writeProblem(w, http.StatusInsufficientStorage, CodeDiskFull, err.Error())
 	case errors.As(err, &ge):
-		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
+		writeProblem(w, http.StatusUnprocessableEntity, CodeGuestFailed, err.Error())
 	case errors.Is(err, ErrClassNotServed), errors.Is(err, hostmod.ErrNotInitialised):
-		http.Error(w, err.Error(), http.StatusNotFound)
+		writeProblem(w, http.StatusNotFound, CodeNotFound, err.Error())
 	case errors.Is(err, ErrAlarmMoved):
-		http.Error(w, err.Error(), http.StatusConflict)
+		writeProblem(w, http.StatusConflict, CodeAlarmMoved, err.Error())
 	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, hostmod.ErrNoExport), errors.Is(err, hostmod.ErrAlarmOutOfRange):
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 	case errors.Is(err, ErrInternal), errors.Is(err, hostmod.ErrBadSnapshot):
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		writeProblem(w, http.StatusInternalServerError, CodeInternal, err.Error())
 	default:
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		writeProblem(w, http.StatusServiceUnavailable, codeOf(err), err.Error())
 	}
 }
 
 func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
 	if written, err := n.forwardOnce(w, r, addr, body); !written {
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, fmt.Sprintf("forward to the holder at %s: %v", addr, err), http.StatusServiceUnavailable)
+		writeProblem(w, http.StatusServiceUnavailable, CodeForwardFailed, fmt.Sprintf("forward to the holder at %s: %v", addr, err))
 	}
 }
 
@@ -416,17 +416,17 @@ func parseSetAlarm(body []byte) (int64, error) {
 func (n *Node) handleSetAlarm(w http.ResponseWriter, r *http.Request) {
 	id, err := actorFrom(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxAlarmBody+1))
 	if err != nil {
-		http.Error(w, fmt.Sprintf("actor %s: set alarm: the body is unreadable: %v", id, err), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("actor %s: set alarm: the body is unreadable: %v", id, err))
 		return
 	}
 	at, err := parseSetAlarm(body)
 	if err != nil {
-		http.Error(w, fmt.Sprintf("actor %s: set alarm: %v", id, err), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("actor %s: set alarm: %v", id, err))
 		return
 	}
 	var res hostmod.Result
@@ -442,7 +442,7 @@ func (n *Node) handleSetAlarm(w http.ResponseWriter, r *http.Request) {
 func (n *Node) handleClearAlarm(w http.ResponseWriter, r *http.Request) {
 	id, err := actorFrom(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	var res hostmod.Result
@@ -453,7 +453,7 @@ func (n *Node) handleClearAlarm(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("if_at_ms"); v != "" {
 		at, perr := strconv.ParseInt(v, 10, 64)
 		if perr != nil {
-			http.Error(w, fmt.Sprintf("actor %s: clear alarm: if_at_ms %q is not Unix milliseconds", id, v), http.StatusBadRequest)
+			writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("actor %s: clear alarm: if_at_ms %q is not Unix milliseconds", id, v))
 			return
 		}
 		clear = func(ctx context.Context) (err error) {
@@ -484,7 +484,7 @@ type FiredState struct {
 func (n *Node) handleFireAlarm(w http.ResponseWriter, r *http.Request) {
 	id, err := actorFrom(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	var f Fired

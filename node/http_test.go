@@ -62,7 +62,23 @@ func call(t *testing.T, method, u string, body []byte) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, said(t, resp.Header, b)
+}
+
+// said is what an answer says: the detail of an error answer, which must
+// be application/problem+json (node.Problem, with its status's title and a
+// code), or the body of any other.
+func said(t testing.TB, h http.Header, body []byte) string {
+	t.Helper()
+	if h.Get("Content-Type") != "application/problem+json" {
+		return string(body)
+	}
+	var p node.Problem
+	if err := json.Unmarshal(body, &p); err != nil || p.Code == "" || p.Title == "" || p.Status == 0 {
+		t.Errorf("a problem answer that is not one: %q (%v)", body, err)
+		return string(body)
+	}
+	return p.Detail
 }
 
 // A node that does not hold an actor forwards every call to the holder:

@@ -134,7 +134,7 @@ func TestABadSnapshotInTheBucketGivesTheActorUp(t *testing.T) {
 		// Over HTTP: a 500 that says so, no Retry-After (a retry cannot help).
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, clusterproc.ActorURL("", id), bytes.NewReader(hourAhead())))
-		if rec.Code != 500 || rec.Header().Get("Retry-After") != "" || !strings.Contains(rec.Body.String(), tc.says) {
+		if rec.Code != 500 || rec.Header().Get("Retry-After") != "" || !strings.Contains(said(t, rec.Header(), rec.Body.Bytes()), tc.says) {
 			t.Errorf("%s over HTTP: %d %q (Retry-After %q), want 500 saying %q", tc.name, rec.Code, rec.Body, rec.Header().Get("Retry-After"), tc.says)
 		}
 	}

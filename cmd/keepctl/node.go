@@ -95,6 +95,11 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string {
+	// The node's errors are application/problem+json (node.Problem).
+	var p struct{ Code, Detail string }
+	if json.Unmarshal([]byte(e.Body), &p) == nil && p.Detail != "" {
+		return fmt.Sprintf("the node answered %d (%s): %s", e.Status, p.Code, p.Detail)
+	}
 	return fmt.Sprintf("the node answered %d: %s", e.Status, strings.TrimSpace(e.Body))
 }
 

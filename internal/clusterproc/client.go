@@ -33,8 +33,11 @@ type StatusError struct {
 	// 422 the guest failed the event, 503 retry (holder unreachable, bucket
 	// down, lease lapsed).
 	StatusCode int
-	// Body is the reply's text (the node's error message).
+	// Body is the node's error message: the detail of its
+	// application/problem+json reply (node.Problem), or the reply's text.
 	Body string
+	// Code is the reply's stable code (node.Code...), "" if it has none.
+	Code string
 	// RetryAfter is the reply's Retry-After header ("" if none).
 	RetryAfter string
 }
@@ -108,7 +111,12 @@ func do(ctx context.Context, method, u string, body []byte, want int) ([]byte, e
 		return nil, fmt.Errorf("%s %s: reading the reply: %w", method, u, err)
 	}
 	if resp.StatusCode != want {
-		return nil, &StatusError{Method: method, URL: u, StatusCode: resp.StatusCode, Body: string(out), RetryAfter: resp.Header.Get("Retry-After")}
+		se := &StatusError{Method: method, URL: u, StatusCode: resp.StatusCode, Body: string(out), RetryAfter: resp.Header.Get("Retry-After")}
+		var p struct{ Detail, Code string }
+		if resp.Header.Get("Content-Type") == "application/problem+json" && json.Unmarshal(out, &p) == nil {
+			se.Body, se.Code = p.Detail, p.Code
+		}
+		return nil, se
 	}
 	return out, nil
 }
