@@ -8,9 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/buckettest"
 )
 
 // emptyETag is the ETag S3 gives every empty object.
@@ -294,54 +294,21 @@ func conformance(t *testing.T, newBucket func(t *testing.T) bucket.Bucket) {
 	})
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return c
-}
+func ctx(t *testing.T) context.Context { return buckettest.Ctx(t) }
 
 func mustPut(t *testing.T, b bucket.Bucket, key string, body []byte, cond bucket.Cond) string {
 	t.Helper()
-	etag, err := b.Put(ctx(t), key, body, cond)
-	if err != nil {
-		t.Fatalf("Put(%q, %+v): %v", key, cond, err)
-	}
-	if etag == "" {
-		t.Fatalf("Put(%q) returned no ETag", key)
-	}
-	return etag
+	return buckettest.MustPut(t, b, key, body, cond)
 }
 
 func mustGet(t *testing.T, b bucket.Bucket, key string) []byte {
 	t.Helper()
-	body, _, err := b.Get(ctx(t), key)
-	if err != nil {
-		t.Fatalf("Get(%q): %v", key, err)
-	}
-	return body
+	return buckettest.MustGet(t, b, key)
 }
 
-// putAll uploads empty objects under keys from a few goroutines.
 func putAll(t *testing.T, b bucket.Bucket, keys []string) {
 	t.Helper()
-	const workers = 8
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(keys); i += workers {
-				if _, err := b.Put(ctx(t), keys[i], nil, bucket.Cond{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("uploading: %v", err)
-	}
+	buckettest.PutAll(t, b, keys)
 }
 
 func head(keys []string) []string { return keys[:min(3, len(keys))] }
