@@ -160,7 +160,10 @@ func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 
 // AlarmState is the JSON of GET .../alarm.
 type AlarmState struct {
-	AlarmMs  *int64 `json:"alarm_ms"`
+	AlarmMs *int64 `json:"alarm_ms"`
+	// Alarm is AlarmMs in RFC 3339 (UTC, milliseconds), for people and
+	// tools that read times; absent with no alarm.
+	Alarm    string `json:"alarm,omitempty"`
 	Failures int    `json:"failures"`
 	// Node is the node that answered; From where it read (see Peek).
 	Node string `json:"node,omitempty"`
@@ -473,7 +476,9 @@ type FiredState struct {
 	Ran bool `json:"ran"`
 	// ScheduledMs and RetryCount are what it was called with.
 	ScheduledMs int64 `json:"scheduled_ms,omitempty"`
-	RetryCount  int   `json:"retry_count"`
+	// Scheduled is ScheduledMs in RFC 3339 (UTC, milliseconds).
+	Scheduled  string `json:"scheduled,omitempty"`
+	RetryCount int    `json:"retry_count"`
 	// Error is why on-alarm failed ("" when it succeeded): its retry is
 	// committed (the alarm state's alarm_ms and failures), or, with
 	// GaveUp, its class's last attempt was reached.
@@ -495,6 +500,9 @@ func (n *Node) handleFireAlarm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fs := &FiredState{Ran: f.Ran, ScheduledMs: f.Scheduled, RetryCount: f.RetryCount, GaveUp: f.GaveUp}
+	if f.Ran {
+		fs.Scheduled = rfc3339ms(f.Scheduled)
+	}
 	if f.Err != nil {
 		fs.Error = f.Err.Error()
 	}
@@ -510,11 +518,17 @@ func (n *Node) answerAlarm(w http.ResponseWriter, res hostmod.Result, fired *Fir
 // ID.
 func (n *Node) writeAlarmState(w http.ResponseWriter, out AlarmState, alarm int64, hasAlarm bool) {
 	if hasAlarm {
-		out.AlarmMs = &alarm
+		out.AlarmMs, out.Alarm = &alarm, rfc3339ms(alarm)
 	}
 	if n.leases != nil {
 		out.Node = n.leases.NodeID()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
+}
+
+// rfc3339ms writes Unix milliseconds as an RFC 3339 time in UTC with
+// milliseconds, the form the API gives beside every _ms field.
+func rfc3339ms(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }

@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -54,5 +56,34 @@ func TestErrorsAreProblemDetails(t *testing.T) {
 		if c.status == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "" {
 			t.Errorf("%s: a 405 without Allow", what)
 		}
+	}
+}
+
+// The alarm state gives each time in RFC 3339 beside its Unix
+// milliseconds, the two always the same instant.
+func TestAlarmStateGivesRFC3339BesideMilliseconds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := newNode(t, t.TempDir(), oneshot(t), node.Config{})
+	defer n.Close(ctx)
+	srv := httptest.NewServer(n.Handler())
+	defer srv.Close()
+	const at = 1_900_000_000_123 // 2030-03-17T17:46:40.123Z
+	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "a"}
+	if _, err := n.Exec(ctx, id, atReq(at), node.Exec); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(srv.URL + "/v1/actors/t/oneshot/a/alarm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st node.AlarmState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := time.Parse(time.RFC3339Nano, st.Alarm)
+	if st.AlarmMs == nil || *st.AlarmMs != at || err != nil || parsed.UnixMilli() != at || st.Alarm != "2030-03-17T17:46:40.123Z" {
+		t.Fatalf("alarm_ms %v, alarm %q (%v): want %d and the same instant in RFC 3339", st.AlarmMs, st.Alarm, err, int64(at))
 	}
 }
