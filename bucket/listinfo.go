@@ -45,30 +45,8 @@ func ListInfo(ctx context.Context, b Bucket, prefix, startAfter string, limit in
 // ListInfo lists like List, with each object's ETag and size; each page is
 // one request and meets the fault hook, as List's.
 func (m *Mem) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]ObjectInfo, error) {
-	op := m.nextOp(Op{Kind: OpList, Prefix: prefix, StartAfter: startAfter, Limit: limit})
-	if limit < 1 {
-		return nil, m.fail(op, fmt.Errorf("list limit %d: must be at least 1", limit))
-	}
-	var out []ObjectInfo
-	pages := 0
-	after := startAfter
-	for {
-		pageOp := op
-		if pages > 0 {
-			pageOp = m.nextOp(Op{Kind: OpList, Prefix: prefix, StartAfter: after, Limit: limit - len(out)})
-		}
-		pages++
-		m.pages.Add(1)
-		if _, err := m.admit(ctx, pageOp); err != nil {
-			return nil, err
-		}
-		page, truncated := m.infoPage(prefix, after, min(MaxPage, limit-len(out)))
-		out = append(out, page...)
-		if !truncated || len(out) >= limit || len(page) == 0 {
-			return out, nil
-		}
-		after = page[len(page)-1].Key
-	}
+	infos, _, err := listPages(m, ctx, prefix, startAfter, limit, m.infoPage, func(o ObjectInfo) string { return o.Key })
+	return infos, err
 }
 
 // infoPage returns up to n objects under prefix after startAfter, read under

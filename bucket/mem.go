@@ -315,15 +315,24 @@ func (m *Mem) List(ctx context.Context, prefix, startAfter string, limit int) ([
 // ListPaged is List that also returns how many LIST requests (pages) it
 // sent; see PagedLister.
 func (m *Mem) ListPaged(ctx context.Context, prefix, startAfter string, limit int) ([]string, int, error) {
+	return listPages(m, ctx, prefix, startAfter, limit, m.page, func(k string) string { return k })
+}
+
+// listPages lists up to limit items under prefix after startAfter a page
+// at a time: each page is one request and meets the fault hook, like S3's,
+// and page reads up to n items after a key, under one lock (as one request
+// sees the store), and says whether more follow. It returns the items and
+// how many pages it sent.
+func listPages[T any](m *Mem, ctx context.Context, prefix, startAfter string, limit int,
+	page func(prefix, after string, n int) ([]T, bool), key func(T) string) ([]T, int, error) {
 	op := m.nextOp(Op{Kind: OpList, Prefix: prefix, StartAfter: startAfter, Limit: limit})
 	if err := CheckLimit(limit); err != nil {
 		return nil, 0, m.fail(op, err)
 	}
-	var out []string
+	var out []T
 	pages := 0
 	after := startAfter
 	for {
-		// Each page is one request and meets the fault hook, like S3's.
 		pageOp := op
 		if pages > 0 {
 			pageOp = m.nextOp(Op{Kind: OpList, Prefix: prefix, StartAfter: after, Limit: limit - len(out)})
@@ -333,13 +342,12 @@ func (m *Mem) ListPaged(ctx context.Context, prefix, startAfter string, limit in
 		if _, err := m.admit(ctx, pageOp); err != nil {
 			return nil, pages, err
 		}
-		n := min(MaxPage, limit-len(out))
-		page, truncated := m.page(prefix, after, n)
-		out = append(out, page...)
-		if !truncated || len(out) >= limit || len(page) == 0 {
+		items, truncated := page(prefix, after, min(MaxPage, limit-len(out)))
+		out = append(out, items...)
+		if !truncated || len(out) >= limit || len(items) == 0 {
 			return out, pages, nil
 		}
-		after = page[len(page)-1]
+		after = key(items[len(items)-1])
 	}
 }
 
