@@ -118,8 +118,10 @@ func (m *Mem) fail(op Op, err error) error {
 	return &OpError{Bucket: "mem", Op: op.Kind, Key: key, Attempts: 1, Err: err}
 }
 
-// sleepCtx waits d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends (then it returns ctx's error): what Mem
+// does for a Fault's Delay without a Sleep hook, and how a client waits
+// out a retry's backoff.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
@@ -143,7 +145,7 @@ func (m *Mem) admit(ctx context.Context, op Op) (held bool, err error) {
 	if f.Delay > 0 {
 		sleep := m.Sleep
 		if sleep == nil {
-			sleep = sleepCtx
+			sleep = Sleep
 		}
 		if err := sleep(ctx, f.Delay); err != nil {
 			return false, m.fail(op, err)

@@ -284,7 +284,7 @@ func (l *leanPut) retry(ctx context.Context, send func() error) error {
 		if derr != nil {
 			return derr
 		}
-		if serr := sleepCtx(ctx, retryAfter(delay, err)); serr != nil {
+		if serr := bucket.Sleep(ctx, retryAfter(delay, err)); serr != nil {
 			return &aws.RequestCanceledError{Err: serr}
 		}
 	}
@@ -306,21 +306,6 @@ func (l *leanPut) attemptToken(ctx context.Context) (func(error) error, error) {
 		return r.GetAttemptToken(ctx)
 	}
 	return l.retryer.GetInitialToken(), nil
-}
-
-// sleepCtx waits d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // retryAfter honours the store's X-Amz-Retry-After (milliseconds) within
