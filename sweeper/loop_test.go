@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
 // memBucket is an in-memory index that counts LIST calls.
@@ -70,55 +71,23 @@ func (b *memBucket) List(_ context.Context, prefix, startAfter string, limit int
 	return out, nil
 }
 
-// sweepClock moves only when told.
+// sweepClock moves only when told (fakeclock.Clock), and says when
+// someone starts to wait on it.
 type sweepClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []sweepWaiter
-	added   chan struct{}
-}
-
-type sweepWaiter struct {
-	at time.Time
-	ch chan time.Time
+	*fakeclock.Clock
+	added chan struct{}
 }
 
 func newFakeClock(now time.Time) *sweepClock {
-	return &sweepClock{now: now, added: make(chan struct{}, 100)}
-}
-
-func (c *sweepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
+	return &sweepClock{Clock: fakeclock.New(now), added: make(chan struct{}, 100)}
 }
 
 func (c *sweepClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
+	ch := c.Clock.After(d)
+	if d > 0 {
+		c.added <- struct{}{}
 	}
-	c.waiters = append(c.waiters, sweepWaiter{c.now.Add(d), ch})
-	c.added <- struct{}{}
 	return ch
-}
-
-func (c *sweepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- c.now
-	}
-	c.waiters = kept
 }
 
 // awaitWaiter blocks until someone calls After with a positive duration.
