@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -46,62 +47,97 @@ func (c classFlags) Set(v string) error {
 	return nil
 }
 
-func main() {
-	classes := classFlags{}
-	fs := flag.NewFlagSet("keepnode", flag.ExitOnError)
+// options are keepnode's settings: one field for each flag.
+type options struct {
+	config                                    string
+	dataDir, cacheDir, listen, advertise      string
+	bucketName, prefix, nodeID, tenants       string
+	createBucket                              bool
+	classes                                   classFlags
+	leaseTTL, leaseMargin, leaseGrace, idle   time.Duration
+	sweep, alarmDeadline, retryBase, retryMax time.Duration
+	failoverWait                              time.Duration
+	maxDBs, maxInsts, sweepConc               int
+	attempts                                  *attemptsFlag
+	logLevel                                  string
+	logJSON, showVersion                      bool
+	metrics                                   metricsFlags
+	sec                                       *securityFlags
+	mem                                       *memoryFlags
+}
+
+// newFlags defines keepnode's flags on a new flag set.
+func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
+	o := &options{classes: classFlags{}, attempts: &attemptsFlag{}}
+	fs := flag.NewFlagSet("keepnode", errorHandling)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: keepnode -data DIR -class NAME=FILE.wasm [flags]\n\n"+
 			"Runs one node of the wasmkeep reference host. With -bucket, the node joins the\n"+
 			"cluster that shares the bucket; S3 is configured from AWS_ENDPOINT_URL,\n"+
-			"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION.\n\nFlags:\n")
+			"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION.\n\n"+
+			"Every flag may also come from the environment, as "+envPrefix+"NAME (the flag's\n"+
+			"name in capitals, '-' as '_': -lease-ttl is "+envPrefix+"LEASE_TTL), or from the\n"+
+			"TOML file -config names, whose keys are the flags' names. A flag on the\n"+
+			"command line wins over the environment, which wins over the file.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	dataDir := fs.String("data", "", "data directory: one SQLite file per actor (required)")
-	fs.Var(classes, "class", "an actor class: NAME=FILE.wasm (repeatable)")
-	listen := fs.String("listen", "127.0.0.1:7600", "HTTP listen address")
-	advertise := fs.String("advertise", "", "address other nodes reach this one at (default: the listen address, which must then name a host: with -bucket, a -listen of :PORT, 0.0.0.0 or [::] needs -advertise)")
-	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (empty: run alone); it must exist, unless -create-bucket")
-	createBucket := fs.Bool("create-bucket", false, "create the -bucket if it does not exist (without it, a missing bucket is an error, so a mistyped name cannot start a second, empty cluster)")
-	cacheDir := fs.String("cache-dir", "", "directory where compiled classes are kept across restarts, so a restart does not compile them again (default: DATA/"+defaultCacheDir+"; \"off\": compile at every start)")
-	prefix := fs.String("prefix", "cluster/", "key prefix of all the cluster's objects in the bucket (leases, holds, state, alarm index)")
-	nodeID := fs.String("node-id", "", "node name in the cluster (default: random); a node started under the name of one that crashed takes it back once that one's lease has expired")
-	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "node lease period")
-	leaseMargin := fs.Duration("lease-margin", time.Second, "how long before its lease runs out a node stops acting")
-	leaseGrace := fs.Duration("lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
-	idle := fs.Duration("idle", node.DefaultIdleTimeout, "close (in a cluster: upload, close and release) an actor no event reached for this long")
-	maxDBs := fs.Int("max-open-dbs", hostmod.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (2 file descriptors each); past it the least recently used idle actor sleeps")
-	maxInsts := fs.Int("max-instances", hostmod.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
-	tenants := fs.String("tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
-	sweep := fs.Duration("sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
-	sweepConc := fs.Int("sweep-concurrency", sweeper.DefaultConcurrency, "how many tenants' alarm indexes a sweep lists at once")
-	alarmDeadline := fs.Duration("alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
-	retryBase := fs.Duration("retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
-	retryMax := fs.Duration("retry-max", hostmod.DefaultRetryMax, "longest retry delay")
-	failoverWait := fs.Duration("failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + TTL/3, about a takeover; negative: no waiting)")
-	attempts := &attemptsFlag{}
-	fs.Var(attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
-	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
-	logJSON := fs.Bool("log-json", false, "log one JSON object per line")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
-	withPprof := fs.Bool("pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
-	secFlags := addSecurityFlags(fs)
-	memFlags := addMemoryFlags(fs)
-	durable := fs.Bool("durable-commits", false, "acknowledge an event (a request's reply, a delivery) only once its commit is on stable storage, so it survives a power loss, not only a crash of the process; commits of all actors share syncs (group commit); see docs/benchmarks.md for what it costs")
-	fs.Parse(os.Args[1:])
-	if *showVersion {
+	fs.StringVar(&o.config, configFlag, "", "TOML file of settings, its keys the flags' names (or $"+envName(configFlag)+"); flags and environment variables override it")
+	fs.StringVar(&o.dataDir, "data", "", "data directory: one SQLite file per actor (required)")
+	fs.Var(o.classes, "class", "an actor class: NAME=FILE.wasm (repeatable; in the environment or the file, a list)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:7600", "HTTP listen address")
+	fs.StringVar(&o.advertise, "advertise", "", "address other nodes reach this one at (default: the listen address, which must then name a host: with -bucket, a -listen of :PORT, 0.0.0.0 or [::] needs -advertise)")
+	fs.StringVar(&o.bucketName, "bucket", "", "S3 bucket shared by the cluster (empty: run alone); it must exist, unless -create-bucket")
+	fs.BoolVar(&o.createBucket, "create-bucket", false, "create the -bucket if it does not exist (without it, a missing bucket is an error, so a mistyped name cannot start a second, empty cluster)")
+	fs.StringVar(&o.cacheDir, "cache-dir", "", "directory where compiled classes are kept across restarts, so a restart does not compile them again (default: DATA/"+defaultCacheDir+"; \"off\": compile at every start)")
+	fs.StringVar(&o.prefix, "prefix", "cluster/", "key prefix of all the cluster's objects in the bucket (leases, holds, state, alarm index)")
+	fs.StringVar(&o.nodeID, "node-id", "", "node name in the cluster (default: random); a node started under the name of one that crashed takes it back once that one's lease has expired")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "node lease period")
+	fs.DurationVar(&o.leaseMargin, "lease-margin", time.Second, "how long before its lease runs out a node stops acting")
+	fs.DurationVar(&o.leaseGrace, "lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
+	fs.DurationVar(&o.idle, "idle", node.DefaultIdleTimeout, "close (in a cluster: upload, close and release) an actor no event reached for this long")
+	fs.IntVar(&o.maxDBs, "max-open-dbs", hostmod.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (2 file descriptors each); past it the least recently used idle actor sleeps")
+	fs.IntVar(&o.maxInsts, "max-instances", hostmod.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
+	fs.StringVar(&o.tenants, "tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
+	fs.DurationVar(&o.sweep, "sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
+	fs.IntVar(&o.sweepConc, "sweep-concurrency", sweeper.DefaultConcurrency, "how many tenants' alarm indexes a sweep lists at once")
+	fs.DurationVar(&o.alarmDeadline, "alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
+	fs.DurationVar(&o.retryBase, "retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
+	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
+	fs.DurationVar(&o.failoverWait, "failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + TTL/3, about a takeover; negative: no waiting)")
+	fs.Var(o.attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (each alarm fired is a debug line; info has a summary of the firings each minute)")
+	fs.BoolVar(&o.logJSON, "log-json", false, "log one JSON object per line, the start-up lines included")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.StringVar(&o.metrics.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
+	fs.BoolVar(&o.metrics.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
+	o.sec = addSecurityFlags(fs)
+	o.mem = addMemoryFlags(fs)
+	fs.BoolVar(&o.mem.durable, "durable-commits", false, "acknowledge an event (a request's reply, a delivery) only once its commit is on stable storage, so it survives a power loss, not only a crash of the process; commits of all actors share syncs (group commit); see docs/benchmarks.md for what it costs")
+	return fs, o
+}
+
+func main() {
+	fs, o := newFlags(flag.ExitOnError)
+	cfgErr := configure(fs, os.Args[1:], os.LookupEnv)
+	if o.showVersion && cfgErr == nil {
 		bi, ok := debug.ReadBuildInfo()
 		fmt.Println(versionLine(bi, ok))
 		return
 	}
-
-	logger := hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: *logJSON})
-	memFlags.durable = *durable
-	if err := run(logger, secFlags, memFlags, metricsFlags{addr: *metricsAddr, pprof: *withPprof}, *dataDir, *cacheDir, classes, *listen, *advertise, *bucketName, *createBucket, *prefix, *nodeID,
-		*leaseTTL, *leaseMargin, *leaseGrace, *idle, *alarmDeadline, *retryBase, *retryMax, attempts, splitList(*tenants), *sweep, *sweepConc, *failoverWait, *maxDBs, *maxInsts); err != nil {
+	logger := newLogger(o, os.Stderr)
+	if cfgErr != nil {
+		logger.Error("bad configuration", "error", cfgErr)
+		os.Exit(2)
+	}
+	if err := run(logger, o); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
+}
+
+// newLogger is the node's logger as -log-level and -log-json ask.
+func newLogger(o *options, w io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(o.logLevel), Output: w, JSONFormat: o.logJSON})
 }
 
 // metricsFlags are -metrics-addr and -pprof.
@@ -118,9 +154,11 @@ const defaultCacheDir = ".compilation-cache"
 // cacheDirOff is the -cache-dir value that turns the cache off.
 const cacheDirOff = "off"
 
-func run(logger hclog.Logger, secFlags *securityFlags, memFlags *memoryFlags, mf metricsFlags, dataDir, cacheDir string, classes classFlags, listen, advertise, bucketName string, createBucket bool, prefix, nodeID string,
-	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax time.Duration, attempts *attemptsFlag, tenants []string, sweep time.Duration, sweepConc int, failoverWait time.Duration,
-	maxDBs, maxInsts int) error {
+func run(logger hclog.Logger, o *options) error {
+	secFlags, memFlags, mf, dataDir, cacheDir, classes := o.sec, o.mem, o.metrics, o.dataDir, o.cacheDir, o.classes
+	listen, advertise, bucketName, createBucket, prefix, nodeID := o.listen, o.advertise, o.bucketName, o.createBucket, o.prefix, o.nodeID
+	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax := o.leaseTTL, o.leaseMargin, o.leaseGrace, o.idle, o.alarmDeadline, o.retryBase, o.retryMax
+	attempts, tenants, sweep, sweepConc, failoverWait, maxDBs, maxInsts := o.attempts, splitList(o.tenants), o.sweep, o.sweepConc, o.failoverWait, o.maxDBs, o.maxInsts
 	if maxDBs < 1 || maxInsts < 1 {
 		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
 	}
