@@ -56,6 +56,11 @@ type LeaseConfig struct {
 	NodeID string
 	// Addr is where other nodes reach this one (for request routing).
 	Addr string
+	// Classes are the actor classes this node serves, written in its
+	// lease so that the sweep can choose the walkers of each tenant among
+	// the nodes that serve its classes (see NodeInfo.Classes). Nil: every
+	// class.
+	Classes []string
 	// TTL, Margin and Grace are the margins (default DefaultTTL,
 	// DefaultMargin, DefaultGrace). See the package documentation.
 	TTL, Margin, Grace time.Duration
@@ -137,6 +142,11 @@ func (c LeaseConfig) Validate() error {
 type NodeInfo struct {
 	ID   string
 	Addr string
+	// Classes are the classes the node serves, as its lease says; with
+	// AllClasses, every class (its lease names none: nil Classes, or a
+	// lease from before leases named classes).
+	Classes    []string
+	AllClasses bool
 }
 
 // leaseRecord is the body of a lease object.
@@ -150,6 +160,8 @@ type leaseRecord struct {
 	// from those of another process started with the same node ID by
 	// mistake.
 	Instance string `json:"instance"`
+	// Classes are the classes the node serves; null: every class.
+	Classes []string `json:"classes"`
 }
 
 // observed is what this node knows of another node's lease.
@@ -176,6 +188,14 @@ type observed struct {
 	// instance is the lease's leaseRecord.Instance: which process of the
 	// node ID wrote it.
 	instance string
+	// classes are the lease's leaseRecord.Classes (nil: every class), as
+	// last read.
+	classes []string
+	// stood: the version was read (GET) because it stood unchanged for
+	// half its TTL, so the node may be gone; the version that replaces it
+	// is read too, since it may be a later process's under the same ID
+	// (which may serve other classes).
+	stood bool
 }
 
 // Leases is this node's lease in the bucket and its view of the other
@@ -207,9 +227,13 @@ type Leases struct {
 	failing    error     // the latest renewal's error, nil once one succeeds
 	failSince  time.Time // when the first of the renewals failing in a row was sent
 	halted     bool      // Kill or Close: no more renewals
-	closed     bool      // Close: not valid
-	lost       bool      // someone replaced or removed our lease object
-	others     map[string]*observed
+	// members grows when this node sees the set of live nodes change in a
+	// way Live alone may not show: a node first seen, seen removed, back
+	// after it had been out of Live, or another process under its ID.
+	members uint64
+	closed  bool // Close: not valid
+	lost    bool // someone replaced or removed our lease object
+	others  map[string]*observed
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -370,6 +394,7 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		RenewedMs: sent.UnixMilli(),
 		Seq:       seq,
 		Instance:  l.instance,
+		Classes:   l.cfg.Classes,
 	})
 	// An answer after the validity this renewal would extend cannot
 	// continue the chain, and one after its own TTL - Margin cannot start
@@ -593,15 +618,28 @@ func (l *Leases) listedLocked(id, etag string, sent, recv time.Time, tick uint64
 	if o.etag != etag {
 		// A new version: a renewal, or a later process's lease under the
 		// same ID, which a GET tells apart when it matters (Acquire and
-		// Lookup read the lease before judging a record's instance).
-		o.etag, o.read = etag, false
+		// Lookup read the lease before judging a record's instance). A
+		// version after one that stood half a TTL, or after the node had
+		// dropped out of Live, is read: it may be a later process's, whose
+		// classes the sweep needs (and a return is a change of the live
+		// nodes).
+		lapsed := recv.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace
+		if lapsed {
+			l.members++
+		}
+		get = o.stood || lapsed
+		o.etag, o.read, o.stood = etag, false, false
 		o.firstSeen, o.confirmed = recv, sent
-		return false
+		return get
 	}
 	if sent.After(o.confirmed) {
 		o.confirmed = sent
 	}
-	return !o.read && o.confirmed.Sub(o.firstSeen) >= o.ttl/2
+	if !o.read && o.confirmed.Sub(o.firstSeen) >= o.ttl/2 {
+		o.stood = true
+		return true
+	}
+	return false
 }
 
 // markGoneLocked marks removed every lease a LIST did not show, unless a
@@ -610,6 +648,7 @@ func (l *Leases) markGoneLocked(listed map[string]bool, listTick uint64) {
 	for id, o := range l.others {
 		if !listed[id] && !o.gone && o.presentTick < listTick {
 			o.gone = true
+			l.members++
 			l.log.Info("node lease removed", "other", id)
 		}
 	}
@@ -659,6 +698,7 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 		}
 		if !o.gone {
 			o.gone = true
+			l.members++
 			l.log.Info("node lease removed", "other", id)
 		}
 		return true, nil
@@ -669,6 +709,7 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	if o == nil {
 		o = &observed{}
 		l.others[id] = o
+		l.members++
 	}
 	var rec leaseRecord
 	if json.Unmarshal(body, &rec) != nil {
@@ -681,7 +722,11 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	// same node ID: a node of its own, watched from now on.
 	if o.gone {
 		*o = observed{}
+		l.members++
 		l.log.Info("node ID back with a new process", "other", id, "instance", rec.Instance)
+	}
+	if o.instance != "" && rec.Instance != o.instance {
+		l.members++
 	}
 	ttl := time.Duration(rec.TTLms) * time.Millisecond
 	if ttl <= 0 {
@@ -689,11 +734,11 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	}
 	switch {
 	case o.etag != etag || (o.read && (o.seq != rec.Seq || o.instance != rec.Instance)):
-		*o = observed{etag: etag, read: true, seq: rec.Seq, ttl: ttl, addr: rec.Addr, instance: rec.Instance, firstSeen: recv, confirmed: sent}
+		*o = observed{etag: etag, read: true, seq: rec.Seq, ttl: ttl, addr: rec.Addr, instance: rec.Instance, classes: rec.Classes, firstSeen: recv, confirmed: sent}
 	case !o.read:
 		// The version a listing showed: its watch goes on from that
 		// listing, now with its own TTL.
-		o.read, o.seq, o.ttl, o.addr, o.instance = true, rec.Seq, ttl, rec.Addr, rec.Instance
+		o.read, o.seq, o.ttl, o.addr, o.instance, o.classes = true, rec.Seq, ttl, rec.Addr, rec.Instance, rec.Classes
 		fallthrough
 	default:
 		if sent.After(o.confirmed) {
@@ -754,16 +799,27 @@ func (l *Leases) Live() []NodeInfo {
 	defer l.mu.Unlock()
 	var out []NodeInfo
 	if l.validLocked() {
-		out = append(out, NodeInfo{ID: l.cfg.NodeID, Addr: l.cfg.Addr})
+		out = append(out, NodeInfo{ID: l.cfg.NodeID, Addr: l.cfg.Addr, Classes: l.cfg.Classes, AllClasses: l.cfg.Classes == nil})
 	}
 	now := l.clk.Now()
 	for id, o := range l.others {
 		if !o.gone && now.Sub(o.firstSeen) < o.ttl+l.cfg.Grace {
-			out = append(out, NodeInfo{ID: id, Addr: o.addr})
+			out = append(out, NodeInfo{ID: id, Addr: o.addr, Classes: o.classes, AllClasses: o.classes == nil})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// MembersEpoch grows whenever this node saw the set of live nodes change
+// in a way Live, read now and then, may not show: a node first seen, a
+// lease seen removed, a node back after it had dropped out of Live, or a
+// later process under a node's ID. A sweep that relists on a change of
+// the live nodes compares it as well as Live.
+func (l *Leases) MembersEpoch() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.members
 }
 
 // Addr returns the address a node announced in its lease, if this node has

@@ -738,3 +738,81 @@ func TestListingJudgesExpiry(t *testing.T) {
 		t.Fatalf("GETs while watching = %d, want 1 (a's last version, once it stood half a TTL)", got)
 	}
 }
+
+// TestLeasesPublishClassesAndMembershipChanges: each node's lease names
+// the classes it serves, which Live reports to the others (nil: every
+// class); and MembersEpoch grows when a node joins, when one drops out of
+// Live and comes back between two looks (a pause longer than TTL + Grace,
+// which Live read before and after does not show), and when one leaves.
+// On memory and on the S3 server.
+func TestLeasesPublishClassesAndMembershipChanges(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		clk := fakeclock.New(t0)
+		a := startManual(t, b, clk, "a", func(c *cluster.LeaseConfig) { c.Classes = []string{"counter"} })
+		bb := startManual(t, b, clk, "b")
+		gw := startManual(t, b, clk, "gw", func(c *cluster.LeaseConfig) { c.Classes = []string{} })
+		e0 := a.MembersEpoch()
+		if err := a.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e1 := a.MembersEpoch()
+		if e1 != e0+2 {
+			t.Errorf("two nodes first seen: epoch %d -> %d, want +2", e0, e1)
+		}
+		got := map[string]cluster.NodeInfo{}
+		for _, n := range a.Live() {
+			got[n.ID] = n
+		}
+		if n := got["a"]; !slices.Equal(n.Classes, []string{"counter"}) || n.AllClasses {
+			t.Errorf("a itself: %+v", n)
+		}
+		if n := got["b"]; !n.AllClasses {
+			t.Errorf("b, which names no classes, as a sees it: %+v, want every class", n)
+		}
+		if n := got["gw"]; n.AllClasses || len(n.Classes) != 0 {
+			t.Errorf("gw, which serves none, as a sees it: %+v", n)
+		}
+		renewAll := func() {
+			for _, l := range []*cluster.Leases{a, bb, gw} {
+				_ = l.RenewNow(ctx)
+			}
+		}
+		// Healthy periods: no change.
+		for range 6 {
+			clk.Advance(cluster.DefaultTTL / 3)
+			renewAll()
+			if err := a.RefreshNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e := a.MembersEpoch(); e != e1 {
+			t.Errorf("healthy periods changed the epoch: %d -> %d", e1, e)
+		}
+		// b pauses for longer than TTL + Grace while a does not look, then
+		// renews: Live before and after holds b; the epoch shows it.
+		clk.Advance(cluster.DefaultTTL + cluster.DefaultGrace + time.Second)
+		_ = a.RenewNow(ctx)
+		_ = bb.RenewNow(ctx)
+		_ = gw.RenewNow(ctx)
+		if err := a.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !containsNode(a.Live(), "b") {
+			t.Fatal("b renewed yet is not live")
+		}
+		e2 := a.MembersEpoch()
+		if e2 <= e1 {
+			t.Errorf("b (and gw) were out of Live and came back: epoch stayed %d", e2)
+		}
+		if err := bb.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if e := a.MembersEpoch(); e != e2+1 {
+			t.Errorf("b left: epoch %d -> %d, want +1", e2, e)
+		}
+	})
+}

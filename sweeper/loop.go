@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,12 @@ type Tenants interface {
 	Tenants(ctx context.Context) ([]string, error)
 }
 
+// MemberLister reports the live nodes with the classes each serves, as
+// nodes publish them (in the reference host, in their leases).
+type MemberLister interface {
+	Members(ctx context.Context) (View, error)
+}
+
 // StaticTenants is a fixed set of tenants.
 type StaticTenants []string
 
@@ -93,6 +100,23 @@ type Config struct {
 	// its plan is made, and offered to the sink, once its walk ends, one
 	// tenant at a time.
 	Concurrency int
+
+	// Members, if set, reports the live nodes with their classes, and
+	// each tenant is walked only by its walkers ([Walkers], Walkers per
+	// class) and by nodes a hint made walk it; its overdue entries are
+	// shared among its walkers. Nil, or a view that does not hold Self:
+	// every node walks every tenant, as the live nodes share the entries.
+	Members MemberLister
+	// Walkers is how many nodes walk a tenant per class (zero:
+	// DefaultWalkers).
+	Walkers int
+	// Serves reports whether this node serves a class (nil: every class):
+	// overdue entries of other classes do not keep a tenant listed every
+	// period.
+	Serves func(class string) bool
+	// SafetyPeriod is the longest a walker leaves a tenant unlisted (zero:
+	// DefaultSafetyPeriod); see [Schedule].
+	SafetyPeriod time.Duration
 }
 
 // Stats counts what a loop did since it was made.
@@ -126,6 +150,9 @@ type Loop struct {
 	lastMu  sync.Mutex
 	lastAt  time.Time // when the latest sweep ended (Clock)
 	lastErr error     // its failures
+
+	schedMu sync.Mutex
+	sched   Schedule
 
 	sweeps, lists, entries, delivered, malformed, errs atomic.Int64
 }
@@ -174,15 +201,17 @@ func New(cfg Config) (*Loop, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Loop{cfg: cfg, log: log.Named("sweeper"), cursors: map[string]string{}}, nil
+	return &Loop{cfg: cfg, log: log.Named("sweeper"), cursors: map[string]string{},
+		sched: Schedule{Margin: cfg.Margin, Period: cfg.Period, Safety: cfg.SafetyPeriod}}, nil
 }
 
 // Run sweeps at once and then every period until ctx ends, and returns
-// ctx's error. Failures are logged and counted; the next period retries.
+// ctx's error; each sweep lists only the tenants due ([Loop.Tick]).
+// Failures are logged and counted; the next period retries.
 func (l *Loop) Run(ctx context.Context) error {
 	for {
 		start := l.cfg.Clock.Now()
-		_ = l.Sweep(ctx) // logged and counted
+		_ = l.Tick(ctx) // logged and counted
 		wait := max(l.cfg.Period-l.cfg.Clock.Now().Sub(start), 0)
 		select {
 		case <-ctx.Done():
@@ -192,20 +221,65 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep sweeps every tenant's index once. It returns the failures, already
-// logged and counted; a tenant's failure does not stop the others.
-func (l *Loop) Sweep(ctx context.Context) error {
+// Sweep finds the tenants and sweeps every tenant's index this node walks
+// once, now, whatever the schedule says (tests, tools). It returns the
+// failures, already logged and counted; a tenant's failure does not stop
+// the others.
+func (l *Loop) Sweep(ctx context.Context) error { return l.run(ctx, true) }
+
+// Tick is one sweep of the schedule ([Schedule]): it finds the tenants
+// again only after a change of the live nodes or a safety period, and
+// lists only the tenants this node walks that are due. Run calls it every
+// period.
+func (l *Loop) Tick(ctx context.Context) error { return l.run(ctx, false) }
+
+// Hint says this node let go of an actor of tenant (gave it up, released
+// it, failed to replicate or deliver it): an entry of the tenant may be
+// held by no live timer, so this node lists the tenant on its next sweep
+// and walks it, whether or not it is one of its walkers, until a walk
+// finds the tenant's index empty (docs/design.md#relist).
+func (l *Loop) Hint(tenant string) {
+	l.schedMu.Lock()
+	l.sched.Hint(tenant, l.cfg.Clock.Now().UnixMilli())
+	l.schedMu.Unlock()
+}
+
+func (l *Loop) run(ctx context.Context, all bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	start := l.cfg.Clock.Now()
-	err := l.sweep(ctx)
+	err := l.sweep(ctx, all)
 	if l.cfg.OnSweep != nil {
 		l.cfg.OnSweep(l.cfg.Clock.Now().Sub(start), err)
 	}
 	return err
 }
 
-func (l *Loop) sweep(ctx context.Context) error {
+// view returns the live nodes as members and the walkers among them (nil:
+// every node walks every tenant).
+func (l *Loop) view(ctx context.Context, live []string) (View, *Walkers, *Member, error) {
+	if l.cfg.Members == nil {
+		v := View{}
+		for _, n := range liveNodes(l.cfg.Self, live) {
+			v.Members = append(v.Members, Member{Addr: n, All: true})
+		}
+		return v, nil, nil, nil
+	}
+	v, err := l.cfg.Members.Members(ctx)
+	if err != nil {
+		return View{}, nil, nil, err
+	}
+	i := slices.IndexFunc(v.Members, func(m Member) bool { return m.Addr == l.cfg.Self })
+	if i < 0 {
+		// Without this node's own classes it cannot tell which tenants
+		// it walks: it walks them all.
+		return v, nil, nil, nil
+	}
+	self := v.Members[i]
+	return v, NewWalkers(v, l.cfg.Walkers), &self, nil
+}
+
+func (l *Loop) sweep(ctx context.Context, all bool) error {
 	live, err := l.cfg.Live.LiveNodes(ctx)
 	if err != nil {
 		l.errs.Add(1)
@@ -214,14 +288,47 @@ func (l *Loop) sweep(ctx context.Context) error {
 		l.setLast(err)
 		return err
 	}
-	tenants, err := l.cfg.Tenants.Tenants(ctx)
+	view, walkers, self, err := l.view(ctx, live)
 	if err != nil {
 		l.errs.Add(1)
-		l.log.Error("sweep skipped: cannot read tenants; retrying next period", "error", err)
-		err = fmt.Errorf("sweep: tenants: %w", err)
+		l.log.Error("sweep skipped: cannot read the live nodes' classes; retrying next period", "error", err)
+		err = fmt.Errorf("sweep: members: %w", err)
 		l.setLast(err)
 		return err
 	}
+	nowMs := l.cfg.Clock.Now().UnixMilli()
+	l.schedMu.Lock()
+	if l.sched.Members(view, nowMs) {
+		l.log.Debug("the live nodes changed: every tenant is listed again", "nodes", len(view.Members), "epoch", view.Epoch)
+	}
+	_, static := l.cfg.Tenants.(StaticTenants)
+	find := all || static || l.sched.FindTenants(nowMs)
+	l.schedMu.Unlock()
+	if find {
+		found, err := l.cfg.Tenants.Tenants(ctx)
+		if err != nil {
+			l.errs.Add(1)
+			l.log.Error("sweep skipped: cannot read tenants; retrying next period", "error", err)
+			err = fmt.Errorf("sweep: tenants: %w", err)
+			l.setLast(err)
+			return err
+		}
+		l.schedMu.Lock()
+		l.sched.Found(found, nowMs)
+		l.schedMu.Unlock()
+	}
+	var tenants []string
+	l.schedMu.Lock()
+	for _, t := range l.sched.Tenants() {
+		if !all && !l.sched.Due(t, nowMs) {
+			continue
+		}
+		if walkers != nil && !l.sched.Extra(t) && !walkers.Walks(*self, t) {
+			continue
+		}
+		tenants = append(tenants, t)
+	}
+	l.schedMu.Unlock()
 	// Up to Concurrency workers take the tenants in order; a tenant's
 	// error goes in its slot, so the joined error lists them in order.
 	errs := make([]error, len(tenants))
@@ -242,7 +349,7 @@ func (l *Loop) sweep(ctx context.Context) error {
 					errs[i] = ctx.Err()
 					return
 				}
-				errs[i] = l.sweepTenant(ctx, tenants[i], live)
+				errs[i] = l.sweepTenant(ctx, tenants[i], live, walkers)
 			}
 		}()
 	}
@@ -266,11 +373,12 @@ func (l *Loop) Last() (time.Time, error) {
 	return l.lastAt, l.lastErr
 }
 
-func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) error {
+func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, walkers *Walkers) error {
 	l.sweeps.Add(1)
 	now := l.cfg.Clock.Now()
 	cutoff := now.UnixMilli() - l.cfg.Margin.Milliseconds()
-	w := NewWalk(tenant, l.Cursor(tenant), cutoff, l.cfg.Walk)
+	cursor := l.Cursor(tenant)
+	w := NewWalk(tenant, cursor, cutoff, l.cfg.Walk)
 	var listErr error
 	for {
 		page, ok := w.Next()
@@ -291,6 +399,16 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 	l.cursors[tenant] = res.Cursor
 	l.cursorMu.Unlock()
 	l.entries.Add(int64(len(res.Entries)))
+	actionable := false
+	for _, e := range res.Entries {
+		if l.cfg.Serves == nil || l.cfg.Serves(e.Key.Actor.Class) {
+			actionable = true
+			break
+		}
+	}
+	l.schedMu.Lock()
+	l.sched.Walked(tenant, now.UnixMilli(), Walked{FromStart: cursor == "", Result: res, Actionable: actionable})
+	l.schedMu.Unlock()
 	if n := len(res.Malformed); n > 0 {
 		l.malformed.Add(int64(n))
 		l.log.Warn("skipped keys that are not index entries", "tenant", tenant, "count", n, "first", res.Malformed[0])
@@ -301,6 +419,10 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 			"tenant", tenant, "read", res.Read, "error", listErr)
 	}
 
+	var shard func(class string) []string
+	if walkers != nil {
+		shard = func(class string) []string { return walkers.Of(tenant, class) }
+	}
 	l.planMu.Lock()
 	defer l.planMu.Unlock()
 	plan := PlanSweep(PlanInput{
@@ -309,6 +431,7 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string) er
 		Margin:        l.cfg.Margin,
 		Self:          l.cfg.Self,
 		Live:          live,
+		ShardNodes:    shard,
 		Busy:          l.cfg.Busy,
 		Rand:          l.cfg.Rand,
 		MaxDeliveries: l.cfg.MaxDeliveries,

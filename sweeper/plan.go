@@ -53,6 +53,10 @@ type PlanInput struct {
 	// Live are the addresses of the nodes with fresh heartbeats. Self counts
 	// as live whether or not it is listed: a node that sweeps is alive.
 	Live []string
+	// ShardNodes, if set, are the nodes an entry of a class is shared
+	// among, in place of Live: the walkers of the tenant for that class
+	// (see [Walkers]). Self counts whether or not it is listed.
+	ShardNodes func(class string) []string
 	// Busy reports an actor this node already has in flight or retrying;
 	// its entries are neither delivered again nor counted against the cap.
 	// Nil: none.
@@ -124,8 +128,12 @@ func PlanSweep(in PlanInput) Plan {
 			plan.Busy = append(plan.Busy, c)
 			continue
 		}
+		shardNodes := nodes
+		if in.ShardNodes != nil {
+			shardNodes = liveNodes(in.Self, in.ShardNodes(c.Actor.Class))
+		}
 		switch {
-		case Shard(c.Actor, nodes) == in.Self:
+		case Shard(c.Actor, shardNodes) == in.Self:
 			own = append(own, c)
 		case c.DueMs <= anyoneBefore:
 			c.Anyone = true

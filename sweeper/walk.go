@@ -66,6 +66,11 @@ type WalkResult struct {
 	// ReachedEnd says the walk met an entry not yet overdue enough or the
 	// end of the listing.
 	ReachedEnd bool
+	// NextDueMs is the due time of the entry not yet overdue enough that
+	// ended the walk (the earliest such entry, since the index is in due
+	// order); 0 when the walk did not meet one (it reached the end of the
+	// listing, or stopped before).
+	NextDueMs int64
 }
 
 // Walk reads one tenant's index from a cursor up to a cutoff, as a state
@@ -132,6 +137,7 @@ func (w *Walk) Feed(keys []string) {
 		case err != nil || key.Actor.Tenant != w.tenant:
 			w.res.Malformed = append(w.res.Malformed, k)
 		case key.DueMs > w.cutoffMs:
+			w.res.NextDueMs = key.DueMs
 			w.finish(true)
 			return
 		default:
