@@ -91,7 +91,7 @@ func TestAnAlarmSetOverHTTPFiresAtThatTime(t *testing.T) {
 	}
 	at := time.Now().Add(1500 * time.Millisecond).UnixMilli()
 	status, st, out := alarmCall(t, "PUT", bn.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, at))
-	if status != 200 || st.AlarmMs == nil || *st.AlarmMs != at || st.Node != "a" || st.From != node.FromHolder || st.Failures != 0 {
+	if status != 200 || st.AlarmMs == nil || *st.AlarmMs != at || st.Node != "a" || st.From != node.FromHolder || st.RetryCount != 0 {
 		t.Fatalf("PUT through b: %d %q, want a's answer with the alarm at %d", status, out, at)
 	}
 	if _, got, _ := alarmCall(t, "GET", bn.URL+actor+"/alarm", ""); got.AlarmMs == nil || *got.AlarmMs != at {
@@ -218,12 +218,12 @@ func TestFireRunsOnAlarmNow(t *testing.T) {
 		t.Fatalf("mode fail: %d %q", status, out)
 	}
 	status, st, out = alarmCall(t, "POST", bn.URL+sactor+"/alarm:fire", "")
-	if status != 200 || !st.Fired.Ran || !strings.Contains(st.Fired.Error, "failing on alarm") || st.Failures != 1 || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+1000 {
+	if status != 200 || !st.Fired.Ran || !strings.Contains(st.Fired.Error, "failing on alarm") || st.RetryCount != 1 || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+1000 {
 		t.Fatalf("fire of a failing on-alarm: %d %q, want the error and a retry 1 s on", status, out)
 	}
 	verifyIndex(t, srv.Bucket, a, bn)
 	// Setting from outside resets the failure count.
-	if status, st, out := alarmCall(t, "PUT", a.URL+sactor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, later)); status != 200 || st.Failures != 0 {
+	if status, st, out := alarmCall(t, "PUT", a.URL+sactor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, later)); status != 200 || st.RetryCount != 0 {
 		t.Fatalf("PUT after a failure: %d %q, want failures 0", status, out)
 	}
 	verifyIndex(t, srv.Bucket, a, bn)

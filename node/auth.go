@@ -19,7 +19,7 @@ import (
 // a choice: anyone who reaches the listener runs any tenant's actors.
 //
 // With any token set, every call but the probes (GET /v1/healthz and
-// /v1/readyz) needs
+// /v1/readyz) and the API's description (GET /v1/openapi.json) needs
 // "Authorization: Bearer <token>": without one, or with one the node does
 // not know, it is a 401; a tenant's token used outside that tenant's actors
 // is a 403.
@@ -146,14 +146,14 @@ func actorsTenant(r *http.Request) (string, bool) {
 	return tenant, true
 }
 
-// guard wraps the API: the probes are open; everything else needs a
-// token that reaches the path's tenant.
+// guard wraps the API: the probes and the API's description are open;
+// everything else needs a token that reaches the path's tenant.
 func (s *security) guard(next http.Handler) http.Handler {
 	if s.open {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/healthz" || r.URL.Path == "/v1/readyz" {
+		if r.URL.Path == "/v1/healthz" || r.URL.Path == "/v1/readyz" || r.URL.Path == "/v1/openapi.json" {
 			next.ServeHTTP(w, r)
 			return
 		}

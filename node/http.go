@@ -30,6 +30,7 @@ import (
 //	POST   /v1/actors/{tenant}/{class}/{name}/alarm:fire               run on-alarm now
 //	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
 //	GET    /v1/readyz                                                  readiness (JSON): lease, bucket and sweep checks
+//	GET    /v1/openapi.json                                            the OpenAPI 3.1 document of this API (openapi.json)
 //
 // Setting, clearing and firing the alarm are events of the host's own on
 // the actor (Node.SetAlarm, ClearAlarm, FireAlarm): committed, indexed and
@@ -80,7 +81,10 @@ import (
 //     budget for all instances was held by busy instances
 //     (hostmod.ErrMemoryBudget). Before a 503 for an actor it cannot
 //     reach, or while its own lease is being renewed, the node waits for
-//     the failover inside the request (ClusterConfig.FailoverWait).
+//     the failover inside the request (ClusterConfig.FailoverWait). The
+//     Retry-After of a failover's 503 (lease_not_valid, held_elsewhere,
+//     forward_failed) is what the failover is still expected to take
+//     (failoverRetryAfter); the others' is 1 s.
 //
 // /v1/healthz answers 503 while the node lease is not valid; /v1/readyz
 // answers 200 when ready and 503 (with Retry-After) when a check fails.
@@ -93,21 +97,41 @@ const MaxRequestBody = 4 << 20
 // Handler returns the node's HTTP API.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/actors/{tenant}/{class}/{name}", n.handleExec)
-	mux.HandleFunc("DELETE /v1/actors/{tenant}/{class}/{name}", n.handleDelete)
-	mux.HandleFunc("GET /v1/actors/{tenant}/{class}/{name}/alarm", n.handleState)
-	mux.HandleFunc("PUT /v1/actors/{tenant}/{class}/{name}/alarm", n.handleSetAlarm)
-	mux.HandleFunc("DELETE /v1/actors/{tenant}/{class}/{name}/alarm", n.handleClearAlarm)
-	mux.HandleFunc("POST /v1/actors/{tenant}/{class}/{name}/alarm:fire", n.handleFireAlarm)
-	mux.HandleFunc("GET /v1/readyz", n.handleReady)
-	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if n.leases != nil && !n.leases.Valid() {
-			writeProblem(w, http.StatusServiceUnavailable, CodeLeaseNotValid, "node lease not valid")
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	for _, rt := range n.routes() {
+		mux.HandleFunc(rt.pattern, rt.handle)
+	}
 	return n.sec.guard(problemRoutes{mux})
+}
+
+// route is one pattern of the HTTP API and its handler. openapi.json
+// documents every route, and a test holds the two together.
+type route struct {
+	pattern string
+	handle  http.HandlerFunc
+}
+
+// routes are the node's HTTP API.
+func (n *Node) routes() []route {
+	return []route{
+		{"POST /v1/actors/{tenant}/{class}/{name}", n.handleExec},
+		{"DELETE /v1/actors/{tenant}/{class}/{name}", n.handleDelete},
+		{"GET /v1/actors/{tenant}/{class}/{name}/alarm", n.handleState},
+		{"PUT /v1/actors/{tenant}/{class}/{name}/alarm", n.handleSetAlarm},
+		{"DELETE /v1/actors/{tenant}/{class}/{name}/alarm", n.handleClearAlarm},
+		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:fire", n.handleFireAlarm},
+		{"GET /v1/readyz", n.handleReady},
+		{"GET /v1/healthz", n.handleHealth},
+		{"GET /v1/openapi.json", serveOpenAPI},
+	}
+}
+
+func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if n.leases != nil && !n.leases.Valid() {
+		writeProblem(w, http.StatusServiceUnavailable, CodeLeaseNotValid, "node lease not valid")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
 }
 
 func actorFrom(r *http.Request) (abi.ActorID, error) {
@@ -163,8 +187,10 @@ type AlarmState struct {
 	AlarmMs *int64 `json:"alarm_ms"`
 	// Alarm is AlarmMs in RFC 3339 (UTC, milliseconds), for people and
 	// tools that read times; absent with no alarm.
-	Alarm    string `json:"alarm,omitempty"`
-	Failures int    `json:"failures"`
+	Alarm string `json:"alarm,omitempty"`
+	// RetryCount is how many attempts at the alarm failed since it was
+	// set: the retry_count its next on-alarm is called with.
+	RetryCount int `json:"retry_count"`
 	// Node is the node that answered; From where it read (see Peek).
 	Node string `json:"node,omitempty"`
 	From string `json:"from"`
@@ -178,13 +204,14 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
+	start := time.Now()
 	p, err := n.Peek(r.Context(), id)
 	if err != nil {
-		n.fail(w, r, nil, err)
+		n.fail(w, r, start, nil, err)
 		return
 	}
 	st := p.State
-	n.writeAlarmState(w, AlarmState{Failures: st.Failures, From: p.From}, st.Alarm, st.HasAlarm)
+	n.writeAlarmState(w, AlarmState{RetryCount: st.Failures, From: p.From}, st.Alarm, st.HasAlarm)
 }
 
 // notAppliedHeader marks a 503 answered for a forwarded request that did
@@ -219,7 +246,17 @@ func (n *Node) failoverWait() time.Duration {
 	if c.FailoverWait > 0 {
 		return c.FailoverWait
 	}
-	ttl, grace := c.LeaseTTL, c.LeaseGrace
+	return n.failoverTime()
+}
+
+// failoverTime is how long a failover is expected to take: a takeover
+// once the holder's lease has stood unchanged for TTL + grace, and a
+// renewal's period (TTL/3) for the lease to be seen.
+func (n *Node) failoverTime() time.Duration {
+	var ttl, grace time.Duration
+	if c := n.cfg.Cluster; c != nil {
+		ttl, grace = c.LeaseTTL, c.LeaseGrace
+	}
 	if ttl <= 0 {
 		ttl = cluster.DefaultTTL
 	}
@@ -227,6 +264,27 @@ func (n *Node) failoverWait() time.Duration {
 		grace = cluster.DefaultGrace
 	}
 	return ttl + grace + ttl/3
+}
+
+// failoverRetryAfter is the Retry-After of a 503 answered while an actor
+// (or this node's lease) fails over, for a request that began at start:
+// the failover time less what the request has waited, and once that is
+// over a renewal's period (failoverPollMax), the soonest the lease can be
+// seen to change; in whole seconds, rounded up.
+func (n *Node) failoverRetryAfter(start time.Time) string {
+	left := max(n.failoverTime()-time.Since(start), n.failoverPollMax())
+	return strconv.FormatInt(int64((left+time.Second-1)/time.Second), 10)
+}
+
+// retryAfter is the Retry-After of a 503 with the given code: the
+// remaining failover for the codes of a failover, 1 s for the others
+// (the bucket, the memory of busy instances: no sooner to be known).
+func (n *Node) retryAfter(code string, start time.Time) string {
+	switch code {
+	case CodeLeaseNotValid, CodeHeldElsewhere, CodeForwardFailed:
+		return n.failoverRetryAfter(start)
+	}
+	return "1"
 }
 
 // serve runs op for the request and rides through a failover: when the
@@ -239,7 +297,8 @@ func (n *Node) failoverWait() time.Duration {
 // returns true when op succeeded and the caller answers; false when the
 // answer was written (an error, or the holder's answer to a forward).
 func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op func(ctx context.Context) error) bool {
-	deadline := time.Now().Add(n.failoverWait())
+	start := time.Now()
+	deadline := start.Add(n.failoverWait())
 	poll := failoverPoll
 	for {
 		err := op(r.Context())
@@ -248,17 +307,18 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 		}
 		var held *cluster.HeldElsewhereError
 		var cause error
+		var code string
 		switch {
 		case errors.As(err, &held) && r.Header.Get(forwardedHeader) == "" && held.Addr != "":
-			written, ferr := n.forwardOnce(w, r, held.Addr, body)
+			written, ferr := n.forwardOnce(w, r, start, held.Addr, body)
 			if written {
 				return false
 			}
-			cause = fmt.Errorf("forward to the holder %s at %s: %w", held.NodeID, held.Addr, ferr)
+			cause, code = fmt.Errorf("forward to the holder %s at %s: %w", held.NodeID, held.Addr, ferr), CodeForwardFailed
 		case errors.Is(err, cluster.ErrLeaseNotValid):
-			cause = err
+			cause, code = err, CodeLeaseNotValid
 		default:
-			n.fail(w, r, body, err)
+			n.fail(w, r, start, body, err)
 			return false
 		}
 		left := time.Until(deadline)
@@ -266,14 +326,14 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 			if errors.Is(cause, cluster.ErrLeaseNotValid) && r.Header.Get(forwardedHeader) != "" {
 				w.Header().Set(notAppliedHeader, "1")
 			}
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusServiceUnavailable, codeOf(cause), cause.Error())
+			w.Header().Set("Retry-After", n.retryAfter(code, start))
+			writeProblem(w, http.StatusServiceUnavailable, code, cause.Error())
 			return false
 		}
 		select {
 		case <-r.Context().Done():
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusServiceUnavailable, codeOf(cause), cause.Error())
+			w.Header().Set("Retry-After", n.retryAfter(code, start))
+			writeProblem(w, http.StatusServiceUnavailable, code, cause.Error())
 			return false
 		case <-time.After(min(poll, left)):
 		}
@@ -287,7 +347,7 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 // (notAppliedHeader): the request may be sent again. Otherwise the
 // holder's answer, or a 503 if its answer was lost after the request was
 // sent, is written.
-func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, addr string, body []byte) (written bool, err error) {
+func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, start time.Time, addr string, body []byte) (written bool, err error) {
 	u := url.URL{Scheme: n.sec.scheme, Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
@@ -304,7 +364,8 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, addr string, 
 		if errors.As(err, &op) && op.Op == "dial" {
 			return false, err
 		}
-		w.Header().Set("Retry-After", "1")
+		// The holder may have died while it answered: its actor fails over.
+		w.Header().Set("Retry-After", n.retryAfter(CodeForwardFailed, start))
 		writeProblem(w, http.StatusServiceUnavailable, CodeForwardFailed, fmt.Sprintf("forward to the holder at %s: %v", addr, err))
 		return true, nil
 	}
@@ -321,9 +382,9 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, addr string, 
 	return true, nil
 }
 
-// fail answers an error, forwarding to the holder when another node holds
-// the actor.
-func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err error) {
+// fail answers an error of a request that began at start, forwarding to
+// the holder when another node holds the actor.
+func (n *Node) fail(w http.ResponseWriter, r *http.Request, start time.Time, body []byte, err error) {
 	var held *cluster.HeldElsewhereError
 	var ge *hostmod.GuestError
 	var mb *hostmod.MemoryBudgetError
@@ -334,13 +395,13 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 		writeProblem(w, http.StatusServiceUnavailable, CodeMemoryBusy, err.Error())
 	case errors.As(err, &held):
 		if r.Header.Get(forwardedHeader) == "" && held.Addr != "" {
-			n.forward(w, r, held.Addr, body)
+			n.forward(w, r, start, held.Addr, body)
 			return
 		}
 		// Forwarded here, but another node holds the actor now: nothing
 		// was done, and the forwarding node may look again.
 		w.Header().Set(notAppliedHeader, "1")
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", n.retryAfter(CodeHeldElsewhere, start))
 		writeProblem(w, http.StatusServiceUnavailable, CodeHeldElsewhere, err.Error())
 	case errors.Is(err, syscall.ENOSPC):
 		// The node's data directory is full: the event committed nothing,
@@ -358,14 +419,15 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, body []byte, err err
 	case errors.Is(err, ErrInternal), errors.Is(err, hostmod.ErrBadSnapshot):
 		writeProblem(w, http.StatusInternalServerError, CodeInternal, err.Error())
 	default:
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, codeOf(err), err.Error())
+		code := codeOf(err)
+		w.Header().Set("Retry-After", n.retryAfter(code, start))
+		writeProblem(w, http.StatusServiceUnavailable, code, err.Error())
 	}
 }
 
-func (n *Node) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
-	if written, err := n.forwardOnce(w, r, addr, body); !written {
-		w.Header().Set("Retry-After", "1")
+func (n *Node) forward(w http.ResponseWriter, r *http.Request, start time.Time, addr string, body []byte) {
+	if written, err := n.forwardOnce(w, r, start, addr, body); !written {
+		w.Header().Set("Retry-After", n.retryAfter(CodeForwardFailed, start))
 		writeProblem(w, http.StatusServiceUnavailable, CodeForwardFailed, fmt.Sprintf("forward to the holder at %s: %v", addr, err))
 	}
 }
@@ -480,7 +542,7 @@ type FiredState struct {
 	Scheduled  string `json:"scheduled,omitempty"`
 	RetryCount int    `json:"retry_count"`
 	// Error is why on-alarm failed ("" when it succeeded): its retry is
-	// committed (the alarm state's alarm_ms and failures), or, with
+	// committed (the alarm state's alarm_ms and retry_count), or, with
 	// GaveUp, its class's last attempt was reached.
 	Error  string `json:"error,omitempty"`
 	GaveUp bool   `json:"gave_up,omitempty"`
@@ -511,7 +573,7 @@ func (n *Node) handleFireAlarm(w http.ResponseWriter, r *http.Request) {
 
 // answerAlarm answers the committed state after an event of the holder's.
 func (n *Node) answerAlarm(w http.ResponseWriter, res hostmod.Result, fired *FiredState) {
-	n.writeAlarmState(w, AlarmState{Failures: res.Failures, From: FromHolder, Fired: fired}, res.Alarm, res.HasAlarm)
+	n.writeAlarmState(w, AlarmState{RetryCount: res.Failures, From: FromHolder, Fired: fired}, res.Alarm, res.HasAlarm)
 }
 
 // writeAlarmState answers out, with the alarm if hasAlarm and this node's

@@ -73,11 +73,11 @@ func newNodeClient(rawURL, tokenFile, caFile string) (*nodeClient, error) {
 
 // alarmState is a node's answer about an alarm (node.AlarmState).
 type alarmState struct {
-	AlarmMs  *int64      `json:"alarm_ms"`
-	Failures int         `json:"failures"`
-	Node     string      `json:"node,omitempty"`
-	From     string      `json:"from"`
-	Fired    *firedState `json:"fired,omitempty"`
+	AlarmMs    *int64      `json:"alarm_ms"`
+	RetryCount int         `json:"retry_count"`
+	Node       string      `json:"node,omitempty"`
+	From       string      `json:"from"`
+	Fired      *firedState `json:"fired,omitempty"`
 }
 
 type firedState struct {
@@ -169,7 +169,7 @@ func describeState(id abi.ActorID, st alarmState) string {
 	if st.Node != "" {
 		on = ", on node " + st.Node
 	}
-	return fmt.Sprintf("%s: %s, failures %d%s", id, alarm, st.Failures, on)
+	return fmt.Sprintf("%s: %s, retry count %d%s", id, alarm, st.RetryCount, on)
 }
 
 // alarmVerb runs alarm set, alarm clear and alarm fire.
@@ -298,7 +298,7 @@ func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args 
 		}
 		at := *st.AlarmMs
 		if *dryRun {
-			fmt.Fprintf(stdout, "would clear %s: alarm at %s (%d), failures %d\n", id, formatMs(at), at, st.Failures)
+			fmt.Fprintf(stdout, "would clear %s: alarm at %s (%d), retry count %d\n", id, formatMs(at), at, st.RetryCount)
 			cleared++
 			continue
 		}

@@ -74,11 +74,11 @@ func Delete(ctx context.Context, nodeURL string, actor abi.ActorID) error {
 }
 
 // AlarmState is the reply of GET .../alarm: the committed alarm, the
-// failure count, and the ID of the node that answered (the holder).
+// retry count, and the ID of the node that answered (the holder).
 type AlarmState struct {
-	AlarmMs  *int64 `json:"alarm_ms"`
-	Failures int    `json:"failures"`
-	Node     string `json:"node,omitempty"`
+	AlarmMs    *int64 `json:"alarm_ms"`
+	RetryCount int    `json:"retry_count"`
+	Node       string `json:"node,omitempty"`
 	// From is where the answer was read: "holder", "bucket" or "none".
 	From string `json:"from"`
 }
