@@ -257,10 +257,11 @@ func (p *Plugin) delivered(id abi.ActorID, key string, ev hostmod.Delivery, now 
 		p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "error", ev.Err)
 	} else if ev.Ran && ev.Err != nil {
 		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
-	} else if ev.Ran && p.log.IsInfo() {
+	} else if ev.Ran && p.log.IsDebug() {
 		// The hot path: the line's fields are made only for a logger
-		// that writes it.
-		p.log.Info("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", now.UnixMilli(), "retry_count", ev.RetryCount)
+		// that writes it. At DEBUG: a node logs a summary of its firings
+		// at INFO instead (node.Config.LogSummaryEvery).
+		p.log.Debug("alarm fired", "actor", id.String(), "scheduled_ms", ev.Scheduled, "fired_ms", now.UnixMilli(), "retry_count", ev.RetryCount)
 	}
 }
 

@@ -699,6 +699,7 @@ func (t nodeTaker) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, erro
 
 // delivered reports a delivery of the plugin's timer loop to OnDelivery.
 func (n *Node) delivered(d alarms.Delivered) {
+	n.observeDelivery(d)
 	if n.cfg.OnDelivery == nil {
 		return
 	}
@@ -846,8 +847,9 @@ func (n *Node) Start(ctx context.Context) {
 	go func() {
 		defer close(n.loop)
 		var wg sync.WaitGroup
-		wg.Add(1)
+		wg.Add(2)
 		go func() { defer wg.Done(); n.reapIdle(ctx) }()
+		go func() { defer wg.Done(); n.summarize(ctx, n.log.Named("alarms"), n.cfg.LogSummaryEvery) }()
 		if n.leases != nil {
 			wg.Add(2)
 			go func() { defer wg.Done(); n.plugin.RunSweeps(ctx) }()

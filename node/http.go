@@ -100,7 +100,7 @@ func (n *Node) Handler() http.Handler {
 	for _, rt := range n.routes() {
 		mux.HandleFunc(rt.pattern, rt.handle)
 	}
-	return n.sec.guard(problemRoutes{mux})
+	return n.instrument(mux, n.sec.guard(problemRoutes{mux}))
 }
 
 // route is one pattern of the HTTP API and its handler. openapi.json

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,6 +20,7 @@ type nodeCollector struct {
 	actors, givenUp, leaseValid        *prometheus.Desc
 	restored                           *prometheus.Desc
 	taken, takeovers, released, relErr *prometheus.Desc
+	liveNodes                          *prometheus.Desc
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
@@ -32,11 +35,12 @@ func newNodeCollector(n *Node) *nodeCollector {
 		takeovers:  d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
 		released:   d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
 		relErr:     d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
+		liveNodes:  d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
 	}
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.taken, c.takeovers, c.released, c.relErr} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.taken, c.takeovers, c.released, c.relErr, c.liveNodes} {
 		ch <- d
 	}
 }
@@ -56,6 +60,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		valid = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaseValid, prometheus.GaugeValue, valid)
+	ch <- prometheus.MustNewConstMetric(c.liveNodes, prometheus.GaugeValue, float64(len(n.leases.Live())))
 	ch <- prometheus.MustNewConstMetric(c.restored, prometheus.CounterValue, float64(n.restored.Load()))
 	s := n.holds.Stats()
 	ch <- prometheus.MustNewConstMetric(c.taken, prometheus.CounterValue, float64(s.Taken))
@@ -73,15 +78,68 @@ func engineOptions(cfg Config, opts []hostmod.Option) []hostmod.Option {
 	return append(append(opts, hostmod.WithRegisterer(cfg.Registerer)), cfg.EngineOptions...)
 }
 
-// registerMetrics registers the node's own collector.
+// registerMetrics registers the node's own collector, the build's
+// information, and the HTTP API's and the classes' metrics.
 func (n *Node) registerMetrics() error {
-	if n.cfg.Registerer == nil {
+	reg := n.cfg.Registerer
+	if reg == nil {
 		return nil
 	}
-	if err := n.cfg.Registerer.Register(newNodeCollector(n)); err != nil {
+	if err := reg.Register(newNodeCollector(n)); err != nil {
+		return fmt.Errorf("node: registering the node's metrics: %w", err)
+	}
+	if err := reg.Register(buildInfo()); err != nil {
+		return fmt.Errorf("node: registering the node's metrics: %w", err)
+	}
+	if err := n.registerObservability(reg); err != nil {
 		return fmt.Errorf("node: registering the node's metrics: %w", err)
 	}
 	return nil
+}
+
+// modulePath is this module's: its version is the one build_info gives,
+// whether it is the main module (keepnode) or a host's dependency.
+const modulePath = "github.com/wasmkeep/alarms"
+
+// buildInfo is wasmkeep_build_info: 1, with the module's version, the
+// commit it was built from (when the build recorded it) and the Go version.
+func buildInfo() prometheus.Collector {
+	version, revision := "(unknown)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version, revision = moduleVersion(bi)
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "wasmkeep_build_info",
+		Help:        "1, labelled with the wasmkeep alarms module's version, the commit of the build (when it recorded one) and the Go version.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	return g
+}
+
+// moduleVersion finds this module in the build: the main module's version
+// and VCS revision when it is the main one, else the dependency's version.
+func moduleVersion(bi *debug.BuildInfo) (version, revision string) {
+	if bi.Main.Path == modulePath {
+		version = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	for _, d := range bi.Deps {
+		if d.Path == modulePath {
+			version = d.Version
+			if d.Replace != nil && d.Replace.Version != "" {
+				version = d.Replace.Version
+			}
+		}
+	}
+	if version == "" {
+		version = "(devel)"
+	}
+	return version, revision
 }
 
 // MetricsHandler serves the metrics g gathers at GET /metrics (the

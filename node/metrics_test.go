@@ -131,6 +131,14 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 
 	waitFor(t, "every alarm fired", func() bool { return fired.Load() == actors })
 	n.FlushDeletes(ctx)
+	// One request of the HTTP API, so its metrics have a series.
+	api := httptest.NewServer(n.Handler())
+	defer api.Close()
+	if resp, err := http.Get(api.URL + "/v1/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/healthz: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	after := scrapeMetrics(t, url)
 	for _, c := range []struct {
 		name   string

@@ -90,6 +90,10 @@ type Config struct {
 	// come from the bucket's own option (s3.WithRegisterer). Serve
 	// them with MetricsHandler.
 	Registerer prometheus.Registerer
+	// LogSummaryEvery is how often the node logs at INFO what its alarms'
+	// firings came to, when any fired (default DefaultLogSummaryEvery;
+	// negative: never). Each firing is logged at DEBUG.
+	LogSummaryEvery time.Duration
 }
 
 // Node runs actors on one machine.
@@ -110,6 +114,8 @@ type Node struct {
 
 	givenUp  atomic.Int64 // actors given up, for the metrics
 	restored atomic.Int64 // actors restored from the bucket (a snapshot downloaded), for the metrics
+
+	obs observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
 
 	mu      sync.Mutex
 	entries map[abi.ActorID]*entry

@@ -129,7 +129,7 @@ const swRoom = 5 * time.Second
 
 func (s swTimings) flags() []string {
 	return []string{"-lease-ttl", s.ttl.String(), "-lease-margin", s.margin.String(), "-lease-grace", s.grace.String(),
-		"-sweep", s.sweep.String(), "-tenants", "t", "-idle", "1h", "-log-json", "-log-level", "info"}
+		"-sweep", s.sweep.String(), "-tenants", "t", "-idle", "1h", "-log-json", "-log-level", "debug"}
 }
 
 var swScaled = swTimings{ttl: 2 * time.Second, margin: 400 * time.Millisecond, grace: time.Second, sweep: time.Second}

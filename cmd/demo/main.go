@@ -199,7 +199,7 @@ func run(o options) error {
 		Log:     rec,
 		Flags: []string{
 			"-lease-ttl", o.leaseTTL.String(), "-lease-margin", o.margin.String(), "-lease-grace", o.grace.String(),
-			"-sweep", o.sweep.String(), "-tenants", "demo", "-idle", "10m", "-log-json",
+			"-sweep", o.sweep.String(), "-tenants", "demo", "-idle", "10m", "-log-json", "-log-level", "debug", // each firing is a debug line
 			"-create-bucket", // the demo's bucket is a new one of its own
 		},
 	}

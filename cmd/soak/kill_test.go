@@ -74,7 +74,7 @@ func TestASIGKILLMidFiringIsCountedAsADuplicate(t *testing.T) {
 		// past the alarm's time (validity runs to the last renewal that
 		// came back plus TTL - margin).
 		Flags: []string{"-lease-ttl", "10s", "-lease-margin", "1s", "-lease-grace", "2s", "-sweep", "1s",
-			"-tenants", "soak", "-idle", "10m", "-log-json"},
+			"-tenants", "soak", "-idle", "10m", "-log-json", "-log-level", "debug"},
 	}
 	nodes := map[string]*clusterproc.Node{}
 	proxies := map[string]*faultproxy.Proxy{}

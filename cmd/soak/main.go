@@ -394,6 +394,7 @@ func run(ctx context.Context, o options) (summary, error) {
 			"-lease-ttl", o.leaseTTL.String(), "-lease-margin", o.margin.String(), "-lease-grace", o.grace.String(),
 			"-sweep", o.sweep.String(), "-retry-base", o.retryBase.String(), "-retry-max", o.retryMax.String(),
 			"-tenants", "soak", "-idle", "10m", "-max-instances", fmt.Sprint(o.maxInstances), "-log-json",
+			"-log-level", "debug", // each firing is a debug line
 		},
 	}
 	if o.outage > 0 {
