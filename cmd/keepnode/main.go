@@ -56,7 +56,7 @@ type options struct {
 	classes                                   classFlags
 	leaseTTL, leaseMargin, leaseGrace, idle   time.Duration
 	sweep, alarmDeadline, retryBase, retryMax time.Duration
-	failoverWait                              time.Duration
+	failoverWait, logSummary                  time.Duration
 	maxDBs, maxInsts, sweepConc               int
 	attempts                                  *attemptsFlag
 	logLevel                                  string
@@ -106,6 +106,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.failoverWait, "failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + TTL/3, about a takeover; negative: no waiting)")
 	fs.Var(o.attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (each alarm fired is a debug line; info has a summary of the firings each minute)")
+	fs.DurationVar(&o.logSummary, "log-summary", node.DefaultLogSummaryEvery, "how often to log at info the count of alarms fired, failed and given up since the last such line, when any (negative: never)")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log one JSON object per line, the start-up lines included")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	fs.StringVar(&o.metrics.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
@@ -123,6 +124,10 @@ func main() {
 		bi, ok := debug.ReadBuildInfo()
 		fmt.Println(versionLine(bi, ok))
 		return
+	}
+	if cfgErr == nil && hclog.LevelFromString(o.logLevel) == hclog.NoLevel {
+		cfgErr = fmt.Errorf("-log-level %q: want trace, debug, info, warn or error", o.logLevel)
+		o.logLevel = "info"
 	}
 	logger := newLogger(o, os.Stderr)
 	if cfgErr != nil {
@@ -248,6 +253,7 @@ func run(logger hclog.Logger, o *options) error {
 		DataDir:          dataDir,
 		Classes:          wasm,
 		Logger:           logger,
+		LogSummaryEvery:  o.logSummary,
 		Security:         security,
 		RetryMax:         retryMax,
 		IdleTimeout:      idle,
@@ -287,19 +293,26 @@ func run(logger hclog.Logger, o *options) error {
 		return err
 	}
 	n.Start(ctx)
+	// The start-up lines go to standard output: plain text, or with
+	// -log-json a JSON log line whose message is that text.
+	announce := func(line string, fields ...any) { fmt.Println(line) }
+	if o.logJSON {
+		out := newLogger(o, os.Stdout)
+		announce = func(line string, fields ...any) { out.Info(line, fields...) }
+	}
 	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	if metricsLn != nil {
 		msrv := &http.Server{Handler: node.MetricsHandler(reg, mf.pprof), ReadHeaderTimeout: 10 * time.Second}
 		go msrv.Serve(metricsLn)
 		defer msrv.Close()
-		fmt.Printf("keepnode metrics on http://%s/metrics\n", metricsLn.Addr())
+		announce("keepnode metrics on http://"+metricsLn.Addr().String()+"/metrics", "metrics_addr", metricsLn.Addr().String())
 	}
 	id := ""
 	if l := n.Leases(); l != nil {
 		id = l.NodeID()
 	}
-	fmt.Printf("keepnode listening on %s://%s node=%s\n", scheme, ln.Addr(), id)
+	announce(fmt.Sprintf("keepnode listening on %s://%s node=%s", scheme, ln.Addr(), id), "url", scheme+"://"+ln.Addr().String(), "node", id)
 
 	<-ctx.Done()
 	stop() // a second signal ends the process at once, without the clean shutdown

@@ -19,6 +19,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -249,6 +250,7 @@ func StartNode(ctx context.Context, cfg Config, name string, extra ...string) (*
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(out, line)
+			line = startupMessage(line)
 			if u, ok := strings.CutPrefix(line, metricsPrefix); ok && !sent {
 				nd.MetricsURL = strings.TrimSpace(u) // before the ready line
 			}
@@ -284,6 +286,21 @@ func StartNode(ctx context.Context, cfg Config, name string, extra ...string) (*
 		_ = nd.Kill()
 		return nil, fmt.Errorf("clusterproc: node %s: %w", name, ctx.Err())
 	}
+}
+
+// startupMessage is a start-up line's text: the line, or with -log-json
+// the message of its JSON object.
+func startupMessage(line string) string {
+	if !strings.HasPrefix(line, "{") {
+		return line
+	}
+	var v struct {
+		Message string `json:"@message"`
+	}
+	if json.Unmarshal([]byte(line), &v) != nil {
+		return line
+	}
+	return v.Message
 }
 
 // parseReady reads "keepnode listening on http://ADDR node=ID" (https://
