@@ -1,0 +1,370 @@
+// Package client calls the HTTP API of a wasmkeep node (keepnode, or any
+// host serving node.Handler): run requests on actors, delete them, and
+// read, set, clear and fire an actor's alarm. Any node of a cluster will
+// do: a node that does not hold the actor forwards the call to the one
+// that does.
+//
+// Every answer other than a success is a *Problem (the node's
+// application/problem+json), with the HTTP status, the stable code, the
+// detail for people, and the Retry-After the node sent. Decide on the
+// status and the code, never on the detail. The client does not retry:
+// a 503 (Problem.Temporary) may be sent again after Problem.RetryAfter.
+//
+// The API is described by node/openapi.json, which a node serves at
+// GET /v1/openapi.json.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// Client calls one node's HTTP API. It is safe for concurrent use.
+type Client struct {
+	base  string // scheme://host[:port][/path], no trailing slash
+	token string
+	hc    *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer token" on every call: an
+// operator's token, or a tenant's for that tenant's actors.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient makes the calls with hc (its transport, timeout and
+// redirects) instead of the default, a client with a 90 s timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithTLS makes the calls over a transport with cfg (a CA to trust, a
+// client certificate), replacing the transport of the HTTP client.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *Client) {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = cfg
+		hc := *c.hc
+		hc.Transport = tr
+		c.hc = &hc
+	}
+}
+
+// DefaultTimeout bounds each call of a client made without
+// WithHTTPClient: longer than a node's wait for a failover inside a
+// request (at the design's 10 s lease, 15.3 s) and a slow event.
+const DefaultTimeout = 90 * time.Second
+
+// New returns a client of the node at baseURL (http://HOST:PORT or
+// https://HOST:PORT).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("client: node URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
+	}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{Timeout: DefaultTimeout}}
+	for _, o := range opts {
+		o(c)
+	}
+	if strings.ContainsAny(c.token, " \t\r\n") {
+		return nil, errors.New("client: the token holds a space or a line break")
+	}
+	return c, nil
+}
+
+// The codes of the node's errors (Problem.Code).
+const (
+	CodeBadRequest    = "bad_request"        // 400: a malformed actor ID, time, kind or body
+	CodeUnauthorized  = "unauthorized"       // 401: no token, or an unknown one
+	CodeForbidden     = "forbidden"          // 403: the token does not reach that tenant
+	CodeNotFound      = "not_found"          // 404: no such route, class not served, actor never started
+	CodeMethod        = "method_not_allowed" // 405
+	CodeAlarmMoved    = "alarm_moved"        // 409: the alarm is not at the time the call named
+	CodeGuestFailed   = "guest_failed"       // 422: the guest returned non-zero or trapped
+	CodeInternal      = "internal"           // 500: a bug or a corrupt snapshot
+	CodeUnavailable   = "unavailable"        // 503
+	CodeLeaseNotValid = "lease_not_valid"    // 503: the node's lease is not valid now
+	CodeHeldElsewhere = "held_elsewhere"     // 503: another node holds the actor now
+	CodeForwardFailed = "forward_failed"     // 503: the holder could not be reached
+	CodeBucketDown    = "bucket_unreachable" // 503
+	CodeMemoryBusy    = "memory_busy"        // 503: the instances' memory is in use
+	CodeDiskFull      = "disk_full"          // 507: the node's data directory is full
+)
+
+// Problem is a node's answer other than a success (RFC 9457).
+type Problem struct {
+	// Status is the HTTP status; Code the node's stable code ("" when the
+	// answer was not application/problem+json: a proxy's, say).
+	Status int
+	Code   string
+	// Title is the status's text; Detail says, for people, what went
+	// wrong (the node names the actor and the cause), or is the body of
+	// an answer that was not a problem.
+	Title, Detail string
+	// RetryAfter is the node's Retry-After (0 without one): during a
+	// failover, how long it is still expected to take.
+	RetryAfter time.Duration
+	// Method and URL are the call's.
+	Method, URL string
+}
+
+func (p *Problem) Error() string {
+	code := ""
+	if p.Code != "" {
+		code = " (" + p.Code + ")"
+	}
+	return fmt.Sprintf("%s %s: the node answered %d%s: %s", p.Method, p.URL, p.Status, code, p.Detail)
+}
+
+// Temporary reports whether the call may succeed if sent again, after
+// RetryAfter: a 503. (After an exec-durable request, a 503 may also mean
+// the event committed but its upload failed: its outcome is unknown.)
+func (p *Problem) Temporary() bool { return p.Status == http.StatusServiceUnavailable }
+
+// IsCode reports whether err is a *Problem with the code.
+func IsCode(err error, code string) bool {
+	var p *Problem
+	return errors.As(err, &p) && p.Code == code
+}
+
+// AlarmState is an actor's committed alarm state (GET .../alarm), and
+// after alarm:fire what it ran.
+type AlarmState struct {
+	// AlarmMs is the alarm's time in Unix milliseconds; nil with no alarm.
+	AlarmMs *int64 `json:"alarm_ms"`
+	// Alarm is AlarmMs in RFC 3339 (UTC, milliseconds); "" with no alarm.
+	Alarm string `json:"alarm,omitempty"`
+	// RetryCount is how many attempts at the alarm failed since it was
+	// set: the retry count its next on-alarm is called with.
+	RetryCount int `json:"retry_count"`
+	// Node is the ID of the node that answered (in a cluster); From
+	// where it read: "holder", "bucket" (nobody holds the actor) or
+	// "none" (no such actor).
+	Node string `json:"node,omitempty"`
+	From string `json:"from"`
+	// Fired is what FireAlarm ran (nil elsewhere).
+	Fired *Fired `json:"fired,omitempty"`
+}
+
+// At is the alarm's time, and false with no alarm.
+func (s AlarmState) At() (time.Time, bool) {
+	if s.AlarmMs == nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(*s.AlarmMs), true
+}
+
+// Fired is what an alarm:fire ran.
+type Fired struct {
+	// Ran is true when on-alarm was called, with ScheduledMs (Scheduled
+	// in RFC 3339) and RetryCount.
+	Ran         bool   `json:"ran"`
+	ScheduledMs int64  `json:"scheduled_ms,omitempty"`
+	Scheduled   string `json:"scheduled,omitempty"`
+	RetryCount  int    `json:"retry_count"`
+	// Error is why on-alarm failed ("" when it succeeded): its retry is
+	// committed, or with GaveUp its class's last attempt was reached.
+	Error  string `json:"error,omitempty"`
+	GaveUp bool   `json:"gave_up,omitempty"`
+}
+
+// Readiness is a node's GET /v1/readyz.
+type Readiness struct {
+	Ready  bool   `json:"ready"`
+	Lease  *Check `json:"lease,omitempty"`
+	Bucket *Check `json:"bucket,omitempty"`
+	Sweep  *Check `json:"sweep,omitempty"`
+}
+
+// Check is one check of Readiness.
+type Check struct {
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// actorURL is the URL of the actor's resource, with suffix.
+func (c *Client) actorURL(id abi.ActorID, suffix string) (string, error) {
+	if err := id.Validate(); err != nil {
+		return "", err
+	}
+	return c.base + "/v1/actors/" + url.PathEscape(id.Tenant) + "/" + url.PathEscape(id.Class) + "/" + url.PathEscape(id.Name) + suffix, nil
+}
+
+// do sends one call and returns the body of an answer with status want,
+// or a *Problem.
+func (c *Client) do(ctx context.Context, method, u, contentType string, body []byte, want int) ([]byte, http.Header, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
+	}
+	if resp.StatusCode == want {
+		return out, resp.Header, nil
+	}
+	return out, resp.Header, problemOf(method, u, resp, out)
+}
+
+func problemOf(method, u string, resp *http.Response, body []byte) *Problem {
+	p := &Problem{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode), Method: method, URL: u}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		p.RetryAfter = time.Duration(s) * time.Second
+	}
+	var doc struct{ Title, Detail, Code string }
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt == "application/problem+json" && json.Unmarshal(body, &doc) == nil {
+		p.Code, p.Detail = doc.Code, doc.Detail
+		if doc.Title != "" {
+			p.Title = doc.Title
+		}
+		return p
+	}
+	const most = 1 << 10
+	p.Detail = strings.TrimSpace(string(body[:min(len(body), most)]))
+	return p
+}
+
+// Exec runs a request event on the actor (creating it if need be) and
+// returns the guest's response. The event's writes are replicated to the
+// bucket after the answer.
+func (c *Client) Exec(ctx context.Context, id abi.ActorID, request []byte) ([]byte, error) {
+	return c.exec(ctx, id, "exec", request)
+}
+
+// ExecDurable is Exec with the event's writes in the bucket before the
+// answer. A 503 after it may mean the event committed and its upload
+// failed: its outcome is then unknown.
+func (c *Client) ExecDurable(ctx context.Context, id abi.ActorID, request []byte) ([]byte, error) {
+	return c.exec(ctx, id, "exec-durable", request)
+}
+
+func (c *Client) exec(ctx context.Context, id abi.ActorID, kind string, request []byte) ([]byte, error) {
+	u, err := c.actorURL(id, "?kind="+kind)
+	if err != nil {
+		return nil, err
+	}
+	if request == nil {
+		request = []byte{}
+	}
+	out, _, err := c.do(ctx, http.MethodPost, u, "application/octet-stream", request, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Delete deletes the actor: its state and its alarm.
+func (c *Client) Delete(ctx context.Context, id abi.ActorID) error {
+	u, err := c.actorURL(id, "")
+	if err != nil {
+		return err
+	}
+	_, _, err = c.do(ctx, http.MethodDelete, u, "", nil, http.StatusNoContent)
+	return err
+}
+
+// Alarm reads the actor's committed alarm state. It creates nothing and
+// takes no hold: an actor that does not exist is From "none".
+func (c *Client) Alarm(ctx context.Context, id abi.ActorID) (AlarmState, error) {
+	return c.alarm(ctx, http.MethodGet, id, "/alarm", nil)
+}
+
+// SetAlarm sets the actor's alarm at at (to the millisecond), as an
+// event of its holder: committed, indexed and replicated before it
+// returns. The retry count goes back to 0; the guest is not called. An
+// actor that does not exist is a 404 (a request creates it).
+func (c *Client) SetAlarm(ctx context.Context, id abi.ActorID, at time.Time) (AlarmState, error) {
+	return c.alarm(ctx, http.MethodPut, id, "/alarm", fmt.Appendf(nil, `{"at_ms": %d}`, at.UnixMilli()))
+}
+
+// ClearAlarm clears the actor's alarm.
+func (c *Client) ClearAlarm(ctx context.Context, id abi.ActorID) (AlarmState, error) {
+	return c.alarm(ctx, http.MethodDelete, id, "/alarm", nil)
+}
+
+// ClearAlarmAt clears the actor's alarm only if it is at atMs (Unix
+// milliseconds); otherwise nothing is cleared and the error is a 409
+// Problem with CodeAlarmMoved.
+func (c *Client) ClearAlarmAt(ctx context.Context, id abi.ActorID, atMs int64) (AlarmState, error) {
+	return c.alarm(ctx, http.MethodDelete, id, "/alarm?if_at_ms="+strconv.FormatInt(atMs, 10), nil)
+}
+
+// FireAlarm runs the actor's on-alarm now. A failure of on-alarm is not
+// an error: it is in the state's Fired.Error, its retry committed.
+func (c *Client) FireAlarm(ctx context.Context, id abi.ActorID) (AlarmState, error) {
+	return c.alarm(ctx, http.MethodPost, id, "/alarm:fire", nil)
+}
+
+func (c *Client) alarm(ctx context.Context, method string, id abi.ActorID, suffix string, body []byte) (AlarmState, error) {
+	var st AlarmState
+	u, err := c.actorURL(id, suffix)
+	if err != nil {
+		return st, err
+	}
+	ct := ""
+	if body != nil {
+		ct = "application/json"
+	}
+	out, _, err := c.do(ctx, method, u, ct, body, http.StatusOK)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("%s %s: the answer %q is not an alarm state: %v", method, u, out, err)
+	}
+	return st, nil
+}
+
+// Health returns nil while the node is live (GET /v1/healthz), else a
+// *Problem (503 while its lease is not valid).
+func (c *Client) Health(ctx context.Context) error {
+	_, _, err := c.do(ctx, http.MethodGet, c.base+"/v1/healthz", "", nil, http.StatusOK)
+	return err
+}
+
+// Ready returns the node's readiness (GET /v1/readyz): Ready false, with
+// the checks that failed, when the node answered 503.
+func (c *Client) Ready(ctx context.Context) (Readiness, error) {
+	var r Readiness
+	out, _, err := c.do(ctx, http.MethodGet, c.base+"/v1/readyz", "", nil, http.StatusOK)
+	var p *Problem
+	if errors.As(err, &p) && p.Status == http.StatusServiceUnavailable && json.Unmarshal(out, &r) == nil {
+		return r, nil
+	}
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return r, fmt.Errorf("GET /v1/readyz: the answer %q is not a readiness: %v", out, err)
+	}
+	return r, nil
+}
