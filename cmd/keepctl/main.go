@@ -41,6 +41,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/inspect"
 )
@@ -125,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 	}
 	rest = rest[1:]
 	viaNode := strings.HasPrefix(cmd, "alarm ") || cmd == "alarms delete"
-	var nc *nodeClient
+	var nc *client.Client
 	if viaNode {
 		if *nodeURL == "" {
 			fmt.Fprintf(stderr, "keepctl %s: needs -node URL, the HTTP API of a node of the cluster\n", cmd)

@@ -5,11 +5,9 @@ package main
 // and replicated by the same rules as a guest's set-alarm.
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,11 +15,11 @@ import (
 	"net/url"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/inspect"
 )
 
@@ -29,32 +27,26 @@ import (
 // given.
 const envToken = "KEEPCTL_TOKEN"
 
-// nodeClient calls one node's HTTP API.
-type nodeClient struct {
-	base  string // scheme://host:port, no trailing slash
-	token string
-	hc    *http.Client
-}
-
 // newNodeClient checks the -node URL and reads the token and the CA.
-func newNodeClient(rawURL, tokenFile, caFile string) (*nodeClient, error) {
+func newNodeClient(rawURL, tokenFile, caFile string) (*client.Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("-node %q: want http://HOST:PORT or https://HOST:PORT", rawURL)
 	}
-	c := &nodeClient{base: strings.TrimRight(rawURL, "/"), hc: &http.Client{Timeout: 90 * time.Second}}
+	var token string
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("-token-file: %w", err)
 		}
-		c.token = strings.TrimSpace(string(b))
-		if c.token == "" || strings.ContainsAny(c.token, " \t\r\n") {
+		token = strings.TrimSpace(string(b))
+		if token == "" || strings.ContainsAny(token, " \t\r\n") {
 			return nil, fmt.Errorf("-token-file: %s must hold one token (no spaces)", tokenFile)
 		}
 	} else {
-		c.token = strings.TrimSpace(os.Getenv(envToken))
+		token = strings.TrimSpace(os.Getenv(envToken))
 	}
+	opts := []client.Option{client.WithToken(token)}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
@@ -64,84 +56,19 @@ func newNodeClient(rawURL, tokenFile, caFile string) (*nodeClient, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("-ca: %s holds no PEM certificate", caFile)
 		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		c.hc.Transport = tr
+		opts = append(opts, client.WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	}
+	c, err := client.New(rawURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("-node: %w", err)
 	}
 	return c, nil
 }
 
-// alarmState is a node's answer about an alarm (node.AlarmState).
-type alarmState struct {
-	AlarmMs    *int64      `json:"alarm_ms"`
-	RetryCount int         `json:"retry_count"`
-	Node       string      `json:"node,omitempty"`
-	From       string      `json:"from"`
-	Fired      *firedState `json:"fired,omitempty"`
-}
-
-type firedState struct {
-	Ran         bool   `json:"ran"`
-	ScheduledMs int64  `json:"scheduled_ms,omitempty"`
-	RetryCount  int    `json:"retry_count"`
-	Error       string `json:"error,omitempty"`
-	GaveUp      bool   `json:"gave_up,omitempty"`
-}
-
-// statusError is a node's answer other than 200.
-type statusError struct {
-	Status int
-	Body   string
-}
-
-func (e *statusError) Error() string {
-	// The node's errors are application/problem+json (node.Problem).
-	var p struct{ Code, Detail string }
-	if json.Unmarshal([]byte(e.Body), &p) == nil && p.Detail != "" {
-		return fmt.Sprintf("the node answered %d (%s): %s", e.Status, p.Code, p.Detail)
-	}
-	return fmt.Sprintf("the node answered %d: %s", e.Status, strings.TrimSpace(e.Body))
-}
-
-func isStatus(err error, code int) bool {
-	var se *statusError
-	return errors.As(err, &se) && se.Status == code
-}
-
-// alarm makes one call on the actor's alarm (suffix "/alarm" or
-// "/alarm:fire").
-func (c *nodeClient) alarm(ctx context.Context, method string, id abi.ActorID, suffix, query string, body []byte) (alarmState, error) {
-	u := c.base + "/v1/actors/" + url.PathEscape(id.Tenant) + "/" + url.PathEscape(id.Class) + "/" + url.PathEscape(id.Name) + suffix
-	if query != "" {
-		u += "?" + query
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
-	if err != nil {
-		return alarmState{}, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return alarmState{}, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return alarmState{}, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return alarmState{}, &statusError{Status: resp.StatusCode, Body: string(out)}
-	}
-	var st alarmState
-	if err := json.Unmarshal(out, &st); err != nil {
-		return alarmState{}, fmt.Errorf("the node's answer %q is not an alarm state: %v", out, err)
-	}
-	return st, nil
+// isStatus reports whether err is the node's answer with that status.
+func isStatus(err error, status int) bool {
+	var p *client.Problem
+	return errors.As(err, &p) && p.Status == status
 }
 
 // parseAlarmTime reads the TIME of alarm set: RFC 3339, Unix
@@ -160,7 +87,7 @@ func parseAlarmTime(s string, now time.Time) (int64, error) {
 	return parseTime(s)
 }
 
-func describeState(id abi.ActorID, st alarmState) string {
+func describeState(id abi.ActorID, st client.AlarmState) string {
 	alarm := "no alarm"
 	if st.AlarmMs != nil {
 		alarm = fmt.Sprintf("alarm at %s (%d)", formatMs(*st.AlarmMs), *st.AlarmMs)
@@ -173,7 +100,7 @@ func describeState(id abi.ActorID, st alarmState) string {
 }
 
 // alarmVerb runs alarm set, alarm clear and alarm fire.
-func alarmVerb(ctx context.Context, c *nodeClient, verb string, args []string, stdout, stderr io.Writer) (int, error) {
+func alarmVerb(ctx context.Context, c *client.Client, verb string, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarm "+verb, stderr)
 	asJSON := fs.Bool("json", false, "the committed alarm state as the node answered it, one JSON object")
 	var pos []string
@@ -202,24 +129,24 @@ func alarmVerb(ctx context.Context, c *nodeClient, verb string, args []string, s
 	if err != nil {
 		return 2, err
 	}
-	var st alarmState
+	var st client.AlarmState
 	switch verb {
 	case "set":
 		at, err := parseAlarmTime(pos[1], time.Now())
 		if err != nil {
 			return 2, err
 		}
-		st, err = c.alarm(ctx, "PUT", id, "/alarm", "", fmt.Appendf(nil, `{"at_ms": %d}`, at))
+		st, err = c.SetAlarm(ctx, id, time.UnixMilli(at))
 		if err != nil {
 			return 2, fmt.Errorf("actor %s: %w", id, err)
 		}
 	case "clear":
-		st, err = c.alarm(ctx, "DELETE", id, "/alarm", "", nil)
+		st, err = c.ClearAlarm(ctx, id)
 		if err != nil {
 			return 2, fmt.Errorf("actor %s: %w", id, err)
 		}
 	case "fire":
-		st, err = c.alarm(ctx, "POST", id, "/alarm:fire", "", nil)
+		st, err = c.FireAlarm(ctx, id)
 		if err != nil {
 			return 2, fmt.Errorf("actor %s: %w", id, err)
 		}
@@ -253,7 +180,7 @@ func alarmVerb(ctx context.Context, c *nodeClient, verb string, args []string, s
 // filter too (an entry can be stale: the actor's alarm moved since).
 // Each clear names the time it read (DELETE ?if_at_ms=), so an alarm set
 // since is left alone.
-func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args []string, stdout, stderr io.Writer) (int, error) {
+func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *client.Client, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms delete", stderr)
 	parse := filterFlags(fs, "due-after", "due-before", "alarms due")
 	dryRun := fs.Bool("dry-run", false, "print what would be cleared; change nothing")
@@ -280,7 +207,7 @@ func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args 
 	}
 	var cleared, skipped, failed int
 	for _, id := range actors {
-		st, err := nc.alarm(ctx, "GET", id, "/alarm", "", nil)
+		st, err := nc.Alarm(ctx, id)
 		if err != nil {
 			fmt.Fprintf(stdout, "FAILED %s: read the alarm: %v\n", id, err)
 			failed++
@@ -302,7 +229,7 @@ func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *nodeClient, args 
 			cleared++
 			continue
 		}
-		_, err = nc.alarm(ctx, "DELETE", id, "/alarm", "if_at_ms="+strconv.FormatInt(at, 10), nil)
+		_, err = nc.ClearAlarmAt(ctx, id, at)
 		switch {
 		case err == nil:
 			fmt.Fprintf(stdout, "cleared %s: alarm at %s (%d)\n", id, formatMs(at), at)

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -116,7 +117,7 @@ func TestKeepctlChangesAlarmsThroughANode(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// alarm set with -json, then alarm clear.
-	var st alarmState
+	var st client.AlarmState
 	if err := json.Unmarshal([]byte(keepctl(0, "alarm", "set", "-json", "t/counter/b", "2030-01-01T00:00:00Z")), &st); err != nil || st.AlarmMs == nil || *st.AlarmMs != time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() {
 		t.Fatalf("alarm set -json: %+v, %v", st, err)
 	}
