@@ -38,6 +38,10 @@ const (
 	FuncKVPut = "kv-put"
 	// FuncKVDelete: (param $key i32) (param $key_len i32) (result i32 errno).
 	FuncKVDelete = "kv-delete"
+	// FuncActorID: (param $buf i32) (param $buf_len i32) (param $out_len_ptr i32)
+	// (result i32 errno). It gives the actor's identity as
+	// "tenant/class/name", at most MaxActorIDLen bytes.
+	FuncActorID = "actor-id"
 )
 
 // Exports a guest provides.
@@ -92,7 +96,8 @@ const (
 	ENOENT Errno = 44
 	// EPERM: called outside an event (for example from _initialize).
 	EPERM Errno = 63
-	// E2BIG: a key or value is larger than the host accepts.
+	// E2BIG: a key or value is larger than the host accepts; a buffer is
+	// too short for the identity actor-id writes.
 	E2BIG Errno = 1
 )
 
@@ -105,6 +110,10 @@ const (
 	MaxKeyLen = 1024
 	// MaxValueLen is the longest value kv-put accepts, in bytes.
 	MaxValueLen = 1 << 20
+	// MaxActorIDLen is the longest identity actor-id writes, in bytes:
+	// "tenant/class/name" at the longest tenant, class and name an actor
+	// may have (see ActorID.Validate). A buffer this large always fits.
+	MaxActorIDLen = MaxTenantLen + 1 + MaxClassLen + 1 + MaxNameLen
 )
 
 // ErrnoName gives the short name of an errno, for messages.

@@ -29,9 +29,10 @@ func TestCHeaderMatchesTheABI(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{
-		"WASMKEEP_MAX_ALARM_MS":  "INT64_C(" + strconv.FormatInt(abi.MaxAlarmMillis, 10) + ")",
-		"WASMKEEP_MAX_KEY_LEN":   strconv.Itoa(abi.MaxKeyLen),
-		"WASMKEEP_MAX_VALUE_LEN": "(1 << 20)",
+		"WASMKEEP_MAX_ALARM_MS":     "INT64_C(" + strconv.FormatInt(abi.MaxAlarmMillis, 10) + ")",
+		"WASMKEEP_MAX_KEY_LEN":      strconv.Itoa(abi.MaxKeyLen),
+		"WASMKEEP_MAX_VALUE_LEN":    "(1 << 20)",
+		"WASMKEEP_MAX_ACTOR_ID_LEN": strconv.Itoa(abi.MaxActorIDLen),
 	} {
 		if got := defines[name]; got != want {
 			t.Errorf("%s is %q, want %q", name, got, want)
@@ -48,6 +49,7 @@ func TestCHeaderMatchesTheABI(t *testing.T) {
 		abi.FuncSetAlarm: abi.AlarmModule, abi.FuncGetAlarm: abi.AlarmModule, abi.FuncClearAlarm: abi.AlarmModule,
 		abi.FuncRequestRead: abi.ActorModule, abi.FuncResponseWrite: abi.ActorModule,
 		abi.FuncKVGet: abi.ActorModule, abi.FuncKVPut: abi.ActorModule, abi.FuncKVDelete: abi.ActorModule,
+		abi.FuncActorID: abi.ActorModule,
 	}
 	if len(imports) != len(want) {
 		t.Errorf("the header declares %d imports, want %d: %v", len(imports), len(want), imports)

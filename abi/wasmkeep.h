@@ -39,6 +39,7 @@ extern "C" {
 #define WASMKEEP_MAX_ALARM_MS INT64_C(999999999999999) /* the latest alarm time, Unix ms */
 #define WASMKEEP_MAX_KEY_LEN 1024                      /* bytes */
 #define WASMKEEP_MAX_VALUE_LEN (1 << 20)               /* bytes */
+#define WASMKEEP_MAX_ACTOR_ID_LEN 228                  /* bytes: "tenant/class/name" at its longest */
 
 #define WASMKEEP_IMPORT(module, name) __attribute__((import_module(module), import_name(name)))
 
@@ -84,6 +85,15 @@ uint32_t wasmkeep_kv_put(const void *key, uint32_t key_len, const void *val, uin
 /* Removes the value under key (a missing key is not an error). E2BIG, EFAULT, EPERM, EIO. */
 WASMKEEP_IMPORT("wasmkeep:actor", "kv-delete")
 uint32_t wasmkeep_kv_delete(const void *key, uint32_t key_len);
+
+/*
+ * Writes the actor's identity, "tenant/class/name" (the name is everything
+ * after the second '/'; at most WASMKEEP_MAX_ACTOR_ID_LEN bytes), to buf and
+ * its length at *out_len. E2BIG when buf_len is shorter (the length is
+ * written, nothing copied); EFAULT, EPERM.
+ */
+WASMKEEP_IMPORT("wasmkeep:actor", "actor-id")
+uint32_t wasmkeep_actor_id(void *buf, uint32_t buf_len, uint32_t *out_len);
 
 #undef WASMKEEP_IMPORT
 

@@ -33,6 +33,8 @@ const MAX_ALARM_MS = 999_999_999_999_999;
 
 /** The clock's time when none is given: 2025-01-01T00:00:00Z. */
 export const DEFAULT_START_MS = Date.UTC(2025, 0, 1);
+/** The identity a FakeHost gives its actor unless told another (as the Go SDK's fake). */
+export const DEFAULT_ACTOR = "tenant/class/actor";
 /** The delay before the first retry; each failure doubles it, up to RETRY_MAX_MS. */
 export const RETRY_BASE_MS = 1000;
 export const RETRY_MAX_MS = 300_000;
@@ -62,9 +64,11 @@ export class EventFailed extends Error {}
 
 /** The fake host, with one actor. */
 export class FakeHost {
-  constructor(module, { nowMs = DEFAULT_START_MS } = {}) {
+  constructor(module, { nowMs = DEFAULT_START_MS, actor = DEFAULT_ACTOR } = {}) {
     this.module = module;
     this.now = nowMs;
+    /** The identity actor-id gives: "tenant/class/name". */
+    this.actor = actor;
     /** Committed state: the table (string keys), the alarm, the failure count. */
     this.kv = new Map();
     this.alarm = null;
@@ -218,6 +222,13 @@ export class FakeHost {
           e.kv.set(dec.decode(bytes(k, kn).slice()), bytes(v, vn).slice()); return 0;
         },
         "kv-delete": (k, kn) => { const e = ev(); if (!e) return EPERM; e.kv.delete(dec.decode(bytes(k, kn).slice())); return 0; },
+        "actor-id": (b, bn, outLen) => {
+          const e = ev(); if (!e) return EPERM;
+          const id = enc.encode(this.actor);
+          view().setUint32(outLen, id.length, true);
+          if (id.length > bn) return E2BIG;
+          bytes(b, id.length).set(id); return 0;
+        },
       },
       wasi_snapshot_preview1: {
         clock_time_get: (id, prec, p) => { view().setBigUint64(p, BigInt(this.now) * 1_000_000n, true); return 0; },

@@ -22,6 +22,7 @@ type fakeHost struct {
 	calls    map[string]int
 	setTimes []int64
 	now      time.Time
+	id       string // what actor-id gives
 }
 
 func (h *fakeHost) Now() time.Time { return h.now }
@@ -110,6 +111,18 @@ func (h *fakeHost) KVDelete(key string) uint32 {
 		return e
 	}
 	delete(h.kv, key)
+	return 0
+}
+
+func (h *fakeHost) ActorID(buf []byte, outLen *uint32) uint32 {
+	if e, ok := h.call("actor-id"); ok {
+		return e
+	}
+	*outLen = uint32(len(h.id))
+	if len(h.id) > len(buf) {
+		return uint32(E2BIG)
+	}
+	copy(buf, h.id)
 	return 0
 }
 

@@ -94,3 +94,10 @@ func hostKVDelete(key *byte, keyLen uint32) uint32 {
 	}
 	return native.Current.KVDelete(unsafe.String(key, keyLen))
 }
+
+func hostActorID(buf *byte, bufLen uint32, outLen *uint32) uint32 {
+	if native.Current == nil {
+		return noHost
+	}
+	return native.Current.ActorID(unsafe.Slice(buf, bufLen), outLen)
+}

@@ -43,6 +43,9 @@ func hostKVPut(key *byte, keyLen uint32, val *byte, valLen uint32) uint32
 //go:wasmimport wasmkeep:actor kv-delete
 func hostKVDelete(key *byte, keyLen uint32) uint32
 
+//go:wasmimport wasmkeep:actor actor-id
+func hostActorID(buf *byte, bufLen uint32, outLen *uint32) uint32
+
 // The exports the host calls. Every guest built with the SDK has all three,
 // whichever handlers it registers.
 

@@ -30,6 +30,7 @@ var hostFuncs = []hostFunc{
 	{abi.ActorModule, abi.FuncKVGet, kvGet, []api.ValueType{i32, i32, i32, i32, i32}, []string{"key", "key_len", "buf", "buf_len", "out_len_ptr"}},
 	{abi.ActorModule, abi.FuncKVPut, kvPut, []api.ValueType{i32, i32, i32, i32}, []string{"key", "key_len", "val", "val_len"}},
 	{abi.ActorModule, abi.FuncKVDelete, kvDelete, []api.ValueType{i32, i32}, []string{"key", "key_len"}},
+	{abi.ActorModule, abi.FuncActorID, actorID, []api.ValueType{i32, i32, i32}, []string{"buf", "buf_len", "out_len_ptr"}},
 }
 
 // Function describes one host function of the ABI. Every one returns a

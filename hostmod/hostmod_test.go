@@ -536,3 +536,47 @@ func TestOpenReadsTheCommittedState(t *testing.T) {
 		t.Fatalf("open error %q, want the actor and the row named", msg)
 	}
 }
+
+// actor-id gives each actor its own identity, a name with '/' and any
+// bytes included, through the real engine and the Go SDK's Self; and its
+// errnos: E2BIG for a short buffer (the length written, nothing copied),
+// EFAULT for either pointer outside memory, EPERM from _initialize.
+func TestActorIDGivesTheActorItsOwnIdentity(t *testing.T) {
+	e := newEnv(t)
+	scripted := e.scripted()
+	open := func(c *hostmod.Class, name string) *hostmod.Actor {
+		id := abi.ActorID{Tenant: "t1", Class: c.Name, Name: name}
+		a, err := e.eng.Open(e.ctx, id, c, filepath.Join(e.dir, id.Class+"-"+id.NameHex()+".db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(e.ctx) })
+		return a
+	}
+	for _, name := range []string{"a", "orders/42", "\xff\x00/x", strings.Repeat("n", abi.MaxNameLen)} {
+		if got, want := e.req(open(scripted, name), "self"), "t1/scripted/"+name; got != want {
+			t.Errorf("actor %q answered self with %q, want %q", name, got, want)
+		}
+	}
+
+	c := e.class("actor_id", testguest.Fixture(t, "actor_id"))
+	name := "orders/42"
+	resp := []byte(e.req(open(c, name), ""))
+	ident := "t1/actor_id/" + name
+	if len(resp) != 24+12+3+len(ident) {
+		t.Fatalf("response of %d bytes, want %d: %q", len(resp), 24+12+3+len(ident), resp)
+	}
+	if got, want := errnos(resp[:24]), []uint32{abi.ESUCCESS, abi.E2BIG, abi.EFAULT, abi.EFAULT, abi.EFAULT, abi.EPERM}; !eq(got, want) {
+		t.Errorf("errnos %v, want %v (fits, short, buf outside, out_len_ptr at 65533, at 0xffffffff, from _initialize)", got, want)
+	}
+	n := uint32(len(ident))
+	if got := errnos(resp[24:36]); !eq(got, []uint32{n, n, n}) {
+		t.Errorf("lengths written %v, want %d each (a short buffer and a bad buf still get the length)", got, n)
+	}
+	if string(resp[36:39]) != "\x00\x00\x00" {
+		t.Errorf("a buffer too short got %q, want nothing copied", resp[36:39])
+	}
+	if got := string(resp[39:]); got != ident {
+		t.Errorf("identity %q, want %q", got, ident)
+	}
+}

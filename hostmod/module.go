@@ -291,6 +291,34 @@ func kvGet(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
 	return abi.ESUCCESS
 }
 
+// actorID is actor-id (param $buf i32) (param $buf_len i32) (param
+// $out_len_ptr i32) (result i32).
+//
+// It writes the length of the actor's identity, "tenant/class/name" (at
+// most abi.MaxActorIDLen bytes), as a u32 LE at out_len_ptr, then copies
+// the identity to buf. Errno: E2BIG when buf_len is shorter than the
+// identity (the length is written, nothing is copied); EFAULT when the 4
+// bytes at out_len_ptr, or the identity's bytes from buf, are not inside
+// memory; EPERM outside an event.
+func actorID(ctx context.Context, mem api.Memory, stack []uint64) abi.Errno {
+	c := callFrom(ctx)
+	if c.ev == nil {
+		return abi.EPERM
+	}
+	buf, bufLen, outLen := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
+	id := c.actor.Tenant + "/" + c.actor.Class + "/" + c.actor.Name
+	if mem == nil || !mem.WriteUint32Le(outLen, uint32(len(id))) {
+		return abi.EFAULT
+	}
+	if uint64(len(id)) > uint64(bufLen) {
+		return abi.E2BIG
+	}
+	if !mem.WriteString(buf, id) {
+		return abi.EFAULT
+	}
+	return abi.ESUCCESS
+}
+
 // kvPut is kv-put (param $key i32) (param $key_len i32) (param $val i32)
 // (param $val_len i32) (result i32).
 //

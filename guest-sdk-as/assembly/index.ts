@@ -53,6 +53,8 @@ export const MAX_ALARM_MS: i64 = 999_999_999_999_999;
 export const MAX_KEY_LEN: i32 = 1024;
 /** The longest value the host accepts, in bytes. */
 export const MAX_VALUE_LEN: i32 = 1 << 20;
+/** The longest identity the host gives, in bytes: "tenant/class/name" at its longest. */
+export const MAX_ACTOR_ID_LEN: i32 = 63 + 1 + 63 + 1 + 100;
 
 /** The errno's short name, such as "EINVAL", or "errno N". */
 export function errnoName(e: Errno): string {
@@ -121,6 +123,8 @@ declare function hostKVGet(key: usize, keyLen: u32, buf: usize, bufLen: u32, out
 declare function hostKVPut(key: usize, keyLen: u32, val: usize, valLen: u32): u32;
 @external("wasmkeep:actor", "kv-delete")
 declare function hostKVDelete(key: usize, keyLen: u32): u32;
+@external("wasmkeep:actor", "actor-id")
+declare function hostActorId(buf: usize, bufLen: u32, outLenPtr: usize): u32;
 
 @external("wasi_snapshot_preview1", "clock_time_get")
 declare function wasiClockTimeGet(id: u32, precision: u64, outPtr: usize): u32;
@@ -347,4 +351,51 @@ export function onInit(): i32 {
     return 1;
   }
   return 0;
+}
+
+// ---- identity --------------------------------------------------------------
+
+/**
+ * An actor's identity. The tenant and the class are 1 to 63 bytes of a-z,
+ * 0-9, '-' and '_'; the name is 1 to 100 bytes of anything ('/' included),
+ * so it is bytes.
+ */
+export class ActorId {
+  constructor(
+    public readonly tenant: string,
+    public readonly className: string,
+    public readonly name: Uint8Array,
+  ) {}
+  /** The name as text (bytes that are not UTF-8 are replaced). */
+  get nameText(): string { return String.UTF8.decodeUnsafe(this.name.dataStart, <usize>this.name.length); }
+  /** "tenant/class/name". */
+  toString(): string { return this.tenant + "/" + this.className + "/" + this.nameText; }
+}
+
+/**
+ * The identity of the actor the event runs in: the same on every node and
+ * for the actor's whole life. Errors: EPERM outside an event; E2BIG (or EIO
+ * for an identity that is not tenant/class/name) from a host out of step
+ * with this SDK.
+ */
+export function actorId(): Result<ActorId | null> {
+  const buf = new Uint8Array(MAX_ACTOR_ID_LEN);
+  const e = hostActorId(buf.dataStart, <u32>buf.length, scratch);
+  if (e != 0) return new Result<ActorId | null>("actor-id", e, false, null);
+  const n = load<u32>(scratch);
+  let id: ActorId | null = null;
+  if (n <= <u32>buf.length) id = parseActorId(buf.subarray(0, <i32>n));
+  if (id === null) return new Result<ActorId | null>("actor-id", EIO, false, null);
+  return new Result<ActorId | null>("actor-id", 0, true, id);
+}
+
+/** Reads "tenant/class/name": the name is everything after the second '/'. */
+export function parseActorId(b: Uint8Array): ActorId | null {
+  const slash = <u8>0x2f;
+  const i = b.indexOf(slash);
+  if (i <= 0) return null;
+  const j = b.indexOf(slash, i + 1);
+  if (j <= i + 1 || j + 1 >= b.length) return null;
+  const text = (p: Uint8Array): string => String.UTF8.decodeUnsafe(p.dataStart, <usize>p.length);
+  return new ActorId(text(b.subarray(0, i)), text(b.subarray(i + 1, j)), b.slice(j + 1));
 }

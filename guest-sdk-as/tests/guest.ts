@@ -26,6 +26,12 @@ wasmkeep.handleRequest((req: Uint8Array): wasmkeep.Reply => {
   }
   if (cmd == "del") return errnoReply(wasmkeep.remove(arg), "kv-delete");
   if (cmd == "now") return wasmkeep.Reply.text(wasmkeep.now().toString());
+  if (cmd == "self") {
+    const r = wasmkeep.actorId();
+    if (!r.ok) return wasmkeep.Reply.text(r.message);
+    const id = r.value!;
+    return wasmkeep.Reply.text(id.tenant + "|" + id.className + "|" + id.nameText + "|" + id.name.length.toString());
+  }
   if (cmd == "fail") {
     wasmkeep.put("x", "1");
     return wasmkeep.Reply.fail("failing on request");

@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { FakeHost } from "../fake.mjs";
 
 const sdk = dirname(dirname(fileURLToPath(import.meta.url)));
 const out = join(mkdtempSync(join(tmpdir(), "wasmkeep-as-test-")), "guest.wasm");
@@ -21,7 +22,7 @@ const enc = new TextEncoder(), dec = new TextDecoder();
 // newHost instantiates the guest against a fresh fake host.
 function newHost() {
   const h = { alarm: null, kv: new Map(), request: new Uint8Array(0), response: [], inEvent: false,
-    fail: new Map(), calls: [], stderr: "", nowMs: 1_700_000_000_123n };
+    fail: new Map(), calls: [], stderr: "", nowMs: 1_700_000_000_123n, actor: "acme/orders/o/42" };
   let mem;
   const bytes = (p, n) => new Uint8Array(mem.buffer, p >>> 0, n >>> 0);
   const view = () => new DataView(mem.buffer);
@@ -46,6 +47,9 @@ function newHost() {
       "kv-put": (k, kn, v, vn) => { const e = call("kv-put"); if (e) return e;
         if (kn > 1024 || vn > 1 << 20) return E2BIG; h.kv.set(key(k, kn), bytes(v, vn).slice()); return 0; },
       "kv-delete": (k, kn) => { const e = call("kv-delete"); if (e) return e; h.kv.delete(key(k, kn)); return 0; },
+      "actor-id": (b, bn, outLen) => { const e = call("actor-id"); if (e) return e;
+        const id = enc.encode(h.actor); view().setUint32(outLen, id.length, true);
+        if (id.length > bn) return E2BIG; bytes(b, id.length).set(id); return 0; },
     },
     wasi_snapshot_preview1: {
       clock_time_get: (id, prec, p) => { view().setBigUint64(p, h.nowMs * 1_000_000n + 456_789n, true); return 0; },
@@ -106,6 +110,24 @@ test("key/value: short, long (a second call) and missing values; E2BIG", () => {
   assert.deepEqual(h.req("getkv big"), [0, "none"]);
   assert.deepEqual(h.req("del big"), [0, "ok"]);
   assert.deepEqual(h.req("put " + "k".repeat(1025) + " v"), [0, "wasmkeep: kv-put: E2BIG (key or value too long)"]);
+});
+
+test("actorId: the identity, a name with '/', what is not one, and E2BIG", () => {
+  const h = newHost();
+  assert.deepEqual(h.req("self"), [0, "acme|orders|o/42|4"]);
+  h.actor = "t".repeat(63) + "/" + "c".repeat(63) + "/" + "n".repeat(100);
+  assert.deepEqual(h.req("self"), [0, "t".repeat(63) + "|" + "c".repeat(63) + "|" + "n".repeat(100) + "|100"]);
+  for (const bad of ["", "acme", "acme/orders", "acme/orders/", "/orders/o", "acme//o"]) {
+    h.actor = bad;
+    assert.deepEqual(h.req("self"), [0, "wasmkeep: actor-id: EIO (host database error)"], bad);
+  }
+  h.actor = "x".repeat(229);
+  assert.deepEqual(h.req("self"), [0, "wasmkeep: actor-id: E2BIG (key or value too long)"]);
+});
+
+test("the exported FakeHost gives its actor an identity", () => {
+  assert.equal(new FakeHost(module).request("self"), "tenant|class|actor|5");
+  assert.equal(new FakeHost(module, { actor: "acme/orders/o/42" }).request("self"), "acme|orders|o/42|4");
 });
 
 test("a failing request returns 1 and writes its reason to standard error", () => {

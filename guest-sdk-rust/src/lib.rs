@@ -337,6 +337,62 @@ pub fn delete<K: AsRef<[u8]>>(key: K) -> Result<()> {
     }
 }
 
+// ---- identity --------------------------------------------------------------
+
+/// The longest identity the host gives, in bytes: `tenant/class/name` with a
+/// 63-byte tenant and class and a 100-byte name.
+pub const MAX_ACTOR_ID_LEN: usize = 63 + 1 + 63 + 1 + 100;
+
+/// An actor's identity. The tenant and the class are 1 to 63 bytes of `a-z`,
+/// `0-9`, `-` and `_`; the name is 1 to 100 bytes of anything (`/`
+/// included), so it is bytes, not a `String`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ActorId {
+    /// The tenant.
+    pub tenant: String,
+    /// The class: the actor's guest.
+    pub class: String,
+    /// The name, any bytes.
+    pub name: Vec<u8>,
+}
+
+impl fmt::Display for ActorId {
+    /// `tenant/class/name`, the name's bytes that are not UTF-8 replaced.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.tenant, self.class, String::from_utf8_lossy(&self.name))
+    }
+}
+
+impl ActorId {
+    /// Reads `tenant/class/name` as the host writes it: the tenant and the
+    /// class hold no `/`, so the name is everything after the second one.
+    pub fn parse(b: &[u8]) -> Option<ActorId> {
+        let mut parts = b.splitn(3, |&c| c == b'/');
+        let (t, c, n) = (parts.next()?, parts.next()?, parts.next()?);
+        if t.is_empty() || c.is_empty() || n.is_empty() {
+            return None;
+        }
+        Some(ActorId {
+            tenant: String::from_utf8(t.to_vec()).ok()?,
+            class: String::from_utf8(c.to_vec()).ok()?,
+            name: n.to_vec(),
+        })
+    }
+}
+
+/// The identity of the actor the event runs in: the same on every node and
+/// for the actor's whole life. Errors: `EPERM` outside an event; `E2BIG` (or
+/// `EIO` for an identity that is not `tenant/class/name`) from a host out of
+/// step with this SDK.
+pub fn actor_id() -> Result<ActorId> {
+    let mut buf = [0u8; MAX_ACTOR_ID_LEN];
+    let mut n: u32 = 0;
+    check("actor-id", unsafe { host::actor_id(buf.as_mut_ptr(), buf.len() as u32, &mut n) })?;
+    buf.get(..n as usize)
+        .and_then(ActorId::parse)
+        .ok_or(Error { op: "actor-id", errno: Errno::EIO })
+}
+
 // ---- the exports -----------------------------------------------------------
 
 /// An actor's handlers. Name the type with [`export_actor!`] to export them.
@@ -474,6 +530,8 @@ mod host {
         pub fn kv_put(key: *const u8, key_len: u32, val: *const u8, val_len: u32) -> u32;
         #[link_name = "kv-delete"]
         pub fn kv_delete(key: *const u8, key_len: u32) -> u32;
+        #[link_name = "actor-id"]
+        pub fn actor_id(buf: *mut u8, buf_len: u32, out_len: *mut u32) -> u32;
     }
 }
 
@@ -519,6 +577,9 @@ mod host {
     pub unsafe fn kv_delete(key: *const u8, key_len: u32) -> u32 {
         with(|h| h.kv_delete(bytes(key, key_len))).unwrap_or(NO_HOST)
     }
+    pub unsafe fn actor_id(buf: *mut u8, buf_len: u32, out_len: *mut u32) -> u32 {
+        with(|h| h.actor_id(slice::from_raw_parts_mut(buf, buf_len as usize), &mut *out_len)).unwrap_or(NO_HOST)
+    }
 }
 
 /// An in-memory host with the ABI's semantics, for unit tests of actors on
@@ -540,6 +601,9 @@ pub mod fake {
     /// The clock's time when a host is installed: 2025-01-01T00:00:00Z in
     /// Unix ms (as the Go SDK's fake starts).
     pub const DEFAULT_START_MS: i64 = 1_735_689_600_000;
+
+    /// The identity a fresh host gives its actor (as the Go SDK's fake).
+    pub const DEFAULT_ACTOR: &[u8] = b"tenant/class/actor";
 
     /// The delay before the first retry of a failed alarm handler; each
     /// further failure doubles it, up to [`RETRY_MAX`].
@@ -567,6 +631,9 @@ pub mod fake {
         /// What the SDK's exports reported of failed handlers (on a guest's
         /// standard error, in a real host).
         pub log: String,
+        /// The identity `actor-id` gives, `tenant/class/name`
+        /// ([`DEFAULT_ACTOR`] unless a test changes it).
+        pub actor: Vec<u8>,
         /// Set by a successful set-alarm or clear-alarm.
         alarm_touched: bool,
         /// The alarm a failed event left, when it set or cleared it.
@@ -584,6 +651,7 @@ pub mod fake {
                 calls: BTreeMap::new(),
                 now_ms: DEFAULT_START_MS,
                 log: String::new(),
+                actor: DEFAULT_ACTOR.to_vec(),
                 alarm_touched: false,
                 alarm_left: None,
             }
@@ -667,6 +735,16 @@ pub mod fake {
             install();
             host(|h| h.now_ms = now_ms);
             TestHost { failures: 0, inited: false, firings: Vec::new(), _actor: PhantomData }
+        }
+
+        /// Gives the actor the identity `tenant/class/name`, which
+        /// [`crate::actor_id`] then returns (the host starts with
+        /// [`DEFAULT_ACTOR`]).
+        pub fn with_actor(self, tenant: &str, class: &str, name: &[u8]) -> Self {
+            let mut id = format!("{}/{}/", tenant, class).into_bytes();
+            id.extend_from_slice(name);
+            host(|h| h.actor = id);
+            self
         }
 
         /// The clock, in Unix ms.
@@ -946,6 +1024,17 @@ pub mod fake {
                 return 1;
             }
             self.kv.insert(key.to_vec(), val.to_vec());
+            0
+        }
+        pub(crate) fn actor_id(&mut self, buf: &mut [u8], out_len: &mut u32) -> u32 {
+            if let Some(e) = self.call("actor-id") {
+                return e;
+            }
+            *out_len = self.actor.len() as u32;
+            if self.actor.len() > buf.len() {
+                return 1;
+            }
+            buf[..self.actor.len()].copy_from_slice(&self.actor);
             0
         }
         pub(crate) fn kv_delete(&mut self, key: &[u8]) -> u32 {

@@ -190,3 +190,56 @@ fn on_alarm_passes_the_time_and_the_retry_count() {
     assert_eq!(host(|h| h.alarm), Some(6000));
     assert_eq!(dispatch::on_init::<Echo>(), 0);
 }
+
+#[test]
+fn actor_id_reads_the_identity_the_host_gives() {
+    fake::install();
+    let long_name = vec![0xffu8; 100];
+    let mut long = format!("{}/{}/", "t".repeat(63), "c".repeat(63)).into_bytes();
+    long.extend_from_slice(&long_name);
+    let cases: Vec<(Vec<u8>, ActorId)> = vec![
+        (b"acme/counter/c1".to_vec(), ActorId { tenant: "acme".into(), class: "counter".into(), name: b"c1".to_vec() }),
+        (b"acme/counter/a/b/".to_vec(), ActorId { tenant: "acme".into(), class: "counter".into(), name: b"a/b/".to_vec() }),
+        (long, ActorId { tenant: "t".repeat(63), class: "c".repeat(63), name: long_name }),
+    ];
+    for (give, want) in cases {
+        host(|h| h.actor = give.clone());
+        assert_eq!(actor_id(), Ok(want), "host gives {:?}", String::from_utf8_lossy(&give));
+    }
+    assert_eq!(
+        ActorId { tenant: "acme".into(), class: "counter".into(), name: b"c1".to_vec() }.to_string(),
+        "acme/counter/c1"
+    );
+    fake::uninstall();
+}
+
+#[test]
+fn actor_id_refuses_what_is_not_an_identity() {
+    fake::install();
+    for give in [&b""[..], b"acme", b"acme/counter", b"acme/counter/", b"/counter/c1", b"acme//c1"] {
+        host(|h| h.actor = give.to_vec());
+        let err = actor_id().unwrap_err();
+        assert_eq!((err.op(), err.errno()), ("actor-id", Errno::EIO), "host gives {:?}", give);
+    }
+    host(|h| h.actor = vec![b'x'; MAX_ACTOR_ID_LEN + 1]);
+    assert_eq!(actor_id().unwrap_err().errno(), Errno::E2BIG);
+    fake::uninstall();
+    assert_eq!(actor_id().unwrap_err().errno(), Errno::EPERM, "with no host");
+}
+
+#[test]
+fn the_test_host_gives_its_actor_an_identity() {
+    struct Nobody;
+    impl Actor for Nobody {
+        fn on_alarm(_: std::time::SystemTime, _: u32) -> HandlerResult<()> {
+            Ok(())
+        }
+    }
+    let h = fake::TestHost::<Nobody>::new();
+    assert_eq!(actor_id().unwrap().to_string(), "tenant/class/actor");
+    let _h = h.with_actor("acme", "orders", b"o/42");
+    assert_eq!(
+        actor_id(),
+        Ok(ActorId { tenant: "acme".into(), class: "orders".into(), name: b"o/42".to_vec() })
+    );
+}

@@ -13,6 +13,7 @@ import (
 
 	// The SDK registers its exports with the seam when it is linked in.
 	_ "github.com/wasmkeep/alarms/guest-sdk"
+	wasmkeep "github.com/wasmkeep/alarms/guest-sdk"
 	"github.com/wasmkeep/alarms/guest-sdk/internal/native"
 )
 
@@ -49,10 +50,12 @@ var DefaultStart = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 // (returned an error or panicked); its writes were rolled back.
 var ErrEventFailed = errors.New("wasmkeeptest: the event failed")
 
-// ActorID is the actor's identity: its tenant, class and name.
-type ActorID struct {
-	Tenant, Class, Name string
-}
+// ActorID is the actor's identity: its tenant, class and name, as
+// wasmkeep.Self returns it.
+type ActorID = wasmkeep.ActorID
+
+// DefaultActor is the actor's identity when New is not given WithActor.
+var DefaultActor = ActorID{Tenant: "tenant", Class: "class", Name: "actor"}
 
 // Firing is one delivery of the alarm: on-alarm's arguments, the clock when
 // it ran, and what the handler returned.
@@ -82,9 +85,8 @@ func WithTime(t time.Time) Option {
 	return func(h *Host) { h.now = t.UnixMilli() }
 }
 
-// WithActor sets the actor's identity, which Actor returns. (The ABI has
-// no call yet by which a guest reads its own identity; when it has one,
-// the fake answers it with this.)
+// WithActor sets the actor's identity, which Actor returns and the guest
+// reads with wasmkeep.Self (DefaultActor when not given).
 func WithActor(id ActorID) Option {
 	return func(h *Host) { h.id = id }
 }
@@ -133,7 +135,7 @@ func New(opts ...Option) *Host {
 	if native.Current != nil {
 		panic("wasmkeeptest: New while another Host is installed (Close it first; tests that use a Host must not run in parallel)")
 	}
-	h := &Host{now: DefaultStart.UnixMilli(), kv: map[string][]byte{}}
+	h := &Host{now: DefaultStart.UnixMilli(), id: DefaultActor, kv: map[string][]byte{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -153,7 +155,7 @@ func (h *Host) Close() {
 	}
 }
 
-// Actor returns the actor's identity (WithActor; empty by default).
+// Actor returns the actor's identity (WithActor; DefaultActor by default).
 func (h *Host) Actor() ActorID { return h.id }
 
 // Now returns the fake's clock, which wasmkeep.Now returns to the guest.
@@ -459,5 +461,18 @@ func (c impl) KVDelete(key string) uint32 {
 		return e2BIG
 	}
 	delete(ev.kv, key)
+	return 0
+}
+
+func (c impl) ActorID(buf []byte, outLen *uint32) uint32 {
+	if c.h.ev == nil {
+		return ePERM
+	}
+	id := c.h.id.String()
+	*outLen = uint32(len(id))
+	if len(id) > len(buf) {
+		return e2BIG
+	}
+	copy(buf, id)
 	return 0
 }

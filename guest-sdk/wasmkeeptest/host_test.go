@@ -4,6 +4,7 @@ package wasmkeeptest_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -290,6 +291,34 @@ func TestRunAndIdentity(t *testing.T) {
 	}
 	if got := h.Keys(); len(got) != 1 || got[0] != "seed" {
 		t.Errorf("Keys() = %v", got)
+	}
+}
+
+// A guest reads the identity WithActor gave, the default without it, and
+// nothing outside an event.
+func TestSelfIsTheActorsIdentity(t *testing.T) {
+	id := wasmkeeptest.ActorID{Tenant: "acme", Class: "orders", Name: "o/42"}
+	h := newHost(t, wasmkeeptest.WithActor(id))
+	wasmkeep.HandleRequest(func([]byte) ([]byte, error) {
+		self, err := wasmkeep.Self()
+		return []byte(self.String()), err
+	})
+	if got, err := h.Request(nil); err != nil || string(got) != "acme/orders/o/42" {
+		t.Fatalf("Request answered %q, %v; want acme/orders/o/42", got, err)
+	}
+	if _, err := wasmkeep.Self(); !errors.Is(err, wasmkeep.EPERM) {
+		t.Errorf("Self() outside an event: %v, want EPERM", err)
+	}
+	h.Close()
+	h = newHost(t)
+	if err := h.Run(func() error {
+		self, err := wasmkeep.Self()
+		if err == nil && self != wasmkeeptest.DefaultActor {
+			err = fmt.Errorf("Self() = %+v, want DefaultActor %+v", self, wasmkeeptest.DefaultActor)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

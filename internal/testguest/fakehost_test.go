@@ -222,6 +222,19 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 		delete(h.kv, string(key))
 		return 0
 	})
+	fn(actor, abi.FuncActorID, func(h *fakeHost, m api.Module, p []uint64) uint32 {
+		const id = "t/c/fake"
+		if !m.Memory().WriteUint32Le(uint32(p[2]), uint32(len(id))) {
+			return abi.EFAULT
+		}
+		if uint32(p[1]) < uint32(len(id)) {
+			return abi.E2BIG
+		}
+		if !m.Memory().WriteString(uint32(p[0]), id) {
+			return abi.EFAULT
+		}
+		return 0
+	})
 	_, err := actor.Instantiate(ctx)
 	return err
 }

@@ -42,6 +42,7 @@ func TestScriptedRequests(t *testing.T) {
 		{"mode set:9000,fail", "ok"},
 		{"getkv mode", "set:9000,fail"},
 		{"calls", "0"},
+		{"self", "t/c/fake"},
 	}
 	for _, s := range steps {
 		if got := h.mustRequest(s.req); got != s.resp {

@@ -22,6 +22,9 @@ type Host interface {
 	KVGet(key string, buf []byte, outLen *uint32) uint32
 	KVPut(key string, val []byte) uint32
 	KVDelete(key string) uint32
+	// ActorID writes the actor's identity, "tenant/class/name", to buf and
+	// its length at *outLen, as actor-id does (E2BIG when buf is short).
+	ActorID(buf []byte, outLen *uint32) uint32
 	// Now is the host's clock, which the SDK's Now returns.
 	Now() time.Time
 }

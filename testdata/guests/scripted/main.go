@@ -12,6 +12,7 @@
 //	fail          Put("x", "y"), then fail the request (its writes roll back)
 //	init?         -> yes if on-init ran (key "inited" exists), else no
 //	calls         -> how many times on-alarm was called in this instance
+//	self          -> the actor's identity, tenant/class/name (wasmkeep.Self)
 //
 // Anything else fails the request. A host error in a command other than set
 // and clear fails the request too.
@@ -111,6 +112,9 @@ func onRequest(req []byte) ([]byte, error) {
 		return nil, err
 	case "calls":
 		return strconv.AppendInt(nil, int64(alarmCalls), 10), nil
+	case "self":
+		id, err := wasmkeep.Self()
+		return []byte(id.String()), err
 	}
 	return nil, fmt.Errorf("unknown command %q", cmd)
 }
