@@ -53,6 +53,15 @@ type Host interface {
 	LiveNodes(ctx context.Context) ([]string, error)
 }
 
+// MembersHost is a Host that reports the live nodes with the classes each
+// serves (in the reference host, from their leases). With it, each tenant's
+// index is walked by a few nodes (Config.SweepWalkers per class) rather
+// than by all.
+type MembersHost interface {
+	Host
+	Members(ctx context.Context) (sweeper.View, error)
+}
+
 // ActorState is what the plugin reads of an actor's committed database.
 type ActorState struct {
 	// Alarm is the committed alarm (Unix ms), nil when none is set.
@@ -129,6 +138,18 @@ type Config struct {
 	// SweepConcurrency is how many tenants' indexes a sweep lists at once
 	// (default sweeper.DefaultConcurrency, 32).
 	SweepConcurrency int
+	// SweepWalkers is how many live nodes walk each tenant's index, per
+	// class they serve (default sweeper.DefaultWalkers, 2), when the Host
+	// reports the live nodes' classes (MembersHost); otherwise every node
+	// walks every tenant.
+	SweepWalkers int
+	// SweepSafetyPeriod is the longest a walker leaves a tenant's index
+	// unlisted when nothing says an entry in it can be overdue (default
+	// sweeper.DefaultSafetyPeriod, 10 min). A tenant is listed again
+	// sooner when its earliest entry comes due, when the live nodes
+	// change, and when this node lets go of one of its actors
+	// (docs/design.md#relist).
+	SweepSafetyPeriod time.Duration
 	// RetryMax is the longest backoff (default 5 min).
 	RetryMax time.Duration
 	// Busy reports an actor already in flight on this node. Actors the
@@ -312,6 +333,10 @@ func Register(cfg Config) (*Plugin, error) {
 	if m != nil {
 		onSweep = m.sweep
 	}
+	var members sweeper.MemberLister
+	if mh, ok := cfg.Host.(MembersHost); ok {
+		members = mh
+	}
 	loop, err := sweeper.New(sweeper.Config{
 		Self:    cfg.Host.Self(),
 		Margin:  cfg.Margin,
@@ -327,7 +352,11 @@ func Register(cfg Config) (*Plugin, error) {
 		Logger:  cfg.Logger.Named("sweep"),
 		OnSweep: onSweep,
 
-		Concurrency: cfg.SweepConcurrency,
+		Concurrency:  cfg.SweepConcurrency,
+		Members:      members,
+		Walkers:      cfg.SweepWalkers,
+		Serves:       cfg.Serves,
+		SafetyPeriod: cfg.SweepSafetyPeriod,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("alarms: %w", err)
@@ -373,7 +402,19 @@ func (p *Plugin) Start(ctx context.Context, t Taker) (stop func()) {
 	return func() { cancel(); wg.Wait() }
 }
 
-// Sweep runs one sweep now (tests, tools).
+// LetGo tells the sweep that this node let go of an actor (gave it up or
+// released its hold) whose alarm no timer of its may hold any more: the
+// node lists the actor's tenant at its next sweep and walks it until a walk
+// finds it empty (docs/design.md#relist). The plugin calls it itself where
+// it gives an actor up; a host calls it where it does.
+func (p *Plugin) LetGo(id abi.ActorID) {
+	if p.loop != nil {
+		p.loop.Hint(id.Tenant)
+	}
+}
+
+// Sweep runs one sweep now over every tenant this node walks, whatever
+// the schedule (tests, tools).
 func (p *Plugin) Sweep(ctx context.Context) {
 	if p.loop != nil {
 		p.loop.Sweep(ctx)
@@ -487,9 +528,11 @@ func (p *Plugin) Replicate(ctx context.Context, a Actor, kind UploadKind) error 
 	}
 	x, named, err := p.indexExec(ctx, a, kind)
 	if err != nil {
+		p.LetGo(a.ID())
 		return err
 	}
 	if err := p.run(ctx, a, x, nil); err != nil {
+		p.LetGo(a.ID())
 		return err
 	}
 	p.noteUploaded(a.ID(), named)
@@ -509,18 +552,21 @@ func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (af
 	}
 	x, named, err := p.indexExec(ctx, a, kind)
 	if err != nil {
+		p.LetGo(a.ID())
 		return nil, err
 	}
 	// Run the steps up to the upload, which is the host's.
 	for {
 		s := x.Next()
 		if s.Kind == alarmindex.StepDone {
+			p.LetGo(a.ID())
 			return nil, x.Err() // a plan has an upload: only a failure ends here
 		}
 		if s.Kind == alarmindex.StepUpload {
 			x.Report(nil)
 			return func(ctx context.Context) error {
 				if err := p.run(ctx, a, x, nil); err != nil {
+					p.LetGo(a.ID())
 					return err
 				}
 				p.noteUploaded(a.ID(), named)
@@ -607,6 +653,7 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 		x.Report(nil)
 	case alarmindex.StepRelease:
 		a.Release(ctx)
+		p.LetGo(id)
 		x.Report(nil)
 	default:
 		x.Report(fmt.Errorf("unknown step %s", s.Kind))

@@ -237,6 +237,7 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 			return d
 		}
 		d.RetryAt = p.retryAfterError(id, key, at, d.At, err)
+		p.LetGo(id) // given up; the timer retries, and the sweep walks its tenant
 	}
 	return d
 }

@@ -35,6 +35,19 @@ func (h idleHost) LiveNodes(context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// Members is the live nodes with the classes their leases name, as the
+// reference host reports them (alarms.MembersHost).
+func (h idleHost) Members(context.Context) (sweeper.View, error) {
+	v := sweeper.View{Epoch: h.l.MembersEpoch()}
+	v.Members = append(v.Members, sweeper.Member{Addr: h.l.NodeID(), All: true})
+	for _, n := range h.l.Live() {
+		if n.ID != h.l.NodeID() {
+			v.Members = append(v.Members, sweeper.Member{Addr: n.ID, Classes: n.Classes, All: n.AllClasses})
+		}
+	}
+	return v, nil
+}
+
 // tempGets counts the GETs of versitygw's temporary files: a PUT in
 // progress shows in a listing as .<name>.sgwtmp.<n> next to the object, and
 // a node reading the leases GETs it as a node it has not seen (it is gone
@@ -61,17 +74,22 @@ type keysOnly struct{ bucket.Bucket }
 
 // TestIdleClusterRequestsPerSweep pins what an idle cluster costs the
 // bucket: 3 nodes, 2 tenants each with an alarm due tomorrow, the design's
-// defaults (lease 10 s renewed and read every TTL/3, sweep 10 s), every
-// loop running on one fake clock. Per node and sweep period, exactly:
+// defaults (lease 10 s renewed and read every TTL/3, sweep 10 s, 2
+// walkers per tenant, safety period 10 min), every loop running on one
+// fake clock, over one safety period (60 sweep periods). Per node and
+// sweep period, exactly:
 //
 //   - 3 lease renewals (PUT) and 3 readings of the leases: one LIST of
 //     nodes/ each, whose ETags show the others renewed, and no GET;
-//   - one sweep: a delimited LIST that finds the tenants, one LIST per
-//     tenant.
+//   - no sweep LIST: nothing in either tenant can be overdue before
+//     tomorrow, and the live nodes do not change.
 //
-// So 3 PUTs, 6 LISTs and no GET; on a bucket whose listings carry no ETags
-// the leases are read as before this change, with a GET of each other node
-// per reading: 6 GETs more. On memory and on the S3 server.
+// and once per safety period, in the whole cluster: a delimited LIST per
+// node that finds the tenants again, and one LIST of each tenant by each
+// of its 2 walkers. So 3 PUTs and 3 LISTs per node and period, plus 3 + 4
+// LISTs per 10 minutes; on a bucket whose listings carry no ETags the
+// leases are read with a GET of each other node per reading: 6 GETs more
+// per period. On memory and on the S3 server.
 func TestIdleClusterRequestsPerSweep(t *testing.T) {
 	mem := func(*testing.T) bucket.Bucket { return bucket.NewMem() }
 	same := func(b bucket.Bucket) bucket.Bucket { return b }
@@ -79,14 +97,15 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 		name  string
 		store func(*testing.T) bucket.Bucket
 		wrap  func(bucket.Bucket) bucket.Bucket
-		want  bucket.Counts
+		want  bucket.Counts // per node and sweep period
 	}{
-		{"listing ETags", mem, same, bucket.Counts{Put: 3, List: 6, ListPages: 6}},
-		{"keys only", mem, func(b bucket.Bucket) bucket.Bucket { return keysOnly{b} }, bucket.Counts{Put: 3, List: 6, ListPages: 6, Get: 6}},
-		{"s3", func(t *testing.T) bucket.Bucket { return s3test.Start(t).Bucket }, same, bucket.Counts{Put: 3, List: 6, ListPages: 6}},
+		{"listing ETags", mem, same, bucket.Counts{Put: 3, List: 3, ListPages: 3}},
+		{"keys only", mem, func(b bucket.Bucket) bucket.Bucket { return keysOnly{b} }, bucket.Counts{Put: 3, List: 3, ListPages: 3, Get: 6}},
+		{"s3", func(t *testing.T) bucket.Bucket { return s3test.Start(t).Bucket }, same, bucket.Counts{Put: 3, List: 3, ListPages: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const nodes, sweeps = 3, 3
+			const nodes, tenants, walkers = 3, 2, 2
+			const sweeps = int64(sweeper.DefaultSafetyPeriod / sweeper.DefaultPeriod)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			t0 := time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
@@ -157,20 +176,33 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 				c.Reset()
 				temps[i].Store(0)
 			}
-			// Sweeps at 30, 40, 50 s; renewals and readings at 7P..15P (P
-			// = TTL/3, 15P <= 50 s < 16P).
-			runUntil(from.Add(sweeps * sweeper.DefaultPeriod))
+			// Sweeps at 30 s ... 620 s, the safety period's relisting at
+			// 600 s; renewals and readings at 7P..186P (P = TTL/3).
+			runUntil(from.Add(time.Duration(sweeps) * sweeper.DefaultPeriod))
+			var sweepLists int64
 			for i, c := range counters {
 				got := c.Counts()
 				if n := temps[i].Load(); n > 0 {
 					t.Logf("node-%d: %d GETs of the store's temporary files left out", i, n)
 					got.Get -= n
 				}
+				// The sweep's LISTs are what is left over the leases'.
+				extra := got.List - tc.want.List*sweeps
+				sweepLists += extra
+				got.List -= extra
+				got.ListPages -= extra
 				per := bucket.Counts{Get: got.Get / sweeps, Put: got.Put / sweeps, Delete: got.Delete / sweeps, List: got.List / sweeps,
 					ListPages: got.ListPages / sweeps, DeleteBatch: got.DeleteBatch / sweeps, BatchKeys: got.BatchKeys / sweeps}
 				if per != tc.want || got.Get%sweeps+got.Put%sweeps+got.List%sweeps != 0 {
-					t.Errorf("node-%d over %d sweep periods: %+v; per period %+v, want %+v", i, sweeps, got, per, tc.want)
+					t.Errorf("node-%d over %d sweep periods, less its %d sweep LISTs: %+v; per period %+v, want %+v", i, sweeps, extra, got, per, tc.want)
 				}
+				if extra < 1 || extra > 1+tenants {
+					t.Errorf("node-%d: %d sweep LISTs in a safety period, want its delimited LIST and one per tenant it walks", i, extra)
+				}
+			}
+			if want := int64(nodes + walkers*tenants); sweepLists != want {
+				t.Errorf("the cluster's sweeps sent %d LISTs in a safety period, want %d (one delimited LIST per node, each tenant by its %d walkers)",
+					sweepLists, want, walkers)
 			}
 			for _, l := range leases {
 				if live := l.Live(); len(live) != nodes {

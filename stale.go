@@ -207,6 +207,7 @@ func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmi
 			// OutcomeKeep: the bucket never had the actor and this hold
 			// uploaded nothing; the rules remove nothing and let it go.
 			a.Release(ctx)
+			p.LetGo(id)
 		}
 	}
 	return removed, failedDeletes, err

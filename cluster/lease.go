@@ -196,6 +196,10 @@ type observed struct {
 	// is read too, since it may be a later process's under the same ID
 	// (which may serve other classes).
 	stood bool
+	// member: a read found a lease naming this very node ID (a store may
+	// list a temporary key of a PUT in progress, which names another): only
+	// such a node's coming and going changes the live nodes.
+	member bool
 }
 
 // Leases is this node's lease in the bucket and its view of the other
@@ -624,7 +628,7 @@ func (l *Leases) listedLocked(id, etag string, sent, recv time.Time, tick uint64
 		// classes the sweep needs (and a return is a change of the live
 		// nodes).
 		lapsed := recv.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace
-		if lapsed {
+		if lapsed && o.member {
 			l.members++
 		}
 		get = o.stood || lapsed
@@ -648,7 +652,9 @@ func (l *Leases) markGoneLocked(listed map[string]bool, listTick uint64) {
 	for id, o := range l.others {
 		if !listed[id] && !o.gone && o.presentTick < listTick {
 			o.gone = true
-			l.members++
+			if o.member {
+				l.members++
+			}
 			l.log.Info("node lease removed", "other", id)
 		}
 	}
@@ -693,12 +699,16 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	o := l.others[id]
 	if errors.Is(err, bucket.ErrNotFound) {
 		if o == nil {
-			o = &observed{}
-			l.others[id] = o
+			// Never seen live (a key the store listed, gone by the GET):
+			// no change of the live nodes.
+			l.others[id] = &observed{gone: true}
+			return true, nil
 		}
 		if !o.gone {
 			o.gone = true
-			l.members++
+			if o.member {
+				l.members++
+			}
 			l.log.Info("node lease removed", "other", id)
 		}
 		return true, nil
@@ -709,7 +719,6 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	if o == nil {
 		o = &observed{}
 		l.others[id] = o
-		l.members++
 	}
 	var rec leaseRecord
 	if json.Unmarshal(body, &rec) != nil {
@@ -722,11 +731,11 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	// same node ID: a node of its own, watched from now on.
 	if o.gone {
 		*o = observed{}
-		l.members++
 		l.log.Info("node ID back with a new process", "other", id, "instance", rec.Instance)
 	}
-	if o.instance != "" && rec.Instance != o.instance {
-		l.members++
+	member := rec.NodeID == id || rec.NodeID == "" // "": unreadable, judged by its ETag as before
+	if member && (!o.member || rec.Instance != o.instance) {
+		l.members++ // a node first seen, or another process under its ID
 	}
 	ttl := time.Duration(rec.TTLms) * time.Millisecond
 	if ttl <= 0 {
@@ -734,11 +743,11 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	}
 	switch {
 	case o.etag != etag || (o.read && (o.seq != rec.Seq || o.instance != rec.Instance)):
-		*o = observed{etag: etag, read: true, seq: rec.Seq, ttl: ttl, addr: rec.Addr, instance: rec.Instance, classes: rec.Classes, firstSeen: recv, confirmed: sent}
+		*o = observed{etag: etag, read: true, seq: rec.Seq, ttl: ttl, addr: rec.Addr, instance: rec.Instance, classes: rec.Classes, member: member, firstSeen: recv, confirmed: sent}
 	case !o.read:
 		// The version a listing showed: its watch goes on from that
 		// listing, now with its own TTL.
-		o.read, o.seq, o.ttl, o.addr, o.instance, o.classes = true, rec.Seq, ttl, rec.Addr, rec.Instance, rec.Classes
+		o.read, o.seq, o.ttl, o.addr, o.instance, o.classes, o.member = true, rec.Seq, ttl, rec.Addr, rec.Instance, rec.Classes, member
 		fallthrough
 	default:
 		if sent.After(o.confirmed) {
@@ -792,7 +801,9 @@ func (l *Leases) earlierInstance(nodeID, instance string) bool {
 // Live returns the nodes with a fresh heartbeat, sorted by ID: this node
 // while its lease is valid, and every other node whose lease this node saw
 // change within the holder's TTL + Grace of its own clock (so a node that
-// stopped renewing drops out when it could be judged expired). Wall-clock
+// stopped renewing drops out when it could be judged expired; a key whose
+// lease names another node, such as a store's temporary key of a PUT in
+// progress, is no node). Wall-clock
 // times in lease bodies are not compared: clocks may be far apart.
 func (l *Leases) Live() []NodeInfo {
 	l.mu.Lock()
@@ -803,7 +814,7 @@ func (l *Leases) Live() []NodeInfo {
 	}
 	now := l.clk.Now()
 	for id, o := range l.others {
-		if !o.gone && now.Sub(o.firstSeen) < o.ttl+l.cfg.Grace {
+		if o.member && !o.gone && now.Sub(o.firstSeen) < o.ttl+l.cfg.Grace {
 			out = append(out, NodeInfo{ID: id, Addr: o.addr, Classes: o.classes, AllClasses: o.classes == nil})
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/sweeper"
 )
 
 // ClusterConfig makes a node one of a cluster that shares a bucket.
@@ -49,6 +51,12 @@ type ClusterConfig struct {
 	// SweepConcurrency is how many tenants' indexes a sweep lists at
 	// once (default sweeper.DefaultConcurrency, 32).
 	SweepConcurrency int
+	// SweepWalkers is how many nodes walk each tenant's index per class
+	// (default sweeper.DefaultWalkers, 2); SweepSafetyPeriod the longest
+	// a walker leaves a tenant unlisted (default 10 min). See
+	// alarms.Config.
+	SweepWalkers      int
+	SweepSafetyPeriod time.Duration
 	// FailoverWait is how long a client request waits, inside the node,
 	// for the actor to become reachable again when it is not: its holder
 	// does not answer (a connection to it cannot be made), or the node
@@ -367,6 +375,9 @@ func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
 func (n *Node) giveUp(ctx context.Context, e *entry, why error) {
 	n.log.Warn("giving the actor up", "actor", e.id.String(), "generation", e.hold.Generation, "why", why)
 	n.givenUp.Add(1)
+	if n.plugin != nil {
+		n.plugin.LetGo(e.id) // its alarm in the bucket may be in no timer now
+	}
 	if e.a != nil {
 		e.a.Close(ctx)
 		e.a = nil
@@ -737,7 +748,8 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	leases, err := cluster.StartLeases(ctx, cluster.LeaseConfig{
 		Bucket: c.Bucket, Prefix: c.Prefix, NodeID: c.NodeID, Addr: c.Addr,
 		TTL: c.LeaseTTL, Margin: c.LeaseMargin, Grace: c.LeaseGrace,
-		Logger: n.log.Named("lease"),
+		Classes: n.classNames(), // the sweep's walkers serve a tenant's classes
+		Logger:  n.log.Named("lease"),
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -773,6 +785,8 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		// lease period later.
 		RetryAfterError:         ttl,
 		SweepConcurrency:        c.SweepConcurrency,
+		SweepWalkers:            c.SweepWalkers,
+		SweepSafetyPeriod:       c.SweepSafetyPeriod,
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
 		OnDelivery:              n.delivered,
 		Registerer:              n.cfg.Registerer,
@@ -952,6 +966,30 @@ func (h clusterHost) LiveNodes(context.Context) ([]string, error) {
 		ids = append(ids, ni.ID)
 	}
 	return ids, nil
+}
+
+// Members is the live nodes with the classes their leases name, this node
+// always among them (alarms.MembersHost).
+func (h clusterHost) Members(context.Context) (sweeper.View, error) {
+	v := sweeper.View{Epoch: h.n.leases.MembersEpoch()}
+	self := h.n.leases.NodeID()
+	v.Members = append(v.Members, sweeper.Member{Addr: self, Classes: h.n.classNames()})
+	for _, ni := range h.n.leases.Live() {
+		if ni.ID != self {
+			v.Members = append(v.Members, sweeper.Member{Addr: ni.ID, Classes: ni.Classes, All: ni.AllClasses})
+		}
+	}
+	return v, nil
+}
+
+// classNames are the classes this node serves, sorted.
+func (n *Node) classNames() []string {
+	out := make([]string, 0, len(n.classes))
+	for c := range n.classes {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // nodeActor is an actor this node holds, as the alarm plugin sees it
