@@ -1,10 +1,8 @@
 package node_test
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
-	"net/http"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -12,8 +10,8 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/internal/s3test"
-	"github.com/wasmkeep/alarms/node"
 )
 
 // A 503 during a failover tells the client how long the failover is still
@@ -45,23 +43,28 @@ func TestRetryAfterIsTheRemainingFailover(t *testing.T) {
 		hc := lease
 		hc.failoverWait = c.wait
 		a := serveHost(t, srv.Bucket, "a-"+strconv.Itoa(int(c.wait)), classes, hc)
+		cl, err := client.New(a.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "held"}
 		for _, method := range []string{"POST", "GET"} {
-			u := a.URL + "/v1/actors/t/oneshot/held"
-			if method == "GET" {
-				u += "/alarm" // read only: no wait inside the node
-			}
 			start := time.Now()
-			status, h, p := problemCall(t, method, u)
+			if method == "POST" {
+				_, err = cl.Exec(t.Context(), held, hourAhead())
+			} else {
+				_, err = cl.Alarm(t.Context(), held) // read only: no wait inside the node
+			}
 			took := time.Since(start)
 			waited := c.waited
 			if method == "GET" {
 				waited = 0
 			}
 			// The node's own clock started after ours and stopped before.
-			lo, hi := int(math.Ceil((failover - took).Seconds())), int(math.Ceil((failover - waited).Seconds()))
-			got, err := strconv.Atoi(h.Get("Retry-After"))
-			if status != 503 || p.Code != node.CodeForwardFailed || err != nil || got < max(lo, 1) || got > hi {
-				t.Errorf("%s, %s: %d %s, Retry-After %q after %v; want 503 forward_failed and %d to %d s", c.name, method, status, p.Code, h.Get("Retry-After"), took.Round(time.Millisecond), lo, hi)
+			lo, hi := time.Duration(math.Ceil((failover-took).Seconds()))*time.Second, time.Duration(math.Ceil((failover-waited).Seconds()))*time.Second
+			p := new(client.Problem) // stays empty if err is no Problem
+			if !errors.As(err, &p) || p.Status != 503 || p.Code != client.CodeForwardFailed || p.RetryAfter < max(lo, time.Second) || p.RetryAfter > hi {
+				t.Errorf("%s, %s: %v, Retry-After %v after %v; want 503 forward_failed and %v to %v", c.name, method, err, p.RetryAfter, took.Round(time.Millisecond), lo, hi)
 			}
 		}
 	}
@@ -78,24 +81,12 @@ func TestRetryAfterIsTheRemainingFailover(t *testing.T) {
 	lapsed := serveHost(t, m, "c", classes, hostConfig{ttl: time.Second, margin: 300 * time.Millisecond, grace: 300 * time.Millisecond, failoverWait: -1})
 	down.Store(true)
 	waitFor(t, "c's lease to lapse", func() bool { status, _ := call(t, "GET", lapsed.URL+"/v1/healthz", nil); return status == 503 })
-	if status, h, p := problemCall(t, "POST", lapsed.URL+"/v1/actors/t/oneshot/x"); status != 503 || p.Code != node.CodeLeaseNotValid || h.Get("Retry-After") != "2" {
-		t.Errorf("a node whose lease lapsed: %d %s, Retry-After %q; want 503 lease_not_valid and 2", status, p.Code, h.Get("Retry-After"))
-	}
-}
-
-// problemCall sends one request and decodes an error answer.
-func problemCall(t *testing.T, method, u string) (int, http.Header, node.Problem) {
-	t.Helper()
-	req, err := http.NewRequest(method, u, nil)
+	cl, err := client.New(lapsed.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	p := new(client.Problem)
+	if _, err := cl.Exec(t.Context(), abi.ActorID{Tenant: "t", Class: "oneshot", Name: "x"}, hourAhead()); !errors.As(err, &p) || p.Status != 503 || p.Code != client.CodeLeaseNotValid || p.RetryAfter != 2*time.Second {
+		t.Errorf("a node whose lease lapsed: %v, Retry-After %v; want 503 lease_not_valid and 2 s", err, p.RetryAfter)
 	}
-	defer resp.Body.Close()
-	var p node.Problem
-	json.NewDecoder(resp.Body).Decode(&p)
-	return resp.StatusCode, resp.Header, p
 }
