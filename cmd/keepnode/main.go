@@ -56,8 +56,8 @@ type options struct {
 	classes                                   classFlags
 	leaseTTL, leaseMargin, leaseGrace, idle   time.Duration
 	sweep, alarmDeadline, retryBase, retryMax time.Duration
-	failoverWait, logSummary                  time.Duration
-	maxDBs, maxInsts, sweepConc               int
+	failoverWait, logSummary, sweepSafety     time.Duration
+	maxDBs, maxInsts, sweepConc, sweepWalkers int
 	attempts                                  *attemptsFlag
 	logLevel                                  string
 	logJSON, showVersion                      bool
@@ -100,6 +100,8 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.StringVar(&o.tenants, "tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	fs.DurationVar(&o.sweep, "sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
 	fs.IntVar(&o.sweepConc, "sweep-concurrency", sweeper.DefaultConcurrency, "how many tenants' alarm indexes a sweep lists at once")
+	fs.IntVar(&o.sweepWalkers, "sweep-walkers", sweeper.DefaultWalkers, "how many live nodes walk each tenant's alarm index, per class they serve")
+	fs.DurationVar(&o.sweepSafety, "sweep-safety", sweeper.DefaultSafetyPeriod, "the longest a walker leaves a tenant's alarm index unlisted when nothing in it can be overdue")
 	fs.DurationVar(&o.alarmDeadline, "alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	fs.DurationVar(&o.retryBase, "retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
@@ -281,6 +283,7 @@ func run(logger hclog.Logger, o *options) error {
 			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
 			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace,
 			Tenants: tenants, SweepPeriod: sweep, SweepConcurrency: sweepConc, FailoverWait: failoverWait,
+			SweepWalkers: o.sweepWalkers, SweepSafetyPeriod: o.sweepSafety,
 		}
 	}
 	n, err := node.New(ctx, cfg)
