@@ -153,6 +153,9 @@ type Loop struct {
 
 	schedMu sync.Mutex
 	sched   Schedule
+	// walks caches Walkers.Walks per tenant for the membership walksKey.
+	walks    map[string]bool
+	walksKey string
 
 	sweeps, lists, entries, delivered, malformed, errs atomic.Int64
 }
@@ -319,12 +322,19 @@ func (l *Loop) sweep(ctx context.Context, all bool) error {
 	}
 	var tenants []string
 	l.schedMu.Lock()
-	for _, t := range l.sched.Tenants() {
-		if !all && !l.sched.Due(t, nowMs) {
-			continue
-		}
-		if walkers != nil && !l.sched.Extra(t) && !walkers.Walks(*self, t) {
-			continue
+	if k := view.key(); k != l.walksKey || l.walks == nil {
+		l.walks, l.walksKey = map[string]bool{}, k
+	}
+	for _, t := range l.sched.DueTenants(nowMs, all) {
+		if walkers != nil && !l.sched.Extra(t) {
+			w, ok := l.walks[t]
+			if !ok {
+				w = walkers.Walks(*self, t)
+				l.walks[t] = w
+			}
+			if !w {
+				continue
+			}
 		}
 		tenants = append(tenants, t)
 	}

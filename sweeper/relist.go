@@ -131,8 +131,9 @@ func (w *Walkers) Of(tenant, class string) []string {
 }
 
 // Walks reports whether self walks tenant: it is among the walkers of a
-// class it serves. Self counts as a member whether or not the view holds
-// it (a node that sweeps is alive).
+// class it serves (what [Walkers.Of] says, without sorting). Self counts
+// as a member whether or not the view holds it (a node that sweeps is
+// alive).
 func (w *Walkers) Walks(self Member, tenant string) bool {
 	ww := w
 	if !slices.ContainsFunc(w.members, func(m Member) bool { return m.Addr == self.Addr }) {
@@ -143,8 +144,23 @@ func (w *Walkers) Walks(self Member, tenant string) bool {
 	if self.All {
 		classes = append(slices.Clone(ww.classes), anyOther)
 	}
+	mine := tenantScore(self.Addr, tenant)
+	scores := make([]uint64, len(ww.members))
+	for i, m := range ww.members {
+		scores[i] = tenantScore(m.Addr, tenant)
+	}
 	for _, c := range classes {
-		if slices.Contains(ww.Of(tenant, c), self.Addr) {
+		named := slices.Contains(ww.classes, c)
+		above := 0 // members serving c that rank above self
+		for i, m := range ww.members {
+			if m.Addr == self.Addr || !(m.All || (named && m.serves(c))) {
+				continue
+			}
+			if scores[i] > mine || (scores[i] == mine && m.Addr < self.Addr) {
+				above++
+			}
+		}
+		if above < ww.r {
 			return true
 		}
 	}
@@ -271,10 +287,16 @@ func (s *Schedule) Due(tenant string, nowMs int64) bool {
 }
 
 // Tenants returns the tenants the schedule knows, in byte order.
-func (s *Schedule) Tenants() []string {
-	out := make([]string, 0, len(s.tenants))
-	for t := range s.tenants {
-		out = append(out, t)
+func (s *Schedule) Tenants() []string { return s.DueTenants(0, true) }
+
+// DueTenants returns the tenants due at nowMs (with all, every tenant the
+// schedule knows), in byte order.
+func (s *Schedule) DueTenants(nowMs int64, all bool) []string {
+	var out []string
+	for t, st := range s.tenants {
+		if all || st.next <= nowMs {
+			out = append(out, t)
+		}
 	}
 	slices.Sort(out)
 	return out

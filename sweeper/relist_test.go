@@ -221,6 +221,20 @@ func TestWalkers(t *testing.T) {
 				}
 			}
 		}
+		// Walks agrees with Of: a node walks the tenant exactly when it is
+		// among the walkers of a class it serves (any class, for one that
+		// serves all).
+		for _, m := range v.Members {
+			want := false
+			for _, c := range append(classes, "unnamed") {
+				if (m.All || slices.Contains(m.Classes, c)) && slices.Contains(w.Of(tenant, c), m.Addr) {
+					want = true
+				}
+			}
+			if got := w.Walks(m, tenant); got != want {
+				t.Fatalf("round %d: Walks(%s) = %t, Of says %t", round, m.Addr, got, want)
+			}
+		}
 		// A view missing some nodes: whoever walks in the full view and
 		// is in the smaller one walks there too.
 		sub := View{}
