@@ -175,3 +175,16 @@ bench-sleep:
 # bench-million: the start-up scan and RSS with 1,000,000 pending alarms.
 bench-million:
 	$(GO) test -run '^$$' -bench MillionPending -benchtime 1x -timeout 0 ./node/
+
+# mutate: every entry of the mutation list (internal/mutate/mutations.txt):
+# each breaks one line that carries a safety rule, in a scratch copy of the
+# tracked files, and its named test or simulator seed must fail
+# (docs/development.md#mutation-testing). mutate-short: MUTATE_SHORT entries,
+# a different run of them each day (MUTATE_SEED=N picks the run of day N).
+.PHONY: mutate mutate-short
+MUTATE_SHORT ?= 12
+mutate: tools
+	$(GO) run ./internal/mutate
+
+mutate-short: tools
+	$(GO) run ./internal/mutate -short $(MUTATE_SHORT)
