@@ -14,6 +14,8 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -519,4 +521,78 @@ func keys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// docs/http-api.md, the API's reference for people, has the document's
+// routes in its table of routes and its codes in its table of errors.
+func TestHTTPAPIReferenceIsTheOpenAPI(t *testing.T) {
+	t.Parallel()
+	d := loadOpenAPI(t)
+	md, err := os.ReadFile(filepath.Join(testguest.Root(t), "docs", "http-api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := func(title string) string {
+		_, rest, ok := strings.Cut(string(md), "\n## "+title+"\n")
+		if !ok {
+			t.Fatalf("docs/http-api.md has no section %q", title)
+		}
+		rest, _, _ = strings.Cut(rest, "\n## ")
+		return rest
+	}
+	// The first cell of each row of the section's tables.
+	firstCells := func(text string) []string {
+		var out []string
+		for line := range strings.Lines(text) {
+			if cells := strings.Split(line, "|"); len(cells) > 2 && strings.HasPrefix(line, "| `") {
+				out = append(out, strings.TrimSpace(cells[1]))
+			}
+		}
+		return out
+	}
+	var routes []string
+	for _, cell := range firstCells(section("Routes")) {
+		route := strings.Trim(cell, "`")
+		if method, path, ok := strings.Cut(route, " "); ok && strings.HasPrefix(path, "/v1/") {
+			path, _, _ = strings.Cut(path, "?")
+			routes = append(routes, method+" "+path)
+		}
+	}
+	var ops []string
+	for op := range d.operations(t) {
+		ops = append(ops, op)
+	}
+	sort.Strings(routes)
+	sort.Strings(ops)
+	if !slices.Equal(routes, ops) {
+		t.Errorf("docs/http-api.md's routes:\n%v\nopenapi.json's:\n%v", routes, ops)
+	}
+	var codes []string
+	for _, cell := range firstCells(section("Errors")) {
+		for _, c := range strings.Split(cell, ",") {
+			codes = append(codes, strings.Trim(strings.TrimSpace(c), "`"))
+		}
+	}
+	var enum struct {
+		Components struct {
+			Schemas struct {
+				Problem struct {
+					Properties struct {
+						Code struct {
+							Enum []string `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Problem"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(node.OpenAPI, &enum); err != nil {
+		t.Fatal(err)
+	}
+	want := enum.Components.Schemas.Problem.Properties.Code.Enum
+	sort.Strings(codes)
+	sort.Strings(want)
+	if !slices.Equal(codes, want) {
+		t.Errorf("docs/http-api.md's codes %v; openapi.json's %v", codes, want)
+	}
 }
