@@ -10,6 +10,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"mime"
 	"net/http"
@@ -594,5 +597,52 @@ func TestHTTPAPIReferenceIsTheOpenAPI(t *testing.T) {
 	sort.Strings(want)
 	if !slices.Equal(codes, want) {
 		t.Errorf("docs/http-api.md's codes %v; openapi.json's %v", codes, want)
+	}
+}
+
+// The codes of node/problem.go are the document's, no more, no fewer.
+func TestOpenAPICodesAreTheNodes(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(testguest.Root(t), "node", "problem.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && strings.HasPrefix(name.Name, "Code") && lit.Kind == token.STRING {
+					v, _ := strconv.Unquote(lit.Value)
+					codes = append(codes, v)
+				}
+			}
+		}
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Problem struct {
+					Properties struct {
+						Code struct {
+							Enum []string `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Problem"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(node.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := doc.Components.Schemas.Problem.Properties.Code.Enum
+	sort.Strings(codes)
+	sort.Strings(want)
+	if len(codes) == 0 || !slices.Equal(codes, want) {
+		t.Errorf("node/problem.go's codes %v; openapi.json's %v", codes, want)
 	}
 }
