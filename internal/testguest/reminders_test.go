@@ -244,6 +244,28 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 	}
 	request("sent", "2025-05-01T08:01:00Z call: call Ann\n2025-05-01T08:05:00Z tea: put the kettle on\n2025-05-03T10:30:10Z soon: tea again\n")
 	state(4*24*time.Hour+time.Hour, 0)
+
+	// The actor reads its own identity.
+	request("whoami", "t/reminders/r")
+
+	// An interval every 30 s ticks on time, three times in 95 s; down for
+	// 10 minutes, it ticks once for the 20 ticks it missed and keeps its
+	// phase (first + n*30 s); stopped, it ticks no more.
+	d0 := 3*24*time.Hour + time.Hour
+	request("every beat 30", "ok")
+	request("every bad 0", "error")
+	state(d0+30*time.Second, 0)
+	advance(d0+95*time.Second, false)
+	request("ticks beat", "3")
+	advance(d0+695*time.Second, true)
+	request("ticks beat", "4")
+	request("list", "every/beat every 2025-05-04T09:12:00Z\ndigest cron 2025-05-05T09:00:00Z\n")
+	state(d0+720*time.Second, 0)
+	request("stop beat", "true")
+	request("stop beat", "false")
+	advance(d0+2*time.Hour, false)
+	request("ticks beat", "4")
+	state(4*24*time.Hour+time.Hour, 0)
 	return transcript
 }
 

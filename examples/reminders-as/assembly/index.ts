@@ -9,9 +9,15 @@
 //   cancel <name>                    cancel it
 //   list                             the timers, one a line: "<name> <kind> <due, RFC 3339>"
 //   sent                             the reminders sent so far, one a line
+//   every <name> <seconds>           an interval timer: a tick every that many seconds
+//   stop <name>                      cancel the interval timer
+//   ticks <name>                     how many times it has ticked
+//   whoami                           the actor's identity, tenant/class/name
 //
 // A due reminder is "sent" by appending its text to the key "sent"; the
-// digest, at 09:00 UTC each day, counts its runs under "digests". Its test
+// digest, at 09:00 UTC each day, counts its runs under "digests"; an
+// interval timer counts its ticks under "ticks/<name>" (after downtime, it
+// ticks once and skips the ticks it missed). Its test
 // (reminders.test.mjs) runs it in Node against the SDK's fake host.
 //
 // Build it from the repository root (after make guest-tools) with
@@ -39,6 +45,25 @@ function onRequest(req: Uint8Array): wasmkeep.Reply {
     const r = timers.cancel("remind/" + f[1]);
     return r.ok ? wasmkeep.Reply.text(r.value ? "true" : "false") : wasmkeep.Reply.fail(<string>r.error);
   }
+  if (f.length == 3 && f[0] == "every") {
+    const secs = parseInt(f[2]);
+    if (secs <= 0) return wasmkeep.Reply.fail("every: want positive seconds, got " + quote(f[2]));
+    const err = timers.set("every/" + f[1], timers.Schedule.every(secs * 1000));
+    return err == null ? wasmkeep.Reply.text("ok") : wasmkeep.Reply.fail(<string>err);
+  }
+  if (f.length == 2 && f[0] == "stop") {
+    const r = timers.cancel("every/" + f[1]);
+    return r.ok ? wasmkeep.Reply.text(r.value ? "true" : "false") : wasmkeep.Reply.fail(<string>r.error);
+  }
+  if (f.length == 2 && f[0] == "ticks") {
+    const v = wasmkeep.get("ticks/" + f[1]);
+    if (!v.ok) return wasmkeep.Reply.fail(v.message);
+    return wasmkeep.Reply.text(counter(v).toString());
+  }
+  if (f.length == 1 && f[0] == "whoami") {
+    const r = wasmkeep.actorId();
+    return r.ok ? wasmkeep.Reply.text(r.value!.toString()) : wasmkeep.Reply.fail(r.message);
+  }
   if (f.length == 1 && f[0] == "list") {
     const r = timers.list();
     if (!r.ok) return wasmkeep.Reply.fail(<string>r.error);
@@ -61,12 +86,11 @@ function onRequest(req: Uint8Array): wasmkeep.Reply {
 // retries the whole on-alarm event, so both only append what a rolled-back
 // attempt did not commit.
 function onTimer(f: timers.Fired): string | null {
-  if (f.name == "digest") {
-    const v = wasmkeep.get("digests");
+  if (f.name == "digest" || f.name.startsWith("every/")) {
+    const key = f.name == "digest" ? "digests" : "ticks/" + f.name.substring(6);
+    const v = wasmkeep.get(key);
     if (!v.ok) return v.message;
-    let n: i64 = v.found ? parseInt(v.value) : 0;
-    if (n < 0) n = 0;
-    const e = wasmkeep.put("digests", (n + 1).toString());
+    const e = wasmkeep.put(key, (counter(v) + 1).toString());
     return e == 0 ? null : wasmkeep.errorMessage("kv-put", e);
   }
   const sent = wasmkeep.getBytes(utf8("sent"));
@@ -80,6 +104,12 @@ function onTimer(f: timers.Fired): string | null {
   out[out.length - 1] = 0x0a;
   const e = wasmkeep.putBytes(utf8("sent"), out);
   return e == 0 ? null : wasmkeep.errorMessage("kv-put", e);
+}
+
+// counter reads a counter kept as decimal text (0 when absent).
+function counter(v: wasmkeep.Result<string>): i64 {
+  const n: i64 = v.found ? parseInt(v.value) : 0;
+  return n < 0 ? 0 : n;
 }
 
 function utf8(s: string): Uint8Array {

@@ -10,10 +10,16 @@
 //! cancel <name>                    cancel it
 //! list                             the timers, one a line: "<name> <kind> <due, RFC 3339>"
 //! sent                             the reminders sent so far, one a line
+//! every <name> <seconds>           an interval timer: a tick every that many seconds
+//! stop <name>                      cancel the interval timer
+//! ticks <name>                     how many times it has ticked
+//! whoami                           the actor's identity, tenant/class/name
 //! ```
 //!
 //! A due reminder is "sent" by appending its text to the key "sent"; the
-//! digest, at 09:00 UTC each day, counts its runs under "digests". The tests
+//! digest, at 09:00 UTC each day, counts its runs under "digests"; an
+//! interval timer counts its ticks under "ticks/<name>" (after downtime, it
+//! ticks once and skips the ticks it missed). The tests
 //! at the end run the handlers natively against the SDK's fake host.
 //!
 //! Build it with (Rust 1.78 and later name the target wasm32-wasip1)
@@ -50,6 +56,17 @@ impl Actor for Reminders {
                 Ok(b"ok".to_vec())
             }
             ["cancel", name] => Ok(timers::cancel(&format!("remind/{}", name))?.to_string().into_bytes()),
+            ["every", name, secs] => {
+                let secs = match parse_int(secs) {
+                    Some(s) if s > 0 => s as u64,
+                    _ => return Err(format!("every: want positive seconds, got {:?}", secs).into()),
+                };
+                timers::set(&format!("every/{}", name), Schedule::Every(Duration::from_secs(secs)), b"")?;
+                Ok(b"ok".to_vec())
+            }
+            ["stop", name] => Ok(timers::cancel(&format!("every/{}", name))?.to_string().into_bytes()),
+            ["ticks", name] => Ok(count(&format!("ticks/{}", name))?.to_string().into_bytes()),
+            ["whoami"] => Ok(wasmkeep::actor_id()?.to_string().into_bytes()),
             ["list"] => {
                 let mut out = String::new();
                 for t in timers::list()? {
@@ -71,11 +88,13 @@ impl Actor for Reminders {
 /// the whole on-alarm event, so both only append what a rolled-back attempt
 /// did not commit.
 fn on_timer(f: &Fired) -> HandlerResult<()> {
-    if f.name == "digest" {
-        let n = wasmkeep::get("digests")?
-            .and_then(|v| parse_int(&String::from_utf8_lossy(&v)))
-            .unwrap_or(0);
-        wasmkeep::put("digests", (n + 1).to_string())?;
+    if f.name == "digest" || f.name.starts_with("every/") {
+        let key = match f.name.strip_prefix("every/") {
+            Some(name) => format!("ticks/{}", name),
+            None => "digests".to_string(),
+        };
+        let n = count(&key)?;
+        wasmkeep::put(&key, (n + 1).to_string())?;
         return Ok(());
     }
     let mut sent = wasmkeep::get("sent")?.unwrap_or_default();
@@ -85,6 +104,13 @@ fn on_timer(f: &Fired) -> HandlerResult<()> {
     sent.push(b'\n');
     wasmkeep::put("sent", sent)?;
     Ok(())
+}
+
+/// A counter kept under `key` as decimal text (0 when absent).
+fn count(key: &str) -> wasmkeep::Result<i64> {
+    Ok(wasmkeep::get(key)?
+        .and_then(|v| parse_int(&String::from_utf8_lossy(&v)))
+        .unwrap_or(0))
 }
 
 /// A decimal integer as Go's strconv.Atoi reads it: an optional sign, then
