@@ -1,0 +1,212 @@
+package main
+
+// The container image cannot be built here without a container engine, so
+// these tests hold what it runs: the binaries deploy/Dockerfile builds,
+// built the same way, start on the example configuration against
+// versitygw and serve; and the deployment files agree with each other and
+// with keepnode's flags.
+
+import (
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/s3test"
+)
+
+// deployFile reads a file of deploy/.
+func deployFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// staticBuild builds pkg as deploy/Dockerfile does.
+func staticBuild(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	root, err := clusterproc.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build %s: %v\n%s", pkg, err, b)
+	}
+	f, err := elf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatalf("%s is linked dynamically (it has an interpreter): the distroless static image could not run it", pkg)
+		}
+	}
+	return out
+}
+
+// The static keepnode of the image starts on deploy/keepnode.toml, with
+// the flags a test needs in front of it (data directory, listen address,
+// bucket, class: a flag wins over the file), joins the cluster on
+// versitygw and answers /v1/readyz as ready; keepctl runs.
+func TestImageBinaryServesOnTheExampleConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two binaries")
+	}
+	ctx := testContext(t)
+	dir := t.TempDir()
+	keepnode := staticBuild(t, dir, "./cmd/keepnode")
+	keepctl := staticBuild(t, dir, "./cmd/keepctl")
+	// It runs (its usage, whatever the exit status -help has).
+	if out, _ := exec.Command(keepctl, "-help").CombinedOutput(); !strings.Contains(string(out), "keepctl") {
+		t.Fatalf("keepctl -help: %q", out)
+	}
+
+	srv := s3test.Start(t)
+	cfg := nodeConfig(t, procS3(srv))
+	cfg.Binary = keepnode
+	example, err := filepath.Abs(filepath.Join("..", "..", "deploy", "keepnode.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd, err := clusterproc.StartNode(ctx, cfg, "image", "-config", example, "-metrics-addr", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Kill()
+	if nd.NodeID == "" || nd.MetricsURL == "" {
+		t.Fatalf("node %q, metrics %q: the example's cluster and metrics settings were not applied", nd.NodeID, nd.MetricsURL)
+	}
+	var ready struct {
+		Ready bool `json:"ready"`
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !ready.Ready {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready in a minute; log:\n%s", tailFile(nd.LogPath))
+		}
+		ready.Ready = false
+		if code, body := get(ctx, t, nd.URL+"/v1/readyz"); code == http.StatusOK {
+			if err := json.Unmarshal(body, &ready); err != nil {
+				t.Fatalf("readyz: %q: %v", body, err)
+			}
+		}
+		if !ready.Ready {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if code, body := get(ctx, t, nd.MetricsURL); code != http.StatusOK || !strings.Contains(string(body), "wasmkeep_build_info{") {
+		t.Errorf("metrics: %d, without wasmkeep_build_info", code)
+	}
+	if err := nd.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The example logs JSON: every line of the run is one.
+	jsonLog(t, nd.LogPath)
+}
+
+func get(ctx context.Context, t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func tailFile(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// The deployment files agree: the image builds both commands static and
+// runs them as a non-root user on the configuration it copies; each guest
+// the example configuration names is one the image builds; the data
+// directory is the image's volume and the unit's one writable path; the
+// metrics port is the one exposed and scraped; and each KEEPNODE_
+// variable the compose file and the unit set is a flag's.
+func TestDeployFilesAgree(t *testing.T) {
+	docker := deployFile(t, "Dockerfile")
+	compose := deployFile(t, "compose.yaml")
+	unit := deployFile(t, "keepnode.service")
+	prom := deployFile(t, "prometheus/prometheus.yml")
+	o, err := parse(t, []string{"-config", filepath.Join("..", "..", "deploy", "keepnode.toml")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, want := range []string{"CGO_ENABLED=0", "-o /out/keepnode ./cmd/keepnode", "-o /out/keepctl ./cmd/keepctl",
+		"COPY deploy/keepnode.toml /etc/keepnode/keepnode.toml", `CMD ["-config", "/etc/keepnode/keepnode.toml"]`,
+		"VOLUME " + o.dataDir, "--chown=65532:65532 /out/data " + o.dataDir, "USER 65532:65532"} {
+		if !strings.Contains(docker, want) {
+			t.Errorf("deploy/Dockerfile lacks %q", want)
+		}
+	}
+	built := map[string]bool{}
+	for _, m := range regexp.MustCompile(`-o /out/guests/(\S+\.wasm)`).FindAllStringSubmatch(docker, -1) {
+		built["/opt/wasmkeep/guests/"+m[1]] = true
+	}
+	if !strings.Contains(docker, "COPY --from=build /out/guests/ /opt/wasmkeep/guests/") {
+		t.Error("deploy/Dockerfile does not copy the guests to /opt/wasmkeep/guests/")
+	}
+	for class, path := range o.classes {
+		if !built[path] {
+			t.Errorf("the example configuration's class %s is %s, which the image does not build (it builds %v)", class, path, built)
+		}
+	}
+
+	for _, want := range []string{"ReadWritePaths=" + o.dataDir, "StateDirectory=" + filepath.Base(o.dataDir),
+		"ExecStart=/usr/local/bin/keepnode -config /etc/keepnode/keepnode.toml", "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("deploy/keepnode.service lacks %q", want)
+		}
+	}
+	if regexp.MustCompile(`(?m)^User=root`).MatchString(unit) {
+		t.Error("deploy/keepnode.service runs as root")
+	}
+
+	_, port, ok := strings.Cut(o.metrics.addr, ":")
+	if !ok || !strings.Contains(docker, "EXPOSE 7600 "+port) || strings.Count(prom, ":"+port+`"`) != 3 {
+		t.Errorf("metrics port %q: not the one the image exposes and Prometheus scrapes on the three nodes", port)
+	}
+
+	fs, _ := newFlags(flag.ContinueOnError)
+	known := map[string]bool{envToken: true, envPeerToken: true}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	for file, text := range map[string]string{"compose.yaml": compose, "keepnode.service": unit, "keepnode.toml": deployFile(t, "keepnode.toml")} {
+		for _, v := range regexp.MustCompile(`KEEPNODE_[A-Z_]+`).FindAllString(text, -1) {
+			if !known[v] {
+				t.Errorf("deploy/%s sets %s, which is no flag's variable", file, v)
+			}
+		}
+	}
+	for _, node := range []string{"node1", "node2", "node3"} {
+		if !strings.Contains(compose, "KEEPNODE_ADVERTISE: "+node+":7600") {
+			t.Errorf("deploy/compose.yaml: %s does not advertise %s:7600 (the example listens on every address)", node, node)
+		}
+	}
+}
+
