@@ -209,4 +209,3 @@ func TestDeployFilesAgree(t *testing.T) {
 		}
 	}
 }
-
