@@ -17,10 +17,13 @@
 //	keepctl -node http://127.0.0.1:7601 alarm fire TENANT/CLASS/NAME [-json]
 //	keepctl -bucket wasmkeep -node http://127.0.0.1:7601 alarms delete [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-dry-run]
 //
+// and more (keepctl -help lists every command; each takes -help and
+// -o json).
+//
 // Exit status: 0 on success, 1 when verify finds a committed alarm with no
 // entry or a key that is both an object and the folder of other keys,
-// alarm fire's on-alarm failed, or alarms delete failed for an actor, 2 for
-// bad usage or a failure to reach the bucket or the node.
+// alarm fire's on-alarm failed, or alarms delete or import failed for an
+// actor, 2 for bad usage or a failure to reach the bucket or the node.
 package main
 
 import (
@@ -33,6 +36,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -41,55 +45,10 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
-	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/inspect"
 )
-
-const usage = `Usage: keepctl -bucket NAME [-prefix cluster/] COMMAND [flags]
-       keepctl -node URL [-token-file FILE] [-ca FILE] alarm set|clear|fire TENANT/CLASS/NAME ...
-
-Inspects the alarms of a wasmkeep cluster in its S3 bucket, without joining
-it, and changes one alarm, or those a filter keeps, through a node's HTTP
-API (-node). S3 is configured as for keepnode: AWS_ENDPOINT_URL,
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION. The node's token
-comes from -token-file or $KEEPCTL_TOKEN.
-
-Commands:
-  alarms list [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-json]
-        the index entries, by tenant and due time (TIME: RFC 3339 or Unix ms)
-  alarms failed [-tenant T] [-class C] [-after TIME] [-before TIME] [-json]
-        the alarms whose retries were given up after their class's last
-        attempt (keepnode -max-attempts): each actor's dead letter, from its
-        latest state in the bucket (one GET per actor)
-  actor inspect TENANT/CLASS/NAME [-json]
-        the actor's committed alarm, retry count, alarm_indexed, fence, dead letter,
-        generation and hold, read from the bucket (no hold taken, nothing written)
-  verify [-serves CLASS,...] [-json]
-        the index doctor: every committed alarm has an entry at its time;
-        explains the extra entries; reports keys that are both an object
-        and the folder of others (a store such as MinIO accepts them but
-        hides the keys under them from listings); exits 1 if an alarm has
-        no entry or such a key exists
-  backfill
-        lists an entry for every committed alarm that has none; deletes nothing
-
-Commands through a node (-node URL), each an event of the actor's holder,
-committed, indexed and replicated before it answers:
-  alarm set TENANT/CLASS/NAME TIME [-json]
-        sets the alarm at TIME (RFC 3339, Unix ms, or +DURATION from now);
-        the failure count goes back to 0; the guest is not called
-  alarm clear TENANT/CLASS/NAME [-json]
-        clears the alarm; the guest is not called
-  alarm fire TENANT/CLASS/NAME [-json]
-        runs on-alarm now (exit 1 if it failed: its retry is committed)
-  alarms delete [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-dry-run]
-        (with -bucket too) clears the alarm of every actor whose index entry
-        and committed alarm the filter keeps; -dry-run prints what it would
-        clear and changes nothing
-
-Flags:
-`
 
 // opener opens the named bucket.
 type opener func(ctx context.Context, name string) (bucket.Bucket, error)
@@ -105,18 +64,28 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, open opener) int {
 	fs := flag.NewFlagSet("keepctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	fs.Usage = func() {} // written below
 	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (required)")
 	prefix := fs.String("prefix", "cluster/", "key prefix of the cluster's objects in the bucket")
 	nodeURL := fs.String("node", "", "a node's HTTP API (http://HOST:PORT or https://...), for the commands that change alarms")
 	tokenFile := fs.String("token-file", "", "file holding the token for -node (or $"+envToken+"), when the node has tokens")
 	caFile := fs.String("ca", "", "PEM file of the CA that signed the node's certificate, for an https -node (default: the system's roots)")
+	showVersion := fs.Bool("version", false, "print keepctl's version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(stdout, fs)
+			return 0
+		}
+		writeUsage(stderr, fs)
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version())
+		return 0
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		fs.Usage()
+		writeUsage(stderr, fs)
 		return 2
 	}
 	cmd := rest[0]
@@ -125,9 +94,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		rest = rest[1:]
 	}
 	rest = rest[1:]
-	viaNode := strings.HasPrefix(cmd, "alarm ") || cmd == "alarms delete"
+	spec, ok := lookup(cmd)
+	if !ok {
+		fmt.Fprintf(stderr, "keepctl: unknown command %q\n\n", cmd)
+		writeUsage(stderr, fs)
+		return 2
+	}
+	// Asked for its usage, a command needs neither the bucket nor a node.
+	help := slices.ContainsFunc(rest, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "--h" })
 	var nc *client.Client
-	if viaNode {
+	if spec.node && !help {
 		if *nodeURL == "" {
 			fmt.Fprintf(stderr, "keepctl %s: needs -node URL, the HTTP API of a node of the cluster\n", cmd)
 			return 2
@@ -139,13 +115,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		}
 	}
 	var c *inspect.Cluster
-	if !strings.HasPrefix(cmd, "alarm ") {
+	var b bucket.Bucket
+	if spec.bucket && !help {
 		if *bucketName == "" {
-			fs.Usage()
+			fmt.Fprintf(stderr, "keepctl %s: needs -bucket NAME, the cluster's S3 bucket\n", cmd)
 			return 2
 		}
-		b, err := open(ctx, *bucketName)
-		if err != nil {
+		var err error
+		if b, err = open(ctx, *bucketName); err != nil {
 			fmt.Fprintf(stderr, "keepctl: %v\n", err)
 			return 2
 		}
@@ -168,10 +145,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		status, err = alarmVerb(ctx, nc, strings.TrimPrefix(cmd, "alarm "), rest, stdout, stderr)
 	case "alarms delete":
 		status, err = alarmsDelete(ctx, c, nc, rest, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "keepctl: unknown command %q\n\n", cmd)
-		fs.Usage()
-		return 2
+	case "alarms export":
+		status, err = alarmsExport(ctx, c, rest, stdout, stderr)
+	case "alarms import":
+		status, err = alarmsImport(ctx, nc, rest, os.Stdin, stdout, stderr)
+	case "nodes":
+		status, err = nodes(ctx, b, *prefix, rest, stdout, stderr)
+	}
+	if errors.Is(err, errHelp) {
+		return 0
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "keepctl %s: %v\n", cmd, err)
@@ -181,12 +163,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 }
 
 var errUsage = errors.New("bad usage")
-
-func subFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("keepctl "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
 
 // parseTime reads RFC 3339 or Unix milliseconds.
 func parseTime(s string) (int64, error) {
@@ -216,14 +192,17 @@ func writeJSON(w io.Writer, v any) error {
 // filterFlags adds -tenant, -class and the two time bounds (named after
 // and before, described as what) to fs; the returned function parses args
 // with fs (no positional arguments allowed) and reads them into a Filter.
-func filterFlags(fs *flag.FlagSet, after, before, what string) func(args []string) (inspect.Filter, error) {
+func filterFlags(fs *flag.FlagSet, after, before, what string) func(args []string, stdout io.Writer) (inspect.Filter, error) {
 	tenant := fs.String("tenant", "", "only this tenant")
 	class := fs.String("class", "", "only this class")
 	from := fs.String(after, "", "only "+what+" at or after this time")
 	to := fs.String(before, "", "only "+what+" at or before this time")
-	return func(args []string) (inspect.Filter, error) {
-		if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-			return inspect.Filter{}, errUsage
+	return func(args []string, stdout io.Writer) (inspect.Filter, error) {
+		if err := parseArgs(fs, args, stdout); err != nil {
+			return inspect.Filter{}, err
+		}
+		if fs.NArg() > 0 {
+			return inspect.Filter{}, fmt.Errorf("%w: %q is not a flag", errUsage, fs.Arg(0))
 		}
 		f := inspect.Filter{Tenant: *tenant, Class: *class}
 		var err error
@@ -248,8 +227,8 @@ func listEntries(ctx context.Context, c *inspect.Cluster, f inspect.Filter, stde
 func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms list", stderr)
 	parse := filterFlags(fs, "due-after", "due-before", "entries due")
-	asJSON := fs.Bool("json", false, "one JSON array")
-	f, err := parse(args)
+	asJSON := jsonFlag(fs, "one JSON array")
+	f, err := parse(args, stdout)
 	if err != nil {
 		return 2, err
 	}
@@ -282,8 +261,8 @@ func alarmsList(ctx context.Context, c *inspect.Cluster, args []string, stdout, 
 func alarmsFailed(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarms failed", stderr)
 	parse := filterFlags(fs, "after", "before", "alarms whose last attempt failed")
-	asJSON := fs.Bool("json", false, "one JSON array")
-	f, err := parse(args)
+	asJSON := jsonFlag(fs, "one JSON array")
+	f, err := parse(args, stdout)
 	if err != nil {
 		return 2, err
 	}
@@ -327,14 +306,14 @@ func parseActor(s string) (abi.ActorID, error) {
 
 func actorInspect(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("actor inspect", stderr)
-	asJSON := fs.Bool("json", false, "one JSON object")
+	asJSON := jsonFlag(fs, "one JSON object")
 	// The actor may come before or after the flags.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2, errUsage
+	if err := parseArgs(fs, args, stdout); err != nil {
+		return 2, err
 	}
 	if name == "" && fs.NArg() == 1 {
 		name = fs.Arg(0)
@@ -405,9 +384,12 @@ func quoteEmpty(s string) string {
 func verify(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("verify", stderr)
 	serves := fs.String("serves", "", "the classes the cluster serves, comma-separated (default: all); entries of others are reported as such")
-	asJSON := fs.Bool("json", false, "the report as one JSON object")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return 2, errUsage
+	asJSON := jsonFlag(fs, "the report as one JSON object")
+	if err := parseArgs(fs, args, stdout); err != nil {
+		return 2, err
+	}
+	if fs.NArg() > 0 {
+		return 2, fmt.Errorf("%w: %q is not a flag", errUsage, fs.Arg(0))
 	}
 	opts := inspect.VerifyOptions{
 		Progress: func(done, total int) {
@@ -473,14 +455,30 @@ func verify(ctx context.Context, c *inspect.Cluster, args []string, stdout, stde
 
 func backfill(ctx context.Context, c *inspect.Cluster, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("backfill", stderr)
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return 2, errUsage
+	asJSON := jsonFlag(fs, "the report as one JSON object")
+	if err := parseArgs(fs, args, stdout); err != nil {
+		return 2, err
+	}
+	if fs.NArg() > 0 {
+		return 2, fmt.Errorf("%w: %q is not a flag", errUsage, fs.Arg(0))
 	}
 	nonces, err := alarmindex.NewNonceSource(rand.Reader)
 	if err != nil {
 		return 2, err
 	}
 	rep, err := c.Backfill(ctx, nonces)
+	if *asJSON {
+		if rep.Put == nil {
+			rep.Put = []string{}
+		}
+		if werr := writeJSON(stdout, rep); err == nil {
+			err = werr
+		}
+		if err != nil {
+			return 2, err
+		}
+		return 0, nil
+	}
 	for _, k := range rep.Put {
 		fmt.Fprintf(stdout, "listed %s\n", k)
 	}

@@ -102,12 +102,12 @@ func describeState(id abi.ActorID, st client.AlarmState) string {
 // alarmVerb runs alarm set, alarm clear and alarm fire.
 func alarmVerb(ctx context.Context, c *client.Client, verb string, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarm "+verb, stderr)
-	asJSON := fs.Bool("json", false, "the committed alarm state as the node answered it, one JSON object")
+	asJSON := jsonFlag(fs, "the committed alarm state as the node answered it, one JSON object")
 	var pos []string
 	// Positional arguments may come before or after the flags.
 	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return 2, errUsage
+		if err := parseArgs(fs, args, stdout); err != nil {
+			return 2, err
 		}
 		if fs.NArg() == 0 {
 			break
@@ -184,7 +184,8 @@ func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *client.Client, ar
 	fs := subFlags("alarms delete", stderr)
 	parse := filterFlags(fs, "due-after", "due-before", "alarms due")
 	dryRun := fs.Bool("dry-run", false, "print what would be cleared; change nothing")
-	f, err := parse(args)
+	asJSON := jsonFlag(fs, "one JSON object: what was done to each actor, and the counts")
+	f, err := parse(args, stdout)
 	if err != nil {
 		return 2, err
 	}
@@ -206,48 +207,64 @@ func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *client.Client, ar
 		return (f.DueAfter == 0 || at >= f.DueAfter) && (f.DueBefore == 0 || at <= f.DueBefore)
 	}
 	var cleared, skipped, failed int
+	results := []deleteResult{}
+	note := func(id abi.ActorID, result string, at *int64, detail error, text string, args ...any) {
+		r := deleteResult{Actor: id.String(), Result: result, AlarmMs: at}
+		if detail != nil {
+			r.Detail = detail.Error()
+		}
+		results = append(results, r)
+		if !*asJSON {
+			fmt.Fprintf(stdout, text+"\n", args...)
+		}
+	}
 	for _, id := range actors {
 		st, err := nc.Alarm(ctx, id)
 		if err != nil {
-			fmt.Fprintf(stdout, "FAILED %s: read the alarm: %v\n", id, err)
+			note(id, "failed", nil, err, "FAILED %s: read the alarm: %v", id, err)
 			failed++
 			continue
 		}
 		switch {
 		case st.AlarmMs == nil:
-			fmt.Fprintf(stdout, "skip %s: no alarm committed (its entry is stale; the sweep removes it)\n", id)
+			note(id, "skipped", nil, errors.New("no alarm committed"), "skip %s: no alarm committed (its entry is stale; the sweep removes it)", id)
 			skipped++
 			continue
 		case !within(*st.AlarmMs):
-			fmt.Fprintf(stdout, "skip %s: its committed alarm, at %s, is outside the filter (its entry is stale)\n", id, formatMs(*st.AlarmMs))
+			note(id, "skipped", st.AlarmMs, errors.New("the committed alarm is outside the filter"), "skip %s: its committed alarm, at %s, is outside the filter (its entry is stale)", id, formatMs(*st.AlarmMs))
 			skipped++
 			continue
 		}
 		at := *st.AlarmMs
 		if *dryRun {
-			fmt.Fprintf(stdout, "would clear %s: alarm at %s (%d), retry count %d\n", id, formatMs(at), at, st.RetryCount)
+			note(id, "would_clear", &at, nil, "would clear %s: alarm at %s (%d), retry count %d", id, formatMs(at), at, st.RetryCount)
 			cleared++
 			continue
 		}
 		_, err = nc.ClearAlarmAt(ctx, id, at)
 		switch {
 		case err == nil:
-			fmt.Fprintf(stdout, "cleared %s: alarm at %s (%d)\n", id, formatMs(at), at)
+			note(id, "cleared", &at, nil, "cleared %s: alarm at %s (%d)", id, formatMs(at), at)
 			cleared++
 		case isStatus(err, http.StatusConflict):
-			fmt.Fprintf(stdout, "skip %s: its alarm moved since it was read: %v\n", id, err)
+			note(id, "skipped", &at, err, "skip %s: its alarm moved since it was read: %v", id, err)
 			skipped++
 		case isStatus(err, http.StatusNotFound):
-			fmt.Fprintf(stdout, "skip %s: %v\n", id, err)
+			note(id, "skipped", &at, err, "skip %s: %v", id, err)
 			skipped++
 		default:
-			fmt.Fprintf(stdout, "FAILED %s: %v\n", id, err)
+			note(id, "failed", &at, err, "FAILED %s: %v", id, err)
 			failed++
 		}
 	}
-	if *dryRun {
+	switch {
+	case *asJSON:
+		if err := writeJSON(stdout, deleteReport{DryRun: *dryRun, Matched: len(actors), Cleared: cleared, Skipped: skipped, Failed: failed, Actors: results}); err != nil {
+			return 2, err
+		}
+	case *dryRun:
 		fmt.Fprintf(stdout, "dry run: %d actors matched, %d alarms would be cleared, %d skipped, %d failed; nothing changed\n", len(actors), cleared, skipped, failed)
-	} else {
+	default:
 		fmt.Fprintf(stdout, "%d actors matched, %d alarms cleared, %d skipped, %d failed\n", len(actors), cleared, skipped, failed)
 	}
 	if failed > 0 {
@@ -255,4 +272,24 @@ func alarmsDelete(ctx context.Context, c *inspect.Cluster, nc *client.Client, ar
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// deleteReport is alarms delete -o json: Cleared counts the alarms that
+// would be cleared in a dry run.
+type deleteReport struct {
+	DryRun  bool           `json:"dry_run"`
+	Matched int            `json:"matched"`
+	Cleared int            `json:"cleared"`
+	Skipped int            `json:"skipped"`
+	Failed  int            `json:"failed"`
+	Actors  []deleteResult `json:"actors"`
+}
+
+// deleteResult is what alarms delete did to one actor: Result is cleared,
+// would_clear, skipped or failed, Detail why (for the last two).
+type deleteResult struct {
+	Actor   string `json:"actor"`
+	Result  string `json:"result"`
+	AlarmMs *int64 `json:"alarm_ms,omitempty"`
+	Detail  string `json:"detail,omitempty"`
 }
