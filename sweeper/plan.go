@@ -57,6 +57,10 @@ type PlanInput struct {
 	// among, in place of Live: the walkers of the tenant for that class
 	// (see [Walkers]). Self counts whether or not it is listed.
 	ShardNodes func(class string) []string
+	// Own, if set, reports actors whose entries are this node's whatever
+	// their shard: actors it let go of, whose alarm only it knows may be
+	// held by no timer (docs/design.md#relist). Nil: none.
+	Own func(abi.ActorID) bool
 	// Busy reports an actor this node already has in flight or retrying;
 	// its entries are neither delivered again nor counted against the cap.
 	// Nil: none.
@@ -133,7 +137,7 @@ func PlanSweep(in PlanInput) Plan {
 			shardNodes = liveNodes(in.Self, in.ShardNodes(c.Actor.Class))
 		}
 		switch {
-		case Shard(c.Actor, shardNodes) == in.Self:
+		case Shard(c.Actor, shardNodes) == in.Self || (in.Own != nil && in.Own(c.Actor)):
 			own = append(own, c)
 		case c.DueMs <= anyoneBefore:
 			c.Anyone = true
