@@ -188,3 +188,30 @@ mutate: tools
 
 mutate-short: tools
 	$(GO) run ./internal/mutate -short $(MUTATE_SHORT)
+
+# deploy-check: the files of deploy/ that the tests do not run. The alert
+# rules (promtool check rules) and their unit tests (promtool test rules),
+# and the Prometheus configuration of the compose file; the systemd unit
+# (systemd-analyze verify, where any warning fails it, and systemd-analyze
+# security: an exposure of at most 2.0), skipped with a note where
+# systemd-analyze is missing. promtool comes with Debian's prometheus
+# package; .ci/run installs it. The image's binaries, the example
+# configuration and the dashboard's queries are tested by make test
+# (cmd/keepnode).
+.PHONY: deploy-check
+deploy-check:
+	@command -v promtool >/dev/null || { echo "make deploy-check: promtool not found; install it (Debian: apt-get install prometheus)" >&2; exit 1; }
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
+	promtool check config deploy/prometheus/prometheus.yml
+	@if ! command -v systemd-analyze >/dev/null; then \
+		echo "make deploy-check: systemd-analyze not found; deploy/keepnode.service not checked"; exit 0; \
+	fi; \
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	$(GO) build -o "$$d/keepnode" ./cmd/keepnode || exit 1; \
+	sed "s|/usr/local/bin/keepnode|$$d/keepnode|" deploy/keepnode.service > "$$d/keepnode.service"; \
+	out=$$(systemd-analyze verify "$$d/keepnode.service" 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "make deploy-check: systemd-analyze verify deploy/keepnode.service: not clean" >&2; exit 1; fi; \
+	systemd-analyze security --offline=yes --threshold=20 "$$d/keepnode.service" >/dev/null || \
+		{ systemd-analyze security --offline=yes "$$d/keepnode.service"; echo "make deploy-check: deploy/keepnode.service is exposed above 2.0" >&2; exit 1; }; \
+	echo "deploy/keepnode.service: systemd-analyze verify and security (exposure at most 2.0): ok"

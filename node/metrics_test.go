@@ -227,6 +227,25 @@ func checkDocumented(t *testing.T, s metricstest.Families) {
 			t.Errorf("docs/operations.md lists %s, which the node does not serve", name)
 		}
 	}
+	// The observability guide, the alert rules and the dashboard name only
+	// metrics a node serves (a histogram's by its series' names too).
+	for _, f := range []string{"docs/observability.md", "deploy/prometheus/alerts.yml", "deploy/prometheus/alerts_test.yml", "deploy/grafana/wasmkeep.json"} {
+		b, err := os.ReadFile(filepath.Join(testguest.Root(t), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`\bwasmkeep_[a-z0-9_]+`).FindAllString(string(b), -1) {
+			base := m
+			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+				if b, ok := strings.CutSuffix(m, suffix); ok && s.Has(b) {
+					base = b
+				}
+			}
+			if !s.Has(base) {
+				t.Errorf("%s names %s, which the node does not serve", f, m)
+			}
+		}
+	}
 }
 
 // Two nodes in one process with registries of their own do not collide,
