@@ -23,8 +23,8 @@ func TestRetryAfterIsTheRemainingFailover(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
 	classes := oneshot(t)
-	// failover: 3 s + 1 s + 1 s.
-	const failover = 5 * time.Second
+	// The asking nodes' failover: 3 s + 1 s + 1 s, or at the defaults
+	// 10 s + 2 s + 10/3 s.
 	lease := hostConfig{ttl: 3 * time.Second, margin: time.Second, grace: time.Second}
 	b := lease
 	b.addr = "127.0.0.1:1" // nothing listens: a connection is refused
@@ -32,17 +32,21 @@ func TestRetryAfterIsTheRemainingFailover(t *testing.T) {
 	if _, err := holder.Request(t.Context(), abi.ActorID{Tenant: "t", Class: "oneshot", Name: "held"}, hourAhead()); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name   string
-		wait   time.Duration // the node's FailoverWait
-		waited time.Duration // at least this long inside the node
+	for i, c := range []struct {
+		name     string
+		lease    hostConfig
+		failover time.Duration
+		wait     time.Duration // the node's FailoverWait
+		waited   time.Duration // at least this long inside the node
 	}{
-		{"no wait in the node", -1, 0},
-		{"2 s waited in the node", 2 * time.Second, 2 * time.Second},
+		{"no wait in the node", lease, 5 * time.Second, -1, 0},
+		{"2 s waited in the node", lease, 5 * time.Second, 2 * time.Second, 2 * time.Second},
+		{"the default lease, no wait in the node", hostConfig{}, 10*time.Second + 2*time.Second + 10*time.Second/3, -1, 0},
 	} {
-		hc := lease
+		hc := c.lease
 		hc.failoverWait = c.wait
-		a := serveHost(t, srv.Bucket, "a-"+strconv.Itoa(int(c.wait)), classes, hc)
+		failover := c.failover
+		a := serveHost(t, srv.Bucket, "a"+strconv.Itoa(i), classes, hc)
 		cl, err := client.New(a.URL)
 		if err != nil {
 			t.Fatal(err)
