@@ -363,7 +363,9 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 			probe{r, url(a.URL, r, "t/nope/x"), "op", body(r), 404},
 			probe{r, url(a.URL, r, "t/oneshot/held"), "tt", body(r), 503},
 		)
-		if r != del && r != getAlarm {
+		// GET reads the snapshot from the bucket without taking the actor,
+		// and answers 503 for one that is not a database: it lists no 500.
+		if r != getAlarm {
 			probes = append(probes, probe{r, url(a.URL, r, "t/oneshot/bad"), "op", body(r), 500})
 		}
 	}
