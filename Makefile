@@ -182,7 +182,7 @@ bench-million:
 # (docs/development.md#mutation-testing). mutate-short: MUTATE_SHORT entries,
 # a different run of them each day (MUTATE_SEED=N picks the run of day N).
 .PHONY: mutate mutate-short
-MUTATE_SHORT ?= 12
+MUTATE_SHORT ?= 8
 mutate: tools
 	$(GO) run ./internal/mutate
 
