@@ -250,14 +250,21 @@ func (c *Cluster) readState(ctx context.Context, id abi.ActorID, snap cluster.Sn
 	if err := hostmod.WriteSnapshot(p, data); err != nil {
 		return state{}, fmt.Errorf("actor %s: snapshot %s: %w", id, snap.Key, err)
 	}
+	// A snapshot that cannot be opened or read is, most likely, not a
+	// database the host wrote: CheckSnapshot says so (an error wrapping
+	// hostmod.ErrBadSnapshot, which retrying cannot mend) or else lets the
+	// error stand.
+	fail := func(err error) (state, error) {
+		if cerr := hostmod.CheckSnapshot(filepath.Join(dir, "check.db"), data); errors.Is(cerr, hostmod.ErrBadSnapshot) {
+			err = cerr
+		}
+		return state{}, fmt.Errorf("actor %s: snapshot %s: %w", id, snap.Key, err)
+	}
 	st, err := hostmod.OpenStore(p)
 	if err != nil {
-		return state{}, fmt.Errorf("actor %s: snapshot %s: %w", id, snap.Key, err)
+		return fail(err)
 	}
 	defer st.Close()
-	fail := func(err error) (state, error) {
-		return state{}, fmt.Errorf("actor %s: snapshot %s: %w", id, snap.Key, err)
-	}
 	at, ok, err := st.Alarm()
 	if err != nil {
 		return fail(err)
