@@ -303,7 +303,12 @@ func runBaseline(scratch string, sel []Mutation) error {
 		t0 := time.Now()
 		out := goTest(scratch, g.pkg, args)
 		fmt.Printf("mutate:   %d tests passed in %v\n", len(out.passedTests), time.Since(t0).Round(100*time.Millisecond))
-		if out.err != nil || len(out.failedTests) > 0 {
+		switch {
+		case out.buildFailed:
+			errs = append(errs, fmt.Sprintf("the catcher of %s does not build without any change (nothing to do with the entries):\n%s",
+				strings.Join(g.names, ", "), indent(out.tail())))
+			continue
+		case out.err != nil || len(out.failedTests) > 0:
 			errs = append(errs, fmt.Sprintf("the catcher of %s fails without any change (%s):\n%s",
 				strings.Join(g.names, ", "), strings.Join(out.failedTests, ", "), indent(out.tail())))
 			continue
