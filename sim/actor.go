@@ -112,6 +112,7 @@ func (s *sim) giveUp(n *node, h *held, why string) {
 	s.c.GiveUps++
 	s.logf("%s gives %s up: %s", n.addr, h.actor, why)
 	s.release(n, h)
+	s.letGo(n, h.actor)
 }
 
 // ---- client requests ----
@@ -253,6 +254,10 @@ func (s *sim) runRequest(n *node, h *held, kind reqKind, finish func()) {
 			}
 		case reqSet:
 			next.alarm, next.failures = s.pickAlarm(h.actor), 0
+			if s.drillAt != 0 {
+				at := s.drillAt
+				next.alarm, s.drillAt, s.drillNode = &at, 0, n
+			}
 		case reqClear:
 			next.alarm, next.failures = nil, 0
 		case reqWrite:
@@ -555,7 +560,11 @@ func (s *sim) drive(n *node, h *held, x *alarmindex.Exec, d *driven, k func(erro
 				}
 				s.logf("%s deletes stale %s", n.addr, st.Key)
 			}
-			s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: st.Key.String()}, nil)
+			s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: st.Key.String()}, func(r result) {
+				if r.err != nil && n.up {
+					s.letGo(n, h.actor) // an entry left behind: its tenant is walked
+				}
+			})
 			report(true)
 		case alarmindex.StepList:
 			s.maybePause(n, pStaleListPause, "before a stale LIST")
@@ -578,6 +587,7 @@ func (s *sim) drive(n *node, h *held, x *alarmindex.Exec, d *driven, k func(erro
 			report(true)
 		case alarmindex.StepRelease:
 			s.release(n, h)
+			s.letGo(n, h.actor)
 			report(true)
 		default:
 			s.failf("sim", "actor %s: unknown step %s", h.actor, st.Kind)

@@ -43,9 +43,22 @@
 //     (alarms/stale.go): stale entries removed by the delivery rules.
 //     Half the runs add a gateway: a node that holds a lease and sweeps but
 //     serves no class (its planner counts every actor busy, as the plugin
-//     does for a class a node does not serve), so the entries whose shard
-//     falls to it are delivered only by the three-margin rule
-//     (Config.NoAnyone shows the simulator catches its loss).
+//     does for a class a node does not serve), though its lease claims
+//     every class (a stale class view), so it can be a walker in the
+//     others' views and the entries whose shard falls to it are delivered
+//     only by the three-margin rule (Config.NoAnyone shows the simulator
+//     catches its loss).
+//   - Walkers and relisting: a node lists the tenant only as one of its 2
+//     walkers (sweeper.Walkers; entries shared among the walkers) or after
+//     a hint (it gave an actor up, released it, or a DELETE failed: it
+//     walks the tenant and delivers that actor's entries as its own), and
+//     only when sweeper.Schedule says so: the earliest entry comes due,
+//     overdue entries remain, or the live nodes changed (a lease lapsed, a
+//     node restarted or took a new lease). The schedule's safety period is
+//     longer than a run. The final phase's orphan drill (a node sets an
+//     alarm and crashes before any walker listed it) must be delivered by
+//     the relisting on the change of the live nodes
+//     (Config.NoMembershipRelist shows the simulator catches its loss).
 //   - Actors: one tenant, one class, six actors, four with state from before
 //     (some with legacy entries, sometimes a leftover legacy entry), two new;
 //     joining nodes bring actors of their own (and sometimes one the cluster

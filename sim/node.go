@@ -37,6 +37,11 @@ type node struct {
 	held    map[string]*held
 	busy    map[string]bool
 	cursor  string
+	// sched is when the node lists the tenant (sweeper.Schedule, as the
+	// plugin's loop runs it); letGo are the actors it let go of, whose
+	// overdue entries it delivers as its own (docs/design.md#relist).
+	sched *sweeper.Schedule
+	letGo map[string]bool
 
 	// local is single-node data not yet in the bucket (a joining node's
 	// actors); it survives crashes.
@@ -123,6 +128,8 @@ func (s *sim) boot(n *node) {
 	n.held = map[string]*held{}
 	n.busy = map[string]bool{}
 	n.cursor = ""
+	n.sched = &sweeper.Schedule{Margin: marginMs * time.Millisecond, Period: sweepMs * time.Millisecond, Safety: safetyPeriodMs * time.Millisecond}
+	n.letGo = map[string]bool{}
 	s.logf("%s up (lease epoch %d)", n.addr, n.epoch)
 
 	// Start-up scan of its own data: alarms into the timer, and each actor
@@ -253,12 +260,55 @@ func (s *sim) release(n *node, h *held) {
 	}
 }
 
-// sweep is one alarm_sweep of n: walk the overdue part of the index,
-// plan with the production planner, offer to the node timer.
+// view is the live nodes as every node sees them (one clock, one truth):
+// each serving every class, as its lease says; a gateway's lease says so
+// too (a stale class view: docs/design.md#walkers), though it serves none.
+// The epoch sums the live nodes' lease epochs, so a node that restarted,
+// or lost its lease and took a new one, changes the view as a later
+// process under a node ID does (cluster.Leases.MembersEpoch).
+func (s *sim) view() sweeper.View {
+	var v sweeper.View
+	for i, n := range s.nodes {
+		if s.leaseValid(i, s.leases[i].epoch) {
+			v.Members = append(v.Members, sweeper.Member{Addr: n.addr, All: true})
+			v.Epoch += s.leases[i].epoch
+		}
+	}
+	return v
+}
+
+// letGo is the plugin's LetGo: n let go of actor a, whose entry may be in
+// no live timer now.
+func (s *sim) letGo(n *node, a abi.ActorID) {
+	if n.sched == nil {
+		return
+	}
+	n.sched.Hint(a.Tenant, s.now)
+	n.letGo[a.String()] = true
+}
+
+// sweep is one alarm_sweep of n, on the schedule (sweeper.Schedule) the
+// plugin's loop follows: walk the overdue part of the index when the
+// tenant is due and n is one of its walkers (or was hinted), plan with the
+// production planner among the tenant's walkers, offer to the node timer.
 func (s *sim) sweep(n *node) {
 	if n.cut(s.now) {
 		return
 	}
+	v := s.view()
+	if !s.cfg.NoMembershipRelist || !n.sched.Known() {
+		if n.sched.Members(v, s.now) {
+			s.c.Relists++
+		}
+	}
+	n.sched.Found([]string{tenant}, s.now)
+	walkers := sweeper.NewWalkers(v, walkersR)
+	self := sweeper.Member{Addr: n.addr, All: !n.gateway, Classes: []string{}}
+	if !n.sched.Due(tenant, s.now) || !(n.sched.Extra(tenant) || walkers.Walks(self, tenant)) {
+		return
+	}
+	s.c.Walks++
+	from := n.cursor
 	w := sweeper.NewWalk(tenant, n.cursor, s.now-marginMs, sweeper.WalkLimits{})
 	for {
 		pg, ok := w.Next()
@@ -274,12 +324,18 @@ func (s *sim) sweep(n *node) {
 	}
 	res := w.Result()
 	n.cursor = res.Cursor
+	n.sched.Walked(tenant, s.now, sweeper.Walked{FromStart: from == "", Result: res, Actionable: !n.gateway && len(res.Entries) > 0})
+	if res.ReachedEnd && from == "" && res.Read == 0 && res.NextDueMs == 0 {
+		clear(n.letGo) // the tenant is empty
+	}
 	plan := sweeper.PlanSweep(sweeper.PlanInput{
-		Entries: res.Entries,
-		Now:     time.UnixMilli(s.now),
-		Margin:  marginMs * time.Millisecond,
-		Self:    n.addr,
-		Live:    s.liveAddrs(),
+		Entries:    res.Entries,
+		Now:        time.UnixMilli(s.now),
+		Margin:     marginMs * time.Millisecond,
+		Self:       n.addr,
+		Live:       s.liveAddrs(),
+		ShardNodes: func(c string) []string { return walkers.Of(tenant, c) },
+		Own:        func(a abi.ActorID) bool { return n.letGo[a.String()] },
 		// A class the node does not serve counts as busy, as in the
 		// plugin: nodes that serve it deliver the entry, as anyone's once
 		// three margins overdue.
@@ -297,6 +353,7 @@ func (s *sim) sweep(n *node) {
 			s.failf("sim", "sweep met an entry of unknown actor %s", d.Actor)
 			return
 		}
+		delete(n.letGo, ak) // offered: in the node's timer now
 		if n.timer.Offer(ak, d.DueMs, s.now) {
 			if d.Anyone {
 				s.c.Anyone++
@@ -379,6 +436,7 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 		default:
 			// The bucket never had the actor: remove nothing, let it go.
 			s.release(n, h)
+			s.letGo(n, h.actor)
 			finish()
 		}
 	})
@@ -449,8 +507,12 @@ func (s *sim) setTimer(n *node, h *held) {
 	s.arm(n)
 }
 
-// retryLater tries a delivery again after d.
+// retryLater tries a delivery again after d (the plugin hints its
+// tenant too).
 func (s *sim) retryLater(n *node, ak string, k *alarmindex.Key, d int64) {
+	if a, ok := s.byKey[ak]; ok {
+		s.letGo(n, a)
+	}
 	at := s.now + d
 	n.timer.Set(ak, at)
 	n.pending[ak] = pendingKey{at: at, key: k}

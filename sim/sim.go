@@ -36,6 +36,13 @@ type Config struct {
 	// whose shard falls to a live node that does not serve its class then
 	// waits for ever.
 	NoAnyone bool
+	// NoMembershipRelist is the unsafe variant of the relisting schedule
+	// (docs/design.md#relist): a walker lists the tenant again only when
+	// its earliest known entry comes due (and on a hint), never because
+	// the live nodes changed. An entry a node wrote after the walkers'
+	// last walk, earlier than what they know, then waits for ever once
+	// that node dies.
+	NoMembershipRelist bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
@@ -160,6 +167,13 @@ type Counters struct {
 	LimitedRetries, GivenUp int64
 	// Checks: invariant checks of one actor.
 	Checks int64
+	// Walks: walks of the tenant's index (by its walkers, on the
+	// relisting schedule); Relists: changes of the live nodes a node's
+	// schedule saw (every tenant listed again).
+	Walks, Relists int64
+	// Drills: final phases whose orphan drill ran (a node crashed holding
+	// the only timer of an alarm no walker had listed).
+	Drills int64
 }
 
 // Add adds o to c.
@@ -193,6 +207,7 @@ var Required = []string{
 	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
 	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
+	"Walks", "Relists", "Drills",
 }
 
 // Run runs one simulation to its end and reports the outcome. It is
@@ -219,6 +234,20 @@ const (
 	idleMs   = 20_000            // a hold idle this long is released
 	tenant   = "acme"
 	class    = "counter"
+)
+
+// The relisting schedule (docs/design.md#relist) in the model.
+const (
+	// safetyPeriodMs is the schedule's safety period: longer than a run,
+	// so that no relisting the design argues for rests on it.
+	safetyPeriodMs = mainMs + finalMs + 1
+	walkersR       = 2 // walkers per tenant and class
+	// safetyWalkMs: the final phase's last minutes, after every committed
+	// alarm must have been delivered, start with the safety period's
+	// relisting.
+	safetyWalkMs = 180_000
+	// drillMs: when in the final phase the orphan drill runs.
+	drillMs = 240_000
 )
 
 var retryMax = alarmindex.DefaultRetryMax
@@ -251,6 +280,11 @@ func (q *eventQueue) Pop() any {
 }
 
 type sim struct {
+	// drillAt, when not zero, is the alarm the next set request sets (the
+	// final phase's orphan drill); drillNode the node that ran it.
+	drillAt   int64
+	drillNode *node
+
 	cfg     Config
 	rng     *rand.Rand
 	now     int64

@@ -41,6 +41,7 @@ var variants = []struct {
 	{name: "RetryNotDoubled", cfg: Config{Mutations: alarmindex.Mutations{RetryNotDoubled: true}}},
 	{name: "RetryMovesLaterAlarm", cfg: Config{Mutations: alarmindex.Mutations{RetryMovesLaterAlarm: true}}},
 	{name: "NoAnyone", cfg: Config{NoAnyone: true}},
+	{name: "NoMembershipRelist", cfg: Config{NoMembershipRelist: true}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 

@@ -242,6 +242,16 @@ func (s *Schedule) Members(v View, nowMs int64) (changed bool) {
 	return true
 }
 
+// Expire makes every tenant due at nowMs, as the safety period does.
+func (s *Schedule) Expire(nowMs int64) {
+	for _, st := range s.tenants {
+		st.next = min(st.next, nowMs)
+	}
+}
+
+// Known reports whether the schedule was told a view ([Schedule.Members]).
+func (s *Schedule) Known() bool { return s.seen }
+
 // FindTenants reports whether the tenants should be found again at nowMs
 // (a membership change, or a safety period since they were last found).
 func (s *Schedule) FindTenants(nowMs int64) bool {
