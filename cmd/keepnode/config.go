@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hashicorp/go-hclog"
 )
 
 const (
@@ -79,11 +80,15 @@ func configure(fs *flag.FlagSet, args []string, getenv func(string) (string, boo
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	file := fs.Lookup(configFlag).Value.String()
-	if file == "" {
-		return nil
+	if file := fs.Lookup(configFlag).Value.String(); file != "" {
+		if err := applyFile(fs, file, set); err != nil {
+			return err
+		}
 	}
-	return applyFile(fs, file, set)
+	if l := fs.Lookup("log-level"); l != nil && hclog.LevelFromString(l.Value.String()) == hclog.NoLevel {
+		return fmt.Errorf("-log-level %q: want trace, debug, info, warn or error", l.Value)
+	}
+	return nil
 }
 
 // applyFile sets from the TOML file each flag not in set.

@@ -151,6 +151,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "a table under a flag's name", file: "[data]\nx = 1\n", want: []string{`key "data"`, "want a string"}},
 		{name: "not TOML", file: "listen = \n", want: []string{"keepnode.toml"}},
 		{name: "bad class", file: "class = [\"counter\"]\n", want: []string{`key "class"`, "name=path.wasm"}},
+		{name: "bad log level", env: map[string]string{"KEEPNODE_LOG_LEVEL": "loud"}, want: []string{`-log-level "loud"`}},
 		{name: "bad value in the environment", env: map[string]string{"KEEPNODE_LEASE_TTL": "soon"}, want: []string{"$KEEPNODE_LEASE_TTL", "-lease-ttl", `"soon"`}},
 		{name: "a bad file is an error even when every key is overridden", file: "lease-ttl = \"x\"\n", env: map[string]string{"KEEPNODE_LEASE_TTL": "3s"}, want: []string{`key "lease-ttl"`}},
 	} {

@@ -127,9 +127,8 @@ func main() {
 		fmt.Println(versionLine(bi, ok))
 		return
 	}
-	if cfgErr == nil && hclog.LevelFromString(o.logLevel) == hclog.NoLevel {
-		cfgErr = fmt.Errorf("-log-level %q: want trace, debug, info, warn or error", o.logLevel)
-		o.logLevel = "info"
+	if hclog.LevelFromString(o.logLevel) == hclog.NoLevel {
+		o.logLevel = "info" // to report the error
 	}
 	logger := newLogger(o, os.Stderr)
 	if cfgErr != nil {
