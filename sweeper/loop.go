@@ -382,7 +382,7 @@ func (l *Loop) sweep(ctx context.Context, all bool) error {
 					errs[i] = ctx.Err()
 					return
 				}
-				errs[i] = l.sweepTenant(ctx, tenants[i], live, walkers)
+				errs[i] = l.sweepTenant(ctx, tenants[i], live, walkers, nowMs)
 			}
 		}()
 	}
@@ -406,7 +406,10 @@ func (l *Loop) Last() (time.Time, error) {
 	return l.lastAt, l.lastErr
 }
 
-func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, walkers *Walkers) error {
+// sweepTenant walks and plans one tenant; tickMs is when the sweep began,
+// which the schedule counts from, so that a tenant due again in a period
+// is due at the next sweep however long this one took.
+func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, walkers *Walkers, tickMs int64) error {
 	l.sweeps.Add(1)
 	now := l.cfg.Clock.Now()
 	cutoff := now.UnixMilli() - l.cfg.Margin.Milliseconds()
@@ -440,7 +443,7 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 		}
 	}
 	l.schedMu.Lock()
-	l.sched.Walked(tenant, now.UnixMilli(), Walked{FromStart: cursor == "", Result: res, Actionable: actionable})
+	l.sched.Walked(tenant, tickMs, Walked{FromStart: cursor == "", Result: res, Actionable: actionable})
 	if res.ReachedEnd && cursor == "" && res.Read == 0 && res.NextDueMs == 0 {
 		for id := range l.letGo {
 			if id.Tenant == tenant {

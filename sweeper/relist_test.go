@@ -251,3 +251,32 @@ func TestWalkers(t *testing.T) {
 		}
 	}
 }
+
+// slowLister moves the clock on by d at every LIST, as a slow store does.
+type slowLister struct {
+	*memBucket
+	clock *sweepClock
+	d     time.Duration
+}
+
+func (s slowLister) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
+	s.clock.Advance(s.d)
+	return s.memBucket.List(ctx, prefix, startAfter, limit)
+}
+
+// A tenant with overdue entries is listed at every sweep, even when its
+// LIST takes time: the schedule counts a period from the sweep's start,
+// not from the walk's, which would skip every other sweep.
+func TestTickWithOverdueEntriesListsEverySweepOfASlowStore(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Period = 10 * time.Second })
+	slow := slowLister{h.bucket, h.clock, 300 * time.Millisecond}
+	h.loop.cfg.Lister = slow
+	h.bucket.put(keysFrom("t", "a", ago(time.Hour), 1)...)
+	for i := range 5 {
+		start := h.clock.Now()
+		if n := h.tick(t, 0); n != 1 {
+			t.Fatalf("sweep %d: %d LISTs, want 1 (an overdue entry remains)", i, n)
+		}
+		h.clock.Advance(10*time.Second - h.clock.Now().Sub(start))
+	}
+}
