@@ -268,14 +268,18 @@ func (s slowLister) List(ctx context.Context, prefix, startAfter string, limit i
 // LIST takes time: the schedule counts a period from the sweep's start,
 // not from the walk's, which would skip every other sweep.
 func TestTickWithOverdueEntriesListsEverySweepOfASlowStore(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Period = 10 * time.Second })
+	h := newHarness(t, func(c *Config) {
+		c.Period, c.Concurrency = 10*time.Second, 1
+		c.Tenants = StaticTenants{"t1", "t2"}
+	})
 	slow := slowLister{h.bucket, h.clock, 300 * time.Millisecond}
 	h.loop.cfg.Lister = slow
-	h.bucket.put(keysFrom("t", "a", ago(time.Hour), 1)...)
+	h.bucket.put(keysFrom("t1", "a", ago(time.Hour), 1)...)
+	h.bucket.put(keysFrom("t2", "a", ago(time.Hour), 1)...)
 	for i := range 5 {
 		start := h.clock.Now()
-		if n := h.tick(t, 0); n != 1 {
-			t.Fatalf("sweep %d: %d LISTs, want 1 (an overdue entry remains)", i, n)
+		if n := h.tick(t, 0); n != 2 {
+			t.Fatalf("sweep %d: %d LISTs, want 2 (an overdue entry remains in each tenant)", i, n)
 		}
 		h.clock.Advance(10*time.Second - h.clock.Now().Sub(start))
 	}
