@@ -203,8 +203,11 @@ type Schedule struct {
 }
 
 type tenantState struct {
-	next  int64 // list at or after this time (ms)
-	extra bool  // hinted: walked whether or not this node is a walker
+	next int64 // list at or after this time (ms)
+	// nextSweep: list at the next sweep, whenever it comes (a sweep
+	// period's timer is no exact clock).
+	nextSweep bool
+	extra     bool // hinted: walked whether or not this node is a walker
 }
 
 func (s *Schedule) safety() int64 {
@@ -293,7 +296,7 @@ func (s *Schedule) Extra(tenant string) bool {
 // Due reports whether tenant is due for listing at nowMs.
 func (s *Schedule) Due(tenant string, nowMs int64) bool {
 	st := s.tenants[tenant]
-	return st == nil || st.next <= nowMs
+	return st == nil || st.nextSweep || st.next <= nowMs
 }
 
 // Tenants returns the tenants the schedule knows, in byte order.
@@ -304,7 +307,7 @@ func (s *Schedule) Tenants() []string { return s.DueTenants(0, true) }
 func (s *Schedule) DueTenants(nowMs int64, all bool) []string {
 	var out []string
 	for t, st := range s.tenants {
-		if all || st.next <= nowMs {
+		if all || st.nextSweep || st.next <= nowMs {
 			out = append(out, t)
 		}
 	}
@@ -329,11 +332,12 @@ type Walked struct {
 func (s *Schedule) Walked(tenant string, nowMs int64, w Walked) {
 	st := s.state(tenant, nowMs)
 	r := w.Result
+	st.nextSweep = false
 	switch {
 	case !w.FromStart || !r.ReachedEnd || w.Actionable || r.Cursor != "":
 		// Something may still be overdue, or the walk did not see it all:
 		// as every sweep did.
-		st.next = nowMs + s.Period.Milliseconds()
+		st.next, st.nextSweep = nowMs+s.Period.Milliseconds(), true
 	case r.NextDueMs > 0:
 		// The earliest entry past the cutoff is overdue enough at its
 		// due time plus the margin; nothing the walk saw is before it.
