@@ -53,7 +53,8 @@ type ClusterConfig struct {
 	SweepConcurrency int
 	// SweepWalkers is how many nodes walk each tenant's index per class
 	// (default sweeper.DefaultWalkers, 2); SweepSafetyPeriod the longest
-	// a walker leaves a tenant unlisted (default 10 min). See
+	// a walker leaves a tenant unlisted (default 60 sweep periods, 10 min
+	// at the default period). See
 	// alarms.Config.
 	SweepWalkers      int
 	SweepSafetyPeriod time.Duration

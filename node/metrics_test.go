@@ -77,6 +77,7 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 			Bucket: b, NodeID: "m1", Addr: "m1.invalid:1",
 			LeaseTTL: 2 * time.Second, LeaseMargin: 300 * time.Millisecond, LeaseGrace: time.Second,
 			SweepPeriod: 200 * time.Millisecond, IdleTimeout: time.Minute,
+			SweepSafetyPeriod: 200 * time.Millisecond, // every sweep lists, so its metrics move
 		},
 	})
 	if err != nil {

@@ -515,6 +515,9 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 					Bucket: b, NodeID: "n", Addr: "n.invalid:1",
 					LeaseTTL: 600 * time.Millisecond, LeaseMargin: 150 * time.Millisecond, LeaseGrace: 300 * time.Millisecond,
 					SweepPeriod: 100 * time.Millisecond, IdleTimeout: time.Hour, Tenants: []string{"t"},
+					// Every sweep lists: the stale entry below is planted
+					// from outside, where no relisting would see it sooner.
+					SweepSafetyPeriod: 100 * time.Millisecond,
 				},
 			})
 			if err != nil {

@@ -115,7 +115,8 @@ type Config struct {
 	// period.
 	Serves func(class string) bool
 	// SafetyPeriod is the longest a walker leaves a tenant unlisted (zero:
-	// DefaultSafetyPeriod); see [Schedule].
+	// SafetyPeriods sweep periods, DefaultSafetyPeriod at the default
+	// period); see [Schedule].
 	SafetyPeriod time.Duration
 }
 
@@ -202,6 +203,9 @@ func New(cfg Config) (*Loop, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.SafetyPeriod <= 0 {
+		cfg.SafetyPeriod = SafetyPeriods * cfg.Period
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -16,6 +16,9 @@ const (
 	DefaultSafetyPeriod = 10 * time.Minute
 	// DefaultWalkers is how many live nodes walk each tenant's index.
 	DefaultWalkers = 2
+	// SafetyPeriods is the safety period a loop takes when given none, in
+	// sweep periods: DefaultSafetyPeriod at DefaultPeriod.
+	SafetyPeriods = 60
 )
 
 // Member is a live node as the sweep sees it: its address (as
