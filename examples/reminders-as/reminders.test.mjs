@@ -25,3 +25,17 @@ test("reminders", () => {
   assert.throws(() => h.request("remind x -1 no"));
   assert.throws(() => h.request("bogus"));
 });
+
+// An interval ticks on time, ticks once for the ticks it missed while its
+// node was down, and the actor knows its own name. (guest-sdk-as/README.md
+// quotes this test.)
+test("an interval ticks once for what it missed", () => {
+  const h = new FakeHost(module, { nowMs: Date.UTC(2025, 4, 1, 8), actor: "acme/reminders/ann" });
+  h.request("every beat 30");
+  h.advance(95_000); // ticks at 08:00:30, 08:01:00, 08:01:30
+  h.down(600_000); // the node is down: 20 ticks missed
+  assert.equal(h.advance(0).length, 1, "one delivery after the outage");
+  assert.equal(h.get("ticks/beat"), "4");
+  assert.equal(h.alarm, Date.UTC(2025, 4, 1, 8, 12), "08:12:00: the interval keeps its phase");
+  assert.equal(h.request("whoami"), "acme/reminders/ann");
+});

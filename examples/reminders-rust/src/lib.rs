@@ -155,4 +155,19 @@ mod tests {
         assert!(h.request(b"remind x -1 no").is_err());
         assert!(h.request(b"bogus").is_err());
     }
+
+    // An interval ticks on time, ticks once for the ticks it missed while
+    // its node was down, and the actor knows its own name.
+    // (guest-sdk-rust/README.md quotes this test.)
+    #[test]
+    fn interval_ticks_once_for_what_it_missed() {
+        let mut h = TestHost::<Reminders>::starting_at(MAY_1_8AM).with_actor("acme", "reminders", b"ann");
+        h.request(b"every beat 30").unwrap();
+        h.advance(Duration::from_secs(95)); // ticks at 08:00:30, 08:01:00, 08:01:30
+        h.down(Duration::from_secs(600)); // the node is down: 20 ticks missed
+        assert_eq!(h.advance(Duration::ZERO).len(), 1, "one delivery after the outage");
+        assert_eq!(h.get("ticks/beat"), Some(b"4".to_vec()));
+        assert_eq!(h.alarm_ms(), Some(MAY_1_8AM + 720_000), "08:12:00: the interval keeps its phase");
+        assert_eq!(h.request(b"whoami").unwrap(), b"acme/reminders/ann");
+    }
 }

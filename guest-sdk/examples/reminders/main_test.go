@@ -45,3 +45,29 @@ func TestReminders(t *testing.T) {
 		t.Errorf("alarm %v %v, want the next digest", at, ok)
 	}
 }
+
+// An interval ticks on time, ticks once for the ticks it missed while its
+// node was down, and the actor knows its own name. (guest-sdk/README.md
+// quotes this test.)
+func TestIntervalTicksOnceForWhatItMissed(t *testing.T) {
+	h := wasmkeeptest.New(wasmkeeptest.WithTime(time.Date(2025, 5, 1, 8, 0, 0, 0, time.UTC)),
+		wasmkeeptest.WithActor(wasmkeeptest.ActorID{Tenant: "acme", Class: "reminders", Name: "ann"}))
+	t.Cleanup(h.Close)
+	if _, err := h.Request([]byte("every beat 30")); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(95 * time.Second) // ticks at 08:00:30, 08:01:00, 08:01:30
+	h.Down(10 * time.Minute)    // the node is down: 20 ticks missed
+	if fired := h.Advance(0); len(fired) != 1 {
+		t.Fatalf("%d deliveries after the outage, want 1", len(fired))
+	}
+	if n, _ := h.Get("ticks/beat"); string(n) != "4" {
+		t.Errorf("ticks = %s, want 4", n)
+	}
+	if at, _ := h.Alarm(); !at.Equal(time.Date(2025, 5, 1, 8, 12, 0, 0, time.UTC)) {
+		t.Errorf("next tick at %v, want 08:12:00 (the interval keeps its phase)", at)
+	}
+	if me, err := h.Request([]byte("whoami")); err != nil || string(me) != "acme/reminders/ann" {
+		t.Errorf("whoami = %q, %v", me, err)
+	}
+}
