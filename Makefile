@@ -15,7 +15,7 @@ COUNTER_go := build/counter-actor.wasm
 COUNTER_rust := build/counter-actor-rust.wasm
 COUNTER_as := build/counter-actor-as.wasm
 
-.PHONY: soak soak-short test-minio demo demo-single test tools guest-tools guests lint testdata bench bench-failover bench-firings bench-sleep bench-million sim fuzz fuzz-short
+.PHONY: soak soak-short test-minio demo demo-single demo-reminders test tools guest-tools guests lint testdata bench bench-failover bench-firings bench-sleep bench-million sim fuzz fuzz-short
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
 # alarms fire on the others.
@@ -25,6 +25,14 @@ demo: $(COUNTER_$(GUEST)) tools
 # demo-single: the counter actor on one node, through a restart.
 demo-single: $(COUNTER_$(GUEST))
 	$(GO) run ./cmd/demo-single -guest $(GUEST)
+
+# demo-reminders: the reminders actor (named timers, an interval, a cron
+# digest) on one node, through a restart while a reminder falls due.
+REMINDERS_go := build/reminders.wasm
+REMINDERS_rust := build/reminders-rust.wasm
+REMINDERS_as := build/reminders-as.wasm
+demo-reminders: $(REMINDERS_$(GUEST))
+	$(GO) run ./cmd/demo-reminders -guest $(GUEST)
 
 # soak: the chaos soak (cmd/soak): 1,000 soak actors on three keepnode
 # processes behind fault proxies, 100 SIGKILLs, then the whole history
