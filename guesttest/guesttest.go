@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -56,11 +55,19 @@ func WithEngineOptions(opts ...hostmod.Option) Option {
 	return func(g *Guest) { g.engOpts = append(g.engOpts, opts...) }
 }
 
+// T is what a Guest needs of its test: *testing.T and *testing.B have it.
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	TempDir() string
+	Cleanup(func())
+}
+
 // Guest is one actor of a compiled guest in the real host module. Its
 // methods fail the test on a host error (not on a guest's: those are
 // returned), and are not safe for concurrent use.
 type Guest struct {
-	tb      testing.TB
+	tb      T
 	ctx     context.Context
 	wasm    []byte
 	id      abi.ActorID
@@ -74,7 +81,7 @@ type Guest struct {
 
 // New compiles wasm, opens its actor on a fresh database in a temporary
 // directory, and closes both when the test ends.
-func New(tb testing.TB, wasm []byte, opts ...Option) *Guest {
+func New(tb T, wasm []byte, opts ...Option) *Guest {
 	tb.Helper()
 	g := &Guest{tb: tb, ctx: context.Background(), wasm: wasm, id: DefaultActor,
 		path: filepath.Join(tb.TempDir(), "actor.db"), clock: &clock{now: DefaultStart}}
