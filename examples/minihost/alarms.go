@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"os"
 	"time"
 
 	"github.com/wasmkeep/alarms"
@@ -56,50 +54,19 @@ func (g *alarmsGlue) afterEvent(ctx context.Context, a *actor, ev *hostmod.Event
 	return nil
 }
 
-// opened gives the actor's connection its alarm table and notes whether
-// the bucket had the actor when the host opened it.
-func (g *alarmsGlue) opened(ctx context.Context, a *actor) (err error) {
-	if a.tbl, err = hostmod.NewTable(a.conn); err != nil {
-		return err
-	}
-	_, _, err = g.b.Get(ctx, a.key())
-	if a.bucketHad = err == nil; errors.Is(err, bucket.ErrNotFound) {
-		err = nil
-	}
-	return err
-}
-
 func (g *alarmsGlue) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, error) {
 	return g.h.take(ctx, id)
 }
 
-// The plugin's view of an actor (alarms.Actor, alarms.Taken): held by this
-// process for ever, generation 1.
-func (a *actor) key() string                                     { return "state/" + alarms.TimerKey(a.id) }
-func (a *actor) ID() abi.ActorID                                 { return a.id }
-func (a *actor) Generation() uint64                              { return 1 }
-func (a *actor) HoldValid() bool                                 { return a.conn != nil }
-func (a *actor) Uploaded() bool                                  { return a.uploaded }
-func (a *actor) BucketHadActor() bool                            { return a.bucketHad }
-func (a *actor) Read(context.Context) (alarms.ActorState, error) { return alarms.ReadTable(a.tbl) }
-func (a *actor) WriteMeta(_ context.Context, k, v string) error  { return a.tbl.SetMeta(k, v) }
-func (a *actor) Release(ctx context.Context)                     { a.close(ctx) }
-
-// Upload puts the committed database in the bucket: with a rollback
-// journal and no transaction open, the file is the committed state.
-func (a *actor) Upload(ctx context.Context) error {
-	data, err := os.ReadFile(a.path)
-	if err == nil {
-		_, err = a.h.alarms.b.Put(ctx, a.key(), data, bucket.Cond{})
-	}
-	a.uploaded = a.uploaded || err == nil
-	return err
-}
+// The rest of the plugin's view of an actor (alarms.Actor, alarms.Taken)
+// is alarms.TableActor's: the hold lasts while the actor is open.
+func (a *actor) HoldValid() bool             { return a.conn != nil }
+func (a *actor) Release(ctx context.Context) { a.close(ctx) }
 
 // RunAlarm delivers the alarm on the host's own instance, with the
 // committed backoff, then replicates what the delivery committed.
 func (a *actor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
-	d, err := a.tbl.DeliverAlarm(ctx, a.id, a.onAlarm, hostmod.DeliverOptions{})
+	d, err := a.Table.DeliverAlarm(ctx, a.id, a.onAlarm, hostmod.DeliverOptions{})
 	if err == nil && d.Ran {
 		err = a.h.alarms.p.Replicate(ctx, a, alarms.AfterEvent)
 	}

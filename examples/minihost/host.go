@@ -28,6 +28,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
 )
@@ -45,14 +46,13 @@ type Host struct {
 
 // actor is one actor: its instance and its database, one event at a time.
 type actor struct {
-	id                  abi.ActorID
-	mu                  sync.Mutex
-	mod                 api.Module
-	conn                *sqlite3.Conn
-	path                string
-	h                   *Host
-	tbl                 *hostmod.Table // alarms: the alarm in the actor's database
-	uploaded, bucketHad bool           // alarms: the plugin's view of it
+	id                abi.ActorID
+	mu                sync.Mutex
+	mod               api.Module
+	conn              *sqlite3.Conn
+	path              string
+	h                 *Host
+	alarms.TableActor // alarms: the alarm table, and the plugin's view of the actor
 }
 
 // call is what the host's own imports see of the event running.
@@ -134,7 +134,7 @@ func (a *actor) event(ctx context.Context, body []byte) ([]byte, error) {
 	}
 	c := &call{req: body, conn: a.conn}
 	ctx = context.WithValue(ctx, callKey{}, c)
-	ev := a.tbl.NewEvent(a.id)       // alarms: the guest's alarm commits with its writes
+	ev := a.Table.NewEvent(a.id)     // alarms: the guest's alarm commits with its writes
 	ctx = hostmod.WithEvent(ctx, ev) // alarms
 	res, err := a.mod.ExportedFunction(abi.ExportOnRequest).Call(ctx, uint64(len(body)))
 	if err == nil && uint32(res[0]) != 0 {
@@ -194,7 +194,8 @@ func (h *Host) take(ctx context.Context, id abi.ActorID) (*actor, error) {
 		a.mod, err = h.instantiate(ctx)
 	}
 	if err == nil { // alarms
-		err = h.alarms.opened(ctx, a) // alarms: its table, and what the bucket had of it
+		a.TableActor = alarms.TableActor{Actor: id, Path: a.path, Bucket: h.alarms.b} // alarms
+		err = a.Open(ctx, a.conn)                                                     // alarms: its table, and what the bucket had of it
 	} // alarms
 	if err != nil {
 		a.close(ctx)
@@ -209,11 +210,11 @@ func (a *actor) close(ctx context.Context) {
 	if a.mod != nil {
 		a.mod.Close(ctx)
 	}
-	a.tbl.Close() // alarms
+	a.Table.Close() // alarms
 	if a.conn != nil {
 		a.conn.Close()
 	}
-	a.mod, a.conn, a.tbl = nil, nil, nil
+	a.mod, a.conn = nil, nil
 }
 
 // Close closes every actor and the runtime.

@@ -1,0 +1,84 @@
+package alarms
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
+)
+
+// TableActor is most of the plugin's view ([Actor]) of an actor whose
+// database is one file a host keeps itself, with the alarm table of package
+// hostmod in it, on a host that runs as one node ([OneNode]): the hold lasts
+// while the host keeps the actor open, in generation 1, and the state is
+// uploaded as the whole file under the key "state/<tenant>/<class>/<name as
+// hex>". A host embeds it in its own actor, calls Open when it opens the
+// actor's database, and adds HoldValid and Release (and, for a [Taken],
+// RunAlarm and Done).
+type TableActor struct {
+	// Actor names the actor.
+	Actor abi.ActorID
+	// Path is the database file. Upload sends it whole, so it must hold
+	// the committed state whenever no transaction is open: a rollback
+	// journal, or a WAL checkpointed before each upload.
+	Path string
+	// Bucket is where the state and the alarm index go.
+	Bucket bucket.Bucket
+	// Table is the alarm table, set by Open: hostmod.Table.NewEvent and
+	// DeliverAlarm run the guest's events on it.
+	Table *hostmod.Table
+
+	uploaded, bucketHad bool
+}
+
+// Open creates the alarm table in conn's main database (hostmod.NewTable)
+// and notes whether the bucket has the actor's state. The host calls it
+// each time it opens the actor's database, before its first event.
+func (t *TableActor) Open(ctx context.Context, conn *sqlite3.Conn) (err error) {
+	if t.Table, err = hostmod.NewTable(conn); err != nil {
+		return &abi.ActorError{ID: t.Actor, Op: "alarm table", Err: err}
+	}
+	_, _, err = t.Bucket.Get(ctx, t.stateKey())
+	t.bucketHad = err == nil
+	if errors.Is(err, bucket.ErrNotFound) {
+		err = nil
+	}
+	return err
+}
+
+func (t *TableActor) stateKey() string { return "state/" + TimerKey(t.Actor) }
+
+// ID is the actor.
+func (t *TableActor) ID() abi.ActorID { return t.Actor }
+
+// Generation is 1: one node holds every actor for as long as it runs.
+func (t *TableActor) Generation() uint64 { return 1 }
+
+// Uploaded: Upload has succeeded since the actor was opened.
+func (t *TableActor) Uploaded() bool { return t.uploaded }
+
+// BucketHadActor: the bucket had the actor's state when Open ran.
+func (t *TableActor) BucketHadActor() bool { return t.bucketHad }
+
+// Read reads the committed alarm and alarm_indexed from the table.
+func (t *TableActor) Read(context.Context) (ActorState, error) { return ReadTable(t.Table) }
+
+// WriteMeta commits one meta row of the table.
+func (t *TableActor) WriteMeta(_ context.Context, key, value string) error {
+	return t.Table.SetMeta(key, value)
+}
+
+// Upload puts the database file, the committed state, in the bucket.
+func (t *TableActor) Upload(ctx context.Context) error {
+	data, err := os.ReadFile(t.Path)
+	if err == nil {
+		_, err = t.Bucket.Put(ctx, t.stateKey(), data, bucket.Cond{})
+	}
+	t.uploaded = t.uploaded || err == nil
+	return err
+}
