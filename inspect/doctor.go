@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
@@ -108,9 +109,17 @@ type VerifyOptions struct {
 	// entries of other classes are reported as ReasonUnservedClass.
 	Serves func(class string) bool
 	// Progress, if set, is called after every 100 actors read and after
-	// the last, with how many were read of how many.
+	// the last, with how many were read of how many (from one goroutine
+	// at a time).
 	Progress func(done, total int)
+	// Concurrency is how many actors' states are read at once (default
+	// DefaultVerifyConcurrency): each is a GET and a SQLite open.
+	Concurrency int
 }
+
+// DefaultVerifyConcurrency is how many states Verify reads at once when
+// VerifyOptions.Concurrency is not set.
+const DefaultVerifyConcurrency = 16
 
 // scan is the index and the latest state of every actor.
 type scan struct {
@@ -151,23 +160,12 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 	rep := Report{Actors: len(s.states), Entries: s.total, Malformed: s.bad, Missing: []Missing{}, Extra: []Extra{}}
 	explained := map[string]bool{}
 	ids := sortedActors(s.states)
+	states, err := c.readStates(ctx, ids, s.states, opts)
+	if err != nil {
+		return rep, err
+	}
 	for i, id := range ids {
-		st, err := c.readState(ctx, id, s.states[id])
-		for try := 0; errors.Is(err, bucket.ErrNotFound) && try < 5; try++ {
-			// A live cluster replaced the snapshot listed (and removed
-			// it) since the LIST: read the actor's newest one instead.
-			snap, ok, lerr := c.replica.Latest(ctx, id)
-			if lerr != nil {
-				return rep, lerr
-			}
-			if !ok {
-				break
-			}
-			st, err = c.readState(ctx, id, snap)
-		}
-		if err != nil {
-			return rep, err
-		}
+		st := states[i]
 		mine := s.entries[id]
 		if st.alarm != nil {
 			rep.Alarms++
@@ -216,9 +214,6 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 			}
 			rep.Extra = append(rep.Extra, c.unserved(x, opts))
 		}
-		if opts.Progress != nil && ((i+1)%100 == 0 || i+1 == len(ids)) {
-			opts.Progress(i+1, len(ids))
-		}
 	}
 	for id, list := range s.entries {
 		if _, ok := s.states[id]; ok {
@@ -234,6 +229,76 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 	}
 	rep.Requests = sub(c.b.Counts(), before)
 	return rep, nil
+}
+
+// readStates reads the latest state of each actor of ids, opts.Concurrency
+// at a time, in ids' order; the first error stops the rest.
+func (c *Cluster) readStates(ctx context.Context, ids []abi.ActorID, snaps map[abi.ActorID]cluster.Snapshot, opts VerifyOptions) ([]state, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workers := opts.Concurrency
+	if workers <= 0 {
+		workers = DefaultVerifyConcurrency
+	}
+	out := make([]state, len(ids))
+	next := make(chan int)
+	var (
+		mu       sync.Mutex
+		firstErr error
+		done     int
+		wg       sync.WaitGroup
+	)
+	for range min(workers, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				st, err := c.readLatest(ctx, ids[i], snaps[ids[i]])
+				mu.Lock()
+				out[i] = st
+				if err != nil && firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				done++
+				if opts.Progress != nil && err == nil && (done%100 == 0 || done == len(ids)) {
+					opts.Progress(done, len(ids))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for i := range ids {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return out, firstErr
+}
+
+// readLatest reads an actor's state from snap, or, when a live cluster
+// replaced that snapshot (and removed it) since the LIST, from its newest.
+func (c *Cluster) readLatest(ctx context.Context, id abi.ActorID, snap cluster.Snapshot) (state, error) {
+	st, err := c.readState(ctx, id, snap)
+	for try := 0; errors.Is(err, bucket.ErrNotFound) && try < 5; try++ {
+		latest, ok, lerr := c.replica.Latest(ctx, id)
+		if lerr != nil {
+			return st, lerr
+		}
+		if !ok {
+			break
+		}
+		st, err = c.readState(ctx, id, latest)
+	}
+	return st, err
 }
 
 // nested finds the keys under the cluster's prefix that are both an object

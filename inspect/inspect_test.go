@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,8 +35,8 @@ func (c *counterNonces) Next() string { c.n++; return fmt.Sprintf("%x", 0xb0+c.n
 
 // cluster starts one node (its timer not running, so alarms stay pending)
 // under prefix and sets the alarm of each actor to its due time through
-// exec-durable requests.
-func cluster(t *testing.T, b bucket.Bucket, due map[abi.ActorID]int64) {
+// exec-durable requests, 16 at a time.
+func cluster(t testing.TB, b bucket.Bucket, due map[abi.ActorID]int64) {
 	t.Helper()
 	ctx := context.Background()
 	n, err := node.New(ctx, node.Config{
@@ -48,8 +49,25 @@ func cluster(t *testing.T, b bucket.Bucket, due map[abi.ActorID]int64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Crash() }) // leave the actors as they are
-	for id, at := range due {
-		if _, err := n.Exec(ctx, id, binary.LittleEndian.AppendUint64(nil, uint64(at)), node.ExecDurable); err != nil {
+	ids := make(chan abi.ActorID)
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			var first error
+			for id := range ids {
+				if _, err := n.Exec(ctx, id, binary.LittleEndian.AppendUint64(nil, uint64(due[id])), node.ExecDurable); err != nil && first == nil {
+					first = fmt.Errorf("actor %s: %w", id, err)
+				}
+			}
+			errs <- first
+		}()
+	}
+	for id := range due {
+		ids <- id
+	}
+	close(ids)
+	for range 16 {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,10 +233,13 @@ func TestAlarmsList(t *testing.T) {
 // nothing.
 type replacing struct {
 	bucket.Bucket
+	mu       sync.Mutex // the doctor reads states concurrently
 	replaced map[string]bool
 }
 
 func (r *replacing) Get(ctx context.Context, key string) ([]byte, string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if !strings.HasPrefix(key, prefix+"state/") || r.replaced[key] {
 		return r.Bucket.Get(ctx, key)
 	}

@@ -5,7 +5,7 @@
 //
 //	keepctl -bucket wasmkeep alarms list [-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-json]
 //	keepctl -bucket wasmkeep actor inspect TENANT/CLASS/NAME [-json]
-//	keepctl -bucket wasmkeep verify [-serves CLASS,...] [-json]
+//	keepctl -bucket wasmkeep verify [-serves CLASS,...] [-parallel N] [-json]
 //	keepctl -bucket wasmkeep backfill
 //
 // With -node URL it changes alarms through that node's HTTP API (the
@@ -385,13 +385,18 @@ func verify(ctx context.Context, c *inspect.Cluster, args []string, stdout, stde
 	fs := subFlags("verify", stderr)
 	serves := fs.String("serves", "", "the classes the cluster serves, comma-separated (default: all); entries of others are reported as such")
 	asJSON := jsonFlag(fs, "the report as one JSON object")
+	parallel := fs.Int("parallel", inspect.DefaultVerifyConcurrency, "how many actors' states to read at once")
 	if err := parseArgs(fs, args, stdout); err != nil {
 		return 2, err
 	}
 	if fs.NArg() > 0 {
 		return 2, fmt.Errorf("%w: %q is not a flag", errUsage, fs.Arg(0))
 	}
+	if *parallel < 1 {
+		return 2, fmt.Errorf("%w: -parallel %d: want 1 or more", errUsage, *parallel)
+	}
 	opts := inspect.VerifyOptions{
+		Concurrency: *parallel,
 		Progress: func(done, total int) {
 			if total >= 1000 {
 				fmt.Fprintf(stderr, "keepctl verify: read %d of %d actors\n", done, total)
