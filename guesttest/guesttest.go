@@ -14,11 +14,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
 // DefaultStart is the clock's time when New is not given WithTime:
@@ -44,7 +44,7 @@ type Firing struct {
 type Option func(*Guest)
 
 // WithTime starts the clock at t.
-func WithTime(t time.Time) Option { return func(g *Guest) { g.clock.now = t } }
+func WithTime(t time.Time) Option { return func(g *Guest) { g.start = t } }
 
 // WithActor sets the actor's identity (its class names the compiled guest).
 func WithActor(id abi.ActorID) Option { return func(g *Guest) { g.id = id } }
@@ -73,7 +73,8 @@ type Guest struct {
 	id      abi.ActorID
 	path    string
 	engOpts []hostmod.Option
-	clock   *clock
+	start   time.Time
+	clock   *fakeclock.Clock
 	eng     *hostmod.Engine
 	actor   *hostmod.Actor
 	firings []Firing
@@ -84,10 +85,11 @@ type Guest struct {
 func New(tb T, wasm []byte, opts ...Option) *Guest {
 	tb.Helper()
 	g := &Guest{tb: tb, ctx: context.Background(), wasm: wasm, id: DefaultActor,
-		path: filepath.Join(tb.TempDir(), "actor.db"), clock: &clock{now: DefaultStart}}
+		path: filepath.Join(tb.TempDir(), "actor.db"), start: DefaultStart}
 	for _, o := range opts {
 		o(g)
 	}
+	g.clock = fakeclock.New(g.start)
 	g.open()
 	tb.Cleanup(g.close)
 	return g
@@ -179,25 +181,21 @@ func (g *Guest) Advance(d time.Duration) []Firing {
 		if len(out) == 10_000 {
 			g.tb.Fatalf("guesttest: 10000 deliveries in one Advance: does on-alarm set its alarm for now again and again?")
 		}
-		if at := time.UnixMilli(s.Alarm); at.After(g.clock.Now()) {
-			g.clock.set(at)
-		}
+		g.clock.Advance(time.UnixMilli(s.Alarm).Sub(g.clock.Now())) // to the alarm's time, if later
 		d, err := g.actor.DeliverAlarm(g.ctx)
 		if err != nil {
 			g.tb.Fatalf("guesttest: delivering the alarm: %v", err)
 		}
 		out = append(out, Firing{Scheduled: time.UnixMilli(d.Scheduled).UTC(), RetryCount: d.RetryCount, At: g.clock.Now(), Err: d.Err})
 	}
-	if target.After(g.clock.Now()) {
-		g.clock.set(target)
-	}
+	g.clock.Advance(target.Sub(g.clock.Now()))
 	g.firings = append(g.firings, out...)
 	return out
 }
 
 // Down moves the clock forward by d without delivering anything, as if the
 // actor's node were down; the next Advance delivers what fell due, late.
-func (g *Guest) Down(d time.Duration) { g.clock.set(g.clock.Now().Add(d)) }
+func (g *Guest) Down(d time.Duration) { g.clock.Advance(d) }
 
 func (g *Guest) state() hostmod.State {
 	g.tb.Helper()
@@ -210,20 +208,3 @@ func (g *Guest) state() hostmod.State {
 
 // String names the actor, for messages.
 func (g *Guest) String() string { return fmt.Sprintf("guesttest actor %s", g.id) }
-
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}

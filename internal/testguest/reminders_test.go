@@ -8,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/guestbuild"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
@@ -68,30 +68,12 @@ func TestRemindersInEveryLanguage(t *testing.T) {
 	}
 }
 
-// clock is the engine's clock, moved by the test.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 // remindersScenario runs the script and returns its transcript; it checks
 // what the docs/timers.md rules say each step must give on the way.
 func remindersScenario(t *testing.T, wasm []byte) []string {
 	ctx := context.Background()
 	t0 := time.Date(2025, 5, 1, 8, 0, 0, 0, time.UTC)
-	clk := &clock{now: t0}
+	clk := fakeclock.New(t0)
 	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +135,7 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 		t.Helper()
 		target := t0.Add(d)
 		if late {
-			clk.set(target)
+			clk.Advance(target.Sub(clk.Now()))
 		}
 		for i := 0; ; i++ {
 			s, err := a.State(ctx)
@@ -166,16 +148,14 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 			if i == 100 {
 				t.Fatal("100 deliveries in one advance")
 			}
-			if at := time.UnixMilli(s.Alarm); at.After(clk.Now()) {
-				clk.set(at)
-			}
+			clk.Advance(time.UnixMilli(s.Alarm).Sub(clk.Now())) // to the alarm's time, if later
 			dl, err := a.DeliverAlarm(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			logf("delivery at %s: scheduled %s retry %d failed %v", clk.Now().Sub(t0), rel(dl.Scheduled), dl.RetryCount, dl.Err != nil)
 		}
-		clk.set(target)
+		clk.Advance(target.Sub(clk.Now()))
 	}
 	kv := func(key string) []byte {
 		t.Helper()
