@@ -100,18 +100,8 @@ func mainErr(listPath, run string, short int, seed int64, rev string, keep, base
 	}
 
 	if checkOnly {
-		var errs []string
-		for _, m := range sel {
-			src, err := os.ReadFile(filepath.Join(root, m.File))
-			if err == nil {
-				_, err = m.Apply(src)
-			}
-			if err != nil {
-				errs = append(errs, err.Error())
-			}
-		}
-		if len(errs) > 0 {
-			return errors.New(strings.Join(errs, "\n"))
+		if err := matchAll(root, sel); err != nil {
+			return err
 		}
 		fmt.Printf("mutate: all %d entries found\n", len(sel))
 		return nil
@@ -130,18 +120,8 @@ func mainErr(listPath, run string, short int, seed int64, rev string, keep, base
 		return fmt.Errorf("copying the module: %w", err)
 	}
 	// Every entry must match its source before anything runs.
-	var errs []string
-	for _, m := range sel {
-		src, err := os.ReadFile(filepath.Join(scratch, m.File))
-		if err == nil {
-			_, err = m.Apply(src)
-		}
-		if err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "\n"))
+	if err := matchAll(scratch, sel); err != nil {
+		return err
 	}
 
 	start := time.Now()
@@ -573,4 +553,23 @@ func untar(r io.Reader, dst string) error {
 			}
 		}
 	}
+}
+
+// matchAll checks that every entry's line is found, exactly once, in its
+// file under dir; the error lists each that is not.
+func matchAll(dir string, sel []Mutation) error {
+	var errs []string
+	for _, m := range sel {
+		src, err := os.ReadFile(filepath.Join(dir, m.File))
+		if err == nil {
+			_, err = m.Apply(src)
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n"))
+	}
+	return nil
 }
