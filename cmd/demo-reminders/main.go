@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/internal/guestbuild"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -26,13 +27,9 @@ func main() {
 	wasmPath := flag.String("wasm", "", "the reminders actor's module (default build/reminders.wasm, or -rust.wasm or -as.wasm after -guest)")
 	flag.Parse()
 	if *wasmPath == "" {
-		switch *guest {
-		case "go":
-			*wasmPath = "build/reminders.wasm"
-		case "rust", "as":
-			*wasmPath = "build/reminders-" + *guest + ".wasm"
-		default:
-			fmt.Fprintf(os.Stderr, "demo-reminders: -guest %q: want go, rust or as\n", *guest)
+		var err error
+		if *wasmPath, err = guestbuild.Built("reminders", *guest); err != nil {
+			fmt.Fprintln(os.Stderr, "demo-reminders:", err)
 			os.Exit(2)
 		}
 	}

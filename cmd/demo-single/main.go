@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/internal/guestbuild"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -28,13 +29,9 @@ func main() {
 	verbose := flag.Bool("v", false, "log the node's debug output")
 	flag.Parse()
 	if *wasmPath == "" {
-		switch *guest {
-		case "go":
-			*wasmPath = "build/counter-actor.wasm"
-		case "rust", "as":
-			*wasmPath = "build/counter-actor-" + *guest + ".wasm"
-		default:
-			fmt.Fprintf(os.Stderr, "demo: -guest %q: want go, rust or as\n", *guest)
+		var err error
+		if *wasmPath, err = guestbuild.Built("counter-actor", *guest); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
 			os.Exit(2)
 		}
 	}

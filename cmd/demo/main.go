@@ -22,6 +22,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/guestbuild"
 )
 
 type options struct {
@@ -56,13 +57,9 @@ func main() {
 		os.Exit(2)
 	}
 	if o.wasm == "" {
-		switch *guest {
-		case "go":
-			o.wasm = "build/counter-actor.wasm"
-		case "rust", "as":
-			o.wasm = "build/counter-actor-" + *guest + ".wasm"
-		default:
-			fmt.Fprintf(os.Stderr, "demo: -guest %q: want go, rust or as\n", *guest)
+		var err error
+		if o.wasm, err = guestbuild.Built("counter-actor", *guest); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
 			os.Exit(2)
 		}
 	}

@@ -197,3 +197,16 @@ func C(root, file string) ([]byte, error) {
 	}
 	return os.ReadFile(out)
 }
+
+// Built is where the Makefile puts an example actor built in lang: base's
+// build/<base>.wasm for Go, build/<base>-rust.wasm and build/<base>-as.wasm
+// for Rust and AssemblyScript. Any other lang is an error naming it.
+func Built(base, lang string) (string, error) {
+	switch lang {
+	case "go":
+		return "build/" + base + ".wasm", nil
+	case "rust", "as":
+		return "build/" + base + "-" + lang + ".wasm", nil
+	}
+	return "", fmt.Errorf("-guest %q: want go, rust or as", lang)
+}
