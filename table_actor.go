@@ -38,10 +38,11 @@ type TableActor struct {
 
 // Open creates the alarm table in conn's main database (hostmod.NewTable)
 // and notes whether the bucket has the actor's state. The host calls it
-// each time it opens the actor's database, before its first event.
+// each time it opens the actor's database, before its first event; its
+// errors, like the other methods', leave naming the actor to the host.
 func (t *TableActor) Open(ctx context.Context, conn *sqlite3.Conn) (err error) {
 	if t.Table, err = hostmod.NewTable(conn); err != nil {
-		return &abi.ActorError{ID: t.Actor, Op: "alarm table", Err: err}
+		return err
 	}
 	_, _, err = t.Bucket.Get(ctx, t.stateKey())
 	t.bucketHad = err == nil
