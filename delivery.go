@@ -220,6 +220,7 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 	d.At = p.cfg.Host.Now()
 	switch {
 	case err == nil:
+		p.m.unmatchedEntry(d.Index.Outcome)
 		p.delivered(id, key, d.Index.Event, d.At)
 	case errors.Is(err, ErrNotHere):
 		d.Err = err

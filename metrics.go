@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -48,6 +49,7 @@ type metrics struct {
 	putsOK, putsErr             prometheus.Counter
 	delReplaced, delStale       prometheus.Counter
 	delReplacedErr, delStaleErr prometheus.Counter
+	unmatched                   map[alarmindex.Outcome]prometheus.Counter
 	collectors                  []prometheus.Collector
 }
 
@@ -72,7 +74,7 @@ func newMetrics(cfg Config) *metrics {
 	})
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wasmkeep_alarm_retries_total",
-		Help: "on-alarm runs that were retries (a failure count above zero).",
+		Help: "on-alarm runs that were retries (a retry count above zero).",
 	})
 	m.deadLettered = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wasmkeep_alarms_dead_lettered_total",
@@ -102,7 +104,21 @@ func newMetrics(cfg Config) *metrics {
 		Help: "Index entries whose DELETE failed, by reason (replaced, stale); each is removed when it comes due.",
 	}, []string{"reason"})
 	m.delReplacedErr, m.delStaleErr = delErrs.WithLabelValues("replaced"), delErrs.WithLabelValues("stale")
-	m.collectors = append(m.collectors, m.sweepDuration, puts, dels, delErrs)
+	// Drift between the index and the actors' states, as deliveries find
+	// it. Stale and no-state entries are removed as found; an entry whose
+	// actor the bucket has no state of is kept (an earlier owner's first
+	// snapshot may still land) and tried again every RetryMax, so one that
+	// stays is counted again and again: that is the drift no node mends.
+	unmatched := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_index_unmatched_entries_total",
+		Help: "Index entries a delivery found that match no committed alarm, by reason: stale (the actor's alarm is at another time or cleared; removed), no_state (the actor has no state; removed), not_in_bucket (the bucket has no state of the actor; kept, tried again after the longest backoff).",
+	}, []string{"reason"})
+	m.unmatched = map[alarmindex.Outcome]prometheus.Counter{
+		alarmindex.OutcomeStale:   unmatched.WithLabelValues("stale"),
+		alarmindex.OutcomeNoState: unmatched.WithLabelValues("no_state"),
+		alarmindex.OutcomeKeep:    unmatched.WithLabelValues("not_in_bucket"),
+	}
+	m.collectors = append(m.collectors, m.sweepDuration, puts, dels, delErrs, unmatched)
 	return m
 }
 
@@ -123,8 +139,8 @@ func (m *metrics) register(p *Plugin) error {
 			Help: "Actors whose latest on-alarm run on this node failed, until one succeeds, an event sets or clears their alarm, or another node has them.",
 		}, func() float64 { n, _ := p.failingStats(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "wasmkeep_alarm_failures_max",
-			Help: "The highest committed failure count among the failing actors (0 when none fails).",
+			Name: "wasmkeep_alarm_retry_count_max",
+			Help: "The highest committed retry count (an alarm's retry_count) among the failing actors (0 when none fails).",
 		}, func() float64 { _, mx := p.failingStats(); return float64(mx) }),
 	)
 	if p.loop != nil {
@@ -163,6 +179,17 @@ func (m *metrics) delivered(outcome string, ev hostmod.Delivery, at time.Time) {
 		if ev.GaveUp {
 			m.deadLettered.Inc()
 		}
+	}
+}
+
+// unmatchedEntry counts an entry a delivery found that matches no
+// committed alarm (o is its plan's outcome; OutcomeRun counts nothing).
+func (m *metrics) unmatchedEntry(o alarmindex.Outcome) {
+	if m == nil {
+		return
+	}
+	if c := m.unmatched[o]; c != nil {
+		c.Inc()
 	}
 }
 
@@ -205,7 +232,7 @@ func (m *metrics) deleteStale(err error) {
 }
 
 // failingStats returns how many actors are failing and their highest
-// failure count.
+// committed retry count.
 func (p *Plugin) failingStats() (n, maxFailures int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -144,12 +144,12 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 	want(v("wasmkeep_alarm_firings_total", "outcome", "failed"), 1, "firings failed")
 	want(v("wasmkeep_alarm_retries_total"), 1, "retries")
 	want(v("wasmkeep_alarm_failing_actors"), 1, "failing actors")
-	want(v("wasmkeep_alarm_failures_max"), 3, "highest failure count")
+	want(v("wasmkeep_alarm_retry_count_max"), 3, "highest retry count")
 	want(v("wasmkeep_alarm_lateness_seconds"), 2, "lateness count")
 	// An event that sets the alarm resets the failure count.
 	f.p.Arm(a.id, ptr(t2))
 	want(v("wasmkeep_alarm_failing_actors"), 0, "failing actors after an event set the alarm")
-	want(v("wasmkeep_alarm_failures_max"), 0, "highest failure count after an event set the alarm")
+	want(v("wasmkeep_alarm_retry_count_max"), 0, "highest retry count after an event set the alarm")
 
 	// A stale delivery: the committed alarm is elsewhere; the entry at
 	// the delivered time is removed.
@@ -158,6 +158,24 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 	f.p.DeliverDue(ctx, &scriptedTaker{a: a, run: ok}, key, t1)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "stale"), 1, "firings stale")
 	want(v("wasmkeep_index_deletes_total", "reason", "stale"), 1, "index deletes stale")
+	want(v("wasmkeep_index_unmatched_entries_total", "reason", "stale"), 1, "unmatched entries, stale")
+	// Index drift: an entry of an actor with no state is removed; one of an
+	// actor the bucket has no state of is kept, and counted at each try.
+	gone := f.actor(3)
+	gone.initRecorded = false
+	f.put(t, tagged(t1, 3, "6"))
+	f.p.DeliverDue(ctx, &scriptedTaker{a: gone, run: ok}, key, t1)
+	want(v("wasmkeep_index_unmatched_entries_total", "reason", "no_state"), 1, "unmatched entries, no state")
+	want(v("wasmkeep_index_deletes_total", "reason", "stale"), 2, "index deletes stale")
+	absent := f.actor(3)
+	absent.initRecorded, absent.bucketHad, absent.uploaded = false, false, false
+	f.put(t, tagged(t1, 3, "7"))
+	for range 2 {
+		f.p.DeliverDue(ctx, &scriptedTaker{a: absent, run: ok}, key, t1)
+	}
+	want(v("wasmkeep_index_unmatched_entries_total", "reason", "not_in_bucket"), 2, "unmatched entries, not in the bucket, after two tries")
+	want(v("wasmkeep_index_deletes_total", "reason", "stale"), 2, "index deletes stale (the kept entry stays)")
+	want(v("wasmkeep_index_unmatched_entries_total", "reason", "stale"), 1, "unmatched entries, stale (unchanged)")
 	// Not this node's, and a host-side failure.
 	f.p.DeliverDue(ctx, &scriptedTaker{a: a, takeErr: alarms.NotHere(errors.New("held by n2"))}, key, t2)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "not_here"), 1, "firings not_here")

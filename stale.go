@@ -189,6 +189,7 @@ func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmi
 	}()
 	plan, st, err := p.deliveryPlan(ctx, a, delivered)
 	if err == nil {
+		p.m.unmatchedEntry(plan.Outcome)
 		switch plan.Outcome {
 		case alarmindex.OutcomeStale, alarmindex.OutcomeNoState:
 			var out Delivery
