@@ -39,6 +39,7 @@ import (
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/variant"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
@@ -201,9 +202,9 @@ type Config struct {
 	// label of its own with prometheus.WrapRegistererWith.
 	Registerer prometheus.Registerer
 
-	// mutations switch safety features off, for mutation tests only
-	// (set through the package's internal test hooks).
-	mutations alarmindex.Mutations
+	// variants turn safety rules off, for tests that show a rule is needed
+	// (export_test.go); production never sets them.
+	variants variant.Set
 }
 
 // Plugin carries out the index rules and runs the sweep for one node.
@@ -297,7 +298,7 @@ func Register(cfg Config) (*Plugin, error) {
 	}
 	p = &Plugin{
 		cfg:       cfg,
-		rules:     alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax, Mutations: cfg.mutations},
+		rules:     variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
 		log:       cfg.Logger,
 		legacy:    map[abi.ActorID]int64{},
 		inflight:  map[string]bool{},

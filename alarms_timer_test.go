@@ -20,6 +20,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/variant"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
@@ -85,9 +86,9 @@ func TestAnUploadThatReturnsAfterTheHoldLapsedDeletesNothing(t *testing.T) {
 	// The unsafe executor (a host that trusts a late upload) deletes it:
 	// the check above is what stops it.
 	f := newFixture(t)
-	p, err := alarms.Register(alarms.WithMutations(alarms.Config{
+	p, err := alarms.Register(alarms.WithVariants(alarms.Config{
 		Bucket: f.mem, Host: f.host, Timer: f.timer, Margin: time.Second, Nonces: &counterNonces{},
-	}, alarmindex.Mutations{TrustLateUploads: true}))
+	}, variant.Set{TrustLateUploads: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,11 @@
 package alarms
 
-import "github.com/wasmkeep/alarms/alarmindex"
+import "github.com/wasmkeep/alarms/internal/variant"
 
-// WithMutations returns cfg with safety features of the rules and the
-// executor switched off, for mutation tests only. It is not part of the
-// public API.
-func WithMutations(cfg Config, m alarmindex.Mutations) Config {
-	cfg.mutations = m
+// WithVariants returns cfg with the safety rules in v turned off, for tests
+// that show a rule is needed.
+func WithVariants(cfg Config, v variant.Set) Config {
+	cfg.variants = v
 	return cfg
 }
 

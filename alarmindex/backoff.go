@@ -59,11 +59,11 @@ func (r Rules) AfterFailureAt(handlerLeft *int64, failures int, nowMs int64) *in
 		retryMax = DefaultRetryMax
 	}
 	delay := RetryDelay(failures, DefaultRetryBase, retryMax)
-	if r.Mutations.RetryNotDoubled {
+	if r.variants.RetryNotDoubled {
 		delay = DefaultRetryBase
 	}
 	retryAt := nowMs + delay.Milliseconds()
-	if r.Mutations.RetryMovesLaterAlarm && handlerLeft != nil {
+	if r.variants.RetryMovesLaterAlarm && handlerLeft != nil {
 		// A later alarm the handler set is moved back to the retry time.
 		return &retryAt
 	}

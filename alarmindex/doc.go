@@ -26,8 +26,9 @@
 // bucket had the actor, a listing) and return a plan: the PUTs, meta writes,
 // uploads and DELETEs to make, in order. The host executes plans against the
 // real bucket and database; the deterministic simulator executes the same
-// plans against a model with late requests and crashes. [Mutations] turn
-// single safety features off so the simulator can show it catches each.
+// plans against a model with late requests and crashes, and turns single
+// safety rules off (through the module's internal package variant, never
+// through this package's API) to show that it catches each.
 //
 // The plans:
 //

@@ -113,8 +113,8 @@ type Exec struct {
 // ExecIndex returns the executor of an IndexPlan for actor a around one
 // upload.
 func (r Rules) ExecIndex(a abi.ActorID, p IndexPlan) *Exec {
-	x := &Exec{actor: a, trust: r.Mutations.TrustLateUploads}
-	x.steps = indexSteps(p, r.Mutations.TrustLateUploads)
+	x := &Exec{actor: a, trust: r.variants.TrustLateUploads}
+	x.steps = indexSteps(p, r.variants.TrustLateUploads)
 	return x
 }
 
@@ -151,7 +151,7 @@ func indexSteps(p IndexPlan, trust bool) []Step {
 // ExecDelivery returns the executor of a DeliveryPlan; gen is the hold's
 // generation (written as the fence).
 func (r Rules) ExecDelivery(p DeliveryPlan) *Exec {
-	x := &Exec{actor: p.delivered.Actor, plan: &p, trust: r.Mutations.TrustLateUploads}
+	x := &Exec{actor: p.delivered.Actor, plan: &p, trust: r.variants.TrustLateUploads}
 	end := func(s Step) { s.Phase = PhaseEnd; x.steps = append(x.steps, s) }
 	if p.Outcome == OutcomeRun {
 		end(Step{Kind: StepRun})

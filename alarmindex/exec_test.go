@@ -2,6 +2,7 @@ package alarmindex
 
 import (
 	"errors"
+	"github.com/wasmkeep/alarms/internal/variant"
 	"reflect"
 	"strings"
 	"testing"
@@ -56,7 +57,7 @@ func (sc *execScript) run(x *Exec) []string {
 }
 
 func TestExecIndexOrderPutRecordUploadCheckThenDelete(t *testing.T) {
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	p, err := r.AfterEvent(eventFacts(ms(t2), tagged(t1, 2, "a"), 3))
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +77,7 @@ func TestExecIndexOrderPutRecordUploadCheckThenDelete(t *testing.T) {
 // does not count, and the entry it replaced stays (a newer holder's state
 // may name it).
 func TestExecIndexAnUploadThatReturnsAfterTheHoldLapsedDeletesNothing(t *testing.T) {
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	p, err := r.AfterEvent(eventFacts(ms(t2), tagged(t1, 2, "a"), 3))
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +91,7 @@ func TestExecIndexAnUploadThatReturnsAfterTheHoldLapsedDeletesNothing(t *testing
 		t.Fatalf("Err() = %v, want a give-up naming the lapsed hold", x.Err())
 	}
 	// The mutation trusts it and deletes.
-	m := rulesWith(Mutations{TrustLateUploads: true})
+	m := rulesWith(variant.Set{TrustLateUploads: true})
 	got = (&execScript{lapsedAt: 1}).run(m.ExecIndex(actorA, p))
 	if got[len(got)-1] != "delete t1@g2" {
 		t.Fatalf("TrustLateUploads: steps %q, want the replaced entry deleted", got)
@@ -98,7 +99,7 @@ func TestExecIndexAnUploadThatReturnsAfterTheHoldLapsedDeletesNothing(t *testing
 }
 
 func TestExecIndexStopsAtTheFirstFailure(t *testing.T) {
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	p, err := r.AfterEvent(eventFacts(ms(t2), tagged(t1, 2, "a"), 3))
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestExecIndexStopsAtTheFirstFailure(t *testing.T) {
 }
 
 func TestExecIndexFirstUploadBeforeEntryMutationUploadsFirst(t *testing.T) {
-	r := rulesWith(Mutations{FirstUploadBeforeEntry: true})
+	r := rulesWith(variant.Set{FirstUploadBeforeEntry: true})
 	p, err := r.FirstUpload(eventFacts(ms(t2), nil, 1))
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +136,7 @@ func TestExecIndexFirstUploadBeforeEntryMutationUploadsFirst(t *testing.T) {
 }
 
 func TestExecDeliveryFencesThenChecksTheHoldThenListsAndDeletesStale(t *testing.T) {
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	named := tagged(t2, 3, "e")
 	f := deliveryFacts(tagged(t1, 0, ""), ms(t2), named, 3)
 	f.Uploaded = false
@@ -171,7 +172,7 @@ func TestExecDeliveryFencesThenChecksTheHoldThenListsAndDeletesStale(t *testing.
 }
 
 func TestExecDeliveryKeepRetriesAndReleases(t *testing.T) {
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	f := deliveryFacts(tagged(t1, 0, ""), ms(t2), nil, 3)
 	f.BucketHadActor, f.Uploaded = false, false
 	p, err := r.Deliver(f)
@@ -190,5 +191,5 @@ func TestExecPanicsOnAReportWithoutAStep(t *testing.T) {
 			t.Error("Report with no step in progress did not panic")
 		}
 	}()
-	rulesWith(Mutations{}).ExecIndex(actorA, IndexPlan{}).Report(nil)
+	rulesWith(variant.Set{}).ExecIndex(actorA, IndexPlan{}).Report(nil)
 }

@@ -6,50 +6,29 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/internal/variant"
 )
 
-// Mutations each turn one safety feature of the rules off, so that the
-// simulator can show its invariant catches the unsafe variant. The zero value
-// is the safe rules; production never sets any of them.
-type Mutations struct {
-	// UntaggedKeys writes every new entry under the legacy key (one key per
-	// actor and time, reused), dropping R1.
-	UntaggedKeys bool
-	// NoGenerationCheck deletes entries whatever their generation,
-	// dropping R3.
-	NoGenerationCheck bool
-	// NoFence removes stale entries without first uploading owner_fence
-	// when the hold has uploaded nothing.
-	NoFence bool
-	// FirstUploadBeforeEntry swaps R4's order: the first snapshot is
-	// uploaded before its entry is PUT and recorded.
-	FirstUploadBeforeEntry bool
-	// ClearWhileBucketEmpty removes stale entries (without a fence) even
-	// when the bucket had nothing for the actor and nothing was uploaded
-	// since, and neither keeps the entry nor releases the hold.
-	ClearWhileBucketEmpty bool
-	// TrustLateUploads drops the executor's re-check of the hold after an
-	// upload: an upload that returned after the hold lapsed counts as
-	// done, and the entry it replaced is deleted.
-	TrustLateUploads bool
-	// RetryNotDoubled commits every retry one base delay (1 s) after the
-	// failure, however many failures came before.
-	RetryNotDoubled bool
-	// RetryMovesLaterAlarm moves an alarm the failed handler set for after
-	// the retry time back to the retry time.
-	RetryMovesLaterAlarm bool
-}
-
 // Rules decide what to do to the alarm index from facts the caller gathered;
-// the caller does every request. The zero Mutations are the safe rules.
+// the caller does every request.
 type Rules struct {
 	// Nonces gives the nonce of every new entry. Required when a plan PUTs.
 	Nonces Nonces
 	// RetryMax is how long an entry kept because the bucket had nothing for
 	// the actor waits before it is tried again. Zero: DefaultRetryMax.
 	RetryMax time.Duration
-	// Mutations turn safety features off (simulator only).
-	Mutations Mutations
+
+	// variants turn safety rules off, for the simulator's unsafe variants
+	// only (package internal/variant sets them; production never does).
+	variants variant.Set
+}
+
+func init() {
+	variant.Register(func(rules any, s variant.Set) any {
+		r := rules.(Rules)
+		r.variants = s
+		return r
+	})
 }
 
 // ErrGiveUp is wrapped by every error of the rules: the index cannot be
@@ -118,7 +97,7 @@ type EventFacts struct {
 //     a takeover may have been overtaken by a newer state naming this entry).
 //     Failure is harmless (an extra entry, removed when it comes due).
 //
-// UploadBeforePut is set only by Mutations.FirstUploadBeforeEntry: then the
+// UploadBeforePut is set only by the variant FirstUploadBeforeEntry: then the
 // upload happens before steps 1 and 2.
 type IndexPlan struct {
 	Put                  *Key
@@ -163,7 +142,7 @@ func (r Rules) check(a abi.ActorID, alarm *int64, rec *Key, holdValid, replHealt
 // legacy key, reused for the same actor and time.
 func (r Rules) freshKey(a abi.ActorID, due int64, gen uint64) (*Key, error) {
 	var k Key
-	if r.Mutations.UntaggedKeys {
+	if r.variants.UntaggedKeys {
 		k = Key{Actor: a, DueMs: due, Legacy: true}
 	} else {
 		if r.Nonces == nil {
@@ -184,7 +163,7 @@ func (r Rules) deletable(old *Key, gen uint64) *Key {
 	}
 	// R3: "Never delete an entry with a generation above one's own. A newer
 	// owner wrote it." Legacy entries carry no generation.
-	if !old.Legacy && old.Tag.Generation > gen && !r.Mutations.NoGenerationCheck {
+	if !old.Legacy && old.Tag.Generation > gen && !r.variants.NoGenerationCheck {
 		return nil
 	}
 	k := *old
@@ -229,7 +208,7 @@ func (r Rules) bringInLine(f EventFacts, migrateLegacy bool) (IndexPlan, error) 
 	if rec != nil && rec.DueMs == due {
 		// docs/design.md#in-line: An unchanged alarm keeps its entry, whichever owner wrote
 		// it — no request, even on the first event of a new generation.
-		if !rec.Legacy || !migrateLegacy || r.Mutations.UntaggedKeys {
+		if !rec.Legacy || !migrateLegacy || r.variants.UntaggedKeys {
 			return IndexPlan{}, nil
 		}
 		// docs/design.md#in-line: a legacy one is replaced by a tagged one on the next event
@@ -282,7 +261,7 @@ func (r Rules) FirstUpload(f EventFacts) (IndexPlan, error) {
 		Put:             put,
 		Record:          true,
 		Recorded:        &recorded,
-		UploadBeforePut: r.Mutations.FirstUploadBeforeEntry,
+		UploadBeforePut: r.variants.FirstUploadBeforeEntry,
 	}, nil
 }
 
@@ -395,7 +374,7 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 	p := DeliveryPlan{
 		delivered: f.Delivered,
 		gen:       f.Generation,
-		noGenChk:  r.Mutations.NoGenerationCheck,
+		noGenChk:  r.variants.NoGenerationCheck,
 	}
 	due := f.Delivered.DueMs
 	if f.Alarm != nil && *f.Alarm == due {
@@ -416,7 +395,7 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 		p.Outcome = OutcomeNoState
 	}
 	if !f.BucketHadActor && !f.Uploaded {
-		if !r.Mutations.ClearWhileBucketEmpty {
+		if !r.variants.ClearWhileBucketEmpty {
 			// docs/design.md#bucket-empty: An owner that found nothing in the bucket for the
 			// actor, and has uploaded nothing since, removes nothing: an
 			// earlier owner's first snapshot can name an entry (R4) and
@@ -467,7 +446,7 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 	// (owner_fence meta) before it removes entries as stale: at most one
 	// extra upload per hold." Step 1's upload, if any, already ends the
 	// history.
-	p.Fence = !f.Uploaded && !idx.Record && !r.Mutations.NoFence
+	p.Fence = !f.Uploaded && !idx.Record && !r.variants.NoFence
 	// docs/design.md#delivery: that costs one LIST of the actor's tagged entries at that
 	// time (the legacy key is deleted by its exact name).
 	p.List = true

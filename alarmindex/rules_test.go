@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/internal/variant"
 )
 
 var actorA = abi.ActorID{Tenant: "acme", Class: "counter", Name: "a/1"}
@@ -22,12 +23,12 @@ const (
 
 func ms(v int64) *int64 { return &v }
 
-func rulesWith(m Mutations) Rules {
+func rulesWith(m variant.Set) Rules {
 	src, err := NewNonceSource(rand.NewChaCha8([32]byte{9}))
 	if err != nil {
 		panic(err)
 	}
-	return Rules{Nonces: src, Mutations: m}
+	return Rules{Nonces: src, variants: m}
 }
 
 func tagged(due int64, gen uint64, nonce string) *Key {
@@ -144,7 +145,7 @@ func TestAfterEvent(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := rulesWith(Mutations{})
+			r := rulesWith(variant.Set{})
 			p, err := r.AfterEvent(eventFacts(c.alarm, c.rec, own))
 			if err != nil {
 				t.Fatal(err)
@@ -169,7 +170,7 @@ func TestUnchangedAlarmCostsNoRequestUnderNewGeneration(t *testing.T) {
 		rec := tagged(t1, writer, "0f")
 		w.entries[*rec] = true
 		db := &database{alarm: ms(t1), recorded: rec}
-		p, err := rulesWith(Mutations{}).AfterEvent(eventFacts(db.alarm, db.recorded, 9))
+		p, err := rulesWith(variant.Set{}).AfterEvent(eventFacts(db.alarm, db.recorded, 9))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestLegacyReplacedByTaggedOnNextEvent(t *testing.T) {
 	old := legacy(t1)
 	w.entries[*old] = true
 	db := &database{alarm: ms(t1), recorded: old}
-	p, err := rulesWith(Mutations{}).AfterEvent(eventFacts(db.alarm, db.recorded, 2))
+	p, err := rulesWith(variant.Set{}).AfterEvent(eventFacts(db.alarm, db.recorded, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,14 +204,14 @@ func TestLegacyReplacedByTaggedOnNextEvent(t *testing.T) {
 		t.Fatalf("order %v, want %v", w.ops(), want)
 	}
 	// The next event leaves it alone.
-	p, _ = rulesWith(Mutations{}).AfterEvent(eventFacts(db.alarm, db.recorded, 3))
+	p, _ = rulesWith(variant.Set{}).AfterEvent(eventFacts(db.alarm, db.recorded, 3))
 	if !p.Empty() {
 		t.Fatalf("second event %q, want nothing", describe(p))
 	}
 }
 
 func TestMidEventUploadListsUnderReplicaGeneration(t *testing.T) {
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	const replicaGen = 12
 	p, err := r.MidEventUpload(eventFacts(ms(t2), tagged(t1, 11, "aa"), replicaGen))
 	if err != nil {
@@ -227,7 +228,7 @@ func TestMidEventUploadListsUnderReplicaGeneration(t *testing.T) {
 
 func TestEveryPutUsesAFreshKey(t *testing.T) {
 	// R1: even the same alarm, set again after a move, gets a new key.
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	seen := map[Key]bool{}
 	var rec *Key
 	for i, at := range []int64{t1, t2, t1, t2, t1} {
@@ -254,16 +255,16 @@ func TestRulesGiveUp(t *testing.T) {
 		facts EventFacts
 		cause string
 	}{
-		{"hold not valid", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
-		{"hold not valid, unchanged alarm", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Recorded: tagged(t1, 1, "a"), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
-		{"replication unhealthy", rulesWith(Mutations{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, HoldValid: true}, "replication is not healthy"},
-		{"invalid actor", rulesWith(Mutations{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "a.b", Name: "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, `class "a.b" holds '.'`},
-		{"alarm out of range", rulesWith(Mutations{}), eventFacts(ms(MaxDueMs+1), nil, 1), "outside"},
-		{"negative alarm", rulesWith(Mutations{}), eventFacts(ms(-1), nil, 1), "outside"},
-		{"recorded entry of another actor", rulesWith(Mutations{}), eventFacts(ms(t1), &Key{Actor: other, DueMs: t1, Legacy: true}, 1), "belongs to actor"},
-		{"recorded entry unreadable", rulesWith(Mutations{}), eventFacts(ms(t1), &Key{Actor: actorA, DueMs: t1, Tag: Tag{1, "XY"}}, 1), "cannot be read"},
+		{"hold not valid", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
+		{"hold not valid, unchanged alarm", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Recorded: tagged(t1, 1, "a"), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
+		{"replication unhealthy", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, HoldValid: true}, "replication is not healthy"},
+		{"invalid actor", rulesWith(variant.Set{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "a.b", Name: "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, `class "a.b" holds '.'`},
+		{"alarm out of range", rulesWith(variant.Set{}), eventFacts(ms(MaxDueMs+1), nil, 1), "outside"},
+		{"negative alarm", rulesWith(variant.Set{}), eventFacts(ms(-1), nil, 1), "outside"},
+		{"recorded entry of another actor", rulesWith(variant.Set{}), eventFacts(ms(t1), &Key{Actor: other, DueMs: t1, Legacy: true}, 1), "belongs to actor"},
+		{"recorded entry unreadable", rulesWith(variant.Set{}), eventFacts(ms(t1), &Key{Actor: actorA, DueMs: t1, Tag: Tag{1, "XY"}}, 1), "cannot be read"},
 		{"no nonce source", Rules{}, eventFacts(ms(t1), nil, 1), "no nonce source"},
-		{"name too long to index", rulesWith(Mutations{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "c", Name: strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "the name is 480 bytes, over the limit of 100 bytes"},
+		{"name too long to index", rulesWith(variant.Set{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "c", Name: strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "the name is 480 bytes, over the limit of 100 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -291,7 +292,7 @@ func TestR4ListsBeforeFirstUpload(t *testing.T) {
 		w := newWorld()
 		// Recorded while on its own: this bucket never had that entry.
 		db := &database{alarm: ms(t1), recorded: tagged(t1, 1, "01")}
-		p, err := rulesWith(Mutations{}).FirstUpload(eventFacts(db.alarm, db.recorded, 7))
+		p, err := rulesWith(variant.Set{}).FirstUpload(eventFacts(db.alarm, db.recorded, 7))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,14 +309,14 @@ func TestR4ListsBeforeFirstUpload(t *testing.T) {
 		}
 	})
 	t.Run("no alarm: the snapshot names nothing", func(t *testing.T) {
-		p, err := rulesWith(Mutations{}).FirstUpload(eventFacts(nil, tagged(t1, 1, "01"), 7))
+		p, err := rulesWith(variant.Set{}).FirstUpload(eventFacts(nil, tagged(t1, 1, "01"), 7))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := describe(p); got != "record -" {
 			t.Fatalf("plan %q, want record -", got)
 		}
-		p, _ = rulesWith(Mutations{}).FirstUpload(eventFacts(nil, nil, 7))
+		p, _ = rulesWith(variant.Set{}).FirstUpload(eventFacts(nil, nil, 7))
 		if !p.Empty() {
 			t.Fatalf("plan %q, want nothing", describe(p))
 		}
@@ -323,13 +324,13 @@ func TestR4ListsBeforeFirstUpload(t *testing.T) {
 	t.Run("if the entry cannot be listed nothing is uploaded", func(t *testing.T) {
 		f := eventFacts(ms(t1), nil, 7)
 		f.HoldValid = false
-		if _, err := rulesWith(Mutations{}).FirstUpload(f); !errors.Is(err, ErrGiveUp) {
+		if _, err := rulesWith(variant.Set{}).FirstUpload(f); !errors.Is(err, ErrGiveUp) {
 			t.Fatalf("err %v, want give up", err)
 		}
 		w := newWorld()
 		db := &database{alarm: ms(t1)}
 		w.failPuts = true
-		p, _ := rulesWith(Mutations{}).FirstUpload(eventFacts(db.alarm, nil, 7))
+		p, _ := rulesWith(variant.Set{}).FirstUpload(eventFacts(db.alarm, nil, 7))
 		w.runEvent(t, p, db)
 		if w.uploads != 0 || w.snapshot != nil {
 			t.Fatalf("uploaded after a failed PUT: %v", w.log)
@@ -338,7 +339,7 @@ func TestR4ListsBeforeFirstUpload(t *testing.T) {
 	t.Run("mutation: first upload before its entry names nothing that exists", func(t *testing.T) {
 		w := newWorld()
 		db := &database{alarm: ms(t1)}
-		p, _ := rulesWith(Mutations{FirstUploadBeforeEntry: true}).FirstUpload(eventFacts(db.alarm, nil, 7))
+		p, _ := rulesWith(variant.Set{FirstUploadBeforeEntry: true}).FirstUpload(eventFacts(db.alarm, nil, 7))
 		w.runEvent(t, p, db)
 		if want := []string{"UPLOAD", "PUT", "RECORD"}; !slices.Equal(w.ops(), want) {
 			t.Fatalf("order %v, want %v", w.ops(), want)
@@ -492,7 +493,7 @@ func TestDeliver(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := rulesWith(Mutations{}).Deliver(c.facts)
+			p, err := rulesWith(variant.Set{}).Deliver(c.facts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -516,7 +517,7 @@ func TestDeliverGivesUp(t *testing.T) {
 	} {
 		f := deliveryFacts(d, ms(t3), nil, 6)
 		mod(&f)
-		p, err := rulesWith(Mutations{}).Deliver(f)
+		p, err := rulesWith(variant.Set{}).Deliver(f)
 		if !errors.Is(err, ErrGiveUp) || !strings.Contains(err.Error(), actorA.String()) {
 			t.Errorf("%s: %q, %v: want a give-up naming the actor", name, describeDelivery(p, nil), err)
 		}
@@ -528,7 +529,7 @@ func TestDeliverGivesUp(t *testing.T) {
 
 func TestR3NeverDeletesNewerGeneration(t *testing.T) {
 	const own = 10
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	// After an event.
 	for _, alarm := range []*int64{nil, ms(t2)} {
 		p, err := r.AfterEvent(eventFacts(alarm, tagged(t1, own+1, "ab"), own))
@@ -565,7 +566,7 @@ func TestR3NeverDeletesNewerGeneration(t *testing.T) {
 
 func TestFenceBeforeFirstStaleDelete(t *testing.T) {
 	stale := tagged(t2, 3, "a1")
-	run := func(m Mutations, uploaded bool) *world {
+	run := func(m variant.Set, uploaded bool) *world {
 		w := newWorld()
 		w.entries[*stale] = true
 		named := tagged(t3, 3, "a3")
@@ -583,14 +584,14 @@ func TestFenceBeforeFirstStaleDelete(t *testing.T) {
 		}
 		return w
 	}
-	if got, want := run(Mutations{}, false).ops(), []string{"FENCE", "LIST", "DELETE"}; !slices.Equal(got, want) {
+	if got, want := run(variant.Set{}, false).ops(), []string{"FENCE", "LIST", "DELETE"}; !slices.Equal(got, want) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
 	// At most one extra upload per hold: once it uploaded, no fence.
-	if got, want := run(Mutations{}, true).ops(), []string{"LIST", "DELETE"}; !slices.Equal(got, want) {
+	if got, want := run(variant.Set{}, true).ops(), []string{"LIST", "DELETE"}; !slices.Equal(got, want) {
 		t.Fatalf("after an upload: order %v, want %v", got, want)
 	}
-	if got, want := run(Mutations{NoFence: true}, false).ops(), []string{"LIST", "DELETE"}; !slices.Equal(got, want) {
+	if got, want := run(variant.Set{NoFence: true}, false).ops(), []string{"LIST", "DELETE"}; !slices.Equal(got, want) {
 		t.Fatalf("NoFence: order %v, want %v", got, want)
 	}
 }
@@ -603,7 +604,7 @@ func TestBucketHadNothingRemovesNothingAndReleases(t *testing.T) {
 		db := &database{alarm: alarm, init: true}
 		f := deliveryFacts(stale, alarm, nil, 4)
 		f.BucketHadActor, f.Uploaded = false, false
-		p, err := rulesWith(Mutations{}).Deliver(f)
+		p, err := rulesWith(variant.Set{}).Deliver(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -615,7 +616,7 @@ func TestBucketHadNothingRemovesNothingAndReleases(t *testing.T) {
 			t.Fatalf("alarm %v: plan %q", deref(alarm), describeDelivery(p, nil))
 		}
 	}
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	r.RetryMax = time.Minute
 	f := deliveryFacts(stale, nil, nil, 4)
 	f.BucketHadActor, f.Uploaded = false, false
@@ -631,7 +632,7 @@ func TestAnEntryForAnActorTheBucketNeverHadStaysWithoutCreatingIt(t *testing.T) 
 	db := &database{} // restored nothing: no alarm, no on-init
 	f := deliveryFacts(entry, nil, nil, 4)
 	f.InitRecorded, f.BucketHadActor, f.Uploaded = false, false, false
-	p, err := rulesWith(Mutations{}).Deliver(f)
+	p, err := rulesWith(variant.Set{}).Deliver(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,7 +652,7 @@ func TestAnEntryForAnActorTheBucketNeverHadStaysWithoutCreatingIt(t *testing.T) 
 // alarm away from t1 and its delete of the t1 entry lands late, after a new
 // owner B (and, separately, A itself) set the alarm back to t1.
 func TestLateDeleteAfterTakeoverRemovesNothingNamed(t *testing.T) {
-	scenario := func(m Mutations, takeover bool) (named Key, exists bool) {
+	scenario := func(m variant.Set, takeover bool) (named Key, exists bool) {
 		r := rulesWith(m)
 		w := newWorld()
 		db := &database{}
@@ -679,11 +680,11 @@ func TestLateDeleteAfterTakeoverRemovesNothingNamed(t *testing.T) {
 		return *db.recorded, w.entries[*db.recorded]
 	}
 	for _, takeover := range []bool{true, false} {
-		named, ok := scenario(Mutations{}, takeover)
+		named, ok := scenario(variant.Set{}, takeover)
 		if !ok {
 			t.Fatalf("takeover=%v: the named entry %v was removed by a late delete", takeover, named)
 		}
-		if _, ok := scenario(Mutations{UntaggedKeys: true}, takeover); ok {
+		if _, ok := scenario(variant.Set{UntaggedKeys: true}, takeover); ok {
 			t.Fatalf("takeover=%v: untagged keys survived the late delete; the test cannot tell R1 from its absence", takeover)
 		}
 	}
@@ -695,17 +696,17 @@ func TestMutationsEachChangeADecision(t *testing.T) {
 	stale := tagged(t2, 3, "33")
 	cases := []struct {
 		name           string
-		m              Mutations
+		m              variant.Set
 		decide         func(Rules) string
 		safe, mutation string
 	}{
 		{
-			"UntaggedKeys", Mutations{UntaggedKeys: true},
+			"UntaggedKeys", variant.Set{UntaggedKeys: true},
 			func(r Rules) string { p, _ := r.AfterEvent(eventFacts(ms(t1), nil, 5)); return describe(p) },
 			"put t1@g5; record t1@g5", "put t1@legacy; record t1@legacy",
 		},
 		{
-			"NoGenerationCheck", Mutations{NoGenerationCheck: true},
+			"NoGenerationCheck", variant.Set{NoGenerationCheck: true},
 			func(r Rules) string {
 				p, _ := r.Deliver(deliveryFacts(stale, ms(t3), tagged(t3, 5, "c3"), 5))
 				return describeDelivery(p, []Key{*stale, *newer})
@@ -713,12 +714,12 @@ func TestMutationsEachChangeADecision(t *testing.T) {
 			"stale; delete [t2@g3]", "stale; delete [t2@g3 t2@g9]",
 		},
 		{
-			"NoGenerationCheck after an event", Mutations{NoGenerationCheck: true},
+			"NoGenerationCheck after an event", variant.Set{NoGenerationCheck: true},
 			func(r Rules) string { p, _ := r.AfterEvent(eventFacts(nil, newer, 5)); return describe(p) },
 			"record -", "record -; delete t2@g9",
 		},
 		{
-			"NoFence", Mutations{NoFence: true},
+			"NoFence", variant.Set{NoFence: true},
 			func(r Rules) string {
 				f := deliveryFacts(stale, ms(t3), tagged(t3, 5, "c3"), 5)
 				f.Uploaded = false
@@ -728,12 +729,12 @@ func TestMutationsEachChangeADecision(t *testing.T) {
 			"stale; fence; delete [t2@g3]", "stale; delete [t2@g3]",
 		},
 		{
-			"FirstUploadBeforeEntry", Mutations{FirstUploadBeforeEntry: true},
+			"FirstUploadBeforeEntry", variant.Set{FirstUploadBeforeEntry: true},
 			func(r Rules) string { p, _ := r.FirstUpload(eventFacts(ms(t1), nil, 5)); return describe(p) },
 			"put t1@g5; record t1@g5", "upload-first; put t1@g5; record t1@g5",
 		},
 		{
-			"ClearWhileBucketEmpty", Mutations{ClearWhileBucketEmpty: true},
+			"ClearWhileBucketEmpty", variant.Set{ClearWhileBucketEmpty: true},
 			func(r Rules) string {
 				f := deliveryFacts(stale, nil, nil, 5)
 				f.InitRecorded, f.BucketHadActor, f.Uploaded = false, false, false
@@ -745,7 +746,7 @@ func TestMutationsEachChangeADecision(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := c.decide(rulesWith(Mutations{})); got != c.safe {
+			if got := c.decide(rulesWith(variant.Set{})); got != c.safe {
 				t.Fatalf("safe rules: %q, want %q", got, c.safe)
 			}
 			if got := c.decide(rulesWith(c.m)); got != c.mutation {
@@ -762,7 +763,7 @@ func TestClearWhileBucketEmptyStillSparesTheNamedEntry(t *testing.T) {
 	other := tagged(t2, 3, "a2")
 	f := deliveryFacts(other, ms(t3), named, 4)
 	f.BucketHadActor, f.Uploaded = false, false
-	p, err := rulesWith(Mutations{ClearWhileBucketEmpty: true}).Deliver(f)
+	p, err := rulesWith(variant.Set{ClearWhileBucketEmpty: true}).Deliver(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -895,7 +896,7 @@ func (w *world) runDelivery(t *testing.T, p DeliveryPlan, db *database) {
 func TestDeliverAcceptsATimeWithoutATag(t *testing.T) {
 	a := abi.ActorID{Tenant: "t", Class: "c", Name: "n"}
 	at := int64(5000)
-	r := rulesWith(Mutations{})
+	r := rulesWith(variant.Set{})
 	p, err := r.Deliver(DeliveryFacts{
 		Delivered: Key{Actor: a, DueMs: at}, Alarm: &at, Generation: 2,
 		HoldValid: true, ReplicationHealthy: true, BucketHadActor: true,

@@ -14,8 +14,8 @@
 // Independent runs go on parallel goroutines.
 //
 // What runs unchanged: alarmindex.Rules (AfterEvent, MidEventUpload,
-// FirstUpload, Deliver and DeliveryPlan.StaleDeletes, with or without
-// Mutations), alarmindex.Exec, the executor of their plans that the plugin
+// FirstUpload, Deliver and DeliveryPlan.StaleDeletes, with or without an
+// unsafe variant from internal/variant), alarmindex.Exec, the executor of their plans that the plugin
 // drives too (the simulator answers its steps with simulated requests), the key and meta formats (Key.String, ParseKey,
 // FormatRecorded, ParseRecorded), NonceSource (its boot prefix read from a
 // ChaCha8 stream seeded by the run), the committed backoff
@@ -84,7 +84,7 @@
 //     is valid and counts only if the hold is still valid when it returns:
 //     otherwise a newer holder may have uploaded first, this snapshot may not
 //     be the state, and deleting the entry it replaced could remove the one
-//     the state names (Mutations.TrustLateUploads shows the simulator catches
+//     the state names (the variant TrustLateUploads shows the simulator catches
 //     that executor bug). The plugin runs the same executor.
 //   - Faults: requests fail or time out and land later (up to two minutes)
 //     or are slow; nodes crash and restart, pause (a stall longer than a

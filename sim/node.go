@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/internal/variant"
 	"github.com/wasmkeep/alarms/sweeper"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -120,7 +121,7 @@ func (s *sim) boot(n *node) {
 	if err != nil {
 		panic(err)
 	}
-	n.rules = alarmindex.Rules{Nonces: nonces, RetryMax: retryMax, Mutations: s.cfg.Mutations}
+	n.rules = variant.Rules(alarmindex.Rules{Nonces: nonces, RetryMax: retryMax}, s.cfg.Variants)
 	n.rng = rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
 	n.timer = sweeper.NewTimer(retryMax)
 	n.wakeAt = 0

@@ -15,7 +15,7 @@ var regressions = []struct {
 	// deleted the entry it replaced, which the newer holder's state named.
 	// Fixed in the executor: an upload that returns after the hold lapsed is
 	// not a success. These seeds caught the unfixed executor
-	// (Mutations.TrustLateUploads) in the model of that time; the model has
+	// (the variant TrustLateUploads) in the model of that time; the model has
 	// grown since, and TestMutations/TrustLateUploads names the seeds that
 	// catch it now.
 	{4, "upload counted after the hold lapsed, then DeleteAfterReplicate"},

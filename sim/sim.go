@@ -9,6 +9,7 @@ import (
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/variant"
 
 	"github.com/wasmkeep/alarms/abi"
 )
@@ -18,9 +19,9 @@ type Config struct {
 	// Seed selects the run: the world it starts from and every choice
 	// made during it.
 	Seed uint64
-	// Mutations turn safety features of the index rules off; the zero value
+	// Variants turn safety rules of the index rules off; the zero value
 	// runs the production rules.
-	Mutations alarmindex.Mutations
+	Variants variant.Set
 	// SkipPut is the simulator's own canary: new index entries are recorded
 	// in the actor's database as if PUT, but never sent to the bucket. Any
 	// working invariant must catch it.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/internal/variant"
 )
 
 var (
@@ -32,14 +32,14 @@ var variants = []struct {
 	// all: every seed must catch it, not just one.
 	all bool
 }{
-	{name: "UntaggedKeys", cfg: Config{Mutations: alarmindex.Mutations{UntaggedKeys: true}}},
-	{name: "NoGenerationCheck", cfg: Config{Mutations: alarmindex.Mutations{NoGenerationCheck: true}}},
-	{name: "NoFence", cfg: Config{Mutations: alarmindex.Mutations{NoFence: true}}},
-	{name: "FirstUploadBeforeEntry", cfg: Config{Mutations: alarmindex.Mutations{FirstUploadBeforeEntry: true}}},
-	{name: "ClearWhileBucketEmpty", cfg: Config{Mutations: alarmindex.Mutations{ClearWhileBucketEmpty: true}}},
-	{name: "TrustLateUploads", cfg: Config{Mutations: alarmindex.Mutations{TrustLateUploads: true}}},
-	{name: "RetryNotDoubled", cfg: Config{Mutations: alarmindex.Mutations{RetryNotDoubled: true}}},
-	{name: "RetryMovesLaterAlarm", cfg: Config{Mutations: alarmindex.Mutations{RetryMovesLaterAlarm: true}}},
+	{name: "UntaggedKeys", cfg: Config{Variants: variant.Set{UntaggedKeys: true}}},
+	{name: "NoGenerationCheck", cfg: Config{Variants: variant.Set{NoGenerationCheck: true}}},
+	{name: "NoFence", cfg: Config{Variants: variant.Set{NoFence: true}}},
+	{name: "FirstUploadBeforeEntry", cfg: Config{Variants: variant.Set{FirstUploadBeforeEntry: true}}},
+	{name: "ClearWhileBucketEmpty", cfg: Config{Variants: variant.Set{ClearWhileBucketEmpty: true}}},
+	{name: "TrustLateUploads", cfg: Config{Variants: variant.Set{TrustLateUploads: true}}},
+	{name: "RetryNotDoubled", cfg: Config{Variants: variant.Set{RetryNotDoubled: true}}},
+	{name: "RetryMovesLaterAlarm", cfg: Config{Variants: variant.Set{RetryMovesLaterAlarm: true}}},
 	{name: "NoAnyone", cfg: Config{NoAnyone: true}},
 	{name: "NoMembershipRelist", cfg: Config{NoMembershipRelist: true}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
@@ -268,7 +268,7 @@ func TestAimedJoinFault(t *testing.T) {
 		t.Errorf("the fault was not exercised: %d aimed faults, %d entries kept, %d joining copies set aside", total.AimedFaults, total.Keeps, total.JoinsReplaced)
 	}
 	caught := 0
-	for _, r := range runSeeds(Config{AimedJoinFault: 1, Mutations: alarmindex.Mutations{ClearWhileBucketEmpty: true}}, seeds) {
+	for _, r := range runSeeds(Config{AimedJoinFault: 1, Variants: variant.Set{ClearWhileBucketEmpty: true}}, seeds) {
 		if r.Failure != nil {
 			caught++
 		}
