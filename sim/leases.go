@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -30,6 +31,11 @@ type LeaseConfig struct {
 	// TTL, Margin and Grace of every node's lease (cluster's defaults when
 	// zero). Period is TTL/3.
 	TTL, Margin, Grace time.Duration
+	// LongTTL, if set, is a second lease TTL: each node started takes TTL
+	// or LongTTL at random (Margin and Grace alike), as while a cluster
+	// moves to a longer lease, one node at a time (docs/cost.md: a longer
+	// lease at scale). Each node's period is its own TTL/3.
+	LongTTL time.Duration
 	// FaultRate is the share of requests that fail in one of four ways
 	// (refused, answer lost after the write landed, timed out and landing
 	// later, slow); default 0.05.
@@ -39,6 +45,12 @@ type LeaseConfig struct {
 	// believes its validity extended past the last confirmed renewal's
 	// window. The simulation must catch it.
 	TrustUnconfirmed bool
+	// JudgeByOwnTTL is the unsafe variant of judging a lease by the TTL
+	// written in it: a node reading another node's lease takes it to name
+	// the reader's own TTL, so with LongTTL a node on the shorter lease
+	// judges a node on the longer one expired while that node still acts.
+	// The simulation must catch it.
+	JudgeByOwnTTL bool
 	// Trace keeps the whole trace in the result.
 	Trace bool
 }
@@ -69,6 +81,7 @@ type LeaseResult struct {
 
 type leaseNode struct {
 	id        string
+	ttl       time.Duration // its lease's TTL (LeaseConfig.TTL or LongTTL)
 	leases    *cluster.Leases
 	holds     *cluster.Holds
 	clk       *rateClock
@@ -197,12 +210,16 @@ func (w *leaseWorld) startNode() {
 	id := fmt.Sprintf("n%d", w.nextID)
 	rate := 1 + (w.rng.Float64()*2-1)*cluster.MaxClockDrift
 	clk := &rateClock{ref: w.ref, origin: w.ref.Now(), base: w.ref.Now().Add(time.Duration(w.rng.IntN(3600)) * time.Second), rate: rate}
-	n := &leaseNode{id: id, clk: clk, mine: map[abi.ActorID]cluster.Hold{}}
+	ttl := w.cfg.TTL
+	if w.cfg.LongTTL != 0 && w.rng.IntN(2) == 0 {
+		ttl = w.cfg.LongTTL
+	}
+	n := &leaseNode{id: id, ttl: ttl, clk: clk, mine: map[abi.ActorID]cluster.Hold{}}
 	b := &nodeBucket{Mem: w.mem, w: w, n: n}
 	w.caller = n
 	l, err := cluster.StartLeases(context.Background(), cluster.LeaseConfig{
 		Bucket: b, NodeID: id, Addr: id + ":7600", Clock: clk, Manual: true,
-		TTL: w.cfg.TTL, Margin: w.cfg.Margin, Grace: w.cfg.Grace,
+		TTL: ttl, Margin: w.cfg.Margin, Grace: w.cfg.Grace,
 	})
 	if err != nil {
 		// Its creating PUT failed: it tries again later as a new node.
@@ -212,9 +229,9 @@ func (w *leaseWorld) startNode() {
 	n.leases = l
 	n.holds = cluster.NewHolds(b, "", l, nil)
 	n.wasValid = true
-	n.nextRenew = w.ref.Now().Add(w.cfg.TTL / 3)
+	n.nextRenew = w.ref.Now().Add(ttl / 3)
 	w.nodes = append(w.nodes, n)
-	w.logf("%s up (clock rate %.4f)", id, rate)
+	w.logf("%s up (lease %v, clock rate %.4f)", id, ttl, rate)
 }
 
 // away: paused (does nothing) or cut off (every request fails).
@@ -245,12 +262,12 @@ func (w *leaseWorld) act() {
 		}
 		if !now.Before(n.nextRenew) {
 			w.renew(ctx, n)
-			n.nextRenew = w.ref.Now().Add(w.cfg.TTL / 3)
+			n.nextRenew = w.ref.Now().Add(n.ttl / 3)
 		}
 		if !now.Before(n.nextLook) {
 			w.caller = n
 			_ = n.leases.RefreshNow(ctx)
-			n.nextLook = w.ref.Now().Add(w.cfg.TTL / 3)
+			n.nextLook = w.ref.Now().Add(n.ttl / 3)
 		}
 	}
 	if live < w.cfg.Nodes {
@@ -278,10 +295,10 @@ func (w *leaseWorld) act() {
 		w.res.Crashes++
 		w.logf("%s crashed", n.id)
 	case r < 5:
-		n.pausedTil = now.Add(time.Duration(w.rng.Int64N(int64(3 * w.cfg.TTL))))
+		n.pausedTil = now.Add(time.Duration(w.rng.Int64N(int64(3 * n.ttl))))
 		w.logf("%s paused until +%v", n.id, n.pausedTil.Sub(now))
 	case r < 8:
-		n.cutTil = now.Add(time.Duration(w.rng.Int64N(int64(3 * w.cfg.TTL))))
+		n.cutTil = now.Add(time.Duration(w.rng.Int64N(int64(3 * n.ttl))))
 		w.logf("%s cut off from the bucket for %v", n.id, n.cutTil.Sub(now))
 	case r < 400:
 		a := w.actors[w.rng.IntN(len(w.actors))]
@@ -405,7 +422,17 @@ type nodeBucket struct {
 
 func (b *nodeBucket) Get(ctx context.Context, key string) ([]byte, string, error) {
 	b.w.caller = b.n
-	return b.Mem.Get(ctx, key)
+	body, etag, err := b.Mem.Get(ctx, key)
+	if err == nil && b.w.cfg.JudgeByOwnTTL && strings.HasPrefix(key, cluster.DefaultPrefix+"nodes/") && key != cluster.DefaultPrefix+"nodes/"+b.n.id {
+		// The unsafe variant: another node's lease read as if it named
+		// the reader's own TTL.
+		var rec map[string]any
+		if json.Unmarshal(body, &rec) == nil {
+			rec["ttl_ms"] = b.n.ttl.Milliseconds()
+			body, _ = json.Marshal(rec)
+		}
+	}
+	return body, etag, err
 }
 
 func (b *nodeBucket) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {

@@ -10,13 +10,17 @@ import (
 var flagLeaseSeeds = flag.Int("sim.leaseseeds", 200, "how many seeds TestLeaseSim runs (-short: at most 40)")
 
 // leaseSettings are the lease timings the simulation runs under: the
-// design's defaults, and the soak's 2 s lease.
+// design's defaults, the soak's 2 s lease, and a cluster moving from the
+// default lease to a longer one at scale (docs/cost.md), its nodes on
+// either (10 s or 20 s, margin 1 s and grace 2 s alike).
 var leaseSettings = []struct {
 	name               string
 	ttl, margin, grace time.Duration
+	long               time.Duration
 }{
-	{"defaults", 0, 0, 0},
-	{"ttl2s", 2 * time.Second, 400 * time.Millisecond, time.Second},
+	{"defaults", 0, 0, 0, 0},
+	{"ttl2s", 2 * time.Second, 400 * time.Millisecond, time.Second, 0},
+	{"rolling10to20s", 10 * time.Second, time.Second, 2 * time.Second, 20 * time.Second},
 }
 
 func leaseSeeds(t *testing.T) int {
@@ -39,7 +43,7 @@ func TestLeaseSim(t *testing.T) {
 			var share float64
 			n := leaseSeeds(t)
 			if *flagSeed != 0 {
-				r := RunLeases(LeaseConfig{Seed: *flagSeed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, Trace: *flagTrace})
+				r := RunLeases(LeaseConfig{Seed: *flagSeed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, Trace: *flagTrace})
 				t.Logf("seed %d: %+v\n%s", *flagSeed, r, strings.Join(r.Tail, "\n"))
 				if r.Violation != "" {
 					t.Fatal(r.Violation)
@@ -47,7 +51,7 @@ func TestLeaseSim(t *testing.T) {
 				return
 			}
 			for seed := uint64(1); seed <= uint64(n); seed++ {
-				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace})
+				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long})
 				if r.Violation != "" {
 					t.Fatalf("seed %d: %s (replay: go test ./sim -run 'TestLeaseSim/%s$' -sim.seed=%d -sim.trace -v)\n%s",
 						seed, r.Violation, set.name, seed, strings.Join(r.Tail, "\n"))
@@ -80,7 +84,7 @@ func TestLeaseSimCatchesTrustingUnconfirmedRenewals(t *testing.T) {
 	for _, set := range leaseSettings {
 		t.Run(set.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 20; seed++ {
-				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, TrustUnconfirmed: true})
+				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, TrustUnconfirmed: true})
 				if r.Violation != "" {
 					t.Logf("seed %d caught it: %s", seed, r.Violation)
 					return
@@ -89,4 +93,22 @@ func TestLeaseSimCatchesTrustingUnconfirmedRenewals(t *testing.T) {
 			t.Fatal("20 seeds did not catch a node trusting unconfirmed renewals")
 		})
 	}
+}
+
+// TestLeaseSimCatchesJudgingByOwnTTL: while nodes run on leases of
+// different TTLs (a cluster moving to a longer lease at scale), a node
+// must judge another node's lease by the TTL written in it. The unsafe
+// variant, a reader that takes every lease to name its own TTL, lets a
+// node on the 10 s lease take the holds of a node on the 20 s lease while
+// that node still acts; the simulation catches it within a few seeds.
+func TestLeaseSimCatchesJudgingByOwnTTL(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		r := RunLeases(LeaseConfig{Seed: seed, TTL: 10 * time.Second, Margin: time.Second, Grace: 2 * time.Second,
+			LongTTL: 20 * time.Second, JudgeByOwnTTL: true})
+		if r.Violation != "" {
+			t.Logf("seed %d caught it: %s", seed, r.Violation)
+			return
+		}
+	}
+	t.Fatal("20 seeds did not catch a node judging other leases by its own TTL")
 }
