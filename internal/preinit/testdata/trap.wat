@@ -1,0 +1,4 @@
+;; _initialize traps.
+(module
+  (memory (export "memory") 1)
+  (func (export "_initialize") unreachable))
