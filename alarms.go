@@ -38,6 +38,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/core"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/variant"
 	"github.com/wasmkeep/alarms/sweeper"
@@ -104,15 +105,15 @@ type Actor interface {
 }
 
 // UploadKind says which replication point an upload is.
-type UploadKind int
+type UploadKind = core.UploadKind
 
 const (
 	// AfterEvent: an event committed; its state is about to be uploaded.
-	AfterEvent UploadKind = iota
+	AfterEvent = core.AfterEvent
 	// MidEvent: an exec-durable event uploads before it replies.
-	MidEvent
+	MidEvent = core.MidEvent
 	// FirstUpload: a joining node uploads an actor the bucket does not have.
-	FirstUpload
+	FirstUpload = core.FirstUpload
 )
 
 // Config configures the plugin.
@@ -224,12 +225,9 @@ type Plugin struct {
 	// redeliver keeps the entry time of a delivery that failed, so that
 	// its retry delivers that time rather than the retry's.
 	redeliver map[string]int64
-	// known is, by TimerKey, the entry the latest upload this node carried
-	// out for the actor named (stale.go).
-	known map[string]alarmindex.Key
-	// tried keeps, by TimerKey, a removal of stale entries that removed
-	// nothing or failed, and when to try that entry time again (stale.go).
-	tried map[string]staleTry
+	// core decides (package core): the entry each upload named and the
+	// removals of stale entries (stale.go).
+	core *core.State
 	// taker and runCtx are RunTimer's, while it runs (stale.go).
 	taker  Taker
 	runCtx context.Context
@@ -304,8 +302,7 @@ func Register(cfg Config) (*Plugin, error) {
 		inflight:  map[string]bool{},
 		again:     map[string]int64{},
 		redeliver: map[string]int64{},
-		known:     map[string]alarmindex.Key{},
-		tried:     map[string]staleTry{},
+		core:      core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
 		idle:      make(chan func()),
 		m:         m,
 		failing:   map[string]int{},
@@ -505,21 +502,9 @@ func (p *Plugin) indexExec(ctx context.Context, a Actor, kind UploadKind) (*alar
 	if err != nil {
 		return nil, nil, err
 	}
-	var plan alarmindex.IndexPlan
-	switch kind {
-	case MidEvent:
-		plan, err = p.rules.MidEventUpload(f)
-	case FirstUpload:
-		plan, err = p.rules.FirstUpload(f)
-	default:
-		plan, err = p.rules.AfterEvent(f)
-	}
+	plan, named, err := core.Plan(p.rules, kind, f)
 	if err != nil {
 		return nil, nil, err
-	}
-	named := f.Recorded
-	if plan.Record {
-		named = plan.Recorded
 	}
 	return p.rules.ExecIndex(f.Actor, plan), named, nil
 }

@@ -83,10 +83,7 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	p.mu.Lock()
 	delete(p.redeliver, key)
 	p.forgetFailing(key) // an event that sets or clears the alarm resets the failure count
-	if alarm == nil {
-		delete(p.known, key)
-		delete(p.tried, key)
-	}
+	p.core.Armed(id, alarm)
 	p.mu.Unlock()
 	if alarm != nil {
 		p.cfg.Timer.Set(key, *alarm)
@@ -227,8 +224,7 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)
 		p.mu.Lock()
 		p.forgetFailing(key)
-		delete(p.known, key)
-		delete(p.tried, key)
+		p.core.Forget(id)
 		p.mu.Unlock()
 		p.cfg.Timer.Remove(key)
 		p.log.Debug("alarm dropped: the actor is not this node's to run", "actor", id.String(), "error", err)

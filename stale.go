@@ -8,6 +8,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/core"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
@@ -33,33 +34,22 @@ import (
 // armed with it. The timer's own time, retries and failure counts are
 // left as they were.
 
-// staleTry is a removal that removed nothing (the rules kept what it
-// listed: R3, say) or failed: the entry time is not delivered again
-// before until, so an entry the rules keep costs a Take and a LIST per
-// RetryMax (per RetryAfterError after a failure), not per sweep.
-type staleTry struct {
-	due, until int64
-}
+// What to remove and when to try again is decided by package core (State.Stale,
+// State.StaleDone), which the simulator runs too; this file carries it out.
 
 // noteUploaded records the entry an upload of this node named (nil:
 // none), once the upload counted (the hold was valid when it returned).
 func (p *Plugin) noteUploaded(id abi.ActorID, named *alarmindex.Key) {
-	key := TimerKey(id)
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if named == nil {
-		delete(p.known, key)
-		return
-	}
-	p.known[key] = *named
+	p.core.Uploaded(id, named)
+	p.mu.Unlock()
 }
 
-// forgetKnown drops what noteUploaded recorded for key (the actor is not
+// forgetKnown drops what noteUploaded recorded for the actor (it is not
 // this node's, or has no alarm).
-func (p *Plugin) forgetKnown(key string) {
+func (p *Plugin) forgetKnown(id abi.ActorID) {
 	p.mu.Lock()
-	delete(p.known, key)
-	delete(p.tried, key)
+	p.core.Forget(id)
 	p.mu.Unlock()
 }
 
@@ -67,31 +57,17 @@ func (p *Plugin) forgetKnown(key string) {
 // entries (sweeper.Config.Kept).
 func (p *Plugin) kept(d sweeper.Delivery) {
 	key := TimerKey(d.Actor)
+	timerAt, timerHeld := p.cfg.Timer.Get(key)
+	now := p.cfg.Host.Now().UnixMilli()
 	p.mu.Lock()
-	named, known := p.known[key]
 	_, redeliver := p.redeliver[key]
-	busy := p.inflight[key]
 	t, ctx := p.taker, p.runCtx
-	tried, wasTried := p.tried[key]
+	// Not while a delivery is under way or a failed one waits to deliver
+	// its entry time again; only while RunTimer runs.
+	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: redeliver || p.inflight[key] || t == nil || ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld})
 	p.mu.Unlock()
-	if wasTried && tried.due == d.DueMs && p.cfg.Host.Now().UnixMilli() < tried.until {
+	if !ok {
 		return
-	}
-	// Only an actor whose upload this node carried out, for an entry time
-	// other than the one that upload named; not while a delivery is under
-	// way or a failed one waits to deliver its entry time again; only
-	// while RunTimer runs.
-	if !known || named.DueMs == d.DueMs || redeliver || busy || t == nil || ctx == nil {
-		return
-	}
-	if held, ok := p.cfg.Timer.Get(key); !ok || held <= d.DueMs {
-		return // the timer delivers that time, or an earlier one, itself
-	}
-	legacy := false
-	for _, k := range d.Keys {
-		if pk, err := alarmindex.ParseKey(k); err == nil && pk.Legacy {
-			legacy = true
-		}
 	}
 	if !p.claim(key) {
 		return
@@ -104,7 +80,7 @@ func (p *Plugin) kept(d sweeper.Delivery) {
 				p.log.Error("panic removing stale index entries", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		p.removeStale(ctx, t, d.Actor, alarmindex.Key{Actor: toIndex(d.Actor), DueMs: d.DueMs, Legacy: legacy})
+		p.removeStale(ctx, t, d.Actor, entry)
 	}
 	// A free delivery worker, or a new one under the cap; otherwise a
 	// later sweep tries again (never wait here: this is the sweep).
@@ -148,11 +124,10 @@ func (p *Plugin) release(key string) {
 // the rules say. An error gives the actor up, as a failed delivery does;
 // its entries stay for a later sweep.
 func (p *Plugin) removeStale(ctx context.Context, t Taker, id abi.ActorID, delivered alarmindex.Key) {
-	key := TimerKey(id)
 	a, err := t.Take(ctx, id)
 	if err != nil {
 		if errors.Is(err, ErrNotHere) {
-			p.forgetKnown(key)
+			p.forgetKnown(id)
 		}
 		p.log.Debug("could not take the actor to remove its stale index entries", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
 		return
@@ -160,14 +135,7 @@ func (p *Plugin) removeStale(ctx context.Context, t Taker, id abi.ActorID, deliv
 	removed, failedDeletes, err := p.removeStaleTaken(ctx, a, delivered)
 	now := p.cfg.Host.Now()
 	p.mu.Lock()
-	switch {
-	case err != nil || failedDeletes:
-		p.tried[key] = staleTry{due: delivered.DueMs, until: now.Add(p.cfg.RetryAfterError).UnixMilli()}
-	case !removed:
-		p.tried[key] = staleTry{due: delivered.DueMs, until: now.Add(p.cfg.RetryMax).UnixMilli()}
-	default:
-		delete(p.tried, key)
-	}
+	p.core.StaleDone(id, delivered.DueMs, now.UnixMilli(), removed, err != nil || failedDeletes)
 	p.mu.Unlock()
 	if err != nil {
 		p.log.Debug("could not remove the stale index entries of an actor; a later sweep tries again", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
@@ -190,8 +158,8 @@ func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmi
 	plan, st, err := p.deliveryPlan(ctx, a, delivered)
 	if err == nil {
 		p.m.unmatchedEntry(plan.Outcome)
-		switch plan.Outcome {
-		case alarmindex.OutcomeStale, alarmindex.OutcomeNoState:
+		switch core.StaleStepOf(plan.Outcome) {
+		case core.StaleRemove:
 			var out Delivery
 			err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
 			removed = len(out.Deleted) > 0
@@ -199,14 +167,10 @@ func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmi
 			if err == nil {
 				p.log.Info("removed stale index entries of an actor the timer keeps at a later time", "actor", id.String(), "due_ms", delivered.DueMs, "deleted", len(out.Deleted))
 			}
-		case alarmindex.OutcomeRun:
-			// The committed alarm is that time, and overdue: the timer
-			// is armed with it (Set: the committed alarm decides).
+		case core.StaleArm:
 			p.cfg.Timer.Set(key, *st.Alarm)
 			removed = true
-		default:
-			// OutcomeKeep: the bucket never had the actor and this hold
-			// uploaded nothing; the rules remove nothing and let it go.
+		case core.StaleLetGo:
 			a.Release(ctx)
 			p.LetGo(id)
 		}

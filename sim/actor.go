@@ -6,6 +6,7 @@ import (
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/core"
 
 	"github.com/wasmkeep/alarms/abi"
 )
@@ -392,16 +393,14 @@ func (s *sim) replicate(n *node, h *held, next db, mid bool, done func(bool)) {
 		ReplicationHealthy: !n.cut(s.now),
 	}
 	first := !h.bucketHad && !h.uploaded
-	var p alarmindex.IndexPlan
-	var err error
+	kind := core.AfterEvent
 	switch {
 	case first:
-		p, err = n.rules.FirstUpload(f)
+		kind = core.FirstUpload
 	case mid:
-		p, err = n.rules.MidEventUpload(f)
-	default:
-		p, err = n.rules.AfterEvent(f)
+		kind = core.MidEvent
 	}
+	p, named, err := core.Plan(n.rules, kind, f)
 	if err != nil {
 		s.giveUp(n, h, err.Error())
 		done(false)
@@ -416,6 +415,7 @@ func (s *sim) replicate(n *node, h *held, next db, mid bool, done func(bool)) {
 			done(false)
 			return
 		}
+		n.core.Uploaded(h.actor, named) // the upload counted
 		if first && h.fromLocal {
 			delete(n.local, h.actor.String())
 			h.fromLocal = false
@@ -456,9 +456,11 @@ type driven struct {
 	// uploadFirst: the index plan uploads before its PUT (a mutation).
 	uploadFirst bool
 	indexed     bool // a delivery's index step ended (the timer is re-armed)
-	entry       alarmindex.Key
-	swept       bool
-	finish      func()
+	// staleDeletes counts the stale entries the plan's DELETEs named.
+	staleDeletes int
+	entry        alarmindex.Key
+	swept        bool
+	finish       func()
 }
 
 var errStep = errors.New("failed")
@@ -554,6 +556,7 @@ func (s *sim) drive(n *node, h *held, x *alarmindex.Exec, d *driven, k func(erro
 			loop()
 		case alarmindex.StepDelete:
 			if st.Stale {
+				d.staleDeletes++
 				s.c.StaleDeletes++
 				if st.Key.Legacy {
 					s.c.LegacyRemovals++

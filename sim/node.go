@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/core"
 	"github.com/wasmkeep/alarms/internal/variant"
 	"github.com/wasmkeep/alarms/sweeper"
 
@@ -29,7 +30,10 @@ type node struct {
 	pausedUntil int64
 	cutUntil    int64
 
-	rules  alarmindex.Rules
+	rules alarmindex.Rules
+	// core is the plugin's deterministic core (package core), as the
+	// plugin keeps it: lost with the process.
+	core   *core.State
 	rng    *rand.Rand // the sweep planner's rotation
 	timer  *sweeper.Timer
 	wakeAt int64
@@ -122,6 +126,7 @@ func (s *sim) boot(n *node) {
 		panic(err)
 	}
 	n.rules = variant.Rules(alarmindex.Rules{Nonces: nonces, RetryMax: retryMax}, s.cfg.Variants)
+	n.core = core.New(core.Config{RetryAfterError: leaseMs * time.Millisecond, RetryMax: retryMax})
 	n.rng = rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
 	n.timer = sweeper.NewTimer(retryMax)
 	n.wakeAt = 0
@@ -370,23 +375,16 @@ func (s *sim) sweep(n *node) {
 	s.arm(n)
 }
 
-// removeKeptStale is the plugin's removal of an overdue entry of an actor
-// the timer keeps at a later time (alarms/stale.go): a sweep left the
-// actor out, so the node holding it, once it uploaded it, delivers the
-// entry's time on its own through the delivery rules, without running
-// on-alarm and leaving the timer's time alone; if the committed alarm is
-// that time after all, the timer is set to it.
+// removeKeptStale carries out the plugin's removal of an overdue entry of
+// an actor the timer keeps at a later time, as the plugin's stale.go does:
+// the plugin's core (core.State.Stale) decides whether to, the delivery
+// rules what to remove; on-alarm never runs and the timer's time is left
+// alone, unless the committed alarm is that time after all.
 func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 	ak := d.Actor.String()
-	h0 := n.held[ak]
-	if n.gateway || n.busy[ak] || h0 == nil || !h0.uploaded || h0.db.rec != nil && h0.db.rec.DueMs == d.DueMs {
-		return
-	}
-	if at, ok := n.timer.Get(ak); !ok || at <= d.DueMs {
-		return
-	}
-	entry := pickKey(d.Keys)
-	if entry == nil {
+	at, inTimer := n.timer.Get(ak)
+	entry, ok := n.core.Stale(d, core.Kept{Now: s.now, Busy: n.gateway || n.busy[ak], TimerAt: at, TimerHeld: inTimer})
+	if !ok {
 		return
 	}
 	n.busy[ak] = true
@@ -396,13 +394,22 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 			delete(n.busy, ak)
 		}
 	}
-	s.take(n, d.Actor, func(h *held, _ int, _ string) {
+	done := func(removed, failed bool) {
+		if n.boot == boot {
+			n.core.StaleDone(d.Actor, entry.DueMs, s.now, removed, failed)
+		}
+		finish()
+	}
+	s.take(n, d.Actor, func(h *held, owner int, _ string) {
 		if h == nil {
+			if owner >= 0 && n.boot == boot {
+				n.core.Forget(d.Actor) // another node's
+			}
 			finish()
 			return
 		}
 		p, err := n.rules.Deliver(alarmindex.DeliveryFacts{
-			Delivered:          *entry,
+			Delivered:          entry,
 			Alarm:              h.db.alarm,
 			Recorded:           h.db.rec,
 			InitRecorded:       h.db.init,
@@ -414,31 +421,30 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 		})
 		if err != nil {
 			s.giveUp(n, h, err.Error())
-			finish()
+			done(false, true)
 			return
 		}
-		switch p.Outcome {
-		case alarmindex.OutcomeStale, alarmindex.OutcomeNoState:
+		switch core.StaleStepOf(p.Outcome) {
+		case core.StaleRemove:
 			s.c.KeptStale++
 			s.logf("%s removes stale entries of %s at %s (its timer keeps a later time)", n.addr, h.actor, fmtMs(entry.DueMs-epochMs))
-			dr := &driven{next: h.db.clone(), entry: *entry, indexed: true}
+			dr := &driven{next: h.db.clone(), entry: entry, indexed: true}
 			s.drive(n, h, n.rules.ExecDelivery(p), dr, func(err error) {
 				h.lastUse = s.now
 				if err != nil {
 					s.giveUp(n, h, err.Error())
 				}
-				finish()
+				done(dr.staleDeletes > 0, err != nil)
 			})
-		case alarmindex.OutcomeRun:
+		case core.StaleArm:
 			n.timer.Set(ak, entry.DueMs)
-			n.pending[ak] = pendingKey{at: entry.DueMs, key: entry}
+			n.pending[ak] = pendingKey{at: entry.DueMs, key: &entry}
 			s.arm(n)
-			finish()
-		default:
-			// The bucket never had the actor: remove nothing, let it go.
+			done(true, false)
+		case core.StaleLetGo:
 			s.release(n, h)
 			s.letGo(n, h.actor)
-			finish()
+			done(false, false)
 		}
 	})
 }
@@ -493,6 +499,7 @@ func (s *sim) arm(n *node) {
 // authoritative).
 func (s *sim) setTimer(n *node, h *held) {
 	ak := h.actor.String()
+	n.core.Armed(h.actor, h.db.alarm)
 	if h.db.alarm == nil {
 		n.timer.Remove(ak)
 		delete(n.pending, ak)

@@ -208,7 +208,7 @@ var Required = []string{
 	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
 	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
-	"Walks", "Relists", "Drills",
+	"Walks", "Relists", "Drills", "KeptStale",
 }
 
 // Run runs one simulation to its end and reports the outcome. It is

@@ -1,0 +1,202 @@
+// Package core is the part of the alarms plugin that decides, kept apart
+// from the part that does: no goroutines, no locks, no clock, no I/O. Facts
+// go in with the time given; decisions come out, for the caller to carry
+// out and report back. The plugin (package alarms) runs it under its lock,
+// with the bucket, the host and the node timer; the deterministic
+// simulator (package sim) runs the very same code against its model of
+// those, with crashes, late requests and a clock it moves itself.
+//
+// It sits on package alarmindex, whose rules are pure functions of one
+// actor's facts, and adds what a node keeps between steps:
+//
+//   - which index plan a replication point takes (Plan);
+//   - for each actor whose upload this node carried out, the entry that
+//     upload named, and the removal of the actor's other overdue entries
+//     that a sweep leaves out because the node timer keeps the actor at a
+//     later time (Stale, StaleDone): see docs/design.md and the plugin's
+//     stale.go.
+//
+// A State is not safe for concurrent use: its caller serialises calls.
+package core
+
+import (
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// UploadKind says which replication point an upload is.
+type UploadKind int
+
+const (
+	// AfterEvent: an event committed; its state is about to be uploaded.
+	AfterEvent UploadKind = iota
+	// MidEvent: an exec-durable event uploads before it replies.
+	MidEvent
+	// FirstUpload: a joining node uploads an actor the bucket does not have.
+	FirstUpload
+)
+
+// Plan is the index plan for an upload of kind, given the actor's facts,
+// and the entry the uploaded state names once it counts (nil: none).
+func Plan(r alarmindex.Rules, kind UploadKind, f alarmindex.EventFacts) (plan alarmindex.IndexPlan, named *alarmindex.Key, err error) {
+	switch kind {
+	case MidEvent:
+		plan, err = r.MidEventUpload(f)
+	case FirstUpload:
+		plan, err = r.FirstUpload(f)
+	default:
+		plan, err = r.AfterEvent(f)
+	}
+	if err != nil {
+		return plan, nil, err
+	}
+	named = f.Recorded
+	if plan.Record {
+		named = plan.Recorded
+	}
+	return plan, named, nil
+}
+
+// Config sets the waits a State decides with.
+type Config struct {
+	// RetryAfterError is how long a removal of stale entries that failed
+	// waits before the same entry time is tried again.
+	RetryAfterError time.Duration
+	// RetryMax is how long a removal that removed nothing (the rules kept
+	// the entry: R3, say) waits before that entry time is tried again.
+	RetryMax time.Duration
+}
+
+// State is what one node keeps between steps, by actor.
+type State struct {
+	cfg Config
+	// known is the entry the latest upload this node carried out for
+	// the actor named.
+	known map[abi.ActorID]alarmindex.Key
+	// tried keeps a removal of stale entries that removed nothing or
+	// failed, and when to try that entry time again.
+	tried map[abi.ActorID]staleTry
+}
+
+// staleTry: the entry time due is not tried again before until (ms).
+type staleTry struct {
+	due, until int64
+}
+
+// New returns an empty State.
+func New(cfg Config) *State {
+	return &State{cfg: cfg, known: map[abi.ActorID]alarmindex.Key{}, tried: map[abi.ActorID]staleTry{}}
+}
+
+// Uploaded records the entry an upload of this node named (nil: none),
+// once the upload counted (the hold was valid when it returned).
+func (s *State) Uploaded(id abi.ActorID, named *alarmindex.Key) {
+	if named == nil {
+		delete(s.known, id)
+		return
+	}
+	s.known[id] = *named
+}
+
+// Forget drops what the node keeps for the actor: it is not this node's
+// (another node holds it), or its alarm was cleared.
+func (s *State) Forget(id abi.ActorID) {
+	delete(s.known, id)
+	delete(s.tried, id)
+}
+
+// Armed is told the actor's committed alarm after an event changed it
+// (nil: cleared, and there is nothing left to remove stale entries for).
+func (s *State) Armed(id abi.ActorID, alarm *int64) {
+	if alarm == nil {
+		s.Forget(id)
+	}
+}
+
+// Kept is what the node knows, besides the State, when a sweep left an
+// actor out for one of its overdue entries.
+type Kept struct {
+	// Now is the time, in ms.
+	Now int64
+	// Busy: a delivery of the actor is under way, or a failed one waits
+	// to deliver its entry time again, or the host cannot take actors now.
+	Busy bool
+	// TimerAt is the time the node timer holds the actor at, if TimerHeld.
+	TimerAt   int64
+	TimerHeld bool
+}
+
+// Stale decides whether the node removes the stale entries a sweep left
+// out (d: the actor, its earliest overdue entry time and keys): only for
+// an actor whose upload this node carried out, for an entry time other
+// than the one that upload named, while the timer holds the actor at a
+// later time (else the timer delivers that time itself), and not again
+// before a removal that failed or removed nothing waited its turn. It
+// returns the entry to deliver, through the delivery rules, without
+// running on-alarm.
+func (s *State) Stale(d sweeper.Delivery, k Kept) (alarmindex.Key, bool) {
+	if t, ok := s.tried[d.Actor]; ok && t.due == d.DueMs && k.Now < t.until {
+		return alarmindex.Key{}, false
+	}
+	named, known := s.known[d.Actor]
+	if !known || named.DueMs == d.DueMs || k.Busy {
+		return alarmindex.Key{}, false
+	}
+	if !k.TimerHeld || k.TimerAt <= d.DueMs {
+		return alarmindex.Key{}, false
+	}
+	legacy := false
+	for _, o := range d.Keys {
+		if pk, err := alarmindex.ParseKey(o); err == nil && pk.Legacy {
+			legacy = true
+		}
+	}
+	return alarmindex.Key{Actor: d.Actor, DueMs: d.DueMs, Legacy: legacy}, true
+}
+
+// StaleStep is what a removal of stale entries does after the delivery
+// rules decided (plan.Outcome).
+type StaleStep int
+
+const (
+	// StaleRemove: execute the plan (fence, LIST, DELETE the stale entries).
+	StaleRemove StaleStep = iota
+	// StaleArm: the committed alarm is that time after all, and overdue:
+	// set the node timer to it (the committed alarm decides).
+	StaleArm
+	// StaleLetGo: the bucket never had the actor and this hold uploaded
+	// nothing; the rules remove nothing: release the hold and let it go.
+	StaleLetGo
+)
+
+// StaleStepOf maps the delivery rules' outcome to the removal's step.
+func StaleStepOf(o alarmindex.Outcome) StaleStep {
+	switch o {
+	case alarmindex.OutcomeStale, alarmindex.OutcomeNoState:
+		return StaleRemove
+	case alarmindex.OutcomeRun:
+		return StaleArm
+	default:
+		return StaleLetGo
+	}
+}
+
+// StaleDone records how a removal of the actor's stale entries at due
+// ended at now (ms): failed (an error, or a DELETE that failed), removed
+// (an entry removed, or the timer armed), or neither (the rules kept what
+// it listed). A failed removal is tried again after RetryAfterError, one
+// that removed nothing after RetryMax; so an entry the rules keep costs a
+// take and a LIST per RetryMax, not per sweep.
+func (s *State) StaleDone(id abi.ActorID, due, now int64, removed, failed bool) {
+	switch {
+	case failed:
+		s.tried[id] = staleTry{due: due, until: now + s.cfg.RetryAfterError.Milliseconds()}
+	case !removed:
+		s.tried[id] = staleTry{due: due, until: now + s.cfg.RetryMax.Milliseconds()}
+	default:
+		delete(s.tried, id)
+	}
+}

@@ -1,0 +1,155 @@
+package core_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/core"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+var actor = abi.ActorID{Tenant: "t", Class: "c", Name: "n"}
+
+const t0 = int64(1_700_000_000_000)
+
+func rules(t *testing.T) alarmindex.Rules {
+	src, err := alarmindex.NewNonceSource(rand.NewChaCha8([32]byte{7}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return alarmindex.Rules{Nonces: src}
+}
+
+func key(due int64, gen uint64) alarmindex.Key {
+	return alarmindex.Key{Actor: actor, DueMs: due, Tag: alarmindex.Tag{Generation: gen, Nonce: "1"}}
+}
+
+// Each replication point takes its own plan: a first upload PUTs and
+// records the entry before the upload (R4), the others after an event; and
+// the entry the uploaded state names is the one the plan records.
+func TestPlanTakesTheReplicationPointsRules(t *testing.T) {
+	r := rules(t)
+	due := t0 + 60_000
+	f := alarmindex.EventFacts{Actor: actor, Alarm: &due, Generation: 2, HoldValid: true, ReplicationHealthy: true}
+	for _, kind := range []core.UploadKind{core.AfterEvent, core.MidEvent, core.FirstUpload} {
+		plan, named, err := core.Plan(r, kind, f)
+		if err != nil {
+			t.Fatalf("kind %d: %v", kind, err)
+		}
+		if !plan.Record || named == nil || named.DueMs != due || named != plan.Recorded {
+			t.Fatalf("kind %d: plan %+v names %v; want the new entry at the alarm recorded and named", kind, plan, named)
+		}
+	}
+	// The plans differ where the rules do: a hold that is not valid
+	// gives the actor up after an event.
+	f.HoldValid = false
+	if _, _, err := core.Plan(r, core.AfterEvent, f); err == nil {
+		t.Fatal("an upload after an event under a lapsed hold was planned")
+	}
+	// An unchanged alarm: nothing recorded, the recorded entry is named.
+	rec := key(due, 2)
+	f = alarmindex.EventFacts{Actor: actor, Alarm: &due, Recorded: &rec, Generation: 2, HoldValid: true, ReplicationHealthy: true}
+	plan, named, err := core.Plan(r, core.AfterEvent, f)
+	if err != nil || plan.Record || named == nil || *named != rec {
+		t.Fatalf("unchanged alarm: plan %+v named %v err %v; want the recorded entry named", plan, named, err)
+	}
+}
+
+func cfg() core.Config {
+	return core.Config{RetryAfterError: 5 * time.Second, RetryMax: 5 * time.Minute}
+}
+
+// A sweep's overdue entry of an actor the timer keeps later is removed by
+// the node that uploaded the actor, only for an entry time other than the
+// one its upload named, only while the timer holds the actor later, never
+// while busy; a failed removal waits RetryAfterError, one that removed
+// nothing RetryMax, one that removed something not at all.
+func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
+	named := key(t0+10_000, 3)
+	stale := sweeper.Delivery{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String()}}
+	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true}
+
+	s := core.New(cfg())
+	if _, ok := s.Stale(stale, kept); ok {
+		t.Fatal("removed entries of an actor whose upload this node did not carry out")
+	}
+	s.Uploaded(actor, &named)
+	e, ok := s.Stale(stale, kept)
+	if !ok || e.Actor != actor || e.DueMs != t0 || e.Legacy {
+		t.Fatalf("got %v %t; want the entry time %d delivered", e, ok, t0)
+	}
+	for name, k := range map[string]core.Kept{
+		"busy":                   {Now: kept.Now, Busy: true, TimerAt: kept.TimerAt, TimerHeld: true},
+		"timer does not hold it": {Now: kept.Now},
+		"timer holds it earlier": {Now: kept.Now, TimerAt: t0, TimerHeld: true},
+	} {
+		if _, ok := s.Stale(stale, k); ok {
+			t.Errorf("%s: removal decided", name)
+		}
+	}
+	if _, ok := s.Stale(sweeper.Delivery{Actor: actor, DueMs: named.DueMs}, core.Kept{Now: kept.Now, TimerAt: t0 + 20_000, TimerHeld: true}); ok {
+		t.Error("removal decided for the entry time the upload named")
+	}
+	legacy := alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}
+	if e, ok := s.Stale(sweeper.Delivery{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String(), legacy.String()}}, kept); !ok || !e.Legacy {
+		t.Errorf("a legacy key among the keys: got %v %t; want the legacy entry delivered", e, ok)
+	}
+
+	// The waits after a removal.
+	s.StaleDone(actor, t0, kept.Now, false, true)
+	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 4999, TimerAt: kept.TimerAt, TimerHeld: true}); ok {
+		t.Error("a failed removal tried again before RetryAfterError")
+	}
+	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 5000, TimerAt: kept.TimerAt, TimerHeld: true}); !ok {
+		t.Error("a failed removal not tried again after RetryAfterError")
+	}
+	s.StaleDone(actor, t0, kept.Now, false, false)
+	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 299_999, TimerAt: kept.TimerAt, TimerHeld: true}); ok {
+		t.Error("a removal that removed nothing tried again before RetryMax")
+	}
+	other := sweeper.Delivery{Actor: actor, DueMs: t0 + 1, Keys: stale.Keys}
+	if _, ok := s.Stale(other, kept); !ok {
+		t.Error("the wait of one entry time held back another")
+	}
+	s.StaleDone(actor, t0, kept.Now, true, false)
+	if _, ok := s.Stale(stale, kept); !ok {
+		t.Error("a removal that removed something held back the next")
+	}
+
+	// Cleared or another node's: nothing left to remove.
+	s.Armed(actor, nil)
+	if _, ok := s.Stale(stale, kept); ok {
+		t.Error("removal decided after the alarm was cleared")
+	}
+	s.Uploaded(actor, &named)
+	due := t0 + 10_000
+	s.Armed(actor, &due)
+	if _, ok := s.Stale(stale, kept); !ok {
+		t.Error("an alarm set forgot the upload's entry")
+	}
+	s.Forget(actor)
+	if _, ok := s.Stale(stale, kept); ok {
+		t.Error("removal decided for an actor forgotten")
+	}
+	s.Uploaded(actor, &named)
+	s.Uploaded(actor, nil)
+	if _, ok := s.Stale(stale, kept); ok {
+		t.Error("removal decided after an upload that named no entry")
+	}
+}
+
+func TestStaleStepOf(t *testing.T) {
+	for o, want := range map[alarmindex.Outcome]core.StaleStep{
+		alarmindex.OutcomeStale:   core.StaleRemove,
+		alarmindex.OutcomeNoState: core.StaleRemove,
+		alarmindex.OutcomeRun:     core.StaleArm,
+		alarmindex.OutcomeKeep:    core.StaleLetGo,
+	} {
+		if got := core.StaleStepOf(o); got != want {
+			t.Errorf("%v: %v, want %v", o, got, want)
+		}
+	}
+}
