@@ -59,6 +59,7 @@ type config struct {
 	registerer    prometheus.Registerer
 	maxMemory     uint64
 	durable       bool
+	preinit       map[string]Preinit
 }
 
 // Option configures an Engine.
@@ -353,6 +354,10 @@ func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class
 	if err := c.check(); err != nil {
 		cm.Close(ctx)
 		return nil, fmt.Errorf("class %s: %w", class, err)
+	}
+	if im := e.image(ctx, class, wasm); im != nil {
+		cm.Close(ctx)
+		c.compiled = im
 	}
 	if !e.owned {
 		e.mu.Lock()
