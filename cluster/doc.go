@@ -103,6 +103,32 @@
 // On a bucket whose listings carry no ETags ([bucket.InfoLister]) each
 // round GETs every other node's lease, as before.
 //
+// # Reading leases less often
+//
+// Renewing and reading are separate loops: a node renews every Period and
+// reads the others' leases every [LeaseConfig.ObservePeriod], the same
+// period unless set. Reading less often changes no judgement above: a
+// version is still watched from the receipt of the first reading that
+// showed it to the send of the latest, so a longer gap between readings
+// only confirms a version later, and a taker judges later, never sooner.
+// What it costs is time, and exactly this: a dead node's last version is
+// first seen up to one reading period after it landed, and everything
+// that follows its death is counted from that sight: its leaving Live
+// (TTL + Grace later, which relists its tenants), and the takeover of its
+// holds (Acquire's own read confirms the version, but cannot move the
+// first sight earlier). So ObservePeriod takes the place of Period in
+// those delays and nowhere else; the holder's validity, the margins and
+// the renewals' ride-through are the renewal loop's. A node cannot read
+// only the leases that matter more often: the version that matters is the
+// last of a node that has just died, which cannot be told from a live
+// node's until after it has stood.
+//
+// ObservePeriod + Period must be shorter than TTL + Grace: a live node's
+// lease changes between two readings (it renews every Period), and Live
+// keeps a node for TTL + Grace after its version was first seen, so a
+// reading that fails, retried a Period later, still sees every live node
+// renewed before any could drop out of Live.
+//
 // # Renewals that fail
 //
 // A renewal that failed may still have landed, and one that timed out may

@@ -64,9 +64,19 @@ type LeaseConfig struct {
 	// TTL, Margin and Grace are the margins (default DefaultTTL,
 	// DefaultMargin, DefaultGrace). See the package documentation.
 	TTL, Margin, Grace time.Duration
-	// Period is how often the lease is renewed and other nodes' leases are
-	// read (default TTL/3). It must be shorter than TTL - Margin.
+	// Period is how often the lease is renewed (default TTL/3), and how
+	// often other nodes' leases are read unless ObservePeriod says
+	// otherwise. It must be shorter than TTL - Margin.
 	Period time.Duration
+	// ObservePeriod is how often the other nodes' leases are read (default
+	// Period); after a reading that failed, the next comes a Period later.
+	// A longer one sends fewer requests and puts off, by as much, the
+	// first sight of a dead node's last lease version, from which its
+	// leaving the live nodes and the takeover of its holds are counted
+	// (see "Reading leases less often" in the package documentation). It
+	// must leave room for one failed reading before a live node could
+	// drop out of the live nodes: ObservePeriod + Period < TTL + Grace.
+	ObservePeriod time.Duration
 	// Clock defaults to SystemClock.
 	Clock Clock
 	// Logger defaults to a null logger.
@@ -91,6 +101,9 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 	}
 	if c.Period == 0 && c.TTL > 0 {
 		c.Period = c.TTL / 3
+	}
+	if c.ObservePeriod == 0 {
+		c.ObservePeriod = c.Period
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock{}
@@ -129,6 +142,10 @@ func (c LeaseConfig) Validate() error {
 		return invalid("Margin %v leaves nothing of TTL %v", c.Margin, c.TTL)
 	case c.Period >= c.TTL-c.Margin:
 		return invalid("Period %v is not shorter than TTL - Margin (%v): the lease would lapse between renewals", c.Period, c.TTL-c.Margin)
+	case c.ObservePeriod < 0:
+		return invalid("ObservePeriod %v is negative", c.ObservePeriod)
+	case c.ObservePeriod+c.Period >= c.TTL+c.Grace:
+		return invalid("ObservePeriod %v + Period %v is not shorter than TTL + Grace (%v): one failed reading of the leases would drop live nodes out of the live nodes", c.ObservePeriod, c.Period, c.TTL+c.Grace)
 	}
 	taker := float64(c.TTL+c.Grace) * (1 - MaxClockDrift)
 	holder := float64(c.TTL-c.Margin) * (1 + MaxClockDrift)
@@ -245,8 +262,8 @@ type Leases struct {
 
 // StartLeases validates cfg, creates this node's lease object (a PUT with
 // If-None-Match) and, unless cfg.Manual, starts renewing it every period
-// and reading the other nodes' leases on the same period (the first round
-// at once). Valid is true from the moment the creating PUT was sent, for
+// and reading the other nodes' leases every ObservePeriod (by default the
+// same period; the first round at once). Valid is true from the moment the creating PUT was sent, for
 // TTL - Margin, if it was answered in time.
 //
 // If a lease of another process with the same node ID exists (the node
@@ -565,8 +582,9 @@ func (l *Leases) takeBack(ctx context.Context) error {
 // expiry (see "Reading leases from a listing" in the package
 // documentation). An idle round of a healthy cluster is the LIST alone. On
 // a bucket whose listings carry no ETags (see bucket.InfoLister) it GETs
-// every other node's lease. The background loop calls it every period;
-// tests with Manual call it directly.
+// every other node's lease. The background loop calls it every
+// ObservePeriod (a Period after a failed round); tests with Manual call it
+// directly.
 func (l *Leases) RefreshNow(ctx context.Context) error {
 	l.observeMu.Lock()
 	defer l.observeMu.Unlock()
@@ -905,13 +923,17 @@ func (l *Leases) renewLoop(ctx context.Context) {
 func (l *Leases) observeLoop(ctx context.Context) {
 	defer l.wg.Done()
 	for {
+		wait := l.cfg.ObservePeriod
 		if err := l.RefreshNow(ctx); err != nil && ctx.Err() == nil {
 			l.log.Warn("reading node leases failed", "error", err)
+			// Read again a renewal period later, so that one failed
+			// reading drops no live node out of Live.
+			wait = min(wait, l.cfg.Period)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.clk.After(l.cfg.Period):
+		case <-l.clk.After(wait):
 		}
 	}
 }

@@ -36,6 +36,11 @@ type LeaseConfig struct {
 	// moves to a longer lease, one node at a time (docs/cost.md: a longer
 	// lease at scale). Each node's period is its own TTL/3.
 	LongTTL time.Duration
+	// ObservePeriod is how often each node reads the other nodes' leases
+	// (cluster.LeaseConfig.ObservePeriod; default its renewal period,
+	// TTL/3); after a reading that failed, the next comes a renewal period
+	// later, as the background loop does.
+	ObservePeriod time.Duration
 	// FaultRate is the share of requests that fail in one of four ways
 	// (refused, answer lost after the write landed, timed out and landing
 	// later, slow); default 0.05.
@@ -219,7 +224,7 @@ func (w *leaseWorld) startNode() {
 	w.caller = n
 	l, err := cluster.StartLeases(context.Background(), cluster.LeaseConfig{
 		Bucket: b, NodeID: id, Addr: id + ":7600", Clock: clk, Manual: true,
-		TTL: ttl, Margin: w.cfg.Margin, Grace: w.cfg.Grace,
+		TTL: ttl, Margin: w.cfg.Margin, Grace: w.cfg.Grace, ObservePeriod: w.cfg.ObservePeriod,
 	})
 	if err != nil {
 		// Its creating PUT failed: it tries again later as a new node.
@@ -266,8 +271,11 @@ func (w *leaseWorld) act() {
 		}
 		if !now.Before(n.nextLook) {
 			w.caller = n
-			_ = n.leases.RefreshNow(ctx)
-			n.nextLook = w.ref.Now().Add(n.ttl / 3)
+			wait := n.ttl / 3
+			if err := n.leases.RefreshNow(ctx); err == nil && w.cfg.ObservePeriod != 0 {
+				wait = w.cfg.ObservePeriod
+			}
+			n.nextLook = w.ref.Now().Add(wait)
 		}
 	}
 	if live < w.cfg.Nodes {

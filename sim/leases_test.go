@@ -10,17 +10,19 @@ import (
 var flagLeaseSeeds = flag.Int("sim.leaseseeds", 200, "how many seeds TestLeaseSim runs (-short: at most 40)")
 
 // leaseSettings are the lease timings the simulation runs under: the
-// design's defaults, the soak's 2 s lease, and a cluster moving from the
-// default lease to a longer one at scale (docs/cost.md), its nodes on
-// either (10 s or 20 s, margin 1 s and grace 2 s alike).
+// design's defaults, the soak's 2 s lease, a cluster moving from the
+// default lease to a longer one, its nodes on either (10 s or 20 s, margin
+// 1 s and grace 2 s alike), and the default lease read every 8 s, as
+// docs/cost.md has a large cluster do.
 var leaseSettings = []struct {
 	name               string
 	ttl, margin, grace time.Duration
-	long               time.Duration
+	long, observe      time.Duration
 }{
-	{"defaults", 0, 0, 0, 0},
-	{"ttl2s", 2 * time.Second, 400 * time.Millisecond, time.Second, 0},
-	{"rolling10to20s", 10 * time.Second, time.Second, 2 * time.Second, 20 * time.Second},
+	{"defaults", 0, 0, 0, 0, 0},
+	{"ttl2s", 2 * time.Second, 400 * time.Millisecond, time.Second, 0, 0},
+	{"rolling10to20s", 10 * time.Second, time.Second, 2 * time.Second, 20 * time.Second, 0},
+	{"reads8s", 10 * time.Second, time.Second, 2 * time.Second, 0, 8 * time.Second},
 }
 
 func leaseSeeds(t *testing.T) int {
@@ -43,7 +45,7 @@ func TestLeaseSim(t *testing.T) {
 			var share float64
 			n := leaseSeeds(t)
 			if *flagSeed != 0 {
-				r := RunLeases(LeaseConfig{Seed: *flagSeed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, Trace: *flagTrace})
+				r := RunLeases(LeaseConfig{Seed: *flagSeed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe, Trace: *flagTrace})
 				t.Logf("seed %d: %+v\n%s", *flagSeed, r, strings.Join(r.Tail, "\n"))
 				if r.Violation != "" {
 					t.Fatal(r.Violation)
@@ -51,7 +53,7 @@ func TestLeaseSim(t *testing.T) {
 				return
 			}
 			for seed := uint64(1); seed <= uint64(n); seed++ {
-				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long})
+				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe})
 				if r.Violation != "" {
 					t.Fatalf("seed %d: %s (replay: go test ./sim -run 'TestLeaseSim/%s$' -sim.seed=%d -sim.trace -v)\n%s",
 						seed, r.Violation, set.name, seed, strings.Join(r.Tail, "\n"))
@@ -84,7 +86,7 @@ func TestLeaseSimCatchesTrustingUnconfirmedRenewals(t *testing.T) {
 	for _, set := range leaseSettings {
 		t.Run(set.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 20; seed++ {
-				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, TrustUnconfirmed: true})
+				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe, TrustUnconfirmed: true})
 				if r.Violation != "" {
 					t.Logf("seed %d caught it: %s", seed, r.Violation)
 					return

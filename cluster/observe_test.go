@@ -1,0 +1,201 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
+)
+
+// listLog records when a node listed the leases, and fails the listing
+// whose number (from 1) is failAt.
+type listLog struct {
+	*bucket.Mem
+	clk    *fakeclock.Clock
+	failAt int
+
+	mu    sync.Mutex
+	times []time.Duration // since t0
+}
+
+func (b *listLog) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, error) {
+	if strings.HasSuffix(prefix, "nodes/") {
+		b.mu.Lock()
+		b.times = append(b.times, b.clk.Now().Sub(t0))
+		n := len(b.times)
+		b.mu.Unlock()
+		if n == b.failAt {
+			return nil, errors.New("injected: 503 Slow Down")
+		}
+	}
+	return b.Mem.ListInfo(ctx, prefix, startAfter, limit)
+}
+
+func (b *listLog) listed() []time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]time.Duration(nil), b.times...)
+}
+
+// TestObservePeriod: a node with ObservePeriod 8 s (lease 10 s, renewed
+// every TTL/3) lists the leases every 8 s, and a Period after a listing
+// that failed; a live node renewing every TTL/3 stays in its live nodes
+// throughout, the failed listing included. What the longer period costs:
+// a node killed just after a listing is first seen in its last version up
+// to 8 s later, and leaves the live nodes, and is judged expired, counted
+// from that sight (TTL + Grace), never from the renewal itself.
+func TestObservePeriod(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(t0)
+	mem := bucket.NewMem()
+	period := cluster.DefaultTTL / 3
+	log := &listLog{Mem: mem, clk: clk, failAt: 5}
+	a, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: log, NodeID: "a", Addr: "a:1", Clock: clk, ObservePeriod: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Kill()
+	bb := &cutOff{Mem: mem}
+	b, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: bb, NodeID: "b", Addr: "b:1", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Kill()
+	const waiters = 4 // each node's renewal and reading loops
+	// step advances the clock to the next instant a loop waits for, once
+	// every loop waits.
+	step := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n, next := clk.Waiting()
+			if n == waiters {
+				clk.Advance(next.Sub(clk.Now()))
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d loops wait on the clock", n, waiters)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	settle := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for n, _ := clk.Waiting(); n != waiters; n, _ = clk.Waiting() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d loops wait on the clock", n, waiters)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	// b's renewals go out at k·Period; cut it off from the bucket after
+	// the 30th, at 100 s: its lease stands from then on, as a dead node's.
+	kill := 30*period + time.Millisecond
+	for clk.Now().Sub(t0) < kill {
+		step()
+		settle()
+		if !containsNode(a.Live(), "b") {
+			t.Fatalf("at +%v the live node b dropped out of a's live nodes (a listed at %v)", clk.Now().Sub(t0), log.listed())
+		}
+	}
+	bb.cut.Store(true)
+	last := 30 * period // b's last renewal
+	// a listed at 0, 8, 16, 24; the listing at 32 failed and the next came
+	// a Period later; then every 8 s: b's last version is first seen at
+	// the first of those after it landed.
+	var want []time.Duration
+	for i := range 5 {
+		want = append(want, time.Duration(i)*8*time.Second)
+	}
+	firstSeen := time.Duration(-1)
+	for at := 32*time.Second + period; at < 140*time.Second; at += 8 * time.Second {
+		want = append(want, at)
+		if firstSeen < 0 && at >= last {
+			firstSeen = at
+		}
+	}
+	gone := firstSeen + cluster.DefaultTTL + cluster.DefaultGrace
+	expired := firstSeen + 2*8*time.Second // the first listing sent at or after gone
+	if expired < gone {
+		t.Fatal("test setup: expired before gone")
+	}
+	for clk.Now().Sub(t0) < 140*time.Second {
+		now := clk.Now().Sub(t0)
+		if live := containsNode(a.Live(), "b"); live != (now < gone) {
+			t.Fatalf("at +%v b in a's live nodes: %v; want it there until +%v (its last version, sent at +%v, first listed at +%v, plus TTL + Grace)",
+				now, live, gone, last, firstSeen)
+		}
+		if got := a.Expired("b"); got != (now >= expired) {
+			t.Fatalf("at +%v a judges b expired: %v; want from the listing at +%v", now, got, expired)
+		}
+		step()
+		settle()
+	}
+	if got := log.listed(); !durationsEqual(got, want) {
+		t.Errorf("a listed the leases at %v\nwant %v", got, want)
+	}
+}
+
+// cutOff is a node's way to the bucket that fails every request once cut.
+type cutOff struct {
+	*bucket.Mem
+	cut atomic.Bool
+}
+
+func (b *cutOff) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
+	if b.cut.Load() {
+		return "", errors.New("injected: connection refused")
+	}
+	return b.Mem.Put(ctx, key, body, cond)
+}
+
+func (b *cutOff) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, error) {
+	if b.cut.Load() {
+		return nil, errors.New("injected: connection refused")
+	}
+	return b.Mem.ListInfo(ctx, prefix, startAfter, limit)
+}
+
+func durationsEqual(a, b []time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestObservePeriodValidation: a reading period must leave room for one
+// failed reading, retried a Period later, before a live node could drop
+// out of the live nodes (ObservePeriod + Period < TTL + Grace).
+func TestObservePeriodValidation(t *testing.T) {
+	for _, tc := range []struct {
+		observe time.Duration
+		wantErr string
+	}{
+		{0, ""},
+		{8 * time.Second, ""},
+		{8*time.Second + 666*time.Millisecond, ""},
+		{8*time.Second + 667*time.Millisecond, "ObservePeriod"},
+		{-time.Second, "ObservePeriod"},
+	} {
+		err := cluster.LeaseConfig{Bucket: bucket.NewMem(), NodeID: "n", ObservePeriod: tc.observe}.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("ObservePeriod %v refused: %v", tc.observe, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("ObservePeriod %v: got %v, want an error naming %s", tc.observe, err, tc.wantErr)
+		}
+	}
+}
