@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -120,8 +121,29 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 }
 
 func main() {
-	fs, o := newFlags(flag.ExitOnError)
+	// With -log-json on the command line or in the environment, even a
+	// flag the parser refuses is reported as a JSON line: the parser
+	// prints nothing and the error is logged below. (Set only in the
+	// -config file, which is read once the command line parses, it
+	// cannot apply to the command line's own errors.)
+	jsonErrors := logJSONRequested(os.Args[1:], os.LookupEnv)
+	handling := flag.ExitOnError
+	if jsonErrors {
+		handling = flag.ContinueOnError
+	}
+	fs, o := newFlags(handling)
+	if jsonErrors {
+		fs.SetOutput(io.Discard)
+	}
 	cfgErr := configure(fs, os.Args[1:], os.LookupEnv)
+	if errors.Is(cfgErr, flag.ErrHelp) {
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return
+	}
+	if jsonErrors && cfgErr != nil {
+		o.logJSON = true // the parse may have stopped before -log-json
+	}
 	if o.showVersion && cfgErr == nil {
 		bi, ok := debug.ReadBuildInfo()
 		fmt.Println(versionLine(bi, ok))
@@ -139,6 +161,35 @@ func main() {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
+}
+
+// logJSONRequested reports whether args (the last -log-json among them,
+// up to the first argument that is not a flag) or else the environment's
+// KEEPNODE_LOG_JSON ask for -log-json, read before the flags are parsed.
+func logJSONRequested(args []string, getenv func(string) (string, bool)) bool {
+	on, seen := false, false
+	for _, a := range args {
+		if a == "--" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "log-json" {
+			continue
+		}
+		seen, on = true, true
+		if hasVal {
+			b, err := strconv.ParseBool(val)
+			on = err == nil && b
+		}
+	}
+	if seen {
+		return on
+	}
+	if v, ok := getenv(envName("log-json")); ok {
+		b, err := strconv.ParseBool(v)
+		return err == nil && b
+	}
+	return false
 }
 
 // newLogger is the node's logger as -log-level and -log-json ask.
