@@ -215,18 +215,10 @@ type Plugin struct {
 	log   hclog.Logger
 	loop  *sweeper.Loop
 
-	mu     sync.Mutex
-	legacy map[abi.ActorID]int64 // legacy entries a sweep offered, by due time
-	// inflight are the actors RunTimer is delivering.
-	inflight map[string]bool
-	// again keeps a time the timer popped for an actor in flight; it is
-	// armed again when that delivery ends.
-	again map[string]int64
-	// redeliver keeps the entry time of a delivery that failed, so that
-	// its retry delivers that time rather than the retry's.
-	redeliver map[string]int64
-	// core decides (package core): the entry each upload named and the
-	// removals of stale entries (stale.go).
+	mu sync.Mutex
+	// core decides (package core), under mu: one delivery of an actor at
+	// a time, the entry each delivery names, the entry each upload named
+	// and the removals of stale entries (stale.go).
 	core *core.State
 	// taker and runCtx are RunTimer's, while it runs (stale.go).
 	taker  Taker
@@ -295,17 +287,13 @@ func Register(cfg Config) (*Plugin, error) {
 		cfg.Nonces = ns
 	}
 	p = &Plugin{
-		cfg:       cfg,
-		rules:     variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
-		log:       cfg.Logger,
-		legacy:    map[abi.ActorID]int64{},
-		inflight:  map[string]bool{},
-		again:     map[string]int64{},
-		redeliver: map[string]int64{},
-		core:      core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
-		idle:      make(chan func()),
-		m:         m,
-		failing:   map[string]int{},
+		cfg:     cfg,
+		rules:   variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
+		log:     cfg.Logger,
+		core:    core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
+		idle:    make(chan func()),
+		m:       m,
+		failing: map[string]int{},
 	}
 	if cfg.SingleNode {
 		if err := m.register(p); err != nil {
@@ -331,7 +319,7 @@ func Register(cfg Config) (*Plugin, error) {
 		if cfg.Busy != nil && cfg.Busy(id) {
 			return true
 		}
-		if p.inFlight(TimerKey(id)) {
+		if p.inFlight(id) {
 			return true
 		}
 		return cfg.Timer.Keeps(TimerKey(id), cfg.Host.Now().UnixMilli())
@@ -449,29 +437,11 @@ func (p *Plugin) LastSweep() (time.Time, error) {
 // offer hands a sweep's delivery to the node timer, where a time it already
 // holds earlier, or a retry within the longest backoff, wins.
 func (p *Plugin) offer(d sweeper.Delivery) {
-	id := d.Actor
-	legacy := false
-	for _, k := range d.Keys {
-		if pk, err := alarmindex.ParseKey(k); err == nil && pk.Legacy {
-			legacy = true
-		}
-	}
-	if p.cfg.Timer.Offer(TimerKey(id), d.DueMs, p.cfg.Host.Now().UnixMilli()) && legacy {
+	if p.cfg.Timer.Offer(TimerKey(d.Actor), d.DueMs, p.cfg.Host.Now().UnixMilli()) && core.LegacyAmong(d.Keys) {
 		p.mu.Lock()
-		p.legacy[id] = d.DueMs
+		p.core.OfferedLegacy(d.Actor, d.DueMs)
 		p.mu.Unlock()
 	}
-}
-
-func (p *Plugin) takeLegacy(id abi.ActorID, dueMs int64) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	at, ok := p.legacy[id]
-	if ok && at == dueMs {
-		delete(p.legacy, id)
-		return true
-	}
-	return false
 }
 
 func toIndex(id abi.ActorID) abi.ActorID { return id }
@@ -486,12 +456,11 @@ func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts
 		return alarmindex.EventFacts{}, &abi.ActorError{ID: a.ID(), Op: "the recorded index entry cannot be read", Err: err}
 	}
 	return alarmindex.EventFacts{
-		Actor:              toIndex(a.ID()),
-		Alarm:              st.Alarm,
-		Recorded:           rec,
-		Generation:         a.Generation(),
-		HoldValid:          a.HoldValid(),
-		ReplicationHealthy: true,
+		Actor:      toIndex(a.ID()),
+		Alarm:      st.Alarm,
+		Recorded:   rec,
+		Generation: a.Generation(),
+		HoldValid:  a.HoldValid(),
 	}, nil
 }
 
@@ -690,7 +659,9 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 		return Delivery{Outcome: alarmindex.OutcomeRun, Event: ev}, nil
 	}
 	id := a.ID()
-	delivered := alarmindex.Key{Actor: toIndex(id), DueMs: dueMs, Legacy: p.takeLegacy(id, dueMs)}
+	p.mu.Lock()
+	delivered := p.core.Entry(toIndex(id), dueMs)
+	p.mu.Unlock()
 	plan, _, err := p.deliveryPlan(ctx, a, delivered)
 	if err != nil {
 		return Delivery{}, err
@@ -713,15 +684,14 @@ func (p *Plugin) deliveryPlan(ctx context.Context, a Actor, delivered alarmindex
 		return alarmindex.DeliveryPlan{}, st, &abi.ActorError{ID: id, Op: "the recorded index entry cannot be read", Err: err}
 	}
 	plan, err := p.rules.Deliver(alarmindex.DeliveryFacts{
-		Delivered:          delivered,
-		Alarm:              st.Alarm,
-		Recorded:           rec,
-		InitRecorded:       st.InitRecorded,
-		Generation:         a.Generation(),
-		HoldValid:          a.HoldValid(),
-		ReplicationHealthy: true,
-		Uploaded:           a.Uploaded(),
-		BucketHadActor:     a.BucketHadActor(),
+		Delivered:      delivered,
+		Alarm:          st.Alarm,
+		Recorded:       rec,
+		InitRecorded:   st.InitRecorded,
+		Generation:     a.Generation(),
+		HoldValid:      a.HoldValid(),
+		Uploaded:       a.Uploaded(),
+		BucketHadActor: a.BucketHadActor(),
 	})
 	return plan, st, err
 }

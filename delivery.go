@@ -81,7 +81,6 @@ func (p *Plugin) RunTimer(ctx context.Context, t Taker) {
 func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	key := TimerKey(id)
 	p.mu.Lock()
-	delete(p.redeliver, key)
 	p.forgetFailing(key) // an event that sets or clears the alarm resets the failure count
 	p.core.Armed(id, alarm)
 	p.mu.Unlock()
@@ -105,25 +104,22 @@ func (p *Plugin) ArmEvent(id abi.ActorID, r hostmod.Result) {
 	p.Arm(id, alarm)
 }
 
-func (p *Plugin) inFlight(key string) bool {
+func (p *Plugin) inFlight(id abi.ActorID) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.inflight[key]
+	return p.core.InFlight(id)
 }
 
 func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
+	id, perr := ParseTimerKey(key) // malformed: DeliverDue drops it and says so
 	p.mu.Lock()
-	if p.inflight[key] {
+	if perr == nil && !p.core.Start(id, at) {
 		// The timer popped a time while a delivery for the actor is still
 		// under way (an alarm re-armed for now, due before that delivery
-		// ended): keep it, or the actor would wait for a sweep.
-		if prev, ok := p.again[key]; !ok || at < prev {
-			p.again[key] = at
-		}
+		// ended): the core keeps it, or the actor would wait for a sweep.
 		p.mu.Unlock()
 		return
 	}
-	p.inflight[key] = true
 	p.wg.Add(1)
 	p.mu.Unlock()
 	job := func() {
@@ -195,19 +191,15 @@ func (p *Plugin) worker(ctx context.Context, job func()) {
 // as RunTimer does, on the calling goroutine: for a host that runs its
 // own timer loop.
 func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) Delivered {
-	p.mu.Lock()
-	if due, ok := p.redeliver[key]; ok {
-		delete(p.redeliver, key)
-		at = min(at, due)
-	}
-	p.mu.Unlock()
-	d := Delivered{TimerAt: at}
 	id, err := ParseTimerKey(key)
 	if err != nil {
 		p.log.Error("dropping a malformed timer entry", "key", key, "error", err)
-		d.Err = err
-		return d
+		return Delivered{TimerAt: at, Err: err}
 	}
+	p.mu.Lock()
+	at = p.core.Delivering(id, at)
+	p.mu.Unlock()
+	d := Delivered{TimerAt: at}
 	d.Actor = id
 	a, err := t.Take(ctx, id)
 	if err == nil {
@@ -275,7 +267,7 @@ func (p *Plugin) retryAfterError(id abi.ActorID, key string, at int64, now time.
 		return 0
 	}
 	p.mu.Lock()
-	p.redeliver[key] = at
+	p.core.Failed(id, at)
 	p.mu.Unlock()
 	return retry
 }

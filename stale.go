@@ -60,16 +60,16 @@ func (p *Plugin) kept(d sweeper.Delivery) {
 	timerAt, timerHeld := p.cfg.Timer.Get(key)
 	now := p.cfg.Host.Now().UnixMilli()
 	p.mu.Lock()
-	_, redeliver := p.redeliver[key]
 	t, ctx := p.taker, p.runCtx
 	// Not while a delivery is under way or a failed one waits to deliver
 	// its entry time again; only while RunTimer runs.
-	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: redeliver || p.inflight[key] || t == nil || ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld})
+	busy := p.core.Waiting(d.Actor) || p.core.InFlight(d.Actor) || t == nil || ctx == nil
+	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: busy, TimerAt: timerAt, TimerHeld: timerHeld})
 	p.mu.Unlock()
 	if !ok {
 		return
 	}
-	if !p.claim(key) {
+	if !p.claim(d.Actor) {
 		return
 	}
 	job := func() {
@@ -94,13 +94,12 @@ func (p *Plugin) kept(d sweeper.Delivery) {
 // claim marks key in flight for a removal of stale entries (false: a
 // delivery is under way, or RunTimer has ended) and counts it in the
 // plugin's wait group.
-func (p *Plugin) claim(key string) bool {
+func (p *Plugin) claim(id abi.ActorID) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.inflight[key] || p.taker == nil || p.runCtx.Err() != nil {
+	if p.taker == nil || p.runCtx.Err() != nil || !p.core.Claim(id) {
 		return false
 	}
-	p.inflight[key] = true
 	p.wg.Add(1)
 	return true
 }
@@ -109,10 +108,12 @@ func (p *Plugin) claim(key string) bool {
 // delivery slot is free, and a time the timer popped meanwhile, if nothing
 // armed the actor since, is offered again.
 func (p *Plugin) release(key string) {
+	id, err := ParseTimerKey(key)
+	if err != nil {
+		return // never started (start and claim parse it)
+	}
 	p.mu.Lock()
-	delete(p.inflight, key)
-	at, again := p.again[key]
-	delete(p.again, key)
+	at, again := p.core.Release(id)
 	p.mu.Unlock()
 	if _, held := p.cfg.Timer.Get(key); again && !held {
 		p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())

@@ -26,7 +26,7 @@ func Example() {
 	for _, alarm := range []*int64{&at, &at, nil} {
 		plan, err := rules.AfterEvent(alarmindex.EventFacts{
 			Actor: actor, Alarm: alarm, Recorded: recorded,
-			Generation: 7, HoldValid: true, ReplicationHealthy: true,
+			Generation: 7, HoldValid: true,
 		})
 		if err != nil {
 			fmt.Println("give up:", err)

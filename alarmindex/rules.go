@@ -78,8 +78,6 @@ type EventFacts struct {
 	Generation uint64
 	// HoldValid: the hold exists and the node lease is valid.
 	HoldValid bool
-	// ReplicationHealthy: replication to the bucket is working.
-	ReplicationHealthy bool
 }
 
 // IndexPlan is what to do around one upload, in this order:
@@ -112,14 +110,14 @@ func (p IndexPlan) Empty() bool {
 	return p.Put == nil && !p.Record && p.DeleteAfterReplicate == nil
 }
 
-func (r Rules) check(a abi.ActorID, alarm *int64, rec *Key, holdValid, replHealthy bool) error {
+func (r Rules) check(a abi.ActorID, alarm *int64, rec *Key, holdValid bool) error {
 	// docs/design.md#in-line: Only while its lease is valid and replication is healthy, so
-	// what the database names is in the bucket.
+	// what the database names is in the bucket. A lapsed lease is holdValid;
+	// unhealthy replication is the failure of the plan's own PUT, meta write
+	// or upload, each of which gives the actor up (the executor's error),
+	// and of the hold re-check after the upload.
 	if !holdValid {
 		return giveUp(a, "the hold is not valid (lease lapsed or hold lost)")
-	}
-	if !replHealthy {
-		return giveUp(a, "replication is not healthy")
 	}
 	if err := a.Validate(); err != nil {
 		return giveUp(a, "%v", err)
@@ -175,7 +173,7 @@ func (r Rules) deletable(old *Key, gen uint64) *Key {
 // after. An error (a *GiveUpError) means give the actor up and replicate
 // nothing.
 func (r Rules) AfterEvent(f EventFacts) (IndexPlan, error) {
-	if err := r.check(f.Actor, f.Alarm, f.Recorded, f.HoldValid, f.ReplicationHealthy); err != nil {
+	if err := r.check(f.Actor, f.Alarm, f.Recorded, f.HoldValid); err != nil {
 		return IndexPlan{}, err
 	}
 	return r.bringInLine(f, true)
@@ -241,7 +239,7 @@ func (r Rules) bringInLine(f EventFacts, migrateLegacy bool) (IndexPlan, error) 
 // naming that entry may still land (each failed attempt leaves one extra
 // entry, removed after it fires).
 func (r Rules) FirstUpload(f EventFacts) (IndexPlan, error) {
-	if err := r.check(f.Actor, f.Alarm, f.Recorded, f.HoldValid, f.ReplicationHealthy); err != nil {
+	if err := r.check(f.Actor, f.Alarm, f.Recorded, f.HoldValid); err != nil {
 		return IndexPlan{}, err
 	}
 	if f.Alarm == nil {
@@ -282,8 +280,6 @@ type DeliveryFacts struct {
 	Generation uint64
 	// HoldValid: the hold exists and the node lease is valid.
 	HoldValid bool
-	// ReplicationHealthy: replication to the bucket is working.
-	ReplicationHealthy bool
 	// Uploaded: this hold has uploaded anything for the actor.
 	Uploaded bool
 	// BucketHadActor: the bucket had state for the actor when this node
@@ -358,7 +354,7 @@ type DeliveryPlan struct {
 // *GiveUpError) means give the actor up and delete nothing.
 func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 	a := f.Delivered.Actor
-	if err := r.check(a, f.Alarm, f.Recorded, f.HoldValid, f.ReplicationHealthy); err != nil {
+	if err := r.check(a, f.Alarm, f.Recorded, f.HoldValid); err != nil {
 		return DeliveryPlan{}, err
 	}
 	// A node timer knows the actor and the time, not which tagged entry a
@@ -421,12 +417,11 @@ func (r Rules) Deliver(f DeliveryFacts) (DeliveryPlan, error) {
 	// indexed. A legacy entry at the alarm's time counts as indexed here
 	// (it lists the alarm); migration waits for the next event.
 	idx, err := r.bringInLine(EventFacts{
-		Actor:              a,
-		Alarm:              f.Alarm,
-		Recorded:           f.Recorded,
-		Generation:         f.Generation,
-		HoldValid:          f.HoldValid,
-		ReplicationHealthy: f.ReplicationHealthy,
+		Actor:      a,
+		Alarm:      f.Alarm,
+		Recorded:   f.Recorded,
+		Generation: f.Generation,
+		HoldValid:  f.HoldValid,
 	}, false)
 	if err != nil {
 		return DeliveryPlan{}, err

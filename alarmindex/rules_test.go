@@ -100,7 +100,7 @@ func describeDelivery(p DeliveryPlan, listed []Key) string {
 }
 
 func eventFacts(alarm *int64, rec *Key, gen uint64) EventFacts {
-	return EventFacts{Actor: actorA, Alarm: alarm, Recorded: rec, Generation: gen, HoldValid: true, ReplicationHealthy: true}
+	return EventFacts{Actor: actorA, Alarm: alarm, Recorded: rec, Generation: gen, HoldValid: true}
 }
 
 // checkFresh asserts a plan's PUT is a new tagged key of the given
@@ -221,7 +221,7 @@ func TestMidEventUploadListsUnderReplicaGeneration(t *testing.T) {
 		t.Fatalf("plan %q, want %q", got, want)
 	}
 	checkFresh(t, p, replicaGen)
-	if _, err := r.MidEventUpload(EventFacts{Actor: actorA, Alarm: ms(t1), Generation: replicaGen, HoldValid: false, ReplicationHealthy: true}); !errors.Is(err, ErrGiveUp) {
+	if _, err := r.MidEventUpload(EventFacts{Actor: actorA, Alarm: ms(t1), Generation: replicaGen, HoldValid: false}); !errors.Is(err, ErrGiveUp) {
 		t.Fatalf("mid-event upload without a valid hold: %v, want give up", err)
 	}
 }
@@ -255,16 +255,15 @@ func TestRulesGiveUp(t *testing.T) {
 		facts EventFacts
 		cause string
 	}{
-		{"hold not valid", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
-		{"hold not valid, unchanged alarm", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Recorded: tagged(t1, 1, "a"), Generation: 1, ReplicationHealthy: true}, "hold is not valid"},
-		{"replication unhealthy", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1, HoldValid: true}, "replication is not healthy"},
-		{"invalid actor", rulesWith(variant.Set{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "a.b", Name: "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, `class "a.b" holds '.'`},
+		{"hold not valid", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Generation: 1}, "hold is not valid"},
+		{"hold not valid, unchanged alarm", rulesWith(variant.Set{}), EventFacts{Actor: actorA, Alarm: ms(t1), Recorded: tagged(t1, 1, "a"), Generation: 1}, "hold is not valid"},
+		{"invalid actor", rulesWith(variant.Set{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "a.b", Name: "n"}, Alarm: ms(t1), Generation: 1, HoldValid: true}, `class "a.b" holds '.'`},
 		{"alarm out of range", rulesWith(variant.Set{}), eventFacts(ms(MaxDueMs+1), nil, 1), "outside"},
 		{"negative alarm", rulesWith(variant.Set{}), eventFacts(ms(-1), nil, 1), "outside"},
 		{"recorded entry of another actor", rulesWith(variant.Set{}), eventFacts(ms(t1), &Key{Actor: other, DueMs: t1, Legacy: true}, 1), "belongs to actor"},
 		{"recorded entry unreadable", rulesWith(variant.Set{}), eventFacts(ms(t1), &Key{Actor: actorA, DueMs: t1, Tag: Tag{1, "XY"}}, 1), "cannot be read"},
 		{"no nonce source", Rules{}, eventFacts(ms(t1), nil, 1), "no nonce source"},
-		{"name too long to index", rulesWith(variant.Set{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "c", Name: strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true, ReplicationHealthy: true}, "the name is 480 bytes, over the limit of 100 bytes"},
+		{"name too long to index", rulesWith(variant.Set{}), EventFacts{Actor: abi.ActorID{Tenant: "acme", Class: "c", Name: strings.Repeat("n", 480)}, Alarm: ms(t1), Generation: 1, HoldValid: true}, "the name is 480 bytes, over the limit of 100 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -353,7 +352,7 @@ func TestR4ListsBeforeFirstUpload(t *testing.T) {
 func deliveryFacts(delivered *Key, alarm *int64, rec *Key, gen uint64) DeliveryFacts {
 	return DeliveryFacts{
 		Delivered: *delivered, Alarm: alarm, Recorded: rec, InitRecorded: true,
-		Generation: gen, HoldValid: true, ReplicationHealthy: true,
+		Generation: gen, HoldValid: true,
 		Uploaded: true, BucketHadActor: true,
 	}
 }
@@ -512,7 +511,6 @@ func TestDeliverGivesUp(t *testing.T) {
 	d := tagged(t2, 4, "d1")
 	for name, mod := range map[string]func(*DeliveryFacts){
 		"hold not valid":        func(f *DeliveryFacts) { f.HoldValid = false },
-		"replication unhealthy": func(f *DeliveryFacts) { f.ReplicationHealthy = false },
 		"delivered key invalid": func(f *DeliveryFacts) { f.Delivered.Tag.Nonce = "" },
 	} {
 		f := deliveryFacts(d, ms(t3), nil, 6)
@@ -899,7 +897,7 @@ func TestDeliverAcceptsATimeWithoutATag(t *testing.T) {
 	r := rulesWith(variant.Set{})
 	p, err := r.Deliver(DeliveryFacts{
 		Delivered: Key{Actor: a, DueMs: at}, Alarm: &at, Generation: 2,
-		HoldValid: true, ReplicationHealthy: true, BucketHadActor: true,
+		HoldValid: true, BucketHadActor: true,
 	})
 	if err != nil || p.Outcome != OutcomeRun {
 		t.Fatalf("Deliver of an untagged time = %v, %v; want OutcomeRun", p.Outcome, err)

@@ -79,6 +79,8 @@ type State struct {
 	// tried keeps a removal of stale entries that removed nothing or
 	// failed, and when to try that entry time again.
 	tried map[abi.ActorID]staleTry
+	// sl are the delivery slots (below).
+	sl *slots
 }
 
 // staleTry: the entry time due is not tried again before until (ms).
@@ -109,8 +111,10 @@ func (s *State) Forget(id abi.ActorID) {
 }
 
 // Armed is told the actor's committed alarm after an event changed it
-// (nil: cleared, and there is nothing left to remove stale entries for).
+// (nil: cleared, and there is nothing left to remove stale entries for):
+// the event's alarm wins over a retry a failed delivery waits for.
 func (s *State) Armed(id abi.ActorID, alarm *int64) {
+	delete(s.slots().redeliver, id) // a retry pending from a failed delivery is dropped
 	if alarm == nil {
 		s.Forget(id)
 	}
@@ -148,13 +152,7 @@ func (s *State) Stale(d sweeper.Delivery, k Kept) (alarmindex.Key, bool) {
 	if !k.TimerHeld || k.TimerAt <= d.DueMs {
 		return alarmindex.Key{}, false
 	}
-	legacy := false
-	for _, o := range d.Keys {
-		if pk, err := alarmindex.ParseKey(o); err == nil && pk.Legacy {
-			legacy = true
-		}
-	}
-	return alarmindex.Key{Actor: d.Actor, DueMs: d.DueMs, Legacy: legacy}, true
+	return alarmindex.Key{Actor: d.Actor, DueMs: d.DueMs, Legacy: LegacyAmong(d.Keys)}, true
 }
 
 // StaleStep is what a removal of stale entries does after the delivery
@@ -199,4 +197,116 @@ func (s *State) StaleDone(id abi.ActorID, due, now int64, removed, failed bool) 
 	default:
 		delete(s.tried, id)
 	}
+}
+
+// Delivery slots: one delivery (or removal of stale entries) of an actor
+// at a time, the times the timer pops meanwhile kept for when it ends, the
+// entry time of a delivery that failed kept for its retry, and the legacy
+// entries sweeps offered.
+
+// LegacyAmong reports whether one of a sweep's keys of an entry is a legacy
+// key (one key per actor and time, delivered by its exact name).
+func LegacyAmong(keys []string) bool {
+	for _, k := range keys {
+		if pk, err := alarmindex.ParseKey(k); err == nil && pk.Legacy {
+			return true
+		}
+	}
+	return false
+}
+
+// OfferedLegacy records that the node timer took a sweep's entry of the
+// actor at due whose keys include the legacy key (LegacyAmong): the
+// delivery of that time names it (Entry).
+func (s *State) OfferedLegacy(id abi.ActorID, due int64) { s.slots().legacy[id] = due }
+
+// Start begins a delivery of the time at that the timer popped. False: a
+// delivery of the actor is under way; at is kept, and Release hands it
+// back when that delivery ends, or the actor would wait for a sweep.
+func (s *State) Start(id abi.ActorID, at int64) bool {
+	sl := s.slots()
+	if sl.inflight[id] {
+		if prev, ok := sl.again[id]; !ok || at < prev {
+			sl.again[id] = at
+		}
+		return false
+	}
+	sl.inflight[id] = true
+	return true
+}
+
+// Claim begins a removal of stale entries; false while a delivery of the
+// actor is under way.
+func (s *State) Claim(id abi.ActorID) bool {
+	sl := s.slots()
+	if sl.inflight[id] {
+		return false
+	}
+	sl.inflight[id] = true
+	return true
+}
+
+// InFlight reports whether a delivery or a removal of the actor is under way.
+func (s *State) InFlight(id abi.ActorID) bool { return s.slots().inflight[id] }
+
+// Waiting reports whether a failed delivery of the actor waits to deliver
+// its entry time again.
+func (s *State) Waiting(id abi.ActorID) bool {
+	_, ok := s.slots().redeliver[id]
+	return ok
+}
+
+// Release ends what Start or Claim began. again: a time the timer popped
+// meanwhile, for the caller to offer the timer again unless something
+// armed the actor since.
+func (s *State) Release(id abi.ActorID) (at int64, again bool) {
+	sl := s.slots()
+	delete(sl.inflight, id)
+	at, again = sl.again[id]
+	delete(sl.again, id)
+	return at, again
+}
+
+// Delivering is the time a delivery the timer popped at at delivers: at,
+// or the earlier entry time of a delivery that failed and waits to be
+// delivered again (its retry delivers that time, not the retry's).
+func (s *State) Delivering(id abi.ActorID, at int64) int64 {
+	sl := s.slots()
+	if due, ok := sl.redeliver[id]; ok {
+		delete(sl.redeliver, id)
+		return min(at, due)
+	}
+	return at
+}
+
+// Entry is the entry a delivery of the time due names: a legacy one when a
+// sweep offered that time's legacy entry (it is removed by its exact name),
+// else the tagged entries at that time.
+func (s *State) Entry(id abi.ActorID, due int64) alarmindex.Key {
+	sl := s.slots()
+	k := alarmindex.Key{Actor: id, DueMs: due}
+	if at, ok := sl.legacy[id]; ok && at == due {
+		delete(sl.legacy, id)
+		k.Legacy = true
+	}
+	return k
+}
+
+// Failed records that a delivery of the entry time at failed on the
+// host's side and is retried: the retry delivers at again.
+func (s *State) Failed(id abi.ActorID, at int64) { s.slots().redeliver[id] = at }
+
+// slots are the maps of the delivery slots, made on first use.
+type slots struct {
+	legacy    map[abi.ActorID]int64
+	inflight  map[abi.ActorID]bool
+	again     map[abi.ActorID]int64
+	redeliver map[abi.ActorID]int64
+}
+
+func (s *State) slots() *slots {
+	if s.sl == nil {
+		s.sl = &slots{legacy: map[abi.ActorID]int64{}, inflight: map[abi.ActorID]bool{}, again: map[abi.ActorID]int64{}, redeliver: map[abi.ActorID]int64{}}
+	}
+	return s.sl
 }

@@ -33,7 +33,7 @@ func key(due int64, gen uint64) alarmindex.Key {
 func TestPlanTakesTheReplicationPointsRules(t *testing.T) {
 	r := rules(t)
 	due := t0 + 60_000
-	f := alarmindex.EventFacts{Actor: actor, Alarm: &due, Generation: 2, HoldValid: true, ReplicationHealthy: true}
+	f := alarmindex.EventFacts{Actor: actor, Alarm: &due, Generation: 2, HoldValid: true}
 	for _, kind := range []core.UploadKind{core.AfterEvent, core.MidEvent, core.FirstUpload} {
 		plan, named, err := core.Plan(r, kind, f)
 		if err != nil {
@@ -51,7 +51,7 @@ func TestPlanTakesTheReplicationPointsRules(t *testing.T) {
 	}
 	// An unchanged alarm: nothing recorded, the recorded entry is named.
 	rec := key(due, 2)
-	f = alarmindex.EventFacts{Actor: actor, Alarm: &due, Recorded: &rec, Generation: 2, HoldValid: true, ReplicationHealthy: true}
+	f = alarmindex.EventFacts{Actor: actor, Alarm: &due, Recorded: &rec, Generation: 2, HoldValid: true}
 	plan, named, err := core.Plan(r, core.AfterEvent, f)
 	if err != nil || plan.Record || named == nil || *named != rec {
 		t.Fatalf("unchanged alarm: plan %+v named %v err %v; want the recorded entry named", plan, named, err)
@@ -151,5 +151,79 @@ func TestStaleStepOf(t *testing.T) {
 		if got := core.StaleStepOf(o); got != want {
 			t.Errorf("%v: %v, want %v", o, got, want)
 		}
+	}
+}
+
+// One delivery of an actor at a time: a time the timer pops meanwhile is
+// kept (the earliest) and handed back when the delivery ends; a removal of
+// stale entries waits for a delivery, and a delivery for a removal.
+func TestOneDeliveryOfAnActorAtATime(t *testing.T) {
+	s := core.New(cfg())
+	if !s.Start(actor, t0) {
+		t.Fatal("the first delivery did not start")
+	}
+	if !s.InFlight(actor) || s.Claim(actor) {
+		t.Fatal("a removal of stale entries claimed an actor being delivered")
+	}
+	if s.Start(actor, t0+500) || s.Start(actor, t0+200) || s.Start(actor, t0+900) {
+		t.Fatal("a second delivery started while one is under way")
+	}
+	if at, again := s.Release(actor); !again || at != t0+200 {
+		t.Fatalf("released with %d, %t; want the earliest time popped meanwhile, %d", at, again, t0+200)
+	}
+	if _, again := s.Release(actor); again {
+		t.Fatal("a time handed back twice")
+	}
+	if !s.Claim(actor) || s.Start(actor, t0) {
+		t.Fatal("a delivery started during a removal of stale entries")
+	}
+	s.Release(actor)
+	if s.InFlight(actor) {
+		t.Fatal("still in flight after Release")
+	}
+}
+
+// A failed delivery's retry delivers its entry time, not the retry's; an
+// event that arms the actor drops the retry; a legacy entry a sweep offered
+// is named by the delivery of its time only.
+func TestTheEntryADeliveryNames(t *testing.T) {
+	s := core.New(cfg())
+	if got := s.Delivering(actor, t0); got != t0 {
+		t.Fatalf("Delivering = %d, want %d", got, t0)
+	}
+	s.Failed(actor, t0)
+	if !s.Waiting(actor) {
+		t.Fatal("a failed delivery does not wait to deliver again")
+	}
+	if got := s.Delivering(actor, t0+5000); got != t0 {
+		t.Fatalf("the retry delivers %d, want the failed entry time %d", got, t0)
+	}
+	if s.Waiting(actor) || s.Delivering(actor, t0+5000) != t0+5000 {
+		t.Fatal("the failed entry time delivered twice")
+	}
+	s.Failed(actor, t0)
+	due := t0 + 60_000
+	s.Armed(actor, &due)
+	if s.Waiting(actor) {
+		t.Fatal("an event that armed the actor left a failed delivery's retry")
+	}
+
+	if k := s.Entry(actor, t0); k.Legacy || k.DueMs != t0 || k.Actor != actor {
+		t.Fatalf("Entry = %v; want the tagged entries at %d", k, t0)
+	}
+	legacy := alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}.String()
+	tagged := key(t0, 1).String()
+	if core.LegacyAmong([]string{tagged}) || !core.LegacyAmong([]string{tagged, legacy}) {
+		t.Fatal("LegacyAmong is wrong")
+	}
+	s.OfferedLegacy(actor, t0)
+	if k := s.Entry(actor, t0+1); k.Legacy {
+		t.Fatal("a legacy entry named by the delivery of another time")
+	}
+	if k := s.Entry(actor, t0); !k.Legacy {
+		t.Fatal("the legacy entry a sweep offered is not named by its time's delivery")
+	}
+	if k := s.Entry(actor, t0); k.Legacy {
+		t.Fatal("the legacy entry named twice")
 	}
 }

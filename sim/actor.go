@@ -385,12 +385,11 @@ func (s *sim) pickAlarm(a abi.ActorID) *int64 {
 // AfterEvent. done(false) means the actor was given up.
 func (s *sim) replicate(n *node, h *held, next db, mid bool, done func(bool)) {
 	f := alarmindex.EventFacts{
-		Actor:              h.actor,
-		Alarm:              next.alarm,
-		Recorded:           next.rec,
-		Generation:         h.gen,
-		HoldValid:          s.holdValid(n, h),
-		ReplicationHealthy: !n.cut(s.now),
+		Actor:      h.actor,
+		Alarm:      next.alarm,
+		Recorded:   next.rec,
+		Generation: h.gen,
+		HoldValid:  s.holdValid(n, h),
 	}
 	first := !h.bucketHad && !h.uploaded
 	kind := core.AfterEvent
@@ -798,15 +797,14 @@ func (s *sim) deliverHeld(n *node, h *held, at int64, entry *alarmindex.Key, swe
 		return
 	}
 	p, err := n.rules.Deliver(alarmindex.DeliveryFacts{
-		Delivered:          *entry,
-		Alarm:              d.alarm,
-		Recorded:           d.rec,
-		InitRecorded:       d.init,
-		Generation:         h.gen,
-		HoldValid:          s.holdValid(n, h),
-		ReplicationHealthy: !n.cut(s.now),
-		Uploaded:           h.uploaded,
-		BucketHadActor:     h.bucketHad,
+		Delivered:      *entry,
+		Alarm:          d.alarm,
+		Recorded:       d.rec,
+		InitRecorded:   d.init,
+		Generation:     h.gen,
+		HoldValid:      s.holdValid(n, h),
+		Uploaded:       h.uploaded,
+		BucketHadActor: h.bucketHad,
 	})
 	if err != nil {
 		s.giveUp(n, h, err.Error())

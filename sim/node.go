@@ -409,15 +409,14 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 			return
 		}
 		p, err := n.rules.Deliver(alarmindex.DeliveryFacts{
-			Delivered:          entry,
-			Alarm:              h.db.alarm,
-			Recorded:           h.db.rec,
-			InitRecorded:       h.db.init,
-			Generation:         h.gen,
-			HoldValid:          s.holdValid(n, h),
-			ReplicationHealthy: !n.cut(s.now),
-			Uploaded:           h.uploaded,
-			BucketHadActor:     h.bucketHad,
+			Delivered:      entry,
+			Alarm:          h.db.alarm,
+			Recorded:       h.db.rec,
+			InitRecorded:   h.db.init,
+			Generation:     h.gen,
+			HoldValid:      s.holdValid(n, h),
+			Uploaded:       h.uploaded,
+			BucketHadActor: h.bucketHad,
 		})
 		if err != nil {
 			s.giveUp(n, h, err.Error())

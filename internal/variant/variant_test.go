@@ -167,7 +167,7 @@ func TestRulesTurnsARuleOff(t *testing.T) {
 	a := alarmindex.Key{}.Actor
 	a.Tenant, a.Class, a.Name = "t", "c", "n"
 	stale := alarmindex.Key{Actor: a, DueMs: 1_700_000_000_000, Tag: alarmindex.Tag{Generation: 1, Nonce: "1"}}
-	facts := alarmindex.DeliveryFacts{Delivered: stale, Generation: 2, HoldValid: true, ReplicationHealthy: true, BucketHadActor: true}
+	facts := alarmindex.DeliveryFacts{Delivered: stale, Generation: 2, HoldValid: true, BucketHadActor: true}
 	safe := alarmindex.Rules{Nonces: src}
 	p, err := safe.Deliver(facts)
 	if err != nil {
