@@ -35,7 +35,7 @@ func versioned(k byte) []byte {
 
 func TestAnImageServesOnlyTheVersionItWasMadeFrom(t *testing.T) {
 	ctx := context.Background()
-	eng, err := hostmod.NewEngine(ctx)
+	eng, err := hostmod.NewEngine(ctx, hostmod.WithPreinit("", hostmod.PreinitAuto))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,20 +65,22 @@ func TestAnImageServesOnlyTheVersionItWasMadeFrom(t *testing.T) {
 
 func TestWhichClassesGetAnImage(t *testing.T) {
 	ctx := context.Background()
+	// PreinitAuto, the default, named for a run of the tests with -preinit.
+	auto := []hostmod.Option{hostmod.WithPreinit("", hostmod.PreinitAuto)}
 	for _, c := range []struct {
 		name string
 		wasm []byte
 		opts []hostmod.Option
 		want bool
 	}{
-		{"deterministic, default", versioned(3), nil, true},
+		{"deterministic, auto", versioned(3), auto, true},
 		{"off for the class", versioned(3), []hostmod.Option{hostmod.WithPreinit("c", hostmod.PreinitOff)}, false},
 		{"off for every class", versioned(3), []hostmod.Option{hostmod.WithPreinit("", hostmod.PreinitOff)}, false},
 		{"off for all, on for the class", versioned(3), []hostmod.Option{hostmod.WithPreinit("", hostmod.PreinitOff), hostmod.WithPreinit("c", hostmod.PreinitOn)}, true},
 		{"with a module config", versioned(3), []hostmod.Option{hostmod.WithPreinit("c", hostmod.PreinitOn),
 			hostmod.WithModuleConfig(func(abi.ActorID) wazero.ModuleConfig { return wazero.NewModuleConfig() })}, false},
 		{"a host call in _initialize", testguest.Fixture(t, "actor_id"), []hostmod.Option{hostmod.WithPreinit("c", hostmod.PreinitOn)}, false},
-		{"the Go counter, default", testguest.Counter(t, "go"), nil, false},
+		{"the Go counter, auto", testguest.Counter(t, "go"), auto, false},
 		{"the Go counter, on", testguest.Counter(t, "go"), []hostmod.Option{hostmod.WithPreinit("c", hostmod.PreinitOn)}, true},
 	} {
 		eng, err := hostmod.NewEngine(ctx, c.opts...)
@@ -154,7 +156,7 @@ func TestWhichCountersGetAnImageByDefault(t *testing.T) {
 	for _, lang := range testguest.Languages {
 		t.Run(lang, func(t *testing.T) {
 			wasm := testguest.Counter(t, lang)
-			eng, err := hostmod.NewEngine(ctx)
+			eng, err := hostmod.NewEngine(ctx, hostmod.WithPreinit("", hostmod.PreinitAuto))
 			if err != nil {
 				t.Fatal(err)
 			}
