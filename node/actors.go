@@ -39,6 +39,9 @@ type ClusterConfig struct {
 	Addr string
 	// Lease timing: see cluster.LeaseConfig (defaults 10 s, 1 s, 2 s).
 	LeaseTTL, LeaseMargin, LeaseGrace time.Duration
+	// LeaseReadPeriod is how often the node reads the other nodes' leases
+	// (cluster.LeaseConfig.ObservePeriod; default LeaseTTL/3).
+	LeaseReadPeriod time.Duration
 	// IdleTimeout, if set, replaces Config.IdleTimeout in cluster mode:
 	// an actor no event reached for this long is released.
 	IdleTimeout time.Duration
@@ -64,9 +67,9 @@ type ClusterConfig struct {
 	// that would hold it has no valid lease for now. The node tries the
 	// request again every FailoverPoll meanwhile, and answers 503 with
 	// Retry-After once the wait is over. Default: LeaseTTL + LeaseGrace +
-	// LeaseTTL/3, which covers a holder's death (a takeover once its lease
-	// is seen unchanged for TTL + grace) and a renewal's period; negative:
-	// no waiting.
+	// LeaseTTL/3 (LeaseReadPeriod if set), which covers a holder's death (a
+	// takeover once its lease is seen unchanged for TTL + grace) and a
+	// reading of the leases; negative: no waiting.
 	FailoverWait time.Duration
 	// DeleteWindow is how long the node gathers the DELETEs of replaced
 	// index entries and snapshots before it sends them in one multi-object
@@ -748,7 +751,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 	}
 	leases, err := cluster.StartLeases(ctx, cluster.LeaseConfig{
 		Bucket: c.Bucket, Prefix: c.Prefix, NodeID: c.NodeID, Addr: c.Addr,
-		TTL: c.LeaseTTL, Margin: c.LeaseMargin, Grace: c.LeaseGrace,
+		TTL: c.LeaseTTL, Margin: c.LeaseMargin, Grace: c.LeaseGrace, ObservePeriod: c.LeaseReadPeriod,
 		Classes: n.classNames(), // the sweep's walkers serve a tenant's classes
 		Logger:  n.log.Named("lease"),
 	})

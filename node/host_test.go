@@ -31,6 +31,7 @@ import (
 // hostConfig is what a host test varies about a cluster node.
 type hostConfig struct {
 	ttl, margin, grace time.Duration // default 10 s, 1 s, 2 s: no lease expires during a test
+	read               time.Duration // how often the leases are read (default TTL/3)
 	idle               time.Duration // default 1 h
 	addr               string        // default <name>.invalid:1
 	start              bool          // run the timer, reaper and sweeps
@@ -59,7 +60,7 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,
-			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace,
+			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace, LeaseReadPeriod: hc.read,
 			IdleTimeout: hc.idle, SweepPeriod: time.Hour, FailoverWait: hc.failoverWait,
 		},
 	})

@@ -251,11 +251,12 @@ func (n *Node) failoverWait() time.Duration {
 
 // failoverTime is how long a failover is expected to take: a takeover
 // once the holder's lease has stood unchanged for TTL + grace, and a
-// renewal's period (TTL/3) for the lease to be seen.
+// reading period of the leases (TTL/3 unless LeaseReadPeriod) for its last
+// version to be seen.
 func (n *Node) failoverTime() time.Duration {
-	var ttl, grace time.Duration
+	var ttl, grace, read time.Duration
 	if c := n.cfg.Cluster; c != nil {
-		ttl, grace = c.LeaseTTL, c.LeaseGrace
+		ttl, grace, read = c.LeaseTTL, c.LeaseGrace, c.LeaseReadPeriod
 	}
 	if ttl <= 0 {
 		ttl = cluster.DefaultTTL
@@ -263,7 +264,10 @@ func (n *Node) failoverTime() time.Duration {
 	if grace <= 0 {
 		grace = cluster.DefaultGrace
 	}
-	return ttl + grace + ttl/3
+	if read <= 0 {
+		read = ttl / 3
+	}
+	return ttl + grace + read
 }
 
 // failoverRetryAfter is the Retry-After of a 503 answered while an actor

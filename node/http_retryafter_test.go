@@ -15,8 +15,9 @@ import (
 )
 
 // A 503 during a failover tells the client how long the failover is still
-// expected to take (lease TTL + grace + TTL/3, less what the request
-// already waited inside the node), in whole seconds rounded up, rather
+// expected to take (lease TTL + grace + TTL/3, or the period the node
+// reads the leases if set, less what the request already waited inside
+// the node), in whole seconds rounded up, rather
 // than "try again in a second" for the whole failover. On versitygw: b
 // holds an actor and cannot be reached; a answers for it.
 func TestRetryAfterIsTheRemainingFailover(t *testing.T) {
@@ -42,6 +43,7 @@ func TestRetryAfterIsTheRemainingFailover(t *testing.T) {
 		{"no wait in the node", lease, 5 * time.Second, -1, 0},
 		{"2 s waited in the node", lease, 5 * time.Second, 2 * time.Second, 2 * time.Second},
 		{"the default lease, no wait in the node", hostConfig{}, 10*time.Second + 2*time.Second + 10*time.Second/3, -1, 0},
+		{"the default lease read every 8 s, no wait in the node", hostConfig{read: 8 * time.Second}, 10*time.Second + 2*time.Second + 8*time.Second, -1, 0},
 	} {
 		hc := c.lease
 		hc.failoverWait = c.wait

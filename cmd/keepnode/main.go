@@ -58,6 +58,7 @@ type options struct {
 	leaseTTL, leaseMargin, leaseGrace, idle   time.Duration
 	sweep, alarmDeadline, retryBase, retryMax time.Duration
 	failoverWait, logSummary, sweepSafety     time.Duration
+	leaseRead                                 time.Duration
 	maxDBs, maxInsts, sweepConc, sweepWalkers int
 	attempts                                  *attemptsFlag
 	logLevel                                  string
@@ -95,6 +96,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "node lease period")
 	fs.DurationVar(&o.leaseMargin, "lease-margin", time.Second, "how long before its lease runs out a node stops acting")
 	fs.DurationVar(&o.leaseGrace, "lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
+	fs.DurationVar(&o.leaseRead, "lease-read-period", 0, "how often the node reads the other nodes' leases (default: lease TTL/3); longer costs fewer requests and puts a dead node's takeover off by as much (docs/cost.md)")
 	fs.DurationVar(&o.idle, "idle", node.DefaultIdleTimeout, "close (in a cluster: upload, close and release) an actor no event reached for this long")
 	fs.IntVar(&o.maxDBs, "max-open-dbs", hostmod.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (2 file descriptors each); past it the least recently used idle actor sleeps")
 	fs.IntVar(&o.maxInsts, "max-instances", hostmod.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
@@ -331,7 +333,7 @@ func run(logger hclog.Logger, o *options) error {
 		}
 		cfg.Cluster = &node.ClusterConfig{
 			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
-			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace,
+			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace, LeaseReadPeriod: o.leaseRead,
 			Tenants: tenants, SweepPeriod: sweep, SweepConcurrency: sweepConc, FailoverWait: failoverWait,
 			SweepWalkers: o.sweepWalkers, SweepSafetyPeriod: o.sweepSafety,
 		}
