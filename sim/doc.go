@@ -133,10 +133,13 @@
 // land late or are slow, with pauses, partitions and each node's clock
 // drifting by up to cluster.MaxClockDrift, and checks after every step
 // that no two nodes each hold a valid hold on one actor (TestLeaseSim, at
-// the design's 10 s lease and at 2 s; -sim.leaseseeds sets the number of
-// seeds). LeaseConfig.TrustUnconfirmed, a failed renewal reported to the
-// lease as confirmed, is the unsafe variant it must catch
-// (TestLeaseSimCatchesTrustingUnconfirmedRenewals).
+// the design's 10 s lease, at 2 s, with nodes on 10 s and 20 s leases
+// together, and with the leases read every 8 s; -sim.leaseseeds sets the
+// number of seeds). LeaseConfig.TrustUnconfirmed, a failed renewal
+// reported to the lease as confirmed, is the unsafe variant it must catch
+// (TestLeaseSimCatchesTrustingUnconfirmedRenewals); with leases of two
+// TTLs, LeaseConfig.JudgeByOwnTTL, a reader that takes every lease to name
+// its own TTL (TestLeaseSimCatchesJudgingByOwnTTL).
 //
 // # Replaying a seed
 //
