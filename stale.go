@@ -63,8 +63,7 @@ func (p *Plugin) kept(d sweeper.Delivery) {
 	t, ctx := p.taker, p.runCtx
 	// Not while a delivery is under way or a failed one waits to deliver
 	// its entry time again; only while RunTimer runs.
-	busy := p.core.Waiting(d.Actor) || p.core.InFlight(d.Actor) || t == nil || ctx == nil
-	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: busy, TimerAt: timerAt, TimerHeld: timerHeld})
+	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: t == nil || ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld})
 	p.mu.Unlock()
 	if !ok {
 		return

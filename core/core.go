@@ -125,8 +125,9 @@ func (s *State) Armed(id abi.ActorID, alarm *int64) {
 type Kept struct {
 	// Now is the time, in ms.
 	Now int64
-	// Busy: a delivery of the actor is under way, or a failed one waits
-	// to deliver its entry time again, or the host cannot take actors now.
+	// Busy: the host cannot take the actor now (its delivery loop is not
+	// running, say). A delivery under way (Start, Claim) or a failed one
+	// waiting to deliver its entry time again (Failed) is the State's own.
 	Busy bool
 	// TimerAt is the time the node timer holds the actor at, if TimerHeld.
 	TimerAt   int64
@@ -146,7 +147,7 @@ func (s *State) Stale(d sweeper.Delivery, k Kept) (alarmindex.Key, bool) {
 		return alarmindex.Key{}, false
 	}
 	named, known := s.known[d.Actor]
-	if !known || named.DueMs == d.DueMs || k.Busy {
+	if !known || named.DueMs == d.DueMs || k.Busy || s.InFlight(d.Actor) || s.Waiting(d.Actor) {
 		return alarmindex.Key{}, false
 	}
 	if !k.TimerHeld || k.TimerAt <= d.DueMs {

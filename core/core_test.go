@@ -227,3 +227,26 @@ func TestTheEntryADeliveryNames(t *testing.T) {
 		t.Fatal("the legacy entry named twice")
 	}
 }
+
+// A removal of stale entries waits for a delivery under way and for a
+// failed one waiting to deliver its entry time again.
+func TestStaleWaitsForDeliveries(t *testing.T) {
+	s := core.New(cfg())
+	named := key(t0+10_000, 3)
+	s.Uploaded(actor, &named)
+	stale := sweeper.Delivery{Actor: actor, DueMs: t0}
+	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true}
+	s.Start(actor, t0+10_000)
+	if _, ok := s.Stale(stale, kept); ok {
+		t.Fatal("a removal decided during a delivery")
+	}
+	s.Release(actor)
+	s.Failed(actor, t0+10_000)
+	if _, ok := s.Stale(stale, kept); ok {
+		t.Fatal("a removal decided while a failed delivery waits")
+	}
+	s.Delivering(actor, t0+15_000)
+	if _, ok := s.Stale(stale, kept); !ok {
+		t.Fatal("no removal once the deliveries ended")
+	}
+}

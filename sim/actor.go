@@ -585,7 +585,10 @@ func (s *sim) drive(n *node, h *held, x *alarmindex.Exec, d *driven, k func(erro
 		case alarmindex.StepRun:
 			s.runAlarm(n, h, &d.entry, d.swept, func() { report(true) })
 		case alarmindex.StepRetry:
-			s.retryLater(n, h.actor.String(), &d.entry, st.After.Milliseconds())
+			// The plugin's StepRetry: the timer set to the retry time
+			// (the rules kept the entry; the hold was let go).
+			n.timer.Set(h.actor.String(), s.now+st.After.Milliseconds())
+			s.arm(n)
 			report(true)
 		case alarmindex.StepRelease:
 			s.release(n, h)
@@ -728,38 +731,49 @@ func (s *sim) joinAttempt(n *node, a abi.ActorID) {
 
 // ---- delivery ----
 
-// deliver handles a time n's timer popped for actor ak: take the actor
-// and hand the entry to the rules (Deliver).
+// deliver handles a time n's timer popped for actor ak as the plugin's
+// timer loop does, with the plugin's core: one delivery of an actor at a
+// time (a time popped meanwhile is kept for when it ends), the entry time
+// of a failed delivery delivered again by its retry, a legacy entry a
+// sweep offered named by its time; take the actor and hand the entry to
+// the rules (Deliver).
 func (s *sim) deliver(n *node, ak string, at int64) {
 	a := s.byKey[ak]
-	pk, ok := n.pending[ak]
-	delete(n.pending, ak)
-	var entry *alarmindex.Key
-	swept := false
-	if ok && pk.at == at {
-		entry, swept = pk.key, pk.swept
+	if !n.core.Start(a, at) {
+		return // the core keeps at for when the delivery under way ends
 	}
+	at = n.core.Delivering(a, at)
+	sweptAt, ok := n.swept[ak]
+	swept := ok && sweptAt == at
 	if n.busy[ak] {
-		at := s.now + 500
-		n.timer.Set(ak, at)
-		n.pending[ak] = pendingKey{at: at, key: entry, swept: swept}
+		// A request or a join holds the actor: the plugin's Take waits
+		// for it; the simulator tries the same entry time again shortly.
+		n.core.Release(a)
+		n.core.Failed(a, at)
+		n.timer.Set(ak, s.now+500)
 		s.arm(n)
 		return
 	}
+	delete(n.swept, ak)
 	n.busy[ak] = true
 	boot := n.boot
 	finish := func() {
 		if n.boot == boot {
-			delete(n.busy, ak)
+			s.endDelivery(n, a)
 		}
 	}
 	s.take(n, a, func(h *held, owner int, why string) {
 		if h == nil {
 			if owner >= 0 {
+				// Not this node's to run: dropped, and forgotten.
 				s.logf("%s drops %s at %s: %s owns it", n.addr, a, fmtMs(at-epochMs), s.nodes[owner].addr)
+				if n.boot == boot {
+					n.core.Forget(a)
+					n.timer.Remove(ak)
+				}
 			} else {
 				s.logf("%s cannot deliver %s now (%s); retries after a lease period", n.addr, a, why)
-				s.retryLater(n, ak, entry, leaseMs)
+				s.retryLater(n, a, at, leaseMs)
 			}
 			finish()
 			return
@@ -772,43 +786,34 @@ func (s *sim) deliver(n *node, ak string, at int64) {
 					s.step(n, boot, s.between(5000, 15_000), func() { s.joinAttempt(n, a) })
 					return
 				}
-				s.deliverHeld(n, h, at, entry, swept, finish)
+				s.deliverHeld(n, h, n.core.Entry(a, at), swept, finish)
 			})
 			return
 		}
-		s.deliverHeld(n, h, at, entry, swept, finish)
+		s.deliverHeld(n, h, n.core.Entry(a, at), swept, finish)
 	})
 }
 
-func (s *sim) deliverHeld(n *node, h *held, at int64, entry *alarmindex.Key, swept bool, finish func()) {
-	d := h.db
-	if entry == nil && d.alarm != nil && *d.alarm == at && d.rec != nil && d.rec.DueMs == at {
-		k := *d.rec
-		entry = &k
-	}
-	if entry == nil {
-		if d.alarm != nil && *d.alarm <= s.now {
-			s.runAlarm(n, h, nil, false, finish)
-			return
-		}
-		s.logf("%s: nothing to deliver for %s at %s", n.addr, h.actor, fmtMs(at-epochMs))
-		h.lastUse = s.now
-		finish()
-		return
-	}
-	p, err := n.rules.Deliver(alarmindex.DeliveryFacts{
-		Delivered:      *entry,
-		Alarm:          d.alarm,
-		Recorded:       d.rec,
-		InitRecorded:   d.init,
+// deliveryFacts are the facts of delivering entry to h on n, gathered as
+// the plugin's deliveryPlan gathers them.
+func (s *sim) deliveryFacts(n *node, h *held, entry alarmindex.Key) alarmindex.DeliveryFacts {
+	return alarmindex.DeliveryFacts{
+		Delivered:      entry,
+		Alarm:          h.db.alarm,
+		Recorded:       h.db.rec,
+		InitRecorded:   h.db.init,
 		Generation:     h.gen,
 		HoldValid:      s.holdValid(n, h),
 		Uploaded:       h.uploaded,
 		BucketHadActor: h.bucketHad,
-	})
+	}
+}
+
+func (s *sim) deliverHeld(n *node, h *held, entry alarmindex.Key, swept bool, finish func()) {
+	p, err := n.rules.Deliver(s.deliveryFacts(n, h, entry))
 	if err != nil {
 		s.giveUp(n, h, err.Error())
-		s.retryLater(n, h.actor.String(), entry, leaseMs)
+		s.retryLater(n, h.actor, entry.DueMs, leaseMs)
 		finish()
 		return
 	}
@@ -822,13 +827,12 @@ func (s *sim) deliverHeld(n *node, h *held, at int64, entry *alarmindex.Key, swe
 	// The executor production runs: index, fence, LIST and DELETE the
 	// stale entries, or run; a failure gives the actor up and retries the
 	// same entry after a lease period, as the plugin's timer loop does.
-	ak := h.actor.String()
-	dr := &driven{next: h.db.clone(), entry: *entry, swept: swept, finish: finish, indexed: p.Index.Empty()}
+	dr := &driven{next: h.db.clone(), entry: entry, swept: swept, finish: finish, indexed: p.Index.Empty()}
 	s.drive(n, h, n.rules.ExecDelivery(p), dr, func(err error) {
 		h.lastUse = s.now
 		if err != nil && p.Outcome != alarmindex.OutcomeRun {
 			s.giveUp(n, h, err.Error())
-			s.retryLater(n, ak, entry, leaseMs)
+			s.retryLater(n, h.actor, entry.DueMs, leaseMs)
 		}
 		finish()
 	})
@@ -895,7 +899,7 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 				}
 				s.setTimer(n, h)
 			} else if entry != nil {
-				s.retryLater(n, h.actor.String(), entry, leaseMs)
+				s.retryLater(n, h.actor, entry.DueMs, leaseMs)
 			}
 			finish()
 		})

@@ -37,11 +37,12 @@ type node struct {
 	rng    *rand.Rand // the sweep planner's rotation
 	timer  *sweeper.Timer
 	wakeAt int64
-	// pending is the entry behind each time the timer holds.
-	pending map[string]pendingKey
-	held    map[string]*held
-	busy    map[string]bool
-	cursor  string
+	// swept is the time a sweep offered each actor at (the simulator's
+	// count of deliveries through a sweep, not a decision).
+	swept  map[string]int64
+	held   map[string]*held
+	busy   map[string]bool
+	cursor string
 	// sched is when the node lists the tenant (sweeper.Schedule, as the
 	// plugin's loop runs it); letGo are the actors it let go of, whose
 	// overdue entries it delivers as its own (docs/design.md#relist).
@@ -51,12 +52,6 @@ type node struct {
 	// local is single-node data not yet in the bucket (a joining node's
 	// actors); it survives crashes.
 	local map[string]*db
-}
-
-type pendingKey struct {
-	at    int64
-	key   *alarmindex.Key
-	swept bool
 }
 
 // held is an actor a node holds: its hold generation and its database.
@@ -130,7 +125,7 @@ func (s *sim) boot(n *node) {
 	n.rng = rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64()))
 	n.timer = sweeper.NewTimer(retryMax)
 	n.wakeAt = 0
-	n.pending = map[string]pendingKey{}
+	n.swept = map[string]int64{}
 	n.held = map[string]*held{}
 	n.busy = map[string]bool{}
 	n.cursor = ""
@@ -143,7 +138,6 @@ func (s *sim) boot(n *node) {
 	for _, ak := range sortedKeys(n.local) {
 		if d := n.local[ak]; d.alarm != nil {
 			n.timer.Set(ak, *d.alarm)
-			n.pending[ak] = pendingKey{at: *d.alarm}
 		}
 		a := s.byKey[ak]
 		s.step(n, n.boot, s.between(1, 50), func() { s.joinAttempt(n, a) })
@@ -159,7 +153,7 @@ func (s *sim) crash(n *node) {
 	s.logf("%s crashes", n.addr)
 	n.up = false
 	n.boot++
-	n.held, n.busy, n.pending = nil, nil, nil
+	n.held, n.busy, n.swept = nil, nil, nil
 	down := s.between(1000, 20_000)
 	if s.final {
 		down = 1
@@ -346,7 +340,7 @@ func (s *sim) sweep(n *node) {
 		// plugin: nodes that serve it deliver the entry, as anyone's once
 		// three margins overdue.
 		Busy: func(a abi.ActorID) bool {
-			return n.gateway || n.busy[a.String()] || n.timer.Keeps(a.String(), s.now)
+			return n.gateway || n.busy[a.String()] || n.core.InFlight(a) || n.timer.Keeps(a.String(), s.now)
 		},
 		Rand: n.rng,
 	})
@@ -364,8 +358,10 @@ func (s *sim) sweep(n *node) {
 			if d.Anyone {
 				s.c.Anyone++
 			}
-			k := pickKey(d.Keys)
-			n.pending[ak] = pendingKey{at: d.DueMs, key: k, swept: true}
+			if core.LegacyAmong(d.Keys) {
+				n.core.OfferedLegacy(d.Actor, d.DueMs)
+			}
+			n.swept[ak] = d.DueMs
 			s.logf("%s sweep offers %s at %s (%d keys, anyone=%t)", n.addr, d.Actor, fmtMs(d.DueMs-epochMs), len(d.Keys), d.Anyone)
 		}
 	}
@@ -384,14 +380,14 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 	ak := d.Actor.String()
 	at, inTimer := n.timer.Get(ak)
 	entry, ok := n.core.Stale(d, core.Kept{Now: s.now, Busy: n.gateway || n.busy[ak], TimerAt: at, TimerHeld: inTimer})
-	if !ok {
+	if !ok || !n.core.Claim(d.Actor) {
 		return
 	}
 	n.busy[ak] = true
 	boot := n.boot
 	finish := func() {
 		if n.boot == boot {
-			delete(n.busy, ak)
+			s.endDelivery(n, d.Actor)
 		}
 	}
 	done := func(removed, failed bool) {
@@ -408,16 +404,7 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 			finish()
 			return
 		}
-		p, err := n.rules.Deliver(alarmindex.DeliveryFacts{
-			Delivered:      entry,
-			Alarm:          h.db.alarm,
-			Recorded:       h.db.rec,
-			InitRecorded:   h.db.init,
-			Generation:     h.gen,
-			HoldValid:      s.holdValid(n, h),
-			Uploaded:       h.uploaded,
-			BucketHadActor: h.bucketHad,
-		})
+		p, err := n.rules.Deliver(s.deliveryFacts(n, h, entry))
 		if err != nil {
 			s.giveUp(n, h, err.Error())
 			done(false, true)
@@ -437,7 +424,6 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 			})
 		case core.StaleArm:
 			n.timer.Set(ak, entry.DueMs)
-			n.pending[ak] = pendingKey{at: entry.DueMs, key: &entry}
 			s.arm(n)
 			done(true, false)
 		case core.StaleLetGo:
@@ -446,25 +432,6 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
 			done(false, false)
 		}
 	})
-}
-
-// pickKey chooses the entry a delivery names: a legacy one if there is one
-// (it is removed by its exact name), else the first.
-func pickKey(keys []string) *alarmindex.Key {
-	var first *alarmindex.Key
-	for _, o := range keys {
-		k, err := alarmindex.ParseKey(o)
-		if err != nil {
-			continue
-		}
-		if k.Legacy {
-			return &k
-		}
-		if first == nil {
-			first = &k
-		}
-	}
-	return first
 }
 
 // arm makes sure a wake-up is scheduled for the timer's next time.
@@ -501,29 +468,37 @@ func (s *sim) setTimer(n *node, h *held) {
 	n.core.Armed(h.actor, h.db.alarm)
 	if h.db.alarm == nil {
 		n.timer.Remove(ak)
-		delete(n.pending, ak)
 		return
 	}
 	n.timer.Set(ak, *h.db.alarm)
-	var k *alarmindex.Key
-	if h.db.rec != nil {
-		c := *h.db.rec
-		k = &c
-	}
-	n.pending[ak] = pendingKey{at: *h.db.alarm, key: k}
 	s.arm(n)
 }
 
-// retryLater tries a delivery again after d (the plugin hints its
-// tenant too).
-func (s *sim) retryLater(n *node, ak string, k *alarmindex.Key, d int64) {
-	if a, ok := s.byKey[ak]; ok {
-		s.letGo(n, a)
+// retryLater tries a delivery of the entry time due again after d, as the
+// plugin does after a failure on the host's side: the timer is offered the
+// retry (a time it holds earlier wins), and the core keeps due for it, so
+// the retry delivers that entry time (core.State.Failed); the plugin hints
+// the actor's tenant too.
+func (s *sim) retryLater(n *node, a abi.ActorID, due, d int64) {
+	s.letGo(n, a)
+	if n.timer.Offer(a.String(), s.now+d, s.now) {
+		n.core.Failed(a, due)
 	}
-	at := s.now + d
-	n.timer.Set(ak, at)
-	n.pending[ak] = pendingKey{at: at, key: k}
 	s.arm(n)
+}
+
+// endDelivery ends what core.State.Start or Claim began, as the plugin's
+// release does: the actor is free, and a time the timer popped meanwhile,
+// if nothing armed the actor since, is offered again.
+func (s *sim) endDelivery(n *node, a abi.ActorID) {
+	ak := a.String()
+	delete(n.busy, ak)
+	if at, again := n.core.Release(a); again {
+		if _, held := n.timer.Get(ak); !held {
+			n.timer.Offer(ak, at, s.now)
+			s.arm(n)
+		}
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {
