@@ -7,6 +7,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -17,7 +18,9 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/inspect"
+	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -85,17 +88,19 @@ func TestAnAlarmSetOverHTTPFiresAtThatTime(t *testing.T) {
 	classes := counter(t)
 	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{start: true})
 	bn := serveHost(t, srv.Bucket, "b", classes, hostConfig{start: true})
+	ctx := context.Background()
 	actor := "/v1/actors/t/counter/x"
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
 	if c := counterState(t, a.URL+actor); c.Requests != 1 || c.Fired != 0 {
 		t.Fatalf("a new counter: %+v", c)
 	}
 	at := time.Now().Add(1500 * time.Millisecond).UnixMilli()
-	status, st, out := alarmCall(t, "PUT", bn.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, at))
-	if status != 200 || st.AlarmMs == nil || *st.AlarmMs != at || st.Node != "a" || st.From != node.FromHolder || st.RetryCount != 0 {
-		t.Fatalf("PUT through b: %d %q, want a's answer with the alarm at %d", status, out, at)
+	st, err := clusterproc.ClientOf(bn.URL).SetAlarm(ctx, id, time.UnixMilli(at))
+	if err != nil || st.AlarmMs == nil || *st.AlarmMs != at || st.Node != "a" || st.From != node.FromHolder || st.RetryCount != 0 {
+		t.Fatalf("PUT through b: %+v (%v), want a's answer with the alarm at %d", st, err, at)
 	}
-	if _, got, _ := alarmCall(t, "GET", bn.URL+actor+"/alarm", ""); got.AlarmMs == nil || *got.AlarmMs != at {
-		t.Fatalf("GET after the PUT: %+v, want %d", got, at)
+	if got, err := clusterproc.ClientOf(bn.URL).Alarm(ctx, id); err != nil || got.AlarmMs == nil || *got.AlarmMs != at {
+		t.Fatalf("GET after the PUT: %+v (%v), want %d", got, err, at)
 	}
 	keys := indexKeys(t, srv.Bucket, a, bn)
 	if len(keys) != 1 || !strings.Contains(keys[0], fmt.Sprintf("/%015d/", at)) {
@@ -111,9 +116,9 @@ func TestAnAlarmSetOverHTTPFiresAtThatTime(t *testing.T) {
 	}
 	verifyIndex(t, srv.Bucket, a, bn)
 
-	// The RFC 3339 form sets the same way.
-	status, st, out = alarmCall(t, "PUT", a.URL+actor+"/alarm", `{"at": "2030-01-02T03:04:05.678Z"}`)
-	if want := time.Date(2030, 1, 2, 3, 4, 5, 678e6, time.UTC).UnixMilli(); status != 200 || st.AlarmMs == nil || *st.AlarmMs != want {
+	// The RFC 3339 form sets the same way (the client sends at_ms).
+	status, rst, out := alarmCall(t, "PUT", a.URL+actor+"/alarm", `{"at": "2030-01-02T03:04:05.678Z"}`)
+	if want := time.Date(2030, 1, 2, 3, 4, 5, 678e6, time.UTC).UnixMilli(); status != 200 || rst.AlarmMs == nil || *rst.AlarmMs != want {
 		t.Fatalf("PUT with an RFC 3339 time: %d %q, want %d", status, out, want)
 	}
 	verifyIndex(t, srv.Bucket, a, bn)
@@ -127,22 +132,25 @@ func TestAnAlarmClearedOverHTTPDoesNotFire(t *testing.T) {
 	classes := counter(t)
 	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{start: true})
 	bn := serveHost(t, srv.Bucket, "b", classes, hostConfig{start: true})
+	ctx := context.Background()
 	actor := "/v1/actors/t/counter/x"
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
+	ca, cb := clusterproc.ClientOf(a.URL), clusterproc.ClientOf(bn.URL)
 	counterState(t, a.URL+actor)
 	due := time.Now().Add(time.Second)
-	if status, _, out := alarmCall(t, "PUT", a.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, due.UnixMilli())); status != 200 {
-		t.Fatalf("PUT: %d %q", status, out)
+	if _, err := ca.SetAlarm(ctx, id, due); err != nil {
+		t.Fatalf("PUT: %v", err)
 	}
 	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 1 {
 		t.Fatalf("index after the PUT: %v, want one entry", keys)
 	}
-	key := alarms.TimerKey(abi.ActorID{Tenant: "t", Class: "counter", Name: "x"})
+	key := alarms.TimerKey(id)
 	if got, ok := a.Timer().Get(key); !ok || got != due.UnixMilli() {
 		t.Fatalf("the holder's timer holds %d (%v) after the PUT, want %d", got, ok, due.UnixMilli())
 	}
-	status, st, out := alarmCall(t, "DELETE", bn.URL+actor+"/alarm", "")
-	if status != 200 || st.AlarmMs != nil || st.Node != "a" {
-		t.Fatalf("DELETE through b: %d %q, want a's answer with no alarm", status, out)
+	st, err := cb.ClearAlarm(ctx, id)
+	if err != nil || st.AlarmMs != nil || st.Node != "a" {
+		t.Fatalf("DELETE through b: %+v (%v), want a's answer with no alarm", st, err)
 	}
 	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 0 {
 		t.Fatalf("index after the clear: %v, want no entry", keys)
@@ -160,15 +168,19 @@ func TestAnAlarmClearedOverHTTPDoesNotFire(t *testing.T) {
 	// A clear that names the time the alarm is at clears it; one that
 	// names another is a 409 and clears nothing.
 	at := time.Now().Add(time.Hour).UnixMilli()
-	alarmCall(t, "PUT", a.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, at))
-	if status, out := call(t, "DELETE", fmt.Sprintf("%s%s/alarm?if_at_ms=%d", bn.URL, actor, at+1), nil); status != 409 || !strings.Contains(out, "t/counter/x") || !strings.Contains(out, fmt.Sprint(at)) {
-		t.Fatalf("a clear naming another time: %d %q, want 409 naming the actor and the committed alarm", status, out)
+	if _, err := ca.SetAlarm(ctx, id, time.UnixMilli(at)); err != nil {
+		t.Fatal(err)
 	}
-	if _, got, _ := alarmCall(t, "GET", a.URL+actor+"/alarm", ""); got.AlarmMs == nil || *got.AlarmMs != at {
-		t.Fatalf("after the refused clear: %+v, want the alarm still at %d", got, at)
+	var p *client.Problem
+	if _, err := cb.ClearAlarmAt(ctx, id, at+1); !errors.As(err, &p) || p.Status != 409 || p.Code != client.CodeAlarmMoved ||
+		!strings.Contains(p.Detail, "t/counter/x") || !strings.Contains(p.Detail, fmt.Sprint(at)) {
+		t.Fatalf("a clear naming another time: %v, want 409 alarm_moved naming the actor and the committed alarm", err)
 	}
-	if status, st, out := alarmCall(t, "DELETE", fmt.Sprintf("%s%s/alarm?if_at_ms=%d", bn.URL, actor, at), ""); status != 200 || st.AlarmMs != nil {
-		t.Fatalf("a clear naming the committed time: %d %q", status, out)
+	if got, err := ca.Alarm(ctx, id); err != nil || got.AlarmMs == nil || *got.AlarmMs != at {
+		t.Fatalf("after the refused clear: %+v (%v), want the alarm still at %d", got, err, at)
+	}
+	if st, err := cb.ClearAlarmAt(ctx, id, at); err != nil || st.AlarmMs != nil {
+		t.Fatalf("a clear naming the committed time: %+v (%v)", st, err)
 	}
 	verifyIndex(t, srv.Bucket, a, bn)
 }
@@ -185,14 +197,19 @@ func TestFireRunsOnAlarmNow(t *testing.T) {
 	}
 	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{start: true})
 	bn := serveHost(t, srv.Bucket, "b", classes, hostConfig{start: true})
+	ctx := context.Background()
 	actor := "/v1/actors/t/counter/x"
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
+	ca, cb := clusterproc.ClientOf(a.URL), clusterproc.ClientOf(bn.URL)
 	counterState(t, a.URL+actor)
 	later := time.Now().Add(time.Hour).UnixMilli()
-	alarmCall(t, "PUT", a.URL+actor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, later))
+	if _, err := ca.SetAlarm(ctx, id, time.UnixMilli(later)); err != nil {
+		t.Fatal(err)
+	}
 	before := time.Now().UnixMilli()
-	status, st, out := alarmCall(t, "POST", bn.URL+actor+"/alarm:fire", "")
-	if status != 200 || st.Fired == nil || !st.Fired.Ran || st.Fired.Error != "" || st.Fired.ScheduledMs < before || st.AlarmMs != nil || st.Node != "a" {
-		t.Fatalf("fire through b: %d %q, want on-alarm run on a just now, leaving no alarm", status, out)
+	st, err := cb.FireAlarm(ctx, id)
+	if err != nil || st.Fired == nil || !st.Fired.Ran || st.Fired.Error != "" || st.Fired.ScheduledMs < before || st.AlarmMs != nil || st.Node != "a" {
+		t.Fatalf("fire through b: %+v (%v), want on-alarm run on a just now, leaving no alarm", st, err)
 	}
 	if c := counterState(t, a.URL+actor); c.Fired != 1 {
 		t.Fatalf("after the fire: %+v, want one firing", c)
@@ -202,10 +219,12 @@ func TestFireRunsOnAlarmNow(t *testing.T) {
 	}
 	verifyIndex(t, srv.Bucket, a, bn)
 	// A counter that re-arms: on-alarm sets the next alarm, indexed.
-	call(t, "POST", a.URL+actor, []byte("start 3600000"))
-	status, st, out = alarmCall(t, "POST", a.URL+actor+"/alarm:fire", "")
-	if status != 200 || !st.Fired.Ran || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+3_600_000 {
-		t.Fatalf("fire of a counter that re-arms: %d %q, want its next alarm an hour on", status, out)
+	if _, err := ca.Exec(ctx, id, []byte("start 3600000")); err != nil {
+		t.Fatal(err)
+	}
+	st, err = ca.FireAlarm(ctx, id)
+	if err != nil || st.Fired == nil || !st.Fired.Ran || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+3_600_000 {
+		t.Fatalf("fire of a counter that re-arms: %+v (%v), want its next alarm an hour on", st, err)
 	}
 	if keys := indexKeys(t, srv.Bucket, a, bn); len(keys) != 1 || !strings.Contains(keys[0], fmt.Sprintf("/%015d/", *st.AlarmMs)) {
 		t.Fatalf("index after the re-arming fire: %v, want one entry at %d", keys, *st.AlarmMs)
@@ -213,18 +232,18 @@ func TestFireRunsOnAlarmNow(t *testing.T) {
 	verifyIndex(t, srv.Bucket, a, bn)
 
 	// A failing on-alarm: its retry is committed a second on, and indexed.
-	sactor := "/v1/actors/t/s/y"
-	if status, out := call(t, "POST", a.URL+sactor, []byte("mode fail")); status != 200 {
-		t.Fatalf("mode fail: %d %q", status, out)
+	sid := abi.ActorID{Tenant: "t", Class: "s", Name: "y"}
+	if _, err := ca.Exec(ctx, sid, []byte("mode fail")); err != nil {
+		t.Fatalf("mode fail: %v", err)
 	}
-	status, st, out = alarmCall(t, "POST", bn.URL+sactor+"/alarm:fire", "")
-	if status != 200 || !st.Fired.Ran || !strings.Contains(st.Fired.Error, "failing on alarm") || st.RetryCount != 1 || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+1000 {
-		t.Fatalf("fire of a failing on-alarm: %d %q, want the error and a retry 1 s on", status, out)
+	st, err = cb.FireAlarm(ctx, sid)
+	if err != nil || st.Fired == nil || !st.Fired.Ran || !strings.Contains(st.Fired.Error, "failing on alarm") || st.RetryCount != 1 || st.AlarmMs == nil || *st.AlarmMs < st.Fired.ScheduledMs+1000 {
+		t.Fatalf("fire of a failing on-alarm: %+v (%v), want the error and a retry 1 s on", st, err)
 	}
 	verifyIndex(t, srv.Bucket, a, bn)
-	// Setting from outside resets the failure count.
-	if status, st, out := alarmCall(t, "PUT", a.URL+sactor+"/alarm", fmt.Sprintf(`{"at_ms": %d}`, later)); status != 200 || st.RetryCount != 0 {
-		t.Fatalf("PUT after a failure: %d %q, want failures 0", status, out)
+	// Setting from outside resets the retry count.
+	if st, err := ca.SetAlarm(ctx, sid, time.UnixMilli(later)); err != nil || st.RetryCount != 0 {
+		t.Fatalf("PUT after a failure: %+v (%v), want retry count 0", st, err)
 	}
 	verifyIndex(t, srv.Bucket, a, bn)
 }
@@ -293,38 +312,46 @@ func TestATenantTokenControlsOnlyItsOwnAlarms(t *testing.T) {
 		Token:        "operator-secret",
 		TenantTokens: map[string]string{"t": "tenant-t-secret", "u": "tenant-u-secret"},
 	}, nil, nil)
-	c := http.DefaultClient
-	at := time.Now().Add(time.Hour).UnixMilli()
-	body := []byte(fmt.Sprintf(`{"at_ms": %d}`, at))
-	for _, tenant := range []string{"t", "u"} {
-		actor := u + "/v1/actors/" + tenant + "/counter/x"
-		if status, _, out := send(t, c, "POST", actor, "operator-secret", []byte("get")); status != 200 {
-			t.Fatalf("create %s: %d %q", tenant, status, out)
+	ctx := context.Background()
+	operator := clusterproc.ClientOf(u, client.WithToken("operator-secret"))
+	at := time.UnixMilli(time.Now().Add(time.Hour).UnixMilli())
+	idT, idU := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}, abi.ActorID{Tenant: "u", Class: "counter", Name: "x"}
+	for _, id := range []abi.ActorID{idT, idU} {
+		if _, err := operator.Exec(ctx, id, []byte("get")); err != nil {
+			t.Fatalf("create %s: %v", id, err)
 		}
-		if status, _, out := send(t, c, "PUT", actor+"/alarm", "operator-secret", body); status != 200 {
-			t.Fatalf("the operator's PUT on %s: %d %q", tenant, status, out)
-		}
-	}
-	other := u + "/v1/actors/u/counter/x/alarm"
-	for _, tc := range []struct{ method, url string }{{"PUT", other}, {"DELETE", other}, {"POST", other + ":fire"}} {
-		status, _, out := send(t, c, tc.method, tc.url, "tenant-t-secret", body)
-		if status != 403 || !strings.Contains(out, `the token of tenant "t" does not reach tenant "u"`) {
-			t.Errorf("%s %s with t's token: %d %q, want 403", tc.method, tc.url, status, out)
-		}
-		if status, _, out := send(t, c, tc.method, tc.url, "", body); status != 401 {
-			t.Errorf("%s %s with no token: %d %q, want 401", tc.method, tc.url, status, out)
+		if _, err := operator.SetAlarm(ctx, id, at); err != nil {
+			t.Fatalf("the operator's PUT on %s: %v", id, err)
 		}
 	}
-	status, _, out := send(t, c, "GET", other, "tenant-u-secret", nil)
-	var st node.AlarmState
-	if status != 200 || json.Unmarshal([]byte(out), &st) != nil || st.AlarmMs == nil || *st.AlarmMs != at {
-		t.Fatalf("u's alarm after the refused calls: %d %q, want it still at %d", status, out, at)
+	tenantT := clusterproc.ClientOf(u, client.WithToken("tenant-t-secret"))
+	anonymous := clusterproc.ClientOf(u)
+	for _, call := range []struct {
+		name string
+		do   func(c *client.Client) (client.AlarmState, error)
+	}{
+		{"PUT", func(c *client.Client) (client.AlarmState, error) { return c.SetAlarm(ctx, idU, at) }},
+		{"DELETE", func(c *client.Client) (client.AlarmState, error) { return c.ClearAlarm(ctx, idU) }},
+		{"POST :fire", func(c *client.Client) (client.AlarmState, error) { return c.FireAlarm(ctx, idU) }},
+	} {
+		var p *client.Problem
+		if _, err := call.do(tenantT); !errors.As(err, &p) || p.Status != 403 || p.Code != client.CodeForbidden ||
+			!strings.Contains(p.Detail, `the token of tenant "t" does not reach tenant "u"`) {
+			t.Errorf("%s on u's alarm with t's token: %v, want 403", call.name, err)
+		}
+		if _, err := call.do(anonymous); !client.IsCode(err, client.CodeUnauthorized) {
+			t.Errorf("%s on u's alarm with no token: %v, want 401", call.name, err)
+		}
+	}
+	st, err := clusterproc.ClientOf(u, client.WithToken("tenant-u-secret")).Alarm(ctx, idU)
+	if err != nil || st.AlarmMs == nil || *st.AlarmMs != at.UnixMilli() {
+		t.Fatalf("u's alarm after the refused calls: %+v (%v), want it still at %d", st, err, at.UnixMilli())
 	}
 	// t's own token reaches t's alarm.
-	if status, _, out := send(t, c, "DELETE", u+"/v1/actors/t/counter/x/alarm", "tenant-t-secret", nil); status != 200 || !strings.Contains(out, `"alarm_ms":null`) {
-		t.Fatalf("t's token on t's alarm: %d %q", status, out)
+	if st, err := tenantT.ClearAlarm(ctx, idT); err != nil || st.AlarmMs != nil {
+		t.Fatalf("t's token on t's alarm: %+v (%v)", st, err)
 	}
-	if status, _, out := send(t, c, "POST", u+"/v1/actors/t/counter/x/alarm:fire", "tenant-t-secret", nil); status != 200 || !strings.Contains(out, `"ran":true`) {
-		t.Fatalf("t's token firing t's alarm: %d %q", status, out)
+	if st, err := tenantT.FireAlarm(ctx, idT); err != nil || st.Fired == nil || !st.Fired.Ran {
+		t.Fatalf("t's token firing t's alarm: %+v (%v)", st, err)
 	}
 }

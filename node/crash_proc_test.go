@@ -118,7 +118,7 @@ func TestASingleNodeKilledWhileEvictingKeepsEveryCommittedAlarm(t *testing.T) {
 					mu.Lock()
 					sent[id] = at
 					mu.Unlock()
-					if _, err := clusterproc.Exec(ctx, url, id, clusterproc.KindExec, binary.LittleEndian.AppendUint64(nil, uint64(at))); err != nil {
+					if _, err := clusterproc.ClientOf(url).Exec(ctx, id, binary.LittleEndian.AppendUint64(nil, uint64(at))); err != nil {
 						return // the kill cut it short
 					}
 					mu.Lock()
@@ -179,7 +179,7 @@ func TestASingleNodeKilledWhileEvictingKeepsEveryCommittedAlarm(t *testing.T) {
 	// What the restarted node answers.
 	url, _ = startSingle(t, ctx, bin, wasm, data, budget...)
 	for id := range acked {
-		st, err := clusterproc.Alarm(ctx, url, id)
+		st, err := clusterproc.ClientOf(url).Alarm(ctx, id)
 		if err != nil || st.AlarmMs == nil || !ok(id, *st.AlarmMs, true) {
 			bad++
 			if bad <= 10 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/node"
@@ -93,12 +94,12 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 	bn := serveHost(t, b, "b", classes, hostConfig{})
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "a/b c?%x"}
 
-	if _, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, []byte("get")); err != nil {
+	if _, err := clusterproc.ClientOf(a.URL).ExecDurable(ctx, id, []byte("get")); err != nil {
 		t.Fatal(err)
 	}
 	var c counts
 	for i, u := range []string{bn.URL, bn.URL, a.URL} {
-		out, err := clusterproc.Exec(ctx, u, id, clusterproc.KindExec, []byte("get"))
+		out, err := clusterproc.ClientOf(u).Exec(ctx, id, []byte("get"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,14 +107,14 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 			t.Fatalf("request %d through %s: %s (%v), want %d requests counted in one place", i+2, u, out, err, i+2)
 		}
 	}
-	out, err := clusterproc.Exec(ctx, bn.URL, id, clusterproc.KindExecDurable, []byte("start 3600000"))
+	out, err := clusterproc.ClientOf(bn.URL).ExecDurable(ctx, id, []byte("start 3600000"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(out, &c); err != nil || c.AlarmMs == nil {
 		t.Fatalf("start through b: %s (%v)", out, err)
 	}
-	st, err := clusterproc.Alarm(ctx, bn.URL, id)
+	st, err := clusterproc.ClientOf(bn.URL).Alarm(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +132,10 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 	}
 
 	// A delete through b reaches a too; the next request starts afresh.
-	if err := clusterproc.Delete(ctx, bn.URL, id); err != nil {
+	if err := clusterproc.ClientOf(bn.URL).Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	out, err = clusterproc.Exec(ctx, bn.URL, id, clusterproc.KindExecDurable, []byte("get"))
+	out, err = clusterproc.ClientOf(bn.URL).ExecDurable(ctx, id, []byte("get"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestAnUnreachableHolderIs503(t *testing.T) {
 	// valid (only its HTTP server is gone), so no takeover ends the wait.
 	bn := serveHost(t, b, "b", classes, hostConfig{failoverWait: 600 * time.Millisecond})
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
-	if _, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, nil); err != nil {
+	if _, err := clusterproc.ClientOf(a.URL).ExecDurable(ctx, id, nil); err != nil {
 		t.Fatal(err)
 	}
 	a.srv.Close()
@@ -217,8 +218,8 @@ func TestAnUnreachableHolderIs503(t *testing.T) {
 		t.Fatalf("a request while the holder is down: %d %q (Retry-After %q), want 503 naming %s, with Retry-After",
 			resp.StatusCode, body, resp.Header.Get("Retry-After"), a.addr)
 	}
-	var se *clusterproc.StatusError
-	if _, err := clusterproc.Exec(ctx, bn.URL, id, "", nil); !errors.As(err, &se) || se.StatusCode != 503 {
-		t.Fatalf("through the client: %v, want a 503 StatusError", err)
+	var se *client.Problem
+	if _, err := clusterproc.ClientOf(bn.URL).Exec(ctx, id, nil); !errors.As(err, &se) || se.Status != 503 {
+		t.Fatalf("through the client: %v, want a 503 Problem", err)
 	}
 }

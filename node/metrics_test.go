@@ -21,7 +21,6 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket/s3"
-	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -309,7 +308,7 @@ func TestKeepnodeServesMetrics(t *testing.T) {
 	due := time.Now().Add(1500 * time.Millisecond).UnixMilli()
 	for i := 0; i < actors; i++ {
 		id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: string(rune('a' + i))}
-		if _, err := clusterproc.Exec(ctx, nd.URL, id, clusterproc.KindExecDurable, alarmAt(due)); err != nil {
+		if _, err := nd.Client().ExecDurable(ctx, id, alarmAt(due)); err != nil {
 			t.Fatal(err)
 		}
 	}

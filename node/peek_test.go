@@ -39,7 +39,7 @@ func TestReadingAnAlarmCreatesNothingAndTakesNoHold(t *testing.T) {
 
 	ghost := abi.ActorID{Tenant: "t", Class: "counter", Name: "never"}
 	for _, n := range []*served{a, bn} {
-		st, err := clusterproc.Alarm(ctx, n.URL, ghost)
+		st, err := clusterproc.ClientOf(n.URL).Alarm(ctx, ghost)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestReadingAnAlarmCreatesNothingAndTakesNoHold(t *testing.T) {
 	}
 
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
-	out, err := clusterproc.Exec(ctx, a.URL, id, clusterproc.KindExecDurable, []byte("start 3600000"))
+	out, err := clusterproc.ClientOf(a.URL).ExecDurable(ctx, id, []byte("start 3600000"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestReadingAnAlarmCreatesNothingAndTakesNoHold(t *testing.T) {
 	if err := json.Unmarshal(out, &c); err != nil || c.AlarmMs == nil {
 		t.Fatalf("start: %s (%v)", out, err)
 	}
-	st, err := clusterproc.Alarm(ctx, bn.URL, id)
+	st, err := clusterproc.ClientOf(bn.URL).Alarm(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestReadingAnAlarmCreatesNothingAndTakesNoHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err = clusterproc.Alarm(ctx, bn.URL, id)
+	st, err = clusterproc.ClientOf(bn.URL).Alarm(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

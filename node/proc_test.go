@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
@@ -109,13 +110,13 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 	for i := range loads {
 		loads[i] = &actorLoad{id: abi.ActorID{Tenant: "t", Class: "counter", Name: fmt.Sprintf("c/%d", i)}}
 		loads[i].attempts.Add(1)
-		out, err := clusterproc.Exec(ctx, victim.URL, loads[i].id, clusterproc.KindExecDurable, []byte("get"))
+		out, err := victim.Client().ExecDurable(ctx, loads[i].id, []byte("get"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		loads[i].acked.Add(1)
 		loads[i].lastAck.Store(int64(requestsIn(t, out)))
-		if st, err := clusterproc.Alarm(ctx, nodes[2].URL, loads[i].id); err != nil || st.Node != victim.NodeID {
+		if st, err := nodes[2].Client().Alarm(ctx, loads[i].id); err != nil || st.Node != victim.NodeID {
 			t.Fatalf("actor %s: holder %q (%v), want %s", loads[i].id, st.Node, err, victim.NodeID)
 		}
 	}
@@ -154,11 +155,11 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 				sentAfterKill := killed.Load()
 				l.attempts.Add(1)
 				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-				out, err := clusterproc.Exec(rctx, n.URL, l.id, clusterproc.KindExecDurable, []byte("get"))
+				out, err := n.Client().ExecDurable(rctx, l.id, []byte("get"))
 				rcancel()
 				if err != nil {
-					var se *clusterproc.StatusError
-					if errors.As(err, &se) && se.StatusCode != 503 {
+					var se *client.Problem
+					if errors.As(err, &se) && se.Status != 503 {
 						l.err.Store(fmt.Errorf("through %s: %w", n.Name, err))
 						return
 					}
@@ -234,7 +235,7 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 			t.Fatalf("actor %s: %v", l.id, err)
 		}
 		l.attempts.Add(1)
-		out, err := clusterproc.Exec(ctx, nodes[1].URL, l.id, clusterproc.KindExecDurable, []byte("get"))
+		out, err := nodes[1].Client().ExecDurable(ctx, l.id, []byte("get"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +247,7 @@ func TestAKilledHolderLosesNoAcknowledgedWrite(t *testing.T) {
 		if final < acked || final > attempts {
 			t.Errorf("actor %s: final count %d, want between %d acknowledged and %d attempts", l.id, final, acked, attempts)
 		}
-		st, err := clusterproc.Alarm(ctx, nodes[2].URL, l.id)
+		st, err := nodes[2].Client().Alarm(ctx, l.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +339,7 @@ func TestKeepnodeFlags(t *testing.T) {
 	}
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "solo"}
 	for want := 1; want <= 2; want++ {
-		out, err := clusterproc.Exec(ctx, n.URL, id, "", []byte("get"))
+		out, err := n.Client().Exec(ctx, id, []byte("get"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/inspect"
-	"github.com/wasmkeep/alarms/internal/clusterproc"
 )
 
 // Three keepnode processes with a budget of 4 open databases and 2
@@ -46,7 +45,7 @@ func TestAKillWhileEvictingLosesNoAlarm(t *testing.T) {
 			defer wg.Done()
 			for id := range work {
 				body := binary.LittleEndian.AppendUint64(nil, uint64(due))
-				if _, err := clusterproc.Exec(ctx, victim.URL, id, clusterproc.KindExecDurable, body); err != nil {
+				if _, err := victim.Client().ExecDurable(ctx, id, body); err != nil {
 					continue // after the kill, or cut short by it
 				}
 				mu.Lock()

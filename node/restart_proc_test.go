@@ -61,8 +61,7 @@ func TestARestartedNodeTakesItsNameBack(t *testing.T) {
 		t.Fatalf("the second process under a live name: %v, want an error saying the name is in use by a live process", err)
 	}
 	t.Logf("the second process under a live name gave up after %v", time.Since(dupStart).Round(time.Millisecond))
-	if _, err := clusterproc.Exec(ctx, n0.URL, abi.ActorID{Tenant: "warmup", Class: swClass, Name: "still-here"}, clusterproc.KindExecDurable,
-		leU64(time.Now().Add(time.Hour).UnixMilli())); err != nil {
+	if _, err := n0.Client().ExecDurable(ctx, abi.ActorID{Tenant: "warmup", Class: swClass, Name: "still-here"}, leU64(time.Now().Add(time.Hour).UnixMilli())); err != nil {
 		t.Fatalf("the live node after the refused start: %v", err)
 	}
 
@@ -110,7 +109,7 @@ func TestARestartedNodeTakesItsNameBack(t *testing.T) {
 		}
 	}
 	// The restarted node serves requests for its old actors.
-	if _, err := clusterproc.Exec(ctx, again.URL, swOneshot(0), clusterproc.KindExecDurable, leU64(time.Now().Add(time.Hour).UnixMilli())); err != nil {
+	if _, err := again.Client().ExecDurable(ctx, swOneshot(0), leU64(time.Now().Add(time.Hour).UnixMilli())); err != nil {
 		t.Errorf("a request to an old actor through the restarted node: %v", err)
 	}
 	if b, err := os.ReadFile(again.LogPath); err == nil && !strings.Contains(string(b), "took the node ID back") {

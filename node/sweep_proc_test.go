@@ -176,7 +176,7 @@ func swArm(tb testing.TB, ctx context.Context, url string, due map[abi.ActorID]i
 			defer wg.Done()
 			for id := range work {
 				body := binary.LittleEndian.AppendUint64(nil, uint64(due[id]))
-				if _, err := clusterproc.Exec(ctx, url, id, clusterproc.KindExecDurable, body); err != nil {
+				if _, err := clusterproc.ClientOf(url).ExecDurable(ctx, id, body); err != nil {
 					errs <- fmt.Errorf("arm %s: %w", id, err)
 				}
 			}

@@ -216,7 +216,7 @@ func run(o options) error {
 	ids := make([]abi.ActorID, o.actors)
 	for i := range ids {
 		ids[i] = abi.ActorID{Tenant: "demo", Class: "counter", Name: fmt.Sprintf("counter-%03d", i)}
-		if _, err := clusterproc.Exec(ctx, nodes[0].URL, ids[i], clusterproc.KindExecDurable, []byte(fmt.Sprintf("start %d", o.interval.Milliseconds()))); err != nil {
+		if _, err := nodes[0].Client().ExecDurable(ctx, ids[i], []byte(fmt.Sprintf("start %d", o.interval.Milliseconds()))); err != nil {
 			return fmt.Errorf("arm %s: %w", ids[i], err)
 		}
 	}
@@ -269,7 +269,7 @@ func run(o options) error {
 	margin := (o.leaseTTL + o.grace + 2*o.sweep).Milliseconds()
 	lost := 0
 	for _, id := range ids {
-		out, err := clusterproc.Exec(ctx, nodes[1].URL, id, clusterproc.KindExecDurable, []byte("get"))
+		out, err := nodes[1].Client().ExecDurable(ctx, id, []byte("get"))
 		if err != nil {
 			return fmt.Errorf("read %s: %w", id, err)
 		}

@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"flag"
 	"io"
 	"net/http"
@@ -93,23 +92,15 @@ func TestImageBinaryServesOnTheExampleConfig(t *testing.T) {
 	if nd.NodeID == "" || nd.MetricsURL == "" {
 		t.Fatalf("node %q, metrics %q: the example's cluster and metrics settings were not applied", nd.NodeID, nd.MetricsURL)
 	}
-	var ready struct {
-		Ready bool `json:"ready"`
-	}
 	deadline := time.Now().Add(time.Minute)
-	for !ready.Ready {
+	for {
+		if r, err := nd.Client().Ready(ctx); err == nil && r.Ready {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("not ready in a minute; log:\n%s", tailFile(nd.LogPath))
 		}
-		ready.Ready = false
-		if code, body := get(ctx, t, nd.URL+"/v1/readyz"); code == http.StatusOK {
-			if err := json.Unmarshal(body, &ready); err != nil {
-				t.Fatalf("readyz: %q: %v", body, err)
-			}
-		}
-		if !ready.Ready {
-			time.Sleep(200 * time.Millisecond)
-		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if code, body := get(ctx, t, nd.MetricsURL); code != http.StatusOK || !strings.Contains(string(body), "wasmkeep_build_info{") {
 		t.Errorf("metrics: %d, without wasmkeep_build_info", code)
@@ -121,6 +112,7 @@ func TestImageBinaryServesOnTheExampleConfig(t *testing.T) {
 	jsonLog(t, nd.LogPath)
 }
 
+// get GETs url (the metrics endpoint, which is not the API's).
 func get(ctx context.Context, t *testing.T, url string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

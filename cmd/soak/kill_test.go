@@ -97,7 +97,7 @@ func TestASIGKILLMidFiringIsCountedAsADuplicate(t *testing.T) {
 	// Arm the alarm on a, two seconds on; then hold every PUT a sends
 	// (its upload after the run, its lease renewals) for a minute.
 	due := time.Now().Add(2 * time.Second).UnixMilli()
-	if _, err := clusterproc.Exec(ctx, nodes["a"].URL, id, clusterproc.KindExecDurable, request(1, due, 1, 0, 0)); err != nil {
+	if _, err := nodes["a"].Client().ExecDurable(ctx, id, request(1, due, 1, 0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	proxies["a"].SetDelay("PUT", time.Minute)

@@ -36,6 +36,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	s3bucket "github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/inspect"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/faultproxy"
@@ -771,6 +773,13 @@ func request(opcode, at, id, interval int64, fails int) []byte {
 	return b
 }
 
+// The kinds of a request event (the API's ?kind=), as a history records
+// them.
+const (
+	kindExec        = "exec"         // committed, answered, then replicated
+	kindExecDurable = "exec-durable" // replicated before the answer
+)
+
 // send sends one request to the actor (its lock held) and records it.
 func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64) op {
 	o := op{Kind: kind, Event: event, ID: s.reqID.Add(1), At: at, Sent: time.Now().UnixMilli()}
@@ -781,15 +790,20 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 		err = errors.New("no live node")
 	} else {
 		rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
+		c := clusterproc.ClientOf(url)
+		exec := c.Exec
+		if event == kindExecDurable {
+			exec = c.ExecDurable
+		}
 		switch kind {
 		case "arm":
-			_, err = clusterproc.Exec(rctx, url, a.id, event, request(1, at, o.ID, a.plan.Interval, a.plan.Fails))
+			_, err = exec(rctx, a.id, request(1, at, o.ID, a.plan.Interval, a.plan.Fails))
 		case "clear":
-			_, err = clusterproc.Exec(rctx, url, a.id, event, request(2, 0, o.ID, 0, 0))
+			_, err = exec(rctx, a.id, request(2, 0, o.ID, 0, 0))
 		case "note":
-			_, err = clusterproc.Exec(rctx, url, a.id, event, request(3, 0, o.ID, 0, 0))
+			_, err = exec(rctx, a.id, request(3, 0, o.ID, 0, 0))
 		case "delete":
-			err = clusterproc.Delete(rctx, url, a.id)
+			err = c.Delete(rctx, a.id)
 		}
 		cancel()
 	}
@@ -800,9 +814,12 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 		if len(o.Err) > 200 {
 			o.Err = o.Err[:200] + "..."
 		}
-		var se *clusterproc.StatusError
+		var se *client.Problem
 		if errors.As(err, &se) {
-			o.Status, o.RetryAfter = se.StatusCode, se.RetryAfter
+			o.Status = se.Status
+			if se.RetryAfter > 0 {
+				o.RetryAfter = strconv.Itoa(int(se.RetryAfter / time.Second))
+			}
 		}
 		s.failed.Add(1)
 	} else {
@@ -839,7 +856,7 @@ func (s *soak) armAll(ctx context.Context) error {
 				// until it renews: try the nodes for up to two minutes.
 				for give := time.Now().Add(2 * time.Minute); time.Now().Before(give); {
 					at := time.Now().Add(s.o.minInt + time.Duration(s.float()*float64(s.o.maxInt-s.o.minInt))).UnixMilli()
-					if o = s.send(ctx, a, "arm", clusterproc.KindExecDurable, at); o.Err == "" {
+					if o = s.send(ctx, a, "arm", kindExecDurable, at); o.Err == "" {
 						break
 					}
 					time.Sleep(500 * time.Millisecond)
@@ -906,9 +923,9 @@ func (s *soak) load(ctx context.Context, stop <-chan struct{}) {
 
 // step sends the actor one request its behaviour calls for.
 func (s *soak) step(ctx context.Context, a *actor) {
-	event := clusterproc.KindExec
+	event := kindExec
 	if s.intn(2) == 0 {
-		event = clusterproc.KindExecDurable
+		event = kindExecDurable
 	}
 	later := func() int64 {
 		return time.Now().Add(s.o.minInt/2 + time.Duration(s.float()*float64(s.o.maxInt))).UnixMilli()
@@ -1274,13 +1291,13 @@ func (s *soak) readOne(ctx context.Context, a *actor) (history, error) {
 		url, _ := s.liveURL()
 		rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
 		if a.deleted > 0 {
-			var st clusterproc.AlarmState
-			if st, err = clusterproc.Alarm(rctx, url, a.id); err == nil && st.AlarmMs != nil {
+			var st client.AlarmState
+			if st, err = clusterproc.ClientOf(url).Alarm(rctx, a.id); err == nil && st.AlarmMs != nil {
 				h.PendingAtEnd = *st.AlarmMs
 			}
 		} else {
 			var b []byte
-			if b, err = clusterproc.Exec(rctx, url, a.id, clusterproc.KindExecDurable, request(4, 0, 0, 0, 0)); err == nil {
+			if b, err = clusterproc.ClientOf(url).ExecDurable(rctx, a.id, request(4, 0, 0, 0, 0)); err == nil {
 				h.Ledger, err = parseLedger(b)
 				h.HasLedger = true
 			}
@@ -1387,7 +1404,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	if n := len(sum.FaultLateness); n > 0 {
 		fmt.Fprintf(w, "  lateness in faults:    p50 %s, p99 %s, max %s\n", pctText(sum.FaultLateness, 50), pctText(sum.FaultLateness, 99), msText(sum.FaultLateness[n-1]))
 	}
-	for _, kind := range []string{clusterproc.KindExecDurable, clusterproc.KindExec, "delete"} {
+	for _, kind := range []string{kindExecDurable, kindExec, "delete"} {
 		c := sum.FaultRequests[kind]
 		if c == nil {
 			continue

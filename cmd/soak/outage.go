@@ -265,7 +265,7 @@ func (s *soak) outageTable(w io.Writer, sum summary, bd bounds) {
 		rss = append(rss, fmt.Sprintf("%s %s/%s/%s", r.Node, mib(r.Before, r.BeforeOK), mib(r.Peak, r.Peak > 0), mib(r.After, r.AfterOK)))
 	}
 	fmt.Fprintf(w, "  RSS MiB:               %s (before / highest during / after)\n", strings.Join(rss, ", "))
-	for _, kind := range []string{clusterproc.KindExecDurable, clusterproc.KindExec, "delete"} {
+	for _, kind := range []string{kindExecDurable, kindExec, "delete"} {
 		c := sum.OutageRequests[kind]
 		if c == nil {
 			continue

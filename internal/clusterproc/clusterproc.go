@@ -12,7 +12,7 @@
 //	cfg := clusterproc.Config{Binary: bin, S3: gw.S3("demo"), Dir: dir,
 //		Classes: map[string]string{"counter": "counter-actor.wasm"}}
 //	nodes, _ := clusterproc.StartNodes(ctx, cfg, 3)
-//	out, _ := clusterproc.Exec(ctx, nodes[0].URL, id, clusterproc.KindExecDurable, []byte("get"))
+//	out, _ := nodes[0].Client().ExecDurable(ctx, id, []byte("get"))
 package clusterproc
 
 import (

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
@@ -92,21 +93,21 @@ func TestNodesServeForwardStopAndKill(t *testing.T) {
 	}
 
 	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "a/b"}
-	out, err := clusterproc.Exec(ctx, nodes[0].URL, id, clusterproc.KindExecDurable, []byte("get"))
+	out, err := nodes[0].Client().ExecDurable(ctx, id, []byte("get"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := requests(t, out); got != 1 {
 		t.Fatalf("first request counted %d, want 1", got)
 	}
-	out, err = clusterproc.Exec(ctx, nodes[1].URL, id, clusterproc.KindExec, []byte("get"))
+	out, err = nodes[1].Client().Exec(ctx, id, []byte("get"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := requests(t, out); got != 2 {
 		t.Fatalf("request through node 1 counted %d, want 2 (forwarded to the holder)", got)
 	}
-	st, err := clusterproc.Alarm(ctx, nodes[1].URL, id)
+	st, err := nodes[1].Client().Alarm(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,10 +115,10 @@ func TestNodesServeForwardStopAndKill(t *testing.T) {
 		t.Fatalf("alarm state through node 1: %+v, want answered by the holder %s with no alarm", st, nodes[0].NodeID)
 	}
 
-	_, err = clusterproc.Exec(ctx, nodes[1].URL, abi.ActorID{Tenant: "t", Class: "nope", Name: "x"}, "", nil)
-	var se *clusterproc.StatusError
-	if !errors.As(err, &se) || se.StatusCode != 404 || !strings.Contains(se.Body, "nope") {
-		t.Fatalf("a class no node serves: %v, want a 404 StatusError naming it", err)
+	_, err = nodes[1].Client().Exec(ctx, abi.ActorID{Tenant: "t", Class: "nope", Name: "x"}, nil)
+	var se *client.Problem
+	if !errors.As(err, &se) || se.Status != 404 || se.Code != client.CodeNotFound || !strings.Contains(se.Detail, "nope") {
+		t.Fatalf("a class no node serves: %v, want a 404 Problem naming it", err)
 	}
 
 	// A clean stop exits 0 and hands the actor over at once (the lease
@@ -128,7 +129,7 @@ func TestNodesServeForwardStopAndKill(t *testing.T) {
 	if !strings.Contains(log.String(), "node0: ") || !strings.Contains(log.String(), "node1: ") {
 		t.Fatalf("the shared log lacks lines prefixed with the node names:\n%s", log.String())
 	}
-	out, err = clusterproc.Exec(ctx, nodes[1].URL, id, clusterproc.KindExecDurable, []byte("get"))
+	out, err = nodes[1].Client().ExecDurable(ctx, id, []byte("get"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestNodesServeForwardStopAndKill(t *testing.T) {
 	default:
 		t.Fatal("Kill returned before the process exited")
 	}
-	if _, err := clusterproc.Exec(ctx, nodes[1].URL, id, "", nil); err == nil {
+	if _, err := nodes[1].Client().Exec(ctx, id, nil); err == nil {
 		t.Fatal("a killed node still answers")
 	}
 

@@ -4,14 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/testca"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -75,39 +75,25 @@ func TestKeepnodeWithTokensAndTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	send := func(url, token, body string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+	trust := client.WithTLS(&tls.Config{RootCAs: pool})
+	tenantT := func(n *clusterproc.Node) *client.Client {
+		return n.Client(trust, client.WithToken("tenant-t-token"))
 	}
-	actor := "/v1/actors/t/counter/x"
-	if status, body := send(nodes[0].URL+actor+"?kind=exec-durable", "tenant-t-token", "get"); status != 200 || requests(t, []byte(body)) != 1 {
-		t.Fatalf("on node 0: %d %q", status, body)
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
+	if out, err := tenantT(nodes[0]).ExecDurable(ctx, id, []byte("get")); err != nil || requests(t, out) != 1 {
+		t.Fatalf("on node 0: %q (%v)", out, err)
 	}
-	if status, body := send(nodes[1].URL+actor, "tenant-t-token", "get"); status != 200 || requests(t, []byte(body)) != 2 {
-		t.Fatalf("through node 1: %d %q, want the holder's answer (2 requests)", status, body)
+	if out, err := tenantT(nodes[1]).Exec(ctx, id, []byte("get")); err != nil || requests(t, out) != 2 {
+		t.Fatalf("through node 1: %q (%v), want the holder's answer (2 requests)", out, err)
 	}
-	if status, body := send(nodes[1].URL+actor, "operator-token", "get"); status != 200 || requests(t, []byte(body)) != 3 {
-		t.Fatalf("through node 1 with the operator's token: %d %q, want 3 requests", status, body)
+	if out, err := nodes[1].Client(trust, client.WithToken("operator-token")).Exec(ctx, id, []byte("get")); err != nil || requests(t, out) != 3 {
+		t.Fatalf("through node 1 with the operator's token: %q (%v), want 3 requests", out, err)
 	}
-	if status, body := send(nodes[1].URL+actor, "", "get"); status != 401 {
-		t.Fatalf("no token: %d %q, want 401", status, body)
+	if _, err := nodes[1].Client(trust).Exec(ctx, id, []byte("get")); !client.IsCode(err, client.CodeUnauthorized) {
+		t.Fatalf("no token: %v, want 401", err)
 	}
-	if status, body := send(nodes[1].URL+"/v1/actors/u/counter/x", "tenant-t-token", "get"); status != 403 {
-		t.Fatalf("t's token on tenant u: %d %q, want 403", status, body)
+	if _, err := tenantT(nodes[1]).Exec(ctx, abi.ActorID{Tenant: "u", Class: "counter", Name: "x"}, []byte("get")); !client.IsCode(err, client.CodeForbidden) {
+		t.Fatalf("t's token on tenant u: %v, want 403", err)
 	}
 	if strings.Contains(log.String(), "the HTTP API has no tokens") {
 		t.Fatalf("a node with tokens logged that its API is open:\n%s", log.String())
