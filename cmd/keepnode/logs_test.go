@@ -62,7 +62,7 @@ func TestLogJSONIsOnlyJSON(t *testing.T) {
 	}
 	var due [8]byte
 	binary.LittleEndian.PutUint64(due[:], uint64(time.Now().Add(300*time.Millisecond).UnixMilli()))
-	if _, err := clusterproc.Exec(ctx, nd.URL, abi.ActorID{Tenant: "t", Class: "oneshot", Name: "a"}, clusterproc.KindExecDurable, due[:]); err != nil {
+	if _, err := nd.Client().ExecDurable(ctx, abi.ActorID{Tenant: "t", Class: "oneshot", Name: "a"}, due[:]); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -113,5 +113,48 @@ func TestLogJSONBadConfiguration(t *testing.T) {
 	msgs, lines := jsonLog(t, p)
 	if len(msgs) != 1 || msgs[0] != "bad configuration" || !strings.Contains(lines[0]["error"].(string), `unknown key "lease-tll"`) {
 		t.Fatalf("output %q, want one JSON line naming the unknown key", out)
+	}
+}
+
+// With -log-json on the command line (before or after the bad flag) or in
+// the environment, a flag the parser refuses is one JSON line naming it,
+// with exit status 2, not the parser's text and usage; without it, the
+// parser's text is unchanged; -help prints the usage and exits 0 either way.
+func TestLogJSONFlagErrors(t *testing.T) {
+	bin := keepnodeBinary(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		says string
+	}{
+		{"an unknown flag after -log-json", []string{"-log-json", "-bogus"}, "", "flag provided but not defined: -bogus"},
+		{"an unknown flag before -log-json", []string{"-bogus", "-log-json"}, "", "flag provided but not defined: -bogus"},
+		{"a bad value, KEEPNODE_LOG_JSON", []string{"-lease-ttl", "soon"}, "KEEPNODE_LOG_JSON=true", `invalid value "soon" for flag -lease-ttl`},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		cmd.Env = append(os.Environ(), tc.env)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Fatalf("%s: %v, want exit status 2; output %q", tc.name, err, out)
+		}
+		p := filepath.Join(t.TempDir(), "out")
+		if err := os.WriteFile(p, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		msgs, lines := jsonLog(t, p)
+		if len(msgs) != 1 || msgs[0] != "bad configuration" || !strings.Contains(lines[0]["error"].(string), tc.says) {
+			t.Errorf("%s: output %q, want one JSON line saying %q", tc.name, out, tc.says)
+		}
+	}
+	out, err := exec.Command(bin, "-bogus").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.HasPrefix(string(out), "flag provided but not defined: -bogus\nUsage: keepnode") {
+		t.Errorf("without -log-json: %v, %q, want the parser's text and exit status 2", err, out)
+	}
+	for _, args := range [][]string{{"-help"}, {"-log-json", "-help"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "Usage: keepnode") {
+			t.Errorf("keepnode %v: %v, %q, want the usage and exit status 0", args, err, out)
+		}
 	}
 }
