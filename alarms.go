@@ -38,6 +38,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/core"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/variant"
@@ -46,9 +47,8 @@ import (
 
 // Host is what the plugin needs of the runtime that embeds it.
 type Host interface {
-	// Now is the host's clock; After waits on it.
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
+	// Clock is the host's clock: alarms are due by it.
+	clock.Clock
 	// Self is this node's name as LiveNodes reports it.
 	Self() string
 	// LiveNodes reports the nodes with fresh heartbeats.

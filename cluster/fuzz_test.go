@@ -15,11 +15,12 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
-func fuzzLeases(tb testing.TB, b bucket.Bucket, clk cluster.Clock, id string) *cluster.Leases {
+func fuzzLeases(tb testing.TB, b bucket.Bucket, clk clock.Clock, id string) *cluster.Leases {
 	tb.Helper()
 	l, err := cluster.StartLeases(context.Background(), cluster.LeaseConfig{Bucket: b, NodeID: id, Addr: id + ".example:7000", Clock: clk, Manual: true})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -24,7 +25,7 @@ type testNode struct {
 	holds *cluster.Holds
 }
 
-func startNode(t *testing.T, b bucket.Bucket, clk cluster.Clock, id string) testNode {
+func startNode(t *testing.T, b bucket.Bucket, clk clock.Clock, id string) testNode {
 	t.Helper()
 	l := startManual(t, b, clk, id)
 	return testNode{Leases: l, holds: cluster.NewHolds(b, "", l, nil)}
@@ -258,7 +259,7 @@ func TestRacingNodesOneWins(t *testing.T) {
 	run := func(t *testing.T, ba, bo bucket.Bucket) {
 		ctx := context.Background()
 		// The real clock: leases stay valid for 9 s, far longer than the race.
-		nodes := [2]testNode{startNode(t, ba, cluster.SystemClock{}, "a"), startNode(t, bo, cluster.SystemClock{}, "o")}
+		nodes := [2]testNode{startNode(t, ba, clock.System{}, "a"), startNode(t, bo, clock.System{}, "o")}
 		var actors []abi.ActorID
 		for i := range 20 {
 			actors = append(actors, abi.ActorID{Tenant: "t1", Class: "counter", Name: fmt.Sprintf("actor-%02d", i)})

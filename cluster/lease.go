@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/clock"
 )
 
 // Lease defaults; see "The margins" in the package documentation.
@@ -77,8 +78,8 @@ type LeaseConfig struct {
 	// must leave room for one failed reading before a live node could
 	// drop out of the live nodes: ObservePeriod + Period < TTL + Grace.
 	ObservePeriod time.Duration
-	// Clock defaults to SystemClock.
-	Clock Clock
+	// Clock defaults to clock.System.
+	Clock clock.Clock
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
 	// Manual starts no background work: the caller renews with RenewNow
@@ -106,7 +107,7 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 		c.ObservePeriod = c.Period
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = clock.System{}
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
@@ -224,7 +225,7 @@ type observed struct {
 type Leases struct {
 	cfg LeaseConfig
 	b   bucket.Bucket
-	clk Clock
+	clk clock.Clock
 	log hclog.Logger
 	key string
 	// instance is written in every lease body (leaseRecord.Instance).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) { os.Exit(s3test.Run(m)) }
 var t0 = time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
 
 // startManual starts a lease driven by hand (RenewNow, RefreshNow).
-func startManual(t *testing.T, b bucket.Bucket, clk cluster.Clock, id string, tweak ...func(*cluster.LeaseConfig)) *cluster.Leases {
+func startManual(t *testing.T, b bucket.Bucket, clk clock.Clock, id string, tweak ...func(*cluster.LeaseConfig)) *cluster.Leases {
 	t.Helper()
 	cfg := cluster.LeaseConfig{Bucket: b, NodeID: id, Addr: id + ".example:7000", Clock: clk, Manual: true}
 	for _, f := range tweak {

@@ -23,16 +23,11 @@ import (
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
-
-// Clock is what the node needs of a clock: the time, and a way to wait.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
 
 // DeliveryEvent tells an observer what one alarm delivery did.
 type DeliveryEvent struct {
@@ -53,7 +48,7 @@ type Config struct {
 	// Classes maps a class name to its compiled guest (.wasm bytes).
 	Classes map[string][]byte
 	// Clock defaults to the system clock.
-	Clock Clock
+	Clock clock.Clock
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
 	// Engine options (deadlines, backoff, guest output). The clock and the
@@ -129,11 +124,6 @@ type Node struct {
 	loop   chan struct{}
 }
 
-type sysClock struct{}
-
-func (sysClock) Now() time.Time                         { return time.Now() }
-func (sysClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // New creates a node: it compiles the classes (refusing a guest that breaks
 // the ABI) and fills the timer from the alarms found in the data directory.
 // Call Start to deliver alarms.
@@ -142,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: DataDir is required")
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = sysClock{}
+		cfg.Clock = clock.System{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()

@@ -17,7 +17,7 @@
 //     deliveries: own entries first, an eighth kept for anyone's, taken from
 //     a seeded random rotation.
 //   - The loop ([Loop]) does the I/O: LIST calls through a [Lister], time
-//     through a [WaitClock], deliveries to a [Sink], live nodes from a
+//     through a [clock.Clock], deliveries to a [Sink], live nodes from a
 //     [LiveNodes] provider. It walks up to Config.Concurrency tenants at
 //     once (32 by default) and plans each tenant as its walk ends, one
 //     plan at a time.

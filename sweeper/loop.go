@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/clock"
 )
 
 // DefaultPeriod is the default alarm_sweep: how often a node sweeps.
@@ -72,11 +73,11 @@ type Config struct {
 	// Period is alarm_sweep; zero takes DefaultPeriod.
 	Period time.Duration
 
-	Lister  Lister    // required
-	Clock   WaitClock // required
-	Sink    Sink      // required
-	Live    LiveNodes // required
-	Tenants Tenants   // required
+	Lister  Lister      // required
+	Clock   clock.Clock // required
+	Sink    Sink        // required
+	Live    LiveNodes   // required
+	Tenants Tenants     // required
 	// Busy reports an actor already in flight or retrying on this node
 	// (see [PlanInput.Busy]). Nil: none.
 	Busy func(abi.ActorID) bool

@@ -2,6 +2,7 @@ package sweeper
 
 import (
 	"context"
+	"github.com/wasmkeep/alarms/clock"
 	"sync"
 	"time"
 )
@@ -120,27 +121,12 @@ func (t *Timer) PopDue(nowMs int64) (key string, atMs int64, ok bool) {
 	return it.key, it.at, true
 }
 
-// WaitClock is the clock the timer's loop waits on.
-type WaitClock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-// RealClock is the system clock.
-type RealClock struct{}
-
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
-
-// After returns time.After(d).
-func (RealClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Run pops due entries and hands each to deliver until ctx ends. deliver
 // must not block for long (start the delivery and return); it is called
 // from Run's goroutine.
-func (t *Timer) Run(ctx context.Context, clock WaitClock, deliver func(key string, atMs int64)) {
+func (t *Timer) Run(ctx context.Context, clk clock.Clock, deliver func(key string, atMs int64)) {
 	for {
-		now := clock.Now().UnixMilli()
+		now := clk.Now().UnixMilli()
 		for {
 			key, at, ok := t.PopDue(now)
 			if !ok {
@@ -150,7 +136,7 @@ func (t *Timer) Run(ctx context.Context, clock WaitClock, deliver func(key strin
 		}
 		var due <-chan time.Time
 		if next, ok := t.Next(); ok {
-			due = clock.After(time.Duration(next-now) * time.Millisecond)
+			due = clk.After(time.Duration(next-now) * time.Millisecond)
 		}
 		select {
 		case <-ctx.Done():

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Clock is a clock for tests (cluster.Clock, and the clocks of the sweeper,
+// Clock is a clock for tests (a clock.Clock, for the leases, the sweeper,
 // the plugin and the node): time stands still until Advance moves it. It
 // is safe for concurrent use.
 type Clock struct {
