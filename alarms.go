@@ -436,7 +436,7 @@ func (p *Plugin) LastSweep() (time.Time, error) {
 
 // offer hands a sweep's delivery to the node timer, where a time it already
 // holds earlier, or a retry within the longest backoff, wins.
-func (p *Plugin) offer(d sweeper.Delivery) {
+func (p *Plugin) offer(d sweeper.Overdue) {
 	if p.cfg.Timer.Offer(TimerKey(d.Actor), d.DueMs, p.cfg.Host.Now().UnixMilli()) && core.LegacyAmong(d.Keys) {
 		p.mu.Lock()
 		p.core.OfferedLegacy(d.Actor, d.DueMs)

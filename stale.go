@@ -55,7 +55,7 @@ func (p *Plugin) forgetKnown(id abi.ActorID) {
 
 // kept is told each actor a sweep left out, with its earliest overdue
 // entries (sweeper.Config.Kept).
-func (p *Plugin) kept(d sweeper.Delivery) {
+func (p *Plugin) kept(d sweeper.Overdue) {
 	key := TimerKey(d.Actor)
 	timerAt, timerHeld := p.cfg.Timer.Get(key)
 	now := p.cfg.Host.Now().UnixMilli()

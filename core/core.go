@@ -142,7 +142,7 @@ type Kept struct {
 // before a removal that failed or removed nothing waited its turn. It
 // returns the entry to deliver, through the delivery rules, without
 // running on-alarm.
-func (s *State) Stale(d sweeper.Delivery, k Kept) (alarmindex.Key, bool) {
+func (s *State) Stale(d sweeper.Overdue, k Kept) (alarmindex.Key, bool) {
 	if t, ok := s.tried[d.Actor]; ok && t.due == d.DueMs && k.Now < t.until {
 		return alarmindex.Key{}, false
 	}

@@ -69,7 +69,7 @@ func cfg() core.Config {
 // nothing RetryMax, one that removed something not at all.
 func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 	named := key(t0+10_000, 3)
-	stale := sweeper.Delivery{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String()}}
+	stale := sweeper.Overdue{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String()}}
 	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true}
 
 	s := core.New(cfg())
@@ -90,11 +90,11 @@ func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 			t.Errorf("%s: removal decided", name)
 		}
 	}
-	if _, ok := s.Stale(sweeper.Delivery{Actor: actor, DueMs: named.DueMs}, core.Kept{Now: kept.Now, TimerAt: t0 + 20_000, TimerHeld: true}); ok {
+	if _, ok := s.Stale(sweeper.Overdue{Actor: actor, DueMs: named.DueMs}, core.Kept{Now: kept.Now, TimerAt: t0 + 20_000, TimerHeld: true}); ok {
 		t.Error("removal decided for the entry time the upload named")
 	}
 	legacy := alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}
-	if e, ok := s.Stale(sweeper.Delivery{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String(), legacy.String()}}, kept); !ok || !e.Legacy {
+	if e, ok := s.Stale(sweeper.Overdue{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String(), legacy.String()}}, kept); !ok || !e.Legacy {
 		t.Errorf("a legacy key among the keys: got %v %t; want the legacy entry delivered", e, ok)
 	}
 
@@ -110,7 +110,7 @@ func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 299_999, TimerAt: kept.TimerAt, TimerHeld: true}); ok {
 		t.Error("a removal that removed nothing tried again before RetryMax")
 	}
-	other := sweeper.Delivery{Actor: actor, DueMs: t0 + 1, Keys: stale.Keys}
+	other := sweeper.Overdue{Actor: actor, DueMs: t0 + 1, Keys: stale.Keys}
 	if _, ok := s.Stale(other, kept); !ok {
 		t.Error("the wait of one entry time held back another")
 	}
@@ -234,7 +234,7 @@ func TestStaleWaitsForDeliveries(t *testing.T) {
 	s := core.New(cfg())
 	named := key(t0+10_000, 3)
 	s.Uploaded(actor, &named)
-	stale := sweeper.Delivery{Actor: actor, DueMs: t0}
+	stale := sweeper.Overdue{Actor: actor, DueMs: t0}
 	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true}
 	s.Start(actor, t0+10_000)
 	if _, ok := s.Stale(stale, kept); ok {

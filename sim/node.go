@@ -376,7 +376,7 @@ func (s *sim) sweep(n *node) {
 // the plugin's core (core.State.Stale) decides whether to, the delivery
 // rules what to remove; on-alarm never runs and the timer's time is left
 // alone, unless the committed alarm is that time after all.
-func (s *sim) removeKeptStale(n *node, d sweeper.Delivery) {
+func (s *sim) removeKeptStale(n *node, d sweeper.Overdue) {
 	ak := d.Actor.String()
 	at, inTimer := n.timer.Get(ak)
 	entry, ok := n.core.Stale(d, core.Kept{Now: s.now, Busy: n.gateway || n.busy[ak], TimerAt: at, TimerHeld: inTimer})

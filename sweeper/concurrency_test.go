@@ -116,7 +116,7 @@ func BenchmarkSweep10kTenants20ms(b *testing.B) {
 	for _, conc := range []int{16, DefaultConcurrency, 64} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
 			l, err := New(Config{Self: self, Margin: testMargin, Lister: m, Clock: newFakeClock(testNow),
-				Sink: SinkFunc(func(Delivery) {}), Live: staticLive{self}, Tenants: IndexTenants{Lister: m},
+				Sink: SinkFunc(func(Overdue) {}), Live: staticLive{self}, Tenants: IndexTenants{Lister: m},
 				Rand: rand.New(rand.NewPCG(1, 1)), Concurrency: conc})
 			if err != nil {
 				b.Fatal(err)

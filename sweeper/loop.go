@@ -33,14 +33,14 @@ type Lister interface {
 
 // Sink takes the sweep's deliveries (the node timer).
 type Sink interface {
-	Offer(d Delivery)
+	Offer(d Overdue)
 }
 
 // SinkFunc adapts a function to [Sink].
-type SinkFunc func(Delivery)
+type SinkFunc func(Overdue)
 
 // Offer calls f(d).
-func (f SinkFunc) Offer(d Delivery) { f(d) }
+func (f SinkFunc) Offer(d Overdue) { f(d) }
 
 // LiveNodes reports the addresses of the nodes with fresh heartbeats.
 type LiveNodes interface {
@@ -84,7 +84,7 @@ type Config struct {
 	// Kept, if set, is told each candidate Busy left out of a sweep's
 	// plan ([Plan.Busy]), after the plan's deliveries were offered. Nil:
 	// none.
-	Kept func(Delivery)
+	Kept func(Overdue)
 	// Rand rotates anyone's entries. Required; used by one sweep at a time.
 	Rand *rand.Rand
 	// Logger; nil logs nothing.

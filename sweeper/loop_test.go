@@ -111,11 +111,11 @@ func (f liveFunc) LiveNodes(context.Context) ([]string, error) { return f() }
 // recorder is a sink that records deliveries and can act on them.
 type recorder struct {
 	mu   sync.Mutex
-	got  []Delivery
-	then func(Delivery)
+	got  []Overdue
+	then func(Overdue)
 }
 
-func (r *recorder) Offer(d Delivery) {
+func (r *recorder) Offer(d Overdue) {
 	r.mu.Lock()
 	r.got = append(r.got, d)
 	r.mu.Unlock()
@@ -124,7 +124,7 @@ func (r *recorder) Offer(d Delivery) {
 	}
 }
 
-func (r *recorder) take() []Delivery {
+func (r *recorder) take() []Overdue {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.got
@@ -229,7 +229,7 @@ func TestSweepCutoffIsMargin(t *testing.T) {
 // consecutive sweeps, each actor delivered exactly once, LIST pages exact.
 func TestSweepDrainsBacklog(t *testing.T) {
 	h := newHarness(t, nil)
-	h.sink.then = func(d Delivery) { h.bucket.remove(d.Keys...) } // the timer ran it
+	h.sink.then = func(d Overdue) { h.bucket.remove(d.Keys...) } // the timer ran it
 	backlog := keysFrom("t", "b", ago(time.Hour), 5000)
 	h.bucket.put(backlog...)
 	h.bucket.put(keysFrom("t", "f", testNow.UnixMilli(), 10)...) // future
@@ -504,7 +504,7 @@ func BenchmarkSweepNoneOverdue(b *testing.B) {
 	bucket := &memBucket{}
 	bucket.put(keysFrom("t", "f", testNow.UnixMilli(), 100_000)...)
 	l, err := New(Config{Self: self, Margin: testMargin, Lister: bucket, Clock: newFakeClock(testNow),
-		Sink: SinkFunc(func(Delivery) {}), Live: staticLive{self}, Tenants: StaticTenants{"t"},
+		Sink: SinkFunc(func(Overdue) {}), Live: staticLive{self}, Tenants: StaticTenants{"t"},
 		Rand: rand.New(rand.NewPCG(1, 1))})
 	if err != nil {
 		b.Fatal(err)
@@ -526,7 +526,7 @@ func BenchmarkSweepFullBacklog(b *testing.B) {
 	bucket := &memBucket{}
 	bucket.put(keysFrom("t", "b", ago(time.Hour), 2048)...)
 	l, err := New(Config{Self: self, Margin: testMargin, Lister: bucket, Clock: newFakeClock(testNow),
-		Sink: SinkFunc(func(Delivery) {}), Live: staticLive{self, "10.0.0.2:7000", "10.0.0.3:7000"},
+		Sink: SinkFunc(func(Overdue) {}), Live: staticLive{self, "10.0.0.2:7000", "10.0.0.3:7000"},
 		Tenants: StaticTenants{"t"}, Rand: rand.New(rand.NewPCG(1, 1))})
 	if err != nil {
 		b.Fatal(err)

@@ -22,10 +22,10 @@ const (
 	AnyoneAfterMargins = 3
 )
 
-// Delivery is one alarm the sweep hands to the timer: an actor, the due time
+// Overdue is one alarm the sweep hands to the timer: an actor, the due time
 // of its earliest overdue entries, and the keys of all its entries at that
 // time.
-type Delivery struct {
+type Overdue struct {
 	Actor abi.ActorID
 	// DueMs is the due time in Unix milliseconds.
 	DueMs int64
@@ -38,7 +38,7 @@ type Delivery struct {
 }
 
 // Due returns the due time.
-func (d Delivery) Due() time.Time { return time.UnixMilli(d.DueMs) }
+func (d Overdue) Due() time.Time { return time.UnixMilli(d.DueMs) }
 
 // PlanInput is what [PlanSweep] decides from.
 type PlanInput struct {
@@ -92,12 +92,12 @@ type PlanStats struct {
 type Plan struct {
 	// Deliveries, own ones first (earliest first), then anyone's in the
 	// order of their rotation.
-	Deliveries []Delivery
+	Deliveries []Overdue
 	// Busy are the candidates [PlanInput.Busy] left out (earliest first),
 	// whatever their shard: a caller that tends to them otherwise (the
 	// plugin removes a stale entry of an actor its timer keeps at a later
 	// time) can see them.
-	Busy  []Delivery
+	Busy  []Overdue
 	Stats PlanStats
 }
 
@@ -125,7 +125,7 @@ func PlanSweep(in PlanInput) Plan {
 
 	nodes := liveNodes(in.Self, in.Live)
 	anyoneBefore := in.Now.UnixMilli() - int64(AnyoneAfterMargins)*in.Margin.Milliseconds()
-	var own, anyone []Delivery
+	var own, anyone []Overdue
 	for _, c := range cands {
 		if in.Busy != nil && in.Busy(c.Actor) {
 			plan.Stats.Busy++
@@ -157,7 +157,7 @@ func PlanSweep(in PlanInput) Plan {
 		r := in.Rand.IntN(len(anyone))
 		anyone = slices.Concat(anyone[r:], anyone[:r])
 	}
-	plan.Deliveries = make([]Delivery, 0, ownTake+anyTake)
+	plan.Deliveries = make([]Overdue, 0, ownTake+anyTake)
 	plan.Deliveries = append(plan.Deliveries, own[:ownTake]...)
 	plan.Deliveries = append(plan.Deliveries, anyone[:anyTake]...)
 	return plan
@@ -166,14 +166,14 @@ func PlanSweep(in PlanInput) Plan {
 // earliestPerActor groups entries by actor, keeping each actor's earliest due
 // time with all its keys at that time, ordered by due time (then first
 // appearance).
-func earliestPerActor(entries []Entry, st *PlanStats) []Delivery {
+func earliestPerActor(entries []Entry, st *PlanStats) []Overdue {
 	idx := make(map[abi.ActorID]int, len(entries))
-	var out []Delivery
+	var out []Overdue
 	for _, e := range entries {
 		i, ok := idx[e.Key.Actor]
 		if !ok {
 			idx[e.Key.Actor] = len(out)
-			out = append(out, Delivery{Actor: e.Key.Actor, DueMs: e.Key.DueMs, Keys: []string{e.Object}})
+			out = append(out, Overdue{Actor: e.Key.Actor, DueMs: e.Key.DueMs, Keys: []string{e.Object}})
 			continue
 		}
 		d := &out[i]
@@ -187,7 +187,7 @@ func earliestPerActor(entries []Entry, st *PlanStats) []Delivery {
 			st.Later++
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Delivery) int { return cmp.Compare(a.DueMs, b.DueMs) })
+	slices.SortStableFunc(out, func(a, b Overdue) int { return cmp.Compare(a.DueMs, b.DueMs) })
 	return out
 }
 

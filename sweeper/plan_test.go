@@ -48,7 +48,7 @@ func namesFor(prefix, node string, nodes []string, n int) []string {
 	return out
 }
 
-func names(ds []Delivery) []string {
+func names(ds []Overdue) []string {
 	var out []string
 	for _, d := range ds {
 		out = append(out, d.Actor.Name)
