@@ -89,19 +89,22 @@ type keysOnly struct{ bucket.Bucket }
 // of its 2 walkers. So 3 PUTs and 3 LISTs per node and period, plus 3 + 4
 // LISTs per 10 minutes; on a bucket whose listings carry no ETags the
 // leases are read with a GET of each other node per reading: 6 GETs more
-// per period. On memory and on the S3 server.
+// per period; with the leases read every 5 s (ObservePeriod), 2 readings
+// a period instead of 3. On memory and on the S3 server.
 func TestIdleClusterRequestsPerSweep(t *testing.T) {
 	mem := func(*testing.T) bucket.Bucket { return bucket.NewMem() }
 	same := func(b bucket.Bucket) bucket.Bucket { return b }
 	for _, tc := range []struct {
-		name  string
-		store func(*testing.T) bucket.Bucket
-		wrap  func(bucket.Bucket) bucket.Bucket
-		want  bucket.Counts // per node and sweep period
+		name    string
+		store   func(*testing.T) bucket.Bucket
+		wrap    func(bucket.Bucket) bucket.Bucket
+		observe time.Duration
+		want    bucket.Counts // per node and sweep period
 	}{
-		{"listing ETags", mem, same, bucket.Counts{Put: 3, List: 3, ListPages: 3}},
-		{"keys only", mem, func(b bucket.Bucket) bucket.Bucket { return keysOnly{b} }, bucket.Counts{Put: 3, List: 3, ListPages: 3, Get: 6}},
-		{"s3", func(t *testing.T) bucket.Bucket { return s3test.Start(t).Bucket }, same, bucket.Counts{Put: 3, List: 3, ListPages: 3}},
+		{"listing ETags", mem, same, 0, bucket.Counts{Put: 3, List: 3, ListPages: 3}},
+		{"keys only", mem, func(b bucket.Bucket) bucket.Bucket { return keysOnly{b} }, 0, bucket.Counts{Put: 3, List: 3, ListPages: 3, Get: 6}},
+		{"s3", func(t *testing.T) bucket.Bucket { return s3test.Start(t).Bucket }, same, 0, bucket.Counts{Put: 3, List: 3, ListPages: 3}},
+		{"leases read every 5 s", mem, same, 5 * time.Second, bucket.Counts{Put: 3, List: 2, ListPages: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const nodes, tenants, walkers = 3, 2, 2
@@ -126,7 +129,7 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 				temps = append(temps, temp)
 				cb := bucket.NewCounting(tempGets{tc.wrap(store), temp})
 				id := fmt.Sprintf("node-%d", i)
-				l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: cb, NodeID: id, Addr: id, Clock: clk})
+				l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: cb, NodeID: id, Addr: id, Clock: clk, ObservePeriod: tc.observe})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -286,15 +289,17 @@ func figures(c bucket.Counts, window time.Duration) costFigures {
 }
 
 // runCostCluster runs n nodes sharing one counting bucket (their leases,
-// lease readings and sweep loops on one fake clock, with the design's
-// defaults) over t tenants, each with one actor whose alarm is an entry in
-// the index, and returns what the cluster's own requests (leases and
-// sweeps) cost over window, after a warm-up. Idle (loaded false): every
+// lease readings and sweep loops on one fake clock, with prof's lease TTL
+// and safety period, the other timings the design's defaults) over t
+// tenants, each with one actor whose alarm is an entry in the index, and
+// returns what the cluster's own requests (leases and sweeps) cost over
+// one safety period, after a warm-up. Idle (loaded false): every
 // alarm is due tomorrow. Lightly loaded: every alarm fires once a minute,
 // the tenants' due times spread over the minute; a live holder fires each
 // when due and writes the next entry, a minute on, then deletes the one
 // it replaced (those writes are counted apart, in load).
-func runCostCluster(tb testing.TB, n, t int, loaded bool, window time.Duration) (nodes, load bucket.Counts) {
+func runCostCluster(tb testing.TB, n, t int, loaded bool, prof costProfile) (nodes, load bucket.Counts) {
+	window := prof.safety
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	t0 := time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
@@ -316,7 +321,7 @@ func runCostCluster(tb testing.TB, n, t int, loaded bool, window time.Duration) 
 	var leases []*cluster.Leases
 	for i := range n {
 		id := fmt.Sprintf("node-%03d", i)
-		l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: cb, NodeID: id, Addr: id, Clock: clk})
+		l, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: cb, NodeID: id, Addr: id, Clock: clk, TTL: prof.ttl, ObservePeriod: prof.observe})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -348,7 +353,7 @@ func runCostCluster(tb testing.TB, n, t int, loaded bool, window time.Duration) 
 		clk.Advance(end.Sub(clk.Now()))
 	}
 	// Every node sees every other before the sweeps start.
-	runUntil(t0.Add(cluster.DefaultTTL))
+	runUntil(t0.Add(prof.ttl))
 	for _, l := range leases {
 		if live := len(l.Live()); live != n {
 			tb.Fatalf("%s sees %d live nodes of %d", l.NodeID(), live, n)
@@ -357,7 +362,7 @@ func runCostCluster(tb testing.TB, n, t int, loaded bool, window time.Duration) 
 	done := make(chan struct{}, n+1)
 	for _, l := range leases {
 		p, err := alarms.Register(alarms.Config{Bucket: cb, Host: idleHost{clk, l}, Timer: sweeper.NewTimer(swRetryMax),
-			Margin: cluster.DefaultTTL + cluster.DefaultGrace, RetryMax: swRetryMax})
+			Margin: prof.ttl + cluster.DefaultGrace, RetryMax: swRetryMax, SweepSafetyPeriod: prof.safety})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -403,30 +408,59 @@ func runCostCluster(tb testing.TB, n, t int, loaded bool, window time.Duration) 
 	return cb.Counts(), lb.Counts()
 }
 
+// costProfile is a cluster's lease TTL (renewed every TTL/3, grace 2 s,
+// margin 1 s), how often each node reads the leases (0: every TTL/3), and
+// its sweep's safety period.
+type costProfile struct {
+	ttl, observe, safety time.Duration
+}
+
+var (
+	// costDefaults: the design's defaults, lease 10 s renewed and read
+	// every TTL/3, safety period 10 min.
+	costDefaults = costProfile{ttl: cluster.DefaultTTL, safety: sweeper.DefaultSafetyPeriod}
+	// costAtScale: what docs/cost.md gives a cluster of 100 nodes and
+	// 10,000 tenants: the leases read every 8 s
+	// (cluster.LeaseConfig.ObservePeriod), safety period 1 h.
+	costAtScale = costProfile{ttl: cluster.DefaultTTL, observe: 8 * time.Second, safety: time.Hour}
+)
+
 // BenchmarkClusterCost prints what a cluster costs the bucket, idle and
-// lightly loaded (every tenant's one alarm firing once a minute), at the
-// design's defaults: requests per minute by kind (LIST pages, as S3 bills
-// them), and a 30-day month at S3 Standard prices (PUT and LIST $0.005,
-// GET $0.0004 per 1,000). Each run simulates one safety period (10 min)
-// on a fake clock over the counting bucket, so it includes the safety
-// period's relisting; the load's own index writes are in load-put/min
-// and load-delete/min, outside the bill. docs/cost.md has the table:
+// lightly loaded (every tenant's one alarm firing once a minute): requests
+// per minute by kind (LIST pages, as S3 bills them), and a 30-day month at
+// S3 Standard prices (PUT and LIST $0.005, GET $0.0004 per 1,000). Each
+// run simulates one safety period on a fake clock over the counting
+// bucket, so it includes the safety period's relisting; the load's own
+// index writes are in load-put/min and load-delete/min, outside the bill.
+// The sizes run at the design's defaults (profile=defaults), and 100 nodes
+// also with the longer lease reading period and safety period docs/cost.md
+// gives a cluster that size (profile=scale: an hour simulated, so give it
+// a longer timeout than go test's 10 min). docs/cost.md has the table:
 //
-//	go test -run '^$' -bench ClusterCost -benchtime 1x .
+//	go test -run '^$' -bench ClusterCost -benchtime 1x -timeout 30m .
 func BenchmarkClusterCost(b *testing.B) {
-	for _, size := range []struct{ nodes, tenants int }{{1, 1}, {3, 20}, {10, 100}, {100, 10_000}} {
+	for _, size := range []struct {
+		nodes, tenants int
+		profile        string
+		prof           costProfile
+	}{
+		{1, 1, "defaults", costDefaults},
+		{3, 20, "defaults", costDefaults},
+		{10, 100, "defaults", costDefaults},
+		{100, 10_000, "defaults", costDefaults},
+		{100, 10_000, "scale", costAtScale},
+	} {
 		for _, loaded := range []bool{false, true} {
-			name := fmt.Sprintf("nodes=%d/tenants=%d/idle", size.nodes, size.tenants)
+			load := "idle"
 			if loaded {
-				name = fmt.Sprintf("nodes=%d/tenants=%d/light", size.nodes, size.tenants)
+				load = "light"
 			}
-			b.Run(name, func(b *testing.B) {
+			b.Run(fmt.Sprintf("nodes=%d/tenants=%d/profile=%s/%s", size.nodes, size.tenants, size.profile, load), func(b *testing.B) {
 				var c, l bucket.Counts
-				window := sweeper.DefaultSafetyPeriod
 				for b.Loop() {
-					c, l = runCostCluster(b, size.nodes, size.tenants, loaded, window)
+					c, l = runCostCluster(b, size.nodes, size.tenants, loaded, size.prof)
 				}
-				f := figures(c, window)
+				f := figures(c, size.prof.safety)
 				b.ReportMetric(f.put, "put/min")
 				b.ReportMetric(f.list, "list/min")
 				b.ReportMetric(f.get, "get/min")
@@ -434,7 +468,7 @@ func BenchmarkClusterCost(b *testing.B) {
 				b.ReportMetric(f.total/60, "req/s")
 				b.ReportMetric(f.dollars, "usd/month")
 				if loaded {
-					lf := figures(l, window)
+					lf := figures(l, size.prof.safety)
 					b.ReportMetric(lf.put, "load-put/min")
 					b.ReportMetric(lf.del, "load-delete/min")
 				}
