@@ -125,9 +125,12 @@
 //
 // ObservePeriod + Period must be shorter than TTL + Grace: a live node's
 // lease changes between two readings (it renews every Period), and Live
-// keeps a node for TTL + Grace after its version was first seen, so a
-// reading that fails, retried a Period later, still sees every live node
-// renewed before any could drop out of Live.
+// keeps a node for TTL + Grace after the reading that first showed its
+// version, so a reading that fails is tried again before that runs out: a
+// Period later, or half of what ObservePeriod leaves of TTL + Grace if
+// that is less (2 s with the lease read every 8 s; the other half is for
+// the requests' own time). One failed reading then drops no live node out
+// of Live, which would relist every tenant.
 //
 // # Renewals that fail
 //

@@ -70,7 +70,9 @@ type LeaseConfig struct {
 	// otherwise. It must be shorter than TTL - Margin.
 	Period time.Duration
 	// ObservePeriod is how often the other nodes' leases are read (default
-	// Period); after a reading that failed, the next comes a Period later.
+	// Period); after a reading that failed, the next comes sooner: a Period
+	// later, or half of what ObservePeriod leaves of TTL + Grace if that
+	// is less (see retryReading).
 	// A longer one sends fewer requests and puts off, by as much, the
 	// first sight of a dead node's last lease version, from which its
 	// leaving the live nodes and the takeover of its holds are counted
@@ -584,7 +586,7 @@ func (l *Leases) takeBack(ctx context.Context) error {
 // documentation). An idle round of a healthy cluster is the LIST alone. On
 // a bucket whose listings carry no ETags (see bucket.InfoLister) it GETs
 // every other node's lease. The background loop calls it every
-// ObservePeriod (a Period after a failed round); tests with Manual call it
+// ObservePeriod (sooner after a failed round); tests with Manual call it
 // directly.
 func (l *Leases) RefreshNow(ctx context.Context) error {
 	l.observeMu.Lock()
@@ -921,15 +923,23 @@ func (l *Leases) renewLoop(ctx context.Context) {
 	}
 }
 
+// retryReading is how soon a reading of the leases that failed is tried
+// again: a renewal period later, or sooner when ObservePeriod leaves less
+// of TTL + Grace (half of what is left, the other half for the requests'
+// own time), so that one failed reading drops no live node out of Live,
+// which keeps a node for TTL + Grace after the reading that showed its
+// latest version.
+func (l *Leases) retryReading() time.Duration {
+	return min(l.cfg.Period, (l.cfg.TTL+l.cfg.Grace-l.cfg.ObservePeriod)/2)
+}
+
 func (l *Leases) observeLoop(ctx context.Context) {
 	defer l.wg.Done()
 	for {
 		wait := l.cfg.ObservePeriod
 		if err := l.RefreshNow(ctx); err != nil && ctx.Err() == nil {
 			l.log.Warn("reading node leases failed", "error", err)
-			// Read again a renewal period later, so that one failed
-			// reading drops no live node out of Live.
-			wait = min(wait, l.cfg.Period)
+			wait = min(wait, l.retryReading())
 		}
 		select {
 		case <-ctx.Done():

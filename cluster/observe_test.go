@@ -45,9 +45,10 @@ func (b *listLog) listed() []time.Duration {
 }
 
 // TestObservePeriod: a node with ObservePeriod 8 s (lease 10 s, renewed
-// every TTL/3) lists the leases every 8 s, and a Period after a listing
-// that failed; a live node renewing every TTL/3 stays in its live nodes
-// throughout, the failed listing included. What the longer period costs:
+// every TTL/3) lists the leases every 8 s, and 2 s after a listing that
+// failed (half of what 8 s leaves of TTL + Grace); a live node renewing
+// every TTL/3 stays in its live nodes throughout, the failed listing
+// included. What the longer period costs:
 // a node killed just after a listing is first seen in its last version up
 // to 8 s later, and leaves the live nodes, and is judged expired, counted
 // from that sight (TTL + Grace), never from the renewal itself.
@@ -109,14 +110,14 @@ func TestObservePeriod(t *testing.T) {
 	bb.cut.Store(true)
 	last := 30 * period // b's last renewal
 	// a listed at 0, 8, 16, 24; the listing at 32 failed and the next came
-	// a Period later; then every 8 s: b's last version is first seen at
+	// 2 s later; then every 8 s: b's last version is first seen at
 	// the first of those after it landed.
 	var want []time.Duration
 	for i := range 5 {
 		want = append(want, time.Duration(i)*8*time.Second)
 	}
 	firstSeen := time.Duration(-1)
-	for at := 32*time.Second + period; at < 140*time.Second; at += 8 * time.Second {
+	for at := 34 * time.Second; at < 140*time.Second; at += 8 * time.Second {
 		want = append(want, at)
 		if firstSeen < 0 && at >= last {
 			firstSeen = at

@@ -38,8 +38,9 @@ type LeaseConfig struct {
 	LongTTL time.Duration
 	// ObservePeriod is how often each node reads the other nodes' leases
 	// (cluster.LeaseConfig.ObservePeriod; default its renewal period,
-	// TTL/3); after a reading that failed, the next comes a renewal period
-	// later, as the background loop does.
+	// TTL/3); after a reading that failed, the next comes sooner, as the
+	// background loop does: a renewal period later, or half of what
+	// ObservePeriod leaves of TTL + Grace if that is less.
 	ObservePeriod time.Duration
 	// FaultRate is the share of requests that fail in one of four ways
 	// (refused, answer lost after the write landed, timed out and landing
@@ -272,8 +273,14 @@ func (w *leaseWorld) act() {
 		if !now.Before(n.nextLook) {
 			w.caller = n
 			wait := n.ttl / 3
-			if err := n.leases.RefreshNow(ctx); err == nil && w.cfg.ObservePeriod != 0 {
-				wait = w.cfg.ObservePeriod
+			if observe := w.cfg.ObservePeriod; observe != 0 {
+				if err := n.leases.RefreshNow(ctx); err == nil {
+					wait = observe
+				} else {
+					wait = min(wait, (n.ttl+w.cfg.Grace-observe)/2)
+				}
+			} else {
+				_ = n.leases.RefreshNow(ctx)
 			}
 			n.nextLook = w.ref.Now().Add(wait)
 		}
