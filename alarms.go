@@ -319,10 +319,11 @@ func Register(cfg Config) (*Plugin, error) {
 		if cfg.Busy != nil && cfg.Busy(id) {
 			return true
 		}
-		if p.inFlight(id) {
+		key := TimerKey(id)
+		if p.inFlight(key) {
 			return true
 		}
-		return cfg.Timer.Keeps(TimerKey(id), cfg.Host.Now().UnixMilli())
+		return cfg.Timer.Keeps(key, cfg.Host.Now().UnixMilli())
 	}
 	var onSweep func(time.Duration, error)
 	if m != nil {

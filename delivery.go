@@ -82,7 +82,7 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	key := TimerKey(id)
 	p.mu.Lock()
 	p.forgetFailing(key) // an event that sets or clears the alarm resets the failure count
-	p.core.Armed(id, alarm)
+	p.core.Armed(id, key, alarm)
 	p.mu.Unlock()
 	if alarm != nil {
 		p.cfg.Timer.Set(key, *alarm)
@@ -104,16 +104,15 @@ func (p *Plugin) ArmEvent(id abi.ActorID, r hostmod.Result) {
 	p.Arm(id, alarm)
 }
 
-func (p *Plugin) inFlight(id abi.ActorID) bool {
+func (p *Plugin) inFlight(key string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.core.InFlight(id)
+	return p.core.InFlight(key)
 }
 
 func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
-	id, perr := ParseTimerKey(key) // malformed: DeliverDue drops it and says so
 	p.mu.Lock()
-	if perr == nil && !p.core.Start(id, at) {
+	if !p.core.Start(key, at) {
 		// The timer popped a time while a delivery for the actor is still
 		// under way (an alarm re-armed for now, due before that delivery
 		// ended): the core keeps it, or the actor would wait for a sweep.
@@ -132,7 +131,7 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 				p.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		d := p.DeliverDue(ctx, t, key, at)
+		d := p.DeliverDue(ctx, t, key, at) // on the worker: the timer loop only hands out
 		if p.cfg.OnDelivery != nil {
 			p.cfg.OnDelivery(d)
 		}
@@ -197,7 +196,7 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 		return Delivered{TimerAt: at, Err: err}
 	}
 	p.mu.Lock()
-	at = p.core.Delivering(id, at)
+	at = p.core.Delivering(key, at)
 	p.mu.Unlock()
 	d := Delivered{TimerAt: at}
 	d.Actor = id
@@ -267,7 +266,7 @@ func (p *Plugin) retryAfterError(id abi.ActorID, key string, at int64, now time.
 		return 0
 	}
 	p.mu.Lock()
-	p.core.Failed(id, at)
+	p.core.Failed(key, at)
 	p.mu.Unlock()
 	return retry
 }

@@ -63,12 +63,12 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 	t, ctx := p.taker, p.runCtx
 	// Not while a delivery is under way or a failed one waits to deliver
 	// its entry time again; only while RunTimer runs.
-	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: t == nil || ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld})
+	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: t == nil || ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld, Key: key})
 	p.mu.Unlock()
 	if !ok {
 		return
 	}
-	if !p.claim(d.Actor) {
+	if !p.claim(key) {
 		return
 	}
 	job := func() {
@@ -93,10 +93,10 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 // claim marks key in flight for a removal of stale entries (false: a
 // delivery is under way, or RunTimer has ended) and counts it in the
 // plugin's wait group.
-func (p *Plugin) claim(id abi.ActorID) bool {
+func (p *Plugin) claim(key string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.taker == nil || p.runCtx.Err() != nil || !p.core.Claim(id) {
+	if p.taker == nil || p.runCtx.Err() != nil || !p.core.Claim(key) {
 		return false
 	}
 	p.wg.Add(1)
@@ -107,12 +107,8 @@ func (p *Plugin) claim(id abi.ActorID) bool {
 // delivery slot is free, and a time the timer popped meanwhile, if nothing
 // armed the actor since, is offered again.
 func (p *Plugin) release(key string) {
-	id, err := ParseTimerKey(key)
-	if err != nil {
-		return // never started (start and claim parse it)
-	}
 	p.mu.Lock()
-	at, again := p.core.Release(id)
+	at, again := p.core.Release(key)
 	p.mu.Unlock()
 	if _, held := p.cfg.Timer.Get(key); again && !held {
 		p.cfg.Timer.Offer(key, at, p.cfg.Host.Now().UnixMilli())

@@ -79,8 +79,10 @@ type State struct {
 	// tried keeps a removal of stale entries that removed nothing or
 	// failed, and when to try that entry time again.
 	tried map[abi.ActorID]staleTry
-	// sl are the delivery slots (below).
-	sl *slots
+	// slots are the actors' delivery slots, by timer key (below).
+	slots map[string]slot
+	// legacy: the time of a legacy entry a sweep offered, by actor.
+	legacy map[abi.ActorID]int64
 }
 
 // staleTry: the entry time due is not tried again before until (ms).
@@ -110,11 +112,15 @@ func (s *State) Forget(id abi.ActorID) {
 	delete(s.tried, id)
 }
 
-// Armed is told the actor's committed alarm after an event changed it
+// Armed is told the actor's committed alarm (key: its key in the node
+// timer) after an event changed it
 // (nil: cleared, and there is nothing left to remove stale entries for):
 // the event's alarm wins over a retry a failed delivery waits for.
-func (s *State) Armed(id abi.ActorID, alarm *int64) {
-	delete(s.slots().redeliver, id) // a retry pending from a failed delivery is dropped
+func (s *State) Armed(id abi.ActorID, key string, alarm *int64) {
+	if sl := s.slots[key]; sl.hasRedeliver { // a retry pending from a failed delivery is dropped
+		sl.redeliver, sl.hasRedeliver = 0, false
+		s.put(key, sl)
+	}
 	if alarm == nil {
 		s.Forget(id)
 	}
@@ -129,6 +135,8 @@ type Kept struct {
 	// running, say). A delivery under way (Start, Claim) or a failed one
 	// waiting to deliver its entry time again (Failed) is the State's own.
 	Busy bool
+	// Key is the actor's key in the node timer.
+	Key string
 	// TimerAt is the time the node timer holds the actor at, if TimerHeld.
 	TimerAt   int64
 	TimerHeld bool
@@ -147,7 +155,7 @@ func (s *State) Stale(d sweeper.Overdue, k Kept) (alarmindex.Key, bool) {
 		return alarmindex.Key{}, false
 	}
 	named, known := s.known[d.Actor]
-	if !known || named.DueMs == d.DueMs || k.Busy || s.InFlight(d.Actor) || s.Waiting(d.Actor) {
+	if !known || named.DueMs == d.DueMs || k.Busy || s.InFlight(k.Key) || s.Waiting(k.Key) {
 		return alarmindex.Key{}, false
 	}
 	if !k.TimerHeld || k.TimerAt <= d.DueMs {
@@ -216,98 +224,122 @@ func LegacyAmong(keys []string) bool {
 	return false
 }
 
+// slot is what the State keeps of one actor's deliveries, by the actor's
+// key in the node timer (a string: a map of them is the runtime's fast
+// path); an actor with none of it has no slot.
+type slot struct {
+	inflight bool
+	// again: a time the timer popped during a delivery.
+	again    int64
+	hasAgain bool
+	// redeliver: the entry time of a failed delivery, for its retry.
+	redeliver    int64
+	hasRedeliver bool
+}
+
+func (sl slot) empty() bool { return !sl.inflight && !sl.hasAgain && !sl.hasRedeliver }
+
+// put stores the actor's slot, or drops it once it holds nothing.
+func (s *State) put(key string, sl slot) {
+	if sl.empty() {
+		delete(s.slots, key)
+		return
+	}
+	if s.slots == nil {
+		s.slots = map[string]slot{}
+	}
+	s.slots[key] = sl
+}
+
 // OfferedLegacy records that the node timer took a sweep's entry of the
 // actor at due whose keys include the legacy key (LegacyAmong): the
 // delivery of that time names it (Entry).
-func (s *State) OfferedLegacy(id abi.ActorID, due int64) { s.slots().legacy[id] = due }
-
-// Start begins a delivery of the time at that the timer popped. False: a
-// delivery of the actor is under way; at is kept, and Release hands it
-// back when that delivery ends, or the actor would wait for a sweep.
-func (s *State) Start(id abi.ActorID, at int64) bool {
-	sl := s.slots()
-	if sl.inflight[id] {
-		if prev, ok := sl.again[id]; !ok || at < prev {
-			sl.again[id] = at
-		}
-		return false
+func (s *State) OfferedLegacy(id abi.ActorID, due int64) {
+	if s.legacy == nil {
+		s.legacy = map[abi.ActorID]int64{}
 	}
-	sl.inflight[id] = true
-	return true
-}
-
-// Claim begins a removal of stale entries; false while a delivery of the
-// actor is under way.
-func (s *State) Claim(id abi.ActorID) bool {
-	sl := s.slots()
-	if sl.inflight[id] {
-		return false
-	}
-	sl.inflight[id] = true
-	return true
-}
-
-// InFlight reports whether a delivery or a removal of the actor is under way.
-func (s *State) InFlight(id abi.ActorID) bool { return s.slots().inflight[id] }
-
-// Waiting reports whether a failed delivery of the actor waits to deliver
-// its entry time again.
-func (s *State) Waiting(id abi.ActorID) bool {
-	_, ok := s.slots().redeliver[id]
-	return ok
-}
-
-// Release ends what Start or Claim began. again: a time the timer popped
-// meanwhile, for the caller to offer the timer again unless something
-// armed the actor since.
-func (s *State) Release(id abi.ActorID) (at int64, again bool) {
-	sl := s.slots()
-	delete(sl.inflight, id)
-	at, again = sl.again[id]
-	delete(sl.again, id)
-	return at, again
-}
-
-// Delivering is the time a delivery the timer popped at at delivers: at,
-// or the earlier entry time of a delivery that failed and waits to be
-// delivered again (its retry delivers that time, not the retry's).
-func (s *State) Delivering(id abi.ActorID, at int64) int64 {
-	sl := s.slots()
-	if due, ok := sl.redeliver[id]; ok {
-		delete(sl.redeliver, id)
-		return min(at, due)
-	}
-	return at
+	s.legacy[id] = due
 }
 
 // Entry is the entry a delivery of the time due names: a legacy one when a
 // sweep offered that time's legacy entry (it is removed by its exact name),
 // else the tagged entries at that time.
 func (s *State) Entry(id abi.ActorID, due int64) alarmindex.Key {
-	sl := s.slots()
 	k := alarmindex.Key{Actor: id, DueMs: due}
-	if at, ok := sl.legacy[id]; ok && at == due {
-		delete(sl.legacy, id)
-		k.Legacy = true
+	if len(s.legacy) > 0 {
+		if at, ok := s.legacy[id]; ok && at == due {
+			delete(s.legacy, id)
+			k.Legacy = true
+		}
 	}
 	return k
 }
 
-// Failed records that a delivery of the entry time at failed on the
-// host's side and is retried: the retry delivers at again.
-func (s *State) Failed(id abi.ActorID, at int64) { s.slots().redeliver[id] = at }
+// The delivery slot of one actor, by its key in the node timer (key).
 
-// slots are the maps of the delivery slots, made on first use.
-type slots struct {
-	legacy    map[abi.ActorID]int64
-	inflight  map[abi.ActorID]bool
-	again     map[abi.ActorID]int64
-	redeliver map[abi.ActorID]int64
+// Start begins a delivery of the time at that the timer popped. False: a
+// delivery of the actor is under way; at is kept, and Release hands it
+// back when that delivery ends, or the actor would wait for a sweep.
+func (s *State) Start(key string, at int64) bool {
+	sl := s.slots[key]
+	started := !sl.inflight
+	if started {
+		sl.inflight = true
+	} else if !sl.hasAgain || at < sl.again {
+		sl.again, sl.hasAgain = at, true
+	}
+	s.put(key, sl)
+	return started
 }
 
-func (s *State) slots() *slots {
-	if s.sl == nil {
-		s.sl = &slots{legacy: map[abi.ActorID]int64{}, inflight: map[abi.ActorID]bool{}, again: map[abi.ActorID]int64{}, redeliver: map[abi.ActorID]int64{}}
+// Claim begins a removal of stale entries; false while a delivery of the
+// actor is under way.
+func (s *State) Claim(key string) bool {
+	sl := s.slots[key]
+	if sl.inflight {
+		return false
 	}
-	return s.sl
+	sl.inflight = true
+	s.put(key, sl)
+	return true
+}
+
+// InFlight reports whether a delivery or a removal of the actor is under way.
+func (s *State) InFlight(key string) bool { return s.slots[key].inflight }
+
+// Waiting reports whether a failed delivery of the actor waits to deliver
+// its entry time again.
+func (s *State) Waiting(key string) bool { return s.slots[key].hasRedeliver }
+
+// Release ends what Start or Claim began. again: a time the timer popped
+// meanwhile, for the caller to offer the timer again unless something
+// armed the actor since.
+func (s *State) Release(key string) (at int64, again bool) {
+	sl := s.slots[key]
+	at, again = sl.again, sl.hasAgain
+	sl.inflight, sl.again, sl.hasAgain = false, 0, false
+	s.put(key, sl)
+	return at, again
+}
+
+// Delivering is the time a delivery the timer popped at at delivers: at,
+// or the earlier entry time of a delivery that failed and waits to be
+// delivered again (its retry delivers that time, not the retry's).
+func (s *State) Delivering(key string, at int64) int64 {
+	sl := s.slots[key]
+	if !sl.hasRedeliver {
+		return at
+	}
+	due := sl.redeliver
+	sl.redeliver, sl.hasRedeliver = 0, false
+	s.put(key, sl)
+	return min(at, due)
+}
+
+// Failed records that a delivery of the entry time at failed on the
+// host's side and is retried: the retry delivers at again.
+func (s *State) Failed(key string, at int64) {
+	sl := s.slots[key]
+	sl.redeliver, sl.hasRedeliver = at, true
+	s.put(key, sl)
 }

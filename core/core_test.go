@@ -13,6 +13,9 @@ import (
 
 var actor = abi.ActorID{Tenant: "t", Class: "c", Name: "n"}
 
+// timerKey is the actor's key in a node timer (any string the host uses).
+const timerKey = "t/c/6e"
+
 const t0 = int64(1_700_000_000_000)
 
 func rules(t *testing.T) alarmindex.Rules {
@@ -70,7 +73,7 @@ func cfg() core.Config {
 func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 	named := key(t0+10_000, 3)
 	stale := sweeper.Overdue{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String()}}
-	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true}
+	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true, Key: timerKey}
 
 	s := core.New(cfg())
 	if _, ok := s.Stale(stale, kept); ok {
@@ -90,7 +93,7 @@ func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 			t.Errorf("%s: removal decided", name)
 		}
 	}
-	if _, ok := s.Stale(sweeper.Overdue{Actor: actor, DueMs: named.DueMs}, core.Kept{Now: kept.Now, TimerAt: t0 + 20_000, TimerHeld: true}); ok {
+	if _, ok := s.Stale(sweeper.Overdue{Actor: actor, DueMs: named.DueMs}, core.Kept{Now: kept.Now, TimerAt: t0 + 20_000, TimerHeld: true, Key: timerKey}); ok {
 		t.Error("removal decided for the entry time the upload named")
 	}
 	legacy := alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}
@@ -100,14 +103,14 @@ func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 
 	// The waits after a removal.
 	s.StaleDone(actor, t0, kept.Now, false, true)
-	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 4999, TimerAt: kept.TimerAt, TimerHeld: true}); ok {
+	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 4999, TimerAt: kept.TimerAt, TimerHeld: true, Key: timerKey}); ok {
 		t.Error("a failed removal tried again before RetryAfterError")
 	}
-	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 5000, TimerAt: kept.TimerAt, TimerHeld: true}); !ok {
+	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 5000, TimerAt: kept.TimerAt, TimerHeld: true, Key: timerKey}); !ok {
 		t.Error("a failed removal not tried again after RetryAfterError")
 	}
 	s.StaleDone(actor, t0, kept.Now, false, false)
-	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 299_999, TimerAt: kept.TimerAt, TimerHeld: true}); ok {
+	if _, ok := s.Stale(stale, core.Kept{Now: kept.Now + 299_999, TimerAt: kept.TimerAt, TimerHeld: true, Key: timerKey}); ok {
 		t.Error("a removal that removed nothing tried again before RetryMax")
 	}
 	other := sweeper.Overdue{Actor: actor, DueMs: t0 + 1, Keys: stale.Keys}
@@ -120,13 +123,13 @@ func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 	}
 
 	// Cleared or another node's: nothing left to remove.
-	s.Armed(actor, nil)
+	s.Armed(actor, timerKey, nil)
 	if _, ok := s.Stale(stale, kept); ok {
 		t.Error("removal decided after the alarm was cleared")
 	}
 	s.Uploaded(actor, &named)
 	due := t0 + 10_000
-	s.Armed(actor, &due)
+	s.Armed(actor, timerKey, &due)
 	if _, ok := s.Stale(stale, kept); !ok {
 		t.Error("an alarm set forgot the upload's entry")
 	}
@@ -159,26 +162,26 @@ func TestStaleStepOf(t *testing.T) {
 // stale entries waits for a delivery, and a delivery for a removal.
 func TestOneDeliveryOfAnActorAtATime(t *testing.T) {
 	s := core.New(cfg())
-	if !s.Start(actor, t0) {
+	if !s.Start(timerKey, t0) {
 		t.Fatal("the first delivery did not start")
 	}
-	if !s.InFlight(actor) || s.Claim(actor) {
+	if !s.InFlight(timerKey) || s.Claim(timerKey) {
 		t.Fatal("a removal of stale entries claimed an actor being delivered")
 	}
-	if s.Start(actor, t0+500) || s.Start(actor, t0+200) || s.Start(actor, t0+900) {
+	if s.Start(timerKey, t0+500) || s.Start(timerKey, t0+200) || s.Start(timerKey, t0+900) {
 		t.Fatal("a second delivery started while one is under way")
 	}
-	if at, again := s.Release(actor); !again || at != t0+200 {
+	if at, again := s.Release(timerKey); !again || at != t0+200 {
 		t.Fatalf("released with %d, %t; want the earliest time popped meanwhile, %d", at, again, t0+200)
 	}
-	if _, again := s.Release(actor); again {
+	if _, again := s.Release(timerKey); again {
 		t.Fatal("a time handed back twice")
 	}
-	if !s.Claim(actor) || s.Start(actor, t0) {
+	if !s.Claim(timerKey) || s.Start(timerKey, t0) {
 		t.Fatal("a delivery started during a removal of stale entries")
 	}
-	s.Release(actor)
-	if s.InFlight(actor) {
+	s.Release(timerKey)
+	if s.InFlight(timerKey) {
 		t.Fatal("still in flight after Release")
 	}
 }
@@ -188,23 +191,23 @@ func TestOneDeliveryOfAnActorAtATime(t *testing.T) {
 // is named by the delivery of its time only.
 func TestTheEntryADeliveryNames(t *testing.T) {
 	s := core.New(cfg())
-	if got := s.Delivering(actor, t0); got != t0 {
+	if got := s.Delivering(timerKey, t0); got != t0 {
 		t.Fatalf("Delivering = %d, want %d", got, t0)
 	}
-	s.Failed(actor, t0)
-	if !s.Waiting(actor) {
+	s.Failed(timerKey, t0)
+	if !s.Waiting(timerKey) {
 		t.Fatal("a failed delivery does not wait to deliver again")
 	}
-	if got := s.Delivering(actor, t0+5000); got != t0 {
+	if got := s.Delivering(timerKey, t0+5000); got != t0 {
 		t.Fatalf("the retry delivers %d, want the failed entry time %d", got, t0)
 	}
-	if s.Waiting(actor) || s.Delivering(actor, t0+5000) != t0+5000 {
+	if s.Waiting(timerKey) || s.Delivering(timerKey, t0+5000) != t0+5000 {
 		t.Fatal("the failed entry time delivered twice")
 	}
-	s.Failed(actor, t0)
+	s.Failed(timerKey, t0)
 	due := t0 + 60_000
-	s.Armed(actor, &due)
-	if s.Waiting(actor) {
+	s.Armed(actor, timerKey, &due)
+	if s.Waiting(timerKey) {
 		t.Fatal("an event that armed the actor left a failed delivery's retry")
 	}
 
@@ -235,17 +238,17 @@ func TestStaleWaitsForDeliveries(t *testing.T) {
 	named := key(t0+10_000, 3)
 	s.Uploaded(actor, &named)
 	stale := sweeper.Overdue{Actor: actor, DueMs: t0}
-	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true}
-	s.Start(actor, t0+10_000)
+	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true, Key: timerKey}
+	s.Start(timerKey, t0+10_000)
 	if _, ok := s.Stale(stale, kept); ok {
 		t.Fatal("a removal decided during a delivery")
 	}
-	s.Release(actor)
-	s.Failed(actor, t0+10_000)
+	s.Release(timerKey)
+	s.Failed(timerKey, t0+10_000)
 	if _, ok := s.Stale(stale, kept); ok {
 		t.Fatal("a removal decided while a failed delivery waits")
 	}
-	s.Delivering(actor, t0+15_000)
+	s.Delivering(timerKey, t0+15_000)
 	if _, ok := s.Stale(stale, kept); !ok {
 		t.Fatal("no removal once the deliveries ended")
 	}

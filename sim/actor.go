@@ -739,17 +739,17 @@ func (s *sim) joinAttempt(n *node, a abi.ActorID) {
 // the rules (Deliver).
 func (s *sim) deliver(n *node, ak string, at int64) {
 	a := s.byKey[ak]
-	if !n.core.Start(a, at) {
+	if !n.core.Start(ak, at) {
 		return // the core keeps at for when the delivery under way ends
 	}
-	at = n.core.Delivering(a, at)
+	at = n.core.Delivering(ak, at)
 	sweptAt, ok := n.swept[ak]
 	swept := ok && sweptAt == at
 	if n.busy[ak] {
 		// A request or a join holds the actor: the plugin's Take waits
 		// for it; the simulator tries the same entry time again shortly.
-		n.core.Release(a)
-		n.core.Failed(a, at)
+		n.core.Release(ak)
+		n.core.Failed(ak, at)
 		n.timer.Set(ak, s.now+500)
 		s.arm(n)
 		return

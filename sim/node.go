@@ -340,7 +340,7 @@ func (s *sim) sweep(n *node) {
 		// plugin: nodes that serve it deliver the entry, as anyone's once
 		// three margins overdue.
 		Busy: func(a abi.ActorID) bool {
-			return n.gateway || n.busy[a.String()] || n.core.InFlight(a) || n.timer.Keeps(a.String(), s.now)
+			return n.gateway || n.busy[a.String()] || n.core.InFlight(a.String()) || n.timer.Keeps(a.String(), s.now)
 		},
 		Rand: n.rng,
 	})
@@ -379,8 +379,8 @@ func (s *sim) sweep(n *node) {
 func (s *sim) removeKeptStale(n *node, d sweeper.Overdue) {
 	ak := d.Actor.String()
 	at, inTimer := n.timer.Get(ak)
-	entry, ok := n.core.Stale(d, core.Kept{Now: s.now, Busy: n.gateway || n.busy[ak], TimerAt: at, TimerHeld: inTimer})
-	if !ok || !n.core.Claim(d.Actor) {
+	entry, ok := n.core.Stale(d, core.Kept{Now: s.now, Busy: n.gateway || n.busy[ak], TimerAt: at, TimerHeld: inTimer, Key: ak})
+	if !ok || !n.core.Claim(ak) {
 		return
 	}
 	n.busy[ak] = true
@@ -465,7 +465,7 @@ func (s *sim) arm(n *node) {
 // authoritative).
 func (s *sim) setTimer(n *node, h *held) {
 	ak := h.actor.String()
-	n.core.Armed(h.actor, h.db.alarm)
+	n.core.Armed(h.actor, ak, h.db.alarm)
 	if h.db.alarm == nil {
 		n.timer.Remove(ak)
 		return
@@ -482,7 +482,7 @@ func (s *sim) setTimer(n *node, h *held) {
 func (s *sim) retryLater(n *node, a abi.ActorID, due, d int64) {
 	s.letGo(n, a)
 	if n.timer.Offer(a.String(), s.now+d, s.now) {
-		n.core.Failed(a, due)
+		n.core.Failed(a.String(), due)
 	}
 	s.arm(n)
 }
@@ -493,7 +493,7 @@ func (s *sim) retryLater(n *node, a abi.ActorID, due, d int64) {
 func (s *sim) endDelivery(n *node, a abi.ActorID) {
 	ak := a.String()
 	delete(n.busy, ak)
-	if at, again := n.core.Release(a); again {
+	if at, again := n.core.Release(ak); again {
 		if _, held := n.timer.Get(ak); !held {
 			n.timer.Offer(ak, at, s.now)
 			s.arm(n)
