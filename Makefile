@@ -111,7 +111,7 @@ lint:
 # The fuzz targets, as package:Target. Each has a seed corpus under its
 # package's testdata/fuzz/<Target>; a crash found is kept there.
 FUZZ_TARGETS := alarmindex:FuzzParseKey cluster:FuzzHoldRecord cluster:FuzzLeaseRecord cluster:FuzzSnapshotKey \
-	node:FuzzHTTPHandler node:FuzzRestoredSnapshot hostmod:FuzzHostFunctions hostmod:FuzzAlarmFunctionsOnATable
+	node:FuzzHTTPHandler node:FuzzRestoredSnapshot engine:FuzzHostFunctions hostmod:FuzzAlarmFunctionsOnATable
 FUZZTIME ?= 5m
 # fuzz runs every target for FUZZTIME (make fuzz FUZZTIME=30m).
 fuzz:
@@ -128,7 +128,7 @@ fuzz:
 # input; a count has no deadline to race.
 FUZZ_SHORT := alarmindex:FuzzParseKey:30000 cluster:FuzzHoldRecord:40000 cluster:FuzzLeaseRecord:40000 \
 	cluster:FuzzSnapshotKey:60000 node:FuzzHTTPHandler:10000 node:FuzzRestoredSnapshot:1000 \
-	hostmod:FuzzHostFunctions:6000 hostmod:FuzzAlarmFunctionsOnATable:3000
+	engine:FuzzHostFunctions:6000 hostmod:FuzzAlarmFunctionsOnATable:3000
 fuzz-short:
 	@for t in $(FUZZ_SHORT); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; target=$${rest%%:*}; n=$${rest#*:}; \
@@ -151,11 +151,11 @@ testdata:
 # failover runs, several minutes at the spec's defaults).
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweeper/
-	$(GO) test -run '^$$' -bench 'SetAlarmVsUpsert|Delivery' -benchtime 2s ./hostmod/
+	$(GO) test -run '^$$' -bench 'SetAlarmVsUpsert|Delivery' -benchtime 2s ./engine/
 	$(GO) test -run '^$$' -bench IdleLateness -benchtime 5x ./node/
 	$(GO) test -run '^$$' -bench ClusterCounter -benchtime 3s ./node/
 	$(GO) test -run '^$$' -bench SweepNoneOverdue -benchtime 200x .
-	$(GO) test -run '^$$' -bench CounterGuests -benchtime 1000x -timeout 30m ./hostmod/
+	$(GO) test -run '^$$' -bench CounterGuests -benchtime 1000x -timeout 30m ./engine/
 	$(MAKE) bench-firings
 
 # bench-firings: replicated alarm firings on one node (1, 8, 64 and 200
@@ -167,7 +167,7 @@ bench: tools
 bench-firings: tools
 	$(GO) test -run '^$$' -bench 'ReplicatedFirings|WorkAfterIdle' -benchtime 2000x -timeout 60m ./node/
 	$(GO) test -run '^$$' -bench S3Put -benchtime 2000x ./bucket/s3/
-	$(GO) test -run '^$$' -bench ReplicatedFiringStore -benchtime 20000x ./hostmod/
+	$(GO) test -run '^$$' -bench ReplicatedFiringStore -benchtime 20000x ./engine/
 
 bench-failover: tools
 	$(GO) test -run '^$$' -bench Failover -benchtime 1x -timeout 30m ./node/

@@ -1,8 +1,8 @@
 // Package alarms wires durable alarms into a wazero-based host that runs
 // actors on a cluster of nodes sharing an S3 bucket.
 //
-// The parts: the host modules and committed backoff (package hostmod), the
-// node timer and the sweep (package sweeper), and the alarm index in the
+// The parts: the host module and committed backoff (package hostmod; package
+// engine is one host built on it), the node timer and the sweep (package sweeper), and the alarm index in the
 // bucket, whose rules (package alarmindex) this package carries out. A host
 // embeds them through two small interfaces it implements:
 //
@@ -503,6 +503,10 @@ func (p *Plugin) Replicate(ctx context.Context, a Actor, kind UploadKind) error 
 	p.noteUploaded(a.ID(), named)
 	return nil
 }
+
+// SingleNode reports whether the plugin runs alone, without a bucket
+// (Config.SingleNode): then an event replicates nothing.
+func (p *Plugin) SingleNode() bool { return p.cfg.SingleNode }
 
 // BeforeUpload is Replicate for a host whose upload is not one call: it
 // PUTs and records the entry for the committed alarm and returns what to

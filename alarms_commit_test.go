@@ -14,6 +14,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/sweeper"
@@ -52,7 +53,7 @@ func TestAFiringRecordsItsEntryInTheEventsCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(exampleHost{now: now}))
+	eng, err := engine.NewEngine(ctx, engine.WithClock(exampleHost{now: now}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestAFiringRecordsItsEntryInTheEventsCommit(t *testing.T) {
 	if err := os.WriteFile(path, body, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	up, err := hostmod.OpenStore(path)
+	up, err := engine.OpenStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,8 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	}
 }
 
-// ArmEvent is Arm after an event run by package hostmod: it re-arms the
+// ArmEvent is Arm after an event of a host built on package hostmod (its
+// Event.Result, or package engine's events): it re-arms the
 // timer from the event's result when the event changed the alarm.
 func (p *Plugin) ArmEvent(id abi.ActorID, r hostmod.Result) {
 	if !r.AlarmChanged {

@@ -14,6 +14,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -27,10 +28,10 @@ func (h exampleHost) Self() string                                { return "n1" 
 func (h exampleHost) LiveNodes(context.Context) ([]string, error) { return []string{"n1"}, nil }
 func (h exampleHost) Tenants(context.Context) ([]string, error)   { return []string{"t"}, nil }
 
-// exampleActor is an actor run by hostmod, as the plugin sees it
+// exampleActor is an actor run by package engine, as the plugin sees it
 // (alarms.Actor): the host's only jobs are the upload and the alarm event.
 type exampleActor struct {
-	a        *hostmod.Actor
+	a        *engine.Actor
 	p        *alarms.Plugin
 	b        bucket.Bucket
 	uploaded bool
@@ -42,14 +43,14 @@ func (x *exampleActor) HoldValid() bool      { return true }
 func (x *exampleActor) Uploaded() bool       { return x.uploaded }
 func (x *exampleActor) BucketHadActor() bool { return x.uploaded }
 func (x *exampleActor) Read(ctx context.Context) (alarms.ActorState, error) {
-	return alarms.ReadHostmod(ctx, x.a)
+	return engine.PluginState(ctx, x.a)
 }
 func (x *exampleActor) WriteMeta(ctx context.Context, k, v string) error {
-	return alarms.WriteHostmodMeta(ctx, x.a, k, v)
+	return x.a.SetMeta(ctx, k, v)
 }
 func (x *exampleActor) Upload(ctx context.Context) error {
 	var data []byte
-	if err := x.a.Lock(func(s *hostmod.Store) (err error) { data, err = s.Snapshot(); return err }); err != nil {
+	if err := x.a.Lock(func(s *engine.Store) (err error) { data, err = s.Snapshot(); return err }); err != nil {
 		return err
 	}
 	_, err := x.b.Put(ctx, "state/"+alarms.TimerKey(x.ID()), data, bucket.Cond{})
@@ -59,7 +60,7 @@ func (x *exampleActor) Upload(ctx context.Context) error {
 func (x *exampleActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	// The event and its replication: the entry for the alarm it leaves is
 	// PUT before it commits and recorded in its own transaction.
-	return x.p.RunHostmodAlarm(ctx, x, x.a, alarms.AfterEvent)
+	return engine.RunAlarm(ctx, x.p, x, x.a, alarms.AfterEvent)
 }
 func (x *exampleActor) Release(context.Context) {}
 
@@ -76,7 +77,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(exampleHost{now: now}))
+	eng, err := engine.NewEngine(ctx, engine.WithClock(exampleHost{now: now}))
 	if err != nil {
 		panic(err)
 	}

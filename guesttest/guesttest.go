@@ -1,6 +1,6 @@
 // Package guesttest runs a compiled actor guest, in any language, in the
-// real host module (hostmod's engine, with its SQLite database and its
-// committed backoff) on a clock the test moves: send a request, advance
+// real host (package engine, on package hostmod, with its SQLite database
+// and its committed backoff) on a clock the test moves: send a request, advance
 // time and see which alarms fired with their retry counts, read the
 // committed alarm and the guest's key/value table, crash and reopen. It is
 // to a guest what net/http/httptest is to a handler.
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
@@ -50,8 +51,8 @@ func WithTime(t time.Time) Option { return func(g *Guest) { g.start = t } }
 func WithActor(id abi.ActorID) Option { return func(g *Guest) { g.id = id } }
 
 // WithEngineOptions passes options to the host module's engine (for
-// example hostmod.WithMaxAttempts); the clock is the Guest's own.
-func WithEngineOptions(opts ...hostmod.Option) Option {
+// example engine.WithMaxAttempts); the clock is the Guest's own.
+func WithEngineOptions(opts ...engine.Option) Option {
 	return func(g *Guest) { g.engOpts = append(g.engOpts, opts...) }
 }
 
@@ -72,11 +73,11 @@ type Guest struct {
 	wasm    []byte
 	id      abi.ActorID
 	path    string
-	engOpts []hostmod.Option
+	engOpts []engine.Option
 	start   time.Time
 	clock   *fakeclock.Clock
-	eng     *hostmod.Engine
-	actor   *hostmod.Actor
+	eng     *engine.Engine
+	actor   *engine.Actor
 	firings []Firing
 }
 
@@ -97,7 +98,7 @@ func New(tb T, wasm []byte, opts ...Option) *Guest {
 
 func (g *Guest) open() {
 	g.tb.Helper()
-	eng, err := hostmod.NewEngine(g.ctx, append([]hostmod.Option{hostmod.WithClock(g.clock)}, g.engOpts...)...)
+	eng, err := engine.NewEngine(g.ctx, append([]engine.Option{engine.WithClock(g.clock)}, g.engOpts...)...)
 	if err != nil {
 		g.tb.Fatalf("guesttest: %v", err)
 	}
@@ -154,7 +155,7 @@ func (g *Guest) Get(key string) ([]byte, bool) {
 	g.tb.Helper()
 	var v []byte
 	var ok bool
-	if err := g.actor.Lock(func(st *hostmod.Store) (err error) {
+	if err := g.actor.Lock(func(st *engine.Store) (err error) {
 		v, ok, err = st.KVGet([]byte(key))
 		return err
 	}); err != nil {

@@ -8,40 +8,64 @@ import (
 	"github.com/wasmkeep/alarms/alarmindex"
 )
 
-// alarmStore is what the alarm functions need of the actor's database,
-// inside the event's transaction: the engine's Store, or a Table on a
-// host's own connection.
-type alarmStore interface {
+// AlarmStore is what the alarm functions need of the actor's database,
+// inside the event's transaction (Event.Reset): Rows, as a Table has,
+// or a host's own.
+type AlarmStore interface {
 	Alarm() (atMs int64, ok bool, err error)
 	SetAlarm(atMs int64) error
 	ClearAlarm() error
 	SetFailures(n int) error
 }
 
-// deliveryStore is what a delivery needs besides: its transactions and the
-// dead letter.
-type deliveryStore interface {
-	alarmStore
+// DeliveryStore is what a delivery (RunDue) needs besides: its
+// transactions and the dead letter.
+type DeliveryStore interface {
+	AlarmStore
 	Begin() error
 	Rollback() error
 	SetDeadLetter(d DeadLetter) error
 }
 
-// retryPolicy is the committed backoff of an actor's failed runs: the
-// first retry after base, doubling up to max; after maxAttempts failed
+// RetryPolicy is the committed backoff of an actor's failed runs: the
+// first retry after Base, doubling up to Max; after MaxAttempts failed
 // runs in a row (0: no limit) the retries are given up.
-type retryPolicy struct {
-	base, max   time.Duration
-	maxAttempts int
+type RetryPolicy struct {
+	Base, Max   time.Duration
+	MaxAttempts int
 }
 
-// runDue is the delivery of a due alarm, the one both the engine's actors
-// and the hosts that own their instances (Table.DeliverAlarm) run, so the
-// backoff lives once: on-alarm runs for the alarm at (Unix ms), whose
-// committed failure count is failures, in a transaction of s, at now.
+// Due is one delivery of a due alarm, for RunDue.
+type Due struct {
+	// Actor is whose alarm it is.
+	Actor abi.ActorID
+	// Store is the actor's database; no transaction is open on it.
+	Store DeliveryStore
+	// Event is the delivery's event: RunDue starts it (Event.Reset) on
+	// Store with Failures, and Run calls the guest with it in its
+	// context (WithEvent, or Event.ContextValue).
+	Event *Event
+	// At is the alarm's time (Unix ms), Now the time of the delivery, and
+	// Failures the alarm's committed failure count.
+	At, Now  int64
+	Failures int
+	// Retry is the backoff of failed runs.
+	Retry RetryPolicy
+	// Run calls the guest's on-alarm(At, Failures) within Event. An
+	// error wrapping a *GuestError is the guest's failure; any other
+	// error is the host's, and nothing commits.
+	Run func() error
+	// Finish commits the open transaction, which leaves the alarm next
+	// and the failure count n, and returns what committed.
+	Finish func(next *int64, n int) (Result, error)
+}
+
+// RunDue is the delivery of a due alarm, the one every host runs, so that
+// the backoff lives once: Table.DeliverAlarm runs it on a host's own
+// connection and instance, and a host that keeps its actors' databases
+// and instances its own way (package engine) runs it on them. On-alarm
+// runs for the alarm at d.At in a transaction of d.Store.
 //
-// run calls the guest within ev. An error wrapping a *GuestError is the
-// guest's failure; any other error is the host's, and nothing commits.
 // On success the alarm is gone unless the handler set one, and the
 // failure count is reset. On the guest's failure its writes roll back and,
 // in a new transaction, whatever alarm the handler left due before the
@@ -49,10 +73,13 @@ type retryPolicy struct {
 // (alarmindex.AfterFailure), and the failure count grows by one; after the
 // last attempt the policy allows, the retry is given up
 // (alarmindex.AfterLastFailure) and the dead letter records the run.
-//
-// finish commits the open transaction, which leaves the alarm next and the
-// failure count n, and returns what committed.
-func runDue(id abi.ActorID, s deliveryStore, ev *event, at, now int64, failures int, pol retryPolicy,
+func RunDue(due Due) (Delivery, error) {
+	due.Event.Reset(due.Actor, due.Store, due.Failures)
+	return runDue(due.Actor, due.Store, &due.Event.ev, due.At, due.Now, due.Failures, due.Retry, due.Run, due.Finish)
+}
+
+// runDue is RunDue.
+func runDue(id abi.ActorID, s DeliveryStore, ev *event, at, now int64, failures int, pol RetryPolicy,
 	run func() error, finish func(next *int64, n int) (Result, error)) (Delivery, error) {
 	d := Delivery{Ran: true, Scheduled: at, RetryCount: failures}
 	if err := s.Begin(); err != nil {
@@ -99,9 +126,9 @@ func runDue(id abi.ActorID, s deliveryStore, ev *event, at, now int64, failures 
 	}
 	n := failures + 1
 	// The same arithmetic the simulator runs (package alarmindex is pure).
-	retryAt := now + alarmindex.RetryDelay(n, pol.base, pol.max).Milliseconds()
+	retryAt := now + alarmindex.RetryDelay(n, pol.Base, pol.Max).Milliseconds()
 	next := alarmindex.AfterFailure(left, retryAt)
-	if alarmindex.GiveUp(n, pol.maxAttempts) {
+	if alarmindex.GiveUp(n, pol.MaxAttempts) {
 		d.GaveUp = true
 		next = alarmindex.AfterLastFailure(left, retryAt)
 		if err := s.SetDeadLetter(DeadLetter{Scheduled: at, FailedAt: now, Attempts: n, Error: d.Err.Error()}); err != nil {
@@ -128,4 +155,12 @@ func runDue(id abi.ActorID, s deliveryStore, ev *event, at, now int64, failures 
 	}
 	d.Result = res
 	return d, nil
+}
+
+// sameAlarm reports whether two alarms (nil: none) are the same.
+func sameAlarm(x, y *int64) bool {
+	if x == nil || y == nil {
+		return x == y
+	}
+	return *x == *y
 }

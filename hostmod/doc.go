@@ -1,9 +1,11 @@
 // Package hostmod is the host module of wasmkeep alarms: the wasmkeep:alarm
 // functions a guest calls (set-alarm, get-alarm, clear-alarm, abi/ABI.md),
 // the actor's alarm in its own SQLite database (the _wasmkeep_alarm and
-// _wasmkeep_meta tables, committed with the guest's writes), and delivery of
+// _wasmkeep_meta tables, committed with the guest's writes), delivery of
 // on-alarm with the committed backoff (1 s doubling to 5 min, surviving
-// restarts).
+// restarts), the runtime checks and the guest configuration a host needs.
+// That is all it is: it runs no actor, opens no database and owns no
+// runtime.
 //
 // A wazero host that owns its runtime, its instances and its databases
 // uses three pieces (docs/embedding.md, "Add durable alarms to your wazero
@@ -16,9 +18,11 @@
 //   - Table.DeliverAlarm: on-alarm through the host's own instance, with
 //     the backoff. CheckRuntime and GuestConfig set up what a guest needs.
 //
-// The package also has an engine, for hosts that let it run their actors:
-// Engine compiles classes and runs each Actor's instance and database (its
-// own VFS, snapshots for replication, residency and memory budgets, and the
-// wasmkeep:actor request and data functions). Its events and deliveries go
-// through the same handlers and the same delivery code as a Table's.
+// A host that lays out its databases and runs its instances its own way
+// goes one level down, to what Table is made of: Rows (the alarm's
+// statements on any schema of a connection), Event (Reset, ContextValue:
+// one event reused per actor, carried in a context of the host's own) and
+// RunDue (the delivery and its backoff, on the host's store and instance).
+// Package engine, the actor engine the reference node runs, is one such
+// host: it is built on this package's exported API alone.
 package hostmod

@@ -18,19 +18,13 @@ type hostFunc struct {
 	paramNames   []string
 }
 
-// hostFuncs is every host function, declared once: it drives the module
-// builders (NewModuleBuilders), the import checks at load (Compile) and
+// hostFuncs is every function of wasmkeep:alarm, declared once: it drives
+// the module builder (NewAlarmModuleBuilder), AlarmFunctions and
 // Functions; a test holds it to the signatures in abi/ABI.md.
 var hostFuncs = []hostFunc{
 	{abi.AlarmModule, abi.FuncSetAlarm, setAlarm, []api.ValueType{i64}, []string{"at_ms"}},
 	{abi.AlarmModule, abi.FuncGetAlarm, getAlarm, []api.ValueType{i32}, []string{"out_ptr"}},
 	{abi.AlarmModule, abi.FuncClearAlarm, clearAlarm, nil, nil},
-	{abi.ActorModule, abi.FuncRequestRead, requestRead, []api.ValueType{i32, i32}, []string{"buf", "buf_len"}},
-	{abi.ActorModule, abi.FuncResponseWrite, responseWrite, []api.ValueType{i32, i32}, []string{"buf", "len"}},
-	{abi.ActorModule, abi.FuncKVGet, kvGet, []api.ValueType{i32, i32, i32, i32, i32}, []string{"key", "key_len", "buf", "buf_len", "out_len_ptr"}},
-	{abi.ActorModule, abi.FuncKVPut, kvPut, []api.ValueType{i32, i32, i32, i32}, []string{"key", "key_len", "val", "val_len"}},
-	{abi.ActorModule, abi.FuncKVDelete, kvDelete, []api.ValueType{i32, i32}, []string{"key", "key_len"}},
-	{abi.ActorModule, abi.FuncActorID, actorID, []api.ValueType{i32, i32, i32}, []string{"buf", "buf_len", "out_len_ptr"}},
 }
 
 // Function describes one host function of the ABI. Every one returns a
@@ -41,9 +35,9 @@ type Function struct {
 	ParamNames   []string
 }
 
-// Functions returns the signature of every host function the modules
-// provide, in the order ABI.md lists them: for tools, and for test hosts
-// that must offer the same imports.
+// Functions returns the signature of every function of wasmkeep:alarm, in
+// the order ABI.md lists them: for tools, for a host's import checks, and
+// for test hosts that must offer the same imports.
 func Functions() []Function {
 	out := make([]Function, len(hostFuncs))
 	for i, f := range hostFuncs {
@@ -51,14 +45,4 @@ func Functions() []Function {
 			Params: append([]api.ValueType(nil), f.params...), ParamNames: append([]string(nil), f.paramNames...)}
 	}
 	return out
-}
-
-// lookupFunc returns the host function module.name, if there is one.
-func lookupFunc(module, name string) (hostFunc, bool) {
-	for _, f := range hostFuncs {
-		if f.module == module && f.name == name {
-			return f, true
-		}
-	}
-	return hostFunc{}, false
 }

@@ -16,17 +16,11 @@ import (
 )
 
 // ErrRuntimeNeverStopsGuests is wrapped by the error of CheckRuntime (and
-// of NewEngine with WithRuntime) for a runtime that does not close a module
+// InstantiateAlarms) for a runtime that does not close a module
 // when the context of its call is done: in it, no deadline can stop a guest
 // that loops, and such a guest holds its actor, and the garbage collector,
 // for ever.
 var ErrRuntimeNeverStopsGuests = errors.New("the runtime does not close modules when their context is done: create it with wazero.NewRuntimeConfig().WithCloseOnContextDone(true)")
-
-// ErrForeignModule is wrapped by the error of NewEngine with WithRuntime
-// when the runtime already has a module named wasmkeep:alarm or
-// wasmkeep:actor that this package did not instantiate: its functions
-// would answer the guests instead of the engine's.
-var ErrForeignModule = errors.New("a module of that name, not instantiated by this package, is already in the runtime")
 
 // probeWasm is a module that exports one function, "f", which does nothing.
 var probeWasm = []byte{
@@ -42,7 +36,7 @@ var probeWasm = []byte{
 // runtime created with wazero.RuntimeConfig.WithCloseOnContextDone(true)
 // refuses, and any other runs. An error wraps ErrRuntimeNeverStopsGuests,
 // or says why the probe could not run. A host that runs guests in its own
-// runtime (Table.DeliverAlarm, or NewEngine with WithRuntime) calls it
+// runtime (Table.DeliverAlarm, or an engine given the runtime) calls it
 // once, after creating the runtime.
 func CheckRuntime(ctx context.Context, r wazero.Runtime) error {
 	c, err := r.CompileModule(ctx, probeWasm)
@@ -63,20 +57,23 @@ func CheckRuntime(ctx context.Context, r wazero.Runtime) error {
 	return nil
 }
 
-// ourCode is the code of every Go function of the plugin's host modules
-// (goFunc's closure): a module under the plugin's name whose ABI functions
+// ourCode is the code of every Go function of the plugin's alarm module
+// (goFunc's closure): a module under the plugin's name whose functions
 // have other code was made by someone else.
 var ourCode = reflect.ValueOf(goFunc(nil)).Pointer()
 
-// isOurs reports whether every function of the ABI that m, named after one
-// of the plugin's modules, exports is the plugin's own (a host may add
-// functions of its own to the builders, NewModuleBuilders).
-func isOurs(m api.Module) bool {
+// IsAlarmModule reports whether m is a wasmkeep:alarm module this package
+// built (NewAlarmModuleBuilder, InstantiateAlarms): named so, and every
+// function of Functions it exports is the plugin's own (a host may add
+// functions of its own to the builder). A host that finds a module of
+// that name in a runtime it was given refuses one that is not: its
+// functions would answer the guests instead of the plugin's.
+func IsAlarmModule(m api.Module) bool {
+	if m == nil || m.Name() != abi.AlarmModule {
+		return false
+	}
 	defs := m.ExportedFunctionDefinitions()
 	for _, f := range hostFuncs {
-		if f.module != m.Name() {
-			continue
-		}
 		d := defs[f.name]
 		if d == nil {
 			return false
@@ -89,19 +86,9 @@ func isOurs(m api.Module) bool {
 	return true
 }
 
-// checkForeign fails if r has a module under one of the plugin's names
-// that this package did not instantiate.
-func checkForeign(r wazero.Runtime) error {
-	for _, name := range []string{abi.AlarmModule, abi.ActorModule} {
-		if m := r.Module(name); m != nil && !isOurs(m) {
-			return fmt.Errorf("hostmod: module %q: %w; leave the name to NewEngine, or register the alarm functions in a module of your own (AlarmFunctions) and run your own instances (Table)", name, ErrForeignModule)
-		}
-	}
-	return nil
-}
-
-// GuestConfig returns the configuration of a guest instance as the
-// engine makes it, for a host that instantiates guests itself: base (nil:
+// GuestConfig returns the configuration of a guest instance, for a host
+// that instantiates guests itself (package engine makes its instances
+// with it): base (nil:
 // a new one with crypto/rand as its random source and the system's
 // monotonic clock) with no name, so that many instances of one class can
 // live in a runtime, _initialize as its start function, and its wall clock
@@ -125,9 +112,8 @@ func GuestConfig(base wazero.ModuleConfig, clock Clock) wazero.ModuleConfig {
 		}, sys.ClockResolution(time.Millisecond))
 }
 
-// defaultModuleConfig is an instance's configuration without
-// WithModuleConfig (stdout and stderr aside): crypto/rand and the system's
-// monotonic clock.
+// defaultModuleConfig is an instance's configuration when the host gives
+// none: crypto/rand and the system's monotonic clock.
 func defaultModuleConfig() wazero.ModuleConfig {
 	return wazero.NewModuleConfig().WithRandSource(rand.Reader).WithSysNanotime()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
@@ -33,31 +32,23 @@ import (
 // Table is used by one goroutine at a time: the host runs one event at a
 // time per actor.
 type Table struct {
-	s Store
+	conn *sqlite3.Conn
+	r    *Rows
 }
 
-// tableSQL are the statements of a Table: those of a Store, on the
+// tableSQL are the statements of a Table: the alarm's tables in the
 // connection's main database; its transactions are BEGIN IMMEDIATE, since
 // other connections may share the host's database file.
-var tableSQL = func() (out [nStmts]string) {
-	for i, q := range stmtSQL {
-		out[i] = strings.ReplaceAll(q, storeSchema+"._wasmkeep_", "main._wasmkeep_")
-	}
-	out[stBegin] = `BEGIN IMMEDIATE`
-	return out
-}()
-
-// tableSchema creates a Table's tables.
-var tableSchema = strings.ReplaceAll(alarmSchema, "CREATE TABLE IF NOT EXISTS ", "CREATE TABLE IF NOT EXISTS main.")
+var tableSQL = NewRowsSQL(RowsConfig{Schema: "main"})
 
 // NewTable returns the alarm table of the actor whose database conn is,
 // creating its tables if they are not there. With a transaction open on
 // conn they are created on first use instead, inside it: then, should it
 // roll back, so does their creation, and the next use creates them again.
 func NewTable(conn *sqlite3.Conn) (*Table, error) {
-	t := &Table{s: Store{conn: conn, sql: &tableSQL, create: tableSchema}}
+	t := &Table{conn: conn, r: NewRows(conn, tableSQL)}
 	if conn.GetAutocommit() {
-		if err := conn.Exec(tableSchema); err != nil {
+		if err := conn.Exec(tableSQL.create); err != nil {
 			return nil, fmt.Errorf("hostmod: create the alarm's tables: %w", err)
 		}
 	}
@@ -70,21 +61,14 @@ func (t *Table) Close() error {
 	if t == nil {
 		return nil
 	}
-	var errs []error
-	for i, st := range t.s.stmts {
-		if st != nil {
-			errs = append(errs, st.Close())
-			t.s.stmts[i] = nil
-		}
-	}
-	return errors.Join(errs...)
+	return t.r.Close()
 }
 
 // State reads the committed alarm, its failure count and the meta rows an
 // index updater reads (MetaAlarmIndexed, MetaInitDone), in the caller's
 // transaction if one is open.
 func (t *Table) State() (State, error) {
-	cs, err := t.s.State()
+	cs, err := t.r.State()
 	if err != nil {
 		return State{}, err
 	}
@@ -93,16 +77,16 @@ func (t *Table) State() (State, error) {
 }
 
 // Meta reads one meta row (MetaAlarmIndexed and the like).
-func (t *Table) Meta(key string) (value string, ok bool, err error) { return t.s.Meta(key) }
+func (t *Table) Meta(key string) (value string, ok bool, err error) { return t.r.Meta(key) }
 
 // SetMeta writes one meta row, in the caller's transaction if one is open
 // (otherwise the write commits by itself). An index updater records the
 // entry that stands for the alarm with it (alarms.Actor.WriteMeta).
-func (t *Table) SetMeta(key, value string) error { return t.s.SetMeta(key, value) }
+func (t *Table) SetMeta(key, value string) error { return t.r.SetMeta(key, value) }
 
 // DeadLetter reads the dead letter of the last alarm whose retries were
 // given up (DeliverOptions.MaxAttempts).
-func (t *Table) DeadLetter() (d DeadLetter, ok bool, err error) { return t.s.DeadLetter() }
+func (t *Table) DeadLetter() (d DeadLetter, ok bool, err error) { return t.r.DeadLetter() }
 
 // ErrNoTransaction is wrapped by Event.Err for an event started on a
 // connection with no transaction open: the alarm the guest sets must commit with the
@@ -131,19 +115,67 @@ type Event struct {
 func (t *Table) NewEvent(id abi.ActorID) *Event {
 	// The failure count is not read: set-alarm and clear-alarm reset it
 	// with one write whatever it was.
-	ev := &Event{ev: event{alarms: &t.s, failures: -1}, call: call{actor: id}}
-	ev.call.ev = &ev.ev
+	ev := &Event{}
+	ev.Reset(id, t.r, -1)
 	if err := id.Validate(); err != nil {
 		ev.ev.alarms, ev.ev.storageErr = nil, err
-	} else if t.s.conn.GetAutocommit() {
+	} else if t.conn.GetAutocommit() {
 		ev.ev.alarms, ev.ev.storageErr = nil, ErrNoTransaction
 	}
 	return ev
 }
 
+// Reset makes ev a new event of actor id whose alarm is s, inside the
+// transaction the host opened on it, with the committed failure count
+// failures (-1 when unknown: set-alarm and clear-alarm then reset it with
+// a write whatever it was). With a nil s the alarm functions answer EPERM
+// and write nothing, as outside an event (the guest's _initialize). It is
+// for a host that keeps one Event per actor and reuses it from event to
+// event, so that an event allocates nothing (NewEvent makes one on a
+// Table's connection); such a host puts it in its calls' context with
+// WithEvent, or with ContextValue.
+func (ev *Event) Reset(id abi.ActorID, s AlarmStore, failures int) {
+	*ev = Event{ev: event{alarms: s, failures: failures}, call: call{actor: id}}
+	ev.call.ev = &ev.ev
+}
+
 // WithEvent returns ctx carrying ev, for the calls into the guest in the
 // event: the alarm functions find their actor and transaction there.
 func WithEvent(ctx context.Context, ev *Event) context.Context { return withCall(ctx, &ev.call) }
+
+// ContextValue is the value the context of a call in ev holds for key,
+// and ok is true when key is the alarm functions' own: for a host whose
+// calls carry ev in a context.Context type of its own, made once and
+// reused from call to call (package engine's), whose Value method asks
+// ContextValue first and answers v when ok. WithEvent is the same for a
+// context.Context of the standard library.
+func (ev *Event) ContextValue(key any) (v any, ok bool) {
+	if _, ok := key.(ctxKey); ok {
+		return &ev.call, true
+	}
+	return nil, false
+}
+
+// Failures is the alarm's failure count in the event's transaction: what
+// Reset gave, or 0 once set-alarm or clear-alarm reset it.
+func (ev *Event) Failures() int { return ev.ev.failures }
+
+// Left reports what the guest did to the alarm in the event as the
+// alarm functions keep it: touched is true once set-alarm or clear-alarm
+// succeeded, and then at is the alarm the event leaves (nil for a
+// clear). The value at points to is the event's: the host may keep the
+// pointer as its committed alarm, and must not write through it.
+func (ev *Event) Left() (at *int64, touched bool) { return ev.ev.alarm, ev.ev.alarmTouched }
+
+// DatabaseErr is the database error an alarm function met in the event
+// (the guest saw EIO), as the database returned it; nil if none. Err
+// wraps it, naming the actor.
+func (ev *Event) DatabaseErr() error {
+	if ev.ev.alarms == nil {
+		return nil // the event never started (Err says why)
+	}
+	return ev.ev.storageErr
+}
 
 // Alarm reports what the guest did to the alarm in the event: touched is
 // true once set-alarm or clear-alarm succeeded, and then at and set are
@@ -222,7 +254,7 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 	if err := id.Validate(); err != nil {
 		return Delivery{}, err
 	}
-	if !t.s.conn.GetAutocommit() {
+	if !t.conn.GetAutocommit() {
 		return Delivery{}, &abi.ActorError{ID: id, Op: "deliver", Err: ErrInTransaction}
 	}
 	if o.Clock == nil {
@@ -246,8 +278,7 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 		return Delivery{Result: Result{Alarm: st.Alarm, HasAlarm: st.HasAlarm, Failures: st.Failures}}, nil
 	}
 	at, failures := st.Alarm, st.Failures
-	ev := &Event{ev: event{alarms: &t.s, failures: failures}, call: call{actor: id}}
-	ev.call.ev = &ev.ev
+	ev := &Event{}
 	run := func() error {
 		cctx, cancel := context.WithTimeout(WithEvent(ctx, ev), o.Deadline)
 		defer cancel()
@@ -273,7 +304,7 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 	}
 	before := &at
 	finish := func(next *int64, n int) (Result, error) {
-		if err := t.s.Commit(); err != nil {
+		if err := t.r.Commit(); err != nil {
 			return Result{}, &abi.ActorError{ID: id, Op: "commit", Err: err}
 		}
 		res := Result{Failures: n, AlarmChanged: !sameAlarm(before, next)}
@@ -282,8 +313,8 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 		}
 		return res, nil
 	}
-	pol := retryPolicy{base: o.RetryBase, max: o.RetryMax, maxAttempts: o.MaxAttempts}
-	return runDue(id, &t.s, &ev.ev, at, now, failures, pol, run, finish)
+	return RunDue(Due{Actor: id, Store: t.r, Event: ev, At: at, Now: now, Failures: failures,
+		Retry: RetryPolicy{Base: o.RetryBase, Max: o.RetryMax, MaxAttempts: o.MaxAttempts}, Run: run, Finish: finish})
 }
 
 // HostFunction is one host function of the ABI with its handler, for a
@@ -328,8 +359,7 @@ func InstantiateAlarms(ctx context.Context, r wazero.Runtime) error {
 	if err := CheckRuntime(ctx, r); err != nil {
 		return err
 	}
-	alarm, _ := NewModuleBuilders(r)
-	if _, err := alarm.Instantiate(ctx); err != nil {
+	if _, err := NewAlarmModuleBuilder(r).Instantiate(ctx); err != nil {
 		return fmt.Errorf("hostmod: instantiate %s: %w", abi.AlarmModule, err)
 	}
 	return nil

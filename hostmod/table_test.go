@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,26 @@ import (
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
+
+const t0 = 1_800_000_000_000 // a fixed "now" in Unix ms
+
+// clock is a settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(ms int64) {
+	c.mu.Lock()
+	c.now = time.UnixMilli(ms)
+	c.mu.Unlock()
+}
 
 // ownHost is a host that owns everything: its runtime, with a
 // wasmkeep:alarm module of its own built from hostmod.AlarmFunctions, one
@@ -329,49 +350,34 @@ func TestDeliveryCancelledByTheHostCommitsNothing(t *testing.T) {
 	}
 }
 
-// The engine refuses a runtime that cannot stop a guest at its deadline,
-// and a runtime with modules under its names that it did not make; a
-// runtime whose alarm modules came from the package's own builders, with
-// functions of the host's added, is accepted.
-func TestWithRuntimeRefusesTheTwoHazards(t *testing.T) {
+// IsAlarmModule tells the package's own wasmkeep:alarm module, functions
+// of the host's added or not, from a foreign module under its name, which
+// a host given a runtime refuses.
+func TestIsAlarmModule(t *testing.T) {
 	ctx := context.Background()
-	r := wazero.NewRuntime(ctx)
-	defer r.Close(ctx)
-	if err := hostmod.CheckRuntime(ctx, r); !errors.Is(err, hostmod.ErrRuntimeNeverStopsGuests) {
-		t.Fatalf("CheckRuntime on a runtime without WithCloseOnContextDone: %v", err)
-	}
-	if _, err := hostmod.NewEngine(ctx, hostmod.WithRuntime(r)); !errors.Is(err, hostmod.ErrRuntimeNeverStopsGuests) ||
-		!strings.Contains(err.Error(), "WithCloseOnContextDone(true)") {
-		t.Fatalf("NewEngine with that runtime: %v", err)
-	}
-
 	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true)
 	foreign := wazero.NewRuntimeWithConfig(ctx, cfg)
 	defer foreign.Close(ctx)
-	if _, err := foreign.NewHostModuleBuilder(abi.AlarmModule).NewFunctionBuilder().
-		WithFunc(func(int64) int32 { return 0 }).Export(abi.FuncSetAlarm).Instantiate(ctx); err != nil {
+	m, err := foreign.NewHostModuleBuilder(abi.AlarmModule).NewFunctionBuilder().
+		WithFunc(func(int64) int32 { return 0 }).Export(abi.FuncSetAlarm).Instantiate(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hostmod.NewEngine(ctx, hostmod.WithRuntime(foreign)); !errors.Is(err, hostmod.ErrForeignModule) ||
-		!strings.Contains(err.Error(), abi.AlarmModule) {
-		t.Fatalf("NewEngine with a foreign %s module: %v", abi.AlarmModule, err)
+	if hostmod.IsAlarmModule(m) {
+		t.Fatal("a foreign wasmkeep:alarm module was taken for the package's own")
 	}
 
 	own := wazero.NewRuntimeWithConfig(ctx, cfg)
 	defer own.Close(ctx)
-	alarm, actor := hostmod.NewModuleBuilders(own)
+	alarm := hostmod.NewAlarmModuleBuilder(own)
 	alarm.NewFunctionBuilder().WithFunc(func() int32 { return 7 }).Export("host-extra")
-	if _, err := alarm.Instantiate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := actor.Instantiate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := hostmod.NewEngine(ctx, hostmod.WithRuntime(own))
+	m, err = alarm.Instantiate(ctx)
 	if err != nil {
-		t.Fatalf("NewEngine with the package's own modules and a function of the host's: %v", err)
+		t.Fatal(err)
 	}
-	eng.Close(ctx)
+	if !hostmod.IsAlarmModule(m) {
+		t.Fatal("the package's own module, with a function of the host's added, was not recognised")
+	}
 }
 
 // A guest instantiated by a host with GuestConfig sees real time: the Go

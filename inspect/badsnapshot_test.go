@@ -9,12 +9,12 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	clusterpkg "github.com/wasmkeep/alarms/cluster"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/inspect"
 )
 
 // An actor whose latest snapshot is not a database the host wrote reads
-// as hostmod.ErrBadSnapshot, naming the actor and the snapshot, which a
+// as engine.ErrBadSnapshot, naming the actor and the snapshot, which a
 // retry cannot mend (a node answers 500 for it, not 503), while an actor
 // whose snapshot is good reads as before.
 func TestAnActorWhoseSnapshotIsNotADatabase(t *testing.T) {
@@ -29,8 +29,8 @@ func TestAnActorWhoseSnapshotIsNotADatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := inspect.New(b, prefix)
-		if _, err := c.Actor(ctx, bad); !errors.Is(err, hostmod.ErrBadSnapshot) || !strings.Contains(err.Error(), "actor t/oneshot/bad") || !strings.Contains(err.Error(), key) {
-			t.Fatalf("Actor of a snapshot that is not a database: %v; want hostmod.ErrBadSnapshot naming the actor and %s", err, key)
+		if _, err := c.Actor(ctx, bad); !errors.Is(err, engine.ErrBadSnapshot) || !strings.Contains(err.Error(), "actor t/oneshot/bad") || !strings.Contains(err.Error(), key) {
+			t.Fatalf("Actor of a snapshot that is not a database: %v; want engine.ErrBadSnapshot naming the actor and %s", err, key)
 		}
 		if info, err := c.Actor(ctx, good); err != nil || info.AlarmMs == nil || *info.AlarmMs != 1_900_000_000_000 {
 			t.Fatalf("Actor of a good snapshot: %+v, %v", info, err)

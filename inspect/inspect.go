@@ -25,6 +25,7 @@ import (
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -247,20 +248,20 @@ func (c *Cluster) readState(ctx context.Context, id abi.ActorID, snap cluster.Sn
 	}
 	defer os.RemoveAll(dir)
 	p := filepath.Join(dir, "actor.db")
-	if err := hostmod.WriteSnapshot(p, data); err != nil {
+	if err := engine.WriteSnapshot(p, data); err != nil {
 		return state{}, fmt.Errorf("actor %s: snapshot %s: %w", id, snap.Key, err)
 	}
 	// A snapshot that cannot be opened or read is, most likely, not a
 	// database the host wrote: CheckSnapshot says so (an error wrapping
-	// hostmod.ErrBadSnapshot, which retrying cannot mend) or else lets the
+	// engine.ErrBadSnapshot, which retrying cannot mend) or else lets the
 	// error stand.
 	fail := func(err error) (state, error) {
-		if cerr := hostmod.CheckSnapshot(filepath.Join(dir, "check.db"), data); errors.Is(cerr, hostmod.ErrBadSnapshot) {
+		if cerr := engine.CheckSnapshot(filepath.Join(dir, "check.db"), data); errors.Is(cerr, engine.ErrBadSnapshot) {
 			err = cerr
 		}
 		return state{}, fmt.Errorf("actor %s: snapshot %s: %w", id, snap.Key, err)
 	}
-	st, err := hostmod.OpenStore(p)
+	st, err := engine.OpenStore(p)
 	if err != nil {
 		return fail(err)
 	}

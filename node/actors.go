@@ -18,6 +18,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -107,7 +108,7 @@ type entry struct {
 	id abi.ActorID
 	mu sync.Mutex
 
-	a    *hostmod.Actor
+	a    *engine.Actor
 	hold cluster.Hold
 	held bool
 
@@ -281,23 +282,23 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 	// anything local is touched: the actor is given up, the bucket keeps
 	// the snapshot for someone to look at.
 	if len(data) > 0 {
-		if err := hostmod.CheckSnapshot(p+".check", data); err != nil {
+		if err := engine.CheckSnapshot(p+".check", data); err != nil {
 			return &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
 		}
 	}
 	if _, err := os.Stat(p); err == nil {
-		if err := hostmod.MoveDatabase(p, p+".replaced"); err != nil {
+		if err := engine.MoveDatabase(p, p+".replaced"); err != nil {
 			return &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
 		}
-		_ = hostmod.RemoveDatabase(p)
+		_ = engine.RemoveDatabase(p)
 		n.log.Warn("local database differs from the bucket's newest state; set aside", "actor", e.id.String(), "as", p+".replaced", "snapshot", latest.Key)
 	}
 	if len(data) == 0 { // a tombstone: the actor was deleted
-		if err := hostmod.RemoveDatabase(p); err != nil {
+		if err := engine.RemoveDatabase(p); err != nil {
 			return &abi.ActorError{ID: e.id, Err: err}
 		}
 	} else {
-		if err := hostmod.WriteSnapshot(p, data); err != nil {
+		if err := engine.WriteSnapshot(p, data); err != nil {
 			return &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 		}
 	}
@@ -661,7 +662,7 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 		}
 		e.dirty = false
 	}
-	if err := hostmod.RemoveDatabase(p); err != nil {
+	if err := engine.RemoveDatabase(p); err != nil {
 		return &abi.ActorError{ID: id, Op: "delete", Err: err}
 	}
 	if e.held {
@@ -842,7 +843,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 // first snapshot would create the actor in the bucket, empty, which the
 // rules avoid (docs/design.md#bucket-empty).
 func hasState(p string) (bool, error) {
-	st, err := hostmod.OpenStore(p)
+	st, err := engine.OpenStore(p)
 	if err != nil {
 		return false, err
 	}
@@ -1014,14 +1015,14 @@ func (c *nodeActor) Read(ctx context.Context) (alarms.ActorState, error) {
 	if c.e.a == nil {
 		return alarms.ActorState{}, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
-	return alarms.ReadHostmod(ctx, c.e.a)
+	return engine.PluginState(ctx, c.e.a)
 }
 
 func (c *nodeActor) WriteMeta(ctx context.Context, key, value string) error {
 	if c.e.a == nil {
 		return &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
-	return alarms.WriteHostmodMeta(ctx, c.e.a, key, value)
+	return c.e.a.SetMeta(ctx, key, value)
 }
 
 // snapshotBufs are buffers for snapshots on their way to the bucket, each
@@ -1060,7 +1061,7 @@ func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	if err != nil {
 		return hostmod.Delivery{}, err
 	}
-	d, err := n.plugin.RunHostmodAlarm(ctx, c, e.a, kind)
+	d, err := engine.RunAlarm(ctx, n.plugin, c, e.a, kind)
 	if err != nil {
 		return d, err
 	}

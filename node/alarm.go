@@ -7,13 +7,14 @@ import (
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
 // An operator's control of one alarm: set it at a time, clear it, or fire
 // it now. Each is an ordinary event on the actor, run by its holder (a
 // *cluster.HeldElsewhereError names another node that holds it): committed
-// in the actor's database without calling the guest (hostmod.Actor.SetAlarm),
+// in the actor's database without calling the guest (engine.Actor.SetAlarm),
 // then, in a cluster, indexed and replicated before the call returns, by
 // the same rules as a guest's set-alarm (alarms.Plugin.RunHostmodSetAlarm:
 // the entry PUT and recorded in the event's own commit, the upload, the
@@ -26,8 +27,8 @@ var ErrAlarmMoved = errors.New("the committed alarm is not the one named")
 
 // SetAlarm sets the actor's alarm to atMs (Unix ms, 0..abi.MaxAlarmMillis)
 // from outside, without calling the guest, and returns what committed.
-// The actor must exist (hostmod.ErrNotInitialised otherwise: a request
-// creates it) and its class must have on-alarm (hostmod.ErrNoExport).
+// The actor must exist (engine.ErrNotInitialised otherwise: a request
+// creates it) and its class must have on-alarm (engine.ErrNoExport).
 func (n *Node) SetAlarm(ctx context.Context, id abi.ActorID, atMs int64) (hostmod.Result, error) {
 	var res hostmod.Result
 	err := n.withActor(ctx, id, "set alarm", func(e *entry) error {
@@ -136,7 +137,7 @@ func (n *Node) hostAlarm(ctx context.Context, e *entry, at *int64, arm bool) (ho
 			n.giveUp(ctx, e, err)
 			return hostmod.Result{}, err
 		}
-		res, err = n.plugin.RunHostmodSetAlarm(ctx, &nodeActor{n: n, e: e}, e.a, at, kind)
+		res, err = engine.RunSetAlarm(ctx, n.plugin, &nodeActor{n: n, e: e}, e.a, at, kind)
 		if err != nil && !refusedAlarm(err) {
 			n.giveUp(ctx, e, err)
 		}
@@ -157,8 +158,8 @@ func (n *Node) hostAlarm(ctx context.Context, e *entry, at *int64, arm bool) (ho
 	return res, nil
 }
 
-// refusedAlarm reports an error of hostmod.Actor.SetAlarm that committed
+// refusedAlarm reports an error of engine.Actor.SetAlarm that committed
 // nothing because the change was refused before its event began.
 func refusedAlarm(err error) bool {
-	return errors.Is(err, hostmod.ErrNotInitialised) || errors.Is(err, hostmod.ErrAlarmOutOfRange) || errors.Is(err, hostmod.ErrNoExport)
+	return errors.Is(err, engine.ErrNotInitialised) || errors.Is(err, engine.ErrAlarmOutOfRange) || errors.Is(err, engine.ErrNoExport)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -103,7 +103,7 @@ func (t *timedBucket) report(b *testing.B, events int) {
 // made (puts/event, deletes/event, ...) and their mean latency inside the
 // node (node-put-us, ...); other-reqs/event counts lease renewals and hold
 // reads in the same time. The exec-durable case also times each part alone,
-// in the same run: the guest and SQLite (hostmod.Actor.Request on an actor
+// in the same run: the guest and SQLite (engine.Actor.Request on an actor
 // of its own: guest-sqlite-us), Store.Snapshot (snapshot-us, of
 // snapshot-bytes), and a conditional PUT of a body that size (put-us).
 // event-us is the mean exec-durable event; rest-us what is left of it after
@@ -199,7 +199,7 @@ func benchEvents(b *testing.B, n *node.Node, tb *timedBucket, kind node.EventKin
 // their own: the guest and SQLite, the snapshot, and the PUT. It returns the
 // mean time of the first two.
 func timeParts(b *testing.B, ctx context.Context, wasm []byte, bk bucket.Bucket) (guest, snapshot time.Duration) {
-	eng, err := hostmod.NewEngine(ctx)
+	eng, err := engine.NewEngine(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func timeParts(b *testing.B, ctx context.Context, wasm []byte, bk bucket.Bucket)
 	var snap []byte
 	start = time.Now()
 	for i := 0; i < b.N; i++ {
-		if err := a.Lock(func(st *hostmod.Store) error {
+		if err := a.Lock(func(st *engine.Store) error {
 			var err error
 			snap, err = st.Snapshot()
 			return err

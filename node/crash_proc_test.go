@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -73,7 +73,7 @@ func (l *lockedBuilder) Write(p []byte) (int, error) {
 // closes without a checkpoint, its commits left in its WAL) and is killed
 // with SIGKILL in the middle. The database is then the only copy: every
 // alarm whose event was acknowledged is what the start-up scan reads from
-// the files (hostmod.ReadAlarm, as the scan does) and what the restarted
+// the files (engine.ReadAlarm, as the scan does) and what the restarted
 // node answers, unless a later event that the kill cut short committed.
 func TestASingleNodeKilledWhileEvictingKeepsEveryCommittedAlarm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -168,7 +168,7 @@ func TestASingleNodeKilledWhileEvictingKeepsEveryCommittedAlarm(t *testing.T) {
 	// What the start-up scan reads, from the files the kill left.
 	bad := 0
 	for id := range acked {
-		at, set, err := hostmod.ReadAlarm(node.Path(data, id))
+		at, set, err := engine.ReadAlarm(node.Path(data, id))
 		if err != nil || !ok(id, at, set) {
 			bad++
 			if bad <= 5 {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 // SetTestHook makes f run at the start of each event and inside open (see
@@ -27,8 +27,8 @@ func (n *Node) BeginOnOpenActor(id abi.ActorID) (rollback func(), err error) {
 		return nil, fmt.Errorf("actor %s is not open", id)
 	}
 	a := e.a
-	if err := a.Lock(func(s *hostmod.Store) error { return s.Begin() }); err != nil {
+	if err := a.Lock(func(s *engine.Store) error { return s.Begin() }); err != nil {
 		return nil, err
 	}
-	return func() { _ = a.Lock(func(s *hostmod.Store) error { return s.Rollback() }) }, nil
+	return func() { _ = a.Lock(func(s *engine.Store) error { return s.Rollback() }) }, nil
 }

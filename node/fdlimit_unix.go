@@ -8,7 +8,7 @@ import (
 )
 
 // fdsPerDatabase is what one open actor database holds: the database and
-// its WAL (its WAL index is in memory: hostmod.OpenStore).
+// its WAL (its WAL index is in memory: engine.OpenStore).
 const fdsPerDatabase = 2
 
 // fdReserve is kept for everything else: listeners, connections to the

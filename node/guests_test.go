@@ -9,7 +9,7 @@ import (
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -183,7 +183,7 @@ func awaitDelivery(t *testing.T, n *node.Node, id abi.ActorID, deliveries <-chan
 // setCounter writes a counter straight into a closed actor's database.
 func setCounter(t *testing.T, path, key, value string) {
 	t.Helper()
-	st, err := hostmod.OpenStore(path)
+	st, err := engine.OpenStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}

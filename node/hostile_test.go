@@ -15,6 +15,7 @@ import (
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -66,9 +67,9 @@ func TestALoopingGuestAffectsOnlyItself(t *testing.T) {
 		"oneshot": testguest.Fixture(t, "oneshot_alarm"),
 	}, node.Config{
 		Clock: clock,
-		EngineOptions: []hostmod.Option{
-			hostmod.WithAlarmDeadline(300 * time.Millisecond), hostmod.WithEventDeadline(300 * time.Millisecond),
-			hostmod.WithBackoff(time.Second, time.Minute)},
+		EngineOptions: []engine.Option{
+			engine.WithAlarmDeadline(300 * time.Millisecond), engine.WithEventDeadline(300 * time.Millisecond),
+			engine.WithBackoff(time.Second, time.Minute)},
 		OnDelivery: func(ev node.DeliveryEvent) { deliveries <- ev },
 	})
 	defer n.Close(ctx)
@@ -134,8 +135,8 @@ func TestTheMemoryBudgetOverHTTP(t *testing.T) {
 	n := newNode(t, t.TempDir(), map[string][]byte{
 		"hostile": testguest.Fixture(t, "hostile"),
 		"grow":    testguest.Fixture(t, "grow_pages"),
-	}, node.Config{EngineOptions: []hostmod.Option{
-		hostmod.WithMaxTotalMemory(2 << 20), hostmod.WithEventDeadline(5 * time.Second)}})
+	}, node.Config{EngineOptions: []engine.Option{
+		engine.WithMaxTotalMemory(2 << 20), engine.WithEventDeadline(5 * time.Second)}})
 	defer n.Close(ctx)
 	srv := httptest.NewServer(n.Handler())
 	defer srv.Close()

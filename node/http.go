@@ -17,6 +17,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -70,7 +71,7 @@ import (
 //   - 500 the event panicked in the host (a bug: recovered, logged with the
 //     actor, which is given up and taken afresh by its next event), or the
 //     actor's newest snapshot in the bucket is not a database this host
-//     wrote (hostmod.ErrBadSnapshot: the actor is not taken, nothing is
+//     wrote (engine.ErrBadSnapshot: the actor is not taken, nothing is
 //     overwritten, and retrying cannot help until someone repairs it);
 //   - 507 the node's data directory is full (the event committed nothing;
 //     no Retry-After: it clears when someone frees space);
@@ -79,7 +80,7 @@ import (
 //     lease lapsed, an upload failed (after an exec-durable event, whose
 //     outcome is then unknown), the guest needed memory while the node's
 //     budget for all instances was held by busy instances
-//     (hostmod.ErrMemoryBudget). Before a 503 for an actor it cannot
+//     (engine.ErrMemoryBudget). Before a 503 for an actor it cannot
 //     reach, or while its own lease is being renewed, the node waits for
 //     the failover inside the request (ClusterConfig.FailoverWait). The
 //     Retry-After of a failover's 503 (lease_not_valid, held_elsewhere,
@@ -391,7 +392,7 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, start time.Ti
 func (n *Node) fail(w http.ResponseWriter, r *http.Request, start time.Time, body []byte, err error) {
 	var held *cluster.HeldElsewhereError
 	var ge *hostmod.GuestError
-	var mb *hostmod.MemoryBudgetError
+	var mb *engine.MemoryBudgetError
 	switch {
 	case errors.As(err, &mb) && mb.Want <= mb.Budget:
 		// Busy instances hold the memory: it frees when their events end.
@@ -414,13 +415,13 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, start time.Time, bod
 		writeProblem(w, http.StatusInsufficientStorage, CodeDiskFull, err.Error())
 	case errors.As(err, &ge):
 		writeProblem(w, http.StatusUnprocessableEntity, CodeGuestFailed, err.Error())
-	case errors.Is(err, ErrClassNotServed), errors.Is(err, hostmod.ErrNotInitialised):
+	case errors.Is(err, ErrClassNotServed), errors.Is(err, engine.ErrNotInitialised):
 		writeProblem(w, http.StatusNotFound, CodeNotFound, err.Error())
 	case errors.Is(err, ErrAlarmMoved):
 		writeProblem(w, http.StatusConflict, CodeAlarmMoved, err.Error())
-	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, hostmod.ErrNoExport), errors.Is(err, hostmod.ErrAlarmOutOfRange):
+	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, engine.ErrNoExport), errors.Is(err, engine.ErrAlarmOutOfRange):
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
-	case errors.Is(err, ErrInternal), errors.Is(err, hostmod.ErrBadSnapshot):
+	case errors.Is(err, ErrInternal), errors.Is(err, engine.ErrBadSnapshot):
 		writeProblem(w, http.StatusInternalServerError, CodeInternal, err.Error())
 	default:
 		code := codeOf(err)

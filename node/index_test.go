@@ -30,6 +30,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -360,11 +361,11 @@ func ixStateActor(key string) (abi.ActorID, error) {
 // ixDecode reads a snapshot image of the actor by writing it to path.
 func ixDecode(path string, data []byte, id abi.ActorID) (ixDB, error) {
 	var out ixDB
-	if err := hostmod.WriteSnapshot(path, data); err != nil {
+	if err := engine.WriteSnapshot(path, data); err != nil {
 		return out, err
 	}
-	defer hostmod.RemoveDatabase(path)
-	st, err := hostmod.OpenStore(path)
+	defer engine.RemoveDatabase(path)
+	st, err := engine.OpenStore(path)
 	if err != nil {
 		return out, err
 	}
@@ -768,10 +769,10 @@ func legacyState(t *testing.T, b bucket.Bucket, id abi.ActorID) alarmindex.Key {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "legacy.db")
-	if err := hostmod.WriteSnapshot(path, data); err != nil {
+	if err := engine.WriteSnapshot(path, data); err != nil {
 		t.Fatal(err)
 	}
-	st, err := hostmod.OpenStore(path)
+	st, err := engine.OpenStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/inspect"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -36,7 +36,7 @@ func TestAPoisonAlarmStopsAfterItsLimitAcrossAFailover(t *testing.T) {
 		n, err := node.New(ctx, node.Config{
 			DataDir: t.TempDir(), Classes: classes, Registerer: reg,
 			Logger:        hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Error, Output: testWriter{t}}),
-			EngineOptions: []hostmod.Option{hostmod.WithBackoff(time.Second, time.Minute), hostmod.WithMaxAttempts(3)},
+			EngineOptions: []engine.Option{engine.WithBackoff(time.Second, time.Minute), engine.WithMaxAttempts(3)},
 			OnDelivery: func(ev node.DeliveryEvent) {
 				if ev.Delivery.Ran {
 					mu.Lock()

@@ -1,9 +1,11 @@
 package node
 
-import "github.com/wasmkeep/alarms/hostmod"
+import (
+	"github.com/wasmkeep/alarms/engine"
+)
 
 // Memory returns the engine's counters of instance memory: what the live
 // instances hold, the peak, the budget for all of them
-// (hostmod.WithMaxTotalMemory in Config.EngineOptions, keepnode
+// (engine.WithMaxTotalMemory in Config.EngineOptions, keepnode
 // -max-memory), the idle instances closed to make room and the refusals.
-func (n *Node) Memory() hostmod.MemoryStats { return n.engine.Memory() }
+func (n *Node) Memory() engine.MemoryStats { return n.engine.Memory() }

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 // nodeCollector exposes the node's own counters: its actors, what it gave
@@ -71,11 +71,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 
 // engineOptions puts the node's registerer in front of the embedder's
 // engine options (which may replace it).
-func engineOptions(cfg Config, opts []hostmod.Option) []hostmod.Option {
+func engineOptions(cfg Config, opts []engine.Option) []engine.Option {
 	if cfg.Registerer == nil {
 		return append(opts, cfg.EngineOptions...)
 	}
-	return append(append(opts, hostmod.WithRegisterer(cfg.Registerer)), cfg.EngineOptions...)
+	return append(append(opts, engine.WithRegisterer(cfg.Registerer)), cfg.EngineOptions...)
 }
 
 // registerMetrics registers the node's own collector, the build's

@@ -25,6 +25,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -53,7 +54,7 @@ type Config struct {
 	Logger hclog.Logger
 	// Engine options (deadlines, backoff, guest output). The clock and the
 	// logger are passed on by the node.
-	EngineOptions []hostmod.Option
+	EngineOptions []engine.Option
 	// RetryMax is the longest backoff; the timer keeps a retry within it
 	// against earlier offers from a sweep (default 5 min).
 	RetryMax time.Duration
@@ -65,7 +66,7 @@ type Config struct {
 	MaxConcurrentDeliveries int
 	// MaxOpenDatabases and MaxInstances are the residency budget: at most
 	// this many actor databases open and guest instances live at once
-	// (defaults hostmod.DefaultMaxOpenDatabases and DefaultMaxInstances);
+	// (defaults engine.DefaultMaxOpenDatabases and DefaultMaxInstances);
 	// past either, the least recently used idle actor sleeps.
 	MaxOpenDatabases, MaxInstances int
 	// IdleTimeout closes (in cluster mode: uploads, closes and releases) an
@@ -96,8 +97,8 @@ type Node struct {
 	cfg     Config
 	log     hclog.Logger
 	sec     *security
-	engine  *hostmod.Engine
-	classes map[string]*hostmod.Class
+	engine  *engine.Engine
+	classes map[string]*engine.Class
 	timer   *sweeper.Timer
 
 	// Cluster mode only.
@@ -154,10 +155,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Logger.Warn("the HTTP API has no tokens: anyone who reaches it runs and deletes any tenant's actors (see node.Security)")
 	}
 	if cfg.MaxOpenDatabases <= 0 {
-		cfg.MaxOpenDatabases = hostmod.DefaultMaxOpenDatabases
+		cfg.MaxOpenDatabases = engine.DefaultMaxOpenDatabases
 	}
 	if cfg.MaxInstances <= 0 {
-		cfg.MaxInstances = hostmod.DefaultMaxInstances
+		cfg.MaxInstances = engine.DefaultMaxInstances
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
@@ -168,9 +169,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: data directory: %w", err)
 	}
-	opts := engineOptions(cfg, []hostmod.Option{hostmod.WithClock(cfg.Clock), hostmod.WithLogger(cfg.Logger),
-		hostmod.WithMaxOpenDatabases(cfg.MaxOpenDatabases), hostmod.WithMaxInstances(cfg.MaxInstances)})
-	eng, err := hostmod.NewEngine(ctx, opts...)
+	opts := engineOptions(cfg, []engine.Option{engine.WithClock(cfg.Clock), engine.WithLogger(cfg.Logger),
+		engine.WithMaxOpenDatabases(cfg.MaxOpenDatabases), engine.WithMaxInstances(cfg.MaxInstances)})
+	eng, err := engine.NewEngine(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
@@ -179,7 +180,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		log:     cfg.Logger,
 		sec:     sec,
 		engine:  eng,
-		classes: map[string]*hostmod.Class{},
+		classes: map[string]*engine.Class{},
 		timer:   sweeper.NewTimer(cfg.RetryMax),
 		entries: map[abi.ActorID]*entry{},
 	}
@@ -242,7 +243,7 @@ func timerKey(id abi.ActorID) string { return alarms.TimerKey(id) }
 
 // scan fills the timer from the actor databases in the data directory and
 // returns the actors it found. It walks the directory, then reads the
-// alarms in parallel (hostmod.ReadAlarm reads a cleanly closed database's
+// alarms in parallel (engine.ReadAlarm reads a cleanly closed database's
 // alarm row from its file, and goes through SQLite only after a crash).
 func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 	var found []abi.ActorID
@@ -284,7 +285,7 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 				if i >= len(found) || ctx.Err() != nil {
 					return
 				}
-				at, ok, err := hostmod.ReadAlarm(paths[i])
+				at, ok, err := engine.ReadAlarm(paths[i])
 				alarms[i] = alarm{at, ok, err}
 			}
 		}()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -170,7 +170,7 @@ func TestAHungHandlerDoesNotHoldUpOtherActors(t *testing.T) {
 		"bench": testguest.Fixture(t, "oneshot_alarm"),
 	}
 	n := newNode(t, t.TempDir(), classes, node.Config{
-		EngineOptions: []hostmod.Option{hostmod.WithAlarmDeadline(2 * time.Second)},
+		EngineOptions: []engine.Option{engine.WithAlarmDeadline(2 * time.Second)},
 		OnDelivery: func(ev node.DeliveryEvent) {
 			mu.Lock()
 			events = append(events, ev)

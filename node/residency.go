@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 // Residency: the engine keeps at most Config.MaxOpenDatabases actor
@@ -21,7 +21,7 @@ const DefaultIdleTimeout = time.Minute
 // Residency returns the engine's residency counters (open databases, live
 // instances, their budgets and peaks, how often room was made or refused)
 // and how many actors the node keeps a record of.
-func (n *Node) Residency() (hostmod.ResidencyStats, int) {
+func (n *Node) Residency() (engine.ResidencyStats, int) {
 	n.mu.Lock()
 	known := len(n.entries)
 	n.mu.Unlock()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -137,7 +137,7 @@ func (f *firings) check(t *testing.T, ids []abi.ActorID) {
 	}
 }
 
-func checkBudget(t *testing.T, n *node.Node, dbs, insts int) hostmod.ResidencyStats {
+func checkBudget(t *testing.T, n *node.Node, dbs, insts int) engine.ResidencyStats {
 	t.Helper()
 	st, _ := n.Residency()
 	if st.PeakOpenDatabases > dbs || st.PeakLiveInstances > insts {
@@ -192,7 +192,7 @@ func TestABudgetOf50Serves2000AlarmsDueAtOnce(t *testing.T) {
 	checkBudget(t, n2, dbs, insts)
 	t.Logf("%d fired before the crash, %d after", mid, actors-mid)
 	for _, id := range ids {
-		if _, ok, err := hostmod.ReadAlarm(node.Path(dir, id)); err != nil || ok {
+		if _, ok, err := engine.ReadAlarm(node.Path(dir, id)); err != nil || ok {
 			t.Fatalf("actor %s: an alarm is left (%v, %v) after it fired", id, ok, err)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -125,7 +125,7 @@ func TestABadSnapshotInTheBucketGivesTheActorUp(t *testing.T) {
 	} {
 		id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "victim-" + string(rune('a'+i))}
 		err := r.try(t, id, tc.data)
-		if !errors.Is(err, hostmod.ErrBadSnapshot) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "restore snapshot") {
+		if !errors.Is(err, engine.ErrBadSnapshot) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "restore snapshot") {
 			t.Errorf("%s: %v, want ErrBadSnapshot naming the snapshot and saying %q", tc.name, err, tc.says)
 		}
 		if left, _ := filepath.Glob(node.Path(r.dir, id) + "*"); len(left) != 0 {
@@ -185,7 +185,7 @@ func TestABadNewerSnapshotLeavesTheLocalDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := startHost(t, b, "a2", dir, classes, hostConfig{})
-	if _, err := again.Request(ctx, id, hourAhead()); !errors.Is(err, hostmod.ErrBadSnapshot) || !strings.Contains(err.Error(), bad) {
+	if _, err := again.Request(ctx, id, hourAhead()); !errors.Is(err, engine.ErrBadSnapshot) || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("with a bad newer snapshot: %v, want ErrBadSnapshot naming %s", err, bad)
 	}
 	after, err := os.ReadFile(node.Path(dir, id))

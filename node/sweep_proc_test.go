@@ -23,7 +23,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -509,7 +509,7 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 			n, err := node.New(ctx, node.Config{
 				DataDir: t.TempDir(), Classes: map[string][]byte{"failing": testguest.Fixture(t, "fail_on_alarm")},
 				OnDelivery:    rec.add,
-				EngineOptions: []hostmod.Option{hostmod.WithBackoff(retryBase, time.Minute)},
+				EngineOptions: []engine.Option{engine.WithBackoff(retryBase, time.Minute)},
 				Logger:        hclog.New(&hclog.LoggerOptions{Name: "n", Level: hclog.Warn, Output: testWriter{t}}),
 				Cluster: &node.ClusterConfig{
 					Bucket: b, NodeID: "n", Addr: "n.invalid:1",

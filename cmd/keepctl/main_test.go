@@ -16,7 +16,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/inspect"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -116,7 +116,7 @@ func TestKeepctlAlarmsFailedOnVersitygw(t *testing.T) {
 	n, err := node.New(ctx, node.Config{
 		DataDir: t.TempDir(), Classes: map[string][]byte{"scripted": testguest.Build(t, "testdata/guests/scripted")},
 		Logger:        hclog.NewNullLogger(),
-		EngineOptions: []hostmod.Option{hostmod.WithMaxAttempts(1)},
+		EngineOptions: []engine.Option{engine.WithMaxAttempts(1)},
 		OnDelivery: func(ev node.DeliveryEvent) {
 			if ev.Delivery.Ran {
 				mu.Lock()

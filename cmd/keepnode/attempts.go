@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 // attemptsFlag is -max-attempts: "N" for every class, "CLASS=N" for one,
@@ -60,14 +60,14 @@ func (f *attemptsFlag) Set(v string) error {
 // options returns the engine's options for the limits, refusing a class
 // that is not served (a misspelt name would otherwise leave the class it
 // meant without its limit).
-func (f *attemptsFlag) options(served classFlags) ([]hostmod.Option, error) {
-	opts := []hostmod.Option{hostmod.WithMaxAttempts(f.all)}
+func (f *attemptsFlag) options(served classFlags) ([]engine.Option, error) {
+	opts := []engine.Option{engine.WithMaxAttempts(f.all)}
 	for _, class := range slices.Sorted(maps.Keys(f.classes)) {
 		n := f.classes[class]
 		if _, ok := served[class]; !ok {
 			return nil, fmt.Errorf("-max-attempts %s=%d: no -class %s is served here", class, n, class)
 		}
-		opts = append(opts, hostmod.WithClassMaxAttempts(class, n))
+		opts = append(opts, engine.WithClassMaxAttempts(class, n))
 	}
 	return opts, nil
 }

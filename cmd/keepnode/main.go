@@ -31,6 +31,7 @@ import (
 
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/node"
 	"github.com/wasmkeep/alarms/sweeper"
@@ -98,8 +99,8 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.leaseGrace, "lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
 	fs.DurationVar(&o.leaseRead, "lease-read-period", 0, "how often the node reads the other nodes' leases (default: lease TTL/3); longer costs fewer requests and puts a dead node's takeover off by as much (docs/cost.md)")
 	fs.DurationVar(&o.idle, "idle", node.DefaultIdleTimeout, "close (in a cluster: upload, close and release) an actor no event reached for this long")
-	fs.IntVar(&o.maxDBs, "max-open-dbs", hostmod.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (2 file descriptors each); past it the least recently used idle actor sleeps")
-	fs.IntVar(&o.maxInsts, "max-instances", hostmod.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
+	fs.IntVar(&o.maxDBs, "max-open-dbs", engine.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (2 file descriptors each); past it the least recently used idle actor sleeps")
+	fs.IntVar(&o.maxInsts, "max-instances", engine.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
 	fs.StringVar(&o.tenants, "tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	fs.DurationVar(&o.sweep, "sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
 	fs.IntVar(&o.sweepConc, "sweep-concurrency", sweeper.DefaultConcurrency, "how many tenants' alarm indexes a sweep lists at once")
@@ -258,7 +259,7 @@ func run(logger hclog.Logger, o *options) error {
 	if err != nil {
 		return err
 	}
-	engineOpts := append([]hostmod.Option{hostmod.WithAlarmDeadline(alarmDeadline), hostmod.WithBackoff(retryBase, retryMax)}, memOpts...)
+	engineOpts := append([]engine.Option{engine.WithAlarmDeadline(alarmDeadline), engine.WithBackoff(retryBase, retryMax)}, memOpts...)
 	engineOpts = append(engineOpts, attemptOpts...)
 	if cacheDir == "" {
 		// The data directory as node.New makes it, before the cache's
@@ -275,7 +276,7 @@ func run(logger hclog.Logger, o *options) error {
 		}
 		// Closed after the node, whose engine compiled into it.
 		defer cache.Close(context.Background())
-		engineOpts = append(engineOpts, hostmod.WithCompilationCache(cache))
+		engineOpts = append(engineOpts, engine.WithCompilationCache(cache))
 	}
 
 	ln, err := net.Listen("tcp", listen)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 // byteSize is a flag holding a number of bytes, written as a count of
@@ -46,26 +46,26 @@ func (b *byteSize) Set(s string) error {
 // memoryFlags are the bounds on guests' memory.
 type memoryFlags struct {
 	total, instance byteSize
-	// durable is -durable-commits (hostmod.WithDurableCommits), which
+	// durable is -durable-commits (engine.WithDurableCommits), which
 	// rides with the engine's other storage and memory options.
 	durable bool
 }
 
 func addMemoryFlags(fs *flag.FlagSet) *memoryFlags {
-	m := &memoryFlags{total: hostmod.DefaultMaxTotalMemory, instance: hostmod.DefaultMemoryLimit}
+	m := &memoryFlags{total: engine.DefaultMaxTotalMemory, instance: engine.DefaultMemoryLimit}
 	fs.Var(&m.total, "max-memory", "budget of linear memory for all guest instances together (KiB, MiB, GiB): past it idle instances close, and a guest that still needs more sees memory.grow fail, its event failing with an error naming it")
 	fs.Var(&m.instance, "instance-memory", "most linear memory one guest instance may have (KiB, MiB, GiB; whole 64 KiB pages, at most 4GiB)")
 	return m
 }
 
 // options returns the engine's options for the flags.
-func (m *memoryFlags) options() ([]hostmod.Option, error) {
+func (m *memoryFlags) options() ([]engine.Option, error) {
 	if m.instance < 64<<10 || m.instance > 4<<30 {
 		return nil, fmt.Errorf("-instance-memory %s: must be from 64KiB to 4GiB", &m.instance)
 	}
 	if m.total < m.instance {
 		return nil, fmt.Errorf("-max-memory %s is less than -instance-memory %s: one instance could never use what it may", &m.total, &m.instance)
 	}
-	return []hostmod.Option{hostmod.WithMaxTotalMemory(uint64(m.total)), hostmod.WithMemoryLimit(uint64(m.instance)),
-		hostmod.WithDurableCommits(m.durable)}, nil
+	return []engine.Option{engine.WithMaxTotalMemory(uint64(m.total)), engine.WithMemoryLimit(uint64(m.instance)),
+		engine.WithDurableCommits(m.durable)}, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 func TestByteSizeFlag(t *testing.T) {
@@ -48,19 +48,19 @@ func TestMemoryFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := hostmod.NewEngine(context.Background(), opts...)
+	eng, err := engine.NewEngine(context.Background(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eng.Close(context.Background())
-	if got := eng.Memory().Budget; got != hostmod.DefaultMaxTotalMemory {
-		t.Errorf("default budget %d, want %d", got, hostmod.DefaultMaxTotalMemory)
+	if got := eng.Memory().Budget; got != engine.DefaultMaxTotalMemory {
+		t.Errorf("default budget %d, want %d", got, engine.DefaultMaxTotalMemory)
 	}
 	m, _ = parse("-max-memory", "96MiB", "-instance-memory", "8MiB")
 	if opts, err = m.options(); err != nil {
 		t.Fatal(err)
 	}
-	eng2, err := hostmod.NewEngine(context.Background(), opts...)
+	eng2, err := engine.NewEngine(context.Background(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 type guestClock struct{ t time.Time }
@@ -24,8 +24,8 @@ func TestTheSoakActorSaysEachRun(t *testing.T) {
 	ctx := context.Background()
 	clock := &guestClock{t: time.UnixMilli(1_700_000_000_000)}
 	var stdout bytes.Buffer
-	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(clock), hostmod.WithBackoff(time.Second, time.Minute),
-		hostmod.WithGuestOutput(&stdout, nil))
+	eng, err := engine.NewEngine(ctx, engine.WithClock(clock), engine.WithBackoff(time.Second, time.Minute),
+		engine.WithGuestOutput(&stdout, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package diskfault lets tests fill a disk without one: hostmod asks Fit
+// Package diskfault lets tests fill a disk without one: package engine asks Fit
 // before each write of an actor's files (its database and WAL, a new
 // database's first image, a restored snapshot), and a test that called
 // Limit makes the writes under a directory fail with ENOSPC once a number

@@ -18,7 +18,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 )
 
 // The tests share one runtime, with the fake host modules in it, and compile
@@ -119,7 +119,7 @@ func instantiateHostModules(ctx context.Context, r wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	// The signatures come from the host's own table, declared once.
 	sigs := map[string][]api.ValueType{}
-	for _, f := range hostmod.Functions() {
+	for _, f := range engine.Functions() {
 		sigs[f.Name] = f.Params
 	}
 	fn := func(b wazero.HostModuleBuilder, name string, f func(h *fakeHost, m api.Module, p []uint64) uint32) {

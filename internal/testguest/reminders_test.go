@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/guestbuild"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -44,7 +44,7 @@ var remindersLangs = []string{"go", "rust", "as"}
 
 // TestRemindersInEveryLanguage runs one script of requests and clock steps
 // against the reminders actor in each language, in the real host module
-// (hostmod.Engine, a fake clock): the answers, the deliveries with their
+// (engine.Engine, a fake clock): the answers, the deliveries with their
 // retry counts, the committed alarm and the stored timers value must be
 // byte for byte the Go SDK's.
 func TestRemindersInEveryLanguage(t *testing.T) {
@@ -74,7 +74,7 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 	ctx := context.Background()
 	t0 := time.Date(2025, 5, 1, 8, 0, 0, 0, time.UTC)
 	clk := fakeclock.New(t0)
-	eng, err := hostmod.NewEngine(ctx, hostmod.WithClock(clk))
+	eng, err := engine.NewEngine(ctx, engine.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 			t.Fatal(err)
 		}
 		var v []byte
-		if err := a.Lock(func(st *hostmod.Store) error {
+		if err := a.Lock(func(st *engine.Store) error {
 			v, _, err = st.KVGet([]byte("wasmkeep.timers"))
 			return err
 		}); err != nil {
@@ -160,7 +160,7 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 	kv := func(key string) []byte {
 		t.Helper()
 		var v []byte
-		if err := a.Lock(func(st *hostmod.Store) error {
+		if err := a.Lock(func(st *engine.Store) error {
 			var err error
 			v, _, err = st.KVGet([]byte(key))
 			return err
@@ -171,7 +171,7 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 	}
 	putKV := func(key string, v []byte) {
 		t.Helper()
-		if err := a.Lock(func(st *hostmod.Store) error {
+		if err := a.Lock(func(st *engine.Store) error {
 			return errors.Join(st.Begin(), st.KVPut([]byte(key), v), st.Commit())
 		}); err != nil {
 			t.Fatal(err)

@@ -14,15 +14,15 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
 
 // importSigs are the signatures of every import, from the host's table of
-// functions (hostmod's test holds that table to abi/ABI.md).
+// functions (the engine's test holds that table to abi/ABI.md).
 var importSigs = func() map[[2]string][2][]api.ValueType {
 	m := map[[2]string][2][]api.ValueType{}
-	for _, f := range hostmod.Functions() {
+	for _, f := range engine.Functions() {
 		m[[2]string{f.Module, f.Name}] = [2][]api.ValueType{f.Params, {api.ValueTypeI32}}
 	}
 	return m

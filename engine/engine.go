@@ -1,0 +1,461 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/hostmod"
+)
+
+// DefaultEventDeadline bounds one request or on-init run (WithEventDeadline).
+// On-alarm's default deadline and backoff are hostmod's
+// (hostmod.DefaultAlarmDeadline, DefaultRetryBase, DefaultRetryMax).
+const DefaultEventDeadline = 30 * time.Second
+
+type config struct {
+	clock         hostmod.Clock
+	logger        hclog.Logger
+	alarmDeadline time.Duration
+	eventDeadline time.Duration
+	retryBase     time.Duration
+	retryMax      time.Duration
+	maxAttempts   int
+	classAttempts map[string]int
+	stdout        io.Writer
+	stderr        io.Writer
+	cache         wazero.CompilationCache
+	memoryPages   uint32
+	runtime       wazero.Runtime
+	moduleConfig  func(abi.ActorID) wazero.ModuleConfig
+	maxDBs        int
+	maxInsts      int
+	resWait       time.Duration
+	registerer    prometheus.Registerer
+	maxMemory     uint64
+	durable       bool
+	preinit       map[string]Preinit
+}
+
+// Option configures an Engine.
+type Option func(*config)
+
+// WithClock sets the clock (default: the system clock).
+func WithClock(c hostmod.Clock) Option { return func(o *config) { o.clock = c } }
+
+// WithDurableCommits makes every event's commit durable before the event
+// returns: a request's response, a delivery's outcome and a host's
+// SetAlarm are reported only once the commit is on stable storage, so an
+// acknowledged event and the alarm it set survive a power loss or an OS
+// crash, not only a crash of the process. Each commit syncs its database's
+// WAL (synchronous=FULL), and a new actor's database file is synced before
+// it is named. The actors' syncs run at the same time, each on its own
+// goroutine, and the system merges them: measured against a group commit,
+// which holds commits back for a round of syncs, this was the faster, at
+// every concurrency (docs/benchmarks.md). Off by default: it costs a sync
+// per event.
+func WithDurableCommits(on bool) Option { return func(o *config) { o.durable = on } }
+
+// WithLogger sets the logger (default: a null logger).
+func WithLogger(l hclog.Logger) Option { return func(o *config) { o.logger = l } }
+
+// WithAlarmDeadline bounds how long on-alarm may run; past it the run is
+// stopped and counted as a failure (default 30 s).
+func WithAlarmDeadline(d time.Duration) Option { return func(o *config) { o.alarmDeadline = d } }
+
+// WithEventDeadline bounds how long on-request and on-init may run (default 30 s).
+func WithEventDeadline(d time.Duration) Option { return func(o *config) { o.eventDeadline = d } }
+
+// WithBackoff sets the retry delay after the first failure and its cap
+// (default 1 s doubling to 5 min).
+func WithBackoff(base, max time.Duration) Option {
+	return func(o *config) { o.retryBase, o.retryMax = base, max }
+}
+
+// WithMaxAttempts ends the committed retries of an alarm: once n runs of
+// on-alarm in a row have failed (the alarm's first run included), the
+// retry is given up. The alarm is cleared (an alarm the handler set for
+// later than the retry would have been stands), the failure count goes
+// back to 0, and the actor keeps a dead letter of the alarm given up
+// (Actor.DeadLetter; Delivery.GaveUp reports it). The default, 0, is the
+// design's: the backoff goes on for ever (docs/design.md#retries).
+// WithClassMaxAttempts overrides it for one class.
+func WithMaxAttempts(n int) Option { return func(o *config) { o.maxAttempts = n } }
+
+// WithClassMaxAttempts is WithMaxAttempts for the actors of one class; 0
+// there means no limit for that class whatever WithMaxAttempts says.
+func WithClassMaxAttempts(class string, n int) Option {
+	return func(o *config) {
+		if o.classAttempts == nil {
+			o.classAttempts = map[string]int{}
+		}
+		o.classAttempts[class] = n
+	}
+}
+
+// maxAttemptsOf is the retry limit of a class (0: none).
+func (c *config) maxAttemptsOf(class string) int {
+	if n, ok := c.classAttempts[class]; ok {
+		return n
+	}
+	return c.maxAttempts
+}
+
+// WithGuestOutput sets where guests' stdout and stderr go besides the
+// engine's logger, which gets each line (rate limited, with the actor's
+// name; default: the logger only).
+func WithGuestOutput(stdout, stderr io.Writer) Option {
+	return func(o *config) { o.stdout, o.stderr = stdout, stderr }
+}
+
+// DefaultMemoryLimit bounds each instance's linear memory.
+const DefaultMemoryLimit = 256 << 20
+
+// WithMemoryLimit bounds each guest instance's linear memory (default
+// 256 MiB, rounded down to 64 KiB pages): a guest that asks for more sees
+// memory.grow fail, and the host is unharmed.
+func WithMemoryLimit(bytes uint64) Option {
+	return func(o *config) { o.memoryPages = uint32(min(bytes/65536, 65536)) }
+}
+
+// sharedCache lets every engine in the process compile a class once.
+var sharedCache = wazero.NewCompilationCache()
+
+// WithCompilationCache sets the wazero compilation cache (default: one
+// in-memory cache shared by every engine in the process, so each class is
+// compiled once). Pass wazero.NewCompilationCacheWithDir to keep compiled
+// classes across restarts.
+func WithCompilationCache(c wazero.CompilationCache) Option {
+	return func(o *config) { o.cache = c }
+}
+
+// WithRuntime runs the guests in r, a runtime the embedder owns, next to
+// its own host modules and its own WASI set-up, instead of a runtime of the
+// engine's own. NewEngine instantiates wasmkeep:alarm and wasmkeep:actor in
+// r unless they are there already (Instantiate), and
+// wasi_snapshot_preview1 unless r has a module of that name. Close does not
+// close r. The runtime's own configuration then applies:
+// WithCompilationCache, WithMemoryLimit and WithMaxTotalMemory are ignored.
+//
+// NewEngine refuses a runtime that cannot stop a guest at its deadline
+// (CheckRuntime: r must be created with
+// wazero.RuntimeConfig.WithCloseOnContextDone(true)), and one that already
+// has a module named wasmkeep:alarm or wasmkeep:actor which Instantiate
+// did not make (ErrForeignModule).
+func WithRuntime(r wazero.Runtime) Option { return func(o *config) { o.runtime = r } }
+
+// WithModuleConfig gives the base configuration of each actor's instance
+// (environment, files, standard streams: the embedder's own WASI
+// configuration), called for every instance. The engine then sets what
+// the contract needs on it: an anonymous name, the _initialize start
+// function, and the wall clock from the engine's clock.
+func WithModuleConfig(f func(abi.ActorID) wazero.ModuleConfig) Option {
+	return func(o *config) { o.moduleConfig = f }
+}
+
+// Engine runs actor guests: one wazero runtime with the wasmkeep host modules
+// and WASI, the compiled classes, and the event and delivery logic. It is
+// safe for concurrent use; each Actor runs one event at a time.
+type Engine struct {
+	r   wazero.Runtime
+	cfg config
+	// owned: the engine made r and closes it; otherwise Close closes the
+	// classes it compiled.
+	owned bool
+
+	mu       sync.Mutex
+	compiled []wazero.CompiledModule
+
+	res *residency
+	mem *memBudget
+	// modCfg is the configuration every instance starts from when the
+	// embedder gives none (WithModuleConfig): built once, since each With
+	// copies it; an instance adds only its actor's stdout and stderr.
+	modCfg wazero.ModuleConfig
+	// collectors are the metrics registered (WithRegisterer); Close takes
+	// them out.
+	collectors []prometheus.Collector
+}
+
+// NewEngine creates an engine. Close it to free the runtime.
+func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
+	cfg := config{
+		clock:         hostmod.SystemClock{},
+		logger:        hclog.NewNullLogger(),
+		alarmDeadline: hostmod.DefaultAlarmDeadline,
+		eventDeadline: DefaultEventDeadline,
+		retryBase:     hostmod.DefaultRetryBase,
+		retryMax:      hostmod.DefaultRetryMax,
+		stdout:        io.Discard,
+		stderr:        io.Discard,
+		memoryPages:   DefaultMemoryLimit / 65536,
+		maxDBs:        DefaultMaxOpenDatabases,
+		maxInsts:      DefaultMaxInstances,
+		resWait:       DefaultResidencyWait,
+		maxMemory:     DefaultMaxTotalMemory,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.retryBase <= 0 || cfg.retryMax < cfg.retryBase {
+		return nil, fmt.Errorf("engine: backoff base %v and max %v: need 0 < base <= max", cfg.retryBase, cfg.retryMax)
+	}
+	if cfg.maxAttempts < 0 {
+		return nil, fmt.Errorf("engine: max attempts %d: want 0 (no limit) or more", cfg.maxAttempts)
+	}
+	for class, n := range cfg.classAttempts {
+		if n < 0 {
+			return nil, fmt.Errorf("engine: max attempts %d for class %q: want 0 (no limit) or more", n, class)
+		}
+	}
+	if cfg.memoryPages == 0 {
+		return nil, fmt.Errorf("engine: the memory limit must be at least one 64 KiB page")
+	}
+	if cfg.alarmDeadline <= 0 || cfg.eventDeadline <= 0 {
+		return nil, fmt.Errorf("engine: deadlines must be positive")
+	}
+	if cfg.maxDBs < 1 || cfg.maxInsts < 1 || cfg.resWait <= 0 {
+		return nil, fmt.Errorf("engine: residency budget of %d databases and %d instances, wait %v: each must be positive", cfg.maxDBs, cfg.maxInsts, cfg.resWait)
+	}
+	if cfg.maxMemory < 65536 {
+		return nil, fmt.Errorf("engine: the memory budget for all instances must be at least one 64 KiB page, not %d bytes", cfg.maxMemory)
+	}
+	if r := cfg.runtime; r != nil {
+		if err := hostmod.CheckRuntime(ctx, r); err != nil {
+			return nil, err
+		}
+		if err := checkForeign(r); err != nil {
+			return nil, err
+		}
+		if r.Module(wasi_snapshot_preview1.ModuleName) == nil {
+			if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+				return nil, fmt.Errorf("engine: instantiate WASI in the embedder's runtime: %w", err)
+			}
+		}
+		if r.Module(abi.AlarmModule) == nil || r.Module(abi.ActorModule) == nil {
+			if err := Instantiate(ctx, r); err != nil {
+				return nil, fmt.Errorf("engine: instantiate host modules in the embedder's runtime: %w", err)
+			}
+		}
+		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
+		e.modCfg = e.contract(nil)
+		if err := e.register(); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	cache := cfg.cache
+	if cache == nil {
+		cache = sharedCache
+	}
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithCompilationCache(cache).
+		WithMemoryLimitPages(cfg.memoryPages))
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+		r.Close(ctx)
+		return nil, fmt.Errorf("engine: instantiate WASI: %w", err)
+	}
+	if err := Instantiate(ctx, r); err != nil {
+		r.Close(ctx)
+		return nil, fmt.Errorf("engine: instantiate host modules: %w", err)
+	}
+	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
+	e.modCfg = e.contract(nil)
+	if err := e.register(); err != nil {
+		r.Close(ctx)
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close closes the runtime and every instance in it; with WithRuntime, it
+// closes only the classes the engine compiled (close the actors first) and
+// leaves the embedder's runtime open. Its metrics leave the registerer
+// (WithRegisterer), so a new engine may register there.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.unregister()
+	e.mu.Unlock()
+	if e.owned {
+		return e.r.Close(ctx)
+	}
+	e.mu.Lock()
+	list := e.compiled
+	e.compiled = nil
+	e.mu.Unlock()
+	var errs []error
+	for _, cm := range list {
+		errs = append(errs, cm.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Residency returns the residency counters: what is open now, the budgets,
+// the peaks, and how often room was made or refused.
+func (e *Engine) Residency() ResidencyStats { return e.res.stats() }
+
+// SleepIdle puts to sleep (closes the instance and the database of) every
+// actor whose last event ended before cutoff, by the engine's clock, and
+// that is in no event now. It returns how many it put to sleep. A sleeping
+// actor wakes on its next call.
+func (e *Engine) SleepIdle(cutoff time.Time) int { return e.res.sleepIdle(cutoff) }
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() hostmod.Clock { return e.cfg.clock }
+
+// Class is a compiled actor class whose exports were checked.
+type Class struct {
+	Name      string
+	compiled  wazero.CompiledModule
+	onAlarm   bool
+	onRequest bool
+	onInit    bool
+}
+
+// HasAlarmHandler reports whether the class exports on-alarm.
+func (c *Class) HasAlarmHandler() bool { return c.onAlarm }
+
+// Compile compiles a guest and checks its contract: every import from the
+// wasmkeep modules must be a known function with its exact signature; a guest
+// that imports wasmkeep:alarm must export on-alarm with the exact signature;
+// on-request and on-init, when exported, must have theirs.
+func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class, error) {
+	cm, err := e.r.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("class %s: compile: %w", class, err)
+	}
+	c := &Class{Name: class, compiled: cm}
+	if err := c.check(); err != nil {
+		cm.Close(ctx)
+		return nil, fmt.Errorf("class %s: %w", class, err)
+	}
+	if im := e.image(ctx, class, wasm); im != nil {
+		cm.Close(ctx)
+		c.compiled = im
+	}
+	if !e.owned {
+		e.mu.Lock()
+		e.compiled = append(e.compiled, cm)
+		e.mu.Unlock()
+	}
+	return c, nil
+}
+
+func (c *Class) check() error {
+	importsAlarm := false
+	for _, f := range c.compiled.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		if mod != abi.AlarmModule && mod != abi.ActorModule {
+			continue
+		}
+		if mod == abi.AlarmModule {
+			importsAlarm = true
+		}
+		params, known := lookupFunc(mod, name)
+		if !known {
+			return fmt.Errorf("imports %s %q, which the host does not provide", mod, name)
+		}
+		results := []api.ValueType{i32}
+		if !sameTypes(f.ParamTypes(), params) || !sameTypes(f.ResultTypes(), results) {
+			return fmt.Errorf("imports %s %q with signature %s, want %s", mod, name, sig(f.ParamTypes(), f.ResultTypes()), sig(params, results))
+		}
+	}
+	exports := c.compiled.ExportedFunctions()
+	checkExport := func(name string, params, results []byte, wat string) (bool, error) {
+		f, ok := exports[name]
+		if !ok {
+			return false, nil
+		}
+		if !sameTypes(f.ParamTypes(), params) || !sameTypes(f.ResultTypes(), results) {
+			return false, fmt.Errorf("export %q has signature %s, want %s", name, sig(f.ParamTypes(), f.ResultTypes()), wat)
+		}
+		return true, nil
+	}
+	var err error
+	if c.onAlarm, err = checkExport(abi.ExportOnAlarm, abi.OnAlarmParams, abi.OnAlarmResults, abi.OnAlarmSignature); err != nil {
+		return err
+	}
+	if importsAlarm && !c.onAlarm {
+		return fmt.Errorf("imports %s but does not export %q %s", abi.AlarmModule, abi.ExportOnAlarm, abi.OnAlarmSignature)
+	}
+	if c.onRequest, err = checkExport(abi.ExportOnRequest, abi.OnRequestParams, abi.OnRequestResults, abi.OnRequestSignature); err != nil {
+		return err
+	}
+	if c.onInit, err = checkExport(abi.ExportOnInit, abi.OnInitParams, abi.OnInitResults, abi.OnInitSignature); err != nil {
+		return err
+	}
+	return nil
+}
+
+func sameTypes(a []api.ValueType, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sig(params, results []api.ValueType) string {
+	s := "(func"
+	for _, p := range params {
+		s += " (param " + api.ValueTypeName(p) + ")"
+	}
+	for _, r := range results {
+		s += " (result " + api.ValueTypeName(r) + ")"
+	}
+	return s + ")"
+}
+
+// contract sets on mc what the contract needs of every instance
+// (GuestConfig): an anonymous name, the _initialize start function, and the
+// wall clock from the engine's clock.
+func (e *Engine) contract(mc wazero.ModuleConfig) wazero.ModuleConfig {
+	return hostmod.GuestConfig(mc, e.cfg.clock)
+}
+
+// instantiate makes a fresh instance of the class for the actor. Its
+// _initialize runs with the actor in context but outside any event, so the
+// imports answer EPERM there.
+//
+// The instance's memory is counted in the engine's memory budget until the
+// instance closes; the guestMemory returned tells of a growth it refused.
+func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdout, stderr io.Writer) (api.Module, *guestMemory, error) {
+	var mc wazero.ModuleConfig
+	if e.cfg.moduleConfig != nil {
+		mc = e.contract(e.cfg.moduleConfig(id))
+	} else {
+		mc = e.modCfg.WithStdout(stdout).WithStderr(stderr)
+	}
+	gm, err := e.newGuestMemory(id, c)
+	if err != nil {
+		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
+	}
+	ctx, cancel := context.WithTimeout(withCall(gm.with(ctx), &call{actor: id}), e.cfg.eventDeadline)
+	defer cancel()
+	gm.enter()
+	m, err := e.r.InstantiateModule(ctx, c.compiled, mc)
+	gm.exit()
+	if err != nil {
+		gm.Free() // wazero does not free it on every failure
+		if r := gm.takeRefusal(); r != nil {
+			err = fmt.Errorf("%w; then: %w", r, err)
+		}
+		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
+	}
+	return m, gm, nil
+}

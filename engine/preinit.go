@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/wasmkeep/alarms/internal/preinit"
+)
+
+// Preinit says whether the instances of a class start from a
+// pre-initialised image of it: a copy of the module rewritten to start
+// where an instance stood once _initialize (and a start function) had
+// returned, so that a new instance runs no initialisation
+// (abi/ABI.md#pre-initialised-images).
+type Preinit int
+
+const (
+	// PreinitAuto, the default: an image when one can be built faithfully
+	// and the initialisation read nothing that could differ between
+	// instances (no random numbers, no clock, no output), so that an
+	// instance of the image cannot be told from one that ran it. A Go
+	// guest's runtime reads random numbers and the clock as it starts, so
+	// a Go class runs its initialisation unless WithPreinit turns images on.
+	PreinitAuto Preinit = iota
+	// PreinitOn: an image whenever one can be built faithfully, even if
+	// the initialisation read random numbers or the clock: every instance
+	// of the image then shares the values the image run read (a Go
+	// guest's map hash seeds and math/rand state among them).
+	PreinitOn
+	// PreinitOff: every instance runs the initialisation.
+	PreinitOff
+)
+
+// WithPreinit sets whether the instances of class start from a
+// pre-initialised image (default PreinitAuto); class "" sets it for every
+// class not named. An image that cannot be built faithfully (a host call
+// or a trap during the initialisation, an imported memory: ABI.md) is
+// refused, and the class runs its initialisation in each instance. An
+// engine with WithModuleConfig or WithRuntime makes no images: the image
+// run could not see each actor's environment, files and host modules.
+func WithPreinit(class string, p Preinit) Option {
+	return func(o *config) {
+		if o.preinit == nil {
+			o.preinit = map[string]Preinit{}
+		}
+		o.preinit[class] = p
+	}
+}
+
+// defaultPreinit is the setting of a class WithPreinit does not name,
+// directly or as "" (the tests of this package can change it: -preinit).
+var defaultPreinit = PreinitAuto
+
+// imageKey names an image by the SHA-256 of the module it was made from,
+// so that one made from a version of a class is never used for another,
+// and by the memory limit it ran under.
+type imageKey struct {
+	sum   [32]byte
+	pages uint32
+}
+
+type imageResult struct {
+	im  *preinit.Image
+	err error
+}
+
+// images are the images made in this process (and the refusals), so that
+// engines compiling one class make its image once. An image is never kept
+// across processes: the monotonic clock it read is this process's.
+var images = struct {
+	sync.Mutex
+	m map[imageKey]imageResult
+}{m: map[imageKey]imageResult{}}
+
+// maxImages bounds the images kept; past it they are forgotten and made
+// again as needed.
+const maxImages = 64
+
+// image returns the class's image compiled in the engine's runtime, or nil
+// when its instances run their initialisation.
+func (e *Engine) image(ctx context.Context, class string, wasm []byte) wazero.CompiledModule {
+	mode, ok := e.cfg.preinit[class]
+	if !ok {
+		if mode, ok = e.cfg.preinit[""]; !ok {
+			mode = defaultPreinit
+		}
+	}
+	if mode == PreinitOff || !e.owned || e.cfg.moduleConfig != nil {
+		return nil
+	}
+	key := imageKey{sha256.Sum256(wasm), e.cfg.memoryPages}
+	images.Lock()
+	res, ok := images.m[key]
+	images.Unlock()
+	if !ok {
+		cache := e.cfg.cache
+		if cache == nil {
+			cache = sharedCache
+		}
+		res.im, res.err = preinit.Build(ctx, wasm, preinit.Config{
+			MemoryLimitPages: e.cfg.memoryPages, Cache: cache,
+			Walltime: e.cfg.clock.Now, Timeout: e.cfg.eventDeadline,
+		})
+		if ctx.Err() != nil {
+			return nil // not the module's doing: try again next time
+		}
+		images.Lock()
+		if len(images.m) >= maxImages {
+			clear(images.m)
+		}
+		images.m[key] = res
+		images.Unlock()
+	}
+	im, err := res.im, res.err
+	if err == nil && mode == PreinitAuto && im.Reads.Any() {
+		err = fmt.Errorf("its initialisation reads %s, which every instance of an image would share (WithPreinit %q PreinitOn allows it)", im.Reads, class)
+	}
+	if err == nil && !im.For(wasm) {
+		err = errors.New("the image was made from another module") // never: the key is the module's hash
+	}
+	var cm wazero.CompiledModule
+	if err == nil {
+		cm, err = e.r.CompileModule(ctx, im.Wasm)
+	}
+	if err != nil {
+		if !errors.Is(err, preinit.ErrNothingToRun) {
+			e.cfg.logger.Debug("class runs its initialisation in each instance", "class", class, "reason", err)
+		}
+		return nil
+	}
+	e.cfg.logger.Debug("class starts from a pre-initialised image", "class", class, "pages", im.Pages, "data_bytes", im.DataBytes, "reads", im.Reads.String())
+	return cm
+}

@@ -1,9 +1,0 @@
-//go:build !linux
-
-package hostmod
-
-import "github.com/ncruces/go-sqlite3/vfs"
-
-// openStoreFile: other platforms open an actor's files through the "os"
-// VFS.
-func openStoreFile(string, vfs.OpenFlag) (vfs.File, error) { return nil, errNoStoreFile }
