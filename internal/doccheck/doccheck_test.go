@@ -78,7 +78,7 @@ var rules = []struct{ pattern, by string }{
 	{`^go test \./pkg -run 'Pattern'$`, "manual: the form of a catcher, for any package"},
 	{`^go test \./internal/testguest -run SDKHostFree$`, "test: ./internal/testguest TestRustSDKHostFreeTests"},
 	{`^go test \./node -run 'CounterInEveryLanguage\|CExample'$`, "test: ./node TestCounterInEveryLanguage"},
-	{`^go test \./hostmod -run DefaultMemoryBudget -v$`, "test: ./hostmod TestTheDefaultMemoryBudgetHoldsTheDefaultInstances"},
+	{`^go test \./engine -run DefaultMemoryBudget -v$`, "test: ./engine TestTheDefaultMemoryBudgetHoldsTheDefaultInstances"},
 	{`^go test \./node -run TestRetryAfterIsTheRemainingFailover$`, "test: ./node TestRetryAfterIsTheRemainingFailover"},
 	{`^go test \./cmd/keepnode -run SecondStartReusesTheCompilationCache -v$`, "test: ./cmd/keepnode TestASecondStartReusesTheCompilationCache"},
 	{`^go test (\./\S+ )?-run '\^\$' -bench `, "manual: a measurement (the benchmark and its flags are checked here; make bench runs the main ones)"},
