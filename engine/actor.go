@@ -586,17 +586,17 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (host
 	ev := a.newEvent(nil, failures)
 	defer a.endEvent()
 	d, err := hostmod.RunDue(hostmod.Due{Actor: a.id, Store: a.store, Event: &ev.alarm, At: at, Now: now, Failures: failures,
-		Retry: hostmod.RetryPolicy{Base: a.e.cfg.retryBase, Max: a.e.cfg.retryMax, MaxAttempts: a.e.cfg.maxAttemptsOf(a.class.Name)},
-		Run: func() error {
+		Retry: hostmod.RetryPolicy{Base: a.e.cfg.retryBase, Max: a.e.cfg.retryMax, MaxAttempts: a.e.cfg.maxAttemptsOf(a.class.Name)}},
+		func() error {
 			code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
 			if err == nil && code != 0 {
 				err = &abi.ActorError{ID: a.id, Err: &hostmod.GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
 			}
 			return err
 		},
-		Finish: func(next *int64, n int) (hostmod.Result, error) {
+		func(next *int64, n int) (hostmod.Result, error) {
 			return a.finish(ctx, before, next, n, nil, hook)
-		}})
+		})
 	if err != nil || d.Err == nil {
 		return d, err
 	}

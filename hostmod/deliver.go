@@ -42,8 +42,8 @@ type Due struct {
 	// Store is the actor's database; no transaction is open on it.
 	Store DeliveryStore
 	// Event is the delivery's event: RunDue starts it (Event.Reset) on
-	// Store with Failures, and Run calls the guest with it in its
-	// context (WithEvent, or Event.ContextValue).
+	// Store with Failures, and RunDue's run calls the guest with it in
+	// its context (WithEvent, or Event.ContextValue).
 	Event *Event
 	// At is the alarm's time (Unix ms), Now the time of the delivery, and
 	// Failures the alarm's committed failure count.
@@ -51,20 +51,20 @@ type Due struct {
 	Failures int
 	// Retry is the backoff of failed runs.
 	Retry RetryPolicy
-	// Run calls the guest's on-alarm(At, Failures) within Event. An
-	// error wrapping a *GuestError is the guest's failure; any other
-	// error is the host's, and nothing commits.
-	Run func() error
-	// Finish commits the open transaction, which leaves the alarm next
-	// and the failure count n, and returns what committed.
-	Finish func(next *int64, n int) (Result, error)
 }
 
 // RunDue is the delivery of a due alarm, the one every host runs, so that
 // the backoff lives once: Table.DeliverAlarm runs it on a host's own
 // connection and instance, and a host that keeps its actors' databases
 // and instances its own way (package engine) runs it on them. On-alarm
-// runs for the alarm at d.At in a transaction of d.Store.
+// runs for the alarm at due.At in a transaction of due.Store.
+//
+// run calls the guest's on-alarm(due.At, due.Failures) within due.Event.
+// An error wrapping a *GuestError is the guest's failure; any other error
+// is the host's, and nothing commits. finish commits the open
+// transaction, which leaves the alarm next and the failure count n, and
+// returns what committed. (They are parameters, not fields of Due, so
+// that a caller's closures stay on its stack: RunDue keeps neither.)
 //
 // On success the alarm is gone unless the handler set one, and the
 // failure count is reset. On the guest's failure its writes roll back and,
@@ -73,9 +73,9 @@ type Due struct {
 // (alarmindex.AfterFailure), and the failure count grows by one; after the
 // last attempt the policy allows, the retry is given up
 // (alarmindex.AfterLastFailure) and the dead letter records the run.
-func RunDue(due Due) (Delivery, error) {
+func RunDue(due Due, run func() error, finish func(next *int64, n int) (Result, error)) (Delivery, error) {
 	due.Event.Reset(due.Actor, due.Store, due.Failures)
-	return runDue(due.Actor, due.Store, &due.Event.ev, due.At, due.Now, due.Failures, due.Retry, due.Run, due.Finish)
+	return runDue(due.Actor, due.Store, &due.Event.ev, due.At, due.Now, due.Failures, due.Retry, run, finish)
 }
 
 // runDue is RunDue.

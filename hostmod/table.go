@@ -218,7 +218,8 @@ func (ev *Event) Err() error {
 type Invoker func(ctx context.Context, params ...uint64) ([]uint64, error)
 
 // DeliverOptions configure Table.DeliverAlarm. The zero value is the
-// engine's defaults.
+// defaults (DefaultAlarmDeadline, DefaultRetryBase, DefaultRetryMax, no
+// limit of attempts), which package engine's are too.
 type DeliverOptions struct {
 	// Clock says when it is (nil: the system clock).
 	Clock Clock
@@ -237,8 +238,8 @@ type DeliverOptions struct {
 	MaxAttempts int
 }
 
-// DeliverAlarm delivers the actor's alarm if it is due, as the engine
-// does (ABI.md, "Delivery"): it reads the committed alarm and, when due,
+// DeliverAlarm delivers the actor's alarm if it is due (ABI.md,
+// "Delivery"), with RunDue, as package engine's actors do: it reads the committed alarm and, when due,
 // runs on-alarm(scheduled, retry count) through onAlarm in a transaction
 // of its own. On success the alarm is gone unless the handler set one,
 // and the failure count is reset; on failure (a non-zero result, a trap,
@@ -314,7 +315,7 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 		return res, nil
 	}
 	return RunDue(Due{Actor: id, Store: t.r, Event: ev, At: at, Now: now, Failures: failures,
-		Retry: RetryPolicy{Base: o.RetryBase, Max: o.RetryMax, MaxAttempts: o.MaxAttempts}, Run: run, Finish: finish})
+		Retry: RetryPolicy{Base: o.RetryBase, Max: o.RetryMax, MaxAttempts: o.MaxAttempts}}, run, finish)
 }
 
 // HostFunction is one host function of the ABI with its handler, for a

@@ -100,7 +100,9 @@ func (e *GuestError) Unwrap() error { return e.Cause }
 
 // Result is what an event committed.
 type Result struct {
-	// Response is what the guest wrote with response-write.
+	// Response is what the guest wrote with response-write (the engine's
+	// wasmkeep:actor module; nil for a delivery and for a host's own
+	// events).
 	Response []byte
 	// Alarm is the committed alarm after the event (Unix ms), if HasAlarm.
 	Alarm    int64
