@@ -35,7 +35,7 @@ type Store struct {
 	// rows are the alarm's tables and the transactions (hostmod.Rows);
 	// stmts the guest's data and the checkpoint, prepared on first use
 	// (see stmt).
-	rows  *hostmod.Rows
+	rows  hostmod.Rows // kept in the Store: a wake allocates no Rows
 	stmts [nStmts]*sqlite3.Stmt
 	// failed is set when SQLite returned an error: the connection is
 	// closed with the store rather than reused (so is it when rows
@@ -200,7 +200,7 @@ func attachStore(path string) (*Store, error) {
 		pc.close()
 		return nil, err
 	}
-	s := &Store{path: path, pc: pc, conn: pc.conn, rows: hostmod.NewRows(pc.conn, rowsSQL)}
+	s := &Store{path: path, pc: pc, conn: pc.conn, rows: *hostmod.NewRows(pc.conn, rowsSQL)}
 	for i, op := range []sqlite3.FcntlOpcode{sqlite3.FCNTL_FILE_POINTER, sqlite3.FCNTL_JOURNAL_POINTER} {
 		if v, err := pc.conn.FileControl(storeSchema, op); err == nil {
 			s.ahead[i], _ = unwrapFile(v).(readAheader)

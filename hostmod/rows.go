@@ -120,7 +120,9 @@ type Rows struct {
 }
 
 // NewRows returns the Rows of q on conn. The connection stays the
-// caller's.
+// caller's. A host may keep Rows by value in a struct of its own
+// (*NewRows(conn, q)), so that opening a database allocates no Rows of
+// its own; a Rows is copied only before its first use.
 func NewRows(conn *sqlite3.Conn, q *RowsSQL) *Rows { return &Rows{conn: conn, q: q} }
 
 // Failed reports whether SQLite returned an error to one of the Rows'
