@@ -12,6 +12,7 @@ import (
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/wasmkeep/alarms/abi"
+	clocks "github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -106,7 +107,7 @@ const setAlarmBase = 4_000_000_000_000
 // setAlarmVsUpsert opens an actor of the bench class, its instance made
 // and on-init run, and a bare upsert's database beside it.
 func setAlarmVsUpsert(b *testing.B) (*engine.Actor, *bareUpsert) {
-	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	eng, cl := benchEngine(b, clocks.System{})
 	dir := b.TempDir()
 	a := openBench(b, eng, cl, dir, "a")
 	u := newBareUpsert(b, filepath.Join(dir, "bare.db"))
@@ -208,7 +209,7 @@ func BenchmarkSetAlarmVsUpsertInBlocks(b *testing.B) {
 // sets it again) and commits.
 func BenchmarkDeliveryOneActor(b *testing.B) {
 	ctx := context.Background()
-	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	eng, cl := benchEngine(b, clocks.System{})
 	a := openBench(b, eng, cl, b.TempDir(), "a")
 	if _, err := a.Request(ctx, timeReq(1000)); err != nil {
 		b.Fatal(err)
@@ -228,7 +229,7 @@ func BenchmarkDeliveryOneActor(b *testing.B) {
 // across 1,000 actors, each with its own database and instance, in turn.
 func BenchmarkDelivery1000Actors(b *testing.B) {
 	ctx := context.Background()
-	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	eng, cl := benchEngine(b, clocks.System{})
 	dir := b.TempDir()
 	actors := make([]*engine.Actor, 1000)
 	for i := range actors {
@@ -253,7 +254,7 @@ func BenchmarkDelivery1000Actors(b *testing.B) {
 // replicated firing.
 func BenchmarkSetMeta(b *testing.B) {
 	ctx := context.Background()
-	eng, cl := benchEngine(b, hostmod.SystemClock{})
+	eng, cl := benchEngine(b, clocks.System{})
 	a := openBench(b, eng, cl, b.TempDir(), "a")
 	if _, err := a.Request(ctx, timeReq(1000)); err != nil {
 		b.Fatal(err)

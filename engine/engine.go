@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -190,7 +191,7 @@ type Engine struct {
 // NewEngine creates an engine. Close it to free the runtime.
 func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	cfg := config{
-		clock:         hostmod.SystemClock{},
+		clock:         clock.System{},
 		logger:        hclog.NewNullLogger(),
 		alarmDeadline: hostmod.DefaultAlarmDeadline,
 		eventDeadline: DefaultEventDeadline,

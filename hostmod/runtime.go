@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	clocks "github.com/wasmkeep/alarms/clock"
 	"reflect"
 	"time"
 
@@ -101,7 +102,7 @@ func GuestConfig(base wazero.ModuleConfig, clock Clock) wazero.ModuleConfig {
 		base = defaultModuleConfig()
 	}
 	if clock == nil {
-		clock = SystemClock{}
+		clock = clocks.System{}
 	}
 	return base.
 		WithName("").

@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/clock"
 )
 
 // Table is the alarm of one actor in a database the host owns: a
@@ -259,7 +260,7 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 		return Delivery{}, &abi.ActorError{ID: id, Op: "deliver", Err: ErrInTransaction}
 	}
 	if o.Clock == nil {
-		o.Clock = SystemClock{}
+		o.Clock = clock.System{}
 	}
 	if o.Deadline <= 0 {
 		o.Deadline = DefaultAlarmDeadline

@@ -10,16 +10,11 @@ import (
 )
 
 // Clock gives the host's time. Guests see it as their wall clock, and
-// alarms are due by it.
+// alarms are due by it. It is the part of clock.Clock the host module
+// needs: any clock.Clock (clock.System, the real one) is one.
 type Clock interface {
 	Now() time.Time
 }
-
-// SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
 
 // The defaults of a delivery (DeliverOptions): how long on-alarm may run,
 // and the backoff of its failed runs, 1 s doubling to 5 min (ABI.md).
