@@ -26,7 +26,6 @@ func (h exampleHost) Now() time.Time                              { return h.now
 func (h exampleHost) After(d time.Duration) <-chan time.Time      { return time.After(d) }
 func (h exampleHost) Self() string                                { return "n1" }
 func (h exampleHost) LiveNodes(context.Context) ([]string, error) { return []string{"n1"}, nil }
-func (h exampleHost) Tenants(context.Context) ([]string, error)   { return []string{"t"}, nil }
 
 // exampleActor is an actor run by package engine, as the plugin sees it
 // (alarms.Actor): the host's only jobs are the upload and the alarm event.
