@@ -417,22 +417,14 @@ func (p *Plugin) Sweep(ctx context.Context) {
 	}
 }
 
-// SweepStats returns the sweep loop's counters.
+// SweepStats returns the sweep loop's counters, and when the latest sweep
+// ended with its failures (Stats.Last, Stats.LastErr). A SingleNode plugin
+// never sweeps: the zero Stats.
 func (p *Plugin) SweepStats() sweeper.Stats {
 	if p.loop == nil {
 		return sweeper.Stats{}
 	}
 	return p.loop.Stats()
-}
-
-// LastSweep reports when the latest sweep ended (zero before the first)
-// and its failures (nil: the index of every tenant was read). A SingleNode
-// plugin never sweeps: the zero time and nil.
-func (p *Plugin) LastSweep() (time.Time, error) {
-	if p.loop == nil {
-		return time.Time{}, nil
-	}
-	return p.loop.Last()
 }
 
 // offer hands a sweep's delivery to the node timer, where a time it already

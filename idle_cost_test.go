@@ -259,7 +259,7 @@ func TestConcurrentSweepOfManyTenants(t *testing.T) {
 		if c := cb.Counts(); c != (bucket.Counts{List: 1 + tenants, ListPages: 1 + tenants}) {
 			t.Errorf("one sweep of %d tenants sent %+v, want one delimited LIST and one LIST per tenant", tenants, c)
 		}
-		if _, err := p.LastSweep(); err != nil {
+		if err := p.SweepStats().LastErr; err != nil {
 			t.Errorf("last sweep: %v", err)
 		}
 	})

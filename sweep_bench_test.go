@@ -54,7 +54,7 @@ func BenchmarkSweep10kTenantsS3(b *testing.B) {
 			start := time.Now()
 			for b.Loop() {
 				pl.Sweep(ctx)
-				if _, err := pl.LastSweep(); err != nil {
+				if err := pl.SweepStats().LastErr; err != nil {
 					b.Fatal(err)
 				}
 			}

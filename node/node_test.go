@@ -322,8 +322,8 @@ func TestASingleNodeHasAPlugin(t *testing.T) {
 		t.Fatal("Plugin() is nil on a single node")
 	}
 	p.Sweep(ctx)
-	if at, err := p.LastSweep(); !at.IsZero() || err != nil {
-		t.Fatalf("a single node's plugin reports a sweep at %v (err %v)", at, err)
+	if st := p.SweepStats(); !st.Last.IsZero() || st.LastErr != nil {
+		t.Fatalf("a single node's plugin reports a sweep at %v (err %v)", st.Last, st.LastErr)
 	}
 	if st := p.SweepStats(); st.Sweeps != 0 || st.Lists != 0 {
 		t.Fatalf("a single node's plugin swept: %+v", st)

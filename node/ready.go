@@ -60,7 +60,8 @@ func (n *Node) Ready(ctx context.Context) Readiness {
 	if period <= 0 {
 		period = sweeper.DefaultPeriod
 	}
-	at, err := n.plugin.LastSweep()
+	st := n.plugin.SweepStats()
+	at, err := st.Last, st.LastErr
 	switch {
 	case at.IsZero():
 		r.Sweep = &Check{Detail: "no sweep yet"}

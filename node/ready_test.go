@@ -37,7 +37,7 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("before any sweep: %d %+v (sweep %+v)", status, r, r.Sweep)
 	}
 	a.Start(t.Context())
-	waitFor(t, "the first sweep", func() bool { at, _ := a.Plugin().LastSweep(); return !at.IsZero() })
+	waitFor(t, "the first sweep", func() bool { return !a.Plugin().SweepStats().Last.IsZero() })
 	status, r := ready()
 	if status != 200 || !r.Ready || !r.Lease.OK || !r.Bucket.OK || !r.Sweep.OK {
 		t.Fatalf("after a sweep: %d %+v %+v %+v %+v", status, r, r.Lease, r.Bucket, r.Sweep)

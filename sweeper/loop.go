@@ -135,6 +135,11 @@ type Stats struct {
 	Malformed int64
 	// Errors counts failures: LIST, live nodes, tenants.
 	Errors int64
+	// Last is when the latest sweep ended, on the loop's clock (zero
+	// before the first); LastErr its failures (nil: the index of every
+	// tenant it walked was read).
+	Last    time.Time
+	LastErr error
 }
 
 // Loop sweeps every tenant's index every period and offers what it plans to
@@ -403,14 +408,6 @@ func (l *Loop) setLast(err error) {
 	l.lastMu.Unlock()
 }
 
-// Last reports when the latest sweep ended (zero before the first) and
-// its failures (nil: every tenant's index was read).
-func (l *Loop) Last() (time.Time, error) {
-	l.lastMu.Lock()
-	defer l.lastMu.Unlock()
-	return l.lastAt, l.lastErr
-}
-
 // sweepTenant walks and plans one tenant; tickMs is when the sweep began,
 // which the schedule counts from, so that a tenant due again in a period
 // is due at the next sweep however long this one took.
@@ -519,6 +516,9 @@ func (l *Loop) Cursor(tenant string) string {
 
 // Stats returns the loop's counters.
 func (l *Loop) Stats() Stats {
+	l.lastMu.Lock()
+	last, lastErr := l.lastAt, l.lastErr
+	l.lastMu.Unlock()
 	return Stats{
 		Sweeps:    l.sweeps.Load(),
 		Lists:     l.lists.Load(),
@@ -526,5 +526,7 @@ func (l *Loop) Stats() Stats {
 		Delivered: l.delivered.Load(),
 		Malformed: l.malformed.Load(),
 		Errors:    l.errs.Load(),
+		Last:      last,
+		LastErr:   lastErr,
 	}
 }
