@@ -20,7 +20,7 @@ import (
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
-// A firing run through RunHostmodAlarm PUTs the entry for the alarm its
+// A firing run through engine.RunAlarm PUTs the entry for the alarm its
 // handler set before the event commits, and records it in the event's own
 // transaction. So an index PUT that fails leaves the event uncommitted
 // (the alarm still due, the handler's writes gone, nothing uploaded), and

@@ -15,7 +15,7 @@ import (
 // (the alarm moved and the counter's row written), the new index entry
 // recorded, and the snapshot for the upload, in the CPU time of the thread
 // that runs them (system calls included). The entry is recorded in the
-// event's own transaction, as a node does (alarms.Plugin.RunHostmodAlarm),
+// event's own transaction, as a node does (engine.RunAlarm),
 // or in a transaction of its own after it, as a host that calls
 // alarms.Plugin.Replicate after the event does.
 //

@@ -1050,7 +1050,7 @@ func (c *nodeActor) Upload(ctx context.Context) error {
 }
 
 // RunAlarm runs the alarm event and, in cluster mode, replicates it with
-// the index entry recorded in the event's own commit (RunHostmodAlarm). On
+// the index entry recorded in the event's own commit (engine.RunAlarm). On
 // an error the delivery's Done gives the actor up.
 func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	n, e := c.n, c.e
