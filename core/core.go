@@ -14,7 +14,11 @@
 //     upload named, and the removal of the actor's other overdue entries
 //     that a sweep leaves out because the node timer keeps the actor at a
 //     later time (Stale, StaleDone): see docs/design.md and the plugin's
-//     stale.go.
+//     stale.go;
+//   - each actor's delivery slot: one delivery at a time, the time the
+//     timer pops meanwhile, the entry time a failed delivery's retry
+//     delivers again, the legacy entry a sweep offered (Start, Release,
+//     Delivering, Failed, Entry).
 //
 // A State is not safe for concurrent use: its caller serialises calls.
 package core
