@@ -194,7 +194,7 @@ type Config struct {
 	// (default 64).
 	MaxConcurrentDeliveries int
 	// OnDelivery, if set, is called after each delivery RunTimer makes.
-	OnDelivery func(Delivered)
+	OnDelivery func(Delivery)
 	// Registerer, if set, is where the plugin registers its metrics
 	// (nil: none, and nothing is recorded): alarms pending in the timer,
 	// firings by outcome, lateness, retries and failing actors, and in a
@@ -626,8 +626,15 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 // settled).
 func (p *Plugin) FlushDeletes(ctx context.Context) { p.cfg.Deletes.Flush(ctx) }
 
-// Delivery is what Deliver did, for the host's logs and tests.
+// Delivery is what one delivery did (Deliver, DeliverDue, a delivery of
+// RunTimer), for the host's logs, its OnDelivery and tests.
 type Delivery struct {
+	Actor abi.ActorID
+	// TimerAt is the entry time delivered (the time of the first try when
+	// this is a retry).
+	TimerAt int64
+	// Outcome is what the rules made of the entry (nothing when the actor
+	// was not taken).
 	Outcome alarmindex.Outcome
 	// Event is what the alarm event did (OutcomeRun).
 	Event hostmod.Delivery
@@ -635,6 +642,16 @@ type Delivery struct {
 	Deleted []string
 	// RetryAt, when not zero, is when the host's timer tries again.
 	RetryAt int64
+	// Alarm is the committed alarm the timer was re-armed with (nil:
+	// none, or not re-armed; DeliverDue and RunTimer).
+	Alarm *int64
+	// At is when the delivery ended, on the host's clock (DeliverDue and
+	// RunTimer).
+	At time.Time
+	// Err is why the delivery did not happen or failed (DeliverDue and
+	// RunTimer): wrapping ErrNotHere, the alarm was dropped; otherwise it
+	// is retried at RetryAt.
+	Err error
 
 	failedDeletes int // stale DELETEs that failed
 }

@@ -57,10 +57,10 @@ type staleNode struct {
 	fault *atomic.Bool
 
 	mu  sync.Mutex
-	got []alarms.Delivered // the timer's deliveries
+	got []alarms.Delivery // the timer's deliveries
 }
 
-func (n *staleNode) deliveries() []alarms.Delivered {
+func (n *staleNode) deliveries() []alarms.Delivery {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return slices.Clone(n.got)
@@ -76,7 +76,7 @@ func newStaleNode(t *testing.T, b bucket.Bucket) *staleNode {
 	p, err := alarms.Register(alarms.Config{
 		Bucket: jb, Host: n.host, Timer: n.timer, Margin: swMargin, SweepPeriod: 10 * time.Second,
 		RetryMax: swRetryMax, Nonces: &counterNonces{}, Deletes: n.del,
-		OnDelivery: func(d alarms.Delivered) { n.mu.Lock(); n.got = append(n.got, d); n.mu.Unlock() },
+		OnDelivery: func(d alarms.Delivery) { n.mu.Lock(); n.got = append(n.got, d); n.mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -281,8 +281,8 @@ func TestARemovalOfStaleEntriesArmsACommittedAlarmRatherThanRunningIt(t *testing
 	n.j.take()
 	n.sweepUntil(t, "the committed alarm delivered by the timer", func() bool { return len(n.deliveries()) > 0 })
 	d := n.deliveries()[0]
-	if d.TimerAt != tA || !d.Index.Event.Ran {
-		t.Errorf("the timer delivered %d (ran %v), want the committed alarm %d run", d.TimerAt, d.Index.Event.Ran, tA)
+	if d.TimerAt != tA || !d.Event.Ran {
+		t.Errorf("the timer delivered %d (ran %v), want the committed alarm %d run", d.TimerAt, d.Event.Ran, tA)
 	}
 	runs := 0
 	for _, l := range n.j.take() {

@@ -189,7 +189,7 @@ func TestDeliverDueRunsAndReArmsFromTheCommittedAlarm(t *testing.T) {
 	tk := &taker{a: a}
 	key := alarms.TimerKey(a.id)
 	d := f.p.DeliverDue(context.Background(), tk, key, t1)
-	if d.Err != nil || d.Index.Outcome != alarmindex.OutcomeRun || !d.Index.Event.Ran {
+	if d.Err != nil || d.Outcome != alarmindex.OutcomeRun || !d.Event.Ran {
 		t.Fatalf("DeliverDue: %+v; want the alarm run", d)
 	}
 	if at, ok := f.timer.Get(key); !ok || at != t2 {
@@ -228,7 +228,7 @@ func TestDeliverDueRetriesTheSameEntryTimeAfterAFailure(t *testing.T) {
 	tk.takeErr = nil
 	f.timer.Remove(key)
 	d = f.p.DeliverDue(context.Background(), tk, key, f.host.now.Add(30*time.Second).UnixMilli())
-	if d.TimerAt != t1 || d.Err != nil || d.Index.Outcome != alarmindex.OutcomeRun {
+	if d.TimerAt != t1 || d.Err != nil || d.Outcome != alarmindex.OutcomeRun {
 		t.Fatalf("the second retry: %+v; want the entry time %d run", d, t1)
 	}
 	// An event that moves the alarm drops the pending retry's time.
@@ -259,10 +259,10 @@ func TestDeliverDueDropsAnAlarmThatIsNotThisNodes(t *testing.T) {
 func TestRunTimerDeliversDueAlarms(t *testing.T) {
 	clock := &tickingHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}
 	timer := sweeper.NewTimer(retryMax)
-	got := make(chan alarms.Delivered, 4)
+	got := make(chan alarms.Delivery, 4)
 	p, err := alarms.Register(alarms.Config{
 		Bucket: newFixture(t).mem, Host: clock, Timer: timer, Margin: time.Second,
-		OnDelivery: func(d alarms.Delivered) { got <- d },
+		OnDelivery: func(d alarms.Delivery) { got <- d },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +277,7 @@ func TestRunTimerDeliversDueAlarms(t *testing.T) {
 	go func() { p.RunTimer(ctx, &taker{a: a}); close(done) }()
 	select {
 	case d := <-got:
-		if d.Err != nil || !d.Index.Event.Ran || d.Actor != a.id {
+		if d.Err != nil || !d.Event.Ran || d.Actor != a.id {
 			t.Fatalf("delivery %+v", d)
 		}
 	case <-time.After(30 * time.Second):
@@ -340,8 +340,8 @@ func TestRunTimerBoundsDeliveriesAndWorkers(t *testing.T) {
 	var p *alarms.Plugin
 	p, err := alarms.Register(alarms.Config{
 		SingleNode: true, Host: host, Timer: timer, MaxConcurrentDeliveries: slots,
-		OnDelivery: func(d alarms.Delivered) {
-			if d.Err != nil || !d.Index.Event.Ran {
+		OnDelivery: func(d alarms.Delivery) {
+			if d.Err != nil || !d.Event.Ran {
 				t.Errorf("delivery %+v", d)
 			}
 			for {

@@ -36,26 +36,6 @@ type Taken interface {
 	Done(ctx context.Context, err error)
 }
 
-// Delivered is what one delivery of RunTimer did.
-type Delivered struct {
-	Actor abi.ActorID
-	// TimerAt is the entry time delivered (the time of the first try when
-	// this is a retry).
-	TimerAt int64
-	// At is when the delivery ended, on the host's clock.
-	At time.Time
-	// Index is what Deliver did (nothing when the actor was not taken).
-	Index Delivery
-	// Err is why the delivery did not happen or failed: wrapping
-	// ErrNotHere, the alarm was dropped; otherwise it is retried at
-	// RetryAt.
-	Err     error
-	RetryAt int64
-	// Alarm is the committed alarm the timer was re-armed with (nil:
-	// none, or not re-armed).
-	Alarm *int64
-}
-
 // RunTimer runs the node timer (Config.Timer) until ctx ends: each alarm
 // it pops is delivered in the background, one delivery per actor at a
 // time and at most Config.MaxConcurrentDeliveries at once: take the actor
@@ -190,27 +170,28 @@ func (p *Plugin) worker(ctx context.Context, job func()) {
 // DeliverDue delivers one alarm the node timer popped (key is a TimerKey)
 // as RunTimer does, on the calling goroutine: for a host that runs its
 // own timer loop.
-func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) Delivered {
+func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) Delivery {
 	id, err := ParseTimerKey(key)
 	if err != nil {
 		p.log.Error("dropping a malformed timer entry", "key", key, "error", err)
-		return Delivered{TimerAt: at, Err: err}
+		return Delivery{TimerAt: at, Err: err}
 	}
 	p.mu.Lock()
 	at = p.core.Delivering(key, at)
 	p.mu.Unlock()
-	d := Delivered{TimerAt: at}
-	d.Actor = id
+	d := Delivery{Actor: id, TimerAt: at}
 	a, err := t.Take(ctx, id)
 	if err == nil {
-		d.Index, d.Alarm, err = p.deliverTaken(ctx, a, key, at)
+		var alarm *int64
+		d, alarm, err = p.deliverTaken(ctx, a, key, at)
+		d.Actor, d.TimerAt, d.Alarm = id, at, alarm
 		a.Done(ctx, err)
 	}
 	d.At = p.cfg.Host.Now()
 	switch {
 	case err == nil:
-		p.m.unmatchedEntry(d.Index.Outcome)
-		p.delivered(id, key, d.Index.Event, d.At)
+		p.m.unmatchedEntry(d.Outcome)
+		p.delivered(id, key, d.Event, d.At)
 	case errors.Is(err, ErrNotHere):
 		d.Err = err
 		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)

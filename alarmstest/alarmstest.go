@@ -62,7 +62,7 @@ type NodeConfig struct {
 	Timings
 	// OnDelivery must receive every delivery the node's timer loop makes
 	// (alarms.Config.OnDelivery).
-	OnDelivery func(alarms.Delivered)
+	OnDelivery func(alarms.Delivery)
 }
 
 // Node is one node of the host under test.
@@ -129,7 +129,7 @@ type rig struct {
 	mu sync.Mutex
 	// down fails every request to the index while set.
 	down bool
-	got  []alarms.Delivered
+	got  []alarms.Delivery
 	// node names the node of each delivery in got.
 	node []string
 }
@@ -150,7 +150,7 @@ func newRig(t *testing.T, h Host) *rig {
 
 func (r *rig) start(name string) Node {
 	r.t.Helper()
-	n := r.h.Start(r.t, NodeConfig{Name: name, Bucket: r.mem, Timings: Fast, OnDelivery: func(d alarms.Delivered) {
+	n := r.h.Start(r.t, NodeConfig{Name: name, Bucket: r.mem, Timings: Fast, OnDelivery: func(d alarms.Delivery) {
 		r.mu.Lock()
 		r.got = append(r.got, d)
 		r.node = append(r.node, name)
@@ -188,11 +188,11 @@ func (r *rig) entries(id abi.ActorID) []alarmindex.Key {
 }
 
 // ran returns the deliveries that ran on-alarm for id, in order.
-func (r *rig) ran(id abi.ActorID) (out []alarms.Delivered, nodes []string) {
+func (r *rig) ran(id abi.ActorID) (out []alarms.Delivery, nodes []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, d := range r.got {
-		if d.Actor == id && d.Err == nil && d.Index.Event.Ran {
+		if d.Actor == id && d.Err == nil && d.Event.Ran {
 			out = append(out, d)
 			nodes = append(nodes, r.node[i])
 		}
@@ -236,8 +236,8 @@ func delivery(t *testing.T, h Host) {
 		t.Fatalf("after the event the index holds %s, want one tagged entry at %d with the hold's generation", describe(e), due)
 	}
 	r.waitFor("the alarm to run", func() bool { d, _ := r.ran(id); return len(d) > 0 })
-	if d, _ := r.ran(id); d[0].Index.Event.Scheduled != due || d[0].Index.Event.RetryCount != 0 {
-		t.Errorf("on-alarm ran with (%d, %d), want (%d, 0)", d[0].Index.Event.Scheduled, d[0].Index.Event.RetryCount, due)
+	if d, _ := r.ran(id); d[0].Event.Scheduled != due || d[0].Event.RetryCount != 0 {
+		t.Errorf("on-alarm ran with (%d, %d), want (%d, 0)", d[0].Event.Scheduled, d[0].Event.RetryCount, due)
 	}
 	r.waitFor("the index to be empty after the run", func() bool { return len(r.entries(id)) == 0 })
 }
@@ -274,14 +274,14 @@ func retries(t *testing.T, h Host) {
 	r.request(n, id, Body(due, 2))
 	r.waitFor("on-alarm to succeed after two failures", func() bool {
 		d, _ := r.ran(id)
-		return len(d) > 0 && d[len(d)-1].Index.Event.Err == nil
+		return len(d) > 0 && d[len(d)-1].Event.Err == nil
 	})
 	d, _ := r.ran(id)
 	if len(d) != 3 {
 		t.Fatalf("on-alarm ran %d times, want 3 (two failures, then success)", len(d))
 	}
 	for i, want := range []time.Duration{0, time.Second, 2 * time.Second} {
-		ev := d[i].Index.Event
+		ev := d[i].Event
 		if ev.RetryCount != i || (i < 2) != (ev.Err != nil) {
 			t.Errorf("run %d: retry count %d, error %v; want count %d and a failure: %v", i, ev.RetryCount, ev.Err, i, i < 2)
 		}
@@ -289,9 +289,9 @@ func retries(t *testing.T, h Host) {
 		// run before it was scheduled and before its delivery ended.
 		if i > 0 {
 			prev := d[i-1]
-			if ev.Scheduled < prev.Index.Event.Scheduled+want.Milliseconds() || ev.Scheduled > prev.At.UnixMilli()+want.Milliseconds() {
+			if ev.Scheduled < prev.Event.Scheduled+want.Milliseconds() || ev.Scheduled > prev.At.UnixMilli()+want.Milliseconds() {
 				t.Errorf("run %d was scheduled for %d; the run before it was scheduled for %d and ended at %d: want %v after its failure",
-					i, ev.Scheduled, prev.Index.Event.Scheduled, prev.At.UnixMilli(), want)
+					i, ev.Scheduled, prev.Event.Scheduled, prev.At.UnixMilli(), want)
 			}
 		}
 	}
@@ -382,8 +382,8 @@ func takeover(t *testing.T, h Host) {
 	a.Crash()
 	r.waitFor("the alarm to run on the survivor", func() bool { d, _ := r.ran(id); return len(d) > 0 })
 	d, nodes := r.ran(id)
-	if nodes[0] != "b" || d[0].Index.Event.Scheduled != due {
-		t.Errorf("on-alarm ran on %s for %d, want on b for %d", nodes[0], d[0].Index.Event.Scheduled, due)
+	if nodes[0] != "b" || d[0].Event.Scheduled != due {
+		t.Errorf("on-alarm ran on %s for %d, want on b for %d", nodes[0], d[0].Event.Scheduled, due)
 	}
 	r.waitFor("the index to be empty after the run", func() bool { return len(r.entries(id)) == 0 })
 }

@@ -714,12 +714,12 @@ func (t nodeTaker) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, erro
 }
 
 // delivered reports a delivery of the plugin's timer loop to OnDelivery.
-func (n *Node) delivered(d alarms.Delivered) {
+func (n *Node) delivered(d alarms.Delivery) {
 	n.observeDelivery(d)
 	if n.cfg.OnDelivery == nil {
 		return
 	}
-	ev := DeliveryEvent{Actor: d.Actor, TimerAt: d.TimerAt, At: d.At, Delivery: d.Index.Event, Index: d.Index, Err: d.Err}
+	ev := DeliveryEvent{Actor: d.Actor, TimerAt: d.TimerAt, At: d.At, Delivery: d.Event, Index: d, Err: d.Err}
 	if !ev.Delivery.Ran && d.Alarm != nil {
 		// A stale entry: the committed alarm stays armed.
 		ev.Delivery.Result = hostmod.Result{Alarm: *d.Alarm, HasAlarm: true}

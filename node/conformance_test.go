@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmstest"
 	"github.com/wasmkeep/alarms/node"
@@ -28,7 +27,7 @@ func startKitNode(t testing.TB, cfg alarmstest.NodeConfig) alarmstest.Node {
 		DataDir: t.TempDir(),
 		Classes: map[string][]byte{alarmstest.Class: alarmstest.Guest},
 		OnDelivery: func(ev node.DeliveryEvent) {
-			cfg.OnDelivery(alarms.Delivered{Actor: ev.Actor, TimerAt: ev.TimerAt, At: ev.At, Index: ev.Index, Err: ev.Err})
+			cfg.OnDelivery(ev.Index)
 		},
 		Cluster: &node.ClusterConfig{
 			Bucket: cfg.Bucket, NodeID: cfg.Name, Addr: "127.0.0.1:0",

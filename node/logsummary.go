@@ -64,9 +64,9 @@ func (n *Node) registerObservability(reg prometheus.Registerer) error {
 
 // observeDelivery counts a delivery of the timer loop for the summary and
 // the runs by class.
-func (n *Node) observeDelivery(d alarms.Delivered) {
+func (n *Node) observeDelivery(d alarms.Delivery) {
 	o := &n.obs
-	ev := d.Index.Event
+	ev := d.Event
 	result := ""
 	switch {
 	case d.Err != nil:

@@ -27,7 +27,7 @@ type alarmsGlue struct {
 
 // New starts a host running class (wasm) with its databases under dir, its
 // alarm index and replicas in b, sweeping tenants.
-func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, tenants []string, margin, sweep time.Duration, onDelivery func(alarms.Delivered)) (*Host, error) {
+func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, tenants []string, margin, sweep time.Duration, onDelivery func(alarms.Delivery)) (*Host, error) {
 	h, err := newHost(ctx, dir, class, wasm)
 	if err != nil {
 		return nil, err
