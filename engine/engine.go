@@ -271,7 +271,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		r.Close(ctx)
 		return nil, fmt.Errorf("engine: instantiate host modules: %w", err)
 	}
-	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
+	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: newMemBudget(cfg.maxMemory)}
 	e.modCfg = e.contract(nil)
 	if err := e.register(); err != nil {
 		r.Close(ctx)
@@ -289,7 +289,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.unregister()
 	e.mu.Unlock()
 	if e.owned {
-		return e.r.Close(ctx)
+		err := e.r.Close(ctx)
+		for _, r := range e.mem.shut() {
+			r.release()
+		}
+		return err
 	}
 	e.mu.Lock()
 	list := e.compiled

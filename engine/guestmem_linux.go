@@ -65,6 +65,53 @@ func addressSpaceLimited() bool {
 	return l.Cur != unix.RLIM_INFINITY
 }
 
+// scrub makes the range as a fresh reservation whose first keep bytes are
+// committed, all of it reading zero, or says false (the range must then be
+// released): whatever an instance wrote in it is gone, so the range may
+// serve another actor's instance (see memBudget's pool).
+//
+// Why nothing written survives, by construction: an instance can only have
+// written within the committed prefix, since every page past it has been
+// PROT_NONE since the range was reserved (a write there faults). That
+// prefix is split in two. Its first keep bytes are cleared with stores
+// (their pages stay resident, which is the point of reusing the range: the
+// next instance's writes fault no page in). The rest, up to what was
+// committed, is dropped with madvise(MADV_DONTNEED), after which a private
+// anonymous mapping's pages read back as zero-filled pages from the
+// system, and made PROT_NONE again, as it was before it was committed.
+// keep and the committed size are multiples of the 64 KiB wasm page, so
+// the madvise and mprotect ranges are page-aligned.
+func (r *reservation) scrub(keep uint64) bool {
+	k := int(min(keep, uint64(r.committed)))
+	if k < r.committed {
+		tail := r.mem[k:r.committed]
+		if unix.Madvise(tail, unix.MADV_DONTNEED) != nil || mprotect(tail, unix.PROT_NONE) != nil {
+			return false
+		}
+		r.committed = k
+	}
+	clear(r.mem[:k])
+	return true
+}
+
+// shrink is scrub for a range already scrubbed (all it holds reads zero):
+// it only gives back the committed pages past keep, clearing nothing.
+func (r *reservation) shrink(keep uint64) bool {
+	if keep >= uint64(r.committed) {
+		return true
+	}
+	tail := r.mem[keep:r.committed]
+	if unix.Madvise(tail, unix.MADV_DONTNEED) != nil || mprotect(tail, unix.PROT_NONE) != nil {
+		return false
+	}
+	r.committed = int(keep)
+	return true
+}
+
+// size is the length of the range, and held the bytes committed in it.
+func (r *reservation) size() uint64 { return uint64(len(r.mem)) }
+func (r *reservation) held() uint64 { return uint64(r.committed) }
+
 // release returns the range to the system. Nothing may use it after.
 func (r *reservation) release() {
 	_ = unix.Munmap(r.mem)

@@ -57,9 +57,11 @@ func size(n uint64) string {
 // WithMaxTotalMemory bounds the linear memory of all the engine's instances
 // together, in bytes (default DefaultMaxTotalMemory), beside the per-instance
 // limit of WithMemoryLimit. Every instance's memory is counted from its
-// creation, growth included, until it closes. An instance that needs more
-// (to start, or in memory.grow) first makes room by closing the least
-// recently used idle instances (their actors keep their databases); when
+// creation, growth included, until it closes (and after, while its pages
+// are pooled, zeroed, for another instance: MemoryStats.Pooled). An
+// instance that needs more (to start, or in memory.grow) first makes room
+// by giving pooled pages back, then by closing the least recently used
+// idle instances (their actors keep their databases); when
 // every other instance is busy, memory.grow fails for that guest (it sees
 // -1, and a guest that traps on it fails its event with an error that wraps
 // a *MemoryBudgetError) or the instance is not created; other actors are
@@ -75,12 +77,17 @@ type MemoryStats struct {
 	InUse uint64
 	// Peak is the highest InUse seen.
 	Peak uint64
-	// Budget is the bound on InUse (WithMaxTotalMemory).
+	// Budget is the bound on InUse and Pooled together (WithMaxTotalMemory).
 	Budget uint64
 	// Closed counts idle instances closed to make room for memory.
 	Closed uint64
 	// Refused counts instantiations and memory.grow calls refused.
 	Refused uint64
+	// Pooled is the memory of closed instances' address ranges kept,
+	// zeroed, for new instances (see memBudget's pool), in bytes. The
+	// budget bounds InUse and Pooled together; a pooled range is given
+	// back to the system before any idle instance is closed for room.
+	Pooled uint64
 }
 
 // Memory returns the engine's counters of instance memory.
@@ -88,7 +95,7 @@ func (e *Engine) Memory() MemoryStats {
 	b := e.mem
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return MemoryStats{InUse: b.used, Peak: b.peak, Budget: b.max, Closed: b.closed, Refused: b.refused}
+	return MemoryStats{InUse: b.used, Peak: b.peak, Budget: b.max, Closed: b.closed, Refused: b.refused, Pooled: b.pooled}
 }
 
 // memBudget counts the bytes all instances hold. Its lock is never held
@@ -99,6 +106,109 @@ type memBudget struct {
 	closed, refused uint64
 
 	kept keptMemories
+
+	// pool holds address ranges of closed instances (memories larger than
+	// a kept one, see reservation), scrubbed, for the next instance that
+	// fits in one: a fresh range faults in every page the instance
+	// writes, and an instance started from a pre-initialised image writes
+	// its image's data into the first megabytes at once (issue 38). A
+	// pooled range holds its committed pages, all reading zero (see
+	// reservation.scrub); they are counted in pooled, against max with
+	// used, so the budget still bounds the memory instances hold or will
+	// be handed. At most poolCount ranges and poolBytes committed bytes
+	// are pooled (none when poolCount is 0); room gives pooled ranges back
+	// before it closes any idle instance, and Close gives back all.
+	pool      []*reservation
+	pooled    uint64
+	poolCount int
+	poolBytes uint64
+	poolShut  bool
+}
+
+// Bounds of the pool of instance ranges: poolLargest ranges, and the
+// committed bytes of at most poolShare of the budget (a Go counter
+// instance starts with 3 MiB: 64 of them pool 192 MiB, under a quarter of
+// the default budget).
+const (
+	poolLargest = 64
+	poolShare   = 4
+)
+
+// newMemBudget returns a budget of max bytes with its pool of ranges.
+func newMemBudget(max uint64) *memBudget {
+	return &memBudget{max: max, poolCount: poolLargest, poolBytes: max / poolShare}
+}
+
+// pooling says whether a range may go to the pool now (a hint: put
+// decides).
+func (b *memBudget) pooling() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.poolShut && len(b.pool) < b.poolCount
+}
+
+// put pools r, scrubbed, if the pool's bounds and the budget have room
+// for its committed bytes; false when the caller must release it.
+func (b *memBudget) put(r *reservation) bool {
+	n := r.held()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.poolShut || len(b.pool) >= b.poolCount || b.pooled+n > b.poolBytes || b.used+b.pooled+n > b.max {
+		return false
+	}
+	b.pool = append(b.pool, r)
+	b.pooled += n
+	return true
+}
+
+// get takes from the pool the shortest range of at least need bytes, or
+// returns nil. Its committed bytes are no longer counted: the caller
+// shrinks it to what its instance holds (counted by then).
+func (b *memBudget) get(need uint64) *reservation {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	best := -1
+	for i, r := range b.pool {
+		if r.size() >= need && (best < 0 || r.size() < b.pool[best].size()) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	r := b.pool[best]
+	last := len(b.pool) - 1
+	b.pool[best], b.pool[last] = b.pool[last], nil
+	b.pool = b.pool[:last]
+	b.pooled -= r.held()
+	return r
+}
+
+// drop takes the oldest pooled range out of the pool for the caller to
+// release, or returns nil.
+func (b *memBudget) drop() *reservation {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pool) == 0 {
+		return nil
+	}
+	r := b.pool[0]
+	last := len(b.pool) - 1
+	copy(b.pool, b.pool[1:])
+	b.pool[last] = nil
+	b.pool = b.pool[:last]
+	b.pooled -= r.held()
+	return r
+}
+
+// shut empties the pool for good, returning its ranges for the caller to
+// release.
+func (b *memBudget) shut() []*reservation {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.pool
+	b.pool, b.pooled, b.poolShut = nil, 0, true
+	return l
 }
 
 // Memories of instances closed while idle are kept for the next instance
@@ -161,7 +271,7 @@ func (k *keptMemories) get(n int) []byte {
 func (b *memBudget) take(n uint64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if n > b.max-min(b.used, b.max) {
+	if n > b.max-min(b.used+b.pooled, b.max) {
 		return false
 	}
 	b.add(n)
@@ -188,10 +298,15 @@ func (b *memBudget) refuse(id abi.ActorID, want uint64) *MemoryBudgetError {
 	return &MemoryBudgetError{Actor: id, Want: want, InUse: b.used, Budget: b.max}
 }
 
-// room takes n bytes, closing the least recently used idle instances (none
-// of whose actors is in an event) until they fit; false when they cannot.
+// room takes n bytes, giving pooled ranges back to the system, then
+// closing the least recently used idle instances (none of whose actors is
+// in an event), until they fit; false when they cannot.
 func (e *Engine) room(n uint64) bool {
 	for !e.mem.take(n) {
+		if r := e.mem.drop(); r != nil {
+			r.release()
+			continue
+		}
 		if !e.res.closeIdleInstance() {
 			return false
 		}
@@ -253,6 +368,9 @@ type guestMemory struct {
 	// copies nothing (see reservation). Without one (a small memory, or a
 	// system that gives none), buf is a Go slice copied when it grows.
 	res *reservation
+	// initial is the size the memory started with: a range pooled when
+	// the instance closes keeps that much committed (see scrub).
+	initial uint64
 	// running counts the calls running guest code on the memory (and its
 	// instantiation). A reservation freed while one runs (wazero closes an
 	// instance at a call's deadline from another goroutine) is released
@@ -348,8 +466,23 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 	initial := g.buf == nil
 	if initial && size > keptMemoryLargest {
 		// Too large to be kept: its own range, up to the largest it may
-		// grow to within the budget, so that it grows in place.
-		g.res = reserve(max(size, min(g.max, g.e.mem.max&^0xffff)))
+		// grow to within the budget, so that it grows in place; a pooled
+		// one when one is long enough (a longer one changes nothing the
+		// guest sees: wazero bounds the memory by its own limit, and the
+		// memory is exactly size bytes long), shrunk to the bytes
+		// committed here (all reading zero: see scrub).
+		g.initial = size
+		need := max(size, min(g.max, g.e.mem.max&^0xffff))
+		if r := g.e.mem.get(need); r != nil {
+			if r.shrink(size) {
+				g.res = r
+			} else {
+				r.release()
+			}
+		}
+		if g.res == nil {
+			g.res = reserve(need)
+		}
 	}
 	// A quarter more than asked, when the budget has it, saves copying
 	// the memory at each small growth; else exactly what was asked. A
@@ -421,8 +554,14 @@ func (g *guestMemory) Free() {
 	case g.res != nil && g.running > 0:
 		g.releaseLater = true // see running
 	case g.res != nil:
-		g.res.release()
+		// Closed in no call, by its actor (idle): no guest code runs on
+		// the range now or later, and it may be pooled once scrubbed;
+		// else it goes back to the system.
+		r := g.res
 		g.res = nil
+		if !g.idle || !g.e.mem.pooling() || !r.scrub(g.initial) || !g.e.mem.put(r) {
+			r.release()
+		}
 	case g.idle:
 		g.e.mem.kept.put(g.buf)
 	}
