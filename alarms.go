@@ -6,18 +6,20 @@
 // bucket, whose rules (package alarmindex) this package carries out. A host
 // embeds them through two small interfaces it implements:
 //
-//   - [Host]: its clock, this node's name and the live nodes.
-//   - [Actor]: an actor this node holds (its hold's generation and whether it
-//     is valid, whether this hold uploaded, whether the bucket had the actor
-//     when it was taken), read and write access to its database, and the
-//     host's own operations on it (upload now, run the alarm event, release).
+//   - [Host]: its clock, this node's name, the live nodes, and taking an
+//     actor for a delivery.
+//   - [Actor]: an actor this node holds: what the host knows of its hold
+//     ([Hold]), read and write access to its database, and the host's own
+//     operations on it (upload now, run the alarm event, release).
 //
-// The host calls the plugin at its replication points ([Plugin.BeforeUpload]
-// before every upload of an actor's database: after an event, in the middle
-// of an exec-durable event, or a joining node's first upload; the returned
-// function after the upload succeeded) and when its timer fires for an actor
-// it holds ([Plugin.Deliver]). [Plugin.RunSweeps] runs the sweep loop, which
-// offers orphaned alarms to the host's timer.
+// The host calls the plugin at its replication points ([Plugin.Replicate]
+// around every upload of an actor's database: after an event, in the
+// middle of an exec-durable event, or a joining node's first upload), after
+// an event changed the alarm ([Plugin.Arm]), and to deliver an alarm to an
+// actor it already holds ([Plugin.Deliver]). [Plugin.Start] runs the node
+// timer, which takes each actor whose alarm is due ([Host.Take]) and
+// delivers it, and the sweep loop, which offers orphaned alarms to the
+// timer.
 //
 // The reference host in package node is built on nothing else.
 package alarms
@@ -53,6 +55,18 @@ type Host interface {
 	Self() string
 	// LiveNodes reports the nodes with fresh heartbeats.
 	LiveNodes(ctx context.Context) ([]string, error)
+	// Take takes an actor for a delivery of the node timer (in a cluster:
+	// its hold, restoring the actor from the bucket when the local copy is
+	// not the newest state) and returns it locked for the caller, with
+	// done, which ends the delivery and unlocks it. done(err) with a
+	// non-nil err means the delivery failed part-way: the host gives the
+	// actor up (closes its local copy and lets the hold go), as for a
+	// failed upload.
+	//
+	// An error wrapping ErrNotHere ([NotHere]) drops the alarm: the actor
+	// is not this node's to run. Any other error retries the same entry
+	// time after Config.RetryAfterError.
+	Take(ctx context.Context, id abi.ActorID) (a Actor, done func(err error), err error)
 }
 
 // MembersHost is a Host that reports the live nodes with the classes each
@@ -74,22 +88,30 @@ type ActorState struct {
 	InitRecorded bool
 }
 
+// Hold is what the host knows of its hold on an actor, as the rules need
+// it (docs/design.md#the-index).
+type Hold struct {
+	// Generation is the generation of this node's hold on the actor (for
+	// an exec-durable upload, the generation of the replica it uploads
+	// with).
+	Generation uint64
+	// Valid: the hold exists and the node lease is valid.
+	Valid bool
+	// Uploaded: this hold has uploaded the actor's database.
+	Uploaded bool
+	// BucketHad: the bucket had state for the actor when this node took
+	// it.
+	BucketHad bool
+}
+
 // Actor is an actor the host holds, as the plugin sees it. The host calls
 // the plugin with the actor's lock held, and the plugin calls back only
 // these methods, on the same goroutine.
 type Actor interface {
 	ID() abi.ActorID
-	// Generation is the generation of this node's hold on the actor (for
-	// an exec-durable upload, the generation of the replica it uploads
-	// with).
-	Generation() uint64
-	// HoldValid: the hold exists and the node lease is valid (docs/design.md#the-index).
-	HoldValid() bool
-	// Uploaded: this hold has uploaded the actor's database.
-	Uploaded() bool
-	// BucketHadActor: the bucket had state for the actor when this node
-	// took it.
-	BucketHadActor() bool
+	// Hold is the hold as it is now: the plugin asks again after an
+	// upload, whose hold may have lapsed on the way.
+	Hold() Hold
 	// Read reads the committed state.
 	Read(ctx context.Context) (ActorState, error)
 	// WriteMeta commits a meta row in a transaction of its own.
@@ -220,8 +242,7 @@ type Plugin struct {
 	// a time, the entry each delivery names, the entry each upload named
 	// and the removals of stale entries (stale.go).
 	core *core.State
-	// taker and runCtx are RunTimer's, while it runs (stale.go).
-	taker  Taker
+	// runCtx is RunTimer's, while it runs (stale.go).
 	runCtx context.Context
 	// idle hands a delivery to a worker waiting for one (unbuffered);
 	// workers counts them, at most Config.MaxConcurrentDeliveries.
@@ -386,15 +407,15 @@ func (p *Plugin) RunSweeps(ctx context.Context) {
 }
 
 // Start runs the plugin's two loops, the sweeps (RunSweeps) and the timer
-// (RunTimer, taking actors with t), each in a goroutine of its own, until
-// stop is called. stop returns once both have ended and every delivery
-// they started is done.
-func (p *Plugin) Start(ctx context.Context, t Taker) (stop func()) {
+// (RunTimer, taking actors with Host.Take), each in a goroutine of its own,
+// until stop is called. stop returns once both have ended and every
+// delivery they started is done.
+func (p *Plugin) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); p.RunSweeps(ctx) }()
-	go func() { defer wg.Done(); p.RunTimer(ctx, t) }()
+	go func() { defer wg.Done(); p.RunTimer(ctx) }()
 	return func() { cancel(); wg.Wait() }
 }
 
@@ -448,12 +469,13 @@ func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts
 	if err != nil {
 		return alarmindex.EventFacts{}, &abi.ActorError{ID: a.ID(), Op: "the recorded index entry cannot be read", Err: err}
 	}
+	h := a.Hold()
 	return alarmindex.EventFacts{
 		Actor:      toIndex(a.ID()),
 		Alarm:      st.Alarm,
 		Recorded:   rec,
-		Generation: a.Generation(),
-		HoldValid:  a.HoldValid(),
+		Generation: h.Generation,
+		HoldValid:  h.Valid,
 	}, nil
 }
 
@@ -570,7 +592,7 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 	case alarmindex.StepUpload:
 		x.Report(a.Upload(ctx))
 	case alarmindex.StepCheckHold:
-		x.ReportHold(a.HoldValid())
+		x.ReportHold(a.Hold().Valid)
 	case alarmindex.StepDelete:
 		if !s.Stale {
 			// The entry the upload replaced, once the hold was re-checked:
@@ -697,15 +719,16 @@ func (p *Plugin) deliveryPlan(ctx context.Context, a Actor, delivered alarmindex
 	if err != nil {
 		return alarmindex.DeliveryPlan{}, st, &abi.ActorError{ID: id, Op: "the recorded index entry cannot be read", Err: err}
 	}
+	h := a.Hold()
 	plan, err := p.rules.Deliver(alarmindex.DeliveryFacts{
 		Delivered:      delivered,
 		Alarm:          st.Alarm,
 		Recorded:       rec,
 		InitRecorded:   st.InitRecorded,
-		Generation:     a.Generation(),
-		HoldValid:      a.HoldValid(),
-		Uploaded:       a.Uploaded(),
-		BucketHadActor: a.BucketHadActor(),
+		Generation:     h.Generation,
+		HoldValid:      h.Valid,
+		Uploaded:       h.Uploaded,
+		BucketHadActor: h.BucketHad,
 	})
 	return plan, st, err
 }

@@ -48,12 +48,12 @@ func TestAFiringRecordsItsEntryInTheEventsCommit(t *testing.T) {
 		return bucket.Fault{}
 	}
 	p, err := alarms.Register(alarms.Config{
-		Bucket: mem, Host: exampleHost{now: now}, Timer: sweeper.NewTimer(5 * time.Minute), Margin: 12 * time.Second,
+		Bucket: mem, Host: &fakeHost{now: now}, Timer: sweeper.NewTimer(5 * time.Minute), Margin: 12 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.NewEngine(ctx, engine.WithClock(exampleHost{now: now}))
+	eng, err := engine.NewEngine(ctx, engine.WithClock(&fakeHost{now: now}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,8 @@ func (n *staleNode) event(t *testing.T, a *fakeActor, alarm int64) {
 func (n *staleNode) runTimer(t *testing.T, tk *taker) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { n.p.RunTimer(ctx, tk); close(done) }()
+	n.host.tk = tk
+	go func() { n.p.RunTimer(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 

@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { os.Exit(s3test.Run(m)) }
 // view of the live nodes. Sweeps are driven with Plugin.Sweep, so After
 // never fires.
 type sweepHost struct {
+	takes
 	mu   sync.Mutex
 	now  time.Time
 	self string

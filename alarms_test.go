@@ -75,8 +75,27 @@ func (b journaled) List(ctx context.Context, prefix, startAfter string, limit in
 	return b.Bucket.List(ctx, prefix, startAfter, limit)
 }
 
+// taking is what a test's host does to take an actor (alarms.Host.Take).
+type taking interface {
+	Take(context.Context, abi.ActorID) (alarms.Actor, func(error), error)
+}
+
+// takes is the Take of the tests' hosts: tk takes the actors (none: every
+// Take fails).
+type takes struct{ tk taking }
+
+func (h takes) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+	if h.tk == nil {
+		return nil, nil, errors.New("this host takes no actors")
+	}
+	return h.tk.Take(ctx, id)
+}
+
 // fakeHost is a host whose clock stands still.
-type fakeHost struct{ now time.Time }
+type fakeHost struct {
+	now time.Time
+	takes
+}
 
 func (h *fakeHost) Now() time.Time                              { return h.now }
 func (h *fakeHost) After(time.Duration) <-chan time.Time        { return nil }
@@ -118,11 +137,10 @@ type fakeActor struct {
 	lapseOnUpload bool
 }
 
-func (a *fakeActor) ID() abi.ActorID      { return a.id }
-func (a *fakeActor) Generation() uint64   { return a.gen }
-func (a *fakeActor) HoldValid() bool      { return a.holdValid }
-func (a *fakeActor) Uploaded() bool       { return a.uploaded }
-func (a *fakeActor) BucketHadActor() bool { return a.bucketHad }
+func (a *fakeActor) ID() abi.ActorID { return a.id }
+func (a *fakeActor) Hold() alarms.Hold {
+	return alarms.Hold{Generation: a.gen, Valid: a.holdValid, Uploaded: a.uploaded, BucketHad: a.bucketHad}
+}
 
 func (a *fakeActor) Read(context.Context) (alarms.ActorState, error) {
 	return alarms.ActorState{Alarm: a.alarm, Indexed: a.meta[alarmindex.MetaAlarmIndexed], InitRecorded: a.initRecorded}, nil
@@ -159,6 +177,13 @@ func (a *fakeActor) RunAlarm(context.Context) (hostmod.Delivery, error) {
 func (a *fakeActor) Release(context.Context) {
 	a.j.add("RELEASE")
 	a.released = true
+}
+
+// deliverDue delivers the alarm at at of the actor of key (a TimerKey) as
+// the timer loop does, taking the actor with tk.
+func (f *fixture) deliverDue(tk taking, key string, at int64) alarms.Delivery {
+	f.host.tk = tk
+	return f.p.DeliverDue(context.Background(), key, at)
 }
 
 // fixture is a plugin on an in-memory bucket with a fake host.

@@ -166,20 +166,18 @@ func (ta takenActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	return d, nil
 }
 
-func (ta takenActor) Done(_ context.Context, err error) {
-	ta.t.mu.Lock()
-	ta.t.dones = append(ta.t.dones, err)
-	ta.t.mu.Unlock()
-}
-
-func (tk *taker) Take(_ context.Context, id abi.ActorID) (alarms.Taken, error) {
+func (tk *taker) Take(_ context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
 	tk.takes = append(tk.takes, id)
 	if tk.takeErr != nil {
-		return nil, tk.takeErr
+		return nil, nil, tk.takeErr
 	}
-	return takenActor{fakeActor: tk.a, t: tk}, nil
+	return takenActor{fakeActor: tk.a, t: tk}, func(err error) {
+		tk.mu.Lock()
+		tk.dones = append(tk.dones, err)
+		tk.mu.Unlock()
+	}, nil
 }
 
 func TestDeliverDueRunsAndReArmsFromTheCommittedAlarm(t *testing.T) {
@@ -188,7 +186,7 @@ func TestDeliverDueRunsAndReArmsFromTheCommittedAlarm(t *testing.T) {
 	a.alarm = ptr(t1)
 	tk := &taker{a: a}
 	key := alarms.TimerKey(a.id)
-	d := f.p.DeliverDue(context.Background(), tk, key, t1)
+	d := f.deliverDue(tk, key, t1)
 	if d.Err != nil || d.Outcome != alarmindex.OutcomeRun || !d.Event.Ran {
 		t.Fatalf("DeliverDue: %+v; want the alarm run", d)
 	}
@@ -209,7 +207,7 @@ func TestDeliverDueRetriesTheSameEntryTimeAfterAFailure(t *testing.T) {
 	f.host.now = time.UnixMilli(t1).Add(time.Second)
 	tk := &taker{a: a, runErr: errors.New("disk I/O error")}
 	key := alarms.TimerKey(a.id)
-	d := f.p.DeliverDue(context.Background(), tk, key, t1)
+	d := f.deliverDue(tk, key, t1)
 	if d.Err == nil || len(tk.dones) != 1 || tk.dones[0] == nil {
 		t.Fatalf("DeliverDue: err %v, Done calls %v; want the failure reported and the actor given up", d.Err, tk.dones)
 	}
@@ -221,20 +219,20 @@ func TestDeliverDueRetriesTheSameEntryTimeAfterAFailure(t *testing.T) {
 	// (The timer pops what it delivers.)
 	f.timer.Remove(key)
 	tk.runErr, tk.takeErr = nil, errors.New("bucket unreachable")
-	d = f.p.DeliverDue(context.Background(), tk, key, want)
+	d = f.deliverDue(tk, key, want)
 	if d.TimerAt != t1 || d.Err == nil {
 		t.Fatalf("the retry delivered %d (err %v), want the entry time %d", d.TimerAt, d.Err, t1)
 	}
 	tk.takeErr = nil
 	f.timer.Remove(key)
-	d = f.p.DeliverDue(context.Background(), tk, key, f.host.now.Add(30*time.Second).UnixMilli())
+	d = f.deliverDue(tk, key, f.host.now.Add(30*time.Second).UnixMilli())
 	if d.TimerAt != t1 || d.Err != nil || d.Outcome != alarmindex.OutcomeRun {
 		t.Fatalf("the second retry: %+v; want the entry time %d run", d, t1)
 	}
 	// An event that moves the alarm drops the pending retry's time.
-	f.p.DeliverDue(context.Background(), &taker{a: a, takeErr: errors.New("x")}, key, t2)
+	f.deliverDue(&taker{a: a, takeErr: errors.New("x")}, key, t2)
 	f.p.Arm(a.id, ptr(t2))
-	if d := f.p.DeliverDue(context.Background(), tk, key, t2); d.TimerAt != t2 {
+	if d := f.deliverDue(tk, key, t2); d.TimerAt != t2 {
 		t.Errorf("after Arm the delivery was for %d, want %d", d.TimerAt, t2)
 	}
 }
@@ -245,7 +243,7 @@ func TestDeliverDueDropsAnAlarmThatIsNotThisNodes(t *testing.T) {
 	key := alarms.TimerKey(a.id)
 	f.timer.Set(key, t1)
 	tk := &taker{a: a, takeErr: alarms.NotHere(errors.New("held by n2"))}
-	d := f.p.DeliverDue(context.Background(), tk, key, t1)
+	d := f.deliverDue(tk, key, t1)
 	if !errors.Is(d.Err, alarms.ErrNotHere) {
 		t.Fatalf("err %v, want ErrNotHere", d.Err)
 	}
@@ -274,7 +272,8 @@ func TestRunTimerDeliversDueAlarms(t *testing.T) {
 	timer.Set(alarms.TimerKey(a.id), t1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.RunTimer(ctx, &taker{a: a}); close(done) }()
+	clock.tk = &taker{a: a}
+	go func() { p.RunTimer(ctx); close(done) }()
 	select {
 	case d := <-got:
 		if d.Err != nil || !d.Event.Ran || d.Actor != a.id {
@@ -306,25 +305,18 @@ type gatedTaker struct {
 	took map[abi.ActorID]int
 }
 
-func (g *gatedTaker) Take(_ context.Context, id abi.ActorID) (alarms.Taken, error) {
+func (g *gatedTaker) Take(_ context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
 	g.mu.Lock()
 	g.in++
 	g.peak = max(g.peak, g.in)
 	g.took[id]++
 	g.mu.Unlock()
 	<-g.gate
-	return gatedActor{fakeActor: &fakeActor{id: id, j: &journal{}, meta: map[string]string{}}, g: g}, nil
-}
-
-type gatedActor struct {
-	*fakeActor
-	g *gatedTaker
-}
-
-func (a gatedActor) Done(context.Context, error) {
-	a.g.mu.Lock()
-	a.g.in--
-	a.g.mu.Unlock()
+	return &fakeActor{id: id, j: &journal{}, meta: map[string]string{}}, func(error) {
+		g.mu.Lock()
+		g.in--
+		g.mu.Unlock()
+	}, nil
 }
 
 // RunTimer runs at most MaxConcurrentDeliveries deliveries at once, on at
@@ -362,7 +354,8 @@ func TestRunTimerBoundsDeliveriesAndWorkers(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.RunTimer(ctx, g); close(done) }()
+	host.tk = g
+	go func() { p.RunTimer(ctx); close(done) }()
 	// The slots fill: as many deliveries as slots reach Take.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 		g.mu.Lock()

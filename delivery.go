@@ -11,49 +11,30 @@ import (
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
-// ErrNotHere is wrapped by a Taker's error when the actor is not this
-// node's to run: another node holds it, or this node does not serve its
-// class. RunTimer then drops the alarm from the node timer: the holder has
-// it, and a sweep offers an orphaned one again.
+// ErrNotHere is wrapped by the error of Host.Take when the actor is not
+// this node's to run: another node holds it, or this node does not serve
+// its class. RunTimer then drops the alarm from the node timer: the holder
+// has it, and a sweep offers an orphaned one again.
 var ErrNotHere = errors.New("the actor is not this node's to run")
-
-// Taker is what RunTimer asks of the host: take an actor for a delivery.
-type Taker interface {
-	// Take takes the actor (in a cluster: its hold, restoring the actor
-	// from the bucket when the local copy is not the newest state) and
-	// returns it locked for the caller. An error wrapping ErrNotHere
-	// drops the alarm; any other error retries the same entry time after
-	// Config.RetryAfterError.
-	Take(ctx context.Context, id abi.ActorID) (Taken, error)
-}
-
-// Taken is an actor a Taker took for a delivery.
-type Taken interface {
-	Actor
-	// Done ends the delivery and unlocks the actor. A non-nil err means
-	// the delivery failed part-way: the host gives the actor up (closes
-	// its local copy and lets the hold go), as for a failed upload.
-	Done(ctx context.Context, err error)
-}
 
 // RunTimer runs the node timer (Config.Timer) until ctx ends: each alarm
 // it pops is delivered in the background, one delivery per actor at a
 // time and at most Config.MaxConcurrentDeliveries at once: take the actor
-// (Taker), Deliver, then re-arm the timer from the committed alarm. A
+// (Host.Take), Deliver, then re-arm the timer from the committed alarm. A
 // delivery that failed on the way gives the actor up and delivers the same
 // entry time again after Config.RetryAfterError. It returns once every
 // delivery it started has ended.
-func (p *Plugin) RunTimer(ctx context.Context, t Taker) {
+func (p *Plugin) RunTimer(ctx context.Context) {
 	p.mu.Lock()
-	p.taker, p.runCtx = t, ctx // removals of stale entries take actors with it (stale.go)
+	p.runCtx = ctx // removals of stale entries take actors while it runs (stale.go)
 	p.mu.Unlock()
 	defer p.wg.Wait()
 	defer func() {
 		p.mu.Lock()
-		p.taker, p.runCtx = nil, nil
+		p.runCtx = nil
 		p.mu.Unlock()
 	}()
-	p.cfg.Timer.Run(ctx, p.cfg.Host, func(key string, at int64) { p.start(ctx, t, key, at) })
+	p.cfg.Timer.Run(ctx, p.cfg.Host, func(key string, at int64) { p.start(ctx, key, at) })
 }
 
 // Arm sets the node timer to an actor's committed alarm (nil: none) after
@@ -91,7 +72,7 @@ func (p *Plugin) inFlight(key string) bool {
 	return p.core.InFlight(key)
 }
 
-func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
+func (p *Plugin) start(ctx context.Context, key string, at int64) {
 	p.mu.Lock()
 	if !p.core.Start(key, at) {
 		// The timer popped a time while a delivery for the actor is still
@@ -112,7 +93,7 @@ func (p *Plugin) start(ctx context.Context, t Taker, key string, at int64) {
 				p.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		d := p.DeliverDue(ctx, t, key, at) // on the worker: the timer loop only hands out
+		d := p.DeliverDue(ctx, key, at) // on the worker: the timer loop only hands out
 		if p.cfg.OnDelivery != nil {
 			p.cfg.OnDelivery(d)
 		}
@@ -170,7 +151,7 @@ func (p *Plugin) worker(ctx context.Context, job func()) {
 // DeliverDue delivers one alarm the node timer popped (key is a TimerKey)
 // as RunTimer does, on the calling goroutine: for a host that runs its
 // own timer loop.
-func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) Delivery {
+func (p *Plugin) DeliverDue(ctx context.Context, key string, at int64) Delivery {
 	id, err := ParseTimerKey(key)
 	if err != nil {
 		p.log.Error("dropping a malformed timer entry", "key", key, "error", err)
@@ -180,12 +161,12 @@ func (p *Plugin) DeliverDue(ctx context.Context, t Taker, key string, at int64) 
 	at = p.core.Delivering(key, at)
 	p.mu.Unlock()
 	d := Delivery{Actor: id, TimerAt: at}
-	a, err := t.Take(ctx, id)
+	a, done, err := p.cfg.Host.Take(ctx, id)
 	if err == nil {
 		var alarm *int64
 		d, alarm, err = p.deliverTaken(ctx, a, key, at)
 		d.Actor, d.TimerAt, d.Alarm = id, at, alarm
-		a.Done(ctx, err)
+		done(err)
 	}
 	d.At = p.cfg.Host.Now()
 	switch {
@@ -280,13 +261,13 @@ func (p *Plugin) DeliverHeld(ctx context.Context, a Actor, at int64) (Delivery, 
 }
 
 // ErrPanicked is wrapped by the error of a delivery that panicked: the
-// actor is given up (Taken.Done) and the delivery retried like any other
+// actor is given up (the done of Host.Take) and the delivery retried like any other
 // that failed.
 var ErrPanicked = errors.New("a delivery panicked")
 
 // deliverTaken delivers to a taken actor and re-arms the timer from the
 // committed state; a panic in the host or the plugin is recovered here.
-func (p *Plugin) deliverTaken(ctx context.Context, a Taken, key string, at int64) (d Delivery, alarm *int64, err error) {
+func (p *Plugin) deliverTaken(ctx context.Context, a Actor, key string, at int64) (d Delivery, alarm *int64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.Error("panic in a delivery; giving the actor up", "actor", a.ID().String(), "panic", r, "stack", string(debug.Stack()))
@@ -305,5 +286,5 @@ func (p *Plugin) deliverTaken(ctx context.Context, a Taken, key string, at int64
 	return d, alarm, err
 }
 
-// NotHere wraps err in ErrNotHere, for a Taker.
+// NotHere wraps err in ErrNotHere, for Host.Take.
 func NotHere(err error) error { return fmt.Errorf("%w: %w", ErrNotHere, err) }

@@ -19,13 +19,16 @@ import (
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
-// exampleHost is a host of one node that holds every actor (alarms.Host).
-type exampleHost struct{ now time.Time }
+// exampleHost is a host of one node, on the system clock, that holds
+// every actor (alarms.Host).
+type exampleHost struct {
+	alarms.OneNode
+	a *exampleActor
+}
 
-func (h exampleHost) Now() time.Time                              { return h.now }
-func (h exampleHost) After(d time.Duration) <-chan time.Time      { return time.After(d) }
-func (h exampleHost) Self() string                                { return "n1" }
-func (h exampleHost) LiveNodes(context.Context) ([]string, error) { return []string{"n1"}, nil }
+func (h exampleHost) Take(context.Context, abi.ActorID) (alarms.Actor, func(error), error) {
+	return h.a, func(error) {}, nil
+}
 
 // exampleActor is an actor run by package engine, as the plugin sees it
 // (alarms.Actor): the host's only jobs are the upload and the alarm event.
@@ -36,11 +39,10 @@ type exampleActor struct {
 	uploaded bool
 }
 
-func (x *exampleActor) ID() abi.ActorID      { return x.a.ID() }
-func (x *exampleActor) Generation() uint64   { return 1 }
-func (x *exampleActor) HoldValid() bool      { return true }
-func (x *exampleActor) Uploaded() bool       { return x.uploaded }
-func (x *exampleActor) BucketHadActor() bool { return x.uploaded }
+func (x *exampleActor) ID() abi.ActorID { return x.a.ID() }
+func (x *exampleActor) Hold() alarms.Hold {
+	return alarms.Hold{Generation: 1, Valid: true, Uploaded: x.uploaded, BucketHad: x.uploaded}
+}
 func (x *exampleActor) Read(ctx context.Context) (alarms.ActorState, error) {
 	return engine.PluginState(ctx, x.a)
 }
@@ -48,11 +50,10 @@ func (x *exampleActor) WriteMeta(ctx context.Context, k, v string) error {
 	return x.a.SetMeta(ctx, k, v)
 }
 func (x *exampleActor) Upload(ctx context.Context) error {
-	var data []byte
-	if err := x.a.Lock(func(s *engine.Store) (err error) { data, err = s.Snapshot(); return err }); err != nil {
-		return err
+	data, err := x.a.Snapshot(ctx)
+	if err == nil {
+		_, err = x.b.Put(ctx, "state/"+alarms.TimerKey(x.ID()), data, bucket.Cond{})
 	}
-	_, err := x.b.Put(ctx, "state/"+alarms.TimerKey(x.ID()), data, bucket.Cond{})
 	x.uploaded = x.uploaded || err == nil
 	return err
 }
@@ -68,15 +69,15 @@ func (x *exampleActor) Release(context.Context) {}
 // timer's alarms to Deliver.
 func Example() {
 	ctx := context.Background()
-	now := time.UnixMilli(1_800_000_000_000)
 	mem := bucket.NewMem()
+	host := &exampleHost{OneNode: alarms.OneNode{Name: "n1"}}
 	p, err := alarms.Register(alarms.Config{
-		Bucket: mem, Host: exampleHost{now: now}, Timer: sweeper.NewTimer(5 * time.Minute), Margin: 12 * time.Second,
+		Bucket: mem, Host: host, Timer: sweeper.NewTimer(5 * time.Minute), Margin: 12 * time.Second,
 	})
 	if err != nil {
 		panic(err)
 	}
-	eng, err := engine.NewEngine(ctx, engine.WithClock(exampleHost{now: now}))
+	eng, err := engine.NewEngine(ctx)
 	if err != nil {
 		panic(err)
 	}
@@ -97,9 +98,11 @@ func Example() {
 	}
 	defer a.Close(ctx)
 	actor := &exampleActor{a: a, p: p, b: mem}
+	host.a = actor
 
+	now := time.Now().UnixMilli()
 	var req [8]byte
-	binary.LittleEndian.PutUint64(req[:], uint64(now.UnixMilli()))
+	binary.LittleEndian.PutUint64(req[:], uint64(now))
 	if _, err := a.Request(ctx, req[:]); err != nil {
 		panic(err)
 	}
@@ -108,9 +111,9 @@ func Example() {
 	}
 	keys, _ := mem.List(ctx, alarmindex.TenantPrefix("t"), "", 10)
 	k, _ := alarmindex.ParseKey(keys[0])
-	fmt.Println("index entries:", len(keys), "due:", k.DueMs, "generation:", k.Tag.Generation)
+	fmt.Println("index entries:", len(keys), "due now:", k.DueMs == now, "generation:", k.Tag.Generation)
 
-	d, err := p.Deliver(ctx, actor, now.UnixMilli())
+	d, err := p.Deliver(ctx, actor, now)
 	if err != nil {
 		panic(err)
 	}
@@ -118,7 +121,7 @@ func Example() {
 	keys, _ = mem.List(ctx, alarmindex.TenantPrefix("t"), "", 10)
 	fmt.Println("delivered:", d.Outcome, "ran:", d.Event.Ran, "entries left:", len(keys))
 	// Output:
-	// index entries: 1 due: 1800000000000 generation: 1
+	// index entries: 1 due now: true generation: 1
 	// delivered: run ran: true entries left: 0
 }
 
@@ -129,7 +132,7 @@ func ExampleRegister_metrics() {
 	reg := prometheus.NewRegistry()
 	timer := sweeper.NewTimer(5 * time.Minute)
 	_, err := alarms.Register(alarms.Config{
-		Bucket: bucket.NewMem(), Host: exampleHost{now: time.UnixMilli(1_800_000_000_000)}, Timer: timer,
+		Bucket: bucket.NewMem(), Host: exampleHost{OneNode: alarms.OneNode{Name: "n1"}}, Timer: timer,
 		Margin: 12 * time.Second, Registerer: reg,
 	})
 	if err != nil {

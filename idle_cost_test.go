@@ -22,6 +22,7 @@ import (
 type idleHost struct {
 	clk *fakeclock.Clock
 	l   *cluster.Leases
+	takes
 }
 
 func (h idleHost) Now() time.Time                         { return h.clk.Now() }
@@ -134,7 +135,7 @@ func TestIdleClusterRequestsPerSweep(t *testing.T) {
 					t.Fatal(err)
 				}
 				leases = append(leases, l)
-				p, err := alarms.Register(alarms.Config{Bucket: cb, Host: idleHost{clk, l}, Timer: sweeper.NewTimer(swRetryMax),
+				p, err := alarms.Register(alarms.Config{Bucket: cb, Host: idleHost{clk: clk, l: l}, Timer: sweeper.NewTimer(swRetryMax),
 					Margin: cluster.DefaultTTL + cluster.DefaultGrace, RetryMax: swRetryMax})
 				if err != nil {
 					t.Fatal(err)
@@ -361,7 +362,7 @@ func runCostCluster(tb testing.TB, n, t int, loaded bool, prof costProfile) (nod
 	}
 	done := make(chan struct{}, n+1)
 	for _, l := range leases {
-		p, err := alarms.Register(alarms.Config{Bucket: cb, Host: idleHost{clk, l}, Timer: sweeper.NewTimer(swRetryMax),
+		p, err := alarms.Register(alarms.Config{Bucket: cb, Host: idleHost{clk: clk, l: l}, Timer: sweeper.NewTimer(swRetryMax),
 			Margin: prof.ttl + cluster.DefaultGrace, RetryMax: swRetryMax, SweepSafetyPeriod: prof.safety})
 		if err != nil {
 			tb.Fatal(err)

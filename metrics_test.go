@@ -58,13 +58,12 @@ type scriptedTaken struct {
 func (s scriptedTaken) RunAlarm(context.Context) (hostmod.Delivery, error) {
 	return s.run(s.fakeActor), nil
 }
-func (s scriptedTaken) Done(context.Context, error) {}
 
-func (tk *scriptedTaker) Take(context.Context, abi.ActorID) (alarms.Taken, error) {
+func (tk *scriptedTaker) Take(context.Context, abi.ActorID) (alarms.Actor, func(error), error) {
 	if tk.takeErr != nil {
-		return nil, tk.takeErr
+		return nil, nil, tk.takeErr
 	}
-	return scriptedTaken{fakeActor: tk.a, run: tk.run}, nil
+	return scriptedTaken{fakeActor: tk.a, run: tk.run}, func(error) {}, nil
 }
 
 // failList fails the next LIST of a tenant's index in a metrics fixture's
@@ -126,7 +125,7 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 		return hostmod.Delivery{Ran: true, Scheduled: t1}
 	}
 	f.timer.Remove(key)
-	f.p.DeliverDue(ctx, &scriptedTaker{a: a, run: ok}, key, t1)
+	f.deliverDue(&scriptedTaker{a: a, run: ok}, key, t1)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "ok"), 1, "firings ok")
 	want(v("wasmkeep_alarm_lateness_seconds"), 1, "lateness count")
 	want(histogramSum(t, reg, "wasmkeep_alarm_lateness_seconds"), 1.5, "lateness sum")
@@ -140,7 +139,7 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 		a.alarm = ptr(t1 + 4000)
 		return hostmod.Delivery{Ran: true, Scheduled: t1, RetryCount: 2, Err: errors.New("on-alarm returned 1")}
 	}
-	f.p.DeliverDue(ctx, &scriptedTaker{a: a, run: fail}, key, t1)
+	f.deliverDue(&scriptedTaker{a: a, run: fail}, key, t1)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "failed"), 1, "firings failed")
 	want(v("wasmkeep_alarm_retries_total"), 1, "retries")
 	want(v("wasmkeep_alarm_failing_actors"), 1, "failing actors")
@@ -155,7 +154,7 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 	// the delivered time is removed.
 	a.alarm = ptr(t2)
 	f.put(t, tagged(t1, 3, "5"))
-	f.p.DeliverDue(ctx, &scriptedTaker{a: a, run: ok}, key, t1)
+	f.deliverDue(&scriptedTaker{a: a, run: ok}, key, t1)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "stale"), 1, "firings stale")
 	want(v("wasmkeep_index_deletes_total", "reason", "stale"), 1, "index deletes stale")
 	want(v("wasmkeep_index_unmatched_entries_total", "reason", "stale"), 1, "unmatched entries, stale")
@@ -164,22 +163,22 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 	gone := f.actor(3)
 	gone.initRecorded = false
 	f.put(t, tagged(t1, 3, "6"))
-	f.p.DeliverDue(ctx, &scriptedTaker{a: gone, run: ok}, key, t1)
+	f.deliverDue(&scriptedTaker{a: gone, run: ok}, key, t1)
 	want(v("wasmkeep_index_unmatched_entries_total", "reason", "no_state"), 1, "unmatched entries, no state")
 	want(v("wasmkeep_index_deletes_total", "reason", "stale"), 2, "index deletes stale")
 	absent := f.actor(3)
 	absent.initRecorded, absent.bucketHad, absent.uploaded = false, false, false
 	f.put(t, tagged(t1, 3, "7"))
 	for range 2 {
-		f.p.DeliverDue(ctx, &scriptedTaker{a: absent, run: ok}, key, t1)
+		f.deliverDue(&scriptedTaker{a: absent, run: ok}, key, t1)
 	}
 	want(v("wasmkeep_index_unmatched_entries_total", "reason", "not_in_bucket"), 2, "unmatched entries, not in the bucket, after two tries")
 	want(v("wasmkeep_index_deletes_total", "reason", "stale"), 2, "index deletes stale (the kept entry stays)")
 	want(v("wasmkeep_index_unmatched_entries_total", "reason", "stale"), 1, "unmatched entries, stale (unchanged)")
 	// Not this node's, and a host-side failure.
-	f.p.DeliverDue(ctx, &scriptedTaker{a: a, takeErr: alarms.NotHere(errors.New("held by n2"))}, key, t2)
+	f.deliverDue(&scriptedTaker{a: a, takeErr: alarms.NotHere(errors.New("held by n2"))}, key, t2)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "not_here"), 1, "firings not_here")
-	f.p.DeliverDue(ctx, &scriptedTaker{a: a, takeErr: errors.New("bucket unreachable")}, key, t2)
+	f.deliverDue(&scriptedTaker{a: a, takeErr: errors.New("bucket unreachable")}, key, t2)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "gave_up"), 1, "firings gave_up")
 	want(v("wasmkeep_alarm_firings_total", "outcome", "ok"), 1, "firings ok (unchanged)")
 	want(v("wasmkeep_alarm_lateness_seconds"), 2, "lateness count (runs only)")

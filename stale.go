@@ -60,10 +60,10 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 	timerAt, timerHeld := p.cfg.Timer.Get(key)
 	now := p.cfg.Host.Now().UnixMilli()
 	p.mu.Lock()
-	t, ctx := p.taker, p.runCtx
+	ctx := p.runCtx
 	// Not while a delivery is under way or a failed one waits to deliver
 	// its entry time again; only while RunTimer runs.
-	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: t == nil || ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld, Key: key})
+	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld, Key: key})
 	p.mu.Unlock()
 	if !ok {
 		return
@@ -79,7 +79,7 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 				p.log.Error("panic removing stale index entries", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		p.removeStale(ctx, t, d.Actor, entry)
+		p.removeStale(ctx, d.Actor, entry)
 	}
 	// A free delivery worker, or a new one under the cap; otherwise a
 	// later sweep tries again (never wait here: this is the sweep).
@@ -96,7 +96,7 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 func (p *Plugin) claim(key string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.taker == nil || p.runCtx.Err() != nil || !p.core.Claim(key) {
+	if p.runCtx == nil || p.runCtx.Err() != nil || !p.core.Claim(key) {
 		return false
 	}
 	p.wg.Add(1)
@@ -119,8 +119,8 @@ func (p *Plugin) release(key string) {
 // without running on-alarm: the stale entries at that time are removed as
 // the rules say. An error gives the actor up, as a failed delivery does;
 // its entries stay for a later sweep.
-func (p *Plugin) removeStale(ctx context.Context, t Taker, id abi.ActorID, delivered alarmindex.Key) {
-	a, err := t.Take(ctx, id)
+func (p *Plugin) removeStale(ctx context.Context, id abi.ActorID, delivered alarmindex.Key) {
+	a, done, err := p.cfg.Host.Take(ctx, id)
 	if err != nil {
 		if errors.Is(err, ErrNotHere) {
 			p.forgetKnown(id)
@@ -136,13 +136,13 @@ func (p *Plugin) removeStale(ctx context.Context, t Taker, id abi.ActorID, deliv
 	if err != nil {
 		p.log.Debug("could not remove the stale index entries of an actor; a later sweep tries again", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
 	}
-	a.Done(ctx, err)
+	done(err)
 }
 
 // removeStaleTaken does removeStale's work on the taken actor; removed
 // reports whether it removed an entry or armed the timer, failedDeletes
 // whether a DELETE failed (harmless: the actor is not given up for it).
-func (p *Plugin) removeStaleTaken(ctx context.Context, a Taken, delivered alarmindex.Key) (removed, failedDeletes bool, err error) {
+func (p *Plugin) removeStaleTaken(ctx context.Context, a Actor, delivered alarmindex.Key) (removed, failedDeletes bool, err error) {
 	id := a.ID()
 	key := TimerKey(id)
 	defer func() {

@@ -15,11 +15,10 @@ import (
 // TableActor is most of the plugin's view ([Actor]) of an actor whose
 // database is one file a host keeps itself, with the alarm table of package
 // hostmod in it, on a host that runs as one node ([OneNode]): the hold lasts
-// while the host keeps the actor open, in generation 1, and the state is
-// uploaded as the whole file under the key "state/<tenant>/<class>/<name as
-// hex>". A host embeds it in its own actor, calls Open when it opens the
-// actor's database, and adds HoldValid and Release (and, for a [Taken],
-// RunAlarm and Done).
+// from Open to Close, in generation 1, and the state is uploaded as the
+// whole file under the key "state/<tenant>/<class>/<name as hex>". A host
+// embeds it in its own actor, calls Open when it opens the actor's
+// database and Close when it closes it, and adds RunAlarm and Release.
 type TableActor struct {
 	// Actor names the actor.
 	Actor abi.ActorID
@@ -54,17 +53,24 @@ func (t *TableActor) Open(ctx context.Context, conn *sqlite3.Conn) (err error) {
 
 func (t *TableActor) stateKey() string { return "state/" + TimerKey(t.Actor) }
 
+// Close closes the alarm table (before the host closes the connection):
+// the hold is over.
+func (t *TableActor) Close() error {
+	err := t.Table.Close()
+	t.Table = nil
+	return err
+}
+
 // ID is the actor.
 func (t *TableActor) ID() abi.ActorID { return t.Actor }
 
-// Generation is 1: one node holds every actor for as long as it runs.
-func (t *TableActor) Generation() uint64 { return 1 }
-
-// Uploaded: Upload has succeeded since the actor was opened.
-func (t *TableActor) Uploaded() bool { return t.uploaded }
-
-// BucketHadActor: the bucket had the actor's state when Open ran.
-func (t *TableActor) BucketHadActor() bool { return t.bucketHad }
+// Hold is in generation 1 (one node holds every actor for as long as it
+// runs) and valid from Open to Close; Uploaded once Upload has succeeded
+// since Open, and BucketHad when the bucket had the actor's state as Open
+// ran.
+func (t *TableActor) Hold() Hold {
+	return Hold{Generation: 1, Valid: t.Table != nil, Uploaded: t.uploaded, BucketHad: t.bucketHad}
+}
 
 // Read reads the committed alarm and alarm_indexed from the table.
 func (t *TableActor) Read(context.Context) (ActorState, error) { return ReadTable(t.Table) }

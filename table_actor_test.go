@@ -14,8 +14,9 @@ import (
 )
 
 // TableActor is the plugin's view of a host's own database file: the
-// bucket's copy is the file, BucketHadActor follows what Open found, and
-// the meta rows it writes are the ones Read gives back.
+// bucket's copy is the file, Hold().BucketHad follows what Open found, the
+// hold lasts from Open to Close, and the meta rows it writes are the ones
+// Read gives back.
 func TestTableActorUploadsTheFileAndKnowsWhatTheBucketHad(t *testing.T) {
 	ctx := context.Background()
 	b := bucket.NewMem()
@@ -30,12 +31,12 @@ func TestTableActorUploadsTheFileAndKnowsWhatTheBucketHad(t *testing.T) {
 		if err := ta.Open(ctx, conn); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { ta.Table.Close(); conn.Close() })
+		t.Cleanup(func() { ta.Close(); conn.Close() })
 		return ta, conn
 	}
 	ta, _ := open()
-	if ta.BucketHadActor() || ta.Uploaded() || ta.ID() != id || ta.Generation() != 1 {
-		t.Fatalf("a new actor: had %v, uploaded %v, id %v, generation %d", ta.BucketHadActor(), ta.Uploaded(), ta.ID(), ta.Generation())
+	if h := ta.Hold(); h.BucketHad || h.Uploaded || !h.Valid || ta.ID() != id || h.Generation != 1 {
+		t.Fatalf("a new actor: %+v, id %v; want a valid hold in generation 1, nothing uploaded, the bucket without it", h, ta.ID())
 	}
 	if err := ta.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, "42"); err != nil {
 		t.Fatal(err)
@@ -43,13 +44,16 @@ func TestTableActorUploadsTheFileAndKnowsWhatTheBucketHad(t *testing.T) {
 	if st, err := ta.Read(ctx); err != nil || st.Indexed != "42" || st.Alarm != nil {
 		t.Fatalf("Read = %+v, %v; want alarm_indexed 42 and no alarm", st, err)
 	}
-	if err := ta.Upload(ctx); err != nil || !ta.Uploaded() {
-		t.Fatalf("Upload: %v (uploaded %v)", err, ta.Uploaded())
+	if err := ta.Upload(ctx); err != nil || !ta.Hold().Uploaded {
+		t.Fatalf("Upload: %v (hold %+v)", err, ta.Hold())
 	}
 	if _, _, err := b.Get(ctx, "state/"+alarms.TimerKey(id)); err != nil {
 		t.Fatalf("the state is not in the bucket: %v", err)
 	}
-	if again, _ := open(); !again.BucketHadActor() || again.Uploaded() {
-		t.Errorf("reopened after an upload: had %v, uploaded %v; want true, false", again.BucketHadActor(), again.Uploaded())
+	if again, _ := open(); !again.Hold().BucketHad || again.Hold().Uploaded {
+		t.Errorf("reopened after an upload: %+v; want the bucket with it, nothing uploaded", again.Hold())
+	}
+	if ta.Close(); ta.Hold().Valid {
+		t.Error("the hold is valid after Close")
 	}
 }

@@ -676,24 +676,23 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// nodeTaker takes actors for the deliveries of the plugin's timer loop.
-type nodeTaker struct{ n *Node }
-
-func (t nodeTaker) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, error) {
-	e, err := t.n.entry(id)
+// Take takes an actor for a delivery of the plugin's timer loop
+// (alarms.Host).
+func (h clusterHost) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+	e, err := h.n.entry(id)
 	for err == nil {
-		// Locked until Done; a panic while taking it is recovered as in
+		// Locked until done; a panic while taking it is recovered as in
 		// any event.
 		e.mu.Lock()
 		if !e.gone {
 			break
 		}
 		e.mu.Unlock() // the reaper dropped it meanwhile: look it up again
-		e, err = t.n.entry(id)
+		e, err = h.n.entry(id)
 	}
 	if err == nil {
-		err = t.n.guarded(ctx, e, "deliver", func() error {
-			if err := t.n.open(ctx, e); err != nil {
+		err = h.n.guarded(ctx, e, "deliver", func() error {
+			if err := h.n.open(ctx, e); err != nil {
 				return err
 			}
 			callTestHook("deliver", id)
@@ -705,12 +704,13 @@ func (t nodeTaker) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, erro
 	}
 	var held *cluster.HeldElsewhereError
 	if errors.Is(err, ErrClassNotServed) || errors.As(err, &held) {
-		return nil, alarms.NotHere(err)
+		return nil, nil, alarms.NotHere(err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &nodeActor{n: t.n, e: e}, nil
+	c := &nodeActor{n: h.n, e: e}
+	return c, func(err error) { c.done(ctx, err) }, nil
 }
 
 // delivered reports a delivery of the plugin's timer loop to OnDelivery.
@@ -874,7 +874,7 @@ func (n *Node) Start(ctx context.Context) {
 			go func() { defer wg.Done(); n.plugin.RunSweeps(ctx) }()
 			go func() { defer wg.Done(); n.retryReleases(ctx, n.leaseTTL()) }()
 		}
-		n.plugin.RunTimer(ctx, nodeTaker{n})
+		n.plugin.RunTimer(ctx)
 		wg.Wait()
 	}()
 }
@@ -1005,11 +1005,12 @@ type nodeActor struct {
 	e *entry
 }
 
-func (c *nodeActor) ID() abi.ActorID      { return c.e.id }
-func (c *nodeActor) Generation() uint64   { return c.e.hold.Generation }
-func (c *nodeActor) HoldValid() bool      { return c.e.held && c.e.a != nil && c.n.holds.Valid(c.e.hold) }
-func (c *nodeActor) Uploaded() bool       { return c.e.uploaded }
-func (c *nodeActor) BucketHadActor() bool { return c.e.bucketHad }
+func (c *nodeActor) ID() abi.ActorID { return c.e.id }
+
+func (c *nodeActor) Hold() alarms.Hold {
+	e := c.e
+	return alarms.Hold{Generation: e.hold.Generation, Valid: e.held && e.a != nil && c.n.holds.Valid(e.hold), Uploaded: e.uploaded, BucketHad: e.bucketHad}
+}
 
 func (c *nodeActor) Read(ctx context.Context) (alarms.ActorState, error) {
 	if c.e.a == nil {
@@ -1073,9 +1074,9 @@ func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 
 func (c *nodeActor) Release(ctx context.Context) { _ = c.n.release(ctx, c.e) }
 
-// Done ends a delivery: one that failed part-way gives the actor up (in
+// done ends a delivery: one that failed part-way gives the actor up (in
 // cluster mode the local copy is no longer trusted).
-func (c *nodeActor) Done(ctx context.Context, err error) {
+func (c *nodeActor) done(ctx context.Context, err error) {
 	if err != nil && c.n.leases != nil {
 		c.n.giveUp(ctx, c.e, err)
 	}

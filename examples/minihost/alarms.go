@@ -16,7 +16,7 @@ import (
 
 // alarmsGlue is the plugin and its loops: the timer, which delivers each
 // alarm when due, and the sweep of the bucket's index. As the plugin's
-// host (alarms.Host, alarms.Taker) it is one node.
+// host (alarms.Host) it is one node.
 type alarmsGlue struct {
 	alarms.OneNode
 	h    *Host
@@ -39,7 +39,7 @@ func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, t
 		h.rt.Close(ctx)
 		return nil, err
 	}
-	h.alarms, g.stop = g, g.p.Start(ctx, g)
+	h.alarms, g.stop = g, g.p.Start(ctx)
 	return h, nil
 }
 
@@ -54,13 +54,23 @@ func (g *alarmsGlue) afterEvent(ctx context.Context, a *actor, ev *hostmod.Event
 	return nil
 }
 
-func (g *alarmsGlue) Take(ctx context.Context, id abi.ActorID) (alarms.Taken, error) {
-	return g.h.take(ctx, id)
+// Take takes the actor for a delivery; an error passed to done means the
+// plugin gave the actor up.
+func (g *alarmsGlue) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+	a, err := g.h.take(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, func(err error) {
+		if err != nil {
+			a.close(ctx)
+		}
+		a.mu.Unlock()
+	}, nil
 }
 
-// The rest of the plugin's view of an actor (alarms.Actor, alarms.Taken)
-// is alarms.TableActor's: the hold lasts while the actor is open.
-func (a *actor) HoldValid() bool             { return a.conn != nil }
+// The rest of the plugin's view of an actor (alarms.Actor) is
+// alarms.TableActor's: the hold lasts while the actor is open.
 func (a *actor) Release(ctx context.Context) { a.close(ctx) }
 
 // RunAlarm delivers the alarm on the host's own instance, with the
@@ -78,12 +88,4 @@ func (a *actor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 func (a *actor) onAlarm(ctx context.Context, params ...uint64) ([]uint64, error) {
 	ctx = context.WithValue(ctx, callKey{}, &call{conn: a.conn})
 	return a.mod.ExportedFunction(abi.ExportOnAlarm).Call(ctx, params...)
-}
-
-// Done ends a delivery; an error means the plugin gave the actor up.
-func (a *actor) Done(ctx context.Context, err error) {
-	if err != nil {
-		a.close(ctx)
-	}
-	a.mu.Unlock()
 }

@@ -210,7 +210,7 @@ func (a *actor) close(ctx context.Context) {
 	if a.mod != nil {
 		a.mod.Close(ctx)
 	}
-	a.Table.Close() // alarms
+	a.TableActor.Close() // alarms
 	if a.conn != nil {
 		a.conn.Close()
 	}
