@@ -43,6 +43,7 @@ import (
 	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/core"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/seam"
 	"github.com/wasmkeep/alarms/internal/variant"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -207,15 +208,16 @@ type Config struct {
 	// then not needed.
 	SingleNode bool
 	// RetryAfterError is how long after a failed delivery (the bucket
-	// unreachable, the actor's database failing) RunTimer tries the same
+	// unreachable, the actor's database failing) the timer loop tries the same
 	// entry time again: the lease period in a cluster, as a holder that
 	// cannot reach the bucket loses its lease in that time (default:
 	// Margin; 5 s for SingleNode).
 	RetryAfterError time.Duration
-	// MaxConcurrentDeliveries bounds RunTimer's deliveries in flight
+	// MaxConcurrentDeliveries bounds the timer loop's deliveries in flight
 	// (default 64).
 	MaxConcurrentDeliveries int
-	// OnDelivery, if set, is called after each delivery RunTimer makes.
+	// OnDelivery, if set, is called after each delivery the timer loop
+	// makes.
 	OnDelivery func(Delivery)
 	// Registerer, if set, is where the plugin registers its metrics
 	// (nil: none, and nothing is recorded): alarms pending in the timer,
@@ -242,7 +244,7 @@ type Plugin struct {
 	// a time, the entry each delivery names, the entry each upload named
 	// and the removals of stale entries (stale.go).
 	core *core.State
-	// runCtx is RunTimer's, while it runs (stale.go).
+	// runCtx is the timer loop's, while it runs (stale.go).
 	runCtx context.Context
 	// idle hands a delivery to a worker waiting for one (unbuffered);
 	// workers counts them, at most Config.MaxConcurrentDeliveries.
@@ -385,6 +387,8 @@ func Register(cfg Config) (*Plugin, error) {
 	return p, nil
 }
 
+func init() { seam.BeforeUpload = (*Plugin).beforeUpload }
+
 func leUint64(b []byte) uint64 {
 	var v uint64
 	for i := 7; i >= 0; i-- {
@@ -399,23 +403,28 @@ func TimerKey(id abi.ActorID) string { return id.Path() }
 // ParseTimerKey reads a TimerKey (see [abi.ParsePath]).
 func ParseTimerKey(k string) (abi.ActorID, error) { return abi.ParsePath(k) }
 
-// RunSweeps runs the sweep loop until ctx ends (at once for SingleNode).
-func (p *Plugin) RunSweeps(ctx context.Context) {
+// runSweeps runs the sweep loop until ctx ends (at once for SingleNode).
+func (p *Plugin) runSweeps(ctx context.Context) {
 	if p.loop != nil {
 		p.loop.Run(ctx)
 	}
 }
 
-// Start runs the plugin's two loops, the sweeps (RunSweeps) and the timer
-// (RunTimer, taking actors with Host.Take), each in a goroutine of its own,
-// until stop is called. stop returns once both have ended and every
-// delivery they started is done.
+// Start runs the plugin's two loops, each in a goroutine of its own, until
+// stop is called: the sweep loop (none for SingleNode), and the timer
+// loop, which delivers each alarm the node timer pops in the background,
+// one delivery per actor at a time and at most
+// Config.MaxConcurrentDeliveries at once: take the actor (Host.Take),
+// deliver, then re-arm the timer from the committed alarm. A delivery that
+// failed on the way gives the actor up and delivers the same entry time
+// again after Config.RetryAfterError. stop returns once both loops have
+// ended and every delivery they started is done.
 func (p *Plugin) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.RunSweeps(ctx) }()
-	go func() { defer wg.Done(); p.RunTimer(ctx) }()
+	go func() { defer wg.Done(); p.runSweeps(ctx) }()
+	go func() { defer wg.Done(); p.runTimer(ctx) }()
 	return func() { cancel(); wg.Wait() }
 }
 
@@ -431,7 +440,7 @@ func (p *Plugin) LetGo(id abi.ActorID) {
 }
 
 // Sweep runs one sweep now over every tenant this node walks, whatever
-// the schedule (tests, tools).
+// the schedule of the sweep loop (tests, tools).
 func (p *Plugin) Sweep(ctx context.Context) {
 	if p.loop != nil {
 		p.loop.Sweep(ctx)
@@ -522,14 +531,16 @@ func (p *Plugin) Replicate(ctx context.Context, a Actor, kind UploadKind) error 
 // (Config.SingleNode): then an event replicates nothing.
 func (p *Plugin) SingleNode() bool { return p.cfg.SingleNode }
 
-// BeforeUpload is Replicate for a host whose upload is not one call: it
-// PUTs and records the entry for the committed alarm and returns what to
-// do once the upload succeeded. after checks that the hold is still valid
-// and then DELETEs the entry the upload replaced; its error means the
-// upload does not count (the hold lapsed on the way): give the actor up.
-// Call after only when the upload succeeded. An error from BeforeUpload
-// means: do not upload; give the actor up.
-func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (after func(context.Context) error, err error) {
+// beforeUpload is Replicate split around an upload that is not one call
+// (package engine's, which records the entry in the event's own commit:
+// it reaches this through internal/seam, so that no host can get the
+// order wrong): it PUTs and records the entry for the committed alarm and
+// returns what to do once the upload succeeded. after checks that the hold
+// is still valid and then DELETEs the entry the upload replaced; its error
+// means the upload does not count (the hold lapsed on the way): give the
+// actor up. Call after only when the upload succeeded. An error from
+// beforeUpload means: do not upload; give the actor up.
+func (p *Plugin) beforeUpload(ctx context.Context, a Actor, kind UploadKind) (after func(context.Context) error, err error) {
 	if p.cfg.SingleNode {
 		return func(context.Context) error { return nil }, nil
 	}
@@ -648,8 +659,8 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 // settled).
 func (p *Plugin) FlushDeletes(ctx context.Context) { p.cfg.Deletes.Flush(ctx) }
 
-// Delivery is what one delivery did (Deliver, DeliverDue, a delivery of
-// RunTimer), for the host's logs, its OnDelivery and tests.
+// Delivery is what one delivery did (Deliver, or a delivery of the timer
+// loop), for the host's logs, its OnDelivery and tests.
 type Delivery struct {
 	Actor abi.ActorID
 	// TimerAt is the entry time delivered (the time of the first try when
@@ -665,28 +676,25 @@ type Delivery struct {
 	// RetryAt, when not zero, is when the host's timer tries again.
 	RetryAt int64
 	// Alarm is the committed alarm the timer was re-armed with (nil:
-	// none, or not re-armed; DeliverDue and RunTimer).
+	// none, or not re-armed; the timer loop).
 	Alarm *int64
-	// At is when the delivery ended, on the host's clock (DeliverDue and
-	// RunTimer).
+	// At is when the delivery ended, on the host's clock (the timer
+	// loop).
 	At time.Time
-	// Err is why the delivery did not happen or failed (DeliverDue and
-	// RunTimer): wrapping ErrNotHere, the alarm was dropped; otherwise it
+	// Err is why the delivery did not happen or failed (the timer loop):
+	// wrapping ErrNotHere, the alarm was dropped; otherwise it
 	// is retried at RetryAt.
 	Err error
 
 	failedDeletes int // stale DELETEs that failed
 }
 
-// Deliver delivers the entry at dueMs for an actor the host took for it
-// (the host's timer fired): it runs the alarm event when the committed alarm
+// deliver delivers the entry at dueMs for an actor the host took for it
+// (the node timer fired): it runs the alarm event when the committed alarm
 // is that time, and otherwise removes the stale entries at that time as the
 // rules say (R2, R3, the fence, an actor with no state, a bucket that had
 // nothing). An error means: give the actor up; nothing was deleted.
-//
-// RunTimer calls it for each alarm the node timer pops; a host with a timer
-// loop of its own calls it directly.
-func (p *Plugin) Deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, error) {
+func (p *Plugin) deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, error) {
 	if p.cfg.SingleNode {
 		ev, err := a.RunAlarm(ctx)
 		if err != nil {

@@ -13,18 +13,13 @@ import (
 
 // ErrNotHere is wrapped by the error of Host.Take when the actor is not
 // this node's to run: another node holds it, or this node does not serve
-// its class. RunTimer then drops the alarm from the node timer: the holder
+// its class. The timer loop then drops the alarm from the node timer: the holder
 // has it, and a sweep offers an orphaned one again.
 var ErrNotHere = errors.New("the actor is not this node's to run")
 
-// RunTimer runs the node timer (Config.Timer) until ctx ends: each alarm
-// it pops is delivered in the background, one delivery per actor at a
-// time and at most Config.MaxConcurrentDeliveries at once: take the actor
-// (Host.Take), Deliver, then re-arm the timer from the committed alarm. A
-// delivery that failed on the way gives the actor up and delivers the same
-// entry time again after Config.RetryAfterError. It returns once every
-// delivery it started has ended.
-func (p *Plugin) RunTimer(ctx context.Context) {
+// runTimer runs the node timer (Config.Timer) until ctx ends, as Start
+// says. It returns once every delivery it started has ended.
+func (p *Plugin) runTimer(ctx context.Context) {
 	p.mu.Lock()
 	p.runCtx = ctx // removals of stale entries take actors while it runs (stale.go)
 	p.mu.Unlock()
@@ -93,7 +88,7 @@ func (p *Plugin) start(ctx context.Context, key string, at int64) {
 				p.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		d := p.DeliverDue(ctx, key, at) // on the worker: the timer loop only hands out
+		d := p.deliverDue(ctx, key, at) // on the worker: the timer loop only hands out
 		if p.cfg.OnDelivery != nil {
 			p.cfg.OnDelivery(d)
 		}
@@ -148,10 +143,10 @@ func (p *Plugin) worker(ctx context.Context, job func()) {
 	}
 }
 
-// DeliverDue delivers one alarm the node timer popped (key is a TimerKey)
-// as RunTimer does, on the calling goroutine: for a host that runs its
-// own timer loop.
-func (p *Plugin) DeliverDue(ctx context.Context, key string, at int64) Delivery {
+// deliverDue delivers one alarm the node timer popped (key is a TimerKey),
+// on the calling goroutine (a worker of the timer loop): take the actor,
+// deliver, re-arm, or give up and retry.
+func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery {
 	id, err := ParseTimerKey(key)
 	if err != nil {
 		p.log.Error("dropping a malformed timer entry", "key", key, "error", err)
@@ -234,16 +229,19 @@ func (p *Plugin) retryAfterError(id abi.ActorID, key string, at int64, now time.
 	return retry
 }
 
-// DeliverHeld delivers the entry time at to an actor the host already
-// holds and has locked (an operator firing its alarm now, say), as a
-// delivery of RunTimer does once it took the actor: Deliver, then the
-// timer re-armed from the committed alarm (or cleared), the firing counted
-// and logged. An error means: give the actor up; the same entry time is
-// then delivered again after Config.RetryAfterError, as for RunTimer.
-func (p *Plugin) DeliverHeld(ctx context.Context, a Actor, at int64) (Delivery, error) {
+// Deliver delivers the entry time at to an actor the host already holds
+// and has locked (an operator firing its alarm now, say), as a delivery of
+// the timer loop does once it took the actor: it runs the alarm event when
+// the committed alarm is that time, and otherwise removes the stale
+// entries at that time as the rules say (R2, R3, the fence, an actor with
+// no state, a bucket that had nothing); then the timer is re-armed from the
+// committed alarm (or cleared), and the firing counted and logged. An error
+// means: give the actor up (nothing was deleted); the same entry time is
+// then delivered again after Config.RetryAfterError, as by the timer loop.
+func (p *Plugin) Deliver(ctx context.Context, a Actor, at int64) (Delivery, error) {
 	id := a.ID()
 	key := TimerKey(id)
-	d, err := p.Deliver(ctx, a, at)
+	d, err := p.deliver(ctx, a, at)
 	now := p.cfg.Host.Now()
 	if err != nil {
 		p.retryAfterError(id, key, at, now, err)
@@ -274,7 +272,7 @@ func (p *Plugin) deliverTaken(ctx context.Context, a Actor, key string, at int64
 			err = &abi.ActorError{ID: a.ID(), Op: "deliver", Err: fmt.Errorf("%w: %v", ErrPanicked, r)}
 		}
 	}()
-	d, err = p.Deliver(ctx, a, at)
+	d, err = p.deliver(ctx, a, at)
 	if err == nil && d.RetryAt == 0 {
 		// Re-arm from the committed state (a failed on-alarm committed its
 		// retry; a handler may have set the next alarm).

@@ -1,6 +1,10 @@
 package alarms
 
-import "github.com/wasmkeep/alarms/internal/variant"
+import (
+	"context"
+
+	"github.com/wasmkeep/alarms/internal/variant"
+)
 
 // WithVariants returns cfg with the safety rules in v turned off, for tests
 // that show a rule is needed.
@@ -11,3 +15,29 @@ func WithVariants(cfg Config, v variant.Set) Config {
 
 // Workers returns how many delivery workers RunTimer has running.
 func (p *Plugin) Workers() int { return int(p.workers.Load()) }
+
+// DeliverDue delivers one alarm the node timer popped (key is a TimerKey)
+// as a worker of the timer loop does, on the calling goroutine.
+func (p *Plugin) DeliverDue(ctx context.Context, key string, at int64) Delivery {
+	return p.deliverDue(ctx, key, at)
+}
+
+// RunTimer runs the timer loop alone until ctx ends (Start runs it with
+// the sweeps).
+func (p *Plugin) RunTimer(ctx context.Context) { p.runTimer(ctx) }
+
+// DeliverOnly is the delivery alone, as Deliver does it before it re-arms
+// the timer and counts the firing.
+func (p *Plugin) DeliverOnly(ctx context.Context, a Actor, at int64) (Delivery, error) {
+	return p.deliver(ctx, a, at)
+}
+
+// BeforeUpload is Replicate split around the upload, as package engine
+// runs it (internal/seam).
+func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (after func(context.Context) error, err error) {
+	return p.beforeUpload(ctx, a, kind)
+}
+
+// RunSweeps runs the sweep loop alone until ctx ends (Start runs it with
+// the timer loop).
+func (p *Plugin) RunSweeps(ctx context.Context) { p.runSweeps(ctx) }

@@ -62,7 +62,7 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 	p.mu.Lock()
 	ctx := p.runCtx
 	// Not while a delivery is under way or a failed one waits to deliver
-	// its entry time again; only while RunTimer runs.
+	// its entry time again; only while the timer loop runs.
 	entry, ok := p.core.Stale(d, core.Kept{Now: now, Busy: ctx == nil, TimerAt: timerAt, TimerHeld: timerHeld, Key: key})
 	p.mu.Unlock()
 	if !ok {
@@ -91,7 +91,7 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 }
 
 // claim marks key in flight for a removal of stale entries (false: a
-// delivery is under way, or RunTimer has ended) and counts it in the
+// delivery is under way, or the timer loop has ended) and counts it in the
 // plugin's wait group.
 func (p *Plugin) claim(key string) bool {
 	p.mu.Lock()

@@ -6,7 +6,12 @@ import (
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/seam"
 )
+
+// beforeUpload is the plugin's replication split around an upload that is
+// not one call (internal/seam): the steps up to the upload, and after it.
+var beforeUpload = seam.BeforeUpload.(func(*alarms.Plugin, context.Context, alarms.Actor, alarms.UploadKind) (func(context.Context) error, error))
 
 // PluginState reads what alarms.Actor.Read returns from the database of an
 // actor the engine runs: the committed alarm, alarm_indexed and whether
@@ -47,7 +52,7 @@ func RunAlarm(ctx context.Context, p *alarms.Plugin, a alarms.Actor, h *Actor, k
 	var after func(context.Context) error
 	var indexErr error
 	d, err := h.DeliverAlarmBefore(ctx, func(ctx context.Context, pend *Pending) error {
-		after, indexErr = p.BeforeUpload(ctx, inCommit{Actor: a, p: pend}, kind)
+		after, indexErr = beforeUpload(p, ctx, inCommit{Actor: a, p: pend}, kind)
 		return indexErr
 	})
 	if indexErr != nil {
@@ -60,7 +65,7 @@ func RunAlarm(ctx context.Context, p *alarms.Plugin, a alarms.Actor, h *Actor, k
 }
 
 // uploadCommitted uploads an event that committed with its index entry
-// recorded in its own transaction, then runs what BeforeUpload left for
+// recorded in its own transaction, then runs what beforeUpload left for
 // after the upload (the hold re-checked, the replaced entry deleted).
 func uploadCommitted(ctx context.Context, a alarms.Actor, after func(context.Context) error) error {
 	err := a.Upload(ctx)
@@ -94,7 +99,7 @@ func RunSetAlarm(ctx context.Context, p *alarms.Plugin, a alarms.Actor, h *Actor
 	var after func(context.Context) error
 	var indexErr error
 	res, err := h.SetAlarmBefore(ctx, at, func(ctx context.Context, pend *Pending) error {
-		after, indexErr = p.BeforeUpload(ctx, inCommit{Actor: a, p: pend}, kind)
+		after, indexErr = beforeUpload(p, ctx, inCommit{Actor: a, p: pend}, kind)
 		return indexErr
 	})
 	if indexErr != nil {

@@ -870,11 +870,12 @@ func (n *Node) Start(ctx context.Context) {
 		go func() { defer wg.Done(); n.reapIdle(ctx) }()
 		go func() { defer wg.Done(); n.summarize(ctx, n.log.Named("alarms"), n.cfg.LogSummaryEvery) }()
 		if n.leases != nil {
-			wg.Add(2)
-			go func() { defer wg.Done(); n.plugin.RunSweeps(ctx) }()
+			wg.Add(1)
 			go func() { defer wg.Done(); n.retryReleases(ctx, n.leaseTTL()) }()
 		}
-		n.plugin.RunTimer(ctx)
+		stop := n.plugin.Start(ctx) // the timer loop and, in cluster mode, the sweeps
+		<-ctx.Done()
+		stop()
 		wg.Wait()
 	}()
 }

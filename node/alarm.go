@@ -16,7 +16,7 @@ import (
 // *cluster.HeldElsewhereError names another node that holds it): committed
 // in the actor's database without calling the guest (engine.Actor.SetAlarm),
 // then, in a cluster, indexed and replicated before the call returns, by
-// the same rules as a guest's set-alarm (alarms.Plugin.RunHostmodSetAlarm:
+// the same rules as a guest's set-alarm (engine.RunSetAlarm:
 // the entry PUT and recorded in the event's own commit, the upload, the
 // replaced entry deleted). Setting or clearing resets the failure count.
 
@@ -100,7 +100,7 @@ func (n *Node) FireAlarm(ctx context.Context, id abi.ActorID) (Fired, error) {
 		if _, err := n.hostAlarm(ctx, e, &now, false); err != nil {
 			return err
 		}
-		d, err := n.plugin.DeliverHeld(ctx, &nodeActor{n: n, e: e}, now)
+		d, err := n.plugin.Deliver(ctx, &nodeActor{n: n, e: e}, now)
 		if err != nil {
 			if n.leases != nil {
 				n.giveUp(ctx, e, err)
