@@ -170,7 +170,7 @@ type Config struct {
 	SweepWalkers int
 	// SweepSafetyPeriod is the longest a walker leaves a tenant's index
 	// unlisted when nothing says an entry in it can be overdue (default
-	// 60 sweep periods: sweeper.DefaultSafetyPeriod, 10 min, at the
+	// 360 sweep periods: sweeper.DefaultSafetyPeriod, 1 h, at the
 	// default period). A tenant is listed again
 	// sooner when its earliest entry comes due, when the live nodes
 	// change, and when this node lets go of one of its actors

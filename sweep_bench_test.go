@@ -73,8 +73,8 @@ var costWindow = flag.Duration("cost.window", sweeper.DefaultSafetyPeriod+time.M
 // (wasmkeep_s3_requests_total, scraped from each node's -metrics-addr at
 // the start and the end of a window): 20 tenants, each with one alarm due
 // tomorrow, planted before the nodes start; the design's defaults (lease
-// 10 s, grace 2 s, sweep 10 s, 2 walkers, safety period 10 min). The
-// window (-cost.window, 11 min by default) takes in one safety period. It
+// 10 s, grace 2 s, sweep 10 s, 2 walkers, safety period 1 h). The
+// window (-cost.window, 61 min by default) takes in one safety period. It
 // reports requests per minute by operation, over the whole cluster:
 //
 //	go test -run '^$' -bench IdleClusterVersitygw -benchtime 1x .

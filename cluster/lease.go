@@ -69,10 +69,14 @@ type LeaseConfig struct {
 	// often other nodes' leases are read unless ObservePeriod says
 	// otherwise. It must be shorter than TTL - Margin.
 	Period time.Duration
-	// ObservePeriod is how often the other nodes' leases are read (default
-	// Period); after a reading that failed, the next comes sooner: a Period
-	// later, or half of what ObservePeriod leaves of TTL + Grace if that
-	// is less (see retryReading).
+	// ObservePeriod is how often the other nodes' leases are read. Zero
+	// (the default) reads them every Period while fewer than LargeCluster
+	// nodes are live, and every SlowObservePeriod (8 s at the default
+	// TTL) from LargeCluster on, where the readings would be a large part
+	// of the cluster's requests (docs/cost.md). After a reading that
+	// failed, the next comes sooner: a Period later, or half of what the
+	// reading period leaves of TTL + Grace if that is less (see
+	// retryReading).
 	// A longer one sends fewer requests and puts off, by as much, the
 	// first sight of a dead node's last lease version, from which its
 	// leaving the live nodes and the takeover of its holds are counted
@@ -87,6 +91,38 @@ type LeaseConfig struct {
 	// Manual starts no background work: the caller renews with RenewNow
 	// and observes with RefreshNow (tests and simulators).
 	Manual bool
+}
+
+// LargeCluster is the number of live nodes (this one included) from which
+// a node whose LeaseConfig.ObservePeriod is zero reads the other nodes'
+// leases every SlowObservePeriod instead of every renewal period. Below
+// it the readings cost little (18 requests a minute per node at the
+// default TTL), and reading every renewal period sees a dead node's last
+// lease version soonest; from it on, the readings of 100 nodes would be
+// 30 requests a second of an idle cluster's bill.
+const LargeCluster = 16
+
+// SlowObservePeriod is the reading period of a large cluster when
+// ObservePeriod is zero: 4/5 of the TTL, or TTL + Grace less 6/5 of a
+// renewal period if that is shorter (so that a failed reading is tried
+// again with room to spare before a live node could drop out of the live
+// nodes), and never shorter than Period. 8 s at the defaults.
+func (c LeaseConfig) SlowObservePeriod() time.Duration {
+	c = c.withDefaults()
+	slow := min(c.TTL*4/5, c.TTL+c.Grace-c.Period*6/5)
+	return max(slow, c.Period)
+}
+
+// readPeriod is the reading period with live nodes live: ObservePeriod
+// if set, else Period below LargeCluster and SlowObservePeriod from it on.
+func (c LeaseConfig) readPeriod(live int) time.Duration {
+	switch {
+	case c.ObservePeriod > 0:
+		return c.ObservePeriod
+	case live >= LargeCluster:
+		return c.SlowObservePeriod()
+	}
+	return c.Period
 }
 
 func (c LeaseConfig) withDefaults() LeaseConfig {
@@ -104,9 +140,6 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 	}
 	if c.Period == 0 && c.TTL > 0 {
 		c.Period = c.TTL / 3
-	}
-	if c.ObservePeriod == 0 {
-		c.ObservePeriod = c.Period
 	}
 	if c.Clock == nil {
 		c.Clock = clock.System{}
@@ -149,6 +182,8 @@ func (c LeaseConfig) Validate() error {
 		return invalid("ObservePeriod %v is negative", c.ObservePeriod)
 	case c.ObservePeriod+c.Period >= c.TTL+c.Grace:
 		return invalid("ObservePeriod %v + Period %v is not shorter than TTL + Grace (%v): one failed reading of the leases would drop live nodes out of the live nodes", c.ObservePeriod, c.Period, c.TTL+c.Grace)
+	case c.ObservePeriod == 0 && c.Period+c.Period >= c.TTL+c.Grace:
+		return invalid("Period %v, at which a small cluster reads the leases, is not shorter than (TTL + Grace) / 2 (%v): one failed reading of the leases would drop live nodes out of the live nodes", c.Period, (c.TTL+c.Grace)/2)
 	}
 	taker := float64(c.TTL+c.Grace) * (1 - MaxClockDrift)
 	holder := float64(c.TTL-c.Margin) * (1 + MaxClockDrift)
@@ -240,6 +275,8 @@ type Leases struct {
 	// not show a lease proves it deleted only if a read that found it had
 	// completed before the LIST was sent.
 	ticks atomic.Uint64
+	// readPeriod is ReadPeriod, set by the reading loop after each round.
+	readPeriod atomic.Int64
 
 	mu         sync.Mutex
 	etag       string    // ETag of our last write known to have landed
@@ -265,8 +302,8 @@ type Leases struct {
 
 // StartLeases validates cfg, creates this node's lease object (a PUT with
 // If-None-Match) and, unless cfg.Manual, starts renewing it every period
-// and reading the other nodes' leases every ObservePeriod (by default the
-// same period; the first round at once). Valid is true from the moment the creating PUT was sent, for
+// and reading the other nodes' leases every ReadPeriod (the first round at
+// once). Valid is true from the moment the creating PUT was sent, for
 // TTL - Margin, if it was answered in time.
 //
 // If a lease of another process with the same node ID exists (the node
@@ -290,6 +327,7 @@ func StartLeases(ctx context.Context, cfg LeaseConfig) (*Leases, error) {
 		key:    cfg.Prefix + "nodes/" + cfg.NodeID,
 		others: map[string]*observed{},
 	}
+	l.readPeriod.Store(int64(cfg.readPeriod(1)))
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	l.instance = hex.EncodeToString(nonce[:])
@@ -586,8 +624,8 @@ func (l *Leases) takeBack(ctx context.Context) error {
 // documentation). An idle round of a healthy cluster is the LIST alone. On
 // a bucket whose listings carry no ETags (see bucket.InfoLister) it GETs
 // every other node's lease. The background loop calls it every
-// ObservePeriod (sooner after a failed round); tests with Manual call it
-// directly.
+// ReadPeriod (sooner after a failed round: AfterReading); tests with
+// Manual call it directly.
 func (l *Leases) RefreshNow(ctx context.Context) error {
 	l.observeMu.Lock()
 	defer l.observeMu.Unlock()
@@ -924,23 +962,46 @@ func (l *Leases) renewLoop(ctx context.Context) {
 }
 
 // retryReading is how soon a reading of the leases that failed is tried
-// again: a renewal period later, or sooner when ObservePeriod leaves less
-// of TTL + Grace (half of what is left, the other half for the requests'
+// again: a renewal period later, or sooner when the reading period read
+// leaves less of TTL + Grace (half of what is left, the other half for the requests'
 // own time), so that one failed reading drops no live node out of Live,
 // which keeps a node for TTL + Grace after the reading that showed its
 // latest version.
-func (l *Leases) retryReading() time.Duration {
-	return min(l.cfg.Period, (l.cfg.TTL+l.cfg.Grace-l.cfg.ObservePeriod)/2)
+func (l *Leases) retryReading(read time.Duration) time.Duration {
+	return min(l.cfg.Period, (l.cfg.TTL+l.cfg.Grace-read)/2)
+}
+
+// ReadPeriod is how often this node reads the other nodes' leases now:
+// LeaseConfig.ObservePeriod if set, else the renewal period while fewer
+// than LargeCluster nodes are live and SlowObservePeriod from then on. A
+// dead node's last lease version is first seen up to a reading period
+// after it landed, and its takeover counts from that sight.
+func (l *Leases) ReadPeriod() time.Duration {
+	return time.Duration(l.readPeriod.Load())
+}
+
+// AfterReading is how long after a reading of the leases (RefreshNow)
+// that returned err the next one is due: the reading period (ReadPeriod,
+// which it updates from the live nodes), or retryReading after a failed
+// reading. The background loop waits for it; a caller that reads the
+// leases itself (Manual) can too.
+func (l *Leases) AfterReading(err error) time.Duration {
+	wait := l.cfg.readPeriod(len(l.Live()))
+	l.readPeriod.Store(int64(wait))
+	if err != nil {
+		wait = min(wait, l.retryReading(wait))
+	}
+	return wait
 }
 
 func (l *Leases) observeLoop(ctx context.Context) {
 	defer l.wg.Done()
 	for {
-		wait := l.cfg.ObservePeriod
-		if err := l.RefreshNow(ctx); err != nil && ctx.Err() == nil {
+		err := l.RefreshNow(ctx)
+		if err != nil && ctx.Err() == nil {
 			l.log.Warn("reading node leases failed", "error", err)
-			wait = min(wait, l.retryReading())
 		}
+		wait := l.AfterReading(err)
 		select {
 		case <-ctx.Done():
 			return

@@ -41,7 +41,9 @@ type ClusterConfig struct {
 	// Lease timing: see cluster.LeaseConfig (defaults 10 s, 1 s, 2 s).
 	LeaseTTL, LeaseMargin, LeaseGrace time.Duration
 	// LeaseReadPeriod is how often the node reads the other nodes' leases
-	// (cluster.LeaseConfig.ObservePeriod; default LeaseTTL/3).
+	// (cluster.LeaseConfig.ObservePeriod; default LeaseTTL/3 while fewer
+	// than cluster.LargeCluster nodes are live, 4/5 of LeaseTTL from then
+	// on: cluster.LeaseConfig.SlowObservePeriod).
 	LeaseReadPeriod time.Duration
 	// IdleTimeout, if set, replaces Config.IdleTimeout in cluster mode:
 	// an actor no event reached for this long is released.
@@ -57,7 +59,7 @@ type ClusterConfig struct {
 	SweepConcurrency int
 	// SweepWalkers is how many nodes walk each tenant's index per class
 	// (default sweeper.DefaultWalkers, 2); SweepSafetyPeriod the longest
-	// a walker leaves a tenant unlisted (default 60 sweep periods, 10 min
+	// a walker leaves a tenant unlisted (default 360 sweep periods, 1 h
 	// at the default period). See
 	// alarms.Config.
 	SweepWalkers      int
@@ -68,9 +70,9 @@ type ClusterConfig struct {
 	// that would hold it has no valid lease for now. The node tries the
 	// request again every FailoverPoll meanwhile, and answers 503 with
 	// Retry-After once the wait is over. Default: LeaseTTL + LeaseGrace +
-	// LeaseTTL/3 (LeaseReadPeriod if set), which covers a holder's death (a
-	// takeover once its lease is seen unchanged for TTL + grace) and a
-	// reading of the leases; negative: no waiting.
+	// the leases' reading period (cluster.Leases.ReadPeriod), which
+	// covers a holder's death (a takeover once its lease is seen unchanged
+	// for TTL + grace) and a reading of the leases; negative: no waiting.
 	FailoverWait time.Duration
 	// DeleteWindow is how long the node gathers the DELETEs of replaced
 	// index entries and snapshots before it sends them in one multi-object

@@ -252,12 +252,15 @@ func (n *Node) failoverWait() time.Duration {
 
 // failoverTime is how long a failover is expected to take: a takeover
 // once the holder's lease has stood unchanged for TTL + grace, and a
-// reading period of the leases (TTL/3 unless LeaseReadPeriod) for its last
-// version to be seen.
+// reading period of the leases (cluster.Leases.ReadPeriod: TTL/3 in a
+// small cluster unless LeaseReadPeriod) for its last version to be seen.
 func (n *Node) failoverTime() time.Duration {
 	var ttl, grace, read time.Duration
 	if c := n.cfg.Cluster; c != nil {
 		ttl, grace, read = c.LeaseTTL, c.LeaseGrace, c.LeaseReadPeriod
+	}
+	if n.leases != nil {
+		read = n.leases.ReadPeriod()
 	}
 	if ttl <= 0 {
 		ttl = cluster.DefaultTTL

@@ -37,10 +37,10 @@ type LeaseConfig struct {
 	// lease at scale). Each node's period is its own TTL/3.
 	LongTTL time.Duration
 	// ObservePeriod is how often each node reads the other nodes' leases
-	// (cluster.LeaseConfig.ObservePeriod; default its renewal period,
-	// TTL/3); after a reading that failed, the next comes sooner, as the
-	// background loop does: a renewal period later, or half of what
-	// ObservePeriod leaves of TTL + Grace if that is less.
+	// (cluster.LeaseConfig.ObservePeriod; zero: its renewal period, TTL/3,
+	// and cluster.LeaseConfig.SlowObservePeriod from cluster.LargeCluster
+	// live nodes on); after a reading that failed, the next comes sooner,
+	// as cluster.Leases.AfterReading says.
 	ObservePeriod time.Duration
 	// FaultRate is the share of requests that fail in one of four ways
 	// (refused, answer lost after the write landed, timed out and landing
@@ -79,6 +79,11 @@ type LeaseResult struct {
 	// Takeovers counts holds taken from another node judged expired.
 	Takeovers int
 	Crashes   int
+	// Readings counts the readings of the leases; SlowReadings those after
+	// which a node
+	// read next a reading period longer than its renewal period later
+	// (cluster.LeaseConfig.SlowObservePeriod in a large cluster).
+	Readings, SlowReadings int
 	// ValidShare is the share of node-time (up, not cut off, not paused)
 	// in which the node's lease was valid.
 	ValidShare float64
@@ -272,17 +277,11 @@ func (w *leaseWorld) act() {
 		}
 		if !now.Before(n.nextLook) {
 			w.caller = n
-			wait := n.ttl / 3
-			if observe := w.cfg.ObservePeriod; observe != 0 {
-				if err := n.leases.RefreshNow(ctx); err == nil {
-					wait = observe
-				} else {
-					wait = min(wait, (n.ttl+w.cfg.Grace-observe)/2)
-				}
-			} else {
-				_ = n.leases.RefreshNow(ctx)
+			n.nextLook = w.ref.Now().Add(n.leases.AfterReading(n.leases.RefreshNow(ctx)))
+			w.res.Readings++
+			if n.leases.ReadPeriod() > n.ttl/3 {
+				w.res.SlowReadings++
 			}
-			n.nextLook = w.ref.Now().Add(wait)
 		}
 	}
 	if live < w.cfg.Nodes {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/cluster"
 )
 
 var flagLeaseSeeds = flag.Int("sim.leaseseeds", 200, "how many seeds TestLeaseSim runs (-short: at most 40)")
@@ -12,17 +14,21 @@ var flagLeaseSeeds = flag.Int("sim.leaseseeds", 200, "how many seeds TestLeaseSi
 // leaseSettings are the lease timings the simulation runs under: the
 // design's defaults, the soak's 2 s lease, a cluster moving from the
 // default lease to a longer one, its nodes on either (10 s or 20 s, margin
-// 1 s and grace 2 s alike), and the default lease read every 8 s, as
-// docs/cost.md has a large cluster do.
+// 1 s and grace 2 s alike), the default lease read every 8 s, and a
+// cluster of cluster.LargeCluster nodes at the defaults, whose nodes read
+// the leases every TTL/3 or every 8 s as crashes take the count below 16
+// or bring it back.
 var leaseSettings = []struct {
 	name               string
 	ttl, margin, grace time.Duration
 	long, observe      time.Duration
+	nodes              int
 }{
-	{"defaults", 0, 0, 0, 0, 0},
-	{"ttl2s", 2 * time.Second, 400 * time.Millisecond, time.Second, 0, 0},
-	{"rolling10to20s", 10 * time.Second, time.Second, 2 * time.Second, 20 * time.Second, 0},
-	{"reads8s", 10 * time.Second, time.Second, 2 * time.Second, 0, 8 * time.Second},
+	{"defaults", 0, 0, 0, 0, 0, 0},
+	{"ttl2s", 2 * time.Second, 400 * time.Millisecond, time.Second, 0, 0, 0},
+	{"rolling10to20s", 10 * time.Second, time.Second, 2 * time.Second, 20 * time.Second, 0, 0},
+	{"reads8s", 10 * time.Second, time.Second, 2 * time.Second, 0, 8 * time.Second, 0},
+	{"large", 0, 0, 0, 0, 0, cluster.LargeCluster},
 }
 
 func leaseSeeds(t *testing.T) int {
@@ -45,7 +51,7 @@ func TestLeaseSim(t *testing.T) {
 			var share float64
 			n := leaseSeeds(t)
 			if *flagSeed != 0 {
-				r := RunLeases(LeaseConfig{Seed: *flagSeed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe, Trace: *flagTrace})
+				r := RunLeases(LeaseConfig{Seed: *flagSeed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe, Nodes: set.nodes, Trace: *flagTrace})
 				t.Logf("seed %d: %+v\n%s", *flagSeed, r, strings.Join(r.Tail, "\n"))
 				if r.Violation != "" {
 					t.Fatal(r.Violation)
@@ -53,7 +59,7 @@ func TestLeaseSim(t *testing.T) {
 				return
 			}
 			for seed := uint64(1); seed <= uint64(n); seed++ {
-				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe})
+				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe, Nodes: set.nodes})
 				if r.Violation != "" {
 					t.Fatalf("seed %d: %s (replay: go test ./sim -run 'TestLeaseSim/%s$' -sim.seed=%d -sim.trace -v)\n%s",
 						seed, r.Violation, set.name, seed, strings.Join(r.Tail, "\n"))
@@ -67,12 +73,17 @@ func TestLeaseSim(t *testing.T) {
 				sum.Acquired += r.Acquired
 				sum.Lapses += r.Lapses
 				sum.Crashes += r.Crashes
+				sum.Readings += r.Readings
+				sum.SlowReadings += r.SlowReadings
 				share += r.ValidShare
 			}
-			t.Logf("%d seeds: %d renewals, %d failed (%d rode through with a valid hold), %d lost replies, %d late landings, %d holds taken, %d lapses, %d crashes; lease valid %.2f%% of node time",
-				n, sum.Renewals, sum.RenewalsFailed, sum.RodeThrough, sum.LostReplies, sum.LateLandings, sum.Acquired, sum.Lapses, sum.Crashes, 100*share/float64(n))
+			t.Logf("%d seeds: %d renewals, %d failed (%d rode through with a valid hold), %d lost replies, %d late landings, %d holds taken, %d lapses, %d crashes, %d of %d readings slow; lease valid %.2f%% of node time",
+				n, sum.Renewals, sum.RenewalsFailed, sum.RodeThrough, sum.LostReplies, sum.LateLandings, sum.Acquired, sum.Lapses, sum.Crashes, sum.SlowReadings, sum.Readings, 100*share/float64(n))
 			if sum.RodeThrough == 0 || sum.LostReplies == 0 || sum.LateLandings == 0 || sum.Acquired < n {
 				t.Fatalf("the simulation did not reach the cases it is for: %+v", sum)
+			}
+			if set.nodes >= cluster.LargeCluster && (sum.SlowReadings == 0 || sum.SlowReadings == sum.Readings) {
+				t.Fatalf("the large cluster's nodes did not read the leases both ways (every renewal period, and every 8 s): %d slow readings of %d", sum.SlowReadings, sum.Readings)
 			}
 		})
 	}
@@ -86,7 +97,7 @@ func TestLeaseSimCatchesTrustingUnconfirmedRenewals(t *testing.T) {
 	for _, set := range leaseSettings {
 		t.Run(set.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 20; seed++ {
-				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe, TrustUnconfirmed: true})
+				r := RunLeases(LeaseConfig{Seed: seed, TTL: set.ttl, Margin: set.margin, Grace: set.grace, LongTTL: set.long, ObservePeriod: set.observe, Nodes: set.nodes, TrustUnconfirmed: true})
 				if r.Violation != "" {
 					t.Logf("seed %d caught it: %s", seed, r.Violation)
 					return

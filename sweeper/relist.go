@@ -12,13 +12,17 @@ import (
 // Defaults of the relisting schedule (docs/design.md#relist).
 const (
 	// DefaultSafetyPeriod is the longest a walker leaves a tenant's index
-	// unlisted when nothing says an entry can be overdue.
-	DefaultSafetyPeriod = 10 * time.Minute
+	// unlisted when nothing says an entry can be overdue. It is the
+	// backstop for what the relisting events miss (a timer that failed to
+	// fire, a bug), and each tenant costs each of its walkers a LIST per
+	// period: an hour keeps 10,000 idle tenants at 5.6 LISTs a second
+	// (docs/cost.md).
+	DefaultSafetyPeriod = time.Hour
 	// DefaultWalkers is how many live nodes walk each tenant's index.
 	DefaultWalkers = 2
 	// SafetyPeriods is the safety period a loop takes when given none, in
 	// sweep periods: DefaultSafetyPeriod at DefaultPeriod.
-	SafetyPeriods = 60
+	SafetyPeriods = 360
 )
 
 // Member is a live node as the sweep sees it: its address (as

@@ -31,6 +31,7 @@ import (
 
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/node"
@@ -97,7 +98,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "node lease period")
 	fs.DurationVar(&o.leaseMargin, "lease-margin", time.Second, "how long before its lease runs out a node stops acting")
 	fs.DurationVar(&o.leaseGrace, "lease-grace", 2*time.Second, "how much longer than the lease period another node waits before taking over")
-	fs.DurationVar(&o.leaseRead, "lease-read-period", 0, "how often the node reads the other nodes' leases (default: lease TTL/3); longer costs fewer requests and puts a dead node's takeover off by as much (docs/cost.md)")
+	fs.DurationVar(&o.leaseRead, "lease-read-period", 0, fmt.Sprintf("how often the node reads the other nodes' leases (default: lease TTL/3 while fewer than %d nodes are live, 4/5 of the lease TTL from then on); longer costs fewer requests and puts a dead node's takeover off by as much (docs/cost.md)", cluster.LargeCluster))
 	fs.DurationVar(&o.idle, "idle", node.DefaultIdleTimeout, "close (in a cluster: upload, close and release) an actor no event reached for this long")
 	fs.IntVar(&o.maxDBs, "max-open-dbs", engine.DefaultMaxOpenDatabases, "residency budget: actor databases open at once (2 file descriptors each); past it the least recently used idle actor sleeps")
 	fs.IntVar(&o.maxInsts, "max-instances", engine.DefaultMaxInstances, "residency budget: guest instances live at once (each holds its linear memory)")
@@ -109,7 +110,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.alarmDeadline, "alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
 	fs.DurationVar(&o.retryBase, "retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
-	fs.DurationVar(&o.failoverWait, "failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + TTL/3, about a takeover; negative: no waiting)")
+	fs.DurationVar(&o.failoverWait, "failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + the leases' reading period, about a takeover; negative: no waiting)")
 	fs.Var(o.attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (each alarm fired is a debug line; info has a summary of the firings each minute)")
 	fs.DurationVar(&o.logSummary, "log-summary", node.DefaultLogSummaryEvery, "how often to log at info the count of alarms fired, failed and given up since the last such line, when any (negative: never)")
