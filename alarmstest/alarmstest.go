@@ -50,6 +50,13 @@ const Tenant = "kit"
 // Timings are the cluster timings a node is started with.
 type Timings struct {
 	LeaseTTL, LeaseGrace, Sweep time.Duration
+	// SweepSafety is the longest a node's sweep leaves the tenant
+	// unlisted when nothing in it can be overdue
+	// (alarms.Config.SweepSafetyPeriod). The scenarios that write index
+	// entries behind the nodes' back, as a failed DELETE would leave
+	// them, need a sweep to meet them; no event a node sees tells it to,
+	// so the safety period is what does.
+	SweepSafety time.Duration
 }
 
 // NodeConfig is what Host.Start is given.
@@ -92,7 +99,8 @@ type Host struct {
 
 // Fast are the timings the scenarios use: short enough for a test, long
 // enough for a busy machine.
-var Fast = Timings{LeaseTTL: 1500 * time.Millisecond, LeaseGrace: 500 * time.Millisecond, Sweep: 300 * time.Millisecond}
+var Fast = Timings{LeaseTTL: 1500 * time.Millisecond, LeaseGrace: 500 * time.Millisecond, Sweep: 300 * time.Millisecond,
+	SweepSafety: 3 * time.Second}
 
 // Body is a request body for Guest: set the alarm to at (0: clear it) and
 // fail on-alarm fails times before it succeeds.
@@ -348,7 +356,7 @@ func stale(t *testing.T, h Host) {
 			t.Fatal(err)
 		}
 	}
-	r.waitFor("the stale entry to be removed", func() bool {
+	r.waitFor("the stale entry to be removed (the host must pass NodeConfig.SweepSafety to alarms.Config.SweepSafetyPeriod: only the safety period's relisting finds an entry written behind the node's back)", func() bool {
 		_, _, ok := r.mem.Object(h.IndexPrefix + old.String())
 		return !ok
 	})

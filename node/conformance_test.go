@@ -32,7 +32,7 @@ func startKitNode(t testing.TB, cfg alarmstest.NodeConfig) alarmstest.Node {
 		Cluster: &node.ClusterConfig{
 			Bucket: cfg.Bucket, NodeID: cfg.Name, Addr: "127.0.0.1:0",
 			LeaseTTL: cfg.LeaseTTL, LeaseGrace: cfg.LeaseGrace, LeaseMargin: cfg.LeaseTTL / 5,
-			SweepPeriod: cfg.Sweep, Tenants: []string{alarmstest.Tenant},
+			SweepPeriod: cfg.Sweep, SweepSafetyPeriod: cfg.SweepSafety, Tenants: []string{alarmstest.Tenant},
 		},
 	})
 	if err != nil {

@@ -26,15 +26,16 @@ type alarmsGlue struct {
 }
 
 // New starts a host running class (wasm) with its databases under dir, its
-// alarm index and replicas in b, sweeping tenants.
-func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, tenants []string, margin, sweep time.Duration, onDelivery func(alarms.Delivery)) (*Host, error) {
+// alarm index and replicas in b, sweeping tenants every sweep, and each
+// at the latest every safety (zero: the plugin's default).
+func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, tenants []string, margin, sweep, safety time.Duration, onDelivery func(alarms.Delivery)) (*Host, error) {
 	h, err := newHost(ctx, dir, class, wasm)
 	if err != nil {
 		return nil, err
 	}
 	g := &alarmsGlue{OneNode: alarms.OneNode{Name: "minihost"}, h: h, b: b}
 	g.p, err = alarms.Register(alarms.Config{Bucket: b, Host: g, Tenants: tenants, Timer: sweeper.NewTimer(hostmod.DefaultRetryMax),
-		Margin: margin, SweepPeriod: sweep, OnDelivery: onDelivery, Serves: func(c string) bool { return c == class }})
+		Margin: margin, SweepPeriod: sweep, SweepSafetyPeriod: safety, OnDelivery: onDelivery, Serves: func(c string) bool { return c == class }})
 	if err != nil {
 		h.rt.Close(ctx)
 		return nil, err

@@ -37,7 +37,7 @@ func main() {
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	h, err := New(ctx, b, *dir, "c", code, []string{"t"}, 12*time.Second, 10*time.Second, nil)
+	h, err := New(ctx, b, *dir, "c", code, []string{"t"}, 12*time.Second, 10*time.Second, 0, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

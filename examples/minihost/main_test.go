@@ -12,7 +12,7 @@ import (
 func TestConformance(t *testing.T) {
 	alarmstest.Run(t, alarmstest.Host{Start: func(t testing.TB, cfg alarmstest.NodeConfig) alarmstest.Node {
 		h, err := New(context.Background(), cfg.Bucket, t.TempDir(), alarmstest.Class, alarmstest.Guest,
-			[]string{alarmstest.Tenant}, cfg.LeaseTTL+cfg.LeaseGrace, cfg.Sweep, cfg.OnDelivery)
+			[]string{alarmstest.Tenant}, cfg.LeaseTTL+cfg.LeaseGrace, cfg.Sweep, cfg.SweepSafety, cfg.OnDelivery)
 		if err != nil {
 			t.Fatal(err)
 		}
