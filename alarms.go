@@ -79,16 +79,6 @@ type MembersHost interface {
 	Members(ctx context.Context) (sweeper.View, error)
 }
 
-// ActorState is what the plugin reads of an actor's committed database.
-type ActorState struct {
-	// Alarm is the committed alarm (Unix ms), nil when none is set.
-	Alarm *int64
-	// Indexed is the alarm_indexed meta ("" for none).
-	Indexed string
-	// InitRecorded: on-init ran and is recorded.
-	InitRecorded bool
-}
-
 // Hold is what the host knows of its hold on an actor, as the rules need
 // it (docs/design.md#the-index).
 type Hold struct {
@@ -113,10 +103,12 @@ type Actor interface {
 	// Hold is the hold as it is now: the plugin asks again after an
 	// upload, whose hold may have lapsed on the way.
 	Hold() Hold
-	// Read reads the committed state.
-	Read(ctx context.Context) (ActorState, error)
-	// WriteMeta commits a meta row in a transaction of its own.
-	WriteMeta(ctx context.Context, key, value string) error
+	// State reads the committed state: of it the plugin reads the alarm,
+	// the alarm_indexed meta row (Indexed) and whether on-init ran and is
+	// recorded (InitRecorded).
+	State(ctx context.Context) (hostmod.State, error)
+	// SetMeta commits a meta row in a transaction of its own.
+	SetMeta(ctx context.Context, key, value string) error
 	// Upload uploads the database now: the replication alone. The plugin
 	// brings the index in line around it (Plugin.Replicate).
 	Upload(ctx context.Context) error
@@ -470,7 +462,7 @@ func (p *Plugin) offer(d sweeper.Overdue) {
 func toIndex(id abi.ActorID) abi.ActorID { return id }
 
 func (p *Plugin) eventFacts(ctx context.Context, a Actor) (alarmindex.EventFacts, error) {
-	st, err := a.Read(ctx)
+	st, err := a.State(ctx)
 	if err != nil {
 		return alarmindex.EventFacts{}, &abi.ActorError{ID: a.ID(), Op: "read the committed alarm", Err: err}
 	}
@@ -597,9 +589,9 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 		p.m.put(err)
 		x.Report(err)
 	case alarmindex.StepRecord:
-		x.Report(a.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, s.Value))
+		x.Report(a.SetMeta(ctx, alarmindex.MetaAlarmIndexed, s.Value))
 	case alarmindex.StepFence:
-		x.Report(a.WriteMeta(ctx, alarmindex.MetaOwnerFence, s.Value))
+		x.Report(a.SetMeta(ctx, alarmindex.MetaOwnerFence, s.Value))
 	case alarmindex.StepUpload:
 		x.Report(a.Upload(ctx))
 	case alarmindex.StepCheckHold:
@@ -717,9 +709,9 @@ func (p *Plugin) deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 
 // deliveryPlan reads the actor's committed state and decides what
 // delivering the entry time of delivered does.
-func (p *Plugin) deliveryPlan(ctx context.Context, a Actor, delivered alarmindex.Key) (alarmindex.DeliveryPlan, ActorState, error) {
+func (p *Plugin) deliveryPlan(ctx context.Context, a Actor, delivered alarmindex.Key) (alarmindex.DeliveryPlan, hostmod.State, error) {
 	id := a.ID()
-	st, err := a.Read(ctx)
+	st, err := a.State(ctx)
 	if err != nil {
 		return alarmindex.DeliveryPlan{}, st, &abi.ActorError{ID: id, Op: "read the committed alarm", Err: err}
 	}

@@ -67,7 +67,7 @@ func TestAFiringRecordsItsEntryInTheEventsCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close(ctx)
-	actor := &exampleActor{a: a, p: p, b: mem}
+	actor := &exampleActor{Actor: a, p: p, b: mem}
 	req := func(body string) string {
 		t.Helper()
 		r, err := a.Request(ctx, []byte(body))
@@ -104,7 +104,7 @@ func TestAFiringRecordsItsEntryInTheEventsCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.HasAlarm || st.Alarm != t0 || st.Indexed != alarmindex.FormatRecorded(mustParse(t, first[0])) {
+	if st.Alarm == nil || *st.Alarm != t0 || st.Indexed != alarmindex.FormatRecorded(mustParse(t, first[0])) {
 		t.Fatalf("state after the failed index PUT: %+v, want the event rolled back (alarm still due, the first entry recorded)", st)
 	}
 	if got := req("getkv log"); got != "none" {
@@ -118,7 +118,7 @@ func TestAFiringRecordsItsEntryInTheEventsCommit(t *testing.T) {
 	indexPuts.Store(0)
 	statePuts.Store(0)
 	d, err := p.Deliver(ctx, actor, t0)
-	if err != nil || !d.Event.Ran || d.Event.Alarm != t0+60_000 {
+	if err != nil || !d.Event.Ran || d.Event.Alarm == nil || *d.Event.Alarm != t0+60_000 {
 		t.Fatalf("delivery: %+v, %v", d, err)
 	}
 	if indexPuts.Load() != 1 || statePuts.Load() != 1 {

@@ -142,11 +142,11 @@ func (a *fakeActor) Hold() alarms.Hold {
 	return alarms.Hold{Generation: a.gen, Valid: a.holdValid, Uploaded: a.uploaded, BucketHad: a.bucketHad}
 }
 
-func (a *fakeActor) Read(context.Context) (alarms.ActorState, error) {
-	return alarms.ActorState{Alarm: a.alarm, Indexed: a.meta[alarmindex.MetaAlarmIndexed], InitRecorded: a.initRecorded}, nil
+func (a *fakeActor) State(context.Context) (hostmod.State, error) {
+	return hostmod.State{Alarm: a.alarm, Indexed: a.meta[alarmindex.MetaAlarmIndexed], InitRecorded: a.initRecorded}, nil
 }
 
-func (a *fakeActor) WriteMeta(_ context.Context, key, value string) error {
+func (a *fakeActor) SetMeta(_ context.Context, key, value string) error {
 	a.j.add("META %s=%s", key, value)
 	if a.writeMetaErr != nil {
 		return a.writeMetaErr

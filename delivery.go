@@ -33,7 +33,9 @@ func (p *Plugin) runTimer(ctx context.Context) {
 }
 
 // Arm sets the node timer to an actor's committed alarm (nil: none) after
-// an event changed it; a retry pending from a failed delivery is dropped.
+// an event changed it (for an event of package hostmod or engine: its
+// Result's Alarm, when AlarmChanged); a retry pending from a failed
+// delivery is dropped.
 func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	key := TimerKey(id)
 	p.mu.Lock()
@@ -45,20 +47,6 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	} else {
 		p.cfg.Timer.Remove(key)
 	}
-}
-
-// ArmEvent is Arm after an event of a host built on package hostmod (its
-// Event.Result, or package engine's events): it re-arms the
-// timer from the event's result when the event changed the alarm.
-func (p *Plugin) ArmEvent(id abi.ActorID, r hostmod.Result) {
-	if !r.AlarmChanged {
-		return
-	}
-	var alarm *int64
-	if r.HasAlarm {
-		alarm = &r.Alarm
-	}
-	p.Arm(id, alarm)
 }
 
 func (p *Plugin) inFlight(key string) bool {
@@ -248,7 +236,7 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, at int64) (Delivery, erro
 		return d, err
 	}
 	if d.RetryAt == 0 {
-		st, rerr := a.Read(ctx)
+		st, rerr := a.State(ctx)
 		if rerr != nil {
 			return d, &abi.ActorError{ID: id, Op: "read the committed alarm", Err: rerr}
 		}
@@ -276,7 +264,7 @@ func (p *Plugin) deliverTaken(ctx context.Context, a Actor, key string, at int64
 	if err == nil && d.RetryAt == 0 {
 		// Re-arm from the committed state (a failed on-alarm committed its
 		// retry; a handler may have set the next alarm).
-		if st, rerr := a.Read(ctx); rerr == nil && st.Alarm != nil {
+		if st, rerr := a.State(ctx); rerr == nil && st.Alarm != nil {
 			alarm = st.Alarm
 			p.cfg.Timer.Set(key, *st.Alarm)
 		}

@@ -19,38 +19,26 @@ import (
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
-// exampleHost is a host of one node, on the system clock, that holds
-// every actor (alarms.Host).
-type exampleHost struct {
-	alarms.OneNode
-	a *exampleActor
-}
-
-func (h exampleHost) Take(context.Context, abi.ActorID) (alarms.Actor, func(error), error) {
-	return h.a, func(error) {}, nil
-}
-
-// exampleActor is an actor run by package engine, as the plugin sees it
-// (alarms.Actor): the host's only jobs are the upload and the alarm event.
+// exampleActor is an actor run by package engine (which gives its ID,
+// State and SetMeta), as the plugin sees it (alarms.Actor), on a host of
+// one node that holds it (alarms.Host): the host's only jobs are the
+// upload and the alarm event.
 type exampleActor struct {
-	a        *engine.Actor
+	alarms.OneNode
+	*engine.Actor
 	p        *alarms.Plugin
 	b        bucket.Bucket
 	uploaded bool
 }
 
-func (x *exampleActor) ID() abi.ActorID { return x.a.ID() }
+func (x *exampleActor) Take(context.Context, abi.ActorID) (alarms.Actor, func(error), error) {
+	return x, func(error) {}, nil
+}
 func (x *exampleActor) Hold() alarms.Hold {
 	return alarms.Hold{Generation: 1, Valid: true, Uploaded: x.uploaded, BucketHad: x.uploaded}
 }
-func (x *exampleActor) Read(ctx context.Context) (alarms.ActorState, error) {
-	return engine.PluginState(ctx, x.a)
-}
-func (x *exampleActor) WriteMeta(ctx context.Context, k, v string) error {
-	return x.a.SetMeta(ctx, k, v)
-}
 func (x *exampleActor) Upload(ctx context.Context) error {
-	data, err := x.a.Snapshot(ctx)
+	data, err := x.Snapshot(ctx)
 	if err == nil {
 		_, err = x.b.Put(ctx, "state/"+alarms.TimerKey(x.ID()), data, bucket.Cond{})
 	}
@@ -60,7 +48,7 @@ func (x *exampleActor) Upload(ctx context.Context) error {
 func (x *exampleActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	// The event and its replication: the entry for the alarm it leaves is
 	// PUT before it commits and recorded in its own transaction.
-	return engine.RunAlarm(ctx, x.p, x, x.a, alarms.AfterEvent)
+	return engine.RunAlarm(ctx, x.p, x, x.Actor, alarms.AfterEvent)
 }
 func (x *exampleActor) Release(context.Context) {}
 
@@ -70,9 +58,9 @@ func (x *exampleActor) Release(context.Context) {}
 func Example() {
 	ctx := context.Background()
 	mem := bucket.NewMem()
-	host := &exampleHost{OneNode: alarms.OneNode{Name: "n1"}}
+	actor := &exampleActor{OneNode: alarms.OneNode{Name: "n1"}, b: mem}
 	p, err := alarms.Register(alarms.Config{
-		Bucket: mem, Host: host, Timer: sweeper.NewTimer(5 * time.Minute), Margin: 12 * time.Second,
+		Bucket: mem, Host: actor, Timer: sweeper.NewTimer(5 * time.Minute), Margin: 12 * time.Second,
 	})
 	if err != nil {
 		panic(err)
@@ -97,8 +85,7 @@ func Example() {
 		panic(err)
 	}
 	defer a.Close(ctx)
-	actor := &exampleActor{a: a, p: p, b: mem}
-	host.a = actor
+	actor.Actor, actor.p = a, p
 
 	now := time.Now().UnixMilli()
 	var req [8]byte
@@ -132,7 +119,7 @@ func ExampleRegister_metrics() {
 	reg := prometheus.NewRegistry()
 	timer := sweeper.NewTimer(5 * time.Minute)
 	_, err := alarms.Register(alarms.Config{
-		Bucket: bucket.NewMem(), Host: exampleHost{OneNode: alarms.OneNode{Name: "n1"}}, Timer: timer,
+		Bucket: bucket.NewMem(), Host: &exampleActor{OneNode: alarms.OneNode{Name: "n1"}}, Timer: timer,
 		Margin: 12 * time.Second, Registerer: reg,
 	})
 	if err != nil {

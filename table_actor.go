@@ -72,11 +72,17 @@ func (t *TableActor) Hold() Hold {
 	return Hold{Generation: 1, Valid: t.Table != nil, Uploaded: t.uploaded, BucketHad: t.bucketHad}
 }
 
-// Read reads the committed alarm and alarm_indexed from the table.
-func (t *TableActor) Read(context.Context) (ActorState, error) { return ReadTable(t.Table) }
+// State reads the committed alarm and alarm_indexed from the table.
+// InitRecorded is true: the host calls it only for an actor whose database
+// exists.
+func (t *TableActor) State(context.Context) (hostmod.State, error) {
+	s, err := t.Table.State()
+	s.InitRecorded = true
+	return s, err
+}
 
-// WriteMeta commits one meta row of the table.
-func (t *TableActor) WriteMeta(_ context.Context, key, value string) error {
+// SetMeta commits one meta row of the table.
+func (t *TableActor) SetMeta(_ context.Context, key, value string) error {
 	return t.Table.SetMeta(key, value)
 }
 

@@ -38,11 +38,11 @@ func TestTableActorUploadsTheFileAndKnowsWhatTheBucketHad(t *testing.T) {
 	if h := ta.Hold(); h.BucketHad || h.Uploaded || !h.Valid || ta.ID() != id || h.Generation != 1 {
 		t.Fatalf("a new actor: %+v, id %v; want a valid hold in generation 1, nothing uploaded, the bucket without it", h, ta.ID())
 	}
-	if err := ta.WriteMeta(ctx, alarmindex.MetaAlarmIndexed, "42"); err != nil {
+	if err := ta.SetMeta(ctx, alarmindex.MetaAlarmIndexed, "42"); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := ta.Read(ctx); err != nil || st.Indexed != "42" || st.Alarm != nil {
-		t.Fatalf("Read = %+v, %v; want alarm_indexed 42 and no alarm", st, err)
+	if st, err := ta.State(ctx); err != nil || st.Indexed != "42" || st.Alarm != nil {
+		t.Fatalf("State = %+v, %v; want alarm_indexed 42 and no alarm", st, err)
 	}
 	if err := ta.Upload(ctx); err != nil || !ta.Hold().Uploaded {
 		t.Fatalf("Upload: %v (hold %+v)", err, ta.Hold())

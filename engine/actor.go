@@ -184,7 +184,8 @@ func (a *Actor) dropInstance() {
 	}
 }
 
-// State reads the committed alarm state.
+// State reads the committed alarm state. Its Alarm is the actor's own
+// value: do not write through it.
 func (a *Actor) State(ctx context.Context) (hostmod.State, error) {
 	a.mu.Lock()
 	defer a.end()
@@ -195,11 +196,7 @@ func (a *Actor) State(ctx context.Context) (hostmod.State, error) {
 	if err != nil {
 		return hostmod.State{}, err
 	}
-	st := hostmod.State{Failures: n, Inited: a.inited, InitRecorded: a.initMeta, Indexed: a.indexed}
-	if at != nil {
-		st.Alarm, st.HasAlarm = *at, true
-	}
-	return st, nil
+	return hostmod.State{Alarm: at, Failures: n, Inited: a.inited, InitRecorded: a.initMeta, Indexed: a.indexed}, nil
 }
 
 // DeadLetter returns the actor's dead letter: the last alarm whose retries
@@ -332,10 +329,7 @@ func (a *Actor) committed() (*int64, int, error) {
 	if err != nil {
 		return nil, 0, &abi.ActorError{ID: a.id, Op: "read committed state", Err: err}
 	}
-	a.alarm, a.failures, a.initMeta, a.indexed, a.known = nil, cs.Failures, cs.InitDone, cs.Indexed, true
-	if cs.HasAlarm {
-		a.alarm = &cs.Alarm
-	}
+	a.alarm, a.failures, a.initMeta, a.indexed, a.known = cs.Alarm, cs.Failures, cs.InitDone, cs.Indexed, true
 	return a.alarm, a.failures, nil
 }
 
@@ -374,8 +368,8 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 		}
 	}
 	after := before
-	if left, touched := ev.alarm.Left(); touched {
-		after = left
+	if r := ev.alarm.Result(); r.AlarmChanged {
+		after = r.Alarm
 	}
 	res, err := a.finish(ctx, before, after, ev.alarm.Failures(), ev.response, nil)
 	if err != nil {
@@ -403,13 +397,10 @@ func (a *Actor) endEvent() { a.ev = event{} }
 // count n, and keeps them as the committed state.
 // A hook (nil: none) runs just before the commit.
 func (a *Actor) finish(ctx context.Context, before, after *int64, n int, response []byte, hook BeforeCommit) (hostmod.Result, error) {
-	res := hostmod.Result{Response: response, Failures: n, AlarmChanged: !sameAlarm(before, after)}
-	if after != nil {
-		res.Alarm, res.HasAlarm = *after, true
-	}
+	res := hostmod.Result{Response: response, Alarm: after, Failures: n, AlarmChanged: !sameAlarm(before, after)}
 	var p *Pending
 	if hook != nil {
-		p = &Pending{a: a, open: true, State: hostmod.State{Alarm: res.Alarm, HasAlarm: res.HasAlarm, Failures: n, Inited: a.inited, InitRecorded: a.initMeta, Indexed: a.indexed}}
+		p = &Pending{a: a, open: true, State: hostmod.State{Alarm: res.Alarm, Failures: n, Inited: a.inited, InitRecorded: a.initMeta, Indexed: a.indexed}}
 		err := hook(ctx, p)
 		p.open = false
 		if err != nil {
@@ -572,11 +563,7 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (host
 		return hostmod.Delivery{}, err
 	}
 	if cur == nil || *cur > now {
-		d := hostmod.Delivery{Result: hostmod.Result{Failures: failures}}
-		if cur != nil {
-			d.Alarm, d.HasAlarm = *cur, true
-		}
-		return d, nil
+		return hostmod.Delivery{Result: hostmod.Result{Alarm: cur, Failures: failures}}, nil
 	}
 	at := *cur
 	if !a.class.onAlarm {

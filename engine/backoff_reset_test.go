@@ -22,22 +22,22 @@ func TestASuccessEndsTheBackoff(t *testing.T) {
 	e.req(a, "set "+itoa(t0))
 	now := int64(t0)
 	for i, delay := range []int64{1000, 2000, 4000} {
-		if d := e.deliver(a); !d.Ran || d.Err == nil || d.Failures != i+1 || d.Alarm != now+delay {
+		if d := e.deliver(a); !d.Ran || d.Err == nil || d.Failures != i+1 || (d.Alarm == nil || *d.Alarm != now+delay) {
 			t.Fatalf("failure %d: %+v, want a retry at +%d with %d failures", i+1, d, delay, i+1)
 		}
 		now += delay
 		e.clock.Set(now)
 	}
 	e.req(a, "mode ok")
-	if d := e.deliver(a); !d.Ran || d.Err != nil || d.HasAlarm {
+	if d := e.deliver(a); !d.Ran || d.Err != nil || d.Alarm != nil {
 		t.Fatalf("the success %+v, want a run that leaves no alarm", d)
 	}
 	if err := a.Close(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	a = e.open(cls, "a")
-	if s := e.state(a); s.Failures != 0 || s.HasAlarm {
-		t.Fatalf("after the success the committed state has %d failures (alarm %v), want 0 and no alarm", s.Failures, s.HasAlarm)
+	if s := e.state(a); s.Failures != 0 || s.Alarm != nil {
+		t.Fatalf("after the success the committed state has %d failures (alarm %v), want 0 and no alarm", s.Failures, s.Alarm != nil)
 	}
 
 	next := now + 60_000
@@ -45,7 +45,7 @@ func TestASuccessEndsTheBackoff(t *testing.T) {
 	e.req(a, "set "+itoa(next))
 	e.clock.Set(next)
 	d := e.deliver(a)
-	if !d.Ran || d.Err == nil || d.RetryCount != 0 || d.Failures != 1 || d.Alarm != next+1000 {
+	if !d.Ran || d.Err == nil || d.RetryCount != 0 || d.Failures != 1 || (d.Alarm == nil || *d.Alarm != next+1000) {
 		t.Fatalf("the next alarm's first failure: %+v, want retry count 0, 1 failure and a retry 1 s later at %d", d, next+1000)
 	}
 }

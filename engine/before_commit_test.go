@@ -20,20 +20,20 @@ func TestAHookBeforeCommitWritesIntoTheEvent(t *testing.T) {
 	e.req(a, "set 1800000000000")
 	var kept *engine.Pending
 	d, err := a.DeliverAlarmBefore(e.ctx, func(ctx context.Context, p *engine.Pending) error {
-		if !p.HasAlarm || p.Alarm != t0+60_000 || p.Failures != 0 || p.Indexed != "" || !p.Open() {
+		if p.Alarm == nil || *p.Alarm != t0+60_000 || p.Failures != 0 || p.Indexed != "" || !p.Open() {
 			t.Errorf("the hook saw %+v, want the handler's alarm at +60s about to commit", p.State)
 		}
 		kept = p
 		return p.SetMeta(hostmod.MetaAlarmIndexed, "1800000060000/1-ab")
 	})
-	if err != nil || !d.Ran || d.Err != nil || d.Alarm != t0+60_000 {
+	if err != nil || !d.Ran || d.Err != nil || (d.Alarm == nil || *d.Alarm != t0+60_000) {
 		t.Fatalf("delivery %+v, %v", d, err)
 	}
 	if err := kept.SetMeta(hostmod.MetaAlarmIndexed, "late"); err == nil || kept.Open() {
 		t.Fatal("a meta row was written after the event's transaction ended")
 	}
 	reads := a.StateReads()
-	if st := e.state(a); st.Indexed != "1800000060000/1-ab" || st.Alarm != t0+60_000 {
+	if st := e.state(a); st.Indexed != "1800000060000/1-ab" || (st.Alarm == nil || *st.Alarm != t0+60_000) {
 		t.Fatalf("state after the event: %+v", st)
 	}
 	if got := a.StateReads() - reads; got != 0 {
@@ -42,7 +42,7 @@ func TestAHookBeforeCommitWritesIntoTheEvent(t *testing.T) {
 	// From the file, not only from what the actor keeps.
 	a.Close(e.ctx)
 	a = e.open(e.scripted(), "a")
-	if st := e.state(a); st.Indexed != "1800000060000/1-ab" || st.Alarm != t0+60_000 {
+	if st := e.state(a); st.Indexed != "1800000060000/1-ab" || (st.Alarm == nil || *st.Alarm != t0+60_000) {
 		t.Fatalf("state read from the file: %+v", st)
 	}
 	if got := e.req(a, "getkv log"); got != "1800000000000:0" {
@@ -68,7 +68,7 @@ func TestAFailingHookRollsTheEventBack(t *testing.T) {
 	if !errors.Is(err, refused) {
 		t.Fatalf("error %v, want the hook's", err)
 	}
-	if st := e.state(a); !st.HasAlarm || st.Alarm != t0 || st.Failures != 0 || st.Indexed != "" {
+	if st := e.state(a); st.Alarm == nil || *st.Alarm != t0 || st.Failures != 0 || st.Indexed != "" {
 		t.Fatalf("state after a failed hook: %+v, want the alarm still due and nothing recorded", st)
 	}
 	if got := e.req(a, "getkv log"); got != "none" {
@@ -78,12 +78,12 @@ func TestAFailingHookRollsTheEventBack(t *testing.T) {
 	// A failing handler's committed retry goes through the hook too.
 	e.req(a, "mode fail")
 	d, err := a.DeliverAlarmBefore(e.ctx, func(ctx context.Context, p *engine.Pending) error {
-		if !p.HasAlarm || p.Alarm != t0+1000 || p.Failures != 1 {
+		if p.Alarm == nil || *p.Alarm != t0+1000 || p.Failures != 1 {
 			t.Errorf("the hook saw %+v, want the retry at +1s with one failure", p.State)
 		}
 		return p.SetMeta(hostmod.MetaAlarmIndexed, "1800000001000/1-cd")
 	})
-	if err != nil || !d.Ran || d.Err == nil || d.Alarm != t0+1000 || d.Failures != 1 {
+	if err != nil || !d.Ran || d.Err == nil || (d.Alarm == nil || *d.Alarm != t0+1000) || d.Failures != 1 {
 		t.Fatalf("failed run %+v, %v", d, err)
 	}
 	if st := e.state(a); st.Indexed != "1800000001000/1-cd" || st.Failures != 1 {

@@ -83,7 +83,7 @@ func BenchmarkCommittedState(b *testing.B) {
 	reads := map[string]func(*engine.Store) error{
 		"one-statement": func(st *engine.Store) error {
 			cs, err := st.State()
-			if err == nil && (!cs.HasAlarm || cs.Failures != 2 || !cs.InitDone) {
+			if err == nil && (cs.Alarm == nil || cs.Failures != 2 || !cs.InitDone) {
 				err = fmt.Errorf("read %+v", cs)
 			}
 			return err

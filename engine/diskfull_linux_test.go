@@ -85,13 +85,13 @@ func TestAFullDiskFailsTheEventAndKeepsWhatCommitted(t *testing.T) {
 			if got := e.req(a, "getkv k"); got != "committed" {
 				t.Fatalf("on a full disk the actor reads k = %.20q, want what committed before", got)
 			}
-			if st := e.state(a); !st.HasAlarm || st.Alarm != t0+1000 || st.Failures != 0 {
+			if st := e.state(a); st.Alarm == nil || *st.Alarm != t0+1000 || st.Failures != 0 {
 				t.Fatalf("on a full disk the committed state reads %+v, want the alarm at %d", st, int64(t0+1000))
 			}
 			e.clock.Set(t0 + 1000)
 			_, err = a.DeliverAlarm(e.ctx)
 			wantFull(t, "a delivery", err, id)
-			if st := e.state(a); !st.HasAlarm || st.Alarm != t0+1000 || st.Failures != 0 {
+			if st := e.state(a); st.Alarm == nil || *st.Alarm != t0+1000 || st.Failures != 0 {
 				t.Fatalf("after a delivery that could not commit: %+v, want the alarm at %d, still due, no failure", st, int64(t0+1000))
 			}
 			if disk.Refused() == 0 {
@@ -117,7 +117,7 @@ func TestAFullDiskFailsTheEventAndKeepsWhatCommitted(t *testing.T) {
 					t.Errorf("reopened, %s = %.20q, want %q", k, got, want)
 				}
 			}
-			if st := e.state(a); st.HasAlarm {
+			if st := e.state(a); st.Alarm != nil {
 				t.Errorf("reopened, the alarm is set (%+v); it fired", st)
 			}
 		})
@@ -142,7 +142,7 @@ func TestANewActorOnAFullDiskIsNotCreated(t *testing.T) {
 	disk.Unlimited()
 	a := e.open(c, "new")
 	e.req(a, "set 1800000001000")
-	if st := e.state(a); !st.HasAlarm {
+	if st := e.state(a); st.Alarm == nil {
 		t.Fatalf("state %+v", st)
 	}
 }

@@ -145,7 +145,7 @@ func TestSetGetClearCommitWithTheEvent(t *testing.T) {
 		t.Fatalf("get on a new actor = %q, want none", got)
 	}
 	r, err := a.Request(e.ctx, []byte("set 1800000005000"))
-	if err != nil || !r.AlarmChanged || !r.HasAlarm || r.Alarm != t0+5000 {
+	if err != nil || !r.AlarmChanged || r.Alarm == nil || *r.Alarm != t0+5000 {
 		t.Fatalf("set: result %+v err %v", r, err)
 	}
 	if got := e.req(a, "get"); got != "1800000005000" {
@@ -156,8 +156,8 @@ func TestSetGetClearCommitWithTheEvent(t *testing.T) {
 		t.Fatal("an event that leaves the alarm alone reports it changed")
 	}
 	e.req(a, "clear")
-	if s := e.state(a); s.HasAlarm {
-		t.Fatalf("after clear the alarm is still %d", s.Alarm)
+	if s := e.state(a); s.Alarm != nil {
+		t.Fatalf("after clear the alarm is still %d", *s.Alarm)
 	}
 }
 
@@ -169,8 +169,8 @@ func TestAFailedEventRollsBackItsAlarmAndData(t *testing.T) {
 	if !errors.As(err, &ge) || ge.Export != abi.ExportOnRequest || !strings.Contains(err.Error(), "t1/trap_on_request/a") {
 		t.Fatalf("trap in on-request: err %v, want a GuestError naming the actor", err)
 	}
-	if s := e.state(a); s.HasAlarm {
-		t.Fatalf("the trapped event's set-alarm(%d) was committed", s.Alarm)
+	if s := e.state(a); s.Alarm != nil {
+		t.Fatalf("the trapped event's set-alarm(%d) was committed", *s.Alarm)
 	}
 
 	s := e.open(e.scripted(), "s")
@@ -191,7 +191,7 @@ func TestGuestDataCannotReachHostTables(t *testing.T) {
 		e.req(a, "put "+k+" 1")
 	}
 	s := e.state(a)
-	if !s.HasAlarm || s.Alarm != t0+5000 || s.Failures != 0 {
+	if s.Alarm == nil || *s.Alarm != t0+5000 || s.Failures != 0 {
 		t.Fatalf("guest KV writes changed the host's state: %+v", s)
 	}
 	err := a.Lock(func(st *engine.Store) error {
@@ -218,7 +218,7 @@ func TestBadPointerGetsEFAULT(t *testing.T) {
 	if !eq(got, want) {
 		t.Fatalf("errnos %v, want %v", got, want)
 	}
-	if s := e.state(a); !s.HasAlarm || s.Alarm != 5000 {
+	if s := e.state(a); s.Alarm == nil || *s.Alarm != 5000 {
 		t.Fatalf("the event's valid set-alarm(5000) did not commit: %+v", s)
 	}
 }
@@ -231,7 +231,7 @@ func TestOutOfRangeTimeGetsEINVAL(t *testing.T) {
 	if !eq(got, want) {
 		t.Fatalf("errnos %v, want %v", got, want)
 	}
-	if s := e.state(a); !s.HasAlarm || s.Alarm != 7000 {
+	if s := e.state(a); s.Alarm == nil || *s.Alarm != 7000 {
 		t.Fatalf("committed alarm %+v, want 7000 (the last valid set)", s)
 	}
 }
@@ -244,8 +244,8 @@ func TestImportsFromInitializeGetEPERM(t *testing.T) {
 	if !eq(got, want) {
 		t.Fatalf("errnos from _initialize %v, want %v", got, want)
 	}
-	if s := e.state(a); s.HasAlarm {
-		t.Fatalf("set-alarm from _initialize committed %d", s.Alarm)
+	if s := e.state(a); s.Alarm != nil {
+		t.Fatalf("set-alarm from _initialize committed %d", *s.Alarm)
 	}
 }
 
@@ -279,7 +279,7 @@ func TestDeliverySuccessClearsTheAlarm(t *testing.T) {
 	}
 	e.clock.Set(t0 + 1000)
 	d := e.deliver(a)
-	if !d.Ran || d.Err != nil || d.Scheduled != t0+1000 || d.RetryCount != 0 || d.HasAlarm {
+	if !d.Ran || d.Err != nil || d.Scheduled != t0+1000 || d.RetryCount != 0 || d.Alarm != nil {
 		t.Fatalf("delivery %+v", d)
 	}
 	if got := e.req(a, "getkv log"); got != "1800000001000:0" {
@@ -296,7 +296,7 @@ func TestDeliveryKeepsAnAlarmTheHandlerSet(t *testing.T) {
 	e.req(a, "mode set:1800000060000")
 	e.req(a, "set 1800000000000")
 	d := e.deliver(a)
-	if !d.Ran || d.Err != nil || !d.HasAlarm || d.Alarm != t0+60_000 || d.Failures != 0 {
+	if !d.Ran || d.Err != nil || d.Alarm == nil || *d.Alarm != t0+60_000 || d.Failures != 0 {
 		t.Fatalf("delivery %+v, want the handler's alarm at +60s", d)
 	}
 }
@@ -315,11 +315,11 @@ func TestCommittedBackoff(t *testing.T) {
 		if !d.Ran || d.Err == nil || d.RetryCount != i {
 			t.Fatalf("attempt %d: %+v, want a failed run with retry count %d", i, d, i)
 		}
-		if !d.HasAlarm || d.Alarm != now+wantDelay || d.Failures != i+1 {
-			t.Fatalf("attempt %d: next at %d (+%d) failures %d, want +%d and %d", i, d.Alarm, d.Alarm-now, d.Failures, wantDelay, i+1)
+		if d.Alarm == nil || *d.Alarm != now+wantDelay || d.Failures != i+1 {
+			t.Fatalf("attempt %d: next at %d (+%d) failures %d, want +%d and %d", i, d.Alarm, *d.Alarm-now, d.Failures, wantDelay, i+1)
 		}
-		if got := e.req(a, "get"); got != itoa(d.Alarm) {
-			t.Fatalf("get-alarm during retries = %s, want the next attempt %d", got, d.Alarm)
+		if got := e.req(a, "get"); got != itoa(*d.Alarm) {
+			t.Fatalf("get-alarm during retries = %s, want the next attempt %d", got, *d.Alarm)
 		}
 		e.clock.Set(now + wantDelay - 1)
 		if d := e.deliver(a); d.Ran {
@@ -330,7 +330,7 @@ func TestCommittedBackoff(t *testing.T) {
 	}
 	e.req(a, "mode ok")
 	d := e.deliver(a)
-	if !d.Ran || d.Err != nil || d.RetryCount != 5 || d.HasAlarm || d.Failures != 0 {
+	if !d.Ran || d.Err != nil || d.RetryCount != 5 || d.Alarm != nil || d.Failures != 0 {
 		t.Fatalf("final success %+v", d)
 	}
 }
@@ -362,10 +362,10 @@ func TestFailedHandlerThatReschedules(t *testing.T) {
 			}
 			s := e.state(a)
 			if c.wantAlarm == 0 {
-				if s.HasAlarm {
-					t.Fatalf("alarm %d stands, want none", s.Alarm)
+				if s.Alarm != nil {
+					t.Fatalf("alarm %d stands, want none", *s.Alarm)
 				}
-			} else if !s.HasAlarm || s.Alarm != c.wantAlarm {
+			} else if s.Alarm == nil || *s.Alarm != c.wantAlarm {
 				t.Fatalf("alarm %+v, want %d", s, c.wantAlarm)
 			}
 			if s.Failures != c.wantFailures {
@@ -387,7 +387,7 @@ func TestSettingOutsideAFailedRunResetsTheCount(t *testing.T) {
 		t.Fatalf("failures %d, want 2", s.Failures)
 	}
 	e.req(a, "set 1800000100000")
-	if s := e.state(a); s.Failures != 0 || s.Alarm != t0+100_000 {
+	if s := e.state(a); s.Failures != 0 || (s.Alarm == nil || *s.Alarm != t0+100_000) {
 		t.Fatalf("after a set outside a failed run: %+v, want count 0", s)
 	}
 }
@@ -424,12 +424,12 @@ func TestBackoffSurvivesRestart(t *testing.T) {
 		if err != nil || !d.Ran {
 			t.Fatal(d, err)
 		}
-		c.Set(d.Alarm)
+		c.Set(*d.Alarm)
 	}
 	committed, _ := a.State(ctx)
 	a.Close(ctx)
 	eng.Close(ctx)
-	if committed.Alarm != t0+7000 || committed.Failures != 3 {
+	if (committed.Alarm == nil || *committed.Alarm != t0+7000) || committed.Failures != 3 {
 		t.Fatalf("before restart: %+v", committed)
 	}
 
@@ -462,7 +462,7 @@ func TestFailingHandlersDoNotHarmTheHost(t *testing.T) {
 			if fx == "hang_on_alarm" && !strings.Contains(d.Err.Error(), "deadline") {
 				t.Fatalf("a hung handler's error does not say deadline: %v", d.Err)
 			}
-			if !d.HasAlarm || d.Alarm != t0+1000 || d.Failures != 1 {
+			if d.Alarm == nil || *d.Alarm != t0+1000 || d.Failures != 1 {
 				t.Fatalf("committed %+v, want a retry at +1s with count 1", d.Result)
 			}
 			// The instance was discarded or kept as needed: the actor
@@ -514,7 +514,7 @@ func TestOpenReadsTheCommittedState(t *testing.T) {
 		return path
 	}
 	write("failing", func(s *engine.Store) error { return s.SetFailures(4) })
-	if st := e.state(e.open(c, "failing")); st.HasAlarm || st.Failures != 4 || st.Indexed != "" {
+	if st := e.state(e.open(c, "failing")); st.Alarm != nil || st.Failures != 4 || st.Indexed != "" {
 		t.Fatalf("failures without an alarm: state %+v", st)
 	}
 	write("indexed", func(s *engine.Store) error {
@@ -523,7 +523,7 @@ func TestOpenReadsTheCommittedState(t *testing.T) {
 		}
 		return s.SetMeta(hostmod.MetaAlarmIndexed, "1800000000005/1-ab")
 	})
-	if st := e.state(e.open(c, "indexed")); !st.HasAlarm || st.Alarm != t0+5 || st.Failures != 0 || st.Indexed != "1800000000005/1-ab" {
+	if st := e.state(e.open(c, "indexed")); st.Alarm == nil || *st.Alarm != t0+5 || st.Failures != 0 || st.Indexed != "1800000000005/1-ab" {
 		t.Fatalf("an indexed alarm: state %+v", st)
 	}
 	path := write("bad", func(s *engine.Store) error { return s.SetMeta(hostmod.MetaAlarmFailures, "two") })

@@ -64,7 +64,7 @@ func Example() {
 
 	clock.t = time.UnixMilli(1_005_000)
 	d, _ = actor.DeliverAlarm(ctx)
-	fmt.Println("ran when due:", d.Ran, "scheduled:", d.Scheduled, "alarm left:", d.HasAlarm)
+	fmt.Println("ran when due:", d.Ran, "scheduled:", d.Scheduled, "alarm left:", d.Alarm != nil)
 	// Output:
 	// committed alarm: 1005000
 	// ran before it was due: false

@@ -343,8 +343,8 @@ func committed(t *testing.T, a *engine.Actor) model {
 		t.Fatal(err)
 	}
 	m := model{kv: map[string][]byte{}}
-	if st.HasAlarm {
-		at := st.Alarm
+	if st.Alarm != nil {
+		at := *st.Alarm
 		m.alarm = &at
 	}
 	err = a.Lock(func(s *engine.Store) error {

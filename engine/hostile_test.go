@@ -171,7 +171,7 @@ func TestManyInstancesGrowingAtOnceStayWithinTheBudget(t *testing.T) {
 		}
 	}
 	other := e.open(e.class("oneshot", testguest.Fixture(t, "oneshot_alarm")), "other")
-	if r, err := other.Request(e.ctx, reqAt(t0+1000)); err != nil || !r.HasAlarm {
+	if r, err := other.Request(e.ctx, reqAt(t0+1000)); err != nil || r.Alarm == nil {
 		t.Fatalf("another class's actor: %+v %v", r, err)
 	}
 	withinBudget(t, e)
@@ -207,7 +207,7 @@ func TestAGuestThatTrapsAffectsOnlyItself(t *testing.T) {
 	if !errors.As(err, &ge) || ge.Cause == nil || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("a trapping event: %v, want a guest error with the trap", err)
 	}
-	if s := e.state(a); !s.HasAlarm || s.Alarm != t0+5000 || s.Failures != 0 {
+	if s := e.state(a); s.Alarm == nil || *s.Alarm != t0+5000 || s.Failures != 0 {
 		t.Errorf("after the trap: %+v, want the alarm at +5000 as before", s)
 	}
 	if _, ok := kv(t, a, "k"); ok {
@@ -217,7 +217,7 @@ func TestAGuestThatTrapsAffectsOnlyItself(t *testing.T) {
 	if got := errnos([]byte(e.req(a, string(hostileReq('p', 7))))); !eq(got, []uint32{0}) {
 		t.Fatalf("after the trap, kv-put: %v", got)
 	}
-	if s := e.state(other); !s.HasAlarm || s.Alarm != t0+5000 {
+	if s := e.state(other); s.Alarm == nil || *s.Alarm != t0+5000 {
 		t.Errorf("the other actor: %+v", s)
 	}
 	if _, ok := kv(t, other, "big"); ok {

@@ -24,7 +24,7 @@ func TestRetriesEndAfterMaxAttempts(t *testing.T) {
 	now := int64(t0)
 	for i, wantDelay := range []int64{1000, 2000} {
 		d := e.deliver(a)
-		if !d.Ran || d.Err == nil || d.GaveUp || !d.HasAlarm || d.Alarm != now+wantDelay || d.Failures != i+1 {
+		if !d.Ran || d.Err == nil || d.GaveUp || d.Alarm == nil || *d.Alarm != now+wantDelay || d.Failures != i+1 {
 			t.Fatalf("attempt %d: %+v; want a retry at +%d ms with %d failures", i+1, d, wantDelay, i+1)
 		}
 		now += wantDelay
@@ -46,7 +46,7 @@ func TestRetriesEndAfterMaxAttempts(t *testing.T) {
 	e.eng = eng2
 	a = e.open(e.scripted(), "a")
 	d := e.deliver(a)
-	if !d.Ran || d.Err == nil || !d.GaveUp || d.RetryCount != 2 || d.HasAlarm || d.Failures != 0 {
+	if !d.Ran || d.Err == nil || !d.GaveUp || d.RetryCount != 2 || d.Alarm != nil || d.Failures != 0 {
 		t.Fatalf("third attempt, after a restart: %+v; want it given up: no alarm, no failures", d)
 	}
 	if got := e.req(a, "get"); got != "none" {
@@ -86,17 +86,17 @@ func TestClassMaxAttemptsOverridesTheEngine(t *testing.T) {
 		e.req(a, "mode fail")
 		e.req(a, "set 1800000000000")
 	}
-	if d := e.deliver(once); !d.Ran || !d.GaveUp || d.HasAlarm {
+	if d := e.deliver(once); !d.Ran || !d.GaveUp || d.Alarm != nil {
 		t.Fatalf("the first attempt of a class limited to 1: %+v, want it given up", d)
 	}
 	now := int64(t0)
 	for i := range 8 {
 		d := e.deliver(unlimited)
-		if !d.Ran || d.GaveUp || !d.HasAlarm {
+		if !d.Ran || d.GaveUp || d.Alarm == nil {
 			t.Fatalf("attempt %d of a class without a limit: %+v", i+1, d)
 		}
 		d = e.deliver(defaulted)
-		if i < 4 && (!d.Ran || d.GaveUp || !d.HasAlarm) || i == 4 && (!d.Ran || !d.GaveUp || d.HasAlarm) || i > 4 && d.Ran {
+		if i < 4 && (!d.Ran || d.GaveUp || d.Alarm == nil) || i == 4 && (!d.Ran || !d.GaveUp || d.Alarm != nil) || i > 4 && d.Ran {
 			t.Fatalf("attempt %d of a class under the engine's limit of 5: %+v", i+1, d)
 		}
 		now += 10 * time.Minute.Milliseconds()

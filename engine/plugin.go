@@ -13,23 +13,6 @@ import (
 // not one call (internal/seam): the steps up to the upload, and after it.
 var beforeUpload = seam.BeforeUpload.(func(*alarms.Plugin, context.Context, alarms.Actor, alarms.UploadKind) (func(context.Context) error, error))
 
-// PluginState reads what alarms.Actor.Read returns from the database of an
-// actor the engine runs: the committed alarm, alarm_indexed and whether
-// on-init is recorded. A host built on the engine calls it from its Read;
-// its WriteMeta is Actor.SetMeta, which keeps the actor's committed state
-// known, so the next Read costs no query.
-func PluginState(ctx context.Context, a *Actor) (alarms.ActorState, error) {
-	s, err := a.State(ctx)
-	if err != nil {
-		return alarms.ActorState{}, err
-	}
-	st := alarms.ActorState{Indexed: s.Indexed, InitRecorded: s.InitRecorded}
-	if s.HasAlarm {
-		st.Alarm = &s.Alarm
-	}
-	return st, nil
-}
-
 // RunAlarm runs the alarm event of an actor the engine runs (h is a's
 // database and instance) and replicates it with p as p.Replicate does,
 // with one commit where DeliverAlarm then Replicate take two: the entry for
@@ -41,7 +24,7 @@ func PluginState(ctx context.Context, a *Actor) (alarms.ActorState, error) {
 // the one it replaced. An entry PUT for an event that then fails to commit
 // is an extra entry, removed when it comes due.
 //
-// a's Read and WriteMeta are not called while the event is open (they
+// a's State and SetMeta are not called while the event is open (they
 // would wait for the actor h holds); the plugin reads what is about to
 // commit from the event instead. An error means: give the actor up. When
 // the alarm was not due, nothing runs and nothing is replicated.
@@ -87,7 +70,7 @@ func uploadCommitted(ctx context.Context, a alarms.Actor, after func(context.Con
 // re-checked and the replaced entry deleted. The change is indexed and
 // replicated by the same rules as a guest's set-alarm, so nothing writes
 // the alarm behind them. The host re-arms its timer from the result
-// (alarms.Plugin.Arm).
+// (alarms.Plugin.Arm, with the result's Alarm).
 //
 // An error from the engine before the event began (a time out of range, an
 // actor whose on-init never ran, no on-alarm: see SetAlarm) commits
@@ -111,29 +94,24 @@ func RunSetAlarm(ctx context.Context, p *alarms.Plugin, a alarms.Actor, h *Actor
 	return res, uploadCommitted(ctx, a, after)
 }
 
-// inCommit is an actor inside a BeforeCommit hook: while the event
-// is open, Read returns what it is about to commit and WriteMeta writes
-// into its transaction; once it committed, both go to the actor.
+// inCommit is an actor inside a BeforeCommit hook: while the event is
+// open, State returns what it is about to commit and SetMeta writes into
+// its transaction; once it committed, both go to the actor.
 type inCommit struct {
 	alarms.Actor
 	p *Pending
 }
 
-func (c inCommit) Read(ctx context.Context) (alarms.ActorState, error) {
+func (c inCommit) State(ctx context.Context) (hostmod.State, error) {
 	if !c.p.Open() {
-		return c.Actor.Read(ctx)
+		return c.Actor.State(ctx)
 	}
-	st := alarms.ActorState{Indexed: c.p.Indexed, InitRecorded: c.p.InitRecorded}
-	if c.p.HasAlarm {
-		at := c.p.Alarm
-		st.Alarm = &at
-	}
-	return st, nil
+	return c.p.State, nil
 }
 
-func (c inCommit) WriteMeta(ctx context.Context, key, value string) error {
+func (c inCommit) SetMeta(ctx context.Context, key, value string) error {
 	if c.p.Open() {
 		return c.p.SetMeta(key, value)
 	}
-	return c.Actor.WriteMeta(ctx, key, value)
+	return c.Actor.SetMeta(ctx, key, value)
 }

@@ -48,7 +48,7 @@ func TestResidencyBudget(t *testing.T) {
 			if err != nil {
 				t.Fatalf("round %d actor %d: %v", round, i, err)
 			}
-			if !res.HasAlarm || res.Alarm != at {
+			if res.Alarm == nil || *res.Alarm != at {
 				t.Fatalf("round %d actor %d: committed %+v, want alarm %d", round, i, res, at)
 			}
 			st := e.eng.Residency()
@@ -115,7 +115,7 @@ func TestResidencyEvictsTheLeastRecentlyUsed(t *testing.T) {
 			actors[0].Asleep(), actors[1].Asleep(), late.Asleep())
 	}
 	// The sleeper wakes with its state, and a000 (used before late) goes.
-	if st, err := actors[1].State(e.ctx); err != nil || st.HasAlarm {
+	if st, err := actors[1].State(e.ctx); err != nil || st.Alarm != nil {
 		t.Fatalf("woken a001: %+v, %v", st, err)
 	}
 	if !actors[0].Asleep() || late.Asleep() {
@@ -194,8 +194,8 @@ func TestResidencyConcurrent(t *testing.T) {
 				a := actors[(g*7+i*3)%len(actors)]
 				at := t0 + int64(g*1000+i)
 				res, err := a.Request(context.Background(), reqAt(at))
-				if err == nil && res.Alarm != at {
-					err = fmt.Errorf("committed %d, want %d", res.Alarm, at)
+				if err == nil && (res.Alarm == nil || *res.Alarm != at) {
+					err = fmt.Errorf("committed %+v, want the alarm %d", res, at)
 				}
 				if err != nil {
 					errs <- fmt.Errorf("goroutine %d event %d: %w", g, i, err)
@@ -240,7 +240,7 @@ func TestSleepIdle(t *testing.T) {
 		t.Fatalf("after SleepIdle: %+v", st)
 	}
 	st, err := actors[0].State(e.ctx)
-	if err != nil || !st.HasAlarm || st.Alarm != t0+1 || !st.Inited {
+	if err != nil || st.Alarm == nil || *st.Alarm != t0+1 || !st.Inited {
 		t.Fatalf("woken actor's state: %+v, %v", st, err)
 	}
 }
@@ -260,7 +260,7 @@ func TestStateFollowsTheDatabase(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
-		if st.HasAlarm != (alarm != 0) || st.Alarm != alarm || st.InitRecorded != init || st.Indexed != indexed {
+		if st.Alarm != nil != (alarm != 0) || (st.Alarm == nil || *st.Alarm != alarm) || st.InitRecorded != init || st.Indexed != indexed {
 			t.Fatalf("%s: state %+v; want alarm %d, on-init recorded %v, indexed %q", when, st, alarm, init, indexed)
 		}
 	}
@@ -318,7 +318,7 @@ func TestSetMetaKeepsTheStateKnown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Indexed != "1800000000100/1-ab" || !st.HasAlarm || st.Alarm != t0+100 || !st.InitRecorded {
+	if st.Indexed != "1800000000100/1-ab" || st.Alarm == nil || *st.Alarm != t0+100 || !st.InitRecorded {
 		t.Fatalf("state after SetMeta: %+v", st)
 	}
 	if got := a.StateReads() - reads; got != 0 {
@@ -330,7 +330,7 @@ func TestSetMetaKeepsTheStateKnown(t *testing.T) {
 	if !a.Asleep() {
 		t.Fatal("the actor did not sleep under a budget of one database")
 	}
-	if st, err := a.State(e.ctx); err != nil || st.Indexed != "1800000000100/1-ab" || st.Alarm != t0+100 {
+	if st, err := a.State(e.ctx); err != nil || st.Indexed != "1800000000100/1-ab" || (st.Alarm == nil || *st.Alarm != t0+100) {
 		t.Fatalf("state after sleeping: %+v, %v", st, err)
 	}
 	if got := a.StateReads() - reads; got != 1 {

@@ -75,12 +75,12 @@ func TestAnEmbeddersOwnRuntime(t *testing.T) {
 			if n := binary.LittleEndian.Uint32(res.Response); n != 2 {
 				t.Errorf("the guest saw %d environment variables, want the 2 the embedder configured", n)
 			}
-			if want := int64(t0 + 40_000 + 2*1000); !res.HasAlarm || res.Alarm != want {
-				t.Fatalf("alarm %d (%v), want %d: offset() from the embedder's module plus the environment", res.Alarm, res.HasAlarm, want)
+			if want := int64(t0 + 40_000 + 2*1000); res.Alarm == nil || *res.Alarm != want {
+				t.Fatalf("result %+v, want the alarm %d: offset() from the embedder's module plus the environment", res, want)
 			}
-			c.Set(res.Alarm)
+			c.Set(*res.Alarm)
 			d, err := a.DeliverAlarm(ctx)
-			if err != nil || !d.Ran || d.Err != nil || d.HasAlarm {
+			if err != nil || !d.Ran || d.Err != nil || d.Alarm != nil {
 				t.Fatalf("DeliverAlarm: %+v, %v; want on-alarm run and the alarm gone", d, err)
 			}
 			if err := a.Close(ctx); err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -22,18 +23,18 @@ func TestStoreStateReadsWhatTheRowsHold(t *testing.T) {
 		want  hostmod.CommittedState
 	}{
 		{"new", func(*Store) error { return nil }, hostmod.CommittedState{}},
-		{"alarm", func(s *Store) error { return s.SetAlarm(at) }, hostmod.CommittedState{Alarm: at, HasAlarm: true}},
+		{"alarm", func(s *Store) error { return s.SetAlarm(at) }, hostmod.CommittedState{Alarm: alarmAt(at)}},
 		{"failures without an alarm", func(s *Store) error { return s.SetFailures(3) }, hostmod.CommittedState{Failures: 3}},
 		{"everything", func(s *Store) error {
 			return firstErr(s.SetAlarm(at), s.SetFailures(2), s.SetMeta(hostmod.MetaAlarmIndexed, "1800000000000/2-ab"), s.SetMeta(hostmod.MetaInitDone, "1"))
-		}, hostmod.CommittedState{Alarm: at, HasAlarm: true, Failures: 2, Indexed: "1800000000000/2-ab", InitDone: true}},
+		}, hostmod.CommittedState{Alarm: alarmAt(at), Failures: 2, Indexed: "1800000000000/2-ab", InitDone: true}},
 		{"an empty indexed row and other meta", func(s *Store) error {
 			return firstErr(s.SetMeta(hostmod.MetaAlarmIndexed, ""), s.SetMeta(hostmod.MetaOwnerFence, "f"),
 				s.conn.Exec(`INSERT INTO a._wasmkeep_meta (key, value) VALUES (NULL, '7'), (7, '8')`))
 		}, hostmod.CommittedState{}},
 		{"no meta table", func(s *Store) error {
 			return firstErr(s.SetAlarm(at), s.conn.Exec(`DROP TABLE a._wasmkeep_meta`))
-		}, hostmod.CommittedState{Alarm: at, HasAlarm: true}},
+		}, hostmod.CommittedState{Alarm: alarmAt(at)}},
 		{"no alarm table", func(s *Store) error {
 			return firstErr(s.SetFailures(1), s.SetMeta(hostmod.MetaInitDone, "1"), s.conn.Exec(`DROP TABLE a._wasmkeep_alarm`))
 		}, hostmod.CommittedState{Failures: 1, InitDone: true}},
@@ -63,17 +64,20 @@ func TestStoreStateReadsWhatTheRowsHold(t *testing.T) {
 			if err != nil {
 				t.Fatalf("State: %v", err)
 			}
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("State = %+v, want %+v", got, tc.want)
 			}
 			// The same as the reads one by one (which now find every table).
 			var one hostmod.CommittedState
 			var errs [4]error
-			one.Alarm, one.HasAlarm, errs[0] = s.Alarm()
+			at, set, err := s.Alarm()
+			if errs[0] = err; set {
+				one.Alarm = &at
+			}
 			one.Failures, errs[1] = s.Failures()
 			one.Indexed, _, errs[2] = s.Meta(hostmod.MetaAlarmIndexed)
 			_, one.InitDone, errs[3] = s.Meta(hostmod.MetaInitDone)
-			if err := firstErr(errs[:]...); err != nil || one != got {
+			if err := firstErr(errs[:]...); err != nil || !reflect.DeepEqual(one, got) {
 				t.Fatalf("one by one: %+v, %v; State read %+v", one, err, got)
 			}
 		})
@@ -110,3 +114,5 @@ func firstErr(errs ...error) error {
 	}
 	return nil
 }
+
+func alarmAt(v int64) *int64 { return &v }

@@ -143,7 +143,10 @@ func (g *Guest) Now() time.Time { return g.clock.Now() }
 // Alarm is the committed alarm.
 func (g *Guest) Alarm() (time.Time, bool) {
 	s := g.state()
-	return time.UnixMilli(s.Alarm).UTC(), s.HasAlarm
+	if s.Alarm == nil {
+		return time.UnixMilli(0).UTC(), false
+	}
+	return time.UnixMilli(*s.Alarm).UTC(), true
 }
 
 // RetryCount is the committed count of failed attempts at the alarm: what
@@ -176,13 +179,13 @@ func (g *Guest) Advance(d time.Duration) []Firing {
 	var out []Firing
 	for {
 		s := g.state()
-		if !s.HasAlarm || s.Alarm > target.UnixMilli() {
+		if s.Alarm == nil || *s.Alarm > target.UnixMilli() {
 			break
 		}
 		if len(out) == 10_000 {
 			g.tb.Fatalf("guesttest: 10000 deliveries in one Advance: does on-alarm set its alarm for now again and again?")
 		}
-		g.clock.Advance(time.UnixMilli(s.Alarm).Sub(g.clock.Now())) // to the alarm's time, if later
+		g.clock.Advance(time.UnixMilli(*s.Alarm).Sub(g.clock.Now())) // to the alarm's time, if later
 		d, err := g.actor.DeliverAlarm(g.ctx)
 		if err != nil {
 			g.tb.Fatalf("guesttest: delivering the alarm: %v", err)

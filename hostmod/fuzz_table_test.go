@@ -99,7 +99,7 @@ func FuzzAlarmFunctionsOnATable(f *testing.F) {
 			if ev.Err() != nil {
 				t.Fatal(ev.Err())
 			}
-			if _, _, evTouched := ev.Alarm(); evTouched != touched {
+			if evTouched := ev.Result().AlarmChanged; evTouched != touched {
 				t.Fatalf("the event says touched=%v, want %v", evTouched, touched)
 			}
 			end := `ROLLBACK`
@@ -110,7 +110,7 @@ func FuzzAlarmFunctionsOnATable(f *testing.F) {
 				t.Fatal(err)
 			}
 			st := h.state()
-			if st.HasAlarm != (committed != nil) || (committed != nil && st.Alarm != *committed) || st.Failures != 0 {
+			if st.Alarm != nil != (committed != nil) || (committed != nil && (st.Alarm == nil || *st.Alarm != *committed)) || st.Failures != 0 {
 				t.Fatalf("committed %+v, want alarm %v", st, committed)
 			}
 		}

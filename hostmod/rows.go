@@ -326,8 +326,7 @@ func (r *Rows) DeleteMeta(key string) error {
 // alarm, its failure count and the meta rows an index updater and State
 // read (see Rows.State).
 type CommittedState struct {
-	Alarm    int64 // Unix ms, if HasAlarm
-	HasAlarm bool
+	Alarm    *int64 // Unix ms, nil for none
 	Failures int
 	Indexed  string // MetaAlarmIndexed, empty when absent
 	InitDone bool   // MetaInitDone is present
@@ -350,7 +349,8 @@ func (r *Rows) State() (CommittedState, error) {
 	for st.Step() {
 		switch st.ColumnType(0) {
 		case sqlite3.INTEGER:
-			cs.Alarm, cs.HasAlarm = st.ColumnInt64(1), true
+			at := st.ColumnInt64(1)
+			cs.Alarm = &at
 		case sqlite3.TEXT:
 			switch st.ColumnText(0) {
 			case MetaAlarmFailures:

@@ -73,7 +73,7 @@ func (t *Table) State() (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	return State{Alarm: cs.Alarm, HasAlarm: cs.HasAlarm, Failures: cs.Failures, Inited: cs.InitDone,
+	return State{Alarm: cs.Alarm, Failures: cs.Failures, Inited: cs.InitDone,
 		InitRecorded: cs.InitDone, Indexed: cs.Indexed}, nil
 }
 
@@ -82,7 +82,7 @@ func (t *Table) Meta(key string) (value string, ok bool, err error) { return t.r
 
 // SetMeta writes one meta row, in the caller's transaction if one is open
 // (otherwise the write commits by itself). An index updater records the
-// entry that stands for the alarm with it (alarms.Actor.WriteMeta).
+// entry that stands for the alarm with it (alarms.Actor.SetMeta).
 func (t *Table) SetMeta(key, value string) error { return t.r.SetMeta(key, value) }
 
 // DeadLetter reads the dead letter of the last alarm whose retries were
@@ -161,13 +161,6 @@ func (ev *Event) ContextValue(key any) (v any, ok bool) {
 // Reset gave, or 0 once set-alarm or clear-alarm reset it.
 func (ev *Event) Failures() int { return ev.ev.failures }
 
-// Left reports what the guest did to the alarm in the event as the
-// alarm functions keep it: touched is true once set-alarm or clear-alarm
-// succeeded, and then at is the alarm the event leaves (nil for a
-// clear). The value at points to is the event's: the host may keep the
-// pointer as its committed alarm, and must not write through it.
-func (ev *Event) Left() (at *int64, touched bool) { return ev.ev.alarm, ev.ev.alarmTouched }
-
 // DatabaseErr is the database error an alarm function met in the event
 // (the guest saw EIO), as the database returned it; nil if none. Err
 // wraps it, naming the actor.
@@ -178,27 +171,18 @@ func (ev *Event) DatabaseErr() error {
 	return ev.ev.storageErr
 }
 
-// Alarm reports what the guest did to the alarm in the event: touched is
-// true once set-alarm or clear-alarm succeeded, and then at and set are
-// the alarm the event leaves (set is false for a clear).
-func (ev *Event) Alarm() (at int64, set, touched bool) {
-	if !ev.ev.alarmTouched {
-		return 0, false, false
-	}
-	if ev.ev.alarm == nil {
-		return 0, false, true
-	}
-	return *ev.ev.alarm, true, true
-}
-
 // Result is what the event did to the alarm, as the engine's events
-// report it (a host passes it to the plugin's ArmEvent): AlarmChanged once
-// set-alarm or clear-alarm succeeded, then the alarm the event leaves. It
-// has no Response (the host keeps its own) and no failure count (an event
-// that touched the alarm resets it to 0).
+// report it (a host passes its Alarm to the plugin's Arm when
+// AlarmChanged): AlarmChanged once set-alarm or clear-alarm succeeded, and
+// then Alarm, the alarm the event leaves (nil for a clear; the event's
+// own value: the host may keep the pointer as its committed alarm, and
+// must not write through it). It has no Response (the host keeps its own)
+// and no failure count (an event that touched the alarm resets it to 0).
 func (ev *Event) Result() Result {
-	at, set, touched := ev.Alarm()
-	return Result{Alarm: at, HasAlarm: set, AlarmChanged: touched}
+	if !ev.ev.alarmTouched {
+		return Result{}
+	}
+	return Result{Alarm: ev.ev.alarm, AlarmChanged: true}
 }
 
 // Err is the database error an alarm function met in the event (the guest
@@ -276,10 +260,10 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 	if err != nil {
 		return Delivery{}, &abi.ActorError{ID: id, Op: "read committed state", Err: err}
 	}
-	if !st.HasAlarm || st.Alarm > now {
-		return Delivery{Result: Result{Alarm: st.Alarm, HasAlarm: st.HasAlarm, Failures: st.Failures}}, nil
+	if st.Alarm == nil || *st.Alarm > now {
+		return Delivery{Result: Result{Alarm: st.Alarm, Failures: st.Failures}}, nil
 	}
-	at, failures := st.Alarm, st.Failures
+	at, failures := *st.Alarm, st.Failures
 	ev := &Event{}
 	run := func() error {
 		cctx, cancel := context.WithTimeout(WithEvent(ctx, ev), o.Deadline)
@@ -309,11 +293,7 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 		if err := t.r.Commit(); err != nil {
 			return Result{}, &abi.ActorError{ID: id, Op: "commit", Err: err}
 		}
-		res := Result{Failures: n, AlarmChanged: !sameAlarm(before, next)}
-		if next != nil {
-			res.Alarm, res.HasAlarm = *next, true
-		}
-		return res, nil
+		return Result{Alarm: next, Failures: n, AlarmChanged: !sameAlarm(before, next)}, nil
 	}
 	return RunDue(Due{Actor: id, Store: t.r, Event: ev, At: at, Now: now, Failures: failures,
 		Retry: RetryPolicy{Base: o.RetryBase, Max: o.RetryMax, MaxAttempts: o.MaxAttempts}}, run, finish)

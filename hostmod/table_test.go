@@ -175,15 +175,15 @@ func TestAlarmFunctionsOnAHostsOwnConnection(t *testing.T) {
 		if e != uint32(c.want) {
 			t.Fatalf("set-alarm(%d): errno %d, want %d (%v)", c.at, e, c.want, ev.Err())
 		}
-		at, set, touched := ev.Alarm()
-		if c.want != 0 && touched {
+		r := ev.Result()
+		if c.want != 0 && r.AlarmChanged {
 			t.Fatalf("set-alarm(%d) failed but the event says the alarm changed", c.at)
 		}
-		if c.want == 0 && (!touched || !set || at != c.at) {
-			t.Fatalf("set-alarm(%d): the event reports %d, %v, %v", c.at, at, set, touched)
+		if c.want == 0 && (!r.AlarmChanged || r.Alarm == nil || *r.Alarm != c.at) {
+			t.Fatalf("set-alarm(%d): the event reports %+v", c.at, r)
 		}
 	}
-	if st := h.state(); !st.HasAlarm || st.Alarm != t0 {
+	if st := h.state(); st.Alarm == nil || *st.Alarm != t0 {
 		t.Fatalf("committed alarm %+v, want %d", st, int64(t0))
 	}
 	if e, _ := h.event("get", 16); e != 0 {
@@ -205,7 +205,7 @@ func TestAlarmFunctionsOnAHostsOwnConnection(t *testing.T) {
 	if e, ev := h.event("clear"); e != 0 || ev.Err() != nil {
 		t.Fatalf("clear-alarm: errno %d, %v", e, ev.Err())
 	}
-	if st := h.state(); st.HasAlarm {
+	if st := h.state(); st.Alarm != nil {
 		t.Fatalf("the alarm is still set after clear-alarm: %+v", st)
 	}
 	// Outside an event, the functions answer EPERM and write nothing;
@@ -247,7 +247,7 @@ func TestTableTransactionsAreChecked(t *testing.T) {
 	if err != nil || uint32(res[0]) != uint32(abi.EPERM) || !errors.Is(ev.Err(), hostmod.ErrNoTransaction) {
 		t.Fatalf("set-alarm in an event with no transaction: %v, %v, Err %v", res, err, ev.Err())
 	}
-	if st := h.state(); st.HasAlarm {
+	if st := h.state(); st.Alarm != nil {
 		t.Fatalf("an event with no transaction wrote the alarm: %+v", st)
 	}
 	if err := h.conn.Exec(`BEGIN`); err != nil {
@@ -279,30 +279,30 @@ func TestDeliveryOnAHostsOwnInstanceBacksOff(t *testing.T) {
 		}
 		return d
 	}
-	if d := deliver(); d.Ran || !d.HasAlarm || d.Alarm != t0+500 {
+	if d := deliver(); d.Ran || d.Alarm == nil || *d.Alarm != t0+500 {
 		t.Fatalf("an alarm not yet due: %+v", d)
 	}
 	c.Set(t0 + 500)
 	d := deliver()
 	var ge *hostmod.GuestError
-	if !d.Ran || !errors.As(d.Err, &ge) || ge.Code != 1 || d.Failures != 1 || d.Alarm != t0+1500 {
+	if !d.Ran || !errors.As(d.Err, &ge) || ge.Code != 1 || d.Failures != 1 || (d.Alarm == nil || *d.Alarm != t0+1500) {
 		t.Fatalf("first failed run: %+v", d)
 	}
 	// The host restarts: the backoff is in its database.
 	h.close()
 	h.open()
-	if st := h.state(); st.Failures != 1 || st.Alarm != t0+1500 {
+	if st := h.state(); st.Failures != 1 || (st.Alarm == nil || *st.Alarm != t0+1500) {
 		t.Fatalf("after reopening: %+v", st)
 	}
 	c.Set(t0 + 1500)
-	if d := deliver(); d.Failures != 2 || d.Alarm != t0+3500 || d.RetryCount != 1 || d.Scheduled != t0+1500 {
+	if d := deliver(); d.Failures != 2 || (d.Alarm == nil || *d.Alarm != t0+3500) || d.RetryCount != 1 || d.Scheduled != t0+1500 {
 		t.Fatalf("second failed run: %+v", d)
 	}
 	c.Set(t0 + 3500)
-	if d := deliver(); !d.Ran || d.Err != nil || d.HasAlarm || d.Failures != 0 || d.RetryCount != 2 {
+	if d := deliver(); !d.Ran || d.Err != nil || d.Alarm != nil || d.Failures != 0 || d.RetryCount != 2 {
 		t.Fatalf("the run that succeeds: %+v", d)
 	}
-	if st := h.state(); st.HasAlarm || st.Failures != 0 {
+	if st := h.state(); st.Alarm != nil || st.Failures != 0 {
 		t.Fatalf("committed after success: %+v", st)
 	}
 }
@@ -320,7 +320,7 @@ func TestDeliveryOnAHostsOwnInstanceGivesUpAndStopsAtTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Err == nil || !strings.Contains(d.Err.Error(), "deadline") || !d.GaveUp || d.HasAlarm {
+	if d.Err == nil || !strings.Contains(d.Err.Error(), "deadline") || !d.GaveUp || d.Alarm != nil {
 		t.Fatalf("a looping handler with one attempt allowed: %+v", d)
 	}
 	if !h.mod.IsClosed() {
@@ -345,7 +345,7 @@ func TestDeliveryCancelledByTheHostCommitsNothing(t *testing.T) {
 	if err == nil {
 		t.Fatal("a delivery whose context ended returned no error")
 	}
-	if st := h.state(); !st.HasAlarm || st.Alarm != t0 || st.Failures != 0 {
+	if st := h.state(); st.Alarm == nil || *st.Alarm != t0 || st.Failures != 0 {
 		t.Fatalf("committed after a cancelled delivery: %+v", st)
 	}
 }

@@ -99,9 +99,9 @@ type Result struct {
 	// wasmkeep:actor module; nil for a delivery and for a host's own
 	// events).
 	Response []byte
-	// Alarm is the committed alarm after the event (Unix ms), if HasAlarm.
-	Alarm    int64
-	HasAlarm bool
+	// Alarm is the committed alarm after the event (Unix ms), nil for
+	// none. It is shared: do not write through it.
+	Alarm *int64
 	// Failures is the committed failure count after the event.
 	Failures int
 	// AlarmChanged is true when the alarm differs from before the event.
@@ -127,8 +127,9 @@ type Delivery struct {
 
 // State is an actor's committed alarm state.
 type State struct {
-	Alarm    int64
-	HasAlarm bool
+	// Alarm is the committed alarm (Unix ms), nil for none. It is shared:
+	// do not write through it.
+	Alarm    *int64
 	Failures int
 	Inited   bool
 	// InitRecorded is true when the database records that on-init ran

@@ -204,8 +204,8 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	}
 	n.log.Debug("took actor", "actor", e.id.String(), "generation", hold.Generation, "restored", e.last.Key, "bucket_had", e.bucketHad)
 	// The new holder arms its timer with the committed alarm.
-	if st, err := e.a.State(ctx); err == nil && st.HasAlarm {
-		n.timer.Set(timerKey(e.id), st.Alarm)
+	if st, err := e.a.State(ctx); err == nil && st.Alarm != nil {
+		n.timer.Set(timerKey(e.id), *st.Alarm)
 	}
 	return nil
 }
@@ -533,7 +533,9 @@ func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind Event
 			return err
 		}
 		e.dirty = true
-		n.plugin.ArmEvent(id, res)
+		if res.AlarmChanged {
+			n.plugin.Arm(id, res.Alarm)
+		}
 		if n.leases == nil {
 			return nil
 		}
@@ -724,7 +726,7 @@ func (n *Node) delivered(d alarms.Delivery) {
 	ev := DeliveryEvent{Actor: d.Actor, TimerAt: d.TimerAt, At: d.At, Delivery: d.Event, Index: d, Err: d.Err}
 	if !ev.Delivery.Ran && d.Alarm != nil {
 		// A stale entry: the committed alarm stays armed.
-		ev.Delivery.Result = hostmod.Result{Alarm: *d.Alarm, HasAlarm: true}
+		ev.Delivery.Result = hostmod.Result{Alarm: d.Alarm}
 	}
 	n.cfg.OnDelivery(ev)
 }
@@ -1015,14 +1017,14 @@ func (c *nodeActor) Hold() alarms.Hold {
 	return alarms.Hold{Generation: e.hold.Generation, Valid: e.held && e.a != nil && c.n.holds.Valid(e.hold), Uploaded: e.uploaded, BucketHad: e.bucketHad}
 }
 
-func (c *nodeActor) Read(ctx context.Context) (alarms.ActorState, error) {
+func (c *nodeActor) State(ctx context.Context) (hostmod.State, error) {
 	if c.e.a == nil {
-		return alarms.ActorState{}, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
+		return hostmod.State{}, &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}
-	return engine.PluginState(ctx, c.e.a)
+	return c.e.a.State(ctx)
 }
 
-func (c *nodeActor) WriteMeta(ctx context.Context, key, value string) error {
+func (c *nodeActor) SetMeta(ctx context.Context, key, value string) error {
 	if c.e.a == nil {
 		return &abi.ActorError{ID: c.e.id, Err: errors.New("not open")}
 	}

@@ -61,9 +61,9 @@ func (n *Node) clearAlarm(ctx context.Context, id abi.ActorID, ifAt *int64) (hos
 			if err != nil {
 				return err
 			}
-			if !st.HasAlarm || st.Alarm != *ifAt {
+			if st.Alarm == nil || *st.Alarm != *ifAt {
 				now := "none"
-				if st.HasAlarm {
+				if st.Alarm != nil {
 					now = fmt.Sprint(st.Alarm)
 				}
 				return &abi.ActorError{ID: id, Op: "clear alarm", Err: fmt.Errorf("%w: asked to clear the alarm at %d, the committed alarm is %s", ErrAlarmMoved, *ifAt, now)}
@@ -115,7 +115,7 @@ func (n *Node) FireAlarm(ctx context.Context, id abi.ActorID) (Fired, error) {
 			if err != nil {
 				return err
 			}
-			f.Delivery.Result = hostmod.Result{Alarm: st.Alarm, HasAlarm: st.HasAlarm, Failures: st.Failures}
+			f.Delivery.Result = hostmod.Result{Alarm: st.Alarm, Failures: st.Failures}
 		}
 		return nil
 	})
@@ -148,13 +148,9 @@ func (n *Node) hostAlarm(ctx context.Context, e *entry, at *int64, arm bool) (ho
 	if err != nil || !arm {
 		return res, err
 	}
-	var alarm *int64
-	if res.HasAlarm {
-		alarm = &res.Alarm
-	}
 	// Unconditionally: the failure count went back to 0 even when the
 	// time is the one already committed.
-	n.plugin.Arm(e.id, alarm)
+	n.plugin.Arm(e.id, res.Alarm)
 	return res, nil
 }
 

@@ -42,7 +42,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("alarm set for the requested time:", res.HasAlarm && res.Alarm == due)
+	fmt.Println("alarm set for the requested time:", res.Alarm != nil && *res.Alarm == due)
 	ev := <-fired
 	fmt.Println("fired for", ev.Actor, "on time:", ev.Delivery.Ran && ev.Delivery.Scheduled == due)
 	// Output:

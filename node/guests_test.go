@@ -100,8 +100,8 @@ func counterScenario(t *testing.T, wasm []byte) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		transcript = append(transcript, fmt.Sprintf("state: alarm %v at %d failures %d", s.HasAlarm, s.Alarm-t0.UnixMilli(), s.Failures))
-		if s.HasAlarm != (alarm != nil) || (alarm != nil && s.Alarm != *alarm) || s.Failures != failures {
+		transcript = append(transcript, fmt.Sprintf("state: alarm %v at %d failures %d", s.Alarm != nil, *s.Alarm-t0.UnixMilli(), s.Failures))
+		if s.Alarm != nil != (alarm != nil) || (alarm != nil && (s.Alarm == nil || *s.Alarm != *alarm)) || s.Failures != failures {
 			t.Fatalf("state %+v, want alarm %v failures %d", s, alarm, failures)
 		}
 	}
@@ -224,14 +224,14 @@ func TestCExampleActor(t *testing.T) {
 			t.Fatalf("request %q: got %q (%v), want %q", s.req, got, err, s.want)
 		}
 	}
-	if s, err := n.State(ctx, id); err != nil || !s.HasAlarm || s.Alarm != clock.Now().UnixMilli()+1000 {
+	if s, err := n.State(ctx, id); err != nil || s.Alarm == nil || *s.Alarm != clock.Now().UnixMilli()+1000 {
 		t.Fatalf("state after in 1000: %+v %v", s, err)
 	}
 	clock.Advance(time.Second)
 	if ev := awaitDelivery(t, n, id, deliveries); ev.Err != nil || !ev.Delivery.Ran || ev.Delivery.Err != nil {
 		t.Fatalf("delivery: %+v", ev)
 	}
-	if r, err := n.Request(ctx, id, []byte("get")); err != nil || string(r.Response) != "1" || r.HasAlarm {
+	if r, err := n.Request(ctx, id, []byte("get")); err != nil || string(r.Response) != "1" || r.Alarm != nil {
 		t.Fatalf("get after the firing: %q %+v %v, want 1 and no alarm", r.Response, r, err)
 	}
 }

@@ -103,7 +103,7 @@ func TestALoopingGuestAffectsOnlyItself(t *testing.T) {
 		// The retry is committed from the failed attempt's time.
 		at += alarmindex.RetryDelay(failures, time.Second, time.Minute)
 		s, err := n.State(ctx, loop)
-		if err != nil || !s.HasAlarm || s.Alarm != ms(at) || s.Failures != failures {
+		if err != nil || s.Alarm == nil || *s.Alarm != ms(at) || s.Failures != failures {
 			t.Fatalf("after failure %d: %+v %v, want the alarm at +%v with %d failures", failures, s, err, at, failures)
 		}
 	}
@@ -116,7 +116,7 @@ func TestALoopingGuestAffectsOnlyItself(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "deadline") || !strings.Contains(err.Error(), loop.String()) {
 		t.Fatalf("a looping request: %v, want an error naming the actor and the deadline", err)
 	}
-	if s, err := n.State(ctx, loop); err != nil || s.Alarm != ms(at) || s.Failures != 3 {
+	if s, err := n.State(ctx, loop); err != nil || (s.Alarm == nil || *s.Alarm != ms(at)) || s.Failures != 3 {
 		t.Fatalf("after the looping request: %+v %v", s, err)
 	}
 	// The node serves the other actor, and the looping one's next event.

@@ -212,7 +212,7 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := p.State
-	n.writeAlarmState(w, AlarmState{RetryCount: st.Failures, From: p.From}, st.Alarm, st.HasAlarm)
+	n.writeAlarmState(w, AlarmState{RetryCount: st.Failures, From: p.From}, st.Alarm)
 }
 
 // notAppliedHeader marks a 503 answered for a forwarded request that did
@@ -581,14 +581,14 @@ func (n *Node) handleFireAlarm(w http.ResponseWriter, r *http.Request) {
 
 // answerAlarm answers the committed state after an event of the holder's.
 func (n *Node) answerAlarm(w http.ResponseWriter, res hostmod.Result, fired *FiredState) {
-	n.writeAlarmState(w, AlarmState{RetryCount: res.Failures, From: FromHolder, Fired: fired}, res.Alarm, res.HasAlarm)
+	n.writeAlarmState(w, AlarmState{RetryCount: res.Failures, From: FromHolder, Fired: fired}, res.Alarm)
 }
 
 // writeAlarmState answers out, with the alarm if hasAlarm and this node's
 // ID.
-func (n *Node) writeAlarmState(w http.ResponseWriter, out AlarmState, alarm int64, hasAlarm bool) {
-	if hasAlarm {
-		out.AlarmMs, out.Alarm = &alarm, rfc3339ms(alarm)
+func (n *Node) writeAlarmState(w http.ResponseWriter, out AlarmState, alarm *int64) {
+	if alarm != nil {
+		out.AlarmMs, out.Alarm = alarm, rfc3339ms(*alarm)
 	}
 	if n.leases != nil {
 		out.Node = n.leases.NodeID()

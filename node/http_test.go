@@ -123,7 +123,7 @@ func TestAnyNodeRoutesToTheHolder(t *testing.T) {
 	}
 	// The name is the exact one, with its '/': the node in process sees the
 	// same actor, and b holds nothing.
-	if s, err := a.State(ctx, id); err != nil || !s.HasAlarm || s.Alarm != *c.AlarmMs {
+	if s, err := a.State(ctx, id); err != nil || s.Alarm == nil || *s.Alarm != *c.AlarmMs {
 		t.Fatalf("actor %q in process on a: %+v %v", id.Name, s, err)
 	}
 	a.FlushDeletes(ctx) // the replaced snapshots' DELETEs wait for their batch

@@ -891,7 +891,7 @@ func TestAFailedIndexPutGivesTheActorUp(t *testing.T) {
 		}
 		// The node takes the actor again from the bucket: the event that
 		// could not be indexed is not there.
-		if st, err := a.State(context.Background(), id); err != nil || !st.HasAlarm || st.Alarm != t1 {
+		if st, err := a.State(context.Background(), id); err != nil || st.Alarm == nil || *st.Alarm != t1 {
 			t.Errorf("after the failure the alarm is %+v (%v), want %d from the bucket", st, err, t1)
 		}
 		spy.noViolations(t)

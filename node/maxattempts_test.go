@@ -81,7 +81,7 @@ func TestAPoisonAlarmStopsAfterItsLimitAcrossAFailover(t *testing.T) {
 	mu.Lock()
 	third := runs["b"][0]
 	mu.Unlock()
-	if d := third.Delivery; d.Err == nil || d.RetryCount != 2 || !d.GaveUp || d.HasAlarm || d.Failures != 0 {
+	if d := third.Delivery; d.Err == nil || d.RetryCount != 2 || !d.GaveUp || d.Alarm != nil || d.Failures != 0 {
 		t.Fatalf("the third run, on b: %+v; want the committed count 2 carried over, the retries given up, no alarm", d)
 	}
 	time.Sleep(3 * time.Second) // long past when a fourth run would have been due

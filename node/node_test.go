@@ -85,7 +85,7 @@ func TestCounterFiresAndRearms(t *testing.T) {
 	mu.Lock()
 	for i, ev := range fired[:3] {
 		d := ev.Delivery
-		if ev.Err != nil || !d.Ran || d.Err != nil || !d.HasAlarm {
+		if ev.Err != nil || !d.Ran || d.Err != nil || d.Alarm == nil {
 			t.Fatalf("firing %d: %+v", i, ev)
 		}
 		if ev.At.UnixMilli() < d.Scheduled {
@@ -114,7 +114,7 @@ func TestRestartFindsAlarmsInTheDataDirectory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want[id] = r.Alarm
+		want[id] = *r.Alarm
 	}
 	if _, err := n.Request(ctx, abi.ActorID{Tenant: "t", Class: "counter", Name: "idle"}, []byte("get")); err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestRestartFindsAlarmsInTheDataDirectory(t *testing.T) {
 	}
 	for id, at := range want {
 		s, err := n2.State(ctx, id)
-		if err != nil || !s.HasAlarm || s.Alarm != at {
+		if err != nil || s.Alarm == nil || *s.Alarm != at {
 			t.Fatalf("actor %s after restart: %+v %v, want alarm %d", id, s, err, at)
 		}
 	}
@@ -212,7 +212,7 @@ func TestAHungHandlerDoesNotHoldUpOtherActors(t *testing.T) {
 		return otherFirst && hangFailed
 	})
 	s, err := n.State(ctx, hang)
-	if err != nil || !s.HasAlarm || s.Failures < 1 {
+	if err != nil || s.Alarm == nil || s.Failures < 1 {
 		t.Fatalf("hung actor after its deadline: %+v %v, want a committed retry", s, err)
 	}
 }

@@ -81,9 +81,6 @@ func (n *Node) Peek(ctx context.Context, id abi.ActorID) (Peeked, error) {
 	if !info.InBucket || info.Deleted {
 		return Peeked{From: FromNone}, nil
 	}
-	st := hostmod.State{Failures: info.RetryCount, Inited: info.InitDone}
-	if info.AlarmMs != nil {
-		st.Alarm, st.HasAlarm = *info.AlarmMs, true
-	}
+	st := hostmod.State{Alarm: info.AlarmMs, Failures: info.RetryCount, Inited: info.InitDone}
 	return Peeked{State: st, From: FromBucket}, nil
 }

@@ -81,7 +81,7 @@ func (f *firings) settledInBucket(t *testing.T, n *node.Node, ids []abi.ActorID)
 			continue
 		}
 		p, err := n.Peek(context.Background(), id)
-		if err != nil || p.State.HasAlarm {
+		if err != nil || p.State.Alarm != nil {
 			continue
 		}
 		f.mu.Lock()
@@ -224,7 +224,7 @@ func TestIdleActorsCloseOnASingleNode(t *testing.T) {
 		t.Fatalf("the timer holds %d alarms after the actors closed, want 5", n.Timer().Len())
 	}
 	st, err := n.State(ctx, abi.ActorID{Tenant: "t", Class: "oneshot", Name: "3"})
-	if err != nil || !st.HasAlarm || st.Alarm != later {
+	if err != nil || st.Alarm == nil || *st.Alarm != later {
 		t.Fatalf("a closed actor's state: %+v, %v", st, err)
 	}
 }

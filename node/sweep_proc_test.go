@@ -533,10 +533,10 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 			}
 			waitFor(t, "the first failure", func() bool { return len(rec.list()) >= 1 })
 			first := rec.list()[0]
-			if !first.Delivery.Ran || first.Delivery.Err == nil || !first.Delivery.HasAlarm {
+			if !first.Delivery.Ran || first.Delivery.Err == nil || first.Delivery.Alarm == nil {
 				t.Fatalf("first delivery %+v: want a failed run with a retry", first)
 			}
-			retryAt := first.Delivery.Alarm
+			retryAt := *first.Delivery.Alarm
 			// The stale entry: an earlier alarm's, left behind (say by a
 			// crash before its DELETE), due long ago.
 			stale := alarmindex.Key{Actor: id, DueMs: time.Now().Add(-time.Hour).UnixMilli(),

@@ -82,8 +82,8 @@ func run(wasmPath, dataDir string, duration time.Duration, verbose bool) error {
 		n := fired[ev.Actor.Name]
 		mu.Unlock()
 		next := "none"
-		if d.HasAlarm {
-			next = fmt.Sprintf("+%dms", d.Alarm-ev.At.UnixMilli())
+		if d.Alarm != nil {
+			next = fmt.Sprintf("+%dms", *d.Alarm-ev.At.UnixMilli())
 		}
 		status := "ok"
 		if d.Err != nil {

@@ -152,10 +152,10 @@ func TestKeepctlNodesExportImportOnVersitygw(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !p.State.HasAlarm {
+		if p.State.Alarm == nil {
 			return nil
 		}
-		return &p.State.Alarm
+		return p.State.Alarm
 	}
 	// A bad line: nothing is set, and the error names the line.
 	bad := export + `{"tenant":"T","class":"oneshot","name":"x","alarm_ms":5}` + "\n" + `{"tenant":"t","class":"oneshot","name":"y"}` + "\n"

@@ -53,7 +53,7 @@ func TestTheSoakActorSaysEachRun(t *testing.T) {
 	if err != nil || !d.Ran || d.Err == nil {
 		t.Fatalf("first run: %+v, %v; want a failed run", d, err)
 	}
-	clock.t = time.UnixMilli(d.Alarm)
+	clock.t = time.UnixMilli(*d.Alarm)
 	d2, err := a.DeliverAlarm(ctx)
 	if err != nil || !d2.Ran || d2.Err != nil {
 		t.Fatalf("the retry: %+v, %v; want it run", d2, err)

@@ -51,7 +51,9 @@ func (g *alarmsGlue) afterEvent(ctx context.Context, a *actor, ev *hostmod.Event
 		a.close(ctx)
 		return err
 	}
-	g.p.ArmEvent(a.id, ev.Result())
+	if r := ev.Result(); r.AlarmChanged {
+		g.p.Arm(a.id, r.Alarm)
+	}
 	return nil
 }
 

@@ -120,11 +120,11 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 			t.Fatal(err)
 		}
 		alarm := "none"
-		if s.HasAlarm {
-			alarm = rel(s.Alarm)
+		if s.Alarm != nil {
+			alarm = rel(*s.Alarm)
 		}
 		logf("alarm %s failures %d timers %s", alarm, s.Failures, hex.EncodeToString(v))
-		if wantAlarm >= 0 && (!s.HasAlarm || s.Alarm != t0.Add(wantAlarm).UnixMilli()) || wantAlarm < 0 && s.HasAlarm || s.Failures != wantFailures {
+		if wantAlarm >= 0 && (s.Alarm == nil || *s.Alarm != t0.Add(wantAlarm).UnixMilli()) || wantAlarm < 0 && s.Alarm != nil || s.Failures != wantFailures {
 			t.Fatalf("state: alarm %s failures %d, want %v and %d", alarm, s.Failures, wantAlarm, wantFailures)
 		}
 	}
@@ -142,13 +142,13 @@ func remindersScenario(t *testing.T, wasm []byte) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !s.HasAlarm || s.Alarm > target.UnixMilli() {
+			if s.Alarm == nil || *s.Alarm > target.UnixMilli() {
 				break
 			}
 			if i == 100 {
 				t.Fatal("100 deliveries in one advance")
 			}
-			clk.Advance(time.UnixMilli(s.Alarm).Sub(clk.Now())) // to the alarm's time, if later
+			clk.Advance(time.UnixMilli(*s.Alarm).Sub(clk.Now())) // to the alarm's time, if later
 			dl, err := a.DeliverAlarm(ctx)
 			if err != nil {
 				t.Fatal(err)
