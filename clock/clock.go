@@ -1,6 +1,7 @@
 // Package clock is the one clock interface of the module: the plugin, its
-// sweep and node timer, the node leases and the reference node all take a
-// [Clock], and [System] is the real one. Tests move a clock of their own
+// sweep and node timer, the node leases, the reference node, the host
+// module and the engine (these two read only Now) all take a [Clock], and
+// [System] is the real one. Tests move a clock of their own
 // (the module's tests use one that stands still until moved).
 //
 // Intervals are measured by subtracting two readings of one clock, never by

@@ -18,7 +18,7 @@ import (
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
 
-func benchEngine(b *testing.B, c hostmod.Clock) (*engine.Engine, *engine.Class) {
+func benchEngine(b *testing.B, c clocks.Clock) (*engine.Engine, *engine.Class) {
 	b.Helper()
 	ctx := context.Background()
 	eng, err := engine.NewEngine(ctx, engine.WithClock(c))

@@ -25,7 +25,7 @@ import (
 const DefaultEventDeadline = 30 * time.Second
 
 type config struct {
-	clock         hostmod.Clock
+	clock         clock.Clock
 	logger        hclog.Logger
 	alarmDeadline time.Duration
 	eventDeadline time.Duration
@@ -52,7 +52,7 @@ type config struct {
 type Option func(*config)
 
 // WithClock sets the clock (default: the system clock).
-func WithClock(c hostmod.Clock) Option { return func(o *config) { o.clock = c } }
+func WithClock(c clock.Clock) Option { return func(o *config) { o.clock = c } }
 
 // WithDurableCommits makes every event's commit durable before the event
 // returns: a request's response, a delivery's outcome and a host's
@@ -317,7 +317,7 @@ func (e *Engine) Residency() ResidencyStats { return e.res.stats() }
 func (e *Engine) SleepIdle(cutoff time.Time) int { return e.res.sleepIdle(cutoff) }
 
 // Clock returns the engine's clock.
-func (e *Engine) Clock() hostmod.Clock { return e.cfg.clock }
+func (e *Engine) Clock() clock.Clock { return e.cfg.clock }
 
 // Class is a compiled actor class whose exports were checked.
 type Class struct {

@@ -38,6 +38,9 @@ func (c *clock) Now() time.Time {
 	return c.now
 }
 
+// After is never called: the host module and the engine wait on no clock.
+func (c *clock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
 func (c *clock) Set(ms int64) {
 	c.mu.Lock()
 	c.now = time.UnixMilli(ms)

@@ -21,6 +21,9 @@ type fixedClock struct{ t time.Time }
 
 func (c *fixedClock) Now() time.Time { return c.t }
 
+// After is a clock.Clock's; the engine waits on no clock.
+func (c *fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
 // An engine runs actors: compile a class once, open each actor on its own
 // database, run events, and deliver alarms when they are due.
 func Example() {
@@ -57,7 +60,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("committed alarm:", res.Alarm)
+	fmt.Println("committed alarm:", *res.Alarm)
 
 	d, _ := actor.DeliverAlarm(ctx)
 	fmt.Println("ran before it was due:", d.Ran)
@@ -117,7 +120,7 @@ func ExampleWithRuntime() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("committed alarm:", res.Alarm)
+	fmt.Println("committed alarm:", *res.Alarm)
 	// Output:
 	// committed alarm: 1001000
 }

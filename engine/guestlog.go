@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/clock"
 )
 
 // Guest output limits: what an actor's stdout and stderr may put in the
@@ -33,7 +33,7 @@ type guestOutput struct {
 	actor  string
 	stream string
 	also   io.Writer
-	clock  hostmod.Clock
+	clock  clock.Clock
 
 	mu      sync.Mutex
 	partial []byte

@@ -24,6 +24,9 @@ type stillClock struct {
 }
 
 func (c *stillClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+// After is never called: the host module and the engine wait on no clock.
+func (c *stillClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 func (c *stillClock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/clock"
 )
 
 // Residency defaults: an open database costs two file descriptors (the
@@ -78,11 +78,11 @@ type residency struct {
 	waits, refused uint64
 	waiters        int
 	freed          chan struct{} // closed and replaced when a slot may have freed
-	clock          hostmod.Clock // stamps each actor's last use, for sleepIdle
+	clock          clock.Clock   // stamps each actor's last use, for sleepIdle
 }
 
-func newResidency(maxDBs, maxInsts int, wait time.Duration, clock hostmod.Clock) *residency {
-	return &residency{maxDBs: maxDBs, maxInsts: maxInsts, wait: wait, clock: clock, freed: make(chan struct{})}
+func newResidency(maxDBs, maxInsts int, wait time.Duration, c clock.Clock) *residency {
+	return &residency{maxDBs: maxDBs, maxInsts: maxInsts, wait: wait, clock: c, freed: make(chan struct{})}
 }
 
 func (r *residency) stats() ResidencyStats {

@@ -260,7 +260,7 @@ func TestStateFollowsTheDatabase(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
-		if st.Alarm != nil != (alarm != 0) || (st.Alarm == nil || *st.Alarm != alarm) || st.InitRecorded != init || st.Indexed != indexed {
+		if (st.Alarm != nil) != (alarm != 0) || (st.Alarm != nil && *st.Alarm != alarm) || st.InitRecorded != init || st.Indexed != indexed {
 			t.Fatalf("%s: state %+v; want alarm %d, on-init recorded %v, indexed %q", when, st, alarm, init, indexed)
 		}
 	}

@@ -93,22 +93,22 @@ func IsAlarmModule(m api.Module) bool {
 // a new one with crypto/rand as its random source and the system's
 // monotonic clock) with no name, so that many instances of one class can
 // live in a runtime, _initialize as its start function, and its wall clock
-// read from clock (nil: the system clock) at millisecond resolution.
+// read from c (nil: the system clock) at millisecond resolution.
 // Without a wall clock wazero gives guests a fixed time in 2022, and a
 // guest that sets its alarm from time.Now would set it in the past. The
 // guest's standard streams, environment and files are base's.
-func GuestConfig(base wazero.ModuleConfig, clock Clock) wazero.ModuleConfig {
+func GuestConfig(base wazero.ModuleConfig, c clocks.Clock) wazero.ModuleConfig {
 	if base == nil {
 		base = defaultModuleConfig()
 	}
-	if clock == nil {
-		clock = clocks.System{}
+	if c == nil {
+		c = clocks.System{}
 	}
 	return base.
 		WithName("").
 		WithStartFunctions(abi.ExportInitialize).
 		WithWalltime(func() (int64, int32) {
-			t := clock.Now()
+			t := c.Now()
 			return t.Unix(), int32(t.Nanosecond())
 		}, sys.ClockResolution(time.Millisecond))
 }

@@ -206,8 +206,8 @@ type Invoker func(ctx context.Context, params ...uint64) ([]uint64, error)
 // defaults (DefaultAlarmDeadline, DefaultRetryBase, DefaultRetryMax, no
 // limit of attempts), which package engine's are too.
 type DeliverOptions struct {
-	// Clock says when it is (nil: the system clock).
-	Clock Clock
+	// Clock says when it is (nil: the system clock): alarms are due by it.
+	Clock clock.Clock
 	// Deadline bounds one on-alarm run (0: DefaultAlarmDeadline). A run
 	// stopped by it is a failure of the guest, retried with the backoff.
 	// The guest is stopped only if the host's runtime closes modules

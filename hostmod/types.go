@@ -9,13 +9,6 @@ import (
 	"github.com/wasmkeep/alarms/alarmindex"
 )
 
-// Clock gives the host's time. Guests see it as their wall clock, and
-// alarms are due by it. It is the part of clock.Clock the host module
-// needs: any clock.Clock (clock.System, the real one) is one.
-type Clock interface {
-	Now() time.Time
-}
-
 // The defaults of a delivery (DeliverOptions): how long on-alarm may run,
 // and the backoff of its failed runs, 1 s doubling to 5 min (ABI.md).
 const (

@@ -720,15 +720,9 @@ func (h clusterHost) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, fu
 // delivered reports a delivery of the plugin's timer loop to OnDelivery.
 func (n *Node) delivered(d alarms.Delivery) {
 	n.observeDelivery(d)
-	if n.cfg.OnDelivery == nil {
-		return
+	if n.cfg.OnDelivery != nil {
+		n.cfg.OnDelivery(d)
 	}
-	ev := DeliveryEvent{Actor: d.Actor, TimerAt: d.TimerAt, At: d.At, Delivery: d.Event, Index: d, Err: d.Err}
-	if !ev.Delivery.Ran && d.Alarm != nil {
-		// A stale entry: the committed alarm stays armed.
-		ev.Delivery.Result = hostmod.Result{Alarm: d.Alarm}
-	}
-	n.cfg.OnDelivery(ev)
 }
 
 // joinCluster starts the node's lease and uploads, as its first snapshot,

@@ -249,9 +249,9 @@ func benchFirings(b *testing.B, srv *s3test.Server, classes map[string][]byte, a
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Error, Output: testWriter{b}}),
 		OnDelivery: func(ev node.DeliveryEvent) {
 			switch {
-			case ev.Err != nil || ev.Delivery.Err != nil:
+			case ev.Err != nil || ev.Event.Err != nil:
 				failed.Add(1)
-			case ev.Delivery.Ran:
+			case ev.Event.Ran:
 				if f, w := fired.Add(1), want.Load(); w > 0 && f >= w {
 					select {
 					case reached <- struct{}{}:

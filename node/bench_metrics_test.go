@@ -69,9 +69,9 @@ func firingsFor(b *testing.B, cfg node.Config, classes map[string][]byte, actors
 	var fired, failed atomic.Int64
 	cfg.OnDelivery = func(ev node.DeliveryEvent) {
 		switch {
-		case ev.Err != nil || ev.Delivery.Err != nil:
+		case ev.Err != nil || ev.Event.Err != nil:
 			failed.Add(1)
-		case ev.Delivery.Ran:
+		case ev.Event.Ran:
 			fired.Add(1)
 		}
 	}

@@ -128,7 +128,7 @@ func warmFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	ctx := context.Background()
 	var fired atomic.Int64
 	n := newNode(b, b.TempDir(), classes, node.Config{OnDelivery: func(ev node.DeliveryEvent) {
-		if ev.Err == nil && ev.Delivery.Ran && ev.Delivery.Err == nil {
+		if ev.Err == nil && ev.Event.Ran && ev.Event.Err == nil {
 			fired.Add(1)
 		}
 	}})
@@ -186,7 +186,7 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	all := make(chan struct{})
 	n = newNode(b, dir, classes, node.Config{Clock: clock, MaxOpenDatabases: 64, MaxInstances: 64,
 		OnDelivery: func(ev node.DeliveryEvent) {
-			if ev.Err == nil && ev.Delivery.Ran && ev.Delivery.Err == nil && fired.Add(1) == int64(actors) {
+			if ev.Err == nil && ev.Event.Ran && ev.Event.Err == nil && fired.Add(1) == int64(actors) {
 				close(all)
 			}
 		}})

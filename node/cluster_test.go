@@ -63,7 +63,7 @@ func TestAnOrphanedAlarmFiresOnAnotherNode(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, ev := range fired["b"] {
-			if ev.Delivery.Ran {
+			if ev.Event.Ran {
 				return true
 			}
 		}
@@ -125,7 +125,7 @@ func TestADeliveryRetriesAfterALeasePeriodWhileTheBucketIsUnreachable(t *testing
 	mu.Lock()
 	failed := events[0]
 	mu.Unlock()
-	if failed.Err == nil || failed.Delivery.Ran {
+	if failed.Err == nil || failed.Event.Ran {
 		t.Fatalf("first delivery with the bucket down: %+v, want a host error", failed)
 	}
 	retryAt, ok := n.Timer().Get(alarms.TimerKey(id))
@@ -137,7 +137,7 @@ func TestADeliveryRetriesAfterALeasePeriodWhileTheBucketIsUnreachable(t *testing
 		mu.Lock()
 		defer mu.Unlock()
 		for _, ev := range events {
-			if ev.Delivery.Ran && ev.Delivery.Scheduled == due {
+			if ev.Event.Ran && ev.Event.Scheduled == due {
 				return true
 			}
 		}

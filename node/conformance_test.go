@@ -27,7 +27,7 @@ func startKitNode(t testing.TB, cfg alarmstest.NodeConfig) alarmstest.Node {
 		DataDir: t.TempDir(),
 		Classes: map[string][]byte{alarmstest.Class: alarmstest.Guest},
 		OnDelivery: func(ev node.DeliveryEvent) {
-			cfg.OnDelivery(ev.Index)
+			cfg.OnDelivery(ev)
 		},
 		Cluster: &node.ClusterConfig{
 			Bucket: cfg.Bucket, NodeID: cfg.Name, Addr: "127.0.0.1:0",

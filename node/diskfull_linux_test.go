@@ -142,7 +142,7 @@ func TestAFullDataDirectoryAnswers507AndResumes(t *testing.T) {
 	disk.Unlimited()
 	log.wait(t, id("a"), "the delivery once there is space", func(ev node.DeliveryEvent) bool {
 		clock.Advance(100 * time.Millisecond) // the retry after the host-side failure
-		return ev.Err == nil && ev.Delivery.Ran && ev.Delivery.Scheduled == due
+		return ev.Err == nil && ev.Event.Ran && ev.Event.Scheduled == due
 	})
 	ok("new", "put k v")
 	if got := ok("a", "getkv log"); got != strconv.FormatInt(due, 10)+":0" {

@@ -44,7 +44,7 @@ func Example() {
 	}
 	fmt.Println("alarm set for the requested time:", res.Alarm != nil && *res.Alarm == due)
 	ev := <-fired
-	fmt.Println("fired for", ev.Actor, "on time:", ev.Delivery.Ran && ev.Delivery.Scheduled == due)
+	fmt.Println("fired for", ev.Actor, "on time:", ev.Event.Ran && ev.Event.Scheduled == due)
 	// Output:
 	// alarm set for the requested time: true
 	// fired for t/oneshot/a on time: true

@@ -59,7 +59,7 @@ func TestAGivenUpActorWhoseReleaseFailedIsDeliveredByItsShardOwner(t *testing.T)
 	var firedAt []time.Time
 	obs := func(name string) func(node.DeliveryEvent) {
 		return func(ev node.DeliveryEvent) {
-			if ev.Actor != id || !ev.Delivery.Ran {
+			if ev.Actor != id || !ev.Event.Ran {
 				return
 			}
 			mu.Lock()

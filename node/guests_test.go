@@ -87,7 +87,7 @@ func counterScenario(t *testing.T, wasm []byte) []string {
 		t.Helper()
 		clock.Advance(d)
 		ev := awaitDelivery(t, n, id, deliveries)
-		dl := ev.Delivery
+		dl := ev.Event
 		transcript = append(transcript, fmt.Sprintf("delivery at +%v: ran %v scheduled %d retry %d failed %v",
 			clock.Now().Sub(t0), dl.Ran, dl.Scheduled-t0.UnixMilli(), dl.RetryCount, dl.Err != nil))
 		if ev.Err != nil || !dl.Ran || (dl.Err == nil) != wantOK {
@@ -228,7 +228,7 @@ func TestCExampleActor(t *testing.T) {
 		t.Fatalf("state after in 1000: %+v %v", s, err)
 	}
 	clock.Advance(time.Second)
-	if ev := awaitDelivery(t, n, id, deliveries); ev.Err != nil || !ev.Delivery.Ran || ev.Delivery.Err != nil {
+	if ev := awaitDelivery(t, n, id, deliveries); ev.Err != nil || !ev.Event.Ran || ev.Event.Err != nil {
 		t.Fatalf("delivery: %+v", ev)
 	}
 	if r, err := n.Request(ctx, id, []byte("get")); err != nil || string(r.Response) != "1" || r.Alarm != nil {

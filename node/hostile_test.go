@@ -93,11 +93,11 @@ func TestALoopingGuestAffectsOnlyItself(t *testing.T) {
 		clock.Advance(at - clock.Now().Sub(t0))
 		got := awaitDeliveries(t, n, deliveries, loop, other)
 		l, o := got[loop], got[other]
-		if o.Err != nil || !o.Delivery.Ran || o.Delivery.Err != nil {
+		if o.Err != nil || !o.Event.Ran || o.Event.Err != nil {
 			t.Fatalf("failure %d: the other actor's delivery %+v", failures, o)
 		}
 		var ge *hostmod.GuestError
-		if l.Err != nil || !l.Delivery.Ran || !errors.As(l.Delivery.Err, &ge) || !strings.Contains(l.Delivery.Err.Error(), "deadline") {
+		if l.Err != nil || !l.Event.Ran || !errors.As(l.Event.Err, &ge) || !strings.Contains(l.Event.Err.Error(), "deadline") {
 			t.Fatalf("failure %d: the looping actor's delivery %+v, want on-alarm stopped at its deadline", failures, l)
 		}
 		// The retry is committed from the failed attempt's time.

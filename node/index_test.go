@@ -533,7 +533,7 @@ func (d *ixDeliveries) wait(t *testing.T, id abi.ActorID, what string, ok func(n
 // ran matches a delivery that ran on-alarm for the alarm at ms.
 func ran(ms int64) func(node.DeliveryEvent) bool {
 	return func(ev node.DeliveryEvent) bool {
-		return ev.Err == nil && ev.Delivery.Ran && ev.Delivery.Err == nil && ev.Delivery.Scheduled == ms
+		return ev.Err == nil && ev.Event.Ran && ev.Event.Err == nil && ev.Event.Scheduled == ms
 	}
 }
 
@@ -962,7 +962,7 @@ func TestAFiringWhoseIndexPutFailsRunsAgain(t *testing.T) {
 			t.Errorf("actors given up = %v after one failed firing, want 1", got)
 		}
 
-		log.wait(t, id, "the firing run again", func(ev node.DeliveryEvent) bool { return ev.Err == nil && ev.Delivery.Ran })
+		log.wait(t, id, "the firing run again", func(ev node.DeliveryEvent) bool { return ev.Err == nil && ev.Event.Ran })
 		snap, e2 := ixNamed(t, b, id)
 		if e2.DueMs != t2 {
 			t.Fatalf("the state names %s, want the handler's alarm at %d", e2, t2)
@@ -1103,8 +1103,8 @@ func TestACrashBetweenThePutAndTheUploadLeavesAnExtraEntryNeverAMissingOne(t *te
 	ev := cLog.wait(t, id, "the extra entry delivered on c", func(ev node.DeliveryEvent) bool {
 		return ev.Err == nil && ev.TimerAt == t2
 	})
-	if ev.Delivery.Ran || ev.Index.Outcome != alarmindex.OutcomeStale {
-		t.Errorf("the extra entry's delivery ran=%v outcome=%v; want a stale entry, not run", ev.Delivery.Ran, ev.Index.Outcome)
+	if ev.Event.Ran || ev.Outcome != alarmindex.OutcomeStale {
+		t.Errorf("the extra entry's delivery ran=%v outcome=%v; want a stale entry, not run", ev.Event.Ran, ev.Outcome)
 	}
 	waitFor(t, "the index to empty", func() bool { return len(ixEntries(t, m, id)) == 0 })
 	if got := cLog.of(id); countRan(got) != 1 {
@@ -1116,7 +1116,7 @@ func TestACrashBetweenThePutAndTheUploadLeavesAnExtraEntryNeverAMissingOne(t *te
 func countRan(evs []node.DeliveryEvent) int {
 	n := 0
 	for _, ev := range evs {
-		if ev.Delivery.Ran {
+		if ev.Event.Ran {
 			n++
 		}
 	}
@@ -1258,8 +1258,8 @@ func TestLegacyEntriesNextToTaggedOnes(t *testing.T) {
 		// elsewhere, so it is deleted by its exact name, and the tagged
 		// entry that stands for the alarm stays.
 		ev := cLog.wait(t, id, "the stale legacy entry delivered", func(ev node.DeliveryEvent) bool { return ev.TimerAt == t0 && ev.Err == nil })
-		if ev.Index.Outcome != alarmindex.OutcomeStale || len(ev.Index.Deleted) != 1 || ev.Index.Deleted[0] != stale.String() {
-			t.Fatalf("the stale legacy entry's delivery: %+v; want it deleted, and only it", ev.Index)
+		if ev.Outcome != alarmindex.OutcomeStale || len(ev.Deleted) != 1 || ev.Deleted[0] != stale.String() {
+			t.Fatalf("the stale legacy entry's delivery: %+v; want it deleted, and only it", ev)
 		}
 		if !ixExists(t, b, e1.String()) {
 			t.Fatalf("the tagged entry %s was removed with the legacy one", e1)
@@ -1332,11 +1332,11 @@ func TestAnEntryForAnActorTheBucketNeverHadStaysWithoutCreatingIt(t *testing.T) 
 		n := ixNode(t, spy, "n", dir, ixConfig{class: oneshotClass, retryMax: retryMax, log: log})
 
 		first := log.wait(t, id, "the sweep delivering the entry", func(node.DeliveryEvent) bool { return true })
-		if first.Err != nil || first.Delivery.Ran || first.Index.Outcome != alarmindex.OutcomeKeep {
-			t.Fatalf("the delivery: err %v, ran %v, outcome %v; want the entry kept without running the actor", first.Err, first.Delivery.Ran, first.Index.Outcome)
+		if first.Err != nil || first.Event.Ran || first.Outcome != alarmindex.OutcomeKeep {
+			t.Fatalf("the delivery: err %v, ran %v, outcome %v; want the entry kept without running the actor", first.Err, first.Event.Ran, first.Outcome)
 		}
-		if first.Index.RetryAt < first.At.Add(-time.Second).Add(retryMax).UnixMilli() {
-			t.Errorf("retry at %d, want retry_max (%v) after the delivery at %v", first.Index.RetryAt, retryMax, first.At)
+		if first.RetryAt < first.At.Add(-time.Second).Add(retryMax).UnixMilli() {
+			t.Errorf("retry at %d, want retry_max (%v) after the delivery at %v", first.RetryAt, retryMax, first.At)
 		}
 		check := func(when string) {
 			t.Helper()
@@ -1353,14 +1353,14 @@ func TestAnEntryForAnActorTheBucketNeverHadStaysWithoutCreatingIt(t *testing.T) 
 		check("after the first delivery")
 
 		second := log.wait(t, id, "the entry tried again", func(ev node.DeliveryEvent) bool { return ev.TimerAt != first.TimerAt })
-		if second.TimerAt != first.Index.RetryAt {
-			t.Errorf("the second delivery was for %d, want the retry at %d", second.TimerAt, first.Index.RetryAt)
+		if second.TimerAt != first.RetryAt {
+			t.Errorf("the second delivery was for %d, want the retry at %d", second.TimerAt, first.RetryAt)
 		}
 		if got := log.of(id); len(got) != 2 {
 			t.Errorf("%d deliveries before the retry came due, want 1 (sweeps must not cut retry_max short): %+v", len(got)-1, got)
 		}
-		if second.Index.Outcome != alarmindex.OutcomeKeep {
-			t.Errorf("the retry's outcome is %v, want keep", second.Index.Outcome)
+		if second.Outcome != alarmindex.OutcomeKeep {
+			t.Errorf("the retry's outcome is %v, want keep", second.Outcome)
 		}
 		check("after the retry")
 
@@ -1433,8 +1433,8 @@ func TestRecordingFailsAfterThePutTheUnnamedEntryIsDeliveredThenRemoved(t *testi
 	// The unnamed entry is delivered (the committed alarm is elsewhere) and
 	// removed; the named one stays, so nothing is lost.
 	ev := cLog.wait(t, id, "the unnamed entry delivered on c", func(ev node.DeliveryEvent) bool { return ev.TimerAt == t0 && ev.Err == nil })
-	if ev.Delivery.Ran || ev.Index.Outcome != alarmindex.OutcomeStale || len(ev.Index.Deleted) != 1 || ev.Index.Deleted[0] != unnamed.String() {
-		t.Fatalf("the unnamed entry's delivery: ran %v, %+v; want it removed as stale", ev.Delivery.Ran, ev.Index)
+	if ev.Event.Ran || ev.Outcome != alarmindex.OutcomeStale || len(ev.Deleted) != 1 || ev.Deleted[0] != unnamed.String() {
+		t.Fatalf("the unnamed entry's delivery: ran %v, %+v; want it removed as stale", ev.Event.Ran, ev)
 	}
 	if got := ixEntries(t, m, id); len(got) != 1 || got[0] != e1 {
 		t.Fatalf("index entries %v, want only the named %s", got, e1)
@@ -1488,8 +1488,8 @@ func TestGivingTheActorUpAfterAFailedListing(t *testing.T) {
 	if !ixExists(t, m, e1.String()) {
 		t.Errorf("the stale entry %s was deleted though its listing failed", e1)
 	}
-	if len(ev.Index.Deleted) != 0 {
-		t.Errorf("the failed delivery deleted %v", ev.Index.Deleted)
+	if len(ev.Deleted) != 0 {
+		t.Errorf("the failed delivery deleted %v", ev.Deleted)
 	}
 
 	// Once the bucket works again, the stale entry goes: the Deleter's
@@ -1523,11 +1523,11 @@ func TestAnEntryOfADeletedActorIsRemovedWithoutRunningIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev := cLog.wait(t, id, "the deleted actor's entry delivered", func(ev node.DeliveryEvent) bool { return ev.TimerAt == t1 })
-		if ev.Err != nil || ev.Delivery.Ran || ev.Index.Outcome != alarmindex.OutcomeNoState {
-			t.Fatalf("the delivery: err %v, ran %v, outcome %v; want the entry of an actor with no state removed without running it", ev.Err, ev.Delivery.Ran, ev.Index.Outcome)
+		if ev.Err != nil || ev.Event.Ran || ev.Outcome != alarmindex.OutcomeNoState {
+			t.Fatalf("the delivery: err %v, ran %v, outcome %v; want the entry of an actor with no state removed without running it", ev.Err, ev.Event.Ran, ev.Outcome)
 		}
-		if len(ev.Index.Deleted) != 1 || ev.Index.Deleted[0] != e1.String() {
-			t.Errorf("deleted %v, want %s", ev.Index.Deleted, e1)
+		if len(ev.Deleted) != 1 || ev.Deleted[0] != e1.String() {
+			t.Errorf("deleted %v, want %s", ev.Deleted, e1)
 		}
 		if got := ixEntries(t, b, id); len(got) != 0 {
 			t.Errorf("index entries %v, want none", got)

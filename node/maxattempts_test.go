@@ -38,7 +38,7 @@ func TestAPoisonAlarmStopsAfterItsLimitAcrossAFailover(t *testing.T) {
 			Logger:        hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Error, Output: testWriter{t}}),
 			EngineOptions: []engine.Option{engine.WithBackoff(time.Second, time.Minute), engine.WithMaxAttempts(3)},
 			OnDelivery: func(ev node.DeliveryEvent) {
-				if ev.Delivery.Ran {
+				if ev.Event.Ran {
 					mu.Lock()
 					runs[name] = append(runs[name], ev)
 					mu.Unlock()
@@ -81,7 +81,7 @@ func TestAPoisonAlarmStopsAfterItsLimitAcrossAFailover(t *testing.T) {
 	mu.Lock()
 	third := runs["b"][0]
 	mu.Unlock()
-	if d := third.Delivery; d.Err == nil || d.RetryCount != 2 || !d.GaveUp || d.Alarm != nil || d.Failures != 0 {
+	if d := third.Event; d.Err == nil || d.RetryCount != 2 || !d.GaveUp || d.Alarm != nil || d.Failures != 0 {
 		t.Fatalf("the third run, on b: %+v; want the committed count 2 carried over, the retries given up, no alarm", d)
 	}
 	time.Sleep(3 * time.Second) // long past when a fourth run would have been due
@@ -97,8 +97,8 @@ func TestAPoisonAlarmStopsAfterItsLimitAcrossAFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(failed) != 1 || failed[0].Actor != id || failed[0].Attempts != 3 || failed[0].Scheduled != third.Delivery.Scheduled {
-		t.Fatalf("alarms failed: %+v; want %s's dead letter, 3 attempts, scheduled at %d", failed, id, third.Delivery.Scheduled)
+	if len(failed) != 1 || failed[0].Actor != id || failed[0].Attempts != 3 || failed[0].Scheduled != third.Event.Scheduled {
+		t.Fatalf("alarms failed: %+v; want %s's dead letter, 3 attempts, scheduled at %d", failed, id, third.Event.Scheduled)
 	}
 	if r, err := b.Request(ctx, id, []byte("get")); err != nil || string(r.Response) != "none" {
 		t.Fatalf("get-alarm after the dead letter: %q, %v; want none", r.Response, err)

@@ -68,7 +68,7 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 		Logger:     hclog.New(&hclog.LoggerOptions{Name: "m", Level: hclog.Warn, Output: testWriter{t}}),
 		Registerer: reg,
 		OnDelivery: func(ev node.DeliveryEvent) {
-			if ev.Err == nil && ev.Delivery.Ran {
+			if ev.Err == nil && ev.Event.Ran {
 				fired.Add(1)
 			}
 		},

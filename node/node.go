@@ -30,17 +30,12 @@ import (
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
-// DeliveryEvent tells an observer what one alarm delivery did.
-type DeliveryEvent struct {
-	Actor abi.ActorID
-	// TimerAt is the time the timer held; Delivery what the actor did.
-	TimerAt  int64
-	At       time.Time
-	Delivery hostmod.Delivery
-	// Index is what the alarm plugin did with the entry (cluster mode).
-	Index alarms.Delivery
-	Err   error // a host error: the delivery is retried later
-}
+// DeliveryEvent tells an observer what one alarm delivery did: the
+// plugin's one delivery type, alarms.Delivery (the actor, the entry time
+// the timer held, what the rules made of the entry, what on-alarm did in
+// Event, the committed alarm the timer was re-armed with, when it ended,
+// and Err, a host error: the delivery is retried later).
+type DeliveryEvent = alarms.Delivery
 
 // Config configures a Node.
 type Config struct {

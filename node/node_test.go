@@ -84,15 +84,15 @@ func TestCounterFiresAndRearms(t *testing.T) {
 	waitFor(t, "three firings", func() bool { mu.Lock(); defer mu.Unlock(); return len(fired) >= 3 })
 	mu.Lock()
 	for i, ev := range fired[:3] {
-		d := ev.Delivery
+		d := ev.Event
 		if ev.Err != nil || !d.Ran || d.Err != nil || d.Alarm == nil {
 			t.Fatalf("firing %d: %+v", i, ev)
 		}
 		if ev.At.UnixMilli() < d.Scheduled {
 			t.Fatalf("firing %d ran at %d, before its time %d", i, ev.At.UnixMilli(), d.Scheduled)
 		}
-		if i > 0 && d.Scheduled <= fired[i-1].Delivery.Scheduled {
-			t.Fatalf("firing %d scheduled %d, not after the previous %d", i, d.Scheduled, fired[i-1].Delivery.Scheduled)
+		if i > 0 && d.Scheduled <= fired[i-1].Event.Scheduled {
+			t.Fatalf("firing %d scheduled %d, not after the previous %d", i, d.Scheduled, fired[i-1].Event.Scheduled)
 		}
 	}
 	mu.Unlock()
@@ -202,7 +202,7 @@ func TestAHungHandlerDoesNotHoldUpOtherActors(t *testing.T) {
 			if ev.Actor == other && !hangFailed {
 				otherFirst = true
 			}
-			if ev.Actor == hang && ev.Delivery.Err != nil {
+			if ev.Actor == hang && ev.Event.Err != nil {
 				hangFailed = true
 			}
 		}
@@ -230,11 +230,11 @@ func BenchmarkIdleLateness(b *testing.B) {
 		const N = 200
 		n := newNode(b, b.TempDir(), map[string][]byte{"bench": testguest.Fixture(b, "oneshot_alarm")}, node.Config{
 			OnDelivery: func(ev node.DeliveryEvent) {
-				if !ev.Delivery.Ran {
+				if !ev.Event.Ran {
 					return
 				}
 				mu.Lock()
-				late = append(late, float64(ev.At.Sub(time.UnixMilli(ev.Delivery.Scheduled)).Microseconds())/1000)
+				late = append(late, float64(ev.At.Sub(time.UnixMilli(ev.Event.Scheduled)).Microseconds())/1000)
 				if len(late) == N {
 					close(done)
 				}
@@ -280,7 +280,7 @@ func TestAnAlarmDueWhileItsDeliveryFinishesStillFires(t *testing.T) {
 	fired := 0
 	n := newNode(t, t.TempDir(), counter(t), node.Config{
 		OnDelivery: func(ev node.DeliveryEvent) {
-			if ev.Delivery.Ran {
+			if ev.Event.Ran {
 				mu.Lock()
 				fired++
 				mu.Unlock()

@@ -55,7 +55,7 @@ func TestHTTPAndClassMetricsAndTheLogSummary(t *testing.T) {
 		Registerer:      reg,
 		LogSummaryEvery: 300 * time.Millisecond,
 		OnDelivery: func(ev node.DeliveryEvent) {
-			if ev.Err == nil && ev.Delivery.Ran {
+			if ev.Err == nil && ev.Event.Ran {
 				ran.Add(1)
 			}
 		},

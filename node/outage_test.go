@@ -134,7 +134,7 @@ func TestABucketOutageFailsFastStaysBoundedAndLosesNothing(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, ev := range fired {
-			if ev.Actor == alarmed && ev.Delivery.Ran && ev.Delivery.Scheduled == due {
+			if ev.Actor == alarmed && ev.Event.Ran && ev.Event.Scheduled == due {
 				t.Logf("the alarm fired %v after the bucket returned", ev.At.Sub(back).Round(time.Millisecond))
 				return true
 			}

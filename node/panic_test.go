@@ -53,7 +53,7 @@ func TestAPanicInAnEventLeavesTheNodeWorking(t *testing.T) {
 			Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.MultiWriter(logs, testWriter{t})}),
 			OnDelivery: func(ev node.DeliveryEvent) {
 				log.add(ev)
-				if ev.Actor == id("in-callback") && ev.Delivery.Ran && callbackPanics.CompareAndSwap(true, false) {
+				if ev.Actor == id("in-callback") && ev.Event.Ran && callbackPanics.CompareAndSwap(true, false) {
 					panic("provoked in the delivery callback")
 				}
 			},

@@ -58,7 +58,7 @@ func TestClustersUnderTwoPrefixesDoNotSeeEachOther(t *testing.T) {
 		}
 		a.Start(ctx)
 		bb.Start(ctx)
-		fired := func(ev node.DeliveryEvent) bool { return ev.Delivery.Ran && ev.Delivery.Err == nil }
+		fired := func(ev node.DeliveryEvent) bool { return ev.Event.Ran && ev.Event.Err == nil }
 		logA.wait(t, id, "the alarm fired in cluster one", fired)
 		logB.wait(t, id, "the alarm fired in cluster two", fired)
 		logA.wait(t, ghost, "cluster one's sweep delivered the planted entry", func(node.DeliveryEvent) bool { return true })

@@ -51,7 +51,7 @@ func newFirings() *firings {
 }
 
 func (f *firings) observe(ev node.DeliveryEvent) {
-	if !ev.Delivery.Ran || ev.Delivery.Err != nil {
+	if !ev.Event.Ran || ev.Event.Err != nil {
 		return
 	}
 	f.mu.Lock()

@@ -533,10 +533,10 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 			}
 			waitFor(t, "the first failure", func() bool { return len(rec.list()) >= 1 })
 			first := rec.list()[0]
-			if !first.Delivery.Ran || first.Delivery.Err == nil || first.Delivery.Alarm == nil {
+			if !first.Event.Ran || first.Event.Err == nil || first.Event.Alarm == nil {
 				t.Fatalf("first delivery %+v: want a failed run with a retry", first)
 			}
-			retryAt := *first.Delivery.Alarm
+			retryAt := *first.Event.Alarm
 			// The stale entry: an earlier alarm's, left behind (say by a
 			// crash before its DELETE), due long ago.
 			stale := alarmindex.Key{Actor: id, DueMs: time.Now().Add(-time.Hour).UnixMilli(),
@@ -547,7 +547,7 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 			entries0 := n.Plugin().SweepStats().Entries
 			waitFor(t, "the retry", func() bool {
 				evs := rec.list()
-				return len(evs) >= 2 && evs[len(evs)-1].Delivery.Ran
+				return len(evs) >= 2 && evs[len(evs)-1].Event.Ran
 			})
 			if met := n.Plugin().SweepStats().Entries - entries0; met == 0 {
 				t.Fatal("no sweep met the stale entry while the retry was pending: the test shows nothing")
@@ -555,12 +555,12 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 			evs := rec.list()
 			for _, ev := range evs[1 : len(evs)-1] {
 				t.Errorf("delivered for %d (ran %v) at %v, before the retry at %d: the sweep's offer replaced the retry in the timer",
-					ev.TimerAt, ev.Delivery.Ran, ev.At.UnixMilli(), retryAt)
+					ev.TimerAt, ev.Event.Ran, ev.At.UnixMilli(), retryAt)
 			}
 			retry := evs[len(evs)-1]
-			if retry.TimerAt != retryAt || retry.At.UnixMilli() < retryAt || retry.Delivery.RetryCount != 1 {
+			if retry.TimerAt != retryAt || retry.At.UnixMilli() < retryAt || retry.Event.RetryCount != 1 {
 				t.Errorf("retry delivered for %d at %d with retry count %d, want for %d, not before, count 1",
-					retry.TimerAt, retry.At.UnixMilli(), retry.Delivery.RetryCount, retryAt)
+					retry.TimerAt, retry.At.UnixMilli(), retry.Event.RetryCount, retryAt)
 			}
 		})
 	}

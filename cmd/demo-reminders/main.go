@@ -64,7 +64,7 @@ func run(out io.Writer, wasm []byte) error {
 			DataDir: dir, Classes: map[string][]byte{"reminders": wasm},
 			Logger: hclog.New(&hclog.LoggerOptions{Name: "node", Level: hclog.Warn}),
 			OnDelivery: func(ev node.DeliveryEvent) {
-				if d := ev.Delivery; d.Ran {
+				if d := ev.Event; d.Ran {
 					say("on-alarm ran for the timers due at %s (%s late)", time.UnixMilli(d.Scheduled).UTC().Format("15:04:05.000"),
 						ev.At.Sub(time.UnixMilli(d.Scheduled)).Round(time.Millisecond))
 				}

@@ -71,7 +71,7 @@ func run(wasmPath, dataDir string, duration time.Duration, verbose bool) error {
 	var lateMs []float64
 	fired := map[string]int{}
 	onDelivery := func(ev node.DeliveryEvent) {
-		d := ev.Delivery
+		d := ev.Event
 		if !d.Ran {
 			return
 		}

@@ -118,7 +118,7 @@ func TestKeepctlAlarmsFailedOnVersitygw(t *testing.T) {
 		Logger:        hclog.NewNullLogger(),
 		EngineOptions: []engine.Option{engine.WithMaxAttempts(1)},
 		OnDelivery: func(ev node.DeliveryEvent) {
-			if ev.Delivery.Ran {
+			if ev.Event.Ran {
 				mu.Lock()
 				ran++
 				mu.Unlock()

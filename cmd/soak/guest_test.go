@@ -17,6 +17,9 @@ type guestClock struct{ t time.Time }
 
 func (c *guestClock) Now() time.Time { return c.t }
 
+// After is never called: the host module and the engine wait on no clock.
+func (c *guestClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
 // The soak actor writes "run <scheduled> <retry count>" to stdout on every
 // on-alarm run, a failed one included, before the run commits: the soak
 // counts runs from these lines.
