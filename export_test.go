@@ -13,7 +13,7 @@ func WithVariants(cfg Config, v variant.Set) Config {
 	return cfg
 }
 
-// Workers returns how many delivery workers RunTimer has running.
+// Workers returns how many delivery workers the timer loop has running.
 func (p *Plugin) Workers() int { return int(p.workers.Load()) }
 
 // DeliverDue delivers one alarm the node timer popped (key is a TimerKey)
@@ -25,12 +25,6 @@ func (p *Plugin) DeliverDue(ctx context.Context, key string, at int64) Delivery 
 // RunTimer runs the timer loop alone until ctx ends (Start runs it with
 // the sweeps).
 func (p *Plugin) RunTimer(ctx context.Context) { p.runTimer(ctx) }
-
-// DeliverOnly is the delivery alone, as Deliver does it before it re-arms
-// the timer and counts the firing.
-func (p *Plugin) DeliverOnly(ctx context.Context, a Actor, at int64) (Delivery, error) {
-	return p.deliver(ctx, a, at)
-}
 
 // BeforeUpload is Replicate split around the upload, as package engine
 // runs it (internal/seam).
