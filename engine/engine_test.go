@@ -319,7 +319,7 @@ func TestCommittedBackoff(t *testing.T) {
 			t.Fatalf("attempt %d: %+v, want a failed run with retry count %d", i, d, i)
 		}
 		if d.Alarm == nil || *d.Alarm != now+wantDelay || d.Failures != i+1 {
-			t.Fatalf("attempt %d: next at %d (+%d) failures %d, want +%d and %d", i, d.Alarm, *d.Alarm-now, d.Failures, wantDelay, i+1)
+			t.Fatalf("attempt %d: %+v, want the next attempt at +%d and %d failures", i, d, wantDelay, i+1)
 		}
 		if got := e.req(a, "get"); got != itoa(*d.Alarm) {
 			t.Fatalf("get-alarm during retries = %s, want the next attempt %d", got, *d.Alarm)

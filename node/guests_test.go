@@ -100,8 +100,12 @@ func counterScenario(t *testing.T, wasm []byte) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		transcript = append(transcript, fmt.Sprintf("state: alarm %v at %d failures %d", s.Alarm != nil, *s.Alarm-t0.UnixMilli(), s.Failures))
-		if s.Alarm != nil != (alarm != nil) || (alarm != nil && (s.Alarm == nil || *s.Alarm != *alarm)) || s.Failures != failures {
+		var at int64 // 0 for none, as the transcripts have it
+		if s.Alarm != nil {
+			at = *s.Alarm
+		}
+		transcript = append(transcript, fmt.Sprintf("state: alarm %v at %d failures %d", s.Alarm != nil, at-t0.UnixMilli(), s.Failures))
+		if (s.Alarm != nil) != (alarm != nil) || (alarm != nil && *s.Alarm != *alarm) || s.Failures != failures {
 			t.Fatalf("state %+v, want alarm %v failures %d", s, alarm, failures)
 		}
 	}
