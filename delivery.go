@@ -191,7 +191,7 @@ func (p *Plugin) delivered(id abi.ActorID, key string, ev hostmod.Delivery, now 
 	if ev.GaveUp {
 		p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "error", ev.Err)
 	} else if ev.Ran && ev.Err != nil {
-		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", ev.Alarm, "error", ev.Err)
+		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", orZero(ev.Alarm), "error", ev.Err)
 	} else if ev.Ran && p.log.IsDebug() {
 		// The hot path: the line's fields are made only for a logger
 		// that writes it. At DEBUG: a node logs a summary of its firings
@@ -270,6 +270,14 @@ func (p *Plugin) deliverTaken(ctx context.Context, a Actor, key string, at int64
 		}
 	}
 	return d, alarm, err
+}
+
+// orZero is *p, or 0 for nil: an alarm in a log line, 0 for none.
+func orZero(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // NotHere wraps err in ErrNotHere, for Host.Take.

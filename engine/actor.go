@@ -333,6 +333,14 @@ func (a *Actor) committed() (*int64, int, error) {
 	return a.alarm, a.failures, nil
 }
 
+// orZero is *p, or 0 for nil: an alarm in a log line, 0 for none.
+func orZero(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
 func sameAlarm(x, y *int64) bool {
 	if x == nil || y == nil {
 		return x == y
@@ -592,7 +600,7 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (host
 			"attempts", failures+1, "scheduled_ms", at, "error", d.Err)
 		return d, nil
 	}
-	a.e.cfg.logger.Debug("on-alarm failed; retry committed", "actor", a.id.String(), "failures", d.Failures, "next_ms", d.Alarm, "error", d.Err)
+	a.e.cfg.logger.Debug("on-alarm failed; retry committed", "actor", a.id.String(), "failures", d.Failures, "next_ms", orZero(d.Alarm), "error", d.Err)
 	return d, nil
 }
 

@@ -64,7 +64,7 @@ func (n *Node) clearAlarm(ctx context.Context, id abi.ActorID, ifAt *int64) (hos
 			if st.Alarm == nil || *st.Alarm != *ifAt {
 				now := "none"
 				if st.Alarm != nil {
-					now = fmt.Sprint(st.Alarm)
+					now = fmt.Sprint(*st.Alarm)
 				}
 				return &abi.ActorError{ID: id, Op: "clear alarm", Err: fmt.Errorf("%w: asked to clear the alarm at %d, the committed alarm is %s", ErrAlarmMoved, *ifAt, now)}
 			}
