@@ -321,8 +321,11 @@ func (e *Engine) Clock() clock.Clock { return e.cfg.clock }
 
 // Class is a compiled actor class whose exports were checked.
 type Class struct {
-	Name      string
-	compiled  wazero.CompiledModule
+	Name     string
+	compiled wazero.CompiledModule
+	// image, when set, is the memory every instance must start on:
+	// compiled is then a pre-initialised image without its data.
+	image     *imageMemory
 	onAlarm   bool
 	onRequest bool
 	onInit    bool
@@ -345,9 +348,9 @@ func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class
 		cm.Close(ctx)
 		return nil, fmt.Errorf("class %s: %w", class, err)
 	}
-	if im := e.image(ctx, class, wasm); im != nil {
+	if im, mem := e.image(ctx, class, wasm); im != nil {
 		cm.Close(ctx)
-		c.compiled = im
+		c.compiled, c.image = im, mem
 	}
 	if !e.owned {
 		e.mu.Lock()
@@ -447,6 +450,9 @@ func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdo
 		mc = e.modCfg.WithStdout(stdout).WithStderr(stderr)
 	}
 	gm, err := e.newGuestMemory(id, c)
+	if err == nil && gm == nil && c.image != nil {
+		err = errors.New("an image without its data, in a runtime whose memories the engine does not supply") // never: such an engine makes no image
+	}
 	if err != nil {
 		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
 	}

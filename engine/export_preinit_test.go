@@ -15,6 +15,10 @@ func (c *Class) Preinitialised() bool {
 	return !ok
 }
 
+// MappedImage reports whether the class's instances map its image's
+// memory copy-on-write (Linux, an image larger than 1 MiB).
+func (c *Class) MappedImage() bool { return c.image != nil }
+
 // preinitFlag sets the images of every engine of the tests whose options
 // do not (-preinit on runs them all with images on).
 type preinitFlag struct{}

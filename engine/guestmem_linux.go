@@ -17,6 +17,13 @@ import (
 type reservation struct {
 	mem       []byte // the whole range
 	committed int    // bytes from the start that are readable and writable
+	// image, when set, is mapped copy-on-write over the range's first
+	// image.size bytes (see mapImage), which are committed; written is
+	// how many of those bytes are pages of the range's own (private
+	// copies the last instance wrote, reset to the image's bytes by
+	// resetImage), the rest being the image's shared pages.
+	image   *imageMemory
+	written uint64
 }
 
 // reserve reserves n bytes of address space (no memory is committed, nor
@@ -81,7 +88,13 @@ func addressSpaceLimited() bool {
 // system, and made PROT_NONE again, as it was before it was committed.
 // keep and the committed size are multiples of the 64 KiB wasm page, so
 // the madvise and mprotect ranges are page-aligned.
+//
+// A range mapped from an image is reset to the image instead (see
+// resetImage).
 func (r *reservation) scrub(keep uint64) bool {
+	if r.image != nil {
+		return r.resetImage()
+	}
 	k := int(min(keep, uint64(r.committed)))
 	if k < r.committed {
 		tail := r.mem[k:r.committed]
@@ -96,7 +109,14 @@ func (r *reservation) scrub(keep uint64) bool {
 
 // shrink is scrub for a range already scrubbed (all it holds reads zero):
 // it only gives back the committed pages past keep, clearing nothing.
+//
+// A range mapped from an image, shrunk within the image, is no longer
+// mapped from it (see unmapImage): nothing of the image stays in it.
 func (r *reservation) shrink(keep uint64) bool {
+	if r.image != nil && keep < r.image.size {
+		r.unmapImage()
+		return r.mem != nil
+	}
 	if keep >= uint64(r.committed) {
 		return true
 	}
@@ -108,12 +128,25 @@ func (r *reservation) shrink(keep uint64) bool {
 	return true
 }
 
-// size is the length of the range, and held the bytes committed in it.
+// size is the length of the range. held is the memory it holds of its
+// own: the bytes committed in it, or for a range mapped from an image, the
+// bytes of the pages written (the image's pages are shared by every
+// mapping of it).
 func (r *reservation) size() uint64 { return uint64(len(r.mem)) }
-func (r *reservation) held() uint64 { return uint64(r.committed) }
+func (r *reservation) held() uint64 {
+	if r.image != nil {
+		return r.written + uint64(r.committed) - r.image.size
+	}
+	return uint64(r.committed)
+}
+
+// mapped returns the image the range is mapped from, or nil.
+func (r *reservation) mapped() *imageMemory { return r.image }
 
 // release returns the range to the system. Nothing may use it after.
 func (r *reservation) release() {
-	_ = unix.Munmap(r.mem)
-	r.mem, r.committed = nil, 0
+	if r.mem != nil {
+		_ = unix.Munmap(r.mem)
+	}
+	r.mem, r.committed, r.image, r.written = nil, 0, nil, 0
 }

@@ -84,7 +84,8 @@ type MemoryStats struct {
 	// Refused counts instantiations and memory.grow calls refused.
 	Refused uint64
 	// Pooled is the memory of closed instances' address ranges kept,
-	// zeroed, for new instances (see memBudget's pool), in bytes. The
+	// zeroed or reset to their image, for new instances (see memBudget's
+	// pool), in bytes: what the ranges hold of their own. The
 	// budget bounds InUse and Pooled together; a pooled range is given
 	// back to the system before any idle instance is closed for room.
 	Pooled uint64
@@ -115,7 +116,10 @@ type memBudget struct {
 	// pooled range holds its committed pages, all reading zero (see
 	// reservation.scrub); they are counted in pooled, against max with
 	// used, so the budget still bounds the memory instances hold or will
-	// be handed. At most poolCount ranges and poolBytes committed bytes
+	// be handed. A range mapped from a pre-initialised image is pooled
+	// reset to the image instead, holding of its own only the pages its
+	// instance wrote (see resetImage), for the next instance of that
+	// image. At most poolCount ranges and poolBytes committed bytes
 	// are pooled (none when poolCount is 0); room gives pooled ranges back
 	// before it closes any idle instance, and Close gives back all.
 	pool      []*reservation
@@ -161,15 +165,23 @@ func (b *memBudget) put(r *reservation) bool {
 	return true
 }
 
-// get takes from the pool the shortest range of at least need bytes, or
-// returns nil. Its committed bytes are no longer counted: the caller
-// shrinks it to what its instance holds (counted by then).
-func (b *memBudget) get(need uint64) *reservation {
+// get takes from the pool a range of at least need bytes, or returns nil:
+// one mapped from img if there is one (img nil: one mapped from no
+// image), else any, and of those the shortest. Its committed bytes are no
+// longer counted: the caller shrinks or maps it to what its instance
+// holds (counted by then).
+func (b *memBudget) get(need uint64, img *imageMemory) *reservation {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	best := -1
+	better := func(r, than *reservation) bool {
+		if m, n := r.mapped() == img, than.mapped() == img; m != n {
+			return m
+		}
+		return r.size() < than.size()
+	}
 	for i, r := range b.pool {
-		if r.size() >= need && (best < 0 || r.size() < b.pool[best].size()) {
+		if r.size() >= need && (best < 0 || better(r, b.pool[best])) {
 			best = i
 		}
 	}
@@ -210,6 +222,9 @@ func (b *memBudget) shut() []*reservation {
 	b.pool, b.pooled, b.poolShut = nil, 0, true
 	return l
 }
+
+// wasmPage is the unit of a linear memory's size.
+const wasmPage = 65536
 
 // Memories of instances closed while idle are kept for the next instance
 // that starts with the same size: a cold firing closes one instance and
@@ -371,6 +386,12 @@ type guestMemory struct {
 	// initial is the size the memory started with: a range pooled when
 	// the instance closes keeps that much committed (see scrub).
 	initial uint64
+	// image, for an instance of a class whose module is a pre-initialised
+	// image without its data (see Engine.image), is the image's memory:
+	// the memory starts as a copy-on-write mapping of it, or, where it
+	// cannot be mapped, as a copy of it. No instance of such a module may
+	// start on any other memory.
+	image *imageMemory
 	// running counts the calls running guest code on the memory (and its
 	// instantiation). A reservation freed while one runs (wazero closes an
 	// instance at a call's deadline from another goroutine) is released
@@ -407,7 +428,7 @@ func (e *Engine) newGuestMemory(id abi.ActorID, c *Class) (*guestMemory, error) 
 	if n > e.mem.max || !e.room(n) { // more than the whole budget closes nothing
 		return nil, e.mem.refuse(id, n)
 	}
-	return &guestMemory{e: e, id: id, held: n}, nil
+	return &guestMemory{e: e, id: id, held: n, image: c.image}, nil
 }
 
 // with puts the memory in the context of the instantiation.
@@ -464,24 +485,31 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 		return g.buf
 	}
 	initial := g.buf == nil
-	if initial && size > keptMemoryLargest {
+	if initial && (size > keptMemoryLargest || g.image != nil) {
 		// Too large to be kept: its own range, up to the largest it may
 		// grow to within the budget, so that it grows in place; a pooled
 		// one when one is long enough (a longer one changes nothing the
 		// guest sees: wazero bounds the memory by its own limit, and the
 		// memory is exactly size bytes long), shrunk to the bytes
-		// committed here (all reading zero: see scrub).
+		// committed here (all reading zero: see scrub), or mapped from
+		// the image (see prepare).
 		g.initial = size
 		need := max(size, min(g.max, g.e.mem.max&^0xffff))
-		if r := g.e.mem.get(need); r != nil {
-			if r.shrink(size) {
+		if r := g.e.mem.get(need, g.image); r != nil {
+			if g.prepare(r, size) {
 				g.res = r
 			} else {
 				r.release()
 			}
 		}
 		if g.res == nil {
-			g.res = reserve(need)
+			if r := reserve(need); r != nil {
+				if g.prepare(r, size) {
+					g.res = r
+				} else {
+					r.release()
+				}
+			}
 		}
 	}
 	// A quarter more than asked, when the budget has it, saves copying
@@ -511,6 +539,9 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 	if g.res != nil {
 		if nb := g.res.grow(size); nb != nil {
 			g.buf = nb
+			if initial && g.image != nil && g.res.mapped() != g.image {
+				g.image.copyTo(nb) // the image could not be mapped: a copy
+			}
 			return nb
 		}
 		if !initial {
@@ -535,7 +566,25 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 	}
 	copy(nb, g.buf)
 	g.buf = nb
+	if initial && g.image != nil {
+		g.image.copyTo(nb) // the image could not be mapped: a copy
+	}
 	return g.buf
+}
+
+// prepare readies r, a range of the pool or a new one, for the memory's
+// initial size: for an instance of an image of that size, mapped from the
+// image (as it is already when the pool's range was); for any other, not
+// mapped from any image, with at most size bytes committed, all reading
+// zero. False when it could not (r must then be released).
+func (g *guestMemory) prepare(r *reservation, size uint64) bool {
+	if img := g.image; img != nil && img.bytes() == size {
+		return r.mapped() == img || r.mapImage(img)
+	}
+	if r.mapped() != nil && !r.shrink(0) { // unmapped: nothing committed
+		return false
+	}
+	return r.shrink(size)
 }
 
 // Free implements experimental.LinearMemory: the instance closed.

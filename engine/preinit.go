@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
 
 	"github.com/wasmkeep/alarms/internal/preinit"
@@ -64,9 +65,33 @@ type imageKey struct {
 	pages uint32
 }
 
+// imageResult is an image as the engines of the process use it: the
+// module they compile for the class, and on Linux, for an image whose
+// memory is larger than a kept one, the image's memory in a sealed memfd
+// that each instance maps copy-on-write, the module then being the image
+// without its data (preinit.Image.Bare). The image's own copies of its
+// module and memory are dropped once these are made.
 type imageResult struct {
-	im  *preinit.Image
-	err error
+	im     *preinit.Image
+	module []byte
+	mem    *imageMemory
+	err    error
+}
+
+// imageUse makes what the engines use of a new image.
+func imageUse(im *preinit.Image, logger hclog.Logger) imageResult {
+	res := imageResult{module: im.Wasm}
+	if len(im.Memory) > keptMemoryLargest {
+		if mem, err := newImageMemory(im.Memory); err != nil {
+			logger.Debug("the image's memory is copied into each instance", "reason", err)
+		} else {
+			res.module, res.mem = im.Bare, mem
+		}
+	}
+	kept := *im
+	kept.Wasm, kept.Bare, kept.Memory = nil, nil, nil
+	res.im = &kept
+	return res
 }
 
 // images are the images made in this process (and the refusals), so that
@@ -81,9 +106,10 @@ var images = struct {
 // again as needed.
 const maxImages = 64
 
-// image returns the class's image compiled in the engine's runtime, or nil
-// when its instances run their initialisation.
-func (e *Engine) image(ctx context.Context, class string, wasm []byte) wazero.CompiledModule {
+// image returns the class's image compiled in the engine's runtime, and
+// the image's memory when each instance must be given it (see
+// guestMemory.image), or nil when its instances run their initialisation.
+func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.CompiledModule, *imageMemory) {
 	mode, ok := e.cfg.preinit[class]
 	if !ok {
 		if mode, ok = e.cfg.preinit[""]; !ok {
@@ -91,7 +117,7 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) wazero.Co
 		}
 	}
 	if mode == PreinitOff || !e.owned || e.cfg.moduleConfig != nil {
-		return nil
+		return nil, nil
 	}
 	key := imageKey{sha256.Sum256(wasm), e.cfg.memoryPages}
 	images.Lock()
@@ -102,12 +128,15 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) wazero.Co
 		if cache == nil {
 			cache = sharedCache
 		}
-		res.im, res.err = preinit.Build(ctx, wasm, preinit.Config{
+		im, err := preinit.Build(ctx, wasm, preinit.Config{
 			MemoryLimitPages: e.cfg.memoryPages, Cache: cache,
 			Walltime: e.cfg.clock.Now, Timeout: e.cfg.eventDeadline,
 		})
 		if ctx.Err() != nil {
-			return nil // not the module's doing: try again next time
+			return nil, nil // not the module's doing: try again next time
+		}
+		if res.err = err; err == nil {
+			res = imageUse(im, e.cfg.logger)
 		}
 		images.Lock()
 		if len(images.m) >= maxImages {
@@ -125,14 +154,14 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) wazero.Co
 	}
 	var cm wazero.CompiledModule
 	if err == nil {
-		cm, err = e.r.CompileModule(ctx, im.Wasm)
+		cm, err = e.r.CompileModule(ctx, res.module)
 	}
 	if err != nil {
 		if !errors.Is(err, preinit.ErrNothingToRun) {
 			e.cfg.logger.Debug("class runs its initialisation in each instance", "class", class, "reason", err)
 		}
-		return nil
+		return nil, nil
 	}
-	e.cfg.logger.Debug("class starts from a pre-initialised image", "class", class, "pages", im.Pages, "data_bytes", im.DataBytes, "reads", im.Reads.String())
-	return cm
+	e.cfg.logger.Debug("class starts from a pre-initialised image", "class", class, "pages", im.Pages, "data_bytes", im.DataBytes, "reads", im.Reads.String(), "mapped", res.mem != nil)
+	return cm, res.mem
 }

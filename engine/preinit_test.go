@@ -3,10 +3,12 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/engine"
@@ -60,6 +62,133 @@ func TestAnImageServesOnlyTheVersionItWasMadeFrom(t *testing.T) {
 			t.Errorf("version %d: value %v %v, memory %d", k, res, err, mem)
 		}
 		m.Close(ctx)
+	}
+}
+
+// large is a module whose memory starts at pages pages (more than 1 MiB),
+// up to 256, whose _initialize leaves k in a global and at the first and
+// the last 4 bytes of the memory; value returns the global, load(addr) and
+// store(addr, v) an i32 of the memory, grow(pages) is memory.grow.
+func large(k byte, pages uint32) []byte {
+	uleb := func(v uint64) []byte {
+		var b []byte
+		for {
+			c := byte(v & 0x7f)
+			v >>= 7
+			if v != 0 {
+				b = append(b, c|0x80)
+				continue
+			}
+			return append(b, c)
+		}
+	}
+	sleb := func(v int64) []byte {
+		var b []byte
+		for {
+			c := byte(v & 0x7f)
+			v >>= 7
+			if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
+				return append(b, c)
+			}
+			b = append(b, c|0x80)
+		}
+	}
+	vec := func(items ...[]byte) []byte {
+		b := uleb(uint64(len(items)))
+		for _, it := range items {
+			b = append(b, it...)
+		}
+		return b
+	}
+	cat := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	section := func(id byte, body []byte) []byte { return cat([]byte{id}, uleb(uint64(len(body))), body) }
+	name := func(s string) []byte { return cat(uleb(uint64(len(s))), []byte(s)) }
+	fn := func(code ...[]byte) []byte {
+		body := cat(append([][]byte{{0}}, code...)...)
+		return cat(uleb(uint64(len(body))), body)
+	}
+	i32 := func(v int64) []byte { return cat([]byte{0x41}, sleb(v)) }
+	last := int64(pages)*65536 - 4
+	return cat([]byte("\x00asm\x01\x00\x00\x00"),
+		section(1, vec([]byte{0x60, 0, 0}, []byte{0x60, 0, 1, 0x7f}, []byte{0x60, 1, 0x7f, 1, 0x7f}, []byte{0x60, 2, 0x7f, 0x7f, 0})),
+		section(3, vec([]byte{0}, []byte{1}, []byte{2}, []byte{3}, []byte{2})),
+		section(5, vec(cat([]byte{1}, uleb(uint64(pages)), uleb(256)))),
+		section(6, vec([]byte{0x7f, 1, 0x41, 0, 0x0b})),
+		section(7, vec(cat(name("memory"), []byte{2, 0}), cat(name("_initialize"), []byte{0, 0}), cat(name("value"), []byte{0, 1}),
+			cat(name("load"), []byte{0, 2}), cat(name("store"), []byte{0, 3}), cat(name("grow"), []byte{0, 4}))),
+		section(10, vec(
+			fn(i32(int64(k)), []byte{0x24, 0}, i32(0), i32(int64(k)), []byte{0x36, 2, 0}, i32(last), i32(int64(k)), []byte{0x36, 2, 0, 0x0b}),
+			fn([]byte{0x23, 0, 0x0b}),
+			fn([]byte{0x20, 0, 0x28, 2, 0, 0x0b}),
+			fn([]byte{0x20, 0, 0x20, 1, 0x36, 2, 0, 0x0b}),
+			fn([]byte{0x20, 0, 0x40, 0, 0x0b}))))
+}
+
+// A class whose image holds more than 1 MiB of memory maps it into each
+// instance (on Linux): one class name, two versions of its module, each
+// instance sees its own version's image and nothing of another
+// instance's, after a memory.grow too.
+func TestAMappedImageServesOnlyItsVersionAndEachInstanceAlone(t *testing.T) {
+	ctx := context.Background()
+	eng, err := engine.NewEngine(ctx, engine.WithPreinit("", engine.PreinitAuto))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	const pages = 24
+	last := uint64(pages*65536 - 4)
+	for _, k := range []byte{1, 2, 1} {
+		c, err := eng.Compile(ctx, "large", large(k, pages))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Preinitialised() || c.MappedImage() != (runtime.GOOS == "linux") {
+			t.Fatalf("version %d: image %v, mapped %v", k, c.Preinitialised(), c.MappedImage())
+		}
+		var ms []api.Module
+		for i := range 2 {
+			m, err := eng.InstantiateClass(ctx, abi.ActorID{Tenant: "t", Class: "large", Name: fmt.Sprint(i)}, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(ctx)
+			ms = append(ms, m)
+		}
+		call := func(m api.Module, f string, args ...uint64) uint64 {
+			t.Helper()
+			r, err := m.ExportedFunction(f).Call(ctx, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r) == 0 {
+				return 0
+			}
+			return r[0]
+		}
+		for _, m := range ms {
+			if call(m, "value") != uint64(k) || call(m, "load", 0) != uint64(k) || call(m, "load", last) != uint64(k) {
+				t.Fatalf("version %d: an instance does not start from its image", k)
+			}
+		}
+		a, b := ms[0], ms[1]
+		call(a, "store", 0, 100)
+		call(a, "store", 4096, 101)
+		if call(a, "grow", 8) != pages || call(b, "grow", 8) != pages {
+			t.Fatal("the instances did not grow")
+		}
+		call(a, "store", pages*65536+8, 102)
+		if call(b, "load", 0) != uint64(k) || call(b, "load", 4096) != 0 || call(b, "load", pages*65536+8) != 0 {
+			t.Fatalf("version %d: an instance sees another's writes", k)
+		}
+		if call(a, "load", 0) != 100 || call(a, "load", 4096) != 101 || call(a, "load", pages*65536+8) != 102 {
+			t.Fatalf("version %d: an instance lost its own writes", k)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 var (
 	sleepActors   = flag.Int("sleep.actors", 100_000, "BenchmarkSleepingActors: how many actors of the .wat guest")
 	sleepCounters = flag.Int("sleep.counters", 10_000, "BenchmarkSleepingCounters: how many Go counter actors")
+	coldProfile   = flag.String("cold.cpuprofile", "", "BenchmarkFirings' cold firings: write a CPU profile of the firings alone (not the actors' creation) to this file, suffixed with the guest's name (and with the run's number after the first: -count)")
 )
 
 // procStatus reads a field of /proc/self/status in KiB (VmRSS, VmHWM).
@@ -152,6 +154,16 @@ func warmFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	b.ReportMetric(float64(st.Slept-before.Slept), "slept")
 }
 
+// minorFaults is how many page faults the process took that read no
+// file from disk (a fresh or copied page, or one already in memory).
+func minorFaults(tb testing.TB) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return ru.Minflt
+}
+
 // sysTime is the part of cpuTime the kernel spent for the process (system
 // calls, page faults).
 func sysTime(tb testing.TB) time.Duration {
@@ -201,20 +213,42 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	b.ResetTimer()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	start, cpu, sys := time.Now(), cpuTime(b), sysTime(b)
+	if *coldProfile != "" {
+		// One file per run: NAME.CLASS, then NAME.CLASS.2 and on (-count).
+		name := *coldProfile + "." + class
+		for i := 2; ; i++ {
+			if _, err := os.Stat(name); err != nil {
+				break
+			}
+			name = fmt.Sprintf("%s.%s.%d", *coldProfile, class, i)
+		}
+		f, err := os.Create(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+	}
+	start, cpu, sys, faults := time.Now(), cpuTime(b), sysTime(b), minorFaults(b)
 	n.Start(ctx)
 	select {
 	case <-all:
 	case <-time.After(20 * time.Minute):
 		b.Fatalf("%d of %d alarms fired", fired.Load(), actors)
 	}
-	took, used, kernel := time.Since(start), cpuTime(b)-cpu, sysTime(b)-sys
+	took, used, kernel, faults := time.Since(start), cpuTime(b)-cpu, sysTime(b)-sys, minorFaults(b)-faults
+	if *coldProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	b.StopTimer()
 	runtime.ReadMemStats(&ms1)
 	st, _ := n.Residency()
 	b.ReportMetric(float64(actors)/took.Seconds(), "firings/s")
 	b.ReportMetric(float64(used.Microseconds())/float64(actors), "cpu-us/firing")
 	b.ReportMetric(float64(kernel.Microseconds())/float64(actors), "sys-us/firing")
+	b.ReportMetric(float64(faults)/float64(actors), "faults/firing")
 	b.ReportMetric(float64(ms1.NumGC-ms0.NumGC), "gcs")
 	b.ReportMetric(float64(live.HeapAlloc)/(1<<20), "MiB-live-before")
 	b.ReportMetric(float64(goroutines), "goroutines-before")

@@ -122,6 +122,16 @@ func (r Reads) String() string {
 type Image struct {
 	// Wasm is the rewritten module.
 	Wasm []byte
+	// Bare is Wasm without its data segments: its memory starts at the
+	// image's size, all zero. An instance of Bare is an instance of the
+	// image only when whoever supplies its memory (a wazero memory
+	// allocator) fills it with Memory before any of its code runs, as a
+	// host that maps Memory copy-on-write into each instance does; nil
+	// when the module has no memory.
+	Bare []byte
+	// Memory is the linear memory as the initialisation left it, Pages
+	// pages long (nil when the module has no memory).
+	Memory []byte
 	// Source is the SHA-256 of the module it was made from: an image is
 	// used only for a module of that hash.
 	Source [32]byte
@@ -207,6 +217,10 @@ func Build(ctx context.Context, wasm []byte, cfg Config) (*Image, error) {
 		sections = withSection(sections, secMemory, encodeMemories(mems))
 		data, n := dataSection(st.memory)
 		im.DataBytes, im.Segments = dataBytes(st.memory), n
+		// Without data segments, and so without a data count (check
+		// refused every instruction that names a segment).
+		im.Bare = encode(withSection(withSection(sections, secData, nil), secDataCount, nil))
+		im.Memory = st.memory
 		sections = withSection(sections, secData, data)
 		if m.dataCount {
 			sections = withSection(sections, secDataCount, appendULEB(nil, uint64(n)))

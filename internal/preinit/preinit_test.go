@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -124,6 +125,73 @@ func TestImageStartsWhereInitialisationLeft(t *testing.T) {
 	}
 	if got, _ := mi.Read(1024, 14); !bytes.Equal(got, make([]byte, 14)) {
 		t.Errorf("memory the initialisation zeroed = %q", got)
+	}
+}
+
+// sliceMemory is a wazero linear memory in a Go slice that starts with
+// init's bytes, as a host supplies Memory to an instance of Bare.
+type sliceMemory struct{ buf []byte }
+
+func (m *sliceMemory) Reallocate(size uint64) []byte {
+	if m.buf == nil {
+		return m.buf
+	}
+	if size > uint64(cap(m.buf)) {
+		m.buf = append(m.buf[:cap(m.buf)], make([]byte, size-uint64(cap(m.buf)))...)
+	}
+	m.buf = m.buf[:size]
+	return m.buf
+}
+
+func (m *sliceMemory) Free() {}
+
+// The bare image has no data segments and a memory of the image's size;
+// started on a memory that holds Memory, it is the image; started on a
+// zeroed memory, it is not (why the host must supply Memory).
+func TestTheBareImageStartsFromTheMemoryItIsGiven(t *testing.T) {
+	wasm := fixture(t, "state")
+	im := build(t, "state")
+	m, err := parse(im.Bare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.data) != 0 || m.dataCount || m.hasStart || len(m.memories) != 1 || m.memories[0].min != im.Pages {
+		t.Fatalf("bare image: %d data segments, data count %v, start %v, memories %+v", len(m.data), m.dataCount, m.hasStart, m.memories)
+	}
+	if len(im.Memory) != int(im.Pages)*65536 {
+		t.Fatalf("Memory is %d bytes, want %d pages", len(im.Memory), im.Pages)
+	}
+	ctx := context.Background()
+	r := newRuntime(t)
+	orig := instances(t, r, wasm, 1)[0]
+	want, _ := orig.Memory().Read(0, orig.Memory().Size())
+	if !bytes.Equal(im.Memory, want) {
+		t.Fatal("Memory is not the initialised original's memory")
+	}
+	cm, err := r.CompileModule(ctx, im.Bare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(init []byte) api.Module {
+		mem := &sliceMemory{buf: append(make([]byte, 0, len(init)), init...)}
+		if init == nil {
+			mem.buf = make([]byte, 0, im.Pages*65536)
+		}
+		ctx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory { return mem }))
+		m, err := r.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	given := start(im.Memory)
+	got, _ := given.Memory().Read(0, given.Memory().Size())
+	if !bytes.Equal(got, want) || call(t, given, "count") != 41 || call(t, given, "starts") != 1 {
+		t.Error("the bare image on the image's memory is not the image")
+	}
+	zeroed := start(nil)
+	if got, _ := zeroed.Memory().Read(16, 8); string(got) == "initinal" {
+		t.Error("the bare image on a zeroed memory holds the image's data")
 	}
 }
 
