@@ -351,6 +351,9 @@ func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class
 	if im, mem := e.image(ctx, class, wasm); im != nil {
 		cm.Close(ctx)
 		c.compiled, c.image = im, mem
+		if mem != nil {
+			e.mem.addImage(mem)
+		}
 	}
 	if !e.owned {
 		e.mu.Lock()

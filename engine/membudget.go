@@ -89,6 +89,12 @@ type MemoryStats struct {
 	// budget bounds InUse and Pooled together; a pooled range is given
 	// back to the system before any idle instance is closed for room.
 	Pooled uint64
+	// Images is the memory of the pre-initialised images that the
+	// engine's classes map copy-on-write into their instances (on Linux,
+	// images larger than 1 MiB), each counted once, in bytes: the pages
+	// every instance of an image shares, outside the budget. What an
+	// instance writes is its own, in InUse.
+	Images uint64
 }
 
 // Memory returns the engine's counters of instance memory.
@@ -96,7 +102,7 @@ func (e *Engine) Memory() MemoryStats {
 	b := e.mem
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return MemoryStats{InUse: b.used, Peak: b.peak, Budget: b.max, Closed: b.closed, Refused: b.refused, Pooled: b.pooled}
+	return MemoryStats{InUse: b.used, Peak: b.peak, Budget: b.max, Closed: b.closed, Refused: b.refused, Pooled: b.pooled, Images: b.imageBytes}
 }
 
 // memBudget counts the bytes all instances hold. Its lock is never held
@@ -127,6 +133,25 @@ type memBudget struct {
 	poolCount int
 	poolBytes uint64
 	poolShut  bool
+
+	// images are the images mapped into the engine's instances (see
+	// Class.image), and imageBytes their size.
+	images     map[*imageMemory]bool
+	imageBytes uint64
+}
+
+// addImage counts img among the images the engine's instances map.
+func (b *memBudget) addImage(img *imageMemory) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.images[img] {
+		return
+	}
+	if b.images == nil {
+		b.images = map[*imageMemory]bool{}
+	}
+	b.images[img] = true
+	b.imageBytes += img.bytes()
 }
 
 // Bounds of the pool of instance ranges: poolLargest ranges, and the
@@ -634,6 +659,7 @@ type memoryCollector struct {
 	e               *Engine
 	inUse, max      *prometheus.Desc
 	closed, refused *prometheus.Desc
+	pooled, images  *prometheus.Desc
 }
 
 func newMemoryCollector(e *Engine) *memoryCollector {
@@ -644,11 +670,13 @@ func newMemoryCollector(e *Engine) *memoryCollector {
 		max:     d("wasmkeep_instance_memory_max_bytes", "The budget of linear memory for all guest instances together, in bytes."),
 		closed:  d("wasmkeep_instance_memory_closed_total", "Idle guest instances closed to make room for another's memory."),
 		refused: d("wasmkeep_instance_memory_refusals_total", "Instances not created and memory.grow calls refused: the memory budget was held by busy instances."),
+		pooled:  d("wasmkeep_instance_memory_pooled_bytes", "Memory of closed instances kept, zeroed or reset to their pre-initialised image, for the next instances: what it holds of its own, in bytes (counted in the budget)."),
+		images:  d("wasmkeep_instance_memory_image_bytes", "Memory of the pre-initialised images mapped copy-on-write into the instances, each image once, in bytes: the pages the instances of an image share."),
 	}
 }
 
 func (c *memoryCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inUse, c.max, c.closed, c.refused} {
+	for _, d := range []*prometheus.Desc{c.inUse, c.max, c.closed, c.refused, c.pooled, c.images} {
 		ch <- d
 	}
 }
@@ -659,4 +687,6 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(m.Budget))
 	ch <- prometheus.MustNewConstMetric(c.closed, prometheus.CounterValue, float64(m.Closed))
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(m.Refused))
+	ch <- prometheus.MustNewConstMetric(c.pooled, prometheus.GaugeValue, float64(m.Pooled))
+	ch <- prometheus.MustNewConstMetric(c.images, prometheus.GaugeValue, float64(m.Images))
 }

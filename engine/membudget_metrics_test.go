@@ -1,13 +1,18 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
@@ -52,6 +57,68 @@ wasmkeep_instance_memory_refusals_total 1
 `, m.InUse, m.Closed)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "wasmkeep_instance_memory_bytes", "wasmkeep_instance_memory_closed_total",
 		"wasmkeep_instance_memory_max_bytes", "wasmkeep_instance_memory_refusals_total"); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("metric lint: %v %v", problems, err)
+	}
+}
+
+// The images mapped into the instances are counted once each, whichever
+// class and compile they serve, and the pooled memory is the engine's.
+func TestEngineImageMetrics(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	eng, err := engine.NewEngine(ctx, engine.WithPreinit("", engine.PreinitAuto), engine.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	const pages = 20
+	for _, c := range []struct {
+		class string
+		k     byte
+	}{{"a", 1}, {"a", 1}, {"b", 1}, {"a", 2}} {
+		if _, err := eng.Compile(ctx, c.class, large(c.k, pages)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want uint64
+	if runtime.GOOS == "linux" {
+		want = 2 * pages * 65536 // two versions, one image each
+	}
+	m := eng.Memory()
+	if m.Images != want {
+		t.Fatalf("Images %d, want %d", m.Images, want)
+	}
+	// An actor's instance, closed idle, is pooled with the pages it wrote.
+	c, err := eng.Compile(ctx, "a", large(1, pages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := eng.Open(ctx, abi.ActorID{Tenant: "t", Class: "a", Name: "x"}, c, filepath.Join(t.TempDir(), "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Request(ctx, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if n := eng.SleepIdle(eng.Clock().Now().Add(time.Hour)); n != 1 {
+		t.Fatalf("%d actors put to sleep, want 1", n)
+	}
+	defer a.Close(ctx)
+	if m = eng.Memory(); runtime.GOOS == "linux" && (m.Pooled == 0 || m.Pooled >= pages*65536) {
+		t.Fatalf("Pooled %d after an instance of the image closed: want the pages it wrote", m.Pooled)
+	}
+	exp := fmt.Sprintf(`
+# HELP wasmkeep_instance_memory_image_bytes Memory of the pre-initialised images mapped copy-on-write into the instances, each image once, in bytes: the pages the instances of an image share.
+# TYPE wasmkeep_instance_memory_image_bytes gauge
+wasmkeep_instance_memory_image_bytes %d
+# HELP wasmkeep_instance_memory_pooled_bytes Memory of closed instances kept, zeroed or reset to their pre-initialised image, for the next instances: what it holds of its own, in bytes (counted in the budget).
+# TYPE wasmkeep_instance_memory_pooled_bytes gauge
+wasmkeep_instance_memory_pooled_bytes %d
+`, m.Images, m.Pooled)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "wasmkeep_instance_memory_image_bytes", "wasmkeep_instance_memory_pooled_bytes"); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {

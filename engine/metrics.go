@@ -27,7 +27,12 @@ import (
 //   - wasmkeep_instance_memory_closed_total,
 //     wasmkeep_instance_memory_refusals_total: idle instances closed to
 //     make room for memory, and instances or growths refused
-//     (ErrMemoryBudget).
+//     (ErrMemoryBudget);
+//   - wasmkeep_instance_memory_pooled_bytes (gauge): the memory of closed
+//     instances kept for the next ones (MemoryStats.Pooled);
+//   - wasmkeep_instance_memory_image_bytes (gauge): the memory of the
+//     pre-initialised images mapped into the instances
+//     (MemoryStats.Images).
 //
 // Two engines in one registry collide (NewEngine fails): give each its own
 // registry, or give each a label of its own with

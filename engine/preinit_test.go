@@ -68,7 +68,8 @@ func TestAnImageServesOnlyTheVersionItWasMadeFrom(t *testing.T) {
 // large is a module whose memory starts at pages pages (more than 1 MiB),
 // up to 256, whose _initialize leaves k in a global and at the first and
 // the last 4 bytes of the memory; value returns the global, load(addr) and
-// store(addr, v) an i32 of the memory, grow(pages) is memory.grow.
+// store(addr, v) an i32 of the memory, grow(pages) is memory.grow;
+// on-request stores the request's length at 4096 and returns 0.
 func large(k byte, pages uint32) []byte {
 	uleb := func(v uint64) []byte {
 		var b []byte
@@ -117,17 +118,19 @@ func large(k byte, pages uint32) []byte {
 	last := int64(pages)*65536 - 4
 	return cat([]byte("\x00asm\x01\x00\x00\x00"),
 		section(1, vec([]byte{0x60, 0, 0}, []byte{0x60, 0, 1, 0x7f}, []byte{0x60, 1, 0x7f, 1, 0x7f}, []byte{0x60, 2, 0x7f, 0x7f, 0})),
-		section(3, vec([]byte{0}, []byte{1}, []byte{2}, []byte{3}, []byte{2})),
+		section(3, vec([]byte{0}, []byte{1}, []byte{2}, []byte{3}, []byte{2}, []byte{2})),
 		section(5, vec(cat([]byte{1}, uleb(uint64(pages)), uleb(256)))),
 		section(6, vec([]byte{0x7f, 1, 0x41, 0, 0x0b})),
 		section(7, vec(cat(name("memory"), []byte{2, 0}), cat(name("_initialize"), []byte{0, 0}), cat(name("value"), []byte{0, 1}),
-			cat(name("load"), []byte{0, 2}), cat(name("store"), []byte{0, 3}), cat(name("grow"), []byte{0, 4}))),
+			cat(name("load"), []byte{0, 2}), cat(name("store"), []byte{0, 3}), cat(name("grow"), []byte{0, 4}),
+			cat(name("on-request"), []byte{0, 5}))),
 		section(10, vec(
 			fn(i32(int64(k)), []byte{0x24, 0}, i32(0), i32(int64(k)), []byte{0x36, 2, 0}, i32(last), i32(int64(k)), []byte{0x36, 2, 0, 0x0b}),
 			fn([]byte{0x23, 0, 0x0b}),
 			fn([]byte{0x20, 0, 0x28, 2, 0, 0x0b}),
 			fn([]byte{0x20, 0, 0x20, 1, 0x36, 2, 0, 0x0b}),
-			fn([]byte{0x20, 0, 0x40, 0, 0x0b}))))
+			fn([]byte{0x20, 0, 0x40, 0, 0x0b}),
+			fn(i32(4096), []byte{0x20, 0, 0x36, 2, 0}, i32(0), []byte{0x0b}))))
 }
 
 // A class whose image holds more than 1 MiB of memory maps it into each
