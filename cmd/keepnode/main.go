@@ -63,6 +63,7 @@ type options struct {
 	leaseRead                                 time.Duration
 	maxDBs, maxInsts, sweepConc, sweepWalkers int
 	attempts                                  *attemptsFlag
+	preinit                                   *preinitFlag
 	logLevel                                  string
 	logJSON, showVersion                      bool
 	metrics                                   metricsFlags
@@ -72,7 +73,7 @@ type options struct {
 
 // newFlags defines keepnode's flags on a new flag set.
 func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
-	o := &options{classes: classFlags{}, attempts: &attemptsFlag{}}
+	o := &options{classes: classFlags{}, attempts: &attemptsFlag{}, preinit: &preinitFlag{}}
 	fs := flag.NewFlagSet("keepnode", errorHandling)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: keepnode -data DIR -class NAME=FILE.wasm [flags]\n\n"+
@@ -112,6 +113,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
 	fs.DurationVar(&o.failoverWait, "failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + the leases' reading period, about a takeover; negative: no waiting)")
 	fs.Var(o.attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
+	fs.Var(o.preinit, "preinit", "start each class's instances from a pre-initialised image, its _initialize run once at start-up (ABI.md, Pre-initialised images): auto (the default: only a class whose initialisation read no clock, no random numbers and wrote no output), on (any class that can be captured; a Go class needs it, its instances then sharing its runtime's seeds) or off; MODE for every class, CLASS=MODE for one, comma-separated")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (each alarm fired is a debug line; info has a summary of the firings each minute)")
 	fs.DurationVar(&o.logSummary, "log-summary", node.DefaultLogSummaryEvery, "how often to log at info the count of alarms fired, failed and given up since the last such line, when any (negative: never)")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log one JSON object per line, the start-up lines included")
@@ -262,6 +264,11 @@ func run(logger hclog.Logger, o *options) error {
 	}
 	engineOpts := append([]engine.Option{engine.WithAlarmDeadline(alarmDeadline), engine.WithBackoff(retryBase, retryMax)}, memOpts...)
 	engineOpts = append(engineOpts, attemptOpts...)
+	preinitOpts, err := o.preinit.options(classes)
+	if err != nil {
+		return err
+	}
+	engineOpts = append(engineOpts, preinitOpts...)
 	if cacheDir == "" {
 		// The data directory as node.New makes it, before the cache's
 		// directory inside it.
