@@ -3,8 +3,11 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +28,9 @@ import (
 //   - mem-KiB/instance: a fresh instance's linear memory (start-up done);
 //   - heap-KiB/instance: the host's Go heap per live actor (instance,
 //     database, buffers), over 100 actors that each served a request;
+//   - rss-KiB/instance: the process's resident memory per live actor,
+//     over the same 100 (its heap, its instance's pages of its own, the
+//     database's; where the system tells it: Linux);
 //   - warm-firings/s: on-alarm deliveries on one actor with a live instance
 //     (each re-arms; a fake clock makes the next one due);
 //   - cold-firings/s: a delivery on an actor that is not open: open the
@@ -110,6 +116,7 @@ func benchCounter(b *testing.B, wasm []byte) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	rss := residentKiB()
 	for i := range actors {
 		actors[i] = open(i)
 		if _, err := actors[i].Request(ctx, []byte("start 1")); err != nil {
@@ -119,6 +126,9 @@ func benchCounter(b *testing.B, wasm []byte) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	metrics["heap-KiB/instance"] = float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / 1024 / live
+	if rss >= 0 {
+		metrics["rss-KiB/instance"] = float64(residentKiB()-rss) / live
+	}
 
 	// Warm: one actor, b.N firings.
 	a := actors[0]
@@ -150,4 +160,23 @@ func benchCounter(b *testing.B, wasm []byte) {
 		a.Close(ctx)
 	}
 	metrics["cold-firings/s"] = live / time.Since(t).Seconds()
+}
+
+// residentKiB is the process's resident memory in KiB (VmRSS), or -1
+// where /proc/self/status does not tell it.
+func residentKiB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
 }

@@ -290,6 +290,21 @@ func BenchmarkSleepingCounters(b *testing.B) {
 		b.ReportMetric(float64(len(ids))/took.Seconds(), "created/s")
 		b.ReportMetric(float64(st.PeakLiveInstances), "peak-instances")
 		b.ReportMetric(mib(procStatus("VmRSS")), "MiB-rss")
+		// RSS counts a page shared by several mappings once per mapping:
+		// an image's pages (shmem) once per instance that maps them.
+		b.ReportMetric(mib(procStatus("RssAnon")), "MiB-rss-anon")
+		b.ReportMetric(mib(procStatus("RssShmem")), "MiB-rss-shmem")
+		// Where the memory is: the Go runtime's (its heap, the actors'
+		// databases among it), and the instances' linear memory outside
+		// it (their pages of their own, and the images they share).
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "MiB-heap-inuse")
+		b.ReportMetric(float64(ms.Sys)/(1<<20), "MiB-go-sys")
+		mem := n.Memory()
+		b.ReportMetric(float64(mem.InUse)/(1<<20), "MiB-instances-linear")
+		b.ReportMetric(float64(mem.Pooled)/(1<<20), "MiB-pooled")
+		b.ReportMetric(float64(mem.Images)/(1<<20), "MiB-images")
 		n.Close(ctx)
 	}
 	b.ReportMetric(mib(procStatus("VmHWM")), "MiB-peak-rss")
