@@ -273,9 +273,11 @@ func BenchmarkFirings(b *testing.B) {
 }
 
 // BenchmarkSleepingCounters creates -sleep.counters Go counter actors with
-// an alarm a minute ahead on one node with the default budget, and reports
-// the process's peak RSS: a multiple of the instance budget, not of the
-// actors.
+// an alarm a minute ahead on one node with the default budget, then moves
+// the node's clock past the alarms and waits until every one has fired
+// (each firing wakes its actor, runs on-alarm and commits). It reports the
+// process's peak RSS over both: a multiple of the instance budget, not of
+// the actors.
 func BenchmarkSleepingCounters(b *testing.B) {
 	ctx := context.Background()
 	classes := counter(b)
@@ -284,8 +286,29 @@ func BenchmarkSleepingCounters(b *testing.B) {
 		ids[i] = abi.ActorID{Tenant: "t", Class: "counter", Name: fmt.Sprintf("c%05d", i)}
 	}
 	for i := 0; i < b.N; i++ {
-		n := newNode(b, b.TempDir(), classes, node.Config{})
+		clock := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+		var fired atomic.Int64
+		all := make(chan struct{})
+		n := newNode(b, b.TempDir(), classes, node.Config{Clock: clock,
+			OnDelivery: func(ev node.DeliveryEvent) {
+				if ev.Err == nil && ev.Event.Ran && ev.Event.Err == nil && fired.Add(1) == int64(len(ids)) {
+					close(all)
+				}
+			}})
+		n.Start(ctx)
 		took := createActors(b, n, ids, func(int) []byte { return []byte("start 60000") })
+		if got := n.Timer().Len(); got != len(ids) {
+			b.Fatalf("%d alarms armed, want %d", got, len(ids))
+		}
+		b.ReportMetric(mib(procStatus("VmHWM")), "MiB-peak-rss-armed")
+		start := time.Now()
+		clock.Advance(61 * time.Second)
+		select {
+		case <-all:
+		case <-time.After(20 * time.Minute):
+			b.Fatalf("%d of %d alarms fired", fired.Load(), len(ids))
+		}
+		b.ReportMetric(float64(len(ids))/time.Since(start).Seconds(), "fired/s")
 		st, _ := n.Residency()
 		b.ReportMetric(float64(len(ids))/took.Seconds(), "created/s")
 		b.ReportMetric(float64(st.PeakLiveInstances), "peak-instances")
