@@ -8,7 +8,10 @@
 // application/problem+json), with the HTTP status, the stable code, the
 // detail for people, and the Retry-After the node sent. Decide on the
 // status and the code, never on the detail. The client does not retry:
-// a 503 (Problem.Temporary) may be sent again after Problem.RetryAfter.
+// a 503 (Problem.Temporary) may be sent again after Problem.RetryAfter,
+// and a request event whose outcome is unknown (no answer, or a 503 after
+// ExecDurable) under its idempotency key (WithIdempotencyKey), which makes
+// sending it again safe.
 //
 // The API is described by node/openapi.json, which a node serves at
 // GET /v1/openapi.json.
@@ -17,7 +20,9 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,6 +106,10 @@ const (
 	CodeBucketDown    = "bucket_unreachable" // 503
 	CodeMemoryBusy    = "memory_busy"        // 503: the instances' memory is in use
 	CodeDiskFull      = "disk_full"          // 507: the node's data directory is full
+
+	// CodeIdempotencyKeyReused is a 422: the call's idempotency key is
+	// recorded for a different request body; nothing ran.
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
 )
 
 // Problem is a node's answer other than a success (RFC 9457).
@@ -205,6 +214,11 @@ func (c *Client) actorURL(id abi.ActorID, suffix string) (string, error) {
 // do sends one call and returns the body of an answer with status want,
 // or a *Problem.
 func (c *Client) do(ctx context.Context, method, u, contentType string, body []byte, want int) ([]byte, http.Header, error) {
+	return c.doHeader(ctx, method, u, contentType, nil, body, want)
+}
+
+// doHeader is do with headers of the call's own.
+func (c *Client) doHeader(ctx context.Context, method, u, contentType string, header http.Header, body []byte, want int) ([]byte, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -212,6 +226,9 @@ func (c *Client) do(ctx context.Context, method, u, contentType string, body []b
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -256,28 +273,102 @@ func problemOf(method, u string, resp *http.Response, body []byte) *Problem {
 // Exec runs a request event on the actor (creating it if need be) and
 // returns the guest's response. The event's writes are replicated to the
 // bucket after the answer.
-func (c *Client) Exec(ctx context.Context, id abi.ActorID, request []byte) ([]byte, error) {
-	return c.exec(ctx, id, "exec", request)
+func (c *Client) Exec(ctx context.Context, id abi.ActorID, request []byte, opts ...ExecOption) ([]byte, error) {
+	return c.exec(ctx, id, "exec", request, opts)
 }
 
 // ExecDurable is Exec with the event's writes in the bucket before the
 // answer. A 503 after it may mean the event committed and its upload
-// failed: its outcome is then unknown.
-func (c *Client) ExecDurable(ctx context.Context, id abi.ActorID, request []byte) ([]byte, error) {
-	return c.exec(ctx, id, "exec-durable", request)
+// failed: its outcome is then unknown. Sent under an idempotency key
+// (WithIdempotencyKey), it may be sent again, to any node, until it is
+// answered: it runs at most once.
+func (c *Client) ExecDurable(ctx context.Context, id abi.ActorID, request []byte, opts ...ExecOption) ([]byte, error) {
+	return c.exec(ctx, id, "exec-durable", request, opts)
 }
 
-func (c *Client) exec(ctx context.Context, id abi.ActorID, kind string, request []byte) ([]byte, error) {
+// ExecOption adds to one Exec or ExecDurable call.
+type ExecOption func(*execCall)
+
+type execCall struct {
+	key      string
+	keyed    bool
+	replayed *bool
+}
+
+// MaxIdempotencyKeyLen is the longest idempotency key, in bytes.
+const MaxIdempotencyKeyLen = 255
+
+// ErrBadIdempotencyKey is the error of a call whose idempotency key the
+// node would refuse (empty, over MaxIdempotencyKeyLen bytes, or a byte
+// outside visible ASCII): it is not sent.
+var ErrBadIdempotencyKey = errors.New("client: bad idempotency key: want 1 to 255 bytes of visible ASCII (0x21 to 0x7e)")
+
+// WithIdempotencyKey sends the request under key (the Idempotency-Key
+// header): 1 to MaxIdempotencyKeyLen bytes of visible ASCII, unique to
+// the request (NewIdempotencyKey makes one). The node records the key and
+// the response in the actor's database, in the event's own commit; a
+// request under a key the actor has recorded runs nothing and is answered
+// with the recorded response (Replayed tells). Send the same request, body
+// and all, under the same key again when its outcome is unknown (no
+// answer, or a 503): it runs at most once, and an ExecDurable that is
+// answered has its event in the bucket, whichever node answered. The same
+// key with another body is refused (a 422 Problem with
+// CodeIdempotencyKeyReused). An actor keeps its latest keys only
+// (keepnode -idempotency-keys, 128 by default): retry within those.
+func WithIdempotencyKey(key string) ExecOption {
+	return func(c *execCall) { c.key, c.keyed = key, true }
+}
+
+// Replayed sets *replayed, when the call succeeds, to whether the node
+// answered from the record of the call's idempotency key (the
+// Idempotent-Replayed header): the event had already run, and nothing ran
+// now.
+func Replayed(replayed *bool) ExecOption { return func(c *execCall) { c.replayed = replayed } }
+
+// NewIdempotencyKey returns a new random idempotency key (32 hex digits).
+func NewIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func validIdempotencyKey(key string) bool {
+	if key == "" || len(key) > MaxIdempotencyKeyLen {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Client) exec(ctx context.Context, id abi.ActorID, kind string, request []byte, opts []ExecOption) ([]byte, error) {
+	var call execCall
+	for _, o := range opts {
+		o(&call)
+	}
 	u, err := c.actorURL(id, "?kind="+kind)
 	if err != nil {
 		return nil, err
 	}
+	var header http.Header
+	if call.keyed {
+		if !validIdempotencyKey(call.key) {
+			return nil, fmt.Errorf("%w: %q", ErrBadIdempotencyKey, call.key)
+		}
+		header = http.Header{"Idempotency-Key": {call.key}}
+	}
 	if request == nil {
 		request = []byte{}
 	}
-	out, _, err := c.do(ctx, http.MethodPost, u, "application/octet-stream", request, http.StatusOK)
+	out, h, err := c.doHeader(ctx, http.MethodPost, u, "application/octet-stream", header, request, http.StatusOK)
 	if err != nil {
 		return nil, err
+	}
+	if call.replayed != nil {
+		*call.replayed = h.Get("Idempotent-Replayed") == "true"
 	}
 	return out, nil
 }

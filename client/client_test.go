@@ -232,7 +232,8 @@ func TestClientTypesAreTheOpenAPISchemas(t *testing.T) {
 	}
 	codes := []string{client.CodeBadRequest, client.CodeUnauthorized, client.CodeForbidden, client.CodeNotFound, client.CodeMethod,
 		client.CodeAlarmMoved, client.CodeGuestFailed, client.CodeInternal, client.CodeUnavailable, client.CodeLeaseNotValid,
-		client.CodeHeldElsewhere, client.CodeForwardFailed, client.CodeBucketDown, client.CodeMemoryBusy, client.CodeDiskFull}
+		client.CodeHeldElsewhere, client.CodeForwardFailed, client.CodeBucketDown, client.CodeMemoryBusy, client.CodeDiskFull,
+		client.CodeIdempotencyKeyReused}
 	enum := doc.Components.Schemas["Problem"].Properties["code"].Enum
 	sort.Strings(codes)
 	sort.Strings(enum)
@@ -251,5 +252,44 @@ func TestClientIsLight(t *testing.T) {
 	got := strings.Fields(string(out))
 	if want := []string{"github.com/wasmkeep/alarms/abi", "github.com/wasmkeep/alarms/client"}; !slices.Equal(got, want) {
 		t.Fatalf("the client depends on %v, want only %v", got, want)
+	}
+}
+
+// Request events under an idempotency key: the second call under the key
+// is answered from the record (Replayed), the key with another body is a
+// 422 idempotency_key_reused, and a key the node would refuse is not sent.
+func TestClientIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	_, base := serve(t, srv, "n1", "", node.Security{}, -1)
+	c, err := client.New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "k"}
+	key := client.NewIdempotencyKey()
+	if len(key) != 32 || key == client.NewIdempotencyKey() {
+		t.Fatalf("NewIdempotencyKey: %q", key)
+	}
+	body := at(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	for i, want := range []bool{false, true, true} {
+		replayed := !want
+		exec := c.ExecDurable
+		if i == 2 {
+			exec = c.Exec
+		}
+		if _, err := exec(ctx, x, body, client.WithIdempotencyKey(key), client.Replayed(&replayed)); err != nil || replayed != want {
+			t.Fatalf("call %d under the key: replayed %v, %v; want replayed %v", i, replayed, err, want)
+		}
+	}
+	var p *client.Problem
+	if _, err := c.ExecDurable(ctx, x, at(1), client.WithIdempotencyKey(key)); !errors.As(err, &p) || p.Status != 422 || p.Code != client.CodeIdempotencyKeyReused || p.Temporary() {
+		t.Fatalf("the key with another body: %v; want a 422 %s", err, client.CodeIdempotencyKeyReused)
+	}
+	for _, bad := range []string{"", "a b", strings.Repeat("k", client.MaxIdempotencyKeyLen+1), "caf\u00e9"} {
+		if _, err := c.Exec(ctx, x, body, client.WithIdempotencyKey(bad)); !errors.Is(err, client.ErrBadIdempotencyKey) {
+			t.Errorf("key %q: %v, want ErrBadIdempotencyKey", bad, err)
+		}
 	}
 }

@@ -351,6 +351,12 @@ func sameAlarm(x, y *int64) bool {
 // event runs one export in a transaction; export "" runs nothing (it only
 // records on-init for guests without one).
 func (a *Actor) event(ctx context.Context, export string, req []byte, params []uint64) (hostmod.Result, error) {
+	return a.eventKeyed(ctx, export, req, params, nil)
+}
+
+// eventKeyed is event with an idempotency key to record in the event's
+// transaction with its response (nil: none).
+func (a *Actor) eventKeyed(ctx context.Context, export string, req []byte, params []uint64, rec *idemRecord) (hostmod.Result, error) {
 	before, failures, err := a.committed()
 	if err != nil {
 		return hostmod.Result{}, err
@@ -373,6 +379,11 @@ func (a *Actor) event(ctx context.Context, export string, req []byte, params []u
 	if !a.inited {
 		if err := a.store.SetMeta(hostmod.MetaInitDone, "1"); err != nil {
 			return hostmod.Result{}, &abi.ActorError{ID: a.id, Op: "record on-init", Err: err}
+		}
+	}
+	if rec != nil {
+		if err := a.record(rec, ev.response); err != nil {
+			return hostmod.Result{}, err
 		}
 	}
 	after := before

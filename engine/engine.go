@@ -46,6 +46,8 @@ type config struct {
 	maxMemory     uint64
 	durable       bool
 	preinit       map[string]Preinit
+	idemKeys      int
+	idemBytes     int64
 }
 
 // Option configures an Engine.
@@ -197,6 +199,8 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		eventDeadline: DefaultEventDeadline,
 		retryBase:     hostmod.DefaultRetryBase,
 		retryMax:      hostmod.DefaultRetryMax,
+		idemKeys:      DefaultIdempotencyKeys,
+		idemBytes:     DefaultIdempotencyBytes,
 		stdout:        io.Discard,
 		stderr:        io.Discard,
 		memoryPages:   DefaultMemoryLimit / 65536,

@@ -36,7 +36,8 @@ func readSchema(conn *sqlite3.Conn) (map[string]schemaObject, error) {
 	return out, st.Err()
 }
 
-// expectedSchema is the schema OpenStore creates.
+// expectedSchema is the schema OpenStore creates, with the table of
+// idempotency keys, which the first event that records one creates.
 func expectedSchema() (map[string]schemaObject, error) {
 	hostSchemaOnce.Do(func() {
 		conn, err := sqlite3.Open(":memory:")
@@ -45,7 +46,7 @@ func expectedSchema() (map[string]schemaObject, error) {
 			return
 		}
 		defer conn.Close()
-		if hostSchemaErr = conn.Exec(schema); hostSchemaErr == nil {
+		if hostSchemaErr = conn.Exec(schema + idemSchema); hostSchemaErr == nil {
 			hostSchema, hostSchemaErr = readSchema(conn)
 		}
 	})

@@ -94,6 +94,10 @@ const (
 	stKVPut
 	stKVDel
 	stCheckpoint
+	stIdemGet
+	stIdemPut
+	stIdemTrim
+	stIdemKeys
 	nStmts
 )
 
@@ -106,6 +110,16 @@ var stmtSQL = [nStmts]string{
 	stKVPut:      `INSERT INTO a.kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 	stKVDel:      `DELETE FROM a.kv WHERE key = ?`,
 	stCheckpoint: `PRAGMA a.wal_checkpoint(PASSIVE)`,
+	// The idempotency keys (idempotency.go): the trim keeps the newest
+	// key, and of the others those within ?1 keys and ?2 bytes of
+	// responses, counted newest first.
+	stIdemGet: `SELECT request, reply FROM a._wasmkeep_idempotency WHERE key = ?`,
+	stIdemPut: `INSERT INTO a._wasmkeep_idempotency (key, request, reply, at_ms) VALUES (?, ?, ?, ?)`,
+	stIdemTrim: `DELETE FROM a._wasmkeep_idempotency WHERE seq IN (SELECT seq FROM (
+		SELECT seq, row_number() OVER w AS n, sum(length(reply)) OVER w AS total
+		FROM a._wasmkeep_idempotency WINDOW w AS (ORDER BY seq DESC))
+		WHERE n > 1 AND (n > ?1 OR total > ?2))`,
+	stIdemKeys: `SELECT key FROM a._wasmkeep_idempotency ORDER BY seq`,
 }
 
 // schemaIn is schema with every table in storeSchema.

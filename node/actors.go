@@ -526,11 +526,49 @@ func (n *Node) Request(ctx context.Context, id abi.ActorID, body []byte) (hostmo
 }
 
 // Exec runs a request event of the given kind.
-func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind EventKind) (res hostmod.Result, err error) {
+func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind EventKind) (hostmod.Result, error) {
+	res, _, err := n.ExecOnce(ctx, id, body, kind, "")
+	return res, err
+}
+
+// ExecOnce is Exec under an idempotency key (engine.RequestOnce; "" for
+// none): the key and the event's response commit with the event, in the
+// actor's database, so they replicate with it. When the actor has the key
+// recorded, nothing runs and the recorded response is returned, replayed
+// true; for ExecDurable it is returned only once the state that holds the
+// key is in the bucket (uploaded now if this node has not uploaded it
+// yet). A holder that took the actor over restored the bucket's state,
+// which holds the key exactly when the event's upload landed: an
+// exec-durable event was acknowledged only after it did, so a key the new
+// holder lacks belongs to an event that was never acknowledged, and
+// running it is right.
+func (n *Node) ExecOnce(ctx context.Context, id abi.ActorID, body []byte, kind EventKind, key string) (res hostmod.Result, replayed bool, err error) {
+	if key != "" {
+		if err := engine.ValidateIdempotencyKey(key); err != nil {
+			return hostmod.Result{}, false, &abi.ActorError{ID: id, Err: err}
+		}
+	}
 	err = n.withActor(ctx, id, "request", func(e *entry) error {
-		res, err = e.a.Request(ctx, body)
+		if key == "" {
+			res, err = e.a.Request(ctx, body)
+		} else {
+			res, replayed, err = e.a.RequestOnce(ctx, key, body)
+		}
 		if err != nil {
 			return err
+		}
+		if replayed {
+			if n.leases == nil || kind != ExecDurable {
+				return nil
+			}
+			// Committed here and not uploaded (dirty), or the local
+			// database of a hold that found nothing in the bucket and
+			// has uploaded nothing yet (a first upload that failed left
+			// it): the bucket may lack the key's event.
+			if !e.bucketHad && !e.uploaded {
+				e.dirty = true
+			}
+			return n.replicate(ctx, e, alarms.MidEvent)
 		}
 		e.dirty = true
 		if res.AlarmChanged {
@@ -555,7 +593,7 @@ func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind Event
 		}()
 		return nil
 	})
-	return res, err
+	return res, replayed, err
 }
 
 // State reads an actor's committed alarm state (taking the actor in

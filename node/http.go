@@ -24,6 +24,7 @@ import (
 // HTTP API, served by every node:
 //
 //	POST   /v1/actors/{tenant}/{class}/{name}?kind=exec|exec-durable   run a request event; the body is the request
+//	                                                                   (Idempotency-Key: run once per key; see Node.ExecOnce)
 //	DELETE /v1/actors/{tenant}/{class}/{name}                          delete the actor
 //	GET    /v1/actors/{tenant}/{class}/{name}/alarm                    the committed alarm state (JSON), read only
 //	PUT    /v1/actors/{tenant}/{class}/{name}/alarm                    set the alarm: {"at_ms": N} or {"at": "RFC 3339"}
@@ -67,7 +68,8 @@ import (
 //     (nothing cleared);
 //   - 422 the guest failed the event (its writes rolled back), its
 //     memory past what the node's budget for all instances could ever
-//     give included;
+//     give included; or (idempotency_key_reused) the request's
+//     Idempotency-Key is recorded for a different body (nothing ran);
 //   - 500 the event panicked in the host (a bug: recovered, logged with the
 //     actor, which is given up and taken afresh by its next event), or the
 //     actor's newest snapshot in the bucket is not a database this host
@@ -155,20 +157,54 @@ func (n *Node) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown kind %q: use exec or exec-durable", r.URL.Query().Get("kind")))
 		return
 	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("actor %s: %v", id, err))
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBody+1))
 	if err != nil || len(body) > MaxRequestBody {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, "request body unreadable or over 4 MiB")
 		return
 	}
 	var res hostmod.Result
+	var replayed bool
 	if !n.serve(w, r, body, func(ctx context.Context) (err error) {
-		res, err = n.Exec(ctx, id, body, kind)
+		res, replayed, err = n.ExecOnce(ctx, id, body, kind, key)
 		return err
 	}) {
 		return
 	}
+	if replayed {
+		w.Header().Set(replayedHeader, "true")
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Write(res.Response)
+}
+
+// idempotencyKeyHeader carries a request event's idempotency key, and
+// replayedHeader marks the answer to a request whose key the actor had
+// recorded: the recorded response, nothing run.
+const (
+	idempotencyKeyHeader = "Idempotency-Key"
+	replayedHeader       = "Idempotent-Replayed"
+)
+
+// idempotencyKey is the request's Idempotency-Key ("" without one), or an
+// error saying what is wrong with it.
+func idempotencyKey(r *http.Request) (string, error) {
+	vs := r.Header.Values(idempotencyKeyHeader)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", fmt.Errorf("%d %s headers: send one", len(vs), idempotencyKeyHeader)
+	}
+	if err := engine.ValidateIdempotencyKey(vs[0]); err != nil {
+		return "", fmt.Errorf("%s: %w", idempotencyKeyHeader, err)
+	}
+	return vs[0], nil
 }
 
 func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
@@ -365,6 +401,9 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, start time.Ti
 		return true, nil
 	}
 	req.Header.Set(forwardedHeader, "1")
+	if k := r.Header.Get(idempotencyKeyHeader); k != "" {
+		req.Header.Set(idempotencyKeyHeader, k)
+	}
 	n.sec.forwardAuth(req, r)
 	resp, err := n.sec.client.Do(req)
 	if err != nil {
@@ -418,11 +457,14 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, start time.Time, bod
 		writeProblem(w, http.StatusInsufficientStorage, CodeDiskFull, err.Error())
 	case errors.As(err, &ge):
 		writeProblem(w, http.StatusUnprocessableEntity, CodeGuestFailed, err.Error())
+	case errors.Is(err, engine.ErrIdempotencyKeyReused):
+		writeProblem(w, http.StatusUnprocessableEntity, CodeIdempotencyKeyReused, err.Error())
 	case errors.Is(err, ErrClassNotServed), errors.Is(err, engine.ErrNotInitialised):
 		writeProblem(w, http.StatusNotFound, CodeNotFound, err.Error())
 	case errors.Is(err, ErrAlarmMoved):
 		writeProblem(w, http.StatusConflict, CodeAlarmMoved, err.Error())
-	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, engine.ErrNoExport), errors.Is(err, engine.ErrAlarmOutOfRange):
+	case errors.Is(err, abi.ErrInvalidActorID), errors.Is(err, engine.ErrNoExport), errors.Is(err, engine.ErrAlarmOutOfRange),
+		errors.Is(err, engine.ErrBadIdempotencyKey):
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 	case errors.Is(err, ErrInternal), errors.Is(err, engine.ErrBadSnapshot):
 		writeProblem(w, http.StatusInternalServerError, CodeInternal, err.Error())

@@ -27,6 +27,10 @@ const (
 	CodeBucketDown    = "bucket_unreachable"
 	CodeMemoryBusy    = "memory_busy" // 503: the instances' memory is in use
 	CodeDiskFull      = "disk_full"   // 507: the node's data directory is full
+
+	// CodeIdempotencyKeyReused is a 422: the request's Idempotency-Key is
+	// recorded for a different request body; nothing ran.
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
 )
 
 // Problem is the body of every error answer of the HTTP API

@@ -62,6 +62,7 @@ type options struct {
 	failoverWait, logSummary, sweepSafety     time.Duration
 	leaseRead                                 time.Duration
 	maxDBs, maxInsts, sweepConc, sweepWalkers int
+	idemKeys, idemBytes                       int
 	attempts                                  *attemptsFlag
 	preinit                                   *preinitFlag
 	logLevel                                  string
@@ -112,6 +113,8 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.retryBase, "retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
 	fs.DurationVar(&o.failoverWait, "failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + the leases' reading period, about a takeover; negative: no waiting)")
+	fs.IntVar(&o.idemKeys, "idempotency-keys", engine.DefaultIdempotencyKeys, "how many Idempotency-Key keys each actor keeps, with their replies, in its own database (the oldest go first; a request under a key no longer kept runs again)")
+	fs.IntVar(&o.idemBytes, "idempotency-bytes", engine.DefaultIdempotencyBytes, "how many bytes of replies each actor keeps for its idempotency keys (the oldest keys go first; the newest is always kept)")
 	fs.Var(o.attempts, "max-attempts", "runs of a failing on-alarm after which its retries are given up, the alarm cleared and a dead letter kept (keepctl alarms failed): N for every class, CLASS=N for one, comma-separated (0: retry for ever, the default)")
 	fs.Var(o.preinit, "preinit", "start each class's instances from a pre-initialised image, its _initialize run once at start-up (ABI.md, Pre-initialised images): auto (the default: only a class whose initialisation read no clock, no random numbers and wrote no output), on (any class that can be captured; a Go class needs it, its instances then sharing its runtime's seeds) or off; MODE for every class, CLASS=MODE for one, comma-separated")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (each alarm fired is a debug line; info has a summary of the firings each minute)")
@@ -225,6 +228,9 @@ func run(logger hclog.Logger, o *options) error {
 	if maxDBs < 1 || maxInsts < 1 {
 		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
 	}
+	if o.idemKeys < 1 || o.idemBytes < 1 {
+		return fmt.Errorf("-idempotency-keys %d and -idempotency-bytes %d: each must be at least 1", o.idemKeys, o.idemBytes)
+	}
 	if dataDir == "" {
 		return errors.New("-data is required")
 	}
@@ -269,6 +275,7 @@ func run(logger hclog.Logger, o *options) error {
 		return err
 	}
 	engineOpts = append(engineOpts, preinitOpts...)
+	engineOpts = append(engineOpts, engine.WithIdempotencyRetention(o.idemKeys, int64(o.idemBytes)))
 	if cacheDir == "" {
 		// The data directory as node.New makes it, before the cache's
 		// directory inside it.
