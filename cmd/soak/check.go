@@ -72,9 +72,18 @@ type op struct {
 	Node  string
 	Err   string // "" when acknowledged
 	// Status is the node's HTTP status for a failed request (0: no reply,
-	// a transport error), and RetryAfter its Retry-After header.
+	// a transport error), and RetryAfter its Retry-After header: of the
+	// last try.
 	Status     int    `json:",omitempty"`
 	RetryAfter string `json:",omitempty"`
+	// Tries is how many times it was sent (under one idempotency key),
+	// Retried why each try but the last was sent again (failureCause),
+	// Replayed whether the answer was the key's record (the event had run
+	// on an earlier try), and FirstMs how long the first try took.
+	Tries    int      `json:",omitempty"`
+	Retried  []string `json:",omitempty"`
+	Replayed bool     `json:",omitempty"`
+	FirstMs  int64    `json:",omitempty"`
 }
 
 func (o op) String() string {
@@ -85,7 +94,14 @@ func (o op) String() string {
 	if o.Kind == "arm" {
 		s += " at " + ms(o.At)
 	}
-	s += fmt.Sprintf(" request %d via %s: ", o.ID, o.Node)
+	s += fmt.Sprintf(" request %d via %s", o.ID, o.Node)
+	if o.Tries > 1 {
+		s += fmt.Sprintf(" (try %d)", o.Tries)
+	}
+	if o.Replayed {
+		s += " (replayed)"
+	}
+	s += ": "
 	if o.Err == "" {
 		s += "acknowledged at " + ms(o.Done)
 	} else {
@@ -394,6 +410,10 @@ type verdict struct {
 	// ledger lacks: exec replies before it replicates, so a kill can lose
 	// one.
 	ExecLost int
+	// DupRows counts requests (each sent under its own idempotency key,
+	// however many tries) whose record is in the ledger more than once:
+	// each a violation.
+	DupRows int
 	// Lost counts alarms that did not fire within their bound once the
 	// cluster was quiet (never, or too late).
 	Lost int
@@ -488,7 +508,7 @@ func check(h history, b bounds) verdict {
 
 	// The committed ledger: every firing at its alarm's time, none early,
 	// none lost, each within its bound once the cluster is quiet.
-	inLedger := map[int64]bool{}
+	inLedger := map[int64]int{} // request id -> its records
 	fired := map[int64]bool{}
 	var pending int64 = -1 // the committed alarm as the ledger tells it
 	pendingFails := 0
@@ -501,7 +521,10 @@ func check(h history, b bounds) verdict {
 	for i, r := range h.Ledger {
 		switch r.Kind {
 		case recArm, recClear, recNote:
-			inLedger[r.B] = true
+			if inLedger[r.B]++; inLedger[r.B] == 2 {
+				v.DupRows++
+				v.fail("record %d: request %d is in the ledger twice: its event ran twice under one idempotency key", i, r.B)
+			}
 			overdue(r.C, fmt.Sprintf("record %d, a request", i))
 			if r.Kind == recArm {
 				pending, pendingFails = r.A, h.Plan.Fails
@@ -563,9 +586,10 @@ func check(h history, b bounds) verdict {
 			v.Uncommitted++
 		}
 	}
-	// Every acknowledged exec-durable request is in the committed ledger.
+	// Every acknowledged exec-durable request is in the committed ledger
+	// (once: see DupRows).
 	for _, o := range h.Ops {
-		if o.Err != "" || o.Kind == "delete" || inLedger[o.ID] {
+		if o.Err != "" || o.Kind == "delete" || inLedger[o.ID] > 0 {
 			continue
 		}
 		if o.Event == "exec-durable" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,10 @@ func TestCheck(t *testing.T) {
 			h.Attempts = []attempt{{Node: "n0", At: t0, Failed: true, Retry: 0, Next: t0 + 1000}, {Node: "n1", At: t0 + 900, Failed: true, Retry: 1, Next: t0 + 3000}}
 		}), "before its committed time"},
 		{"an acknowledged exec-durable request lost", with(clean, func(h *history) { h.Ops = append(h.Ops, durable("note", 99)) }), "not in the committed ledger"},
+		{"a request's event run twice under its key", with(clean, func(h *history) {
+			h.Ops[1].Tries, h.Ops[1].Retried = 2, []string{"no reply"}
+			h.Ledger = slices.Insert(h.Ledger, 2, note(2, t0+6))
+		}), "request 2 is in the ledger twice"},
 		{"a firing after the delete", history{Plan: plan{Name: "t/soak/d", Kind: "deleted"}, DeletedAt: t0, PendingAtEnd: -1,
 			Attempts: []attempt{{Node: "n0", At: t0 + 1, Scheduled: t0}}}, "after its delete"},
 		{"a deleted actor's alarm left", history{Plan: plan{Name: "t/soak/d", Kind: "deleted"}, DeletedAt: t0, PendingAtEnd: t0 + 5}, "still reports an alarm"},
@@ -79,8 +84,13 @@ func TestCheck(t *testing.T) {
 
 	// Not violations: an exec request lost with its node (exec replies
 	// before it replicates), a firing during the faults later than the
-	// quiet bound, and a retry that waited its committed time.
+	// quiet bound, a retry that waited its committed time, and a request
+	// sent three times under its key whose third try was answered from
+	// the record of its first (one ledger row).
 	lost := check(with(clean, func(h *history) { h.Ops = append(h.Ops, op{Kind: "note", Event: "exec", ID: 98, Done: t0}) }), bd)
+	if v := check(with(clean, func(h *history) { h.Ops[1].Tries, h.Ops[1].Replayed = 3, true }), bd); len(v.Violations) > 0 || v.DupRows != 0 {
+		t.Errorf("a request retried under its key, once in the ledger: %v", v.Violations)
+	}
 	late := check(history{Plan: oneshot, HasLedger: true, Ledger: []record{arm(t0, 1, t0), fire(t0, 0, t0+bd.Alarm+1, -1)}}, bd)
 	retry := check(history{Plan: failing, HasLedger: true, Ledger: []record{arm(t0, 1, t0), fire(t0+3000, 2, t0+3000, -1)},
 		Attempts: []attempt{{At: t0, Failed: true, Retry: 0, Next: t0 + 1000}, {At: t0 + 1000, Failed: true, Retry: 1, Next: t0 + 3000}, {At: t0 + 3000, Scheduled: t0 + 3000, Retry: 2}}}, bd)

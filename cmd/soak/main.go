@@ -81,6 +81,7 @@ type options struct {
 	progressEvery    time.Duration
 	maxInstances     int
 	requestTimeout   time.Duration
+	retryFor         time.Duration
 	verifyAttempts   int
 	out              io.Writer
 	tty              bool
@@ -95,7 +96,7 @@ func defaults() options {
 		leaseTTL: 2 * time.Second, margin: 400 * time.Millisecond, grace: time.Second, sweep: time.Second, boundInFaults: true,
 		retryBase: 500 * time.Millisecond, retryMax: 4 * time.Second,
 		minInt: 20 * time.Second, maxInt: 60 * time.Second, rate: 30, quiet: 20 * time.Second, slack: 2 * time.Second,
-		progressEvery: 5 * time.Second, maxInstances: 256, requestTimeout: 10 * time.Second, verifyAttempts: 4,
+		progressEvery: 5 * time.Second, maxInstances: 256, requestTimeout: 10 * time.Second, retryFor: 20 * time.Second, verifyAttempts: 4,
 		out: os.Stdout,
 	}
 	// 5 % of the S3 requests fail, 1 % in each of the five ways.
@@ -138,6 +139,7 @@ func main() {
 	flag.DurationVar(&o.minInt, "min-interval", o.minInt, "shortest alarm interval")
 	flag.DurationVar(&o.maxInt, "max-interval", o.maxInt, "longest alarm interval")
 	flag.Float64Var(&o.rate, "rate", o.rate, "client requests per second (exec, exec-durable and deletes)")
+	flag.DurationVar(&o.retryFor, "retry-for", o.retryFor, "how long after its first try the client sends a request whose outcome is unknown (no answer, a 503) again, under its idempotency key (0: never)")
 	flag.DurationVar(&o.quiet, "quiet", o.quiet, "how long the cluster runs, faults off and settled, before the check")
 	flag.DurationVar(&o.slack, "slack", o.slack, "slack added to the alarm bound for a busy machine")
 	flag.BoolVar(&o.boundInFaults, "bound-during-faults", o.boundInFaults, "hold firings due while the faults are on to the bound too (false: from the quiet phase on only)")
@@ -197,7 +199,8 @@ type soak struct {
 	sent     atomic.Int64
 	acked    atomic.Int64
 	failed   atomic.Int64
-	mu       sync.Mutex // attempts, lates
+	retries  atomic.Int64 // requests sent again (each try after the first)
+	mu       sync.Mutex   // attempts, lates
 	lates    []int64
 	fires    int
 	fails    int
@@ -251,6 +254,7 @@ func (s *soak) say(format string, args ...any) {
 type summary struct {
 	Kills, SameName, Cuts       int
 	Requests, Acked, Failed     int
+	Retries, DupRows            int
 	Committed, Logged, FailRuns int
 	Duplicates, Uncommitted     int
 	LedgerOnly, ExecLost        int
@@ -297,9 +301,16 @@ type summary struct {
 type requestCount struct {
 	Sent, Failed, RetryAfter, NoReply int
 	Causes                            map[string]int
-	// FailedMs are the failed requests' latencies (sent to answered, ms),
-	// kept for the outage's requests only.
-	FailedMs []int64
+	// Retried counts the requests sent more than once (under their
+	// idempotency key), Retries the tries after the first, Replayed the
+	// requests answered from their key's record (an earlier try had run
+	// the event), and RetryCauses why tries were sent again.
+	Retried, Retries, Replayed int
+	RetryCauses                map[string]int
+	// FailedMs are the failed requests' latencies (sent to the last
+	// answer, ms) and FirstMs every request's first try's (sent to
+	// answered), kept for the outage's requests only.
+	FailedMs, FirstMs []int64
 }
 
 var (
@@ -596,6 +607,22 @@ func run(ctx context.Context, o options) (summary, error) {
 				counts[kind] = c
 			}
 			c.Sent++
+			if o.Tries > 1 {
+				c.Retried++
+				c.Retries += o.Tries - 1
+				if c.RetryCauses == nil {
+					c.RetryCauses = map[string]int{}
+				}
+				for _, rc := range o.Retried {
+					c.RetryCauses[rc]++
+				}
+			}
+			if o.Replayed {
+				c.Replayed++
+			}
+			if sum.Outage != nil {
+				c.FirstMs = append(c.FirstMs, o.FirstMs)
+			}
 			if o.Err != "" {
 				c.Failed++
 				if c.Causes == nil {
@@ -618,6 +645,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		sum.Uncommitted += v.Uncommitted
 		sum.LedgerOnly += v.LedgerOnly
 		sum.ExecLost += v.ExecLost
+		sum.DupRows += v.DupRows
 		sum.BeyondQuiet += v.BeyondQuietBound
 		sum.Lost += v.Lost
 		for _, m := range missing {
@@ -640,12 +668,13 @@ func run(ctx context.Context, o options) (summary, error) {
 	slices.Sort(sum.AfterOutage)
 	for _, c := range sum.OutageRequests {
 		slices.Sort(c.FailedMs)
+		slices.Sort(c.FirstMs)
 	}
 	sum.Kills, sum.SameName, sum.Cuts = int(s.kills.Load()), int(s.same.Load()), int(s.cuts.Load())
 	s.mu.Lock()
 	sum.Dropped = s.dropped
 	s.mu.Unlock()
-	sum.Requests, sum.Acked, sum.Failed = int(s.sent.Load()), int(s.acked.Load()), int(s.failed.Load())
+	sum.Requests, sum.Acked, sum.Failed, sum.Retries = int(s.sent.Load()), int(s.acked.Load()), int(s.failed.Load()), int(s.retries.Load())
 	sum.Injected = map[string]int{}
 	for _, sl := range s.slots {
 		for k, n := range sl.proxy.Injected() {
@@ -715,8 +744,9 @@ func (s *soak) ensureUp(ctx context.Context, sl *slot) error {
 	return s.startNode(ctx, sl, name)
 }
 
-// liveURL is a random node that runs and is not cut off ("" if none).
-func (s *soak) liveURL() (string, string) {
+// liveURL is a random node that runs and is not cut off ("" if none),
+// other than the node named not when there is another.
+func (s *soak) liveURL(not string) (string, string) {
 	var urls, names []string
 	for _, sl := range s.slots {
 		sl.mu.Lock()
@@ -724,6 +754,9 @@ func (s *soak) liveURL() (string, string) {
 			urls, names = append(urls, sl.node.URL), append(names, sl.name)
 		}
 		sl.mu.Unlock()
+	}
+	if i := slices.Index(names, not); i >= 0 && len(names) > 1 {
+		urls, names = slices.Delete(urls, i, i+1), slices.Delete(names, i, i+1)
 	}
 	if len(urls) == 0 {
 		return "", ""
@@ -780,45 +813,83 @@ const (
 	kindExecDurable = "exec-durable" // replicated before the answer
 )
 
-// send sends one request to the actor (its lock held) and records it.
+// send sends one request to the actor (its lock held) and records it. A
+// request event goes under an idempotency key, the run's seed and the
+// request's id; one whose outcome is unknown (no answer: the node was
+// killed or the connection cut; a 503, with its Retry-After: an upload that
+// failed, a failover that did not end in the node's wait) is sent again,
+// to another live node after no answer, for up to -retry-for from the
+// first try. A delete is idempotent as it is, and is retried alike.
 func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64) op {
 	o := op{Kind: kind, Event: event, ID: s.reqID.Add(1), At: at, Sent: time.Now().UnixMilli()}
-	url, name := s.liveURL()
-	o.Node = name
+	var body []byte
+	switch kind {
+	case "arm":
+		body = request(1, at, o.ID, a.plan.Interval, a.plan.Fails)
+	case "clear":
+		body = request(2, 0, o.ID, 0, 0)
+	case "note":
+		body = request(3, 0, o.ID, 0, 0)
+	}
+	key := fmt.Sprintf("soak-%d-%d", s.o.seed, o.ID)
+	give := time.Now().Add(s.o.retryFor)
+	wait := 200 * time.Millisecond // after no answer, doubling to 2 s
 	var err error
-	if url == "" {
-		err = errors.New("no live node")
-	} else {
-		rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
-		c := clusterproc.ClientOf(url)
-		exec := c.Exec
-		if event == kindExecDurable {
-			exec = c.ExecDurable
+	var last string             // the node tried last
+	var problem *client.Problem // the last answer's, nil for none
+	for {
+		url, name := s.liveURL(last)
+		o.Node = name
+		o.Tries++
+		replayed := false
+		t0 := time.Now()
+		if url == "" {
+			err = errors.New("no live node")
+		} else {
+			rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
+			c := clusterproc.ClientOf(url)
+			exec := c.Exec
+			if event == kindExecDurable {
+				exec = c.ExecDurable
+			}
+			if kind == "delete" {
+				err = c.Delete(rctx, a.id)
+			} else {
+				_, err = exec(rctx, a.id, body, client.WithIdempotencyKey(key), client.Replayed(&replayed))
+			}
+			cancel()
 		}
-		switch kind {
-		case "arm":
-			_, err = exec(rctx, a.id, request(1, at, o.ID, a.plan.Interval, a.plan.Fails))
-		case "clear":
-			_, err = exec(rctx, a.id, request(2, 0, o.ID, 0, 0))
-		case "note":
-			_, err = exec(rctx, a.id, request(3, 0, o.ID, 0, 0))
-		case "delete":
-			err = c.Delete(rctx, a.id)
+		if o.Tries == 1 {
+			o.FirstMs = time.Since(t0).Milliseconds()
 		}
-		cancel()
+		problem = nil
+		if err == nil {
+			o.Replayed = replayed
+			break
+		}
+		errors.As(err, &problem)
+		if problem != nil && !problem.Temporary() || url == "" && ctx.Err() != nil || time.Now().After(give) || s.o.retryFor <= 0 {
+			break // refused (retrying cannot help), or out of time
+		}
+		o.Retried = append(o.Retried, failureCause(shortErr(err)))
+		pause := wait
+		if problem != nil {
+			pause = problem.RetryAfter // a 503: the node says when
+		} else {
+			last = name // no answer: another node next
+			wait = min(2*wait, 2*time.Second)
+		}
+		time.Sleep(max(0, min(pause, time.Until(give))))
 	}
 	o.Done = time.Now().UnixMilli()
 	s.sent.Add(1)
+	s.retries.Add(int64(o.Tries - 1))
 	if err != nil {
-		o.Err = err.Error()
-		if len(o.Err) > 200 {
-			o.Err = o.Err[:200] + "..."
-		}
-		var se *client.Problem
-		if errors.As(err, &se) {
-			o.Status = se.Status
-			if se.RetryAfter > 0 {
-				o.RetryAfter = strconv.Itoa(int(se.RetryAfter / time.Second))
+		o.Err = shortErr(err)
+		if problem != nil {
+			o.Status = problem.Status
+			if problem.RetryAfter > 0 {
+				o.RetryAfter = strconv.Itoa(int(problem.RetryAfter / time.Second))
 			}
 		}
 		s.failed.Add(1)
@@ -838,6 +909,15 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 	}
 	a.ops = append(a.ops, o)
 	return o
+}
+
+// shortErr is an error's text, cut at 200 bytes.
+func shortErr(err error) string {
+	e := err.Error()
+	if len(e) > 200 {
+		e = e[:200] + "..."
+	}
+	return e
 }
 
 // armAll arms every actor once, exec-durable, before the faults start.
@@ -1288,7 +1368,7 @@ func (s *soak) readOne(ctx context.Context, a *actor) (history, error) {
 	h := history{Plan: a.plan, Ops: append([]op(nil), a.ops...), DeletedAt: a.deleted, PendingAtEnd: -1}
 	var err error
 	for try := 0; try < 30; try++ {
-		url, _ := s.liveURL()
+		url, _ := s.liveURL("")
 		rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
 		if a.deleted > 0 {
 			var st client.AlarmState
@@ -1375,7 +1455,8 @@ func (s *soak) table(sum summary, bd bounds) {
 	fmt.Fprintf(w, "  cluster:               %d nodes, lease %v, grace %v, sweep %v, retries %v doubling to %v\n", o.nodes, o.leaseTTL, o.grace, o.sweep, o.retryBase, o.retryMax)
 	fmt.Fprintf(w, "  actors:                %d (%s)\n", o.actors, mix(s.actors))
 	fmt.Fprintf(w, "  chaos:                 %d SIGKILLs (%d restarted under the same name), %d cuts from the bucket of %v\n", sum.Kills, sum.SameName, sum.Cuts, o.partitionFor)
-	fmt.Fprintf(w, "  client requests:       %d (%d acknowledged, %d failed or unknown)\n", sum.Requests, sum.Acked, sum.Failed)
+	fmt.Fprintf(w, "  client requests:       %d (%d acknowledged, %d failed or unknown after retries); %d tries sent again under their idempotency key, for up to %v\n",
+		sum.Requests, sum.Acked, sum.Failed, sum.Retries, o.retryFor)
 	var kinds []string
 	for _, m := range faultproxy.Modes {
 		kinds = append(kinds, fmt.Sprintf("%s %d", m, sum.Injected[m.String()]))
@@ -1409,22 +1490,12 @@ func (s *soak) table(sum summary, bd bounds) {
 		if c == nil {
 			continue
 		}
-		fmt.Fprintf(w, "  %-22s %d sent during the faults, %d failed (%.2f%%): %d with Retry-After, %d without a reply\n",
+		fmt.Fprintf(w, "  %-22s %d sent during the faults, %d failed (%.2f%%) in the end: %d with Retry-After, %d without a reply\n",
 			kind+" requests:", c.Sent, c.Failed, 100*float64(c.Failed)/float64(max(c.Sent, 1)), c.RetryAfter, c.NoReply)
-		causes := slices.Collect(maps.Keys(c.Causes))
-		sort.Slice(causes, func(i, j int) bool {
-			if c.Causes[causes[i]] != c.Causes[causes[j]] {
-				return c.Causes[causes[i]] > c.Causes[causes[j]]
-			}
-			return causes[i] < causes[j]
-		})
-		for i, cause := range causes {
-			if i == 4 {
-				fmt.Fprintf(w, "                           ... %d more causes\n", len(causes)-i)
-				break
-			}
-			fmt.Fprintf(w, "                           %d: %s\n", c.Causes[cause], cause)
-		}
+		printCauses(w, c.Causes, 4)
+		fmt.Fprintf(w, "                         retried: %d requests (%.2f%%), %d tries again; %d answered from their key's record (an earlier try had run the event); tries sent again after:\n",
+			c.Retried, 100*float64(c.Retried)/float64(max(c.Sent, 1)), c.Retries, c.Replayed)
+		printCauses(w, c.RetryCauses, 4)
 	}
 	rate := 0.0
 	if sum.Runs > 0 {
@@ -1444,6 +1515,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	fmt.Fprintf(w, "                         replicated twice: %d successful runs the nodes logged as fired (after replicating) twice for the same time\n", sum.Duplicates)
 	fmt.Fprintf(w, "                         %d runs logged whose commit was lost and whose alarm a later event replaced; %d committed runs no node logged\n", sum.Uncommitted, sum.LedgerOnly)
 	fmt.Fprintf(w, "  exec acks lost:        %d (exec replies before it replicates; every acknowledged exec-durable request is checked)\n", sum.ExecLost)
+	fmt.Fprintf(w, "  ledger rows twice:     %d requests whose record is in the ledger more than once (each sent under one idempotency key, however many tries; violations)\n", sum.DupRows)
 	r := sum.Report
 	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them overdue in two runs in a row); %d keys both an object and a folder\n",
 		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra, len(r.Nested))
@@ -1452,6 +1524,24 @@ func (s *soak) table(sum summary, bd bounds) {
 	}
 	fmt.Fprintf(w, "  lost:                  %d\n", sum.Lost)
 	fmt.Fprintf(w, "  violations:            %d\n", sum.Violations)
+}
+
+// printCauses prints the most frequent causes, at most most of them.
+func printCauses(w io.Writer, causes map[string]int, most int) {
+	keys := slices.Collect(maps.Keys(causes))
+	sort.Slice(keys, func(i, j int) bool {
+		if causes[keys[i]] != causes[keys[j]] {
+			return causes[keys[i]] > causes[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	for i, cause := range keys {
+		if i == most {
+			fmt.Fprintf(w, "                           ... %d more causes\n", len(keys)-i)
+			break
+		}
+		fmt.Fprintf(w, "                           %d: %s\n", causes[cause], cause)
+	}
 }
 
 func perSecond(n int, ms int64) float64 {

@@ -270,32 +270,18 @@ func (s *soak) outageTable(w io.Writer, sum summary, bd bounds) {
 		if c == nil {
 			continue
 		}
-		lat := "-"
-		if len(c.FailedMs) > 0 {
-			lat = fmt.Sprintf("p50 %s, p99 %s, max %s", pctText(c.FailedMs, 50), pctText(c.FailedMs, 99), msText(c.FailedMs[len(c.FailedMs)-1]))
+		first := "-"
+		if n := len(c.FirstMs); n > 0 {
+			first = fmt.Sprintf("p50 %s, p99 %s, max %s", pctText(c.FirstMs, 50), pctText(c.FirstMs, 99), msText(c.FirstMs[n-1]))
 		}
-		fmt.Fprintf(w, "  %-22s %d sent during the outage, %d failed (answered in %s): %d with Retry-After, %d without a reply\n",
-			kind+" in outage:", c.Sent, c.Failed, lat, c.RetryAfter, c.NoReply)
-		causes := slices.Collect(func(yield func(string) bool) {
-			for k := range c.Causes {
-				if !yield(k) {
-					return
-				}
-			}
-		})
-		slices.SortFunc(causes, func(a, b string) int {
-			if c.Causes[a] != c.Causes[b] {
-				return c.Causes[b] - c.Causes[a]
-			}
-			return strings.Compare(a, b)
-		})
-		for i, cause := range causes {
-			if i == 3 {
-				fmt.Fprintf(w, "                           ... %d more causes\n", len(causes)-i)
-				break
-			}
-			fmt.Fprintf(w, "                           %d: %s\n", c.Causes[cause], cause)
+		last := "-"
+		if n := len(c.FailedMs); n > 0 {
+			last = fmt.Sprintf("p50 %s, max %s", pctText(c.FailedMs, 50), msText(c.FailedMs[n-1]))
 		}
+		fmt.Fprintf(w, "  %-22s %d sent during the outage, first tries answered in %s; %d tries again, %d succeeded in the end (%d answered from their key's record);\n"+
+			"                         %d failed in the end (after %s): %d with Retry-After, %d without a reply\n",
+			kind+" in outage:", c.Sent, first, c.Retries, c.Sent-c.Failed, c.Replayed, c.Failed, last, c.RetryAfter, c.NoReply)
+		printCauses(w, c.Causes, 3)
 	}
 	held := "-"
 	if n := len(sum.AfterOutage); n > 0 {
