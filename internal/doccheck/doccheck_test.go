@@ -97,7 +97,7 @@ var rules = []struct{ pattern, by string }{
 	{`^keepnode -data \./n1 .*-token-file token -tenant-tokens tenant-tokens -peer-token-file peer-token -tls-cert`, "test: ./internal/clusterproc TestKeepnodeWithTokensAndTLS"},
 	{`^KEEPNODE_ADVERTISE=\S+ KEEPNODE_NODE_ID=\S+ keepnode -config `, "test: ./cmd/keepnode TestConfigPrecedence"},
 	{`^keepnode -config /etc/keepnode/keepnode\.toml$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
-	{`^keepnode -(metrics-addr|durable-commits|max-attempts|alarm-deadline|instance-memory|max-memory)\b`, "here"},
+	{`^keepnode -(metrics-addr|durable-commits|max-attempts|alarm-deadline|instance-memory|max-memory|idempotency-keys)\b`, "here"},
 	{`^keepctl -bucket \S+ verify$`, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
 	{`^keepctl -bucket wasmkeep backfill$`, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
 	{`^keepctl -bucket wasmkeep alarms list `, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
@@ -117,6 +117,7 @@ var rules = []struct{ pattern, by string }{
 	{`^curl --cacert ca\.pem -H "Authorization: Bearer \$\(cat token\)" `, "test: ./internal/clusterproc TestKeepnodeWithTokensAndTLS"},
 	{`^curl -X (PUT|DELETE) .*/alarm$`, "test: ./node TestAnAlarmSetOverHTTPFiresAtThatTime"},
 	{`^curl -X POST .*/alarm:fire$`, "test: ./node TestFireRunsOnAlarmNow"},
+	{`^curl -X POST -H 'Idempotency-Key: [!-~]+' --data-binary '[^']*' 'http://127\.0\.0\.1:760[12]/v1/actors/demo/counter/c1\?kind=exec-durable'$`, "test: ./node TestAKeyedRequestRunsOnceOnAnyNode"},
 	{`^curl 'http://127\.0\.0\.1:7602/v1/actors/demo/counter/c1/alarm'$`, "test: ./node TestAnAlarmSetOverHTTPFiresAtThatTime"},
 	// Guest toolchains.
 	{`^rustc --edition 2021 `, "test: ./internal/testguest TestRustRemindersNativeTests"},
