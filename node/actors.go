@@ -536,8 +536,8 @@ func (n *Node) Exec(ctx context.Context, id abi.ActorID, body []byte, kind Event
 // actor's database, so they replicate with it. When the actor has the key
 // recorded, nothing runs and the recorded response is returned, replayed
 // true; for ExecDurable it is returned only once the state that holds the
-// key is in the bucket (uploaded now if this node has not uploaded it
-// yet). A holder that took the actor over restored the bucket's state,
+// key is in the bucket (uploaded now unless this hold has uploaded it
+// already). A holder that took the actor over restored the bucket's state,
 // which holds the key exactly when the event's upload landed: an
 // exec-durable event was acknowledged only after it did, so a key the new
 // holder lacks belongs to an event that was never acknowledged, and
@@ -561,11 +561,15 @@ func (n *Node) ExecOnce(ctx context.Context, id abi.ActorID, body []byte, kind E
 			if n.leases == nil || kind != ExecDurable {
 				return nil
 			}
-			// Committed here and not uploaded (dirty), or the local
-			// database of a hold that found nothing in the bucket and
-			// has uploaded nothing yet (a first upload that failed left
-			// it): the bucket may lack the key's event.
-			if !e.bucketHad && !e.uploaded {
+			// Committed here and not uploaded (dirty), or a hold that
+			// has uploaded nothing yet: its local database may hold
+			// commits the bucket lacks (the local file of an actor whose
+			// first upload failed, kept when the bucket has nothing; or
+			// one whose node was killed between a commit and its upload,
+			// kept on the restart because its sidecar still names the
+			// bucket's newest snapshot). Either way the bucket may lack
+			// the key's event: upload before answering.
+			if !e.uploaded {
 				e.dirty = true
 			}
 			return n.replicate(ctx, e, alarms.MidEvent)

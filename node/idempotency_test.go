@@ -5,6 +5,7 @@ package node_test
 // upload whose outcome its node could not know.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -220,5 +223,62 @@ func TestAnExecDurableReplayWaitsForTheUpload(t *testing.T) {
 	got := keyed(t, bn.URL+actor, "get", "k")
 	if !got.replayed || got.body != replay.body {
 		t.Fatalf("k through b after a died: %+v, want %q replayed from the bucket", got, replay.body)
+	}
+}
+
+// A node killed between a commit and its upload leaves a local database
+// ahead of the bucket whose sidecar still names the bucket's newest
+// snapshot, so the same node, restarted on its data directory, keeps it
+// when it takes the actor again: the key of the lost commit is there
+// locally and not in the bucket. A retry under that key is answered only
+// once this hold has uploaded it, so the node that takes the actor next
+// replays it too.
+func TestAKeyAheadOfTheBucketIsUploadedBeforeItsReplay(t *testing.T) {
+	ctx := context.Background()
+	b := bucket.NewMem()
+	classes := counter(t)
+	hc := hostConfig{ttl: time.Second, margin: 250 * time.Millisecond, grace: 500 * time.Millisecond}
+	dir := t.TempDir()
+	id := abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}
+	a := startHost(t, b, "a", dir, classes, hc)
+	if _, _, err := a.ExecOnce(ctx, id, []byte("get"), node.ExecDurable, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil { // released: the sidecar names the upload
+		t.Fatal(err)
+	}
+	// The commit the killed node made and never uploaded.
+	eng, err := engine.NewEngine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	class, err := eng.Compile(ctx, "counter", classes["counter"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := eng.Open(ctx, id, class, node.Path(dir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, _, err := local.RequestOnce(ctx, "k2", []byte("get"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Close(ctx)
+	eng.Close(ctx)
+
+	a2 := startHost(t, b, "a", dir, classes, hc)
+	res, replayed, err := a2.ExecOnce(ctx, id, []byte("get"), node.ExecDurable, "k2")
+	if err != nil || !replayed || string(res.Response) != string(lost.Response) {
+		t.Fatalf("k2 on the restarted node: %q replayed %v (%v); want %q replayed from its local database", res.Response, replayed, err, lost.Response)
+	}
+	a2.Crash()
+	bn := startHost(t, b, "b", t.TempDir(), classes, hc)
+	waitFor(t, "b to take the actor over", func() bool {
+		res, replayed, err = bn.ExecOnce(ctx, id, []byte("get"), node.ExecDurable, "k2")
+		return err == nil
+	})
+	if !replayed || string(res.Response) != string(lost.Response) {
+		t.Fatalf("k2 on b after a died: %q replayed %v; want %q replayed from the bucket", res.Response, replayed, lost.Response)
 	}
 }
