@@ -874,7 +874,7 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 		o.Retried = append(o.Retried, failureCause(shortErr(err)))
 		pause := wait
 		if problem != nil {
-			pause = problem.RetryAfter // a 503: the node says when
+			pause = max(problem.RetryAfter, 100*time.Millisecond) // a 503: the node says when
 		} else {
 			last = name // no answer: another node next
 			wait = min(2*wait, 2*time.Second)
