@@ -283,6 +283,12 @@ type summary struct {
 	FaultMs, QuietMs           int64
 	FaultFirings, QuietFirings int
 	FaultLateness              []int64
+	// DueFromMs is how far into the faults the first alarm fell due (the
+	// actors are armed minInt or more ahead, just before the faults), and
+	// DueMs and DueFirings the faults' span from then on and its firings:
+	// a rate that does not count the seconds no alarm was due.
+	DueFromMs, DueMs int64
+	DueFirings       int
 	// Client requests sent while the faults were on, by event kind (exec,
 	// exec-durable, delete): how many, how many failed, and how many of
 	// those failures were a reply with Retry-After.
@@ -462,6 +468,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		s.byName[a.id.String()] = a
 	}
 	s.say("%d nodes up; arming %d actors (%s)", o.nodes, o.actors, mix(s.actors))
+	armStart := time.Now()
 	if err := s.armAll(ctx); err != nil {
 		return sum, err
 	}
@@ -550,6 +557,8 @@ func run(ctx context.Context, o options) (summary, error) {
 	sum.DupCauses = map[string]int{}
 	sum.FaultRequests = map[string]*requestCount{}
 	sum.FaultMs, sum.QuietMs = faultsOff.UnixMilli()-stormStart.UnixMilli(), bd.End-bd.Quiet
+	dueFrom := max(stormStart.UnixMilli(), armStart.Add(o.minInt).UnixMilli())
+	sum.DueFromMs, sum.DueMs = dueFrom-stormStart.UnixMilli(), faultsOff.UnixMilli()-dueFrom
 	// The outage and the recovery after it (faults and kills paused) are
 	// not the faults' phase: their figures are the outage's own.
 	inOutage := func(int64) bool { return false }
@@ -557,6 +566,9 @@ func run(ctx context.Context, o options) (summary, error) {
 		sum.Outage = ou
 		sum.OutageRequests = map[string]*requestCount{}
 		sum.FaultMs -= ou.ResumedMs - ou.PausedMs
+		if ou.PausedMs >= dueFrom {
+			sum.DueMs -= ou.ResumedMs - ou.PausedMs
+		}
 		inOutage = func(t int64) bool { return t >= ou.PausedMs && t < ou.ResumedMs }
 	}
 	var bad []string
@@ -583,6 +595,9 @@ func run(ctx context.Context, o options) (summary, error) {
 			case at >= stormStart.UnixMilli() && at < faultsOff.UnixMilli():
 				sum.FaultFirings++
 				sum.FaultLateness = append(sum.FaultLateness, v.Fired[j])
+				if at >= dueFrom {
+					sum.DueFirings++
+				}
 			case at >= bd.Quiet && at <= bd.End:
 				sum.QuietFirings++
 			}
@@ -1482,6 +1497,11 @@ func (s *soak) table(sum summary, bd bounds) {
 	}
 	fmt.Fprintf(w, "  firings per second:    %.1f during the faults (%d in %s), %.1f in the quiet phase (%d in %s): %.0f%%\n",
 		faultRate, sum.FaultFirings, msText(sum.FaultMs), quietRate, sum.QuietFirings, msText(sum.QuietMs), ratio)
+	if sum.DueFromMs > 0 && quietRate > 0 {
+		dueRate := perSecond(sum.DueFirings, sum.DueMs)
+		fmt.Fprintf(w, "                         from the first alarm due, %s into the faults: %.1f (%d in %s): %.0f%%\n",
+			msText(sum.DueFromMs), dueRate, sum.DueFirings, msText(sum.DueMs), 100*dueRate/quietRate)
+	}
 	if n := len(sum.FaultLateness); n > 0 {
 		fmt.Fprintf(w, "  lateness in faults:    p50 %s, p99 %s, max %s\n", pctText(sum.FaultLateness, 50), pctText(sum.FaultLateness, 99), msText(sum.FaultLateness[n-1]))
 	}
