@@ -566,9 +566,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		sum.Outage = ou
 		sum.OutageRequests = map[string]*requestCount{}
 		sum.FaultMs -= ou.ResumedMs - ou.PausedMs
-		if ou.PausedMs >= dueFrom {
-			sum.DueMs -= ou.ResumedMs - ou.PausedMs
-		}
+		sum.DueMs -= max(0, min(ou.ResumedMs, faultsOff.UnixMilli())-max(ou.PausedMs, dueFrom))
 		inOutage = func(t int64) bool { return t >= ou.PausedMs && t < ou.ResumedMs }
 	}
 	var bad []string
