@@ -284,7 +284,8 @@ type summary struct {
 	FaultFirings, QuietFirings int
 	FaultLateness              []int64
 	// DueFromMs is how far into the faults the first alarm fell due (the
-	// actors are armed minInt or more ahead, just before the faults), and
+	// actors are armed minInt or more ahead, and the faults wait for the
+	// first to fall due, so it is 0 unless the outage moves them), and
 	// DueMs and DueFirings the faults' span from then on and its firings:
 	// a rate that does not count the seconds no alarm was due.
 	DueFromMs, DueMs int64
@@ -471,6 +472,18 @@ func run(ctx context.Context, o options) (summary, error) {
 	armStart := time.Now()
 	if err := s.armAll(ctx); err != nil {
 		return sum, err
+	}
+	// The faults start when the first alarms fall due (each actor is armed
+	// -min-interval or more ahead), so that the firings per second during
+	// the faults compare with the quiet phase's over a span in which
+	// alarms were due throughout, not one that began with seconds of none.
+	if wait := time.Until(armStart.Add(o.minInt)); wait > 0 {
+		s.say("waiting %v for the first alarms to fall due", wait.Round(100*time.Millisecond))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return sum, ctx.Err()
+		}
 	}
 
 	// The storm.
