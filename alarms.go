@@ -451,12 +451,18 @@ func (p *Plugin) SweepStats() sweeper.Stats {
 
 // offer hands a sweep's delivery to the node timer, where a time it already
 // holds earlier, or a retry within the longest backoff, wins.
+// The core remembers the offer, so that a delivery that finds the actor
+// held by another node forwards the entry there (docs/design.md#stale-forward).
 func (p *Plugin) offer(d sweeper.Overdue) {
-	if p.cfg.Timer.Offer(TimerKey(d.Actor), d.DueMs, p.cfg.Host.Now().UnixMilli()) && core.LegacyAmong(d.Keys) {
-		p.mu.Lock()
-		p.core.OfferedLegacy(d.Actor, d.DueMs)
-		p.mu.Unlock()
+	if !p.cfg.Timer.Offer(TimerKey(d.Actor), d.DueMs, p.cfg.Host.Now().UnixMilli()) {
+		return
 	}
+	p.mu.Lock()
+	p.core.Listed(d.Actor, d.DueMs)
+	if core.LegacyAmong(d.Keys) {
+		p.core.OfferedLegacy(d.Actor, d.DueMs)
+	}
+	p.mu.Unlock()
 }
 
 func toIndex(id abi.ActorID) abi.ActorID { return id }
@@ -622,7 +628,11 @@ func (p *Plugin) step(ctx context.Context, a Actor, x *alarmindex.Exec, s alarmi
 		}
 		x.Report(err)
 	case alarmindex.StepList:
-		x.ReportList(p.cfg.Bucket.List(ctx, s.Prefix, "", bucket.MaxPage))
+		keys, err := p.cfg.Bucket.List(ctx, s.Prefix, "", bucket.MaxPage)
+		if d != nil {
+			d.listed += len(keys)
+		}
+		x.ReportList(keys, err)
 	case alarmindex.StepRun:
 		ev, err := a.RunAlarm(ctx)
 		if d != nil && err == nil {
@@ -677,8 +687,13 @@ type Delivery struct {
 	// wrapping ErrNotHere, the alarm was dropped; otherwise it
 	// is retried at RetryAt.
 	Err error
+	// Forwarded: the alarm was dropped (ErrNotHere) and the entry, which a
+	// sweep of this node listed, was forwarded to the node holding the
+	// actor (Forwarder).
+	Forwarded bool
 
 	failedDeletes int // stale DELETEs that failed
+	listed        int // entries the LIST of stale entries found
 }
 
 // deliver delivers the entry at dueMs for an actor the host took for it

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -16,6 +17,19 @@ import (
 // its class. The timer loop then drops the alarm from the node timer: the holder
 // has it, and a sweep offers an orphaned one again.
 var ErrNotHere = errors.New("the actor is not this node's to run")
+
+// Forwarder is implemented by a Host that can reach the node holding an
+// actor (docs/design.md#stale-forward). When a delivery of an entry this
+// node's sweep listed finds the actor held by another node (Host.Take's
+// error wraps ErrNotHere), the timer loop drops the alarm as before and
+// hands the entry to Forward, with Take's error, which names the holder in
+// the host's own terms: the host sends it there, and the holder's plugin
+// decides with Plugin.OfferEntry. A Forward that cannot reach the holder
+// returns an error; the entry is listed, and forwarded, again at a later
+// sweep while it stays.
+type Forwarder interface {
+	Forward(ctx context.Context, entry alarmindex.Key, notHere error) error
+}
 
 // runTimer runs the node timer (Config.Timer) until ctx ends, as Start
 // says. It returns once every delivery it started has ended.
@@ -160,11 +174,18 @@ func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery 
 		d.Err = err
 		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)
 		p.mu.Lock()
+		entry, listed := p.core.Forward(id, at)
 		p.forgetFailing(key)
 		p.core.Forget(id)
 		p.mu.Unlock()
 		p.cfg.Timer.Remove(key)
 		p.log.Debug("alarm dropped: the actor is not this node's to run", "actor", id.String(), "error", err)
+		if f, ok := p.cfg.Host.(Forwarder); ok && listed {
+			// An entry this node's sweep listed: the holder's timer may
+			// never deliver its time (a stale entry of an actor it keeps
+			// re-arming), and it may walk no tenant of its own.
+			d.Forwarded = p.forward(ctx, f, entry, err)
+		}
 	default:
 		d.Err = err
 		if ctx.Err() != nil {

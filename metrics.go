@@ -50,6 +50,7 @@ type metrics struct {
 	delReplaced, delStale       prometheus.Counter
 	delReplacedErr, delStaleErr prometheus.Counter
 	unmatched                   map[alarmindex.Outcome]prometheus.Counter
+	forwarded                   *prometheus.CounterVec
 	collectors                  []prometheus.Collector
 }
 
@@ -118,7 +119,17 @@ func newMetrics(cfg Config) *metrics {
 		alarmindex.OutcomeNoState: unmatched.WithLabelValues("no_state"),
 		alarmindex.OutcomeKeep:    unmatched.WithLabelValues("not_in_bucket"),
 	}
-	m.collectors = append(m.collectors, m.sweepDuration, puts, dels, delErrs, unmatched)
+	// Overdue entries a sweep listed whose actor another node holds: the
+	// node that listed one forwards it to the holder, which removes it if
+	// stale (docs/design.md#stale-forward).
+	m.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_index_forwarded_entries_total",
+		Help: "Overdue index entries a sweep listed whose actor another node holds, by result: sent (forwarded to the holder), send_failed (the holder could not be reached or refused), and on the holder removed (stale entries removed, or none left), armed (the committed alarm: timer armed), kept (the rules kept them), skipped (its timer delivers that time, or a delivery is under way), error (the removal failed; tried again).",
+	}, []string{"result"})
+	for _, r := range []string{"sent", "send_failed", string(OfferRemoved), string(OfferArmed), string(OfferKept), string(OfferSkipped), "error"} {
+		m.forwarded.WithLabelValues(r)
+	}
+	m.collectors = append(m.collectors, m.sweepDuration, puts, dels, delErrs, unmatched, m.forwarded)
 	return m
 }
 
@@ -191,6 +202,32 @@ func (m *metrics) unmatchedEntry(o alarmindex.Outcome) {
 	if c := m.unmatched[o]; c != nil {
 		c.Inc()
 	}
+}
+
+// forwardSent counts an entry this node forwarded to the actor's holder
+// (err: it could not).
+func (m *metrics) forwardSent(err error) {
+	if m == nil || m.forwarded == nil {
+		return
+	}
+	r := "sent"
+	if err != nil {
+		r = "send_failed"
+	}
+	m.forwarded.WithLabelValues(r).Inc()
+}
+
+// forwardedEntry counts what this node, the holder, did with an entry
+// another node forwarded to it.
+func (m *metrics) forwardedEntry(out OfferOutcome, err error) {
+	if m == nil || m.forwarded == nil {
+		return
+	}
+	r := string(out)
+	if err != nil {
+		r = "error"
+	}
+	m.forwarded.WithLabelValues(r).Inc()
 }
 
 func (m *metrics) sweep(took time.Duration, _ error) {

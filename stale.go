@@ -79,7 +79,7 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 				p.log.Error("panic removing stale index entries", "key", key, "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		p.removeStale(ctx, d.Actor, entry)
+		_, _ = p.removeStale(ctx, d.Actor, entry, true)
 	}
 	// A free delivery worker, or a new one under the cap; otherwise a
 	// later sweep tries again (never wait here: this is the sweep).
@@ -118,31 +118,50 @@ func (p *Plugin) release(key string) {
 // removeStale takes the actor and delivers the entry time of delivered
 // without running on-alarm: the stale entries at that time are removed as
 // the rules say. An error gives the actor up, as a failed delivery does;
-// its entries stay for a later sweep.
-func (p *Plugin) removeStale(ctx context.Context, id abi.ActorID, delivered alarmindex.Key) {
+// its entries stay for a later sweep. An actor another node holds is
+// dropped from the timer, as a delivery drops it, and with forward (an
+// entry this node's sweep listed) the entry is forwarded to the holder.
+func (p *Plugin) removeStale(ctx context.Context, id abi.ActorID, delivered alarmindex.Key, forward bool) (OfferOutcome, error) {
 	a, done, err := p.cfg.Host.Take(ctx, id)
 	if err != nil {
+		p.log.Debug("could not take the actor to remove its stale index entries", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
 		if errors.Is(err, ErrNotHere) {
 			p.forgetKnown(id)
+			p.cfg.Timer.Remove(TimerKey(id))
+			if f, ok := p.cfg.Host.(Forwarder); ok && forward {
+				p.forward(ctx, f, delivered, err)
+			}
 		}
-		p.log.Debug("could not take the actor to remove its stale index entries", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
-		return
+		return "", err
 	}
-	removed, failedDeletes, err := p.removeStaleTaken(ctx, a, delivered)
+	out, failedDeletes, err := p.removeStaleTaken(ctx, a, delivered)
 	now := p.cfg.Host.Now()
 	p.mu.Lock()
-	p.core.StaleDone(id, delivered.DueMs, now.UnixMilli(), removed, err != nil || failedDeletes)
+	p.core.StaleDone(id, delivered.DueMs, now.UnixMilli(), out == OfferRemoved || out == OfferArmed, err != nil || failedDeletes)
 	p.mu.Unlock()
 	if err != nil {
 		p.log.Debug("could not remove the stale index entries of an actor; a later sweep tries again", "actor", id.String(), "due_ms", delivered.DueMs, "error", err)
 	}
 	done(err)
+	return out, err
 }
 
-// removeStaleTaken does removeStale's work on the taken actor; removed
-// reports whether it removed an entry or armed the timer, failedDeletes
-// whether a DELETE failed (harmless: the actor is not given up for it).
-func (p *Plugin) removeStaleTaken(ctx context.Context, a Actor, delivered alarmindex.Key) (removed, failedDeletes bool, err error) {
+// forward hands an overdue entry this node's sweep listed to the node
+// holding the actor, which notHere names (docs/design.md#stale-forward).
+func (p *Plugin) forward(ctx context.Context, f Forwarder, entry alarmindex.Key, notHere error) bool {
+	err := f.Forward(ctx, entry, notHere)
+	p.m.forwardSent(err)
+	if err != nil {
+		p.log.Debug("could not forward an overdue index entry to the actor's holder; a later sweep lists it again", "actor", entry.Actor.String(), "due_ms", entry.DueMs, "error", err)
+	}
+	return err == nil
+}
+
+// removeStaleTaken does removeStale's work on the taken actor: out says
+// whether it removed an entry (or found none left at that time), armed the
+// timer, or the rules kept what it listed; failedDeletes whether a DELETE
+// failed (harmless: the actor is not given up for it).
+func (p *Plugin) removeStaleTaken(ctx context.Context, a Actor, delivered alarmindex.Key) (out OfferOutcome, failedDeletes bool, err error) {
 	id := a.ID()
 	key := TimerKey(id)
 	defer func() {
@@ -152,24 +171,86 @@ func (p *Plugin) removeStaleTaken(ctx context.Context, a Actor, delivered alarmi
 		}
 	}()
 	plan, st, err := p.deliveryPlan(ctx, a, delivered)
-	if err == nil {
-		p.m.unmatchedEntry(plan.Outcome)
-		switch core.StaleStepOf(plan.Outcome) {
-		case core.StaleRemove:
-			var out Delivery
-			err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
-			removed = len(out.Deleted) > 0
-			failedDeletes = out.failedDeletes > 0
-			if err == nil {
-				p.log.Info("removed stale index entries of an actor the timer keeps at a later time", "actor", id.String(), "due_ms", delivered.DueMs, "deleted", len(out.Deleted))
-			}
-		case core.StaleArm:
-			p.cfg.Timer.Set(key, *st.Alarm)
-			removed = true
-		case core.StaleLetGo:
-			a.Release(ctx)
-			p.LetGo(id)
-		}
+	if err != nil {
+		return "", false, err
 	}
-	return removed, failedDeletes, err
+	p.m.unmatchedEntry(plan.Outcome)
+	switch core.StaleStepOf(plan.Outcome) {
+	case core.StaleRemove:
+		var d Delivery
+		err = p.run(ctx, a, p.rules.ExecDelivery(plan), &d)
+		failedDeletes = d.failedDeletes > 0
+		// Nothing listed at that time any more (a DELETE landed since the
+		// sweep listed it) is done as well: nothing is left to try again.
+		out = OfferKept
+		if len(d.Deleted) > 0 || d.listed == 0 {
+			out = OfferRemoved
+		}
+		if err == nil {
+			p.log.Info("removed stale index entries of an actor", "actor", id.String(), "due_ms", delivered.DueMs, "deleted", len(d.Deleted))
+		}
+	case core.StaleArm:
+		p.cfg.Timer.Set(key, *st.Alarm)
+		out = OfferArmed
+	case core.StaleLetGo:
+		a.Release(ctx)
+		p.LetGo(id)
+		out = OfferKept
+	}
+	return out, failedDeletes, err
+}
+
+// OfferOutcome is what the node holding an actor did with an entry another
+// node forwarded to it (Plugin.OfferEntry).
+type OfferOutcome string
+
+const (
+	// OfferSkipped: nothing to do here now: the timer delivers that time
+	// (or an earlier one) itself, the node's latest upload named it, a
+	// delivery of the actor is under way or waits to retry, the same
+	// time's removal waits its turn, or the timer loop is not running.
+	OfferSkipped OfferOutcome = "skipped"
+	// OfferRemoved: the stale entries at that time were removed (or none
+	// was left there).
+	OfferRemoved OfferOutcome = "removed"
+	// OfferArmed: the committed alarm is that time after all: the timer is
+	// armed with it (it delivers it, never early).
+	OfferArmed OfferOutcome = "armed"
+	// OfferKept: the rules kept what was listed at that time (R3, or the
+	// bucket never had the actor); not tried again before RetryMax.
+	OfferKept OfferOutcome = "kept"
+)
+
+// OfferEntry is the holder's side of a forwarded entry
+// (docs/design.md#stale-forward): another node's sweep listed the actor's
+// overdue index entry (its time, and whether a legacy key was among its
+// keys), and that node's delivery found the actor held here. The node
+// decides with its core (core.State.Forwarded) and, unless it skips it,
+// takes the actor (Host.Take) and delivers that entry time as a removal of
+// stale entries does: without running on-alarm, the entries at that time
+// that the committed state does not name removed under R2, R3 and the
+// fence, nothing while the bucket never had the actor, the timer armed if
+// the committed alarm is that time after all. It runs on the caller's
+// goroutine, holding the actor's delivery slot. An error wrapping
+// ErrNotHere: another node holds the actor now.
+func (p *Plugin) OfferEntry(ctx context.Context, entry alarmindex.Key) (OfferOutcome, error) {
+	id := entry.Actor
+	if err := id.Validate(); err != nil {
+		return "", err
+	}
+	key := TimerKey(id)
+	timerAt, timerHeld := p.cfg.Timer.Get(key)
+	now := p.cfg.Host.Now().UnixMilli()
+	p.mu.Lock()
+	entry, ok := p.core.Forwarded(entry, core.Kept{Now: now, TimerAt: timerAt, TimerHeld: timerHeld, Key: key})
+	ok = ok && p.core.Claim(key)
+	p.mu.Unlock()
+	if !ok {
+		p.m.forwardedEntry(OfferSkipped, nil)
+		return OfferSkipped, nil
+	}
+	defer p.release(key)
+	out, err := p.removeStale(ctx, id, entry, false)
+	p.m.forwardedEntry(out, err)
+	return out, err
 }

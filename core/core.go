@@ -15,6 +15,11 @@
 //     that a sweep leaves out because the node timer keeps the actor at a
 //     later time (Stale, StaleDone): see docs/design.md and the plugin's
 //     stale.go;
+//   - the removal of an overdue entry another node's sweep listed and
+//     forwarded here because this node holds the actor (Forwarded), and,
+//     on the node that listed it, which entry a sweep offered, so that a
+//     delivery that finds the actor held elsewhere forwards it (Listed,
+//     Forward): see docs/design.md#stale-forward;
 //   - each actor's delivery slot: one delivery at a time, the time the
 //     timer pops meanwhile, the entry time a failed delivery's retry
 //     delivers again, the legacy entry a sweep offered (Start, Release,
@@ -87,6 +92,9 @@ type State struct {
 	slots map[string]slot
 	// legacy: the time of a legacy entry a sweep offered, by actor.
 	legacy map[abi.ActorID]int64
+	// listed: the time of the entry a sweep offered that the timer took,
+	// by actor, until that actor's next delivery.
+	listed map[abi.ActorID]int64
 }
 
 // staleTry: the entry time due is not tried again before until (ms).
@@ -114,6 +122,7 @@ func (s *State) Uploaded(id abi.ActorID, named *alarmindex.Key) {
 func (s *State) Forget(id abi.ActorID) {
 	delete(s.known, id)
 	delete(s.tried, id)
+	delete(s.listed, id)
 }
 
 // Armed is told the actor's committed alarm (key: its key in the node
@@ -147,25 +156,55 @@ type Kept struct {
 }
 
 // Stale decides whether the node removes the stale entries a sweep left
-// out (d: the actor, its earliest overdue entry time and keys): only for
-// an actor whose upload this node carried out, for an entry time other
-// than the one that upload named, while the timer holds the actor at a
-// later time (else the timer delivers that time itself), and not again
-// before a removal that failed or removed nothing waited its turn. It
+// out (d: the actor, its earliest overdue entry time and keys): while the
+// timer holds the actor at a later time (else the timer delivers that time
+// itself), for an entry time other than the one this node's latest upload
+// named, and not again before a removal that failed or removed nothing
+// waited its turn. Whether or not this node has uploaded the actor: a node
+// that restarted and holds the actor again, or one whose timer still has
+// it from a hold it lost, has not (the fence covers the first; the second
+// finds the actor held elsewhere and forwards the entry to the holder). It
 // returns the entry to deliver, through the delivery rules, without
 // running on-alarm.
 func (s *State) Stale(d sweeper.Overdue, k Kept) (alarmindex.Key, bool) {
-	if t, ok := s.tried[d.Actor]; ok && t.due == d.DueMs && k.Now < t.until {
+	if !k.TimerHeld {
 		return alarmindex.Key{}, false
 	}
-	named, known := s.known[d.Actor]
-	if !known || named.DueMs == d.DueMs || k.Busy || s.InFlight(k.Key) || s.Waiting(k.Key) {
+	return s.removal(alarmindex.Key{Actor: d.Actor, DueMs: d.DueMs, Legacy: LegacyAmong(d.Keys)}, k)
+}
+
+// Forwarded decides whether the node removes the stale entries at an
+// overdue entry time that another node's sweep listed and forwarded here
+// because this node holds the actor (entry: the actor, the time, whether a
+// legacy key was among the keys listed). As Stale, but whether or not the
+// timer holds the actor (an actor with no alarm has only stale entries):
+// not while the timer holds the actor at that time or earlier (it delivers
+// that time itself, or an earlier one first), nor for the time the node's
+// latest upload named (the timer has it, or had it and delivered it). It returns the entry to deliver, through the
+// delivery rules, without running on-alarm.
+func (s *State) Forwarded(entry alarmindex.Key, k Kept) (alarmindex.Key, bool) {
+	return s.removal(alarmindex.Key{Actor: entry.Actor, DueMs: entry.DueMs, Legacy: entry.Legacy}, k)
+}
+
+// removal is what Stale and Forwarded share: not for the time the node's
+// latest upload named or a time the timer delivers itself, not while the
+// host is busy or a delivery of the actor is under way or waits to retry,
+// and not again before a removal of that time that failed or removed
+// nothing waited its turn.
+func (s *State) removal(entry alarmindex.Key, k Kept) (alarmindex.Key, bool) {
+	if t, ok := s.tried[entry.Actor]; ok && t.due == entry.DueMs && k.Now < t.until {
 		return alarmindex.Key{}, false
 	}
-	if !k.TimerHeld || k.TimerAt <= d.DueMs {
+	if named, known := s.known[entry.Actor]; known && named.DueMs == entry.DueMs {
 		return alarmindex.Key{}, false
 	}
-	return alarmindex.Key{Actor: d.Actor, DueMs: d.DueMs, Legacy: LegacyAmong(d.Keys)}, true
+	if k.Busy || s.InFlight(k.Key) || s.Waiting(k.Key) {
+		return alarmindex.Key{}, false
+	}
+	if k.TimerHeld && k.TimerAt <= entry.DueMs {
+		return alarmindex.Key{}, false
+	}
+	return entry, true
 }
 
 // StaleStep is what a removal of stale entries does after the delivery
@@ -265,10 +304,41 @@ func (s *State) OfferedLegacy(id abi.ActorID, due int64) {
 	s.legacy[id] = due
 }
 
+// Listed records that the node timer took a sweep's entry of the actor at
+// due: a delivery of that time that finds the actor held by another node
+// forwards it there (Forward).
+func (s *State) Listed(id abi.ActorID, due int64) {
+	if s.listed == nil {
+		s.listed = map[abi.ActorID]int64{}
+	}
+	s.listed[id] = due
+}
+
+// Forward is told that a delivery of the actor's entry time due found the
+// actor held by another node: it returns the entry to forward to that node
+// when a sweep of this node listed the actor's entry at that time (a legacy
+// key among its keys: Legacy), and false when the time came from anywhere
+// else (an alarm this node's timer kept from its own hold, say), which the
+// holder's timer has.
+func (s *State) Forward(id abi.ActorID, due int64) (alarmindex.Key, bool) {
+	at, ok := s.listed[id]
+	if !ok || at != due {
+		return alarmindex.Key{}, false
+	}
+	delete(s.listed, id)
+	k := alarmindex.Key{Actor: id, DueMs: due}
+	if l, ok := s.legacy[id]; ok && l == due {
+		delete(s.legacy, id)
+		k.Legacy = true
+	}
+	return k, true
+}
+
 // Entry is the entry a delivery of the time due names: a legacy one when a
 // sweep offered that time's legacy entry (it is removed by its exact name),
 // else the tagged entries at that time.
 func (s *State) Entry(id abi.ActorID, due int64) alarmindex.Key {
+	delete(s.listed, id) // delivered here: nothing to forward
 	k := alarmindex.Key{Actor: id, DueMs: due}
 	if len(s.legacy) > 0 {
 		if at, ok := s.legacy[id]; ok && at == due {

@@ -66,18 +66,19 @@ func cfg() core.Config {
 }
 
 // A sweep's overdue entry of an actor the timer keeps later is removed by
-// the node that uploaded the actor, only for an entry time other than the
-// one its upload named, only while the timer holds the actor later, never
-// while busy; a failed removal waits RetryAfterError, one that removed
-// nothing RetryMax, one that removed something not at all.
+// the node, whether or not it uploaded the actor (one that restarted has
+// not), only for an entry time other than the one its latest upload named,
+// only while the timer holds the actor later, never while busy; a failed
+// removal waits RetryAfterError, one that removed nothing RetryMax, one
+// that removed something not at all.
 func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 	named := key(t0+10_000, 3)
 	stale := sweeper.Overdue{Actor: actor, DueMs: t0, Keys: []string{key(t0, 2).String()}}
 	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true, Key: timerKey}
 
 	s := core.New(cfg())
-	if _, ok := s.Stale(stale, kept); ok {
-		t.Fatal("removed entries of an actor whose upload this node did not carry out")
+	if e, ok := s.Stale(stale, kept); !ok || e.DueMs != t0 {
+		t.Fatalf("an actor this node has not uploaded: got %v %t; want the entry time %d delivered (the fence covers it)", e, ok, t0)
 	}
 	s.Uploaded(actor, &named)
 	e, ok := s.Stale(stale, kept)
@@ -122,25 +123,95 @@ func TestStaleDecidesWhichKeptEntriesToRemove(t *testing.T) {
 		t.Error("a removal that removed something held back the next")
 	}
 
-	// Cleared or another node's: nothing left to remove.
-	s.Armed(actor, timerKey, nil)
-	if _, ok := s.Stale(stale, kept); ok {
-		t.Error("removal decided after the alarm was cleared")
-	}
-	s.Uploaded(actor, &named)
-	due := t0 + 10_000
-	s.Armed(actor, timerKey, &due)
-	if _, ok := s.Stale(stale, kept); !ok {
-		t.Error("an alarm set forgot the upload's entry")
-	}
+	// Forgotten (another node's, or its alarm cleared), or an upload that
+	// named nothing: the named time is no longer left to the timer.
+	at := sweeper.Overdue{Actor: actor, DueMs: named.DueMs}
+	later := core.Kept{Now: kept.Now, TimerAt: t0 + 20_000, TimerHeld: true, Key: timerKey}
 	s.Forget(actor)
-	if _, ok := s.Stale(stale, kept); ok {
-		t.Error("removal decided for an actor forgotten")
+	if _, ok := s.Stale(at, later); !ok {
+		t.Error("the time of an upload forgotten is still left alone")
 	}
 	s.Uploaded(actor, &named)
 	s.Uploaded(actor, nil)
-	if _, ok := s.Stale(stale, kept); ok {
-		t.Error("removal decided after an upload that named no entry")
+	if _, ok := s.Stale(at, later); !ok {
+		t.Error("the time of an upload that an upload naming nothing replaced is still left alone")
+	}
+}
+
+// An entry another node's sweep listed and forwarded here, the holder:
+// removed whether or not the timer holds the actor (an actor with no alarm
+// has only stale entries), but not while the timer holds it at that time
+// or earlier, nor for the time the node's latest upload named, nor while
+// busy, nor again before a failed removal's wait.
+func TestForwardedDecidesWhichForwardedEntriesToRemove(t *testing.T) {
+	s := core.New(cfg())
+	entry := alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}
+	now := t0 + 60_000
+	for name, k := range map[string]core.Kept{
+		"the timer holds the actor later": {Now: now, TimerAt: t0 + 10_000, TimerHeld: true, Key: timerKey},
+		"the timer does not hold it":      {Now: now, Key: timerKey},
+	} {
+		if e, ok := s.Forwarded(entry, k); !ok || e != entry {
+			t.Errorf("%s: got %v %t; want %v delivered", name, e, ok, entry)
+		}
+	}
+	for name, k := range map[string]core.Kept{
+		"the timer holds that time":  {Now: now, TimerAt: t0, TimerHeld: true, Key: timerKey},
+		"the timer holds it earlier": {Now: now, TimerAt: t0 - 1, TimerHeld: true, Key: timerKey},
+		"the host cannot take it":    {Now: now, Busy: true, Key: timerKey},
+	} {
+		if _, ok := s.Forwarded(entry, k); ok {
+			t.Errorf("%s: removal decided", name)
+		}
+	}
+	free := core.Kept{Now: now, Key: timerKey}
+	if !s.Claim(timerKey) {
+		t.Fatal("claim")
+	}
+	if _, ok := s.Forwarded(entry, free); ok {
+		t.Error("removal decided while a delivery of the actor is under way")
+	}
+	s.Release(timerKey)
+	named := key(t0, 4)
+	s.Uploaded(actor, &named)
+	if _, ok := s.Forwarded(entry, free); ok {
+		t.Error("removal decided for the time this node's latest upload named")
+	}
+	s.Forget(actor)
+	s.StaleDone(actor, t0, now, false, true)
+	if _, ok := s.Forwarded(entry, free); ok {
+		t.Error("a failed removal tried again at once")
+	}
+}
+
+// A delivery that finds the actor held elsewhere forwards an entry only
+// for the time a sweep of this node listed (with its legacy key), once;
+// a delivery here, or forgetting the actor, drops what was listed.
+func TestForwardOnlyWhatASweepListed(t *testing.T) {
+	s := core.New(cfg())
+	if _, ok := s.Forward(actor, t0); ok {
+		t.Fatal("forwarded a time no sweep listed")
+	}
+	s.Listed(actor, t0)
+	s.OfferedLegacy(actor, t0)
+	if _, ok := s.Forward(actor, t0+1); ok {
+		t.Error("forwarded another time than the one listed")
+	}
+	if e, ok := s.Forward(actor, t0); !ok || e != (alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}) {
+		t.Errorf("got %v %t; want the listed legacy entry", e, ok)
+	}
+	if _, ok := s.Forward(actor, t0); ok {
+		t.Error("forwarded twice")
+	}
+	s.Listed(actor, t0)
+	s.Entry(actor, t0+5)
+	if _, ok := s.Forward(actor, t0); ok {
+		t.Error("forwarded after a delivery here")
+	}
+	s.Listed(actor, t0)
+	s.Forget(actor)
+	if _, ok := s.Forward(actor, t0); ok {
+		t.Error("forwarded after the actor was forgotten")
 	}
 }
 

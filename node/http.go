@@ -30,6 +30,7 @@ import (
 //	PUT    /v1/actors/{tenant}/{class}/{name}/alarm                    set the alarm: {"at_ms": N} or {"at": "RFC 3339"}
 //	DELETE /v1/actors/{tenant}/{class}/{name}/alarm[?if_at_ms=N]       clear the alarm (only if it is at N)
 //	POST   /v1/actors/{tenant}/{class}/{name}/alarm:fire               run on-alarm now
+//	POST   /v1/actors/{tenant}/{class}/{name}/alarm:offer              an overdue index entry's time, for the holder to remove if stale: {"at_ms": N}
 //	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
 //	GET    /v1/readyz                                                  readiness (JSON): lease, bucket and sweep checks
 //	GET    /v1/openapi.json                                            the OpenAPI 3.1 document of this API (openapi.json)
@@ -122,6 +123,7 @@ func (n *Node) routes() []route {
 		{"PUT /v1/actors/{tenant}/{class}/{name}/alarm", n.handleSetAlarm},
 		{"DELETE /v1/actors/{tenant}/{class}/{name}/alarm", n.handleClearAlarm},
 		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:fire", n.handleFireAlarm},
+		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:offer", n.handleOffer},
 		{"GET /v1/readyz", n.handleReady},
 		{"GET /v1/healthz", n.handleHealth},
 		{"GET /v1/openapi.json", serveOpenAPI},

@@ -192,6 +192,8 @@ func TestOpenAPISchemasAreTheResponseStructs(t *testing.T) {
 		"AlarmState":   reflect.TypeFor[node.AlarmState](),
 		"FiredState":   reflect.TypeFor[node.FiredState](),
 		"SetAlarmBody": reflect.TypeFor[node.SetAlarmBody](),
+		"OfferBody":    reflect.TypeFor[node.OfferBody](),
+		"OfferState":   reflect.TypeFor[node.OfferState](),
 		"Readiness":    reflect.TypeFor[node.Readiness](),
 		"Check":        reflect.TypeFor[node.Check](),
 		"Problem":      reflect.TypeFor[node.Problem](),
@@ -336,17 +338,22 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 		setAlarm   = "PUT /v1/actors/{tenant}/{class}/{name}/alarm"
 		clearAlarm = "DELETE /v1/actors/{tenant}/{class}/{name}/alarm"
 		fireAlarm  = "POST /v1/actors/{tenant}/{class}/{name}/alarm:fire"
+		offer      = "POST /v1/actors/{tenant}/{class}/{name}/alarm:offer"
 	)
-	actorRoutes := []string{exec, del, getAlarm, setAlarm, clearAlarm, fireAlarm}
+	actorRoutes := []string{exec, del, getAlarm, setAlarm, clearAlarm, fireAlarm, offer}
 	// url is the route's URL on the actor t/c/n of base.
 	url := func(base, route, actor string) string {
 		path := strings.SplitN(route, " ", 2)[1]
 		return base + strings.Replace(path, "{tenant}/{class}/{name}", actor, 1)
 	}
 	setBody := `{"at_ms": 1900000000000}`
+	offerBody := `{"at_ms": 1000}`
 	body := func(route string) string {
-		if route == setAlarm {
+		switch route {
+		case setAlarm:
 			return setBody
+		case offer:
+			return offerBody
 		}
 		return ""
 	}
@@ -378,6 +385,8 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 		probe{clearAlarm, url(a.URL, clearAlarm, "t/oneshot/never"), "op", "", 404},
 		probe{fireAlarm, url(a.URL, fireAlarm, "t/oneshot/x"), "op", "", 200},
 		probe{fireAlarm, url(a.URL, fireAlarm, "t/oneshot/never"), "op", "", 404},
+		probe{offer, url(a.URL, offer, "t/oneshot/x"), "op", offerBody, 200},
+		probe{offer, url(a.URL, offer, "t/oneshot/x"), "op", `{"at": "2030-01-01T00:00:00Z"}`, 400},
 		probe{del, url(a.URL, del, "t/oneshot/x"), "op", "", 204},
 		probe{"GET /v1/healthz", aloneSrv.URL + "/v1/healthz", "", "", 200},
 		probe{"GET /v1/healthz", lapsed.URL + "/v1/healthz", "", "", 503},

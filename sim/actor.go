@@ -259,6 +259,10 @@ func (s *sim) runRequest(n *node, h *held, kind reqKind, finish func()) {
 				at := s.drillAt
 				next.alarm, s.drillAt, s.drillNode = &at, 0, n
 			}
+			if at, ok := s.setAt[h.actor.String()]; ok {
+				next.alarm = &at
+				delete(s.setAt, h.actor.String())
+			}
 		case reqClear:
 			next.alarm, next.failures = nil, 0
 		case reqWrite:
@@ -455,8 +459,10 @@ type driven struct {
 	// uploadFirst: the index plan uploads before its PUT (a mutation).
 	uploadFirst bool
 	indexed     bool // a delivery's index step ended (the timer is re-armed)
-	// staleDeletes counts the stale entries the plan's DELETEs named.
+	// staleDeletes counts the stale entries the plan's DELETEs named;
+	// listed the entries its LIST found.
 	staleDeletes int
+	listed       int
 	entry        alarmindex.Key
 	swept        bool
 	finish       func()
@@ -562,7 +568,15 @@ func (s *sim) drive(n *node, h *held, x *alarmindex.Exec, d *driven, k func(erro
 				}
 				s.logf("%s deletes stale %s", n.addr, st.Key)
 			}
-			s.send(n, request{kind: bucket.OpDelete, class: clsDelete, key: st.Key.String()}, func(r result) {
+			req := request{kind: bucket.OpDelete, class: clsDelete, key: st.Key.String()}
+			if ak := h.actor.String(); !st.Stale && s.failDelete[ak] {
+				// The stale drill: this replaced entry's DELETE fails on
+				// every try (the Deleter gives it up).
+				delete(s.failDelete, ak)
+				req.forced = &bucket.Fault{Err: errInjected}
+				s.logf("%s: the DELETE of replaced %s fails on every try", n.addr, st.Key)
+			}
+			s.send(n, req, func(r result) {
 				if r.err != nil && n.up {
 					s.letGo(n, h.actor) // an entry left behind: its tenant is walked
 				}
@@ -573,6 +587,7 @@ func (s *sim) drive(n *node, h *held, x *alarmindex.Exec, d *driven, k func(erro
 			s.step(n, boot, s.between(1, 5), func() {
 				s.send(n, request{kind: bucket.OpList, class: clsRead, prefix: st.Prefix, limit: 1000}, func(r result) {
 					h.lastUse = s.now
+					d.listed += len(r.keys)
 					x.ReportList(r.keys, r.err)
 					if r.err != nil {
 						loop()
@@ -768,8 +783,12 @@ func (s *sim) deliver(n *node, ak string, at int64) {
 				// Not this node's to run: dropped, and forgotten.
 				s.logf("%s drops %s at %s: %s owns it", n.addr, a, fmtMs(at-epochMs), s.nodes[owner].addr)
 				if n.boot == boot {
+					entry, listed := n.core.Forward(a, at)
 					n.core.Forget(a)
 					n.timer.Remove(ak)
+					if listed {
+						s.forwardEntry(n, s.nodes[owner], entry)
+					}
 				}
 			} else {
 				s.logf("%s cannot deliver %s now (%s); retries after a lease period", n.addr, a, why)
@@ -854,6 +873,11 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 		}
 		outcome := "cleared"
 		switch {
+		case s.final && h.actor.String() == s.ticker && s.now < s.tickUntil:
+			// The stale drill's ticker re-arms within the horizon.
+			at := s.now + tickMs
+			next.alarm, next.failures = &at, 0
+			outcome = "re-armed (ticker)"
 		case x < 50:
 			next.alarm, next.failures = nil, 0
 		case x < 65:

@@ -355,6 +355,7 @@ func (s *sim) sweep(n *node) {
 		}
 		delete(n.letGo, ak) // offered: in the node's timer now
 		if n.timer.Offer(ak, d.DueMs, s.now) {
+			n.core.Listed(d.Actor, d.DueMs)
 			if d.Anyone {
 				s.c.Anyone++
 			}
@@ -383,23 +384,75 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Overdue) {
 	if !ok || !n.core.Claim(ak) {
 		return
 	}
+	s.removeStale(n, entry, true, func(bool) {})
+}
+
+// forwardEntry is the plugin's forward of an entry n's sweep listed whose
+// delivery found the actor held by node o (alarms.Forwarder, the node's
+// POST .../alarm:offer): it reaches o after a network delay, unless either
+// end is cut off, and o's plugin handles it (offerEntry).
+func (s *sim) forwardEntry(n, o *node, entry alarmindex.Key) {
+	if s.cfg.NoStaleForward || n.cut(s.now) {
+		return
+	}
+	s.c.Forwards++
+	s.logf("%s forwards %s to its holder %s", n.addr, entry, o.addr)
+	s.step(o, o.boot, s.between(1, 20), func() {
+		if !o.cut(s.now) {
+			s.offerEntry(o, entry)
+		}
+	})
+}
+
+// offerEntry is the holder's side of a forwarded entry, as the plugin's
+// OfferEntry: its core decides (core.State.Forwarded), then the removal
+// runs as for an entry the timer keeps.
+func (s *sim) offerEntry(n *node, entry alarmindex.Key) {
+	ak := entry.Actor.String()
+	at, inTimer := n.timer.Get(ak)
+	e, ok := n.core.Forwarded(entry, core.Kept{Now: s.now, Busy: n.gateway || n.busy[ak], TimerAt: at, TimerHeld: inTimer, Key: ak})
+	if !ok || !n.core.Claim(ak) {
+		s.logf("%s skips the forwarded %s", n.addr, entry)
+		return
+	}
+	s.removeStale(n, e, false, func(removed bool) {
+		if removed {
+			s.c.ForwardRemovals++
+		}
+	})
+}
+
+// removeStale takes the actor (n holds its delivery slot) and delivers the
+// entry time of entry without running on-alarm, as the plugin's
+// removeStale: the stale entries at that time removed as the rules say, the
+// timer armed if the committed alarm is that time after all; an actor
+// another node holds dropped from the timer and, with forward (an entry
+// n's sweep listed), the entry forwarded to the holder. end is told
+// whether it removed an entry.
+func (s *sim) removeStale(n *node, entry alarmindex.Key, forward bool, end func(removed bool)) {
+	a := entry.Actor
+	ak := a.String()
 	n.busy[ak] = true
 	boot := n.boot
 	finish := func() {
 		if n.boot == boot {
-			s.endDelivery(n, d.Actor)
+			s.endDelivery(n, a)
 		}
 	}
 	done := func(removed, failed bool) {
 		if n.boot == boot {
-			n.core.StaleDone(d.Actor, entry.DueMs, s.now, removed, failed)
+			n.core.StaleDone(a, entry.DueMs, s.now, removed, failed)
 		}
 		finish()
 	}
-	s.take(n, d.Actor, func(h *held, owner int, _ string) {
+	s.take(n, a, func(h *held, owner int, _ string) {
 		if h == nil {
 			if owner >= 0 && n.boot == boot {
-				n.core.Forget(d.Actor) // another node's
+				n.core.Forget(a) // another node's
+				n.timer.Remove(ak)
+				if forward {
+					s.forwardEntry(n, s.nodes[owner], entry)
+				}
 			}
 			finish()
 			return
@@ -413,14 +466,17 @@ func (s *sim) removeKeptStale(n *node, d sweeper.Overdue) {
 		switch core.StaleStepOf(p.Outcome) {
 		case core.StaleRemove:
 			s.c.KeptStale++
-			s.logf("%s removes stale entries of %s at %s (its timer keeps a later time)", n.addr, h.actor, fmtMs(entry.DueMs-epochMs))
+			s.logf("%s removes stale entries of %s at %s", n.addr, h.actor, fmtMs(entry.DueMs-epochMs))
 			dr := &driven{next: h.db.clone(), entry: entry, indexed: true}
 			s.drive(n, h, n.rules.ExecDelivery(p), dr, func(err error) {
 				h.lastUse = s.now
 				if err != nil {
 					s.giveUp(n, h, err.Error())
 				}
-				done(dr.staleDeletes > 0, err != nil)
+				// Nothing left at that time is done too, as in the plugin.
+				removed := dr.staleDeletes > 0 || dr.listed == 0
+				done(removed, err != nil)
+				end(err == nil && dr.staleDeletes > 0)
 			})
 		case core.StaleArm:
 			n.timer.Set(ak, entry.DueMs)

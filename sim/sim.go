@@ -44,6 +44,12 @@ type Config struct {
 	// last walk, earlier than what they know, then waits for ever once
 	// that node dies.
 	NoMembershipRelist bool
+	// NoStaleForward is the unsafe variant of the stale entries' removal
+	// (docs/design.md#stale-forward): a node whose delivery of an entry
+	// its sweep listed finds the actor held by another node drops it, as
+	// before forwarding. A stale entry of an actor that keeps re-arming on
+	// a node that walks none of its tenant then stays (the stale drill).
+	NoStaleForward bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
@@ -61,7 +67,8 @@ type Failure struct {
 	// AtMs is the virtual time of the failure, in ms since the run began.
 	AtMs int64
 	// Kind is "invariant", "liveness", "backoff" (a committed retry off the
-	// rule) or "sim".
+	// rule), "stale" (a stale entry older than the bound once quiet) or
+	// "sim".
 	Kind string
 	// Msg names the actor and what was wrong.
 	Msg string
@@ -89,6 +96,9 @@ type Result struct {
 	Tail []string
 	// Trace is the whole trace when Config.KeepTrace is set.
 	Trace []string
+	// MaxStaleMs is the oldest any stale entry grew after quiet, as the
+	// stale-entry invariant measures it (staleBoundMs is the bound).
+	MaxStaleMs int64
 }
 
 // Counters count what a run (or, added up, many runs) exercised. Every
@@ -137,6 +147,13 @@ type Counters struct {
 	// KeptStale: stale entries' times delivered, without running, by the
 	// node holding an actor its timer keeps at a later time.
 	KeptStale int64
+	// Forwards: entries a node's sweep listed whose delivery found the
+	// actor held by another node, forwarded there; ForwardRemovals: the
+	// holders' removals of stale entries after a forward.
+	Forwards, ForwardRemovals int64
+	// StaleDrills: final phases whose stale drill ran (a stale entry left
+	// by a failed DELETE, its actor re-arming on a node that is no walker).
+	StaleDrills int64
 	// NoState: deliveries for an actor with no state.
 	NoState int64
 	// Requests: client requests that ran.
@@ -208,7 +225,8 @@ var Required = []string{
 	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
 	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
-	"Walks", "Relists", "Drills", "KeptStale",
+	"Walks", "Relists", "Drills", "KeptStale", "Forwards", "ForwardRemovals",
+	"StaleDrills",
 }
 
 // Run runs one simulation to its end and reports the outcome. It is
@@ -249,6 +267,24 @@ const (
 	safetyWalkMs = 180_000
 	// drillMs: when in the final phase the orphan drill runs.
 	drillMs = 240_000
+	// quietMs: how long into the final phase every fault of the main
+	// phase is over (a cut-off aimed at a join, ≤ 110 s; a late request,
+	// ≤ 120 s): from then on no stale entry may grow older than
+	// staleBoundMs (staleCheck).
+	quietMs = 120_000
+	// staleDrillMs: when in the final phase the stale drill runs;
+	// tickMs: how often its ticker re-arms, until tickEndMs.
+	staleDrillMs = 100_000
+	tickMs       = 5_000
+	tickEndMs    = 200_000
+	// staleBoundMs is the bound on a stale entry's age once quiet
+	// (docs/design.md#stale-forward): counted from when it is a margin
+	// overdue (or was written, or quiet began, whichever is last), its
+	// walkers list it within a sweep and offer it as its shard's, or as
+	// anyone's two margins later; the delivery forwards it to the holder
+	// at once; one more sweep covers a holder whose delivery of the actor
+	// was under way. 2 margins + 3 sweeps: 60 s, six sweeps.
+	staleBoundMs = 2*marginMs + 3*sweepMs
 )
 
 var retryMax = alarmindex.DefaultRetryMax
@@ -285,6 +321,17 @@ type sim struct {
 	// final phase's orphan drill); drillNode the node that ran it.
 	drillAt   int64
 	drillNode *node
+
+	// The stale drill (staleDrill): setAt is the alarm the next set
+	// request on an actor sets; failDelete the actors whose next replaced
+	// entry's DELETE fails on every try; the ticker re-arms within the
+	// horizon on every on-alarm until tickUntil.
+	setAt      map[string]int64
+	failDelete map[string]bool
+	ticker     string
+	tickUntil  int64
+	// maxStaleMs is the oldest a stale entry grew after quiet (staleCheck).
+	maxStaleMs int64
 
 	cfg     Config
 	rng     *rand.Rand
@@ -394,6 +441,7 @@ func (s *sim) result() Result {
 		TraceLines: t.n,
 		Tail:       tail,
 		Trace:      t.all,
+		MaxStaleMs: s.maxStaleMs,
 	}
 }
 

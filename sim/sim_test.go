@@ -42,6 +42,7 @@ var variants = []struct {
 	{name: "RetryMovesLaterAlarm", cfg: Config{Variants: variant.Set{RetryMovesLaterAlarm: true}}},
 	{name: "NoAnyone", cfg: Config{NoAnyone: true}},
 	{name: "NoMembershipRelist", cfg: Config{NoMembershipRelist: true}},
+	{name: "NoStaleForward", cfg: Config{NoStaleForward: true}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 
@@ -138,8 +139,10 @@ func TestSim(t *testing.T) {
 	results := runSeeds(Config{}, seedRange(*flagFirst, n))
 	var total Counters
 	var failed []uint64
+	var maxStale int64
 	for _, r := range results {
 		total.Add(r.Counters)
+		maxStale = max(maxStale, r.MaxStaleMs)
 		if r.Failure != nil {
 			failed = append(failed, r.Seed)
 			if len(failed) <= 3 {
@@ -151,6 +154,7 @@ func TestSim(t *testing.T) {
 		t.Errorf("%d of %d seeds failed: %v\nkeep each in the regressions list (regressions_test.go) once understood", len(failed), n, failed)
 	}
 	t.Logf("%d seeds from %d in %v on %d cores", n, *flagFirst, time.Since(start).Round(time.Millisecond), runtime.GOMAXPROCS(0))
+	t.Logf("the oldest a stale entry grew once quiet: %s (bound %s)", fmtMs(maxStale), fmtMs(staleBoundMs))
 	logCounters(t, total)
 	fields := map[string]int64{}
 	for _, f := range total.Fields() {

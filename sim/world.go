@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/sweeper"
 
 	"github.com/wasmkeep/alarms/abi"
 )
@@ -30,9 +31,10 @@ func newSim(cfg Config) *sim {
 		now:   epochMs,
 		byKey: map[string]abi.ActorID{},
 		holds: map[string]*holdRec{},
-		sh:    shadow{latest: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}},
+		sh:    shadow{latest: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}, putAt: map[string]int64{}},
 		tr:    tracer{h: fnv.New64a(), keep: cfg.KeepTrace},
 	}
+	s.setAt, s.failDelete = map[string]int64{}, map[string]bool{}
 	s.mainEnd = epochMs + mainMs
 	s.end = s.mainEnd + finalMs
 	s.b = bucket.NewMem()
@@ -208,6 +210,7 @@ func (s *sim) startFinal() {
 			}
 		})
 	})
+	s.after(staleDrillMs, s.staleDrill)
 	s.after(finalMs-safetyWalkMs, func() {
 		s.checkDelivered()
 		for _, n := range s.nodes {
@@ -221,6 +224,92 @@ func (s *sim) startFinal() {
 			s.boot(n)
 			if n.joiner && !n.started {
 				s.faultLoop(n)
+			}
+		}
+	}
+}
+
+// staleDrill leaves a stale entry of an actor that then keeps re-arming,
+// within the retry horizon, on a node that is none of its tenant's
+// walkers (docs/design.md#stale-forward): a node sets the actor's alarm
+// soon, then later, and the DELETE of the entry that replaced fails on
+// every try (its node walks the tenant, hinted, but does not hold the
+// actor for long); the holder lets the actor go, and a node that is no
+// walker takes it with a request and holds it, its on-alarm re-arming every
+// few seconds. Only a walker's delivery meets the stale entry, and finds
+// the actor held: forwarded to the holder, it goes within the bound
+// (staleCheck); dropped (Config.NoStaleForward), it stays until the
+// safety period's relisting.
+func (s *sim) staleDrill() {
+	a := s.cluster[1]
+	ak := a.String()
+	walkers := sweeper.NewWalkers(s.view(), walkersR)
+	ready := func(n *node) bool { return n.up && !n.gateway && !n.cut(s.now) && s.now >= n.pausedUntil }
+	var h, p *node
+	for _, n := range s.nodes {
+		if ready(n) && h == nil && !slices.Contains(walkers.Of(tenant, class), n.addr) {
+			h = n
+		}
+	}
+	for _, n := range s.nodes {
+		if ready(n) && n != h && p == nil {
+			p = n
+		}
+	}
+	if h == nil || p == nil {
+		s.logf("stale drill: no node that is no walker, or no other node, to run it")
+		return
+	}
+	s.c.StaleDrills++
+	t1 := (s.now/gridMs + 2) * gridMs
+	s.logf("stale drill: %s sets %s to %s, then later with the replaced entry's DELETE failing; %s (no walker) takes it and re-arms it every %s", p.addr, a, fmtMs(t1-epochMs), h.addr, fmtMs(tickMs))
+	s.setAt[ak] = t1
+	s.request(p, a, reqSet, 0)
+	s.after(3_000, func() {
+		s.setAt[ak], s.failDelete[ak] = t1+2*gridMs, true
+		s.request(p, a, reqSet, 0)
+	})
+	s.after(6_000, func() {
+		if o, ok := s.holder(ak); ok && o != h.id {
+			if held := s.nodes[o].held[ak]; held != nil && !s.nodes[o].busy[ak] {
+				s.logf("stale drill: %s lets %s go", s.nodes[o].addr, a)
+				s.release(s.nodes[o], held)
+			}
+		}
+		s.ticker, s.tickUntil = ak, s.mainEnd+tickEndMs
+		s.request(h, a, reqWrite, 0)
+	})
+}
+
+// staleCheck is the stale-entry invariant, once the final phase is quiet:
+// no entry that the latest state of its actor does not name grows older
+// than staleBoundMs, counted from the latest of when it became a margin
+// overdue, when it was written, and when quiet began. Actors the bucket
+// has no state of keep their entries (docs/design.md#bucket-empty).
+func (s *sim) staleCheck() {
+	quiet := s.mainEnd + quietMs
+	if !s.final || s.now < quiet {
+		return
+	}
+	for _, ak := range s.actorKeys {
+		st := s.sh.latest[ak]
+		if st == nil {
+			continue
+		}
+		for _, key := range sortedKeys(s.sh.entries[ak]) {
+			k := s.sh.entries[ak][key]
+			if key == st.recKey && st.db.alarm != nil {
+				continue
+			}
+			since := max(k.DueMs+marginMs, s.sh.putAt[key], quiet)
+			age := s.now - since
+			if age <= 0 {
+				continue
+			}
+			s.maxStaleMs = max(s.maxStaleMs, age)
+			if age > staleBoundMs {
+				s.failf("stale", "actor %s: entry %s, which its state %s does not name, still in the index %s after it was a margin overdue (bound %s once quiet)", s.byKey[ak], key, st.key, fmtMs(age), fmtMs(staleBoundMs))
+				return
 			}
 		}
 	}
@@ -520,6 +609,7 @@ type stateInfo struct {
 type shadow struct {
 	latest  map[string]*stateInfo                // actor key -> latest snapshot
 	entries map[string]map[string]alarmindex.Key // actor key -> object key -> entry
+	putAt   map[string]int64                     // object key -> when it was written
 }
 
 func (s *sim) onChange(op bucket.Op) {
@@ -538,8 +628,10 @@ func (s *sim) onChange(op bucket.Op) {
 		}
 		if op.Kind == bucket.OpPut {
 			m[op.Key] = k
+			s.sh.putAt[op.Key] = s.now
 		} else {
 			delete(m, op.Key)
+			delete(s.sh.putAt, op.Key)
 			if op.Late {
 				s.c.LateDeletes++
 			}
@@ -581,6 +673,7 @@ func (s *sim) checkAll() {
 			return
 		}
 	}
+	s.staleCheck()
 }
 
 // check is the invariant for one actor: when the latest state in the bucket
