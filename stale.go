@@ -12,7 +12,8 @@ import (
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
-// Stale entries of actors the node timer keeps.
+// Stale entries: entries no state names, of actors the node timer keeps,
+// and of actors another node holds (docs/design.md#stale-forward).
 //
 // A sweep leaves out an actor whose time in the node timer no offer can
 // replace (one within the retry horizon: its next alarm, or a retry in
@@ -22,20 +23,21 @@ import (
 // left) would then never be delivered, and so never removed, for as long
 // as the actor keeps re-arming within the horizon.
 //
-// So the plugin remembers, for each actor whose upload it carried out
-// here, the entry that upload named (known). When a sweep leaves out such
-// an actor for an overdue entry at a time other than that entry's, while
-// the timer holds the actor at a later time, the plugin delivers that
-// entry time on its own: it takes the actor, and the ordinary delivery
-// rules decide (docs/design.md#delivery): entries at a time that is not
-// the committed alarm are stale and are removed (R2, with the fence; R3;
-// nothing while the bucket never had the actor). on-alarm never runs
-// here; if the committed alarm is that time after all, the timer is
-// armed with it. The timer's own time, retries and failure counts are
-// left as they were.
-
-// What to remove and when to try again is decided by package core (State.Stale,
-// State.StaleDone), which the simulator runs too; this file carries it out.
+// So when a sweep leaves out such an actor for an overdue entry at a time
+// other than the one this node's latest upload named, while the timer
+// holds the actor at a later time, the plugin delivers that entry time on
+// its own: it takes the actor, and the ordinary delivery rules decide
+// (docs/design.md#delivery): entries at a time that is not the committed
+// alarm are stale and are removed (R2, with the fence; R3; nothing while
+// the bucket never had the actor). on-alarm never runs here; if the
+// committed alarm is that time after all, the timer is armed with it. The
+// timer's own time, retries and failure counts are left as they were. If
+// another node holds the actor, the timer drops it and the entry goes to
+// the holder (Forwarder), as a delivery's does.
+//
+// The holder of an actor need not walk its tenant: a walker's delivery of
+// the entry finds the actor held and forwards it, and the holder's
+// OfferEntry removes it the same way.
 
 // noteUploaded records the entry an upload of this node named (nil:
 // none), once the upload counted (the hold was valid when it returned).

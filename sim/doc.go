@@ -38,9 +38,13 @@
 //     Walk and PlanSweep over the live nodes (valid leases), offer to their
 //     Timer, and deliver what it pops. A node's own events Set its timer.
 //     For an actor the planner left out because the timer keeps it at a
-//     later time, the node holding it (once it uploaded it) delivers the
-//     overdue entry's time without running on-alarm, as the plugin does
-//     (alarms/stale.go): stale entries removed by the delivery rules.
+//     later time, the node delivers the overdue entry's time without
+//     running on-alarm, as the plugin does (alarms/stale.go): stale
+//     entries removed by the delivery rules. A delivery (or such a
+//     removal) of an entry the node's sweep listed that finds the actor
+//     held by another node forwards the entry there, and the holder
+//     removes it the same way (core.State.Forwarded;
+//     Config.NoStaleForward shows the simulator catches its loss).
 //     Half the runs add a gateway: a node that holds a lease and sweeps but
 //     serves no class (its planner counts every actor busy, as the plugin
 //     does for a class a node does not serve), though its lease claims
@@ -111,10 +115,16 @@
 // exception is not.
 //
 // After six minutes the final phase turns faults and requests off, brings
-// every node up, and runs ten more minutes with handlers that succeed. Then
-// every actor's latest state must have no alarm (each committed alarm was
-// delivered), and every entry of an actor the bucket has state for must be
-// gone (entries of an actor the bucket never had stay, as docs/design.md#bucket-empty says).
+// every node up, and runs ten more minutes with handlers that succeed. Once
+// it is quiet (two minutes in), no stale entry (one the latest state of
+// its actor does not name, of an actor the bucket has) may grow older than
+// two margins and three sweeps after it is a margin overdue
+// (docs/design.md#stale-forward); its stale drill leaves one, of an actor
+// that re-arms every 5 s on a node that is no walker. Then every actor's
+// latest state must have no alarm (each committed alarm was delivered),
+// and every entry of an actor the bucket has state for must be gone
+// (entries of an actor the bucket never had stay, as
+// docs/design.md#bucket-empty says).
 //
 // # Not modelled
 //
