@@ -450,9 +450,10 @@ func (p *Plugin) SweepStats() sweeper.Stats {
 }
 
 // offer hands a sweep's delivery to the node timer, where a time it already
-// holds earlier, or a retry within the longest backoff, wins.
-// The core remembers the offer, so that a delivery that finds the actor
-// held by another node forwards the entry there (docs/design.md#stale-forward).
+// holds earlier, or a retry within the longest backoff, wins. The core
+// remembers an offer the timer took, so that a delivery that finds the
+// actor held by another node forwards the entry there
+// (docs/design.md#stale-forward).
 func (p *Plugin) offer(d sweeper.Overdue) {
 	if !p.cfg.Timer.Offer(TimerKey(d.Actor), d.DueMs, p.cfg.Host.Now().UnixMilli()) {
 		return

@@ -209,8 +209,8 @@ type OfferOutcome string
 const (
 	// OfferSkipped: nothing to do here now: the timer delivers that time
 	// (or an earlier one) itself, the node's latest upload named it, a
-	// delivery of the actor is under way or waits to retry, the same
-	// time's removal waits its turn, or the timer loop is not running.
+	// delivery of the actor is under way or waits to retry, or the same
+	// time's removal waits its turn.
 	OfferSkipped OfferOutcome = "skipped"
 	// OfferRemoved: the stale entries at that time were removed (or none
 	// was left there).

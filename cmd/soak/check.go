@@ -314,6 +314,17 @@ type bounds struct {
 	// only.
 	Failures *evidence
 	Lease    int64
+	// Stale is how long the index doctor lets an entry that no state
+	// names stay once it is Margin (lease + grace) overdue, or once the
+	// cluster is quiet, whichever is later (docs/design.md#stale-forward):
+	// two margins and three sweeps, plus slack.
+	Stale, Margin int64
+}
+
+// staleTooLong says whether an extra entry due at due is still in the
+// index at now past the stale-entry bound.
+func (b bounds) staleTooLong(due, now int64) bool {
+	return now-max(due+b.Margin, b.Quiet) > b.Stale
 }
 
 // heldUp says whether the outage held up an alarm at t that fails `fails`

@@ -217,6 +217,10 @@ type soak struct {
 	lineBuf  []byte
 	// outageRep is the outage's measurements (-outage), once it ran.
 	outageRep *outageReport
+	// oldestExtra is the age of the oldest extra entry (not of an actor
+	// without state) at the index doctor's last run, from when it was a
+	// margin overdue or the cluster quiet (ms).
+	oldestExtra int64
 }
 
 // slot is one node's place: its proxy (kept across restarts) and the node
@@ -531,6 +535,8 @@ func run(ctx context.Context, o options) (summary, error) {
 		RetryBase: o.retryBase, RetryMax: o.retryMax,
 		Quiet: quietAt.UnixMilli(), DuringFaults: o.boundInFaults,
 		FaultAlarm: (4*(o.leaseTTL+o.grace) + 2*o.sweep + o.slack).Milliseconds(),
+		Stale:      (2*(o.leaseTTL+o.grace) + 3*o.sweep + o.slack).Milliseconds(),
+		Margin:     (o.leaseTTL + o.grace).Milliseconds(),
 	}
 	if ou := s.outageRep; ou != nil {
 		bd.OutageStart, bd.OutageEnd = ou.StartMs, ou.EndMs
@@ -681,8 +687,10 @@ func run(ctx context.Context, o options) (summary, error) {
 		}
 		for _, x := range overdueExtra[s.actors[i].id] {
 			// A stale entry of an actor due again within the retry
-			// horizon, too: the holder removes it (alarms/stale.go).
-			v.fail("the index still holds %s (%s, due %s), overdue past the bound at the end", x.Object, x.Reason, ms(x.DueMs))
+			// horizon, too, wherever it is held: the holder removes it
+			// (alarms/stale.go), forwarded by a walker if it walks no
+			// tenant of its own (docs/design.md#stale-forward).
+			v.fail("the index still holds %s (%s, due %s), past the stale-entry bound at the end", x.Object, x.Reason, ms(x.DueMs))
 		}
 		if len(v.Violations) > 0 {
 			sum.Violations += len(v.Violations)
@@ -1421,8 +1429,9 @@ func (s *soak) readOne(ctx context.Context, a *actor) (history, error) {
 // verify runs the index doctor beside the live cluster. An alarm that
 // moves during a run shows up as missing (its new entry was not in the
 // run's LIST), so a finding counts only if the next run finds the same:
-// the same alarm without an entry, or the same entry still there overdue
-// past the bound. It runs until two runs agree or verifyAttempts runs, and
+// the same alarm without an entry, or the same entry no state names still
+// there past the stale-entry bound (bounds.Stale; for an actor the bucket
+// has no state of, three attempts' bound). It runs until two runs agree or verifyAttempts runs, and
 // returns the last report with the findings both of the last two runs
 // made.
 func (s *soak) verify(ctx context.Context, b bucket.Bucket, bd bounds) (inspect.Report, []inspect.Missing, map[abi.ActorID][]inspect.Extra, error) {
@@ -1443,6 +1452,7 @@ func (s *soak) verify(ctx context.Context, b bucket.Bucket, bd bounds) (inspect.
 		now := time.Now().UnixMilli()
 		curMissing, curExtra := map[string]bool{}, map[string]bool{}
 		missing, overdue = nil, map[abi.ActorID][]inspect.Extra{}
+		s.oldestExtra = 0
 		for _, m := range rep.Missing {
 			k := fmt.Sprintf("%s@%d", m.Name, m.AlarmMs)
 			curMissing[k] = true
@@ -1451,8 +1461,18 @@ func (s *soak) verify(ctx context.Context, b bucket.Bucket, bd bounds) (inspect.
 			}
 		}
 		for _, x := range rep.Extra {
-			if x.DueMs >= now-bd.within(3) {
-				continue
+			if x.Reason == inspect.ReasonNoState {
+				// Kept while the bucket has no state of the actor
+				// (docs/design.md#bucket-empty), tried again every
+				// retry_max.
+				if x.DueMs >= now-bd.within(3) {
+					continue
+				}
+			} else {
+				s.oldestExtra = max(s.oldestExtra, now-max(x.DueMs+bd.Margin, bd.Quiet))
+				if !bd.staleTooLong(x.DueMs, now) {
+					continue
+				}
 			}
 			curExtra[x.Object] = true
 			if prevExtra[x.Object] {
@@ -1548,8 +1568,11 @@ func (s *soak) table(sum summary, bd bounds) {
 	fmt.Fprintf(w, "  exec acks lost:        %d (exec replies before it replicates; every acknowledged exec-durable request is checked)\n", sum.ExecLost)
 	fmt.Fprintf(w, "  ledger rows twice:     %d requests whose record is in the ledger more than once (each sent under one idempotency key, however many tries; violations)\n", sum.DupRows)
 	r := sum.Report
-	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them overdue in two runs in a row); %d keys both an object and a folder\n",
-		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra, len(r.Nested))
+	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them past the stale-entry bound in two runs in a row: %s once a margin overdue or quiet, 2 x (lease + grace) + 3 x sweep + slack); %d keys both an object and a folder\n",
+		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra, msText(bd.Stale), len(r.Nested))
+	if s.oldestExtra > 0 {
+		fmt.Fprintf(w, "                         the oldest entry no state names: %s past a margin overdue or quiet\n", msText(s.oldestExtra))
+	}
 	for _, n := range r.Nested {
 		fmt.Fprintf(w, "                         VIOLATION: %s is an object and the folder of %s\n", n.Object, n.Under)
 	}
