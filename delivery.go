@@ -174,7 +174,7 @@ func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery 
 		d.Err = err
 		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)
 		p.mu.Lock()
-		entry, listed := p.core.Forward(id, at)
+		entry, listed := p.core.Forward(id, at, d.At.UnixMilli())
 		p.forgetFailing(key)
 		p.core.Forget(id)
 		p.mu.Unlock()

@@ -131,7 +131,12 @@ func (p *Plugin) removeStale(ctx context.Context, id abi.ActorID, delivered alar
 			p.forgetKnown(id)
 			p.cfg.Timer.Remove(TimerKey(id))
 			if f, ok := p.cfg.Host.(Forwarder); ok && forward {
-				p.forward(ctx, f, delivered, err)
+				p.mu.Lock()
+				forward = p.core.Forwarding(delivered, p.cfg.Host.Now().UnixMilli())
+				p.mu.Unlock()
+				if forward {
+					p.forward(ctx, f, delivered, err)
+				}
 			}
 		}
 		return "", err

@@ -95,6 +95,11 @@ type State struct {
 	// listed: the time of the entry a sweep offered that the timer took,
 	// by actor, until that actor's next delivery.
 	listed map[abi.ActorID]int64
+	// forwarded: the entry time last forwarded to the actor's holder, and
+	// until when that time is not forwarded again; pruned of expired
+	// records once it reaches forwardedCap.
+	forwarded    map[abi.ActorID]staleTry
+	forwardedCap int
 }
 
 // staleTry: the entry time due is not tried again before until (ms).
@@ -315,12 +320,13 @@ func (s *State) Listed(id abi.ActorID, due int64) {
 }
 
 // Forward is told that a delivery of the actor's entry time due found the
-// actor held by another node: it returns the entry to forward to that node
-// when a sweep of this node listed the actor's entry at that time (a legacy
-// key among its keys: Legacy), and false when the time came from anywhere
-// else (an alarm this node's timer kept from its own hold, say), which the
-// holder's timer has.
-func (s *State) Forward(id abi.ActorID, due int64) (alarmindex.Key, bool) {
+// actor held by another node at now (ms): it returns the entry to forward
+// to that node when a sweep of this node listed the actor's entry at that
+// time (a legacy key among its keys: Legacy), and false when the time came
+// from anywhere else (an alarm this node's timer kept from its own hold,
+// say), which the holder's timer has, or when Forwarding says it was
+// forwarded lately.
+func (s *State) Forward(id abi.ActorID, due, now int64) (alarmindex.Key, bool) {
 	at, ok := s.listed[id]
 	if !ok || at != due {
 		return alarmindex.Key{}, false
@@ -331,7 +337,33 @@ func (s *State) Forward(id abi.ActorID, due int64) (alarmindex.Key, bool) {
 		delete(s.legacy, id)
 		k.Legacy = true
 	}
-	return k, true
+	return k, s.Forwarding(k, now)
+}
+
+// Forwarding reports whether the entry may be forwarded to the actor's
+// holder at now (ms), and records it: not when the same entry time of the
+// actor was forwarded less than RetryAfterError (a lease period) before.
+// A holder that skipped it has it in hand (its timer delivers that time,
+// or a delivery of the actor was under way), and a walker lists an overdue
+// entry at every sweep while it stays: without the wait, each sweep would
+// send one more forward of an alarm the holder's timer is late with.
+func (s *State) Forwarding(entry alarmindex.Key, now int64) bool {
+	if f, ok := s.forwarded[entry.Actor]; ok && f.due == entry.DueMs && now < f.until {
+		return false
+	}
+	if s.forwarded == nil {
+		s.forwarded = map[abi.ActorID]staleTry{}
+	}
+	if len(s.forwarded) >= max(s.forwardedCap, 1024) {
+		for id, f := range s.forwarded {
+			if now >= f.until {
+				delete(s.forwarded, id)
+			}
+		}
+		s.forwardedCap = 2 * len(s.forwarded)
+	}
+	s.forwarded[entry.Actor] = staleTry{due: entry.DueMs, until: now + s.cfg.RetryAfterError.Milliseconds()}
+	return true
 }
 
 // Entry is the entry a delivery of the time due names: a legacy one when a

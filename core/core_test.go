@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -186,141 +187,54 @@ func TestForwardedDecidesWhichForwardedEntriesToRemove(t *testing.T) {
 
 // A delivery that finds the actor held elsewhere forwards an entry only
 // for the time a sweep of this node listed (with its legacy key), once;
-// a delivery here, or forgetting the actor, drops what was listed.
+// a delivery here, or forgetting the actor, drops what was listed; and the
+// same entry time is not forwarded again within RetryAfterError.
 func TestForwardOnlyWhatASweepListed(t *testing.T) {
 	s := core.New(cfg())
-	if _, ok := s.Forward(actor, t0); ok {
+	now := t0 + 60_000
+	if _, ok := s.Forward(actor, t0, now); ok {
 		t.Fatal("forwarded a time no sweep listed")
 	}
 	s.Listed(actor, t0)
 	s.OfferedLegacy(actor, t0)
-	if _, ok := s.Forward(actor, t0+1); ok {
+	if _, ok := s.Forward(actor, t0+1, now); ok {
 		t.Error("forwarded another time than the one listed")
 	}
-	if e, ok := s.Forward(actor, t0); !ok || e != (alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}) {
+	if e, ok := s.Forward(actor, t0, now); !ok || e != (alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}) {
 		t.Errorf("got %v %t; want the listed legacy entry", e, ok)
 	}
-	if _, ok := s.Forward(actor, t0); ok {
+	if _, ok := s.Forward(actor, t0, now); ok {
 		t.Error("forwarded twice")
 	}
-	s.Listed(actor, t0)
-	s.Entry(actor, t0+5)
-	if _, ok := s.Forward(actor, t0); ok {
+	s.Listed(actor, t0+5)
+	s.Entry(actor, t0+6)
+	if _, ok := s.Forward(actor, t0+5, now); ok {
 		t.Error("forwarded after a delivery here")
 	}
-	s.Listed(actor, t0)
+	s.Listed(actor, t0+5)
 	s.Forget(actor)
-	if _, ok := s.Forward(actor, t0); ok {
+	if _, ok := s.Forward(actor, t0+5, now); ok {
 		t.Error("forwarded after the actor was forgotten")
 	}
-}
 
-func TestStaleStepOf(t *testing.T) {
-	for o, want := range map[alarmindex.Outcome]core.StaleStep{
-		alarmindex.OutcomeStale:   core.StaleRemove,
-		alarmindex.OutcomeNoState: core.StaleRemove,
-		alarmindex.OutcomeRun:     core.StaleArm,
-		alarmindex.OutcomeKeep:    core.StaleLetGo,
-	} {
-		if got := core.StaleStepOf(o); got != want {
-			t.Errorf("%v: %v, want %v", o, got, want)
-		}
+	// Listed again by the next sweeps: once per RetryAfterError (5 s).
+	s.Listed(actor, t0)
+	if _, ok := s.Forward(actor, t0, now+4999); ok {
+		t.Error("the same entry time forwarded again before RetryAfterError")
 	}
-}
-
-// One delivery of an actor at a time: a time the timer pops meanwhile is
-// kept (the earliest) and handed back when the delivery ends; a removal of
-// stale entries waits for a delivery, and a delivery for a removal.
-func TestOneDeliveryOfAnActorAtATime(t *testing.T) {
-	s := core.New(cfg())
-	if !s.Start(timerKey, t0) {
-		t.Fatal("the first delivery did not start")
+	s.Listed(actor, t0+7)
+	if _, ok := s.Forward(actor, t0+7, now+4999); !ok {
+		t.Error("another entry time held back by the wait of the last")
 	}
-	if !s.InFlight(timerKey) || s.Claim(timerKey) {
-		t.Fatal("a removal of stale entries claimed an actor being delivered")
+	s.Listed(actor, t0)
+	if _, ok := s.Forward(actor, t0, now+4999+5000); !ok {
+		t.Error("the same entry time not forwarded again after RetryAfterError")
 	}
-	if s.Start(timerKey, t0+500) || s.Start(timerKey, t0+200) || s.Start(timerKey, t0+900) {
-		t.Fatal("a second delivery started while one is under way")
+	// The records of many actors are pruned once expired.
+	for i := range 5000 {
+		s.Forwarding(alarmindex.Key{Actor: abi.ActorID{Tenant: "t", Class: "c", Name: strconv.Itoa(i)}, DueMs: t0}, now+int64(i)*10_000)
 	}
-	if at, again := s.Release(timerKey); !again || at != t0+200 {
-		t.Fatalf("released with %d, %t; want the earliest time popped meanwhile, %d", at, again, t0+200)
-	}
-	if _, again := s.Release(timerKey); again {
-		t.Fatal("a time handed back twice")
-	}
-	if !s.Claim(timerKey) || s.Start(timerKey, t0) {
-		t.Fatal("a delivery started during a removal of stale entries")
-	}
-	s.Release(timerKey)
-	if s.InFlight(timerKey) {
-		t.Fatal("still in flight after Release")
-	}
-}
-
-// A failed delivery's retry delivers its entry time, not the retry's; an
-// event that arms the actor drops the retry; a legacy entry a sweep offered
-// is named by the delivery of its time only.
-func TestTheEntryADeliveryNames(t *testing.T) {
-	s := core.New(cfg())
-	if got := s.Delivering(timerKey, t0); got != t0 {
-		t.Fatalf("Delivering = %d, want %d", got, t0)
-	}
-	s.Failed(timerKey, t0)
-	if !s.Waiting(timerKey) {
-		t.Fatal("a failed delivery does not wait to deliver again")
-	}
-	if got := s.Delivering(timerKey, t0+5000); got != t0 {
-		t.Fatalf("the retry delivers %d, want the failed entry time %d", got, t0)
-	}
-	if s.Waiting(timerKey) || s.Delivering(timerKey, t0+5000) != t0+5000 {
-		t.Fatal("the failed entry time delivered twice")
-	}
-	s.Failed(timerKey, t0)
-	due := t0 + 60_000
-	s.Armed(actor, timerKey, &due)
-	if s.Waiting(timerKey) {
-		t.Fatal("an event that armed the actor left a failed delivery's retry")
-	}
-
-	if k := s.Entry(actor, t0); k.Legacy || k.DueMs != t0 || k.Actor != actor {
-		t.Fatalf("Entry = %v; want the tagged entries at %d", k, t0)
-	}
-	legacy := alarmindex.Key{Actor: actor, DueMs: t0, Legacy: true}.String()
-	tagged := key(t0, 1).String()
-	if core.LegacyAmong([]string{tagged}) || !core.LegacyAmong([]string{tagged, legacy}) {
-		t.Fatal("LegacyAmong is wrong")
-	}
-	s.OfferedLegacy(actor, t0)
-	if k := s.Entry(actor, t0+1); k.Legacy {
-		t.Fatal("a legacy entry named by the delivery of another time")
-	}
-	if k := s.Entry(actor, t0); !k.Legacy {
-		t.Fatal("the legacy entry a sweep offered is not named by its time's delivery")
-	}
-	if k := s.Entry(actor, t0); k.Legacy {
-		t.Fatal("the legacy entry named twice")
-	}
-}
-
-// A removal of stale entries waits for a delivery under way and for a
-// failed one waiting to deliver its entry time again.
-func TestStaleWaitsForDeliveries(t *testing.T) {
-	s := core.New(cfg())
-	named := key(t0+10_000, 3)
-	s.Uploaded(actor, &named)
-	stale := sweeper.Overdue{Actor: actor, DueMs: t0}
-	kept := core.Kept{Now: t0 + 1000, TimerAt: t0 + 10_000, TimerHeld: true, Key: timerKey}
-	s.Start(timerKey, t0+10_000)
-	if _, ok := s.Stale(stale, kept); ok {
-		t.Fatal("a removal decided during a delivery")
-	}
-	s.Release(timerKey)
-	s.Failed(timerKey, t0+10_000)
-	if _, ok := s.Stale(stale, kept); ok {
-		t.Fatal("a removal decided while a failed delivery waits")
-	}
-	s.Delivering(timerKey, t0+15_000)
-	if _, ok := s.Stale(stale, kept); !ok {
-		t.Fatal("no removal once the deliveries ended")
+	if n := s.ForwardedLen(); n > 1024 {
+		t.Errorf("%d forward records kept; want the expired ones pruned", n)
 	}
 }

@@ -147,9 +147,9 @@ func startFwdNode(t *testing.T, b bucket.Bucket, name string, deleteWindow time.
 // holds it (its alarm an hour ahead). The replaced entry is stale, and the
 // holder never lists the tenant. A walker lists it once it is a margin
 // overdue and, its delivery finding the actor held, forwards it to the
-// holder, which removes it within the design's bound (two margins and
-// three sweeps after it is a margin overdue). The forward's cost is exact:
-// one POST .../alarm:offer, and on the holder one LIST of the actor's
+// holder, which removes it within the design's bound (two margins, two
+// sweeps and a lease after it is a margin overdue). The forward's cost is
+// exact: one POST .../alarm:offer, and on the holder one LIST of the actor's
 // entries at that time and one DELETE, plus, for a holder that has not
 // uploaded the actor since it took it (as a node that restarted), the
 // fence's one upload. on-alarm never runs for it, and the entry the state
@@ -235,9 +235,10 @@ func TestAStaleEntryOfAnActorHeldByANodeThatIsNoWalkerIsForwardedAndRemoved(t *t
 				}
 			}
 
-			// Removed within the bound: two margins and three sweeps after
-			// it is a margin overdue (plus a second for a busy machine).
-			bound := time.UnixMilli(t1).Add(fwdMargin + 2*fwdMargin + 3*fwdSweep + time.Second)
+			// Removed within the bound: two margins, two sweeps and a
+			// lease after it is a margin overdue (plus a second for a busy
+			// machine).
+			bound := time.UnixMilli(t1).Add(fwdMargin + 2*fwdMargin + 2*fwdSweep + fwdTTL + time.Second)
 			for ixExists(t, b, stale.String()) {
 				if time.Now().After(bound) {
 					t.Fatalf("the stale entry %s is still in the index %v after it was due (bound %v); offers received by the holder: %d",

@@ -783,7 +783,7 @@ func (s *sim) deliver(n *node, ak string, at int64) {
 				// Not this node's to run: dropped, and forgotten.
 				s.logf("%s drops %s at %s: %s owns it", n.addr, a, fmtMs(at-epochMs), s.nodes[owner].addr)
 				if n.boot == boot {
-					entry, listed := n.core.Forward(a, at)
+					entry, listed := n.core.Forward(a, at, s.now)
 					n.core.Forget(a)
 					n.timer.Remove(ak)
 					if listed {

@@ -118,7 +118,7 @@
 // every node up, and runs ten more minutes with handlers that succeed. Once
 // it is quiet (two minutes in), no stale entry (one the latest state of
 // its actor does not name, of an actor the bucket has) may grow older than
-// two margins and three sweeps after it is a margin overdue
+// two margins, two sweeps and a lease period after it is a margin overdue
 // (docs/design.md#stale-forward); its stale drill leaves one, of an actor
 // that re-arms every 5 s on a node that is no walker. Then every actor's
 // latest state must have no alarm (each committed alarm was delivered),

@@ -450,7 +450,7 @@ func (s *sim) removeStale(n *node, entry alarmindex.Key, forward bool, end func(
 			if owner >= 0 && n.boot == boot {
 				n.core.Forget(a) // another node's
 				n.timer.Remove(ak)
-				if forward {
+				if forward && n.core.Forwarding(entry, s.now) {
 					s.forwardEntry(n, s.nodes[owner], entry)
 				}
 			}

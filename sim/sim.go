@@ -282,9 +282,11 @@ const (
 	// overdue (or was written, or quiet began, whichever is last), its
 	// walkers list it within a sweep and offer it as its shard's, or as
 	// anyone's two margins later; the delivery forwards it to the holder
-	// at once; one more sweep covers a holder whose delivery of the actor
-	// was under way. 2 margins + 3 sweeps: 60 s, six sweeps.
-	staleBoundMs = 2*marginMs + 3*sweepMs
+	// at once; a holder whose delivery of the actor was under way skips
+	// it, and the same time is forwarded again a lease period later, at
+	// the next sweep after. 2 margins + 2 sweeps + a lease: 60 s, six
+	// sweeps.
+	staleBoundMs = 2*marginMs + 2*sweepMs + leaseMs
 )
 
 var retryMax = alarmindex.DefaultRetryMax

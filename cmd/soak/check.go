@@ -317,7 +317,7 @@ type bounds struct {
 	// Stale is how long the index doctor lets an entry that no state
 	// names stay once it is Margin (lease + grace) overdue, or once the
 	// cluster is quiet, whichever is later (docs/design.md#stale-forward):
-	// two margins and three sweeps, plus slack.
+	// two margins, two sweeps and a lease period, plus slack.
 	Stale, Margin int64
 }
 

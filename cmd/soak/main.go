@@ -535,7 +535,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		RetryBase: o.retryBase, RetryMax: o.retryMax,
 		Quiet: quietAt.UnixMilli(), DuringFaults: o.boundInFaults,
 		FaultAlarm: (4*(o.leaseTTL+o.grace) + 2*o.sweep + o.slack).Milliseconds(),
-		Stale:      (2*(o.leaseTTL+o.grace) + 3*o.sweep + o.slack).Milliseconds(),
+		Stale:      (2*(o.leaseTTL+o.grace) + 2*o.sweep + o.leaseTTL + o.slack).Milliseconds(),
 		Margin:     (o.leaseTTL + o.grace).Milliseconds(),
 	}
 	if ou := s.outageRep; ou != nil {
@@ -1568,7 +1568,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	fmt.Fprintf(w, "  exec acks lost:        %d (exec replies before it replicates; every acknowledged exec-durable request is checked)\n", sum.ExecLost)
 	fmt.Fprintf(w, "  ledger rows twice:     %d requests whose record is in the ledger more than once (each sent under one idempotency key, however many tries; violations)\n", sum.DupRows)
 	r := sum.Report
-	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them past the stale-entry bound in two runs in a row: %s once a margin overdue or quiet, 2 x (lease + grace) + 3 x sweep + slack); %d keys both an object and a folder\n",
+	fmt.Fprintf(w, "  index doctor:          %d actors, %d alarms, %d entries: %d named, %d covered, %d missing in two runs in a row, %d extra (%d of them past the stale-entry bound in two runs in a row: %s once a margin overdue or quiet, 2 x (lease + grace) + 2 x sweep + lease + slack); %d keys both an object and a folder\n",
 		r.Actors, r.Alarms, r.Entries, r.Named, r.Covered, sum.Missing, len(r.Extra), sum.OverdueExtra, msText(bd.Stale), len(r.Nested))
 	if s.oldestExtra > 0 {
 		fmt.Fprintf(w, "                         the oldest entry no state names: %s past a margin overdue or quiet\n", msText(s.oldestExtra))

@@ -1,0 +1,4 @@
+package core
+
+// ForwardedLen is how many forward records the State keeps (tests).
+func (s *State) ForwardedLen() int { return len(s.forwarded) }
