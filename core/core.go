@@ -72,7 +72,8 @@ func Plan(r alarmindex.Rules, kind UploadKind, f alarmindex.EventFacts) (plan al
 // Config sets the waits a State decides with.
 type Config struct {
 	// RetryAfterError is how long a removal of stale entries that failed
-	// waits before the same entry time is tried again.
+	// waits before the same entry time is tried again, and how long before
+	// the same entry time is forwarded to the actor's holder again.
 	RetryAfterError time.Duration
 	// RetryMax is how long a removal that removed nothing (the rules kept
 	// the entry: R3, say) waits before that entry time is tried again.
@@ -185,8 +186,9 @@ func (s *State) Stale(d sweeper.Overdue, k Kept) (alarmindex.Key, bool) {
 // timer holds the actor (an actor with no alarm has only stale entries):
 // not while the timer holds the actor at that time or earlier (it delivers
 // that time itself, or an earlier one first), nor for the time the node's
-// latest upload named (the timer has it, or had it and delivered it). It returns the entry to deliver, through the
-// delivery rules, without running on-alarm.
+// latest upload named (the timer has it, or had it and delivered it). It
+// returns the entry to deliver, through the delivery rules, without
+// running on-alarm.
 func (s *State) Forwarded(entry alarmindex.Key, k Kept) (alarmindex.Key, bool) {
 	return s.removal(alarmindex.Key{Actor: entry.Actor, DueMs: entry.DueMs, Legacy: entry.Legacy}, k)
 }
