@@ -19,7 +19,9 @@
 // actor it already holds ([Plugin.Deliver]). [Plugin.Start] runs the node
 // timer, which takes each actor whose alarm is due ([Host.Take]) and
 // delivers it, and the sweep loop, which offers orphaned alarms to the
-// timer.
+// timer. A host whose nodes can reach each other also makes its Host a
+// [Forwarder], and passes the stale index entries other nodes forward to
+// it to [Plugin.OfferEntry] (docs/design.md#stale-forward).
 //
 // The reference host in package node is built on nothing else.
 package alarms
@@ -690,7 +692,7 @@ type Delivery struct {
 	Err error
 	// Forwarded: the alarm was dropped (ErrNotHere) and the entry, which a
 	// sweep of this node listed, was forwarded to the node holding the
-	// actor (Forwarder).
+	// actor (through the Host, a Forwarder).
 	Forwarded bool
 
 	failedDeletes int // stale DELETEs that failed
