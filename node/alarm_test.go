@@ -286,6 +286,10 @@ func TestAlarmCallsRefuseBadInput(t *testing.T) {
 		{"a class not served", "PUT", a.URL + "/v1/actors/t/nope/x/alarm", `{"at_ms": 5}`, 404, `class "nope" is not served`},
 		{"a bad tenant", "POST", a.URL + "/v1/actors/T/counter/x/alarm:fire", ``, 400, `the tenant "T"`},
 		{"another method", "PATCH", actor + "/alarm", `{"at_ms": 5}`, 405, ""},
+		{"an offer that is not JSON", "POST", actor + "/alarm:offer", `at 5`, 400, `actor t/counter/x: offer an index entry: the body is not {"at_ms": N}`},
+		{"an offer with no time", "POST", actor + "/alarm:offer", `{}`, 400, `needs "at_ms", a positive time`},
+		{"an offer with an unknown field", "POST", actor + "/alarm:offer", `{"at_ms": 5, "keys": []}`, 400, `unknown field "keys"`},
+		{"an offer over 4 KiB", "POST", actor + "/alarm:offer", `{"at_ms": 5` + strings.Repeat(" ", 5000) + `}`, 400, "over 4096 bytes"},
 	} {
 		status, out := call(t, tc.method, tc.url, []byte(tc.body))
 		if status != tc.status || !strings.Contains(out, tc.says) {

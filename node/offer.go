@@ -55,7 +55,7 @@ func (n *Node) handleOffer(w http.ResponseWriter, r *http.Request) {
 		err = parseOffer(body, &b)
 	}
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("actor %s: offer an index entry: %v", id, err))
 		return
 	}
 	if n.leases == nil {
