@@ -38,6 +38,8 @@ type outageReport struct {
 	// recovery after it.
 	Before, After span
 	Phases        []span
+	// AfterByArea are the recovery's requests by faultproxy.Area.
+	AfterByArea map[string]int
 	// PerSecond are the requests in each second of the outage.
 	PerSecond []int
 	// RSS is each node's VmRSS in KiB: before the outage, the highest
@@ -74,6 +76,17 @@ func (s *soak) proxyTotal() int {
 		n += sl.proxy.Count("") + sl.proxy.Injected()["outage refused connection"]
 	}
 	return n
+}
+
+// proxyAreas sums every proxy's requests by faultproxy.Area.
+func (s *soak) proxyAreas() map[string]int {
+	out := map[string]int{}
+	for _, sl := range s.slots {
+		for k, v := range sl.proxy.ByArea() {
+			out[k] += v
+		}
+	}
+	return out
 }
 
 // vmRSS reads a process's resident set size in KiB from /proc.
@@ -207,9 +220,15 @@ func (s *soak) outageRun(ctx context.Context) {
 	rep.EndMs = time.Now().UnixMilli()
 	s.say("outage over: the bucket answers again; kills and faults resume in %v", window)
 
-	t1, n1 := time.Now(), s.proxyTotal()
+	t1, n1, a1 := time.Now(), s.proxyTotal(), s.proxyAreas()
 	time.Sleep(window)
 	rep.After = span{Name: "after", Requests: s.proxyTotal() - n1, Ms: time.Since(t1).Milliseconds()}
+	rep.AfterByArea = map[string]int{}
+	for k, v := range s.proxyAreas() {
+		if d := v - a1[k]; d > 0 {
+			rep.AfterByArea[k] = d
+		}
+	}
 	for i, nd := range nodes {
 		if nd != nil {
 			rep.RSS[i].After, rep.RSS[i].AfterOK = vmRSS(nd.Pid())
@@ -254,6 +273,18 @@ func (s *soak) outageTable(w io.Writer, sum summary, bd bounds) {
 	}
 	fmt.Fprintf(w, "  S3 requests/s:         %.1f before; during the outage %s (first 10s %.1f, last 10s %.1f, busiest second %d); %.1f after (all nodes, through the proxies)\n",
 		ou.Before.rate(), strings.Join(rates, ", "), float64(first)/float64(min(n, 10)), float64(lastTen)/float64(min(n, 10)), slices.Max(append([]int{0}, ou.PerSecond...)), ou.After.rate())
+	if len(ou.AfterByArea) > 0 {
+		areas := make([]string, 0, len(ou.AfterByArea))
+		for k := range ou.AfterByArea {
+			areas = append(areas, k)
+		}
+		slices.SortFunc(areas, func(a, b string) int { return ou.AfterByArea[b] - ou.AfterByArea[a] })
+		var parts []string
+		for _, k := range areas {
+			parts = append(parts, fmt.Sprintf("%s %d", k, ou.AfterByArea[k]))
+		}
+		fmt.Fprintf(w, "  S3 requests after:     %s (the recovery window, by operation and key folder)\n", strings.Join(parts, ", "))
+	}
 	var rss []string
 	mib := func(kb int64, ok bool) string {
 		if !ok {

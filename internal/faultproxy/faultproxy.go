@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -136,6 +137,7 @@ type Proxy struct {
 	rules       []*failRule
 	delays      map[string]time.Duration
 	counts      map[string]int
+	byArea      map[string]int // by Area
 	faults      Faults
 	rng         *rand.Rand
 	partitioned bool
@@ -192,6 +194,7 @@ func StartAt(addr, target string, seed uint64) (*Proxy, error) {
 		ln:       l,
 		delays:   map[string]time.Duration{},
 		counts:   map[string]int{},
+		byArea:   map[string]int{},
 		injected: map[string]int{},
 		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		late:     DefaultLateDelay,
@@ -332,17 +335,46 @@ func (p *Proxy) Count(method string) int {
 	return p.counts[strings.ToUpper(method)]
 }
 
+// ByArea returns how many requests the proxy has received, failed ones
+// included, by [Area].
+func (p *Proxy) ByArea() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.byArea)
+}
+
+// Area names what a request does and where, for counting: its operation
+// (GET, PUT, DELETE, HEAD, LIST, or POST for a batched DELETE) and the
+// first two folders of its key (a LIST's prefix), which tell the node
+// leases, the holds, the snapshots and the index apart under a common
+// prefix: "PUT cluster/holds", "LIST alarms/tenant".
+func Area(r *http.Request) string {
+	op := r.Method
+	q := r.URL.Query()
+	// Path-style: /bucket/key.
+	key := strings.TrimPrefix(r.URL.Path, "/")
+	_, key, _ = strings.Cut(key, "/")
+	if op == http.MethodGet && key == "" {
+		op, key = "LIST", q.Get("prefix")
+	}
+	first, rest, _ := strings.Cut(key, "/")
+	second, _, _ := strings.Cut(rest, "/")
+	switch {
+	case first == "":
+		return op + " -"
+	case second == "":
+		return op + " " + first
+	}
+	return op + " " + first + "/" + second
+}
+
 // Injected returns how many faults the proxy injected, by kind: a
 // FailMode's String, "latency", "partitioned", "outage " with an
 // Outage's String, and "outage refused connection" (see SetOutage).
 func (p *Proxy) Injected() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]int, len(p.injected))
-	for k, v := range p.injected {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(p.injected)
 }
 
 // decide picks what happens to a request: its delay, and its failure
@@ -364,6 +396,7 @@ func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, la
 		kinds = append(kinds, kind)
 	}
 	p.counts[r.Method]++
+	p.byArea[Area(r)]++
 	late = p.late
 	switch p.outage {
 	case OutageCut:

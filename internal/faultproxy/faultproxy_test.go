@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"syscall"
@@ -216,5 +217,23 @@ func TestAnOutageFailsEveryRequestUntilItEnds(t *testing.T) {
 	in := p.Injected()
 	if in["outage cut"] != 1 || in["outage refused connection"] < 1 || in["outage 503"] != 1 {
 		t.Fatalf("injected %v, want one of each outage", in)
+	}
+}
+
+// Area tells requests apart by operation and the key's first two folders,
+// path-style, with a listing named LIST by its prefix.
+func TestArea(t *testing.T) {
+	for _, tc := range []struct{ method, target, want string }{
+		{"PUT", "/b/cluster/holds/t/c/x", "PUT cluster/holds"},
+		{"GET", "/b/cluster/nodes/n1", "GET cluster/nodes"},
+		{"GET", "/b?list-type=2&prefix=cluster%2Falarms%2Ft%2F", "LIST cluster/alarms"},
+		{"GET", "/b/?list-type=2&prefix=", "LIST -"},
+		{"DELETE", "/b/top", "DELETE top"},
+		{"POST", "/b?delete", "POST -"},
+	} {
+		r := httptest.NewRequest(tc.method, "http://127.0.0.1"+tc.target, nil)
+		if got := Area(r); got != tc.want {
+			t.Errorf("%s %s: %q, want %q", tc.method, tc.target, got, tc.want)
+		}
 	}
 }
