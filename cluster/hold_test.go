@@ -131,9 +131,13 @@ func TestGenerationsGrow(t *testing.T) {
 		n := startNode(t, b, clk, "n")
 		_, err = n.holds.Acquire(ctx, actorX)
 		wantHeldBy(t, err, "o")
-		clk.Advance(cluster.DefaultTTL + cluster.DefaultGrace)
-		if err := n.RenewNow(ctx); err != nil {
-			t.Fatal(err)
+		// n renews every period meanwhile, as its loop would: a lapse of
+		// its own lease would restart its watch.
+		for waited := time.Duration(0); waited < cluster.DefaultTTL+cluster.DefaultGrace; waited += cluster.DefaultTTL / 3 {
+			clk.Advance(cluster.DefaultTTL / 3)
+			if err := n.RenewNow(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if h5 := acquire(t, n, actorX); h5.Generation != 5 {
 			t.Fatalf("hold after a crash: generation %d, want 5", h5.Generation)
@@ -477,4 +481,94 @@ func TestHoldKeyLayout(t *testing.T) {
 	if _, _, ok := m.Object("p/nodes/a"); !ok {
 		t.Fatal("no lease at p/nodes/a")
 	}
+}
+
+// TestABucketOutageTakesNothingOver: when the bucket fails every request
+// for a minute, every node's lease lapses. Back, a node must not judge the
+// others' leases expired from the sight it had before the outage: their
+// holders could not renew either, and do as soon as the bucket answers.
+// It watches them afresh for TTL + Grace from its return (and counts
+// them live meanwhile), so holds go back to their
+// holders (who have the actors' databases) instead of every node taking
+// over every other node's actors at once. A holder that does not come
+// back is taken over once that watch has run, as before.
+func TestABucketOutageTakesNothingOver(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(t0)
+	m := bucket.NewMem()
+	down := false
+	m.Faults = func(bucket.Op) bucket.Fault {
+		if down {
+			return bucket.Fault{Err: errors.New("injected: connection refused")}
+		}
+		return bucket.Fault{}
+	}
+	a, b := startNode(t, m, clk, "a"), startNode(t, m, clk, "b")
+	actorY := abi.ActorID{Tenant: "t1", Class: "counter", Name: "y"}
+	acquire(t, a, actorX)
+	acquire(t, a, actorY)
+	tick := func(nodes ...testNode) {
+		clk.Advance(cluster.DefaultTTL / 3)
+		for _, n := range nodes {
+			_ = n.RenewNow(ctx)
+			_ = n.RefreshNow(ctx)
+		}
+	}
+	tick(a, b)
+	tick(a, b)
+	if !b.ValidAgainSince().IsZero() {
+		t.Fatal("ValidAgainSince is set before any lapse")
+	}
+
+	down = true
+	for range 18 { // a minute
+		tick(a, b)
+	}
+	if a.Valid() || b.Valid() {
+		t.Fatal("a lease is valid after a minute of failed renewals")
+	}
+	down = false
+	// b is back first: it renews and reads a's lease, which stood unchanged
+	// through the outage, before a renews.
+	backAt := clk.Now()
+	if err := b.RenewNow(ctx); err != nil || !b.Valid() {
+		t.Fatalf("b renewing after the outage: %v, valid %v", err, b.Valid())
+	}
+	if got := b.ValidAgainSince(); !got.Equal(backAt) {
+		t.Fatalf("ValidAgainSince after the outage = %v, want %v (the renewal that began the new epoch)", got, backAt)
+	}
+	// Before any read: a counts as live again, so b's first sweep does
+	// not take every actor as its own shard.
+	if !containsNode(b.Live(), "a") {
+		t.Fatalf("b's live nodes right after the outage: %v; want a among them until a read shows its lease standing", b.Live())
+	}
+	if err := b.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.Expired("a") {
+		t.Fatal("b judged a's lease expired at its first read after the outage, from its sight before it")
+	}
+	_, err := b.holds.Acquire(ctx, actorX)
+	wantHeldBy(t, err, "a")
+	// a renews and takes its actor back in its new epoch.
+	if err := a.RenewNow(ctx); err != nil || !a.Valid() {
+		t.Fatalf("a renewing after the outage: %v, valid %v", err, a.Valid())
+	}
+	acquire(t, a, actorX)
+	tick(a, b)
+	_, err = b.holds.Acquire(ctx, actorX)
+	wantHeldBy(t, err, "a")
+
+	// a dies now: b takes its actor over after watching its last version
+	// for TTL + Grace, as any taker does.
+	a.Kill()
+	for waited := time.Duration(0); waited < cluster.DefaultTTL+cluster.DefaultGrace; waited += cluster.DefaultTTL / 3 {
+		_, err = b.holds.Acquire(ctx, actorY)
+		wantHeldBy(t, err, "a")
+		tick(b)
+	}
+	if !b.Expired("a") {
+		t.Fatal("b does not judge a dead node's lease expired after watching it for TTL + Grace")
+	}
+	acquire(t, b, actorY)
 }

@@ -284,6 +284,7 @@ type Leases struct {
 	confirmed  uint64    // sequence number of the write etag belongs to
 	validUntil time.Time // zero: not valid; else the last confirmed renewal's send + TTL - Margin
 	epoch      uint64    // grows with every new chain of renewals
+	epochStart time.Time // when the renewal that began the current chain was sent
 	lastSent   time.Time // when the last PUT was sent
 	failing    error     // the latest renewal's error, nil once one succeeds
 	failSince  time.Time // when the first of the renewals failing in a row was sent
@@ -372,6 +373,22 @@ func (l *Leases) ValidUntil() time.Time {
 		return time.Time{}
 	}
 	return l.validUntil
+}
+
+// ValidAgainSince returns when the lease became valid again after its
+// latest lapse (the send time of the renewal that began its current
+// epoch, on this node's clock); the zero time if it has not lapsed since
+// the process started, or is not valid now. After a lapse (a bucket
+// outage, a partition), a node counts the overdue time of other nodes'
+// alarms only from then (sweeper.PlanInput.Since): it could deliver none
+// before, and the nodes cut off with it are back too.
+func (l *Leases) ValidAgainSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.validLocked() || l.epoch <= 1 {
+		return time.Time{}
+	}
+	return l.epochStart
 }
 
 // RenewalsFailing returns the error of the latest renewal and when the
@@ -539,9 +556,11 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		l.validUntil = until // the chain continues
 	case recv.Before(until):
 		l.epoch++ // a new chain: holds of earlier epochs stay invalid
+		l.epochStart = sent
 		l.validUntil = until
 		if prevEpoch != 0 {
 			l.log.Info("lease valid again in a new epoch; earlier holds are void", "epoch", l.epoch)
+			l.restartWatchesLocked(recv)
 		}
 	default:
 		l.validUntil = time.Time{}
@@ -817,6 +836,37 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 		o.presentTick = tick
 	}
 	return l.expiredLocked(o), nil
+}
+
+// restartWatchesLocked starts the watch of every lease this node has seen
+// afresh at now, when its own lease becomes valid again after a lapse (a
+// bucket outage, a partition): as if it saw each version for the first
+// time now, so that every node it saw counts as live again (Live) and is
+// judged expired only once a read shows its lease unchanged for TTL +
+// Grace from now.
+//
+// Judging from its sight before the lapse would be safe (the version did
+// stand all along), but after a bucket outage every lease a node watched
+// looks expired at its first read, though their holders, cut off too,
+// renew as soon as the bucket answers: every node took over every other
+// node's actors at once, each take downloading what the holder still had
+// (after a 60 s outage, over a thousand takeovers among three nodes); and
+// until its next reading a node saw itself alone, so that its first sweep
+// took every actor as its own. A later first sight only puts the
+// judgement off: the version landed before the read that showed it, so
+// before now, which is all a first sight needs (see "The taker" in the
+// package documentation). A node back in Live this way counts as a change
+// of the live nodes, as a version seen after it dropped out does.
+func (l *Leases) restartWatchesLocked(now time.Time) {
+	for _, o := range l.others {
+		if o.gone || o.confirmed.IsZero() {
+			continue
+		}
+		if o.member && now.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace {
+			l.members++
+		}
+		o.firstSeen, o.confirmed = now, now
+	}
 }
 
 // expiredLocked judges a version only by the TTL written in it: one seen
