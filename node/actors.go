@@ -456,6 +456,15 @@ func (n *Node) releaseAgain(ctx context.Context) {
 			if !ok {
 				return
 			}
+			if n.deliveringSoon(id) {
+				// The timer delivers the actor within a lease period
+				// (its alarm, or the retry of a delivery the lapse
+				// failed): that delivery takes it anew, keeping its
+				// database here. Released, another node's sweep would
+				// take it first and download it (after a bucket outage,
+				// most of the actors given up).
+				return
+			}
 			n.releaseHold(ctx, h)
 			n.mu.Lock()
 			_, still := n.unreleased[id]
@@ -473,6 +482,13 @@ func (n *Node) releaseAgain(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// deliveringSoon reports whether the node timer holds the actor for a
+// delivery within a lease period from now.
+func (n *Node) deliveringSoon(id abi.ActorID) bool {
+	at, ok := n.timer.Get(timerKey(id))
+	return ok && at <= n.cfg.Clock.Now().Add(n.leaseTTL()).UnixMilli()
 }
 
 // leaseTTL is the lease period in force (cluster mode).
@@ -996,6 +1012,15 @@ func (n *Node) Plugin() *alarms.Plugin { return n.plugin }
 
 // clusterHost is the node as the alarm plugin's Host.
 type clusterHost struct{ n *Node }
+
+// ValidAgainSince reports when the node lease became valid again after
+// its latest lapse (alarms.LapseHost); the zero time outside cluster mode.
+func (h clusterHost) ValidAgainSince() time.Time {
+	if h.n.leases == nil {
+		return time.Time{}
+	}
+	return h.n.leases.ValidAgainSince()
+}
 
 func (h clusterHost) Now() time.Time                         { return h.n.cfg.Clock.Now() }
 func (h clusterHost) After(d time.Duration) <-chan time.Time { return h.n.cfg.Clock.After(d) }

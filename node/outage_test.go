@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -39,10 +41,17 @@ func TestABucketOutageFailsFastStaysBoundedAndLosesNothing(t *testing.T) {
 	mem := bucket.NewMem()
 	var down atomic.Bool
 	var during atomic.Int64 // requests while down
-	mem.Faults = func(bucket.Op) bucket.Fault {
+	// Releases of the alarmed actor's hold sent after the bucket returned.
+	var releasedAfter atomic.Int64
+	var back atomic.Bool
+	alarmedHold := cluster.HoldKey("", abi.ActorID{Tenant: "t", Class: "s", Name: "o0"})
+	mem.Faults = func(op bucket.Op) bucket.Fault {
 		if down.Load() {
 			during.Add(1)
 			return bucket.Fault{Err: errors.New("injected: connection refused")}
+		}
+		if back.Load() && op.Kind == bucket.OpPut && op.Key == alarmedHold && bytes.Contains(op.Body, []byte(`"node_id":""`)) {
+			releasedAfter.Add(1)
 		}
 		return bucket.Fault{}
 	}
@@ -128,19 +137,26 @@ func TestABucketOutageFailsFastStaysBoundedAndLosesNothing(t *testing.T) {
 	}
 
 	restoresBefore := gathered(t, reg, "wasmkeep_actor_restores_total")
+	back.Store(true)
 	down.Store(false)
-	back := time.Now()
+	backAt := time.Now()
 	waitFor(t, "the alarm due during the outage firing", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, ev := range fired {
 			if ev.Actor == alarmed && ev.Event.Ran && ev.Event.Scheduled == due {
-				t.Logf("the alarm fired %v after the bucket returned", ev.At.Sub(back).Round(time.Millisecond))
+				t.Logf("the alarm fired %v after the bucket returned", ev.At.Sub(backAt).Round(time.Millisecond))
 				return true
 			}
 		}
 		return false
 	})
+	// The node took the actor back for the delivery it was retrying
+	// without releasing its hold first: released, another node's sweep
+	// could take it and download it.
+	if n := releasedAfter.Load(); n > 0 {
+		t.Fatalf("the hold of %s, whose failed delivery the timer was about to retry, was released %d times after the bucket returned; want it kept for that delivery", alarmed, n)
+	}
 	// Nothing committed is lost; the durable requests the outage refused
 	// did nothing.
 	waitFor(t, "the lease valid again", n.Leases().Valid)
