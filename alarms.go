@@ -81,6 +81,17 @@ type MembersHost interface {
 	Members(ctx context.Context) (sweeper.View, error)
 }
 
+// LapseHost is a Host whose node lease can lapse and come back (a bucket
+// outage, a partition): ValidAgainSince reports when it became valid
+// again after its latest lapse (zero: no lapse, or not valid now). Its
+// sweeps then count the overdue time of other nodes' alarms only from
+// then (sweeper.PlanInput.Since). In the reference host,
+// cluster.Leases.ValidAgainSince.
+type LapseHost interface {
+	Host
+	ValidAgainSince() time.Time
+}
+
 // Hold is what the host knows of its hold on an actor, as the rules need
 // it (docs/design.md#the-index).
 type Hold struct {
@@ -245,6 +256,8 @@ type Plugin struct {
 	idle    chan func()
 	workers atomic.Int64
 	wg      sync.WaitGroup
+	// forwarding bounds the forwards in flight (delivery.go, forwardLater).
+	forwarding chan struct{}
 
 	m *metrics // nil without Config.Registerer
 	// failing are the actors whose latest run here failed, with their
@@ -304,13 +317,14 @@ func Register(cfg Config) (*Plugin, error) {
 		cfg.Nonces = ns
 	}
 	p = &Plugin{
-		cfg:     cfg,
-		rules:   variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
-		log:     cfg.Logger,
-		core:    core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
-		idle:    make(chan func()),
-		m:       m,
-		failing: map[string]int{},
+		cfg:        cfg,
+		rules:      variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
+		log:        cfg.Logger,
+		core:       core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
+		idle:       make(chan func()),
+		forwarding: make(chan struct{}, max(1, cfg.MaxConcurrentDeliveries/4)),
+		m:          m,
+		failing:    map[string]int{},
 	}
 	if cfg.SingleNode {
 		if err := m.register(p); err != nil {
@@ -324,9 +338,11 @@ func Register(cfg Config) (*Plugin, error) {
 	}
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
-	// Actors of classes this node does not serve, actors in flight, and
-	// those the timer keeps (a retry in progress, or a time already
-	// earlier) do not count against a sweep's cap: an offer would change
+	// Actors of classes this node does not serve, actors in flight, those
+	// found held by another node and forwarded there lately
+	// (core.State.HeldElsewhereLately), and those the timer keeps (a
+	// retry in progress, or a time already earlier) do not count against
+	// a sweep's cap: an offer would change
 	// nothing for them, and counting them let more than 256 such entries
 	// hold every other overdue entry back.
 	busy := func(id abi.ActorID) bool {
@@ -337,10 +353,11 @@ func Register(cfg Config) (*Plugin, error) {
 			return true
 		}
 		key := TimerKey(id)
-		if p.inFlight(key) {
-			return true
-		}
-		return cfg.Timer.Keeps(key, cfg.Host.Now().UnixMilli())
+		now := cfg.Host.Now().UnixMilli()
+		p.mu.Lock()
+		busy := p.core.InFlight(key) || p.core.HeldElsewhereLately(id, now)
+		p.mu.Unlock()
+		return busy || cfg.Timer.Keeps(key, now)
 	}
 	var onSweep func(time.Duration, error)
 	if m != nil {
@@ -349,6 +366,10 @@ func Register(cfg Config) (*Plugin, error) {
 	var members sweeper.MemberLister
 	if mh, ok := cfg.Host.(MembersHost); ok {
 		members = mh
+	}
+	var since func() time.Time
+	if lh, ok := cfg.Host.(LapseHost); ok {
+		since = lh.ValidAgainSince
 	}
 	loop, err := sweeper.New(sweeper.Config{
 		Self:    cfg.Host.Self(),
@@ -360,6 +381,7 @@ func Register(cfg Config) (*Plugin, error) {
 		Live:    cfg.Host,
 		Tenants: tenants,
 		Busy:    busy,
+		Since:   since,
 		Kept:    p.kept,
 		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
 		Logger:  cfg.Logger.Named("sweep"),
@@ -691,8 +713,11 @@ type Delivery struct {
 	// is retried at RetryAt.
 	Err error
 	// Forwarded: the alarm was dropped (ErrNotHere) and the entry, which a
-	// sweep of this node listed, was forwarded to the node holding the
-	// actor (through the Host, a Forwarder).
+	// sweep of this node listed, is being forwarded to the node holding
+	// the actor (through the Host, a Forwarder), apart from the delivery:
+	// at most MaxConcurrentDeliveries/4 forwards are in flight, and a
+	// delivery that finds them all busy forwards nothing (a later sweep
+	// lists the entry again).
 	Forwarded bool
 
 	failedDeletes int // stale DELETEs that failed

@@ -25,12 +25,24 @@ import (
 type forwardingTaker struct {
 	mu       sync.Mutex
 	forwards []alarmindex.Key
+	takes    int
+	// block, if set, holds each Forward until it is closed.
+	block chan struct{}
 }
 
 var errHeldElsewhere = errors.New("held by node h")
 
 func (f *forwardingTaker) Take(context.Context, abi.ActorID) (alarms.Actor, func(error), error) {
+	f.mu.Lock()
+	f.takes++
+	f.mu.Unlock()
 	return nil, nil, alarms.NotHere(errHeldElsewhere)
+}
+
+func (f *forwardingTaker) taken() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.takes
 }
 
 // forwardingHost is a sweepHost that is an alarms.Forwarder: f forwards.
@@ -47,6 +59,9 @@ func (f *forwardingTaker) Forward(_ context.Context, entry alarmindex.Key, notHe
 	if !errors.Is(notHere, errHeldElsewhere) {
 		return errors.New("Forward was not given Take's error")
 	}
+	if f.block != nil {
+		<-f.block
+	}
 	f.mu.Lock()
 	f.forwards = append(f.forwards, entry)
 	f.mu.Unlock()
@@ -59,24 +74,38 @@ func (f *forwardingTaker) got() []alarmindex.Key {
 	return slices.Clone(f.forwards)
 }
 
+// overdueHeldElsewhere starts a node whose host finds every actor held
+// elsewhere (f) with one entry of xid in the index, due a second after the
+// start; arrange (if set) is called with the entry's time before the clock
+// moves two seconds and a margin on and the timer loop starts.
+func overdueHeldElsewhere(t *testing.T, f *forwardingTaker, arrange func(n *staleNode, tA int64)) (*staleNode, int64) {
+	t.Helper()
+	b := bucket.NewMem()
+	n := newStaleNodeOf(t, b, func(h *sweepHost) alarms.Host { return forwardingHost{sweepHost: h, f: f} })
+	tA := swStart.Add(time.Second).UnixMilli()
+	e1 := alarmindex.Key{Actor: xid, DueMs: tA, Tag: alarmindex.Tag{Generation: 2, Nonce: "1"}}
+	if _, err := b.Put(context.Background(), e1.String(), nil, bucket.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if arrange != nil {
+		arrange(n, tA)
+	}
+	n.host.advance(time.Second + swMargin + time.Second)
+	n.runTimer(t, f)
+	return n, tA
+}
+
 // A walker's sweep lists an overdue entry; its delivery finds the actor
 // held by another node: the alarm is dropped, as before, and the entry (the
 // actor, its time) is forwarded, once. An alarm the timer had from
 // anywhere else is dropped without a forward: the holder's timer has it.
 func TestADeliveryThatFindsTheActorHeldElsewhereForwardsTheEntryItsSweepListed(t *testing.T) {
 	ctx := context.Background()
-	b := bucket.NewMem()
 	f := &forwardingTaker{}
-	n := newStaleNodeOf(t, b, func(h *sweepHost) alarms.Host { return forwardingHost{sweepHost: h, f: f} })
-	tA := swStart.Add(time.Second).UnixMilli()
-	e1 := alarmindex.Key{Actor: xid, DueMs: tA, Tag: alarmindex.Tag{Generation: 2, Nonce: "1"}}
-	if _, err := b.Put(ctx, e1.String(), nil, bucket.Cond{}); err != nil {
-		t.Fatal(err)
-	}
 	other := abi.ActorID{Tenant: "t", Class: "c", Name: "y"}
-	n.timer.Set(alarms.TimerKey(other), tA) // not listed by a sweep
-	n.host.advance(time.Second + swMargin + time.Second)
-	n.runTimer(t, f)
+	n, tA := overdueHeldElsewhere(t, f, func(n *staleNode, tA int64) {
+		n.timer.Set(alarms.TimerKey(other), tA) // not listed by a sweep
+	})
 	n.p.Sweep(ctx)
 	waitUntil(t, "the listed entry forwarded", func() bool { return len(f.got()) > 0 })
 	time.Sleep(50 * time.Millisecond)
@@ -103,6 +132,55 @@ func TestADeliveryThatFindsTheActorHeldElsewhereForwardsTheEntryItsSweepListed(t
 	}
 	if forwarded != 1 {
 		t.Errorf("%d deliveries say they forwarded; want 1", forwarded)
+	}
+}
+
+// Once a delivery found the actor held elsewhere and forwarded its entry,
+// the sweeps of the next RetryAfterError (a lease period) leave the actor
+// out: taking it again would only read its ownership record and its
+// holder's lease to be refused once more (after a bucket outage, every
+// overdue actor of every other node, every sweep). After that wait the
+// sweep hands it to the timer again, so a holder that died meanwhile is
+// taken over.
+func TestAnActorFoundHeldElsewhereIsLeftOutOfSweepsForALeasePeriod(t *testing.T) {
+	ctx := context.Background()
+	f := &forwardingTaker{}
+	n, _ := overdueHeldElsewhere(t, f, nil)
+	n.p.Sweep(ctx)
+	waitUntil(t, "the listed entry forwarded", func() bool { return len(f.got()) > 0 })
+	time.Sleep(50 * time.Millisecond)
+	if got := f.taken(); got != 1 {
+		t.Fatalf("%d takes after the first sweep; want 1", got)
+	}
+	// RetryAfterError is the margin here.
+	for range 3 {
+		n.host.advance(swMargin / 4)
+		n.p.Sweep(ctx)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := f.taken(); got != 1 {
+		t.Fatalf("%d takes after three more sweeps within a lease period of the forward; want the actor left out (1 take)", got)
+	}
+	n.host.advance(swMargin / 4)
+	n.p.Sweep(ctx)
+	waitUntil(t, "the actor taken again after the wait", func() bool { return f.taken() == 2 })
+}
+
+// A forward waits for the holder; the delivery that found the actor held
+// there does not: it ends, and frees its worker for the node's own alarms,
+// while the forward is still in flight.
+func TestADeliveryDoesNotWaitForItsForward(t *testing.T) {
+	ctx := context.Background()
+	f := &forwardingTaker{block: make(chan struct{})}
+	n, _ := overdueHeldElsewhere(t, f, nil)
+	defer close(f.block)
+	n.p.Sweep(ctx)
+	waitUntil(t, "the delivery ended while its forward waits for the holder", func() bool { return len(n.deliveries()) == 1 })
+	if d := n.deliveries()[0]; !errors.Is(d.Err, alarms.ErrNotHere) || !d.Forwarded {
+		t.Fatalf("delivery %+v: want ErrNotHere, forwarded", d)
+	}
+	if got := f.got(); len(got) != 0 {
+		t.Fatalf("forwards done %v while the holder blocks them", got)
 	}
 }
 

@@ -63,12 +63,6 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	}
 }
 
-func (p *Plugin) inFlight(key string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.core.InFlight(key)
-}
-
 func (p *Plugin) start(ctx context.Context, key string, at int64) {
 	p.mu.Lock()
 	if !p.core.Start(key, at) {
@@ -184,7 +178,7 @@ func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery 
 			// An entry this node's sweep listed: the holder's timer may
 			// never deliver its time (a stale entry of an actor it keeps
 			// re-arming), and it may walk no tenant of its own.
-			d.Forwarded = p.forward(ctx, f, entry, err)
+			d.Forwarded = p.forwardLater(ctx, f, entry, err)
 		}
 	default:
 		d.Err = err
@@ -299,6 +293,31 @@ func orZero(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+// forwardLater forwards the entry to the actor's holder apart from the
+// delivery that found it held there, and reports whether it did: a
+// forward waits for the holder, which takes the actor to tend to it (up to
+// the host's own timeout), and done in the delivery's worker it kept that
+// worker from the node's own alarms. After a bucket outage, with every
+// alarm overdue, each node's workers were taken up by forwards of the
+// other nodes' actors while its own waited behind them. At most a quarter
+// of MaxConcurrentDeliveries are in flight; with none free the entry is
+// not forwarded now, and a later sweep lists it again.
+func (p *Plugin) forwardLater(ctx context.Context, f Forwarder, entry alarmindex.Key, notHere error) bool {
+	select {
+	case p.forwarding <- struct{}{}:
+	default:
+		p.log.Debug("not forwarding an overdue index entry now: every forward slot is busy; a later sweep lists it again", "actor", entry.Actor.String(), "due_ms", entry.DueMs)
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-p.forwarding }()
+		p.forward(ctx, f, entry, notHere)
+	}()
+	return true
 }
 
 // NotHere wraps err in ErrNotHere, for Host.Take.

@@ -342,6 +342,21 @@ func (s *State) Forward(id abi.ActorID, due, now int64) (alarmindex.Key, bool) {
 	return k, s.Forwarding(k, now)
 }
 
+// HeldElsewhereLately reports whether a delivery of the actor found it
+// held by another node, and this node forwarded that node the entry, less
+// than RetryAfterError before now (ms): a sweep then leaves the actor out
+// (it is no candidate of this node's; the holder has the entry in hand).
+// Each delivery of it would only read its ownership record and its
+// holder's lease again to be refused, once a sweep per walker: after a
+// bucket outage, with every alarm overdue, two reads of every such actor a
+// second from each node, which slowed the holders' own firings. After the
+// wait the actor is a candidate again, so a holder that died meanwhile is
+// taken over as before.
+func (s *State) HeldElsewhereLately(id abi.ActorID, now int64) bool {
+	f, ok := s.forwarded[id]
+	return ok && now < f.until
+}
+
 // Forwarding reports whether the entry may be forwarded to the actor's
 // holder at now (ms), and records it: not when the same entry time of the
 // actor was forwarded less than RetryAfterError (a lease period) before.

@@ -238,3 +238,28 @@ func TestForwardOnlyWhatASweepListed(t *testing.T) {
 		t.Errorf("%d forward records kept; want the expired ones pruned", n)
 	}
 }
+
+// An actor whose entry was forwarded to its holder is held elsewhere
+// lately, for a sweep to leave out, until RetryAfterError has passed; an
+// actor never forwarded, or forwarded long enough ago, is not.
+func TestHeldElsewhereLately(t *testing.T) {
+	s := core.New(cfg())
+	now := t0 + 60_000
+	if s.HeldElsewhereLately(actor, now) {
+		t.Fatal("an actor never found held elsewhere is held elsewhere lately")
+	}
+	s.Listed(actor, t0)
+	if _, ok := s.Forward(actor, t0, now); !ok {
+		t.Fatal("the listed entry was not forwarded")
+	}
+	if !s.HeldElsewhereLately(actor, now+4999) {
+		t.Error("not held elsewhere lately within RetryAfterError of the forward")
+	}
+	if s.HeldElsewhereLately(actor, now+5000) {
+		t.Error("still held elsewhere lately RetryAfterError after the forward: a holder that died would never be taken over")
+	}
+	other := abi.ActorID{Tenant: "t", Class: "c", Name: "other"}
+	if s.HeldElsewhereLately(other, now) {
+		t.Error("another actor is held elsewhere lately")
+	}
+}

@@ -26,6 +26,7 @@ type node struct {
 	up          bool
 	boot        uint64 // changes at every crash and start: steps of an older boot are dropped
 	epoch       uint64 // the node lease this node believes it has
+	validAgain  int64  // when it became valid again after its latest lapse (0: none)
 	validUntil  int64  // when it stops trusting that lease
 	pausedUntil int64
 	cutUntil    int64
@@ -107,6 +108,7 @@ func (s *sim) boot(n *node) {
 	n.boot++
 	s.epochs++
 	n.epoch = s.epochs
+	n.validAgain = 0
 	s.leases[n.id] = storeLease{epoch: n.epoch, expires: s.now + leaseMs}
 	n.validUntil = s.now + leaseMs - safetyMs
 	var seed [32]byte
@@ -227,6 +229,7 @@ func (s *sim) renew(n *node) {
 	s.c.LeasesLost++
 	s.epochs++
 	n.epoch = s.epochs
+	n.validAgain = s.now
 	s.leases[n.id] = storeLease{epoch: n.epoch, expires: s.now + leaseMs}
 	n.validUntil = s.now + leaseMs - safetyMs
 	n.held = map[string]*held{}
@@ -333,6 +336,7 @@ func (s *sim) sweep(n *node) {
 		Now:        time.UnixMilli(s.now),
 		Margin:     marginMs * time.Millisecond,
 		Self:       n.addr,
+		Since:      sinceMs(n.validAgain),
 		Live:       s.liveAddrs(),
 		ShardNodes: func(c string) []string { return walkers.Of(tenant, c) },
 		Own:        func(a abi.ActorID) bool { return n.letGo[a.String()] },
@@ -340,7 +344,7 @@ func (s *sim) sweep(n *node) {
 		// plugin: nodes that serve it deliver the entry, as anyone's once
 		// three margins overdue.
 		Busy: func(a abi.ActorID) bool {
-			return n.gateway || n.busy[a.String()] || n.core.InFlight(a.String()) || n.timer.Keeps(a.String(), s.now)
+			return n.gateway || n.busy[a.String()] || n.core.InFlight(a.String()) || n.core.HeldElsewhereLately(a, s.now) || n.timer.Keeps(a.String(), s.now)
 		},
 		Rand: n.rng,
 	})
@@ -564,4 +568,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// sinceMs is a PlanInput.Since of ms (0: none).
+func sinceMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }

@@ -85,6 +85,10 @@ type Config struct {
 	// plan ([Plan.Busy]), after the plan's deliveries were offered. Nil:
 	// none.
 	Kept func(Overdue)
+	// Since, if set, reports when this node's node lease became valid
+	// again after its latest lapse ([PlanInput.Since]; zero: no lapse).
+	// Nil: entries are anyone's by their due time alone.
+	Since func() time.Time
 	// Rand rotates anyone's entries. Required; used by one sweep at a time.
 	Rand *rand.Rand
 	// Logger; nil logs nothing.
@@ -470,9 +474,14 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 	}
 	l.planMu.Lock()
 	defer l.planMu.Unlock()
+	var since time.Time
+	if l.cfg.Since != nil {
+		since = l.cfg.Since()
+	}
 	plan := PlanSweep(PlanInput{
 		Entries:       res.Entries,
 		Now:           now,
+		Since:         since,
 		Margin:        l.cfg.Margin,
 		Self:          l.cfg.Self,
 		Live:          live,

@@ -2,6 +2,7 @@ package sweeper
 
 import (
 	"cmp"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -50,6 +51,15 @@ type PlanInput struct {
 	Margin time.Duration
 	// Self is this node's address.
 	Self string
+	// Since, if set, is when this node could deliver again after its node
+	// lease lapsed (it became valid again then). An entry of another node's shard
+	// becomes anyone's three margins past whichever is later, its due
+	// time or Since. After a bucket outage every entry is many margins
+	// overdue, though the holders of most of them are back too and about
+	// to deliver them from their own timers; counting from the outage's
+	// end gives them three margins before every node chases every other
+	// node's actors. Zero: from the due time alone.
+	Since time.Time
 	// Live are the addresses of the nodes with fresh heartbeats. Self counts
 	// as live whether or not it is listed: a node that sweeps is alive.
 	Live []string
@@ -107,7 +117,9 @@ type Plan struct {
 //     entries of the actor at later times wait for a later sweep.
 //   - Actors [PlanInput.Busy] reports are skipped and not counted.
 //   - Own: the actor's shard ([Shard]) among the live nodes is this node.
-//   - Anyone's: another node's shard, overdue at least three margins.
+//   - Anyone's: another node's shard, overdue at least three margins, and
+//     this node back from a lapse of its lease at least that long
+//     ([PlanInput.Since]).
 //   - At most MaxDeliveries: own first; anyone's keep an eighth of the cap
 //     when there are that many, and take what own leave. Anyone's are taken
 //     from a random rotation of their list (in due order), so nodes that
@@ -125,6 +137,9 @@ func PlanSweep(in PlanInput) Plan {
 
 	nodes := liveNodes(in.Self, in.Live)
 	anyoneBefore := in.Now.UnixMilli() - int64(AnyoneAfterMargins)*in.Margin.Milliseconds()
+	if !in.Since.IsZero() && in.Since.UnixMilli() > anyoneBefore {
+		anyoneBefore = math.MinInt64 // back from a lapse less than three margins ago: nothing is anyone's yet
+	}
 	var own, anyone []Overdue
 	for _, c := range cands {
 		if in.Busy != nil && in.Busy(c.Actor) {

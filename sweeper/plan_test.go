@@ -205,6 +205,40 @@ func TestPlanAnyonesAfterThreeMargins(t *testing.T) {
 	}
 }
 
+// Back from a lapse of its lease (a bucket outage), a node counts another
+// node's entry as anyone's only three margins past its return, however
+// long overdue the entry is: the entry's holder, cut off too, is back
+// and delivers it from its own timer. Its own shard's entries it delivers
+// at once.
+func TestPlanAnyonesCountFromTheEndOfALapse(t *testing.T) {
+	self, other := nodes3[0], nodes3[1]
+	theirs := namesFor("x", other, nodes3, 1)[0]
+	mine := namesFor("y", self, nodes3, 1)[0]
+	entries := []Entry{entry(theirs, ago(20*testMargin)), entry(mine, ago(20*testMargin))}
+	tests := []struct {
+		back time.Duration // how long ago the lease became valid again (0: no lapse)
+		want []string
+	}{
+		{0, []string{theirs, mine}},
+		{time.Second, []string{mine}},
+		{3*testMargin - time.Millisecond, []string{mine}},
+		{3 * testMargin, []string{theirs, mine}},
+	}
+	for _, tc := range tests {
+		in := PlanInput{Entries: entries, Now: testNow, Margin: testMargin, Self: self, Live: nodes3}
+		if tc.back > 0 {
+			in.Since = testNow.Add(-tc.back)
+		}
+		got := names(PlanSweep(in).Deliveries)
+		slices.Sort(got)
+		want := slices.Clone(tc.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("back from a lapse %v ago: delivered %v, want %v", tc.back, got, want)
+		}
+	}
+}
+
 // The node counts itself live even when its own heartbeat is not seen.
 func TestPlanSelfCountsAsLive(t *testing.T) {
 	self := "10.0.0.9:7000"
