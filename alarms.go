@@ -82,13 +82,16 @@ type MembersHost interface {
 }
 
 // LapseHost is a Host whose node lease can lapse and come back (a bucket
-// outage, a partition): ValidAgainSince reports when it became valid
-// again after its latest lapse (zero: no lapse, or not valid now). Its
-// sweeps then count the overdue time of other nodes' alarms only from
-// then (sweeper.PlanInput.Since). In the reference host,
-// cluster.Leases.ValidAgainSince.
+// outage, a partition). LeaseValid reports whether it is valid now: while
+// it is not, the plugin does not sweep (sweeper.Config.Valid).
+// ValidAgainSince reports when it became valid again after its latest
+// lapse (zero: no lapse, or not valid now): its sweeps then count the
+// overdue time of other nodes' alarms only from then
+// (sweeper.PlanInput.Since). In the reference host, cluster.Leases.Valid
+// and ValidAgainSince.
 type LapseHost interface {
 	Host
+	LeaseValid() bool
 	ValidAgainSince() time.Time
 }
 
@@ -368,8 +371,9 @@ func Register(cfg Config) (*Plugin, error) {
 		members = mh
 	}
 	var since func() time.Time
+	var valid func() bool
 	if lh, ok := cfg.Host.(LapseHost); ok {
-		since = lh.ValidAgainSince
+		since, valid = lh.ValidAgainSince, lh.LeaseValid
 	}
 	loop, err := sweeper.New(sweeper.Config{
 		Self:    cfg.Host.Self(),
@@ -382,6 +386,7 @@ func Register(cfg Config) (*Plugin, error) {
 		Tenants: tenants,
 		Busy:    busy,
 		Since:   since,
+		Valid:   valid,
 		Kept:    p.kept,
 		Rand:    mrand.New(mrand.NewPCG(leUint64(seed[:8]), leUint64(seed[8:]))),
 		Logger:  cfg.Logger.Named("sweep"),

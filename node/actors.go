@@ -1013,6 +1013,12 @@ func (n *Node) Plugin() *alarms.Plugin { return n.plugin }
 // clusterHost is the node as the alarm plugin's Host.
 type clusterHost struct{ n *Node }
 
+// LeaseValid reports whether the node lease is valid now
+// (alarms.LapseHost); always outside cluster mode.
+func (h clusterHost) LeaseValid() bool {
+	return h.n.leases == nil || h.n.leases.Valid()
+}
+
 // ValidAgainSince reports when the node lease became valid again after
 // its latest lapse (alarms.LapseHost); the zero time outside cluster mode.
 func (h clusterHost) ValidAgainSince() time.Time {

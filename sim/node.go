@@ -295,7 +295,8 @@ func (s *sim) letGo(n *node, a abi.ActorID) {
 // tenant is due and n is one of its walkers (or was hinted), plan with the
 // production planner among the tenant's walkers, offer to the node timer.
 func (s *sim) sweep(n *node) {
-	if n.cut(s.now) {
+	// Not while its lease is not valid, as the plugin (sweeper.Config.Valid).
+	if n.cut(s.now) || s.now >= n.validUntil {
 		return
 	}
 	v := s.view()

@@ -89,6 +89,12 @@ type Config struct {
 	// again after its latest lapse ([PlanInput.Since]; zero: no lapse).
 	// Nil: entries are anyone's by their due time alone.
 	Since func() time.Time
+	// Valid, if set, reports whether this node's node lease is valid now.
+	// A sweep while it is not is skipped: the node could take no actor,
+	// and its view of the live nodes is stale (after a bucket outage, a
+	// sweep begun just before the lease came back planned with this node
+	// alone, and took every overdue actor as its own). Nil: always.
+	Valid func() bool
 	// Rand rotates anyone's entries. Required; used by one sweep at a time.
 	Rand *rand.Rand
 	// Logger; nil logs nothing.
@@ -320,6 +326,10 @@ func (l *Loop) view(ctx context.Context, live []string) (View, *Walkers, *Member
 }
 
 func (l *Loop) sweep(ctx context.Context, all bool) error {
+	if l.cfg.Valid != nil && !l.cfg.Valid() {
+		l.log.Debug("sweep skipped: this node's lease is not valid")
+		return nil
+	}
 	live, err := l.cfg.Live.LiveNodes(ctx)
 	if err != nil {
 		l.errs.Add(1)

@@ -210,6 +210,28 @@ func TestSweepNoneOverdueCostsOneList(t *testing.T) {
 	}
 }
 
+// While this node's lease is not valid, a sweep lists nothing and offers
+// nothing (its view of the live nodes is stale, and it could take no
+// actor); once it is valid again, the next sweep delivers.
+func TestSweepSkippedWhileTheLeaseIsNotValid(t *testing.T) {
+	valid := false
+	h := newHarness(t, func(c *Config) { c.Valid = func() bool { return valid } })
+	h.bucket.put(keysFrom("t", "d", ago(2*testMargin), 3)...)
+	if err := h.loop.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sink.take(); len(got) != 0 || h.bucket.lists != 0 {
+		t.Fatalf("with the lease not valid: delivered %d, %d LISTs; want none", len(got), h.bucket.lists)
+	}
+	valid = true
+	if err := h.loop.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sink.take(); len(got) != 3 {
+		t.Fatalf("with the lease valid again: delivered %d, want 3", len(got))
+	}
+}
+
 // An entry just overdue by the margin is read; one a millisecond short is
 // not.
 func TestSweepCutoffIsMargin(t *testing.T) {
