@@ -859,13 +859,13 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 // of the live nodes, as a version seen after it dropped out does.
 func (l *Leases) restartWatchesLocked(now time.Time) {
 	for _, o := range l.others {
-		if o.gone || o.confirmed.IsZero() {
+		if o.gone {
 			continue
 		}
 		if o.member && now.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace {
 			l.members++
 		}
-		o.firstSeen, o.confirmed = now, now
+		o.firstSeen = now
 	}
 }
 

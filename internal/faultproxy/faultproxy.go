@@ -350,12 +350,11 @@ func (p *Proxy) ByArea() map[string]int {
 // prefix: "PUT cluster/holds", "LIST alarms/tenant".
 func Area(r *http.Request) string {
 	op := r.Method
-	q := r.URL.Query()
 	// Path-style: /bucket/key.
 	key := strings.TrimPrefix(r.URL.Path, "/")
 	_, key, _ = strings.Cut(key, "/")
 	if op == http.MethodGet && key == "" {
-		op, key = "LIST", q.Get("prefix")
+		op, key = "LIST", r.URL.Query().Get("prefix")
 	}
 	first, rest, _ := strings.Cut(key, "/")
 	second, _, _ := strings.Cut(rest, "/")
