@@ -86,6 +86,30 @@ type Bucket interface {
 	ListFolders(ctx context.Context, prefix string, limit int) ([]string, error)
 }
 
+// Header is implemented by buckets that can read an object's ETag without
+// its body (S3's HEAD): Mem, the S3 client, and Counting and Prefixed over
+// one of them. Head returns the ETag, or an error wrapping ErrNotFound if
+// the key does not exist. Unlike a listing, a HEAD of one key is answered
+// with the store's read-after-write consistency, also by stores whose
+// listings may leave out a key being overwritten (see Head).
+type Header interface {
+	Head(ctx context.Context, key string) (etag string, err error)
+}
+
+// Head reads key's ETag: a HEAD where b is a Header, else a GET whose body
+// is dropped. Decisions that a missing key would change (a node lease
+// gone, the snapshot an actor restores) are taken on a read of that key,
+// never on a listing alone: an erasure-coded store (MinIO) may leave out
+// of a LIST a key that is being overwritten, while its GET and HEAD read
+// with quorum.
+func Head(ctx context.Context, b Bucket, key string) (string, error) {
+	if h, ok := b.(Header); ok {
+		return h.Head(ctx, key)
+	}
+	_, etag, err := b.Get(ctx, key)
+	return etag, err
+}
+
 // MaxPage is the most keys one LIST request returns (S3's limit). List reads
 // pages of at most this many keys.
 const MaxPage = 1000
@@ -99,7 +123,9 @@ type OpKind string
 
 // The bucket operations.
 const (
-	OpGet    OpKind = "GET"
+	OpGet OpKind = "GET"
+	// OpHead reads an object's ETag without its body (S3: HEAD).
+	OpHead   OpKind = "HEAD"
 	OpPut    OpKind = "PUT"
 	OpDelete OpKind = "DELETE"
 	OpList   OpKind = "LIST"

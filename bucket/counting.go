@@ -8,8 +8,9 @@ import (
 // Counts are the requests a Counting wrapper has seen.
 type Counts struct {
 	// Get, Put, Delete and List count calls of each method, failed ones
-	// included.
-	Get, Put, Delete, List int64
+	// included; Head counts HEADs (Head on a Header bucket; through
+	// bucket.Head on another, a GET counted as Get).
+	Get, Put, Delete, List, Head int64
 	// DeleteBatch counts multi-object delete requests (a DeleteBatch call
 	// of more than MaxDeleteBatch keys sends several), BatchKeys the keys
 	// they carried.
@@ -27,6 +28,7 @@ type Counts struct {
 type Counting struct {
 	inner                          Bucket
 	get, put, del, list, listPages atomic.Int64
+	head                           atomic.Int64
 	batch, batchKeys               atomic.Int64
 }
 
@@ -37,6 +39,7 @@ func NewCounting(b Bucket) *Counting { return &Counting{inner: b} }
 func (c *Counting) Counts() Counts {
 	return Counts{
 		Get:         c.get.Load(),
+		Head:        c.head.Load(),
 		Put:         c.put.Load(),
 		Delete:      c.del.Load(),
 		List:        c.list.Load(),
@@ -49,6 +52,7 @@ func (c *Counting) Counts() Counts {
 // Reset sets every count to zero.
 func (c *Counting) Reset() {
 	c.get.Store(0)
+	c.head.Store(0)
 	c.put.Store(0)
 	c.del.Store(0)
 	c.list.Store(0)
@@ -64,6 +68,17 @@ func (c *Counting) Unwrap() Bucket { return c.inner }
 func (c *Counting) Get(ctx context.Context, key string) ([]byte, string, error) {
 	c.get.Add(1)
 	return c.inner.Get(ctx, key)
+}
+
+// Head counts one HEAD and forwards it (as a GET to a bucket that is no
+// Header, see bucket.Head).
+func (c *Counting) Head(ctx context.Context, key string) (string, error) {
+	if _, ok := c.inner.(Header); !ok {
+		c.get.Add(1)
+		return Head(ctx, c.inner, key)
+	}
+	c.head.Add(1)
+	return Head(ctx, c.inner, key)
 }
 
 // Put counts one PUT and forwards the call.

@@ -56,6 +56,12 @@ type Fault struct {
 	// request that lands after its caller gave up. Its condition is checked
 	// when it is applied. A late GET or LIST only fails. Err wins over Late.
 	Late bool
+	// Omit, for a LIST page (List, ListInfo), leaves out of the answer
+	// every key for which it returns true, though the key exists: what an
+	// erasure-coded store's listing does now and then to a key that is
+	// being overwritten (MinIO reads a listing from a subset of its
+	// drives). The keys after it are listed as usual.
+	Omit func(key string) bool
 }
 
 type memObject struct {
@@ -138,10 +144,21 @@ func Sleep(ctx context.Context, d time.Duration) error {
 // admit runs the fault hook for op. It returns held=true if the operation was
 // held as late, and a non-nil error if the request fails to its caller.
 func (m *Mem) admit(ctx context.Context, op Op) (held bool, err error) {
-	var f Fault
+	_, held, err = m.admitFault(ctx, op)
+	return held, err
+}
+
+// admitFault is admit that also returns the fault drawn (a LIST page
+// applies its Omit).
+func (m *Mem) admitFault(ctx context.Context, op Op) (f Fault, held bool, err error) {
 	if m.Faults != nil {
 		f = m.Faults(op)
 	}
+	held, err = m.applyFault(ctx, op, f)
+	return f, held, err
+}
+
+func (m *Mem) applyFault(ctx context.Context, op Op, f Fault) (held bool, err error) {
 	if f.Delay > 0 {
 		sleep := m.Sleep
 		if sleep == nil {
@@ -182,6 +199,22 @@ func (m *Mem) Get(ctx context.Context, key string) ([]byte, string, error) {
 		return nil, "", m.fail(op, ErrNotFound)
 	}
 	return append([]byte{}, o.body...), o.etag, nil
+}
+
+// Head returns the ETag of the object stored under key (one request,
+// which meets the fault hook as OpHead).
+func (m *Mem) Head(ctx context.Context, key string) (string, error) {
+	op := m.nextOp(Op{Kind: OpHead, Key: key})
+	if _, err := m.admit(ctx, op); err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	o, ok := m.objs[key]
+	m.mu.Unlock()
+	if !ok {
+		return "", m.fail(op, ErrNotFound)
+	}
+	return o.etag, nil
 }
 
 // Put stores body under key if cond holds.
@@ -341,15 +374,22 @@ func listPages[T any](m *Mem, ctx context.Context, prefix, startAfter string, li
 		}
 		pages++
 		m.pages.Add(1)
-		if _, err := m.admit(ctx, pageOp); err != nil {
+		f, _, err := m.admitFault(ctx, pageOp)
+		if err != nil {
 			return nil, pages, err
 		}
 		items, truncated := page(prefix, after, min(MaxPage, limit-len(out)))
+		if len(items) > 0 {
+			after = key(items[len(items)-1])
+		}
+		n := len(items)
+		if f.Omit != nil {
+			items = slices.DeleteFunc(items, func(it T) bool { return f.Omit(key(it)) })
+		}
 		out = append(out, items...)
-		if !truncated || len(out) >= limit || len(items) == 0 {
+		if !truncated || len(out) >= limit || n == 0 {
 			return out, pages, nil
 		}
-		after = key(items[len(items)-1])
 	}
 }
 

@@ -329,3 +329,41 @@ func TestCheckConditionalRejectsAStoreThatIgnoresConditions(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestMemOmitLeavesKeysOutOfListings: a LIST fault with Omit leaves out
+// the keys it names from List and ListInfo, across pages, and lists the
+// rest; a GET and a HEAD of an omitted key still find it.
+func TestMemOmitLeavesKeysOutOfListings(t *testing.T) {
+	m := bucket.NewMem()
+	var keys []string
+	for i := range 2100 {
+		keys = append(keys, fmt.Sprintf("o/%05d", i))
+	}
+	for _, k := range keys {
+		if _, err := m.Put(context.Background(), k, []byte("x"), bucket.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	omit := map[string]bool{"o/00000": true, "o/00999": true, "o/01000": true, "o/02099": true}
+	m.Faults = func(op bucket.Op) bucket.Fault {
+		if op.Kind != bucket.OpList {
+			return bucket.Fault{}
+		}
+		return bucket.Fault{Omit: func(k string) bool { return omit[k] }}
+	}
+	want := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return omit[k] })
+	got, err := m.List(context.Background(), "o/", "", 5000)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("List = %d keys, %v; want the %d not omitted", len(got), err, len(want))
+	}
+	infos, err := m.ListInfo(context.Background(), "o/", "", 5000)
+	if err != nil || len(infos) != len(want) || infos[0].Key != want[0] {
+		t.Fatalf("ListInfo = %d objects, %v; want %d", len(infos), err, len(want))
+	}
+	if _, _, err := m.Get(context.Background(), "o/00999"); err != nil {
+		t.Fatalf("GET of a key a listing left out: %v", err)
+	}
+	if _, err := m.Head(context.Background(), "o/01000"); err != nil {
+		t.Fatalf("HEAD of a key a listing left out: %v", err)
+	}
+}

@@ -34,6 +34,11 @@ func (p *Prefixed) Get(ctx context.Context, key string) ([]byte, string, error) 
 	return p.inner.Get(ctx, p.prefix+key)
 }
 
+// Head reads the ETag of prefix+key (see bucket.Head).
+func (p *Prefixed) Head(ctx context.Context, key string) (string, error) {
+	return Head(ctx, p.inner, p.prefix+key)
+}
+
 // Put puts prefix+key.
 func (p *Prefixed) Put(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
 	return p.inner.Put(ctx, p.prefix+key, body, cond)

@@ -79,9 +79,19 @@
 // body: a changed ETag starts the watch of the new version at the
 // listing's receipt (f), and an unchanged one confirms the version at the
 // listing's send (g), exactly as a GET would. The argument above holds
-// word for word with a listing as the read: it needs only that the version
-// the read showed was the object's version when the read was served, which
-// a strongly consistent LIST gives (S3's is).
+// word for word with a listing as the read: it needs only that a version
+// the read showed was the object's version when the read was served.
+//
+// A listing's silence is another matter. An erasure-coded store (MinIO)
+// may leave out of a LIST a key that is being overwritten, and a lease
+// being renewed is exactly such a key; S3's own LIST does not, but the
+// argument does not lean on it. So a lease a listing leaves out is only a
+// candidate: the node reads that lease's own key (a GET, which such a
+// store answers with quorum) and takes the lease for removed only if that
+// read finds nothing. A key a listing did show may be read from a drive
+// that missed the latest write, but only its absence could shorten a
+// judgement: an older ETag shown again reads as a new version, and starts
+// the watch afresh.
 //
 // A listing does not show what a version says: its TTL, address and
 // instance. A node GETs a lease the first time it lists it (and after
@@ -170,9 +180,11 @@
 // fast. Neither may be negative, and TTL - Margin must leave room for a
 // renewal every period (TTL/3 by default).
 //
-// Two things the argument needs from the store: reads, listings and
-// conditional writes are strongly consistent (S3 is), and nothing but the
-// node itself writes its lease object. An operator deleting a live node's lease object,
+// Two things the argument needs from the store: reads of a key (GET,
+// HEAD) and conditional writes are strongly consistent (S3 is, and so is
+// an erasure-coded MinIO at its default quorum), and nothing but the node
+// itself writes its lease object. Listings may leave keys out; see
+// "Reading leases from a listing". An operator deleting a live node's lease object,
 // or deleting an ownership record (which resets its generation), breaks the
 // guarantees.
 package cluster

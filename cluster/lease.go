@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/clock"
+	"github.com/wasmkeep/alarms/internal/variant"
 )
 
 // Lease defaults; see "The margins" in the package documentation.
@@ -91,6 +92,19 @@ type LeaseConfig struct {
 	// Manual starts no background work: the caller renews with RenewNow
 	// and observes with RefreshNow (tests and simulators).
 	Manual bool
+
+	// variants turn safety rules off, for the lease simulation's unsafe
+	// variants only (package internal/variant sets them; production
+	// never does).
+	variants variant.LeaseSet
+}
+
+func init() {
+	variant.RegisterLeases(func(cfg any, s variant.LeaseSet) any {
+		c := cfg.(LeaseConfig)
+		c.variants = s
+		return c
+	})
 }
 
 // LargeCluster is the number of live nodes (this one included) from which
@@ -272,8 +286,8 @@ type Leases struct {
 	observeMu sync.Mutex // one observation round at a time
 
 	// ticks orders requests of concurrent observations: a LIST that does
-	// not show a lease proves it deleted only if a read that found it had
-	// completed before the LIST was sent.
+	// not show a lease makes it a candidate for a read of its key only if
+	// no read that found it completed after the LIST was sent.
 	ticks atomic.Uint64
 	// readPeriod is ReadPeriod, set by the reading loop after each round.
 	readPeriod atomic.Int64
@@ -673,7 +687,7 @@ func (l *Leases) RefreshNow(ctx context.Context) error {
 			fetch = append(fetch, id)
 		}
 	}
-	l.markGoneLocked(listed, listTick)
+	fetch = append(fetch, l.unlistedLocked(listed, listTick)...)
 	l.mu.Unlock()
 	var errs []error
 	for _, id := range fetch {
@@ -724,18 +738,39 @@ func (l *Leases) listedLocked(id, etag string, sent, recv time.Time, tick uint64
 	return false
 }
 
-// markGoneLocked marks removed every lease a LIST did not show, unless a
-// read that found it completed after the LIST was sent (listTick).
-func (l *Leases) markGoneLocked(listed map[string]bool, listTick uint64) {
+// unlistedLocked returns the leases a LIST did not show, unless a read
+// that found them completed after the LIST was sent (listTick): each is
+// to be read by its key (readLease), which alone marks it removed, on a
+// 404. A listing's word is not enough: an erasure-coded store (MinIO)
+// may leave out of a LIST a key that is being overwritten, and a lease
+// being renewed is exactly that; taking such a lease for removed would
+// hand a live node's actors to others at once (docs/design.md#lists).
+// A node that removed its lease costs one GET more, once.
+func (l *Leases) unlistedLocked(listed map[string]bool, listTick uint64) (confirm []string) {
 	for id, o := range l.others {
 		if !listed[id] && !o.gone && o.presentTick < listTick {
-			o.gone = true
-			if o.member {
-				l.members++
+			if l.cfg.variants.TrustListedAbsence {
+				l.markGoneLocked(id, o)
+				continue
 			}
-			l.log.Info("node lease removed", "other", id)
+			confirm = append(confirm, id)
 		}
 	}
+	sort.Strings(confirm)
+	return confirm
+}
+
+// markGoneLocked marks o, node id's lease, removed: a read of its key
+// found nothing.
+func (l *Leases) markGoneLocked(id string, o *observed) {
+	if o.gone {
+		return
+	}
+	o.gone = true
+	if o.member {
+		l.members++
+	}
+	l.log.Info("node lease removed", "other", id)
 }
 
 // refreshByGets is RefreshNow on a bucket whose listings carry no ETags:
@@ -746,20 +781,24 @@ func (l *Leases) refreshByGets(ctx context.Context, prefix string, listTick uint
 		return fmt.Errorf("node %s reading the node leases: %w", l.cfg.NodeID, err)
 	}
 	listed := map[string]bool{}
-	var errs []error
+	var ids []string
 	for _, k := range keys {
 		id := strings.TrimPrefix(k, prefix)
 		if id == "" || strings.Contains(id, "/") || id == l.cfg.NodeID {
 			continue
 		}
 		listed[id] = true
+		ids = append(ids, id)
+	}
+	l.mu.Lock()
+	ids = append(ids, l.unlistedLocked(listed, listTick)...)
+	l.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
 		if _, err := l.readLease(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	l.mu.Lock()
-	l.markGoneLocked(listed, listTick)
-	l.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -782,13 +821,7 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 			l.others[id] = &observed{gone: true}
 			return true, nil
 		}
-		if !o.gone {
-			o.gone = true
-			if o.member {
-				l.members++
-			}
-			l.log.Info("node lease removed", "other", id)
-		}
+		l.markGoneLocked(id, o)
 		return true, nil
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/clock"
@@ -816,4 +817,93 @@ func TestLeasesPublishClassesAndMembershipChanges(t *testing.T) {
 			t.Errorf("b left: epoch %d -> %d, want +1", e2, e)
 		}
 	})
+}
+
+// TestAListingThatLeavesALeaseOutTakesNothingOver: an erasure-coded store
+// (MinIO) may leave out of a LIST a key being overwritten, and a lease
+// being renewed is one. A node whose reading of the leases misses a live
+// node's lease reads that lease's own key before it believes anything:
+// the live node stays live, its lease is not expired, and its holds stay
+// its own. Only a read of the key that finds nothing (a clean shutdown)
+// frees them at once. On a real S3 server too, with the omission injected
+// in front of it.
+func TestAListingThatLeavesALeaseOutTakesNothingOver(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		clk := fakeclock.New(t0)
+		a := startManual(t, b, clk, "a")
+		o := startManual(t, b, clk, "o")
+		if err := o.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		id := abi.ActorID{Tenant: "t", Class: "c", Name: "x"}
+		ha := cluster.NewHolds(b, "", a, nil)
+		if _, err := ha.Acquire(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		om := &omitting{Bucket: b, key: "cluster/nodes/a"}
+		counted := bucket.NewCounting(om)
+		o2 := startManual(t, counted, clk, "o2")
+		if err := o2.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Every listing from now on leaves a's lease out, as MinIO's may
+		// while it is renewed.
+		om.on.Store(true)
+		for round := range 3 {
+			if err := a.RenewNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+			before := counted.Counts()
+			if err := o2.RefreshNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+			after := counted.Counts()
+			if o2.Expired("a") {
+				t.Fatalf("round %d: a live node's lease, left out of a listing, is taken for expired", round)
+			}
+			if !containsNode(o2.Live(), "a") {
+				t.Fatalf("round %d: Live() = %v lacks a", round, o2.Live())
+			}
+			if got := after.Get - before.Get; got != 1 {
+				t.Fatalf("round %d: the reading sent %d GETs, want 1 (the lease the listing left out)", round, got)
+			}
+			h2 := cluster.NewHolds(counted, "", o2, nil)
+			var held *cluster.HeldElsewhereError
+			if _, err := h2.Acquire(ctx, id); !errors.As(err, &held) || held.NodeID != "a" {
+				t.Fatalf("round %d: Acquire of a's actor = %v, want held by a", round, err)
+			}
+		}
+		// a shuts down cleanly: its lease object is gone, which the read
+		// of its key (not the listing) shows.
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := o2.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !o2.Expired("a") || containsNode(o2.Live(), "a") {
+			t.Fatalf("after a's Close: Expired = %v, Live = %v", o2.Expired("a"), o2.Live())
+		}
+		if _, err := cluster.NewHolds(counted, "", o2, nil).Acquire(ctx, id); err != nil {
+			t.Fatalf("taking the actor of a closed node: %v", err)
+		}
+	})
+}
+
+// omitting is a bucket whose listings leave one key out once on.
+type omitting struct {
+	bucket.Bucket
+	key string
+	on  atomic.Bool
+}
+
+func (b *omitting) List(ctx context.Context, prefix, startAfter string, limit int) ([]string, error) {
+	keys, err := b.Bucket.List(ctx, prefix, startAfter, limit)
+	return slices.DeleteFunc(keys, func(k string) bool { return b.on.Load() && k == b.key }), err
+}
+
+func (b *omitting) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, error) {
+	infos, err := bucket.ListInfo(ctx, b.Bucket, prefix, startAfter, limit)
+	return slices.DeleteFunc(infos, func(o bucket.ObjectInfo) bool { return b.on.Load() && o.Key == b.key }), err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
+	"github.com/wasmkeep/alarms/internal/variant"
 )
 
 // LeaseConfig configures one run of the lease simulation ([RunLeases]):
@@ -57,6 +58,20 @@ type LeaseConfig struct {
 	// judges a node on the longer one expired while that node still acts.
 	// The simulation must catch it.
 	JudgeByOwnTTL bool
+	// NoListOmissions turns off the listings' omissions. By default a
+	// LIST leaves out a key written within the last second with
+	// probability ListOmitRecent (0.3 when zero), and any other key with
+	// probability ListOmitAny (0.01 when zero), as an erasure-coded store
+	// (MinIO) now and then leaves out a key that is being overwritten: a
+	// lease being renewed is such a key.
+	NoListOmissions bool
+	ListOmitRecent  float64
+	ListOmitAny     float64
+	// TrustListedAbsence is the unsafe variant: a lease one listing left
+	// out is taken for removed (a clean shutdown) without a read of its
+	// key, so its node's holds may be taken at once though it still acts.
+	// The simulation must catch it.
+	TrustListedAbsence bool
 	// Trace keeps the whole trace in the result.
 	Trace bool
 }
@@ -72,6 +87,8 @@ type LeaseResult struct {
 	// RodeThrough counts failed renewals after which the node was still
 	// valid and still had a valid hold (the case this change is about).
 	RodeThrough int
+	// Omitted counts keys the listings left out though they existed.
+	Omitted int
 	// Lapses counts the times a node's lease went from valid to not valid
 	// while the node was up and not cut off or paused.
 	Lapses   int
@@ -128,8 +145,9 @@ type leaseWorld struct {
 	mem     *bucket.Mem
 	nodes   []*leaseNode
 	actors  []abi.ActorID
-	caller  *leaseNode // the node whose request the bucket is serving
-	lostOne bool       // the request in flight lands, then its reply is lost
+	caller  *leaseNode           // the node whose request the bucket is serving
+	lostOne bool                 // the request in flight lands, then its reply is lost
+	written map[string]time.Time // when each key was last written (reference time)
 	res     LeaseResult
 	trace   []string
 	nextID  int
@@ -155,6 +173,12 @@ func RunLeases(cfg LeaseConfig) LeaseResult {
 	if cfg.FaultRate == 0 {
 		cfg.FaultRate = 0.05
 	}
+	if cfg.ListOmitRecent == 0 {
+		cfg.ListOmitRecent = 0.3
+	}
+	if cfg.ListOmitAny == 0 {
+		cfg.ListOmitAny = 0.01
+	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := &leaseWorld{
 		cfg: cfg,
@@ -165,6 +189,8 @@ func RunLeases(cfg LeaseConfig) LeaseResult {
 	}
 	w.mem.Sleep = w.ref.Sleep
 	w.mem.Faults = w.fault
+	w.written = map[string]time.Time{}
+	w.mem.OnChange = func(op bucket.Op) { w.written[op.Key] = w.ref.Now() }
 	for i := range cfg.Actors {
 		w.actors = append(w.actors, abi.ActorID{Tenant: "t", Class: "c", Name: fmt.Sprintf("a%d", i)})
 	}
@@ -228,10 +254,14 @@ func (w *leaseWorld) startNode() {
 	n := &leaseNode{id: id, ttl: ttl, clk: clk, mine: map[abi.ActorID]cluster.Hold{}}
 	b := &nodeBucket{Mem: w.mem, w: w, n: n}
 	w.caller = n
-	l, err := cluster.StartLeases(context.Background(), cluster.LeaseConfig{
+	lc := cluster.LeaseConfig{
 		Bucket: b, NodeID: id, Addr: id + ":7600", Clock: clk, Manual: true,
 		TTL: ttl, Margin: w.cfg.Margin, Grace: w.cfg.Grace, ObservePeriod: w.cfg.ObservePeriod,
-	})
+	}
+	if w.cfg.TrustListedAbsence {
+		lc = variant.LeaseConfig(lc, variant.LeaseSet{TrustListedAbsence: true})
+	}
+	l, err := cluster.StartLeases(context.Background(), lc)
 	if err != nil {
 		// Its creating PUT failed: it tries again later as a new node.
 		w.logf("%s failed to start: %v", id, err)
@@ -375,7 +405,7 @@ func (w *leaseWorld) fault(op bucket.Op) bucket.Fault {
 		return bucket.Fault{Err: errors.New("injected: connection refused")}
 	}
 	if w.rng.Float64() >= w.cfg.FaultRate {
-		return bucket.Fault{}
+		return w.omissions(op)
 	}
 	switch w.rng.IntN(4) {
 	case 0:
@@ -394,6 +424,28 @@ func (w *leaseWorld) fault(op bucket.Op) bucket.Fault {
 		// this one request, stops for long.
 		return bucket.Fault{Delay: time.Duration(w.rng.Int64N(int64(w.cfg.TTL / 10)))}
 	}
+}
+
+// omissions is the fault of a request that otherwise goes through: for a
+// LIST page, the keys it leaves out (see LeaseConfig.NoListOmissions).
+// Each key's fate is drawn once per page, in key order, so a seed stays
+// a replayable run.
+func (w *leaseWorld) omissions(op bucket.Op) bucket.Fault {
+	if op.Kind != bucket.OpList || w.cfg.NoListOmissions {
+		return bucket.Fault{}
+	}
+	now := w.ref.Now()
+	return bucket.Fault{Omit: func(key string) bool {
+		p := w.cfg.ListOmitAny
+		if at, ok := w.written[key]; ok && now.Sub(at) < time.Second {
+			p = w.cfg.ListOmitRecent
+		}
+		if w.rng.Float64() < p {
+			w.res.Omitted++
+			return true
+		}
+		return false
+	}}
 }
 
 // check: no actor has two nodes that each hold a valid hold on it. Validity

@@ -346,6 +346,17 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return body, aws.ToString(out.ETag), nil
 }
 
+// Head reads key's ETag with a HEAD request, or returns an error wrapping
+// bucket.ErrNotFound.
+func (b *Bucket) Head(ctx context.Context, key string) (string, error) {
+	ctx, n := withAttempts(ctx)
+	out, err := b.client.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: &b.name, Key: &key})
+	if err != nil {
+		return "", b.fail(bucket.OpHead, key, n, classify(err))
+	}
+	return aws.ToString(out.ETag), nil
+}
+
 // Put stores body under key if cond holds (If-None-Match: * or If-Match).
 func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
 	ctx, n := withAttempts(ctx)

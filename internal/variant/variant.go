@@ -61,3 +61,35 @@ func Rules[R any](rules R, s Set) R {
 	}
 	return apply(rules, s).(R)
 }
+
+// LeaseSet is which safety rules of package cluster's node leases are
+// off, for the lease simulation (sim.RunLeases) only. The zero value turns
+// none off.
+type LeaseSet struct {
+	// TrustListedAbsence takes a node lease that one listing of the
+	// leases left out for removed (a clean shutdown), so that its holds
+	// may be taken at once, without reading the lease's own key: an
+	// erasure-coded store may leave a key out of a listing while it is
+	// being overwritten, which every renewal does.
+	TrustListedAbsence bool
+}
+
+var applyLeases func(cfg any, s LeaseSet) any
+
+// RegisterLeases is called once, by package cluster, with the function
+// that returns a copy of its LeaseConfig with s's rules off.
+func RegisterLeases(f func(cfg any, s LeaseSet) any) {
+	if applyLeases != nil {
+		panic("variant: RegisterLeases called twice")
+	}
+	applyLeases = f
+}
+
+// LeaseConfig returns a copy of cfg (a cluster.LeaseConfig) with the
+// safety rules in s turned off.
+func LeaseConfig[C any](cfg C, s LeaseSet) C {
+	if applyLeases == nil {
+		panic("variant: package cluster is not linked in")
+	}
+	return applyLeases(cfg, s).(C)
+}
