@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,13 @@ type Hold struct {
 	Generation uint64
 	// NodeID is the holding node (this one).
 	NodeID string
+
+	// State is the actor's newest replicated state as this hold knows
+	// it: the snapshot the hold found when it was taken (the Key is ""
+	// when the bucket had none), then, once it uploaded, its own (see
+	// Holds.Uploaded). Read from the ownership records, never from a
+	// listing alone (see ReadState).
+	State Snapshot
 
 	etag  string // ETag of the ownership record this hold wrote
 	epoch uint64 // lease epoch it was taken in
@@ -56,7 +64,21 @@ type holdRecord struct {
 	// earlier process under a node ID that a later one took back is void.
 	// Empty in records written before it existed.
 	Instance string `json:"instance,omitempty"`
+	// State names the actor's newest snapshot as the record's writer knew
+	// it: the one the hold found when it was taken, or, in a release, the
+	// hold's own last upload. "none" when there was none, else the last
+	// segment of the snapshot's key (<generation>-<seq>). The newest state
+	// is the key of the record's own generation if that hold uploaded,
+	// else this one (see ReadState). Empty in records written before
+	// records named the state: the newest key a listing shows is the
+	// state then.
+	State string `json:"state,omitempty"`
+	// StateETag is the ETag of that snapshot when it was noted, if known.
+	StateETag string `json:"state_etag,omitempty"`
 }
+
+// stateNone is holdRecord.State for "the bucket has no state".
+const stateNone = "none"
 
 // Holds takes, checks and releases this node's holds of actors. Create it
 // with NewHolds. It is safe for concurrent use; callers run one event at a
@@ -64,6 +86,7 @@ type holdRecord struct {
 type Holds struct {
 	b      bucket.Bucket
 	prefix string
+	r      *Replica
 	l      *Leases
 	log    hclog.Logger
 
@@ -105,6 +128,7 @@ func NewHolds(b bucket.Bucket, prefix string, l *Leases, logger hclog.Logger) *H
 	return &Holds{
 		b:      b,
 		prefix: prefix,
+		r:      NewReplica(b, prefix),
 		l:      l,
 		log:    logger.Named("holds").With("node", l.NodeID()),
 		mine:   map[abi.ActorID]Hold{},
@@ -152,7 +176,8 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	key := h.Key(id)
 	body, etag, err := h.b.Get(ctx, key)
 	if errors.Is(err, bucket.ErrNotFound) {
-		return h.take(ctx, id, epoch, 1, bucket.Cond{IfNoneMatch: true})
+		// No hold was ever taken, so nothing was ever uploaded.
+		return h.take(ctx, id, epoch, 1, bucket.Cond{IfNoneMatch: true}, Snapshot{})
 	}
 	if err != nil {
 		return Hold{}, h.errorf(id, "reading the ownership record: %w", err)
@@ -161,6 +186,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	if err != nil {
 		return Hold{}, h.errorf(id, "ownership record %s: %w", key, err)
 	}
+	takeover := false
 	switch rec.NodeID {
 	case h.l.NodeID():
 		h.mu.Lock()
@@ -183,23 +209,88 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 		if !expired && !h.l.earlierInstance(rec.NodeID, rec.Instance) {
 			return Hold{}, &HeldElsewhereError{Actor: id, NodeID: rec.NodeID, Addr: rec.Addr}
 		}
-		h.log.Info("taking over from a node whose lease expired", "actor", id, "from", rec.NodeID, "instance", rec.Instance, "generation", rec.Generation+1)
-		hold, err := h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag})
-		if err == nil {
-			h.takeovers.Add(1)
-		}
-		return hold, err
+		takeover = true
 	}
-	return h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag})
+	// The state is read before the record is written: the record's holder
+	// no longer acts (released, expired, or this node's own earlier
+	// epoch), so what it confirmed uploading is in the bucket by now, and
+	// the write below is conditional on the record read.
+	st, err := stateOf(ctx, h.b, h.r, id, rec)
+	if err != nil {
+		return Hold{}, h.errorf(id, "reading the actor's state: %w", err)
+	}
+	if takeover {
+		h.log.Info("taking over from a node whose lease expired", "actor", id, "from", rec.NodeID, "instance", rec.Instance, "generation", rec.Generation+1)
+	}
+	hold, err := h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag}, st)
+	if err == nil && takeover {
+		h.takeovers.Add(1)
+	}
+	return hold, err
 }
 
-// take writes an ownership record naming this node with generation gen.
-func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, cond bucket.Cond) (Hold, error) {
+// stateOf is the actor's newest replicated state as its ownership record
+// rec (just read with a GET) names it: the snapshot of the record's own
+// hold if that hold uploaded, else the one the record notes. Whether the
+// record's hold uploaded is read with a HEAD of its key, unless the record
+// already names that key (a release after an upload). Nothing is taken
+// from a listing: an erasure-coded store may leave a key being overwritten
+// out of one (docs/design.md#lists). A record from before records named
+// the state is the exception: its state is the newest key a listing shows,
+// as then, and the hold taken on it notes that key for every later one.
+func stateOf(ctx context.Context, b bucket.Bucket, r *Replica, id abi.ActorID, rec holdRecord) (Snapshot, error) {
+	if rec.State == "" {
+		s, _, err := r.ListLatest(ctx, id)
+		return s, err
+	}
+	noted, err := parseState(r, id, rec.State, rec.StateETag)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	own := r.Key(id, rec.Generation, 0)
+	if rec.Generation == 0 || noted.Key == own {
+		return noted, nil
+	}
+	etag, err := bucket.Head(ctx, b, own)
+	switch {
+	case err == nil:
+		return Snapshot{Key: own, Generation: rec.Generation, ETag: etag}, nil
+	case errors.Is(err, bucket.ErrNotFound):
+		return noted, nil
+	default:
+		return Snapshot{}, err
+	}
+}
+
+// parseState reads holdRecord.State (not empty).
+func parseState(r *Replica, id abi.ActorID, state, etag string) (Snapshot, error) {
+	if state == stateNone {
+		return Snapshot{}, nil
+	}
+	s, err := r.Parse(id, r.ActorPrefix(id)+state)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("the ownership record names state %.100q: %w", state, err)
+	}
+	s.ETag = etag
+	return s, nil
+}
+
+// stateField is holdRecord.State for s.
+func (h *Holds) stateField(id abi.ActorID, s Snapshot) string {
+	if s.Key == "" {
+		return stateNone
+	}
+	return strings.TrimPrefix(s.Key, h.r.ActorPrefix(id))
+}
+
+// take writes an ownership record naming this node with generation gen,
+// noting st as the actor's state.
+func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, cond bucket.Cond, st Snapshot) (Hold, error) {
 	if e, ok := h.l.validEpoch(); !ok || e != epoch {
 		return Hold{}, h.errorf(id, "%w: it lapsed before taking the hold", ErrLeaseNotValid)
 	}
 	key := h.Key(id)
-	self := holdRecord{NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance}
+	self := holdRecord{NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance, State: h.stateField(id, st), StateETag: st.ETag}
 	body, _ := json.Marshal(self)
 	etag, err := h.b.Put(ctx, key, body, cond)
 	if errors.Is(err, bucket.ErrPrecondition) {
@@ -224,7 +315,7 @@ func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, con
 	if err != nil {
 		return Hold{}, h.errorf(id, "writing the ownership record (generation %d): %w", gen, err)
 	}
-	hold := Hold{Actor: id, Generation: gen, NodeID: self.NodeID, etag: etag, epoch: epoch}
+	hold := Hold{Actor: id, Generation: gen, NodeID: self.NodeID, State: st, etag: etag, epoch: epoch}
 	h.mu.Lock()
 	h.mine[id] = hold
 	h.mu.Unlock()
@@ -249,8 +340,32 @@ func (h *Holds) Valid(hold Hold) bool {
 	return ok && have.etag == hold.etag
 }
 
+// Uploaded records s, an upload of hold's own that returned while the
+// hold was valid, as the actor's state, and returns the hold with it: a
+// release then names it, so the next holder need not read whether this
+// hold uploaded. The hold value returned replaces the caller's (a later
+// Release of an older copy would name an older state; harmless, since the
+// next holder then reads this hold's key, but a request more).
+func (h *Holds) Uploaded(hold Hold, s Snapshot) Hold {
+	if s.Key != h.r.Key(hold.Actor, hold.Generation, 0) {
+		// Not this hold's snapshot (a host bug): a release naming it
+		// would name a state the records cannot read back.
+		h.log.Error("an upload recorded for a hold is not the hold's snapshot; ignored", "actor", hold.Actor, "generation", hold.Generation, "snapshot", s.Key)
+		return hold
+	}
+	hold.State = s
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if have, ok := h.mine[hold.Actor]; ok && have.etag == hold.etag {
+		have.State = s
+		h.mine[hold.Actor] = have
+	}
+	return hold
+}
+
 // Release gives the hold up: it writes the record with no node and the same
-// generation, If-Match the record this hold wrote, so the next hold gets a
+// generation, naming the hold's state (its own last upload, or what it
+// found), If-Match the record this hold wrote, so the next hold gets a
 // higher generation and a hold another node has taken since is left alone
 // (an error wrapping bucket.ErrPrecondition). It works with a lapsed lease.
 func (h *Holds) Release(ctx context.Context, hold Hold) error {
@@ -258,12 +373,14 @@ func (h *Holds) Release(ctx context.Context, hold Hold) error {
 	if hold.etag == "" || hold.NodeID != h.l.NodeID() {
 		return h.errorf(id, "releasing a hold this node did not take")
 	}
+	st := hold.State
 	h.mu.Lock()
 	if have, ok := h.mine[id]; ok && have.etag == hold.etag {
+		st = have.State
 		delete(h.mine, id)
 	}
 	h.mu.Unlock()
-	body, _ := json.Marshal(holdRecord{Generation: hold.Generation})
+	body, _ := json.Marshal(holdRecord{Generation: hold.Generation, State: h.stateField(id, st), StateETag: st.ETag})
 	if _, err := h.b.Put(ctx, h.Key(id), body, bucket.Cond{IfMatch: hold.etag}); err != nil {
 		h.releaseErrs.Add(1)
 		if errors.Is(err, bucket.ErrPrecondition) {
@@ -326,6 +443,11 @@ type Ownership struct {
 	Addr       string `json:"addr"`
 	// Instance is the holding process's lease instance.
 	Instance string `json:"instance,omitempty"`
+	// State and StateETag are the state the record notes (see ReadState):
+	// "none", the last segment of a snapshot key, or empty in a record
+	// from before records named the state.
+	State     string `json:"state,omitempty"`
+	StateETag string `json:"state_etag,omitempty"`
 }
 
 // HoldKey is the object key of the actor's ownership record under prefix
@@ -354,6 +476,56 @@ func ReadOwnership(ctx context.Context, b bucket.Bucket, prefix string, id abi.A
 	return Ownership(hr), true, nil
 }
 
+// ReadState reads the actor's newest replicated state without joining the
+// cluster or writing anything: a GET of its ownership record and, unless
+// the record already names its own hold's snapshot, a HEAD of that
+// snapshot's key (a record from before records named the state: a LIST of
+// its snapshots, as then). ok is false when the bucket has no state for
+// the actor (it was never held, or no hold uploaded); a deleted actor has
+// a tombstone (an empty snapshot). This is what a node restores when it
+// takes the actor, and what decides that the bucket "has nothing" for it:
+// never a listing's word alone (docs/design.md#lists).
+func ReadState(ctx context.Context, b bucket.Bucket, prefix string, id abi.ActorID) (s Snapshot, ok bool, err error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	r := NewReplica(b, prefix)
+	read := func() (holdRecord, string, bool, error) {
+		body, etag, err := b.Get(ctx, HoldKey(prefix, id))
+		if errors.Is(err, bucket.ErrNotFound) {
+			return holdRecord{}, "", false, nil
+		}
+		if err != nil {
+			return holdRecord{}, "", false, &abi.ActorError{ID: id, Op: "read the ownership record", Err: err}
+		}
+		rec, err := parseHold(body)
+		if err != nil {
+			return holdRecord{}, "", false, &abi.ActorError{ID: id, Op: "ownership record " + HoldKey(prefix, id), Err: err}
+		}
+		return rec, etag, true, nil
+	}
+	rec, etag, found, err := read()
+	for try := 0; found && err == nil; try++ {
+		s, err = stateOf(ctx, b, r, id, rec)
+		if err != nil {
+			return Snapshot{}, false, &abi.ActorError{ID: id, Op: "read the actor's state", Err: err}
+		}
+		if s.Key != "" || try == 4 {
+			return s, s.Key != "", nil
+		}
+		// No state: true only if the record still stands. A node may
+		// have taken the actor meanwhile, uploaded and removed the
+		// snapshot the record's hold had made (Acquire, which writes
+		// on the record it read, needs no such check).
+		again, etag2, found2, err2 := read()
+		if err2 != nil || !found2 || etag2 == etag {
+			return Snapshot{}, false, err2
+		}
+		rec, etag = again, etag2
+	}
+	return Snapshot{}, false, err
+}
+
 func parseHold(body []byte) (holdRecord, error) {
 	var rec holdRecord
 	if err := json.Unmarshal(body, &rec); err != nil {
@@ -370,5 +542,30 @@ func parseHold(body []byte) (holdRecord, error) {
 	if strings.Contains(rec.NodeID, "/") {
 		return holdRecord{}, fmt.Errorf("names node %.100q, which holds '/'", rec.NodeID)
 	}
+	if rec.State != "" && rec.State != stateNone && !validStateSegment(rec.State) {
+		return holdRecord{}, fmt.Errorf("names state %.100q, which is no snapshot", rec.State)
+	}
+	if g, _, _ := strings.Cut(rec.State, "-"); rec.State != "" && rec.State != stateNone {
+		if gen, err := strconv.ParseUint(g, 10, 64); err != nil || gen > rec.Generation {
+			// A hold notes a state written before it: a later
+			// generation's is no state this record can name.
+			return holdRecord{}, fmt.Errorf("names state %.100q of a generation above its own (%d)", rec.State, rec.Generation)
+		}
+	}
 	return rec, nil
+}
+
+// validStateSegment reports whether s is the last segment of a snapshot
+// key: <generation, 20 digits>-<seq, 20 digits>.
+func validStateSegment(s string) bool {
+	g, q, ok := strings.Cut(s, "-")
+	if !ok || len(g) != 20 || len(q) != 20 {
+		return false
+	}
+	for _, c := range g + q {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -417,7 +417,36 @@ func TestHoldRequestCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	step("acquire a released actor", bucket.Counts{Get: 1, Put: 1}, func() { acquire(t, o, actorX) })
+	// A release that uploaded nothing names what it found: the next take
+	// reads whether the released hold's snapshot exists after all (one
+	// HEAD), rather than trust the release alone.
+	step("acquire a released actor", bucket.Counts{Get: 1, Put: 1, Head: 1}, func() { h = acquire(t, o, actorX) })
+	r := cluster.NewReplica(b, cluster.DefaultPrefix)
+	var snap cluster.Snapshot
+	step("upload", bucket.Counts{Put: 1}, func() {
+		var err error
+		if snap, err = r.Upload(ctx, actorX, h.Generation, "", []byte("db")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("upload again", bucket.Counts{Put: 1}, func() {
+		var err error
+		if snap, err = r.Upload(ctx, actorX, h.Generation, snap.ETag, []byte("db2")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	h = o.holds.Uploaded(h, snap)
+	step("release after an upload", bucket.Counts{Put: 1}, func() {
+		if err := o.holds.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The release named the hold's own snapshot: nothing more to read.
+	step("acquire an actor released after an upload", bucket.Counts{Get: 1, Put: 1}, func() {
+		if got := acquire(t, a, actorX).State; got != snap {
+			t.Fatalf("the take names state %+v, want %+v", got, snap)
+		}
+	})
 }
 
 // TestRetriedAcquireThatLanded: on a real server, a take whose reply is lost
@@ -475,7 +504,7 @@ func TestHoldKeyLayout(t *testing.T) {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
 	body, _, ok := m.Object(want)
-	if !ok || string(body) != `{"node_id":"a","generation":1,"addr":"a.example:7000","instance":"`+l.Instance()+`"}` || l.Instance() == "" {
+	if !ok || string(body) != `{"node_id":"a","generation":1,"addr":"a.example:7000","instance":"`+l.Instance()+`","state":"none"}` || l.Instance() == "" {
 		t.Fatalf("record %q = %s, %v", want, body, ok)
 	}
 	if _, _, ok := m.Object("p/nodes/a"); !ok {

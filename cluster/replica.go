@@ -11,12 +11,17 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 )
 
-// Snapshot names one upload of an actor's database: the hold generation it
-// was made under and its sequence within that hold.
+// Snapshot names an upload of an actor's database: the hold generation it
+// was made under and its sequence within that hold (0 for every snapshot
+// written since the hold records name the actor's state: a hold's uploads
+// overwrite its one key, each If-Match the last; 1, 2, ... for the keys of
+// nodes from before, one per upload), and the ETag of the version read or
+// written, when known.
 type Snapshot struct {
 	Key        string
 	Generation uint64
 	Seq        uint64
+	ETag       string
 }
 
 // Newer reports whether s sorts after o (by generation, then sequence).
@@ -27,14 +32,21 @@ func (s Snapshot) Newer(o Snapshot) bool {
 	return s.Seq > o.Seq
 }
 
-// Replica stores actor databases in the bucket, one object per upload:
+// Replica stores actor databases in the bucket, one object per hold:
 //
 //	<prefix>state/<tenant>/<class>/<hex name>/<generation, 20 digits>-<seq, 20 digits>
 //
-// S3 lists keys in order, so the last key is the newest state. An upload
-// from an earlier holder that lands late sorts below every upload of a later
-// generation: it becomes the state if and only if nothing newer exists (the
-// late-commit rule). An empty object is a tombstone: the actor was deleted.
+// Each hold writes its own key, with sequence 0: its first upload with
+// If-None-Match, each later one If-Match the ETag of the one before, so a
+// hold's uploads form one chain and none is written twice. Which key holds
+// the actor's state is not read from a listing but from its hold record
+// (see Holds and ReadState): the newest state is the key of the hold the
+// record names if that hold uploaded, else the state the record noted when
+// it was taken. An empty object is a tombstone: the actor was deleted.
+// Keys with other sequences were written by nodes from before the hold
+// records named the state, one key per upload; a hold record from then
+// names no state, and the newest key a listing shows is the state, as it
+// was then.
 type Replica struct {
 	b      bucket.Bucket
 	prefix string
@@ -70,8 +82,11 @@ func (r *Replica) Parse(id abi.ActorID, key string) (Snapshot, error) {
 	return Snapshot{Key: key, Generation: gen, Seq: seq}, nil
 }
 
-// List returns the actor's snapshots, oldest first. Malformed keys are
-// skipped.
+// List returns the actor's snapshots a listing shows, oldest first.
+// Malformed keys are skipped. A listing may leave out a key being
+// overwritten (an erasure-coded store): decisions read the state from the
+// hold record instead (ReadState); List is for tools, and for actors whose
+// record was written before records named the state.
 func (r *Replica) List(ctx context.Context, id abi.ActorID) ([]Snapshot, error) {
 	var out []Snapshot
 	after := ""
@@ -92,9 +107,9 @@ func (r *Replica) List(ctx context.Context, id abi.ActorID) ([]Snapshot, error) 
 	}
 }
 
-// Latest returns the newest snapshot of id; ok is false when the bucket has
-// none.
-func (r *Replica) Latest(ctx context.Context, id abi.ActorID) (s Snapshot, ok bool, err error) {
+// ListLatest returns the newest snapshot of id a listing shows; ok is
+// false when it shows none. See List for why decisions do not use it.
+func (r *Replica) ListLatest(ctx context.Context, id abi.ActorID) (s Snapshot, ok bool, err error) {
 	all, err := r.List(ctx, id)
 	if err != nil || len(all) == 0 {
 		return Snapshot{}, false, err
@@ -102,52 +117,44 @@ func (r *Replica) Latest(ctx context.Context, id abi.ActorID) (s Snapshot, ok bo
 	return all[len(all)-1], true, nil
 }
 
-// Download reads a snapshot's bytes (empty for a tombstone).
-func (r *Replica) Download(ctx context.Context, id abi.ActorID, s Snapshot) ([]byte, error) {
-	body, _, err := r.b.Get(ctx, s.Key)
+// Download reads a snapshot's bytes (empty for a tombstone) and the ETag
+// of the version read. A snapshot the bucket lacks is an error wrapping
+// bucket.ErrNotFound: a state a hold record names is never missing, so
+// this is never "no state".
+func (r *Replica) Download(ctx context.Context, id abi.ActorID, s Snapshot) ([]byte, string, error) {
+	body, etag, err := r.b.Get(ctx, s.Key)
 	if err != nil {
-		return nil, &abi.ActorError{ID: id, Err: fmt.Errorf("download snapshot %s: %w", s.Key, err)}
+		return nil, "", &abi.ActorError{ID: id, Err: fmt.Errorf("download snapshot %s: %w", s.Key, err)}
 	}
-	return body, nil
+	return body, etag, nil
 }
 
-// Upload stores data as the snapshot (generation, seq) of id. Keys are
-// never reused, so the PUT is conditional on the key being new; a retried
-// PUT that finds its own first attempt landed is success.
-func (r *Replica) Upload(ctx context.Context, id abi.ActorID, generation, seq uint64, data []byte) (Snapshot, error) {
-	key := r.Key(id, generation, seq)
+// Upload stores data as the snapshot of id's hold of generation
+// generation: its key with sequence 0, If-None-Match when prev is "" (the
+// hold's first upload), else If-Match prev (the ETag of the hold's last
+// upload), so a hold's uploads form one chain and nothing else is
+// overwritten. A retried PUT that finds its first attempt landed is
+// success. The Snapshot returned carries the new ETag.
+func (r *Replica) Upload(ctx context.Context, id abi.ActorID, generation uint64, prev string, data []byte) (Snapshot, error) {
+	key := r.Key(id, generation, 0)
 	if data == nil {
 		data = []byte{}
 	}
-	_, err := r.b.Put(ctx, key, data, bucket.Cond{IfNoneMatch: true})
+	cond := bucket.Cond{IfNoneMatch: true}
+	if prev != "" {
+		cond = bucket.Cond{IfMatch: prev}
+	}
+	etag, err := r.b.Put(ctx, key, data, cond)
 	if errors.Is(err, bucket.ErrPrecondition) {
 		var oe *bucket.OpError
 		if errors.As(err, &oe) && oe.Attempts > 1 {
-			if body, _, gerr := r.b.Get(ctx, key); gerr == nil && string(body) == string(data) {
-				err = nil
+			if body, getag, gerr := r.b.Get(ctx, key); gerr == nil && string(body) == string(data) {
+				etag, err = getag, nil
 			}
 		}
 	}
 	if err != nil {
 		return Snapshot{}, &abi.ActorError{ID: id, Err: fmt.Errorf("upload snapshot %s: %w", key, err)}
 	}
-	return Snapshot{Key: key, Generation: generation, Seq: seq}, nil
-}
-
-// Prune removes the snapshots of id older than keep (best effort): they
-// can no longer become the state, since keep is newer and exists.
-func (r *Replica) Prune(ctx context.Context, id abi.ActorID, keep Snapshot) error {
-	all, err := r.List(ctx, id)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, s := range all {
-		if keep.Newer(s) {
-			if err := r.b.Delete(ctx, s.Key); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return Snapshot{Key: key, Generation: generation, ETag: etag}, nil
 }

@@ -8,9 +8,9 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
-	clusterpkg "github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/inspect"
+	"github.com/wasmkeep/alarms/internal/statetest"
 )
 
 // An actor whose latest snapshot is not a database the host wrote reads
@@ -24,10 +24,7 @@ func TestAnActorWhoseSnapshotIsNotADatabase(t *testing.T) {
 		good := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "good"}
 		cluster(t, b, map[abi.ActorID]int64{good: 1_900_000_000_000})
 		bad := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "bad"}
-		key := clusterpkg.NewReplica(b, prefix).Key(bad, 1<<40, 1)
-		if _, err := b.Put(ctx, key, []byte("not a database"), bucket.Cond{}); err != nil {
-			t.Fatal(err)
-		}
+		key := statetest.Plant(t, b, prefix, bad, 1<<40, []byte("not a database"))
 		c := inspect.New(b, prefix)
 		if _, err := c.Actor(ctx, bad); !errors.Is(err, engine.ErrBadSnapshot) || !strings.Contains(err.Error(), "actor t/oneshot/bad") || !strings.Contains(err.Error(), key) {
 			t.Fatalf("Actor of a snapshot that is not a database: %v; want engine.ErrBadSnapshot naming the actor and %s", err, key)

@@ -77,8 +77,10 @@ type Report struct {
 	// object and the folder of other keys (failures too).
 	Nested []Nested `json:"nested"`
 	// Requests are the requests the check sent: one LIST page per 1,000
-	// tenants, per 1,000 entries and per 1,000 snapshots, and one GET per
-	// actor; for the nested keys, one LIST page per 1,000 keys under the
+	// tenants, per 1,000 entries and per 1,000 snapshots; for each actor
+	// those listings found, a GET of its ownership record, at most a HEAD
+	// of its hold's snapshot, and a GET of its newest snapshot; for the
+	// nested keys, one LIST page per 1,000 keys under the
 	// prefix, and a GET of a missing alarm's named entry when one of its
 	// folders is an object.
 	Requests bucket.Counts `json:"requests"`
@@ -157,16 +159,33 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Actors: len(s.states), Entries: s.total, Malformed: s.bad, Missing: []Missing{}, Extra: []Extra{}}
+	rep := Report{Entries: s.total, Malformed: s.bad, Missing: []Missing{}, Extra: []Extra{}}
 	explained := map[string]bool{}
-	ids := sortedActors(s.states)
-	states, err := c.readStates(ctx, ids, s.states, opts)
+	// The listings only find the actors: those with a snapshot key and
+	// those with entries. Each one's state is read from its ownership
+	// record (cluster.ReadState), since a listing may leave a key out.
+	candidates := map[abi.ActorID]bool{}
+	for id := range s.states {
+		candidates[id] = true
+	}
+	for id := range s.entries {
+		candidates[id] = true
+	}
+	ids := sortedActors(candidates)
+	states, err := c.readStates(ctx, ids, opts)
 	if err != nil {
 		return rep, err
 	}
 	for i, id := range ids {
 		st := states[i]
 		mine := s.entries[id]
+		if st.absent {
+			for _, e := range mine {
+				rep.Extra = append(rep.Extra, c.unserved(Extra{Entry: e, Reason: ReasonNoState}, opts))
+			}
+			continue
+		}
+		rep.Actors++
 		if st.alarm != nil {
 			rep.Alarms++
 			at := *st.alarm
@@ -215,14 +234,7 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 			rep.Extra = append(rep.Extra, c.unserved(x, opts))
 		}
 	}
-	for id, list := range s.entries {
-		if _, ok := s.states[id]; ok {
-			continue
-		}
-		for _, e := range list {
-			rep.Extra = append(rep.Extra, c.unserved(Extra{Entry: e, Reason: ReasonNoState}, opts))
-		}
-	}
+
 	sortExtra(rep.Extra)
 	if rep.Nested, err = c.nested(ctx, rep.Missing); err != nil {
 		return rep, err
@@ -231,9 +243,9 @@ func (c *Cluster) Verify(ctx context.Context, opts VerifyOptions) (Report, error
 	return rep, nil
 }
 
-// readStates reads the latest state of each actor of ids, opts.Concurrency
+// readStates reads the newest state of each actor of ids, opts.Concurrency
 // at a time, in ids' order; the first error stops the rest.
-func (c *Cluster) readStates(ctx context.Context, ids []abi.ActorID, snaps map[abi.ActorID]cluster.Snapshot, opts VerifyOptions) ([]state, error) {
+func (c *Cluster) readStates(ctx context.Context, ids []abi.ActorID, opts VerifyOptions) ([]state, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	workers := opts.Concurrency
@@ -253,7 +265,7 @@ func (c *Cluster) readStates(ctx context.Context, ids []abi.ActorID, snaps map[a
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				st, err := c.readLatest(ctx, ids[i], snaps[ids[i]])
+				st, err := c.readLatest(ctx, ids[i])
 				mu.Lock()
 				out[i] = st
 				if err != nil && firstErr == nil {
@@ -284,21 +296,26 @@ feed:
 	return out, firstErr
 }
 
-// readLatest reads an actor's state from snap, or, when a live cluster
-// replaced that snapshot (and removed it) since the LIST, from its newest.
-func (c *Cluster) readLatest(ctx context.Context, id abi.ActorID, snap cluster.Snapshot) (state, error) {
-	st, err := c.readState(ctx, id, snap)
-	for try := 0; errors.Is(err, bucket.ErrNotFound) && try < 5; try++ {
-		latest, ok, lerr := c.replica.Latest(ctx, id)
-		if lerr != nil {
-			return st, lerr
+// readLatest reads an actor's newest state, which its ownership record
+// names (cluster.ReadState: a GET of the record and at most a HEAD),
+// reading the record again when a live cluster replaced that snapshot
+// (and removed it) meanwhile. A state with absent set: the records name
+// none.
+func (c *Cluster) readLatest(ctx context.Context, id abi.ActorID) (state, error) {
+	for try := 0; ; try++ {
+		snap, ok, err := cluster.ReadState(ctx, c.b, c.prefix, id)
+		if err != nil {
+			return state{}, err
 		}
 		if !ok {
-			break
+			return state{absent: true}, nil
 		}
-		st, err = c.readState(ctx, id, latest)
+		st, err := c.readState(ctx, id, snap)
+		if errors.Is(err, bucket.ErrNotFound) && try < 5 {
+			continue
+		}
+		return st, err
 	}
-	return st, err
 }
 
 // nested finds the keys under the cluster's prefix that are both an object
@@ -367,7 +384,8 @@ func sortExtra(xs []Extra) {
 }
 
 func sub(a, b bucket.Counts) bucket.Counts {
-	return bucket.Counts{Get: a.Get - b.Get, Put: a.Put - b.Put, Delete: a.Delete - b.Delete, List: a.List - b.List, ListPages: a.ListPages - b.ListPages}
+	return bucket.Counts{Get: a.Get - b.Get, Head: a.Head - b.Head, Put: a.Put - b.Put, Delete: a.Delete - b.Delete, List: a.List - b.List, ListPages: a.ListPages - b.ListPages,
+		DeleteBatch: a.DeleteBatch - b.DeleteBatch, BatchKeys: a.BatchKeys - b.BatchKeys}
 }
 
 // BackfillReport is what Backfill did.

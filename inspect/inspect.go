@@ -175,10 +175,12 @@ type ActorInfo struct {
 	Hold *cluster.Ownership `json:"hold,omitempty"`
 }
 
-// Actor reads one actor: its ownership record, its latest snapshot and,
-// when the snapshot names an entry, that entry (a LIST of the snapshots, a
-// GET of the record, of the snapshot, and of the entry). It writes
-// nothing and takes no hold.
+// Actor reads one actor: its ownership record, its newest snapshot (the
+// one the records name, see cluster.ReadState) and, when the snapshot
+// names an entry, that entry (a GET of the record, at most a HEAD of its
+// hold's snapshot, a GET of the snapshot and of the entry; a LIST of the
+// snapshots only for a record from before records named the state). It
+// writes nothing and takes no hold.
 func (c *Cluster) Actor(ctx context.Context, id abi.ActorID) (ActorInfo, error) {
 	info := ActorInfo{Actor: id, Name: id.String()}
 	if err := id.Validate(); err != nil {
@@ -191,7 +193,7 @@ func (c *Cluster) Actor(ctx context.Context, id abi.ActorID) (ActorInfo, error) 
 	if ok {
 		info.Hold = &own
 	}
-	snap, ok, err := c.replica.Latest(ctx, id)
+	snap, ok, err := cluster.ReadState(ctx, c.b, c.prefix, id)
 	if err != nil || !ok {
 		return info, err
 	}
@@ -214,6 +216,7 @@ func (c *Cluster) Actor(ctx context.Context, id abi.ActorID) (ActorInfo, error) 
 
 // state is what the doctor reads of a snapshot.
 type state struct {
+	absent     bool // the records name no state (readLatest)
 	deleted    bool
 	alarm      *int64
 	retries    int
@@ -233,7 +236,7 @@ func (s state) fill(info *ActorInfo) {
 
 // readState downloads a snapshot into a temporary file and reads it.
 func (c *Cluster) readState(ctx context.Context, id abi.ActorID, snap cluster.Snapshot) (state, error) {
-	data, err := c.replica.Download(ctx, id, snap)
+	data, _, err := c.replica.Download(ctx, id, snap)
 	if err != nil {
 		return state{}, err
 	}
@@ -304,8 +307,9 @@ type FailedAlarm struct {
 	hostmod.DeadLetter
 }
 
-// Failed reads the latest state of every actor (a LIST of the snapshots and
-// a GET of each latest one) and returns the dead letters, in actor order,
+// Failed reads the newest state of every actor (a LIST of the snapshots
+// finds them; each one's state is read as its ownership record names it)
+// and returns the dead letters, in actor order,
 // of the actors the filter keeps (Tenant, Class; DueAfter and DueBefore
 // bound when the last attempt failed). It writes nothing.
 func (c *Cluster) Failed(ctx context.Context, f Filter) ([]FailedAlarm, error) {
@@ -318,7 +322,7 @@ func (c *Cluster) Failed(ctx context.Context, f Filter) ([]FailedAlarm, error) {
 		if (f.Tenant != "" && id.Tenant != f.Tenant) || (f.Class != "" && id.Class != f.Class) {
 			continue
 		}
-		st, err := c.readState(ctx, id, latest[id])
+		st, err := c.readLatest(ctx, id)
 		if err != nil {
 			return out, err
 		}
@@ -367,7 +371,7 @@ func (c *Cluster) latestStates(ctx context.Context) (map[abi.ActorID]cluster.Sna
 	return out, malformed, nil
 }
 
-func sortedActors(m map[abi.ActorID]cluster.Snapshot) []abi.ActorID {
+func sortedActors[V any](m map[abi.ActorID]V) []abi.ActorID {
 	ids := make([]abi.ActorID, 0, len(m))
 	for id := range m {
 		ids = append(ids, id)

@@ -3,6 +3,7 @@ package inspect_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/inspect"
 	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/statetest"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -105,9 +107,11 @@ func TestVerifyFindsAMissingEntryAndBackfillMendsIt(t *testing.T) {
 			t.Fatalf("healthy cluster: %+v", rep)
 		}
 		// One delimited LIST for the tenants, one LIST per tenant, one of
-		// the state; a GET per actor; for keys that are also folders, a
-		// LIST of every key; nothing written.
-		if want := (bucket.Counts{List: 5, ListPages: 5, Get: 6}); rep.Requests != want {
+		// the state; per actor, a GET of its ownership record, a HEAD of
+		// its holder's snapshot (the record, written when the actor was
+		// taken, names no upload) and a GET of the snapshot; for keys that
+		// are also folders, a LIST of every key; nothing written.
+		if want := (bucket.Counts{List: 5, ListPages: 5, Get: 12, Head: 6}); rep.Requests != want {
 			t.Errorf("verify sent %+v, want %+v", rep.Requests, want)
 		}
 
@@ -228,11 +232,13 @@ func TestAlarmsList(t *testing.T) {
 }
 
 // replacing is a bucket on which the first GET of each snapshot acts as if
-// a live node replaced the snapshot just before it: a newer one, with the
-// same data, is uploaded, the one asked for is deleted, and the GET finds
-// nothing.
+// a live node took the actor over just before it and uploaded: the
+// snapshot is uploaded again as the next hold's, the ownership record
+// names that hold and its snapshot, the one asked for is deleted, and the
+// GET finds nothing.
 type replacing struct {
 	bucket.Bucket
+	t        testing.TB
 	mu       sync.Mutex // the doctor reads states concurrently
 	replaced map[string]bool
 }
@@ -248,13 +254,13 @@ func (r *replacing) Get(ctx context.Context, key string) ([]byte, string, error)
 		return nil, "", err
 	}
 	dir, name := path.Split(key)
-	gen, seq, _ := strings.Cut(name, "-")
-	n, _ := strconv.ParseUint(seq, 10, 64)
-	newer := fmt.Sprintf("%s%s-%020d", dir, gen, n+1)
+	g, _, _ := strings.Cut(name, "-")
+	gen, _ := strconv.ParseUint(g, 10, 64)
+	parts := strings.Split(strings.TrimSuffix(strings.TrimPrefix(dir, prefix+"state/"), "/"), "/")
+	hexName, _ := hex.DecodeString(parts[2])
+	id := abi.ActorID{Tenant: parts[0], Class: parts[1], Name: string(hexName)}
+	newer := statetest.Plant(r.t, r.Bucket, prefix, id, gen+1, body)
 	r.replaced[key], r.replaced[newer] = true, true
-	if _, err := r.Bucket.Put(ctx, newer, body, bucket.Cond{}); err != nil {
-		return nil, "", err
-	}
 	if err := r.Bucket.Delete(ctx, key); err != nil {
 		return nil, "", err
 	}
@@ -274,7 +280,7 @@ func TestVerifyReadsASnapshotReplacedDuringTheCheck(t *testing.T) {
 			due[actor("t", fmt.Sprint(i))] = base + int64(i)
 		}
 		cluster(t, b, due)
-		r := &replacing{Bucket: b, replaced: map[string]bool{}}
+		r := &replacing{Bucket: b, t: t, replaced: map[string]bool{}}
 		rep, err := inspect.New(r, prefix).Verify(ctx, inspect.VerifyOptions{})
 		if err != nil {
 			t.Fatalf("verify while every snapshot is replaced under it: %v", err)

@@ -114,7 +114,7 @@ type entry struct {
 	hold cluster.Hold
 	held bool
 
-	last      cluster.Snapshot // the snapshot the local database matches
+	last      cluster.Snapshot // the snapshot the local database matches (its ETag too)
 	hasLast   bool
 	bucketHad bool // the bucket had state for the actor when it was taken
 	uploaded  bool // this hold has uploaded
@@ -172,10 +172,10 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		// downloads nothing unless the bucket moved on. Without it, every
 		// actor touched during an outage was downloaded afresh after it.
 		keep := e.a != nil && e.hasLast && !e.dirty
-		last := e.last.Key
+		last := e.last
 		n.giveUp(ctx, e, errors.New("the hold is no longer valid (the node lease lapsed)"))
 		if keep {
-			if err := os.WriteFile(n.path(e.id)+".sync", []byte(last), 0o644); err != nil {
+			if err := writeSidecar(n.path(e.id), last); err != nil {
 				n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
 			}
 		}
@@ -187,7 +187,7 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	if err := n.restore(ctx, e); err != nil {
+	if err := n.restore(ctx, e, hold.State); err != nil {
 		n.releaseHold(ctx, hold)
 		return err
 	}
@@ -249,17 +249,16 @@ func (n *Node) openLocal(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// restore brings the local database in line with the bucket's newest state.
-// A local file that matches it (its sidecar names that snapshot) is kept;
+// restore brings the local database in line with the bucket's newest
+// state, latest, which the hold just taken names (cluster.Hold.State: read
+// from the ownership records when the hold was taken, never from a
+// listing alone). A local
+// file that matches it (its sidecar names that snapshot and ETag) is kept;
 // another one is set aside as .replaced. When the bucket has nothing, the
 // local file (if any) stays: it is this node's own data, to be uploaded.
-func (n *Node) restore(ctx context.Context, e *entry) error {
-	latest, ok, err := n.replica.Latest(ctx, e.id)
-	if err != nil {
-		return err
-	}
+func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot) error {
 	p := n.path(e.id)
-	if !ok {
+	if latest.Key == "" {
 		e.hasLast, e.bucketHad, e.last = false, false, cluster.Snapshot{}
 		return nil
 	}
@@ -269,13 +268,18 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 	// bucket has the actor, no upload of this node is its first, even
 	// if this node's own first upload failed earlier.
 	e.hasLast, e.last, e.bucketHad, e.joining = true, latest, true, false
-	if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == latest.Key {
-		return nil
+	if latest.ETag != "" {
+		if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == sidecar(latest) {
+			return nil
+		}
 	}
-	data, err := n.replica.Download(ctx, e.id, latest)
+	data, etag, err := n.replica.Download(ctx, e.id, latest)
 	if err != nil {
+		// The records name this snapshot: missing, it is an error (the
+		// bucket lost it, or an operator removed it), never "no state".
 		return err
 	}
+	e.last.ETag = etag
 	n.restored.Add(1)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return &abi.ActorError{ID: e.id, Err: err}
@@ -304,10 +308,19 @@ func (n *Node) restore(ctx context.Context, e *entry) error {
 			return &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 		}
 	}
-	if err := os.WriteFile(p+".sync", []byte(latest.Key), 0o644); err != nil {
+	if err := writeSidecar(p, e.last); err != nil {
 		return &abi.ActorError{ID: e.id, Op: "write the sidecar", Err: err}
 	}
 	return nil
+}
+
+// sidecar is what a database's sidecar file (.sync) holds when the file is
+// snapshot s: its key and ETag (a hold's uploads share one key).
+func sidecar(s cluster.Snapshot) string { return s.Key + " " + s.ETag }
+
+// writeSidecar writes the sidecar of the database at p: it is snapshot s.
+func writeSidecar(p string, s cluster.Snapshot) error {
+	return os.WriteFile(p+".sync", []byte(sidecar(s)), 0o644)
 }
 
 // replicate uploads the actor's database when events committed since the
@@ -345,14 +358,20 @@ func (n *Node) replicationKind(e *entry, kind alarms.UploadKind) (alarms.UploadK
 	return kind, nil
 }
 
-// upload stores data as the next snapshot of the hold and prunes the one
-// it replaces.
+// upload stores data as the hold's snapshot (its one key, If-Match its
+// last upload) and prunes the snapshot it replaces. Only an upload that
+// returned while the hold was valid counts: it becomes the hold's state
+// (cluster.Holds.Uploaded), which its release names, and only then is the
+// snapshot before it deleted. An upload that returned later may have
+// landed after another node took the actor and noted that snapshot as
+// the state: deleting it would leave the new holder's records naming a
+// snapshot that is gone (the plugin gives the actor up then).
 func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
-	seq := uint64(1)
+	prevETag := ""
 	if e.hasLast && e.last.Generation == e.hold.Generation {
-		seq = e.last.Seq + 1
+		prevETag = e.last.ETag
 	}
-	snap, err := n.replica.Upload(ctx, e.id, e.hold.Generation, seq, data)
+	snap, err := n.replica.Upload(ctx, e.id, e.hold.Generation, prevETag, data)
 	if err != nil {
 		return err
 	}
@@ -368,10 +387,14 @@ func (n *Node) upload(ctx context.Context, e *entry, data []byte) error {
 		}
 		e.unsynced = true
 	}
-	if hadPrev && snap.Newer(prev) {
-		// The replaced snapshot can no longer become the state (a newer
-		// one exists): prune it off the reply path, with the next batch
-		// of deletes.
+	if !n.holds.Valid(e.hold) {
+		return nil
+	}
+	e.hold = n.holds.Uploaded(e.hold, snap)
+	if hadPrev && prev.Key != snap.Key {
+		// The replaced snapshot can no longer become the state (the
+		// records reach this hold's first): prune it off the reply path,
+		// with the next batch of deletes.
 		n.deletes.Delete(prev.Key)
 	}
 	return nil
@@ -517,7 +540,7 @@ func (n *Node) release(ctx context.Context, e *entry) error {
 	err := n.replicate(ctx, e, alarms.AfterEvent)
 	if err == nil && e.a != nil && e.unsynced && e.hasLast && !e.dirty {
 		// The local file is the last snapshot this hold uploaded.
-		if werr := os.WriteFile(n.path(e.id)+".sync", []byte(e.last.Key), 0o644); werr != nil {
+		if werr := writeSidecar(n.path(e.id), e.last); werr != nil {
 			n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", werr)
 		}
 		e.unsynced = false
@@ -864,7 +887,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		if _, ok := n.classes[id.Class]; !ok {
 			continue
 		}
-		_, has, err := n.replica.Latest(ctx, id)
+		_, has, err := cluster.ReadState(ctx, c.Bucket, c.Prefix, id)
 		if err != nil {
 			return fmt.Errorf("node: join: %w", err)
 		}
@@ -877,15 +900,24 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 			n.log.Debug("the local database holds nothing of the actor; not uploaded", "actor", id.String())
 			continue
 		}
+		uploaded := false
 		err = n.withActor(ctx, id, "join", func(e *entry) error {
-			e.dirty, e.joining = true, true
+			if e.bucketHad {
+				// Another node created the actor since it was read:
+				// the take restored the bucket's state, the local
+				// file is set aside, and nothing is joined.
+				return nil
+			}
+			e.dirty, e.joining, uploaded = true, true, true
 			return n.replicate(ctx, e, alarms.FirstUpload)
 		})
 		if err != nil {
 			n.log.Warn("could not upload a local actor as its first snapshot; it stays on this node only", "actor", id.String(), "error", err)
 			continue
 		}
-		joined++
+		if uploaded {
+			joined++
+		}
 	}
 	if joined > 0 {
 		n.log.Info("joined with local data", "actors_uploaded", joined)

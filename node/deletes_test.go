@@ -13,43 +13,51 @@ import (
 	"github.com/wasmkeep/alarms/node"
 )
 
-// An event that moves the alarm replaces an index entry and a snapshot; the
-// DELETEs of both go out in one multi-object request: the node and its
-// alarm plugin share the batches, so a window costs one request, not one
-// per kind. Counted exactly, on memory and on versitygw.
+// An event that moves the alarm under a new hold replaces an index entry
+// and a snapshot (the last hold's; a hold's own uploads overwrite its one
+// key); the DELETEs of both go out in one multi-object request: the node
+// and its alarm plugin share the batches, so a window costs one request,
+// not one per kind. Counted exactly, on memory and on versitygw.
 func TestReplacedEntryAndSnapshotShareOneDeleteRequest(t *testing.T) {
 	t.Parallel()
 	classes := counter(t)
 	ixBuckets(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
 		c := bucket.NewCounting(b)
-		n, err := node.New(ctx, node.Config{
-			DataDir: t.TempDir(), Classes: classes,
-			Logger: hclog.New(&hclog.LoggerOptions{Name: "del", Level: hclog.Warn, Output: testWriter{t}}),
-			Cluster: &node.ClusterConfig{
-				Bucket: c, NodeID: "del", Addr: "del.invalid:1",
-				IdleTimeout: time.Hour, SweepPeriod: time.Hour,
-				DeleteWindow: time.Hour, // only FlushDeletes sends
-			},
-		})
-		if err != nil {
-			t.Fatal(err)
+		start := func(id string) *node.Node {
+			n, err := node.New(ctx, node.Config{
+				DataDir: t.TempDir(), Classes: classes,
+				Logger: hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}}),
+				Cluster: &node.ClusterConfig{
+					Bucket: c, NodeID: id, Addr: id + ".invalid:1",
+					IdleTimeout: time.Hour, SweepPeriod: time.Hour,
+					DeleteWindow: time.Hour, // only FlushDeletes sends
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Start(ctx)
+			return n
 		}
-		defer n.Close(ctx)
-		n.Start(ctx)
 		id := abi.ActorID{Tenant: "t", Class: "counter", Name: "d1"}
-		exec := func(req string) {
+		exec := func(n *node.Node, req string) {
 			t.Helper()
 			if _, err := n.Exec(ctx, id, []byte(req), node.ExecDurable); err != nil {
 				t.Fatalf("%q on actor %s: %v", req, id, err)
 			}
 		}
-		exec("start 3600000")
-		n.FlushDeletes(ctx)
+		first := start("del1")
+		exec(first, "start 3600000")
+		if err := first.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n := start("del2")
+		defer n.Close(ctx)
 		before, _ := c.Unwrap().List(ctx, "cluster/", "", bucket.MaxPage)
 		c.Reset()
 
-		exec("start 7200000") // a new entry and a new snapshot replace the old ones
+		exec(n, "start 7200000") // taken anew: a new entry and the new hold's snapshot replace the old ones
 		if got := c.Counts(); got.DeleteBatch != 0 || got.Delete != 0 {
 			t.Fatalf("the replaced keys were deleted before the window ended: %+v", got)
 		}

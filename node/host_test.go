@@ -6,6 +6,7 @@ package node_test
 // Most run on both the in-memory bucket and versitygw.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,13 +103,14 @@ func snapshots(t *testing.T, b bucket.Bucket, id abi.ActorID) []cluster.Snapshot
 	return s
 }
 
+// latest is the actor's newest snapshot, as its ownership record names it.
 func latest(t *testing.T, b bucket.Bucket, id abi.ActorID) cluster.Snapshot {
 	t.Helper()
-	s := snapshots(t, b, id)
-	if len(s) == 0 {
-		t.Fatalf("the bucket has no snapshot of actor %s", id)
+	s, ok, err := cluster.ReadState(context.Background(), b, "cluster/", id)
+	if err != nil || !ok {
+		t.Fatalf("the bucket has no state of actor %s (%v)", id, err)
 	}
-	return s[len(s)-1]
+	return s
 }
 
 func TestReplicationOrdersSnapshotsAndATakerRestoresTheNewest(t *testing.T) {
@@ -121,15 +123,11 @@ func TestReplicationOrdersSnapshotsAndATakerRestoresTheNewest(t *testing.T) {
 	for _, v := range []string{"1", "2", "3"} {
 		do(t, a, id, node.ExecDurable, "put k a"+v)
 	}
-	// Each upload replaces the one before; the replaced one is pruned in
-	// the background, off the reply path.
-	if got := latest(t, b, id); got.Generation != 1 || got.Seq != 3 {
-		t.Fatalf("after three events under the first hold the newest is %+v, want (1, 3)", got)
+	// Each upload of a hold overwrites the hold's one key: nothing to
+	// prune within a hold.
+	if got := snapshots(t, b, id); len(got) != 1 || got[0].Generation != 1 || got[0].Seq != 0 {
+		t.Fatalf("after three events under the first hold the bucket has %+v, want the hold's one snapshot", got)
 	}
-	waitFor(t, "the replaced snapshots pruned, leaving only (1, 3)", func() bool {
-		got := snapshots(t, b, id)
-		return len(got) == 1 && got[0].Generation == 1 && got[0].Seq == 3
-	})
 	if err := a.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -138,23 +136,29 @@ func TestReplicationOrdersSnapshotsAndATakerRestoresTheNewest(t *testing.T) {
 	if v := do(t, bn, id, node.ExecDurable, "getkv k"); v != "a3" {
 		t.Fatalf("the next holder read %q, want a3 restored from the bucket", v)
 	}
-	if s := latest(t, b, id); s.Generation != 2 || s.Seq != 1 {
-		t.Fatalf("the next holder's first upload is %+v, want (2, 1)", s)
+	if s := latest(t, b, id); s.Generation != 2 || s.Seq != 0 {
+		t.Fatalf("the next holder's upload is %+v, want generation 2's", s)
 	}
+	// The first hold's snapshot is pruned in the background, off the
+	// reply path, once the next hold's is in the bucket.
+	waitFor(t, "the replaced snapshot pruned", func() bool {
+		got := snapshots(t, b, id)
+		return len(got) == 1 && got[0].Generation == 2
+	})
 	do(t, bn, id, node.ExecDurable, "put k b1")
 	if err := bn.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
 	// The first node's data directory, opened by a new process, holds
-	// a3 with a sidecar naming (1, 3): older than the bucket's newest,
-	// which the new holder restores over it.
+	// a3 with a sidecar naming the first hold's snapshot: older than the
+	// bucket's newest, which the new holder restores over it.
 	a2 := startHost(t, b, "a2", dirA, classes, hostConfig{})
 	if v := do(t, a2, id, node.ExecDurable, "getkv k"); v != "b1" {
 		t.Fatalf("a node on the first holder's data read %q, want b1 from the bucket", v)
 	}
-	if s := latest(t, b, id); s.Generation != 3 || s.Seq != 1 {
-		t.Fatalf("the third holder's upload is %+v, want (3, 1)", s)
+	if s := latest(t, b, id); s.Generation != 3 || s.Seq != 0 {
+		t.Fatalf("the third holder's upload is %+v, want generation 3's", s)
 	}
 }
 
@@ -183,7 +187,9 @@ func (f *stateFaults) hook(op bucket.Op) bucket.Fault {
 
 // An upload from an earlier holder that lands after a takeover becomes the
 // state if and only if the new holder has not uploaded yet (a late commit's
-// late commit): keys order by (generation, sequence), and the newest wins.
+// late commit): the records name the new holder's snapshot once it
+// uploaded, and until then the earlier hold's key, which the late upload
+// overwrites.
 func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -209,12 +215,13 @@ func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("exec-durable whose upload timed out: %v, want the timeout", err)
 			}
-			if late := mem.Late(); len(late) != 1 || late[0].Key != replica(id, 1, 2) {
-				t.Fatalf("held requests %+v, want the PUT of (1, 2)", late)
+			if late := mem.Late(); len(late) != 1 || late[0].Key != replica(id, 1, 0) {
+				t.Fatalf("held requests %+v, want the PUT of the first hold's snapshot", late)
 			}
 
 			// The failed upload gave the actor up, so b takes it at once
-			// (a's lease is valid for seconds yet) and restores (1, 1).
+			// (a's lease is valid for seconds yet) and restores a1, the
+			// last upload a confirmed, which its release names.
 			bn := startHost(t, mem, "b", t.TempDir(), classes, hostConfig{})
 			if _, err := bn.State(ctx, id); err != nil {
 				t.Fatalf("taking the actor after the holder gave it up: %v", err)
@@ -233,6 +240,68 @@ func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t
 				t.Fatalf("the next holder read %q, want %q (snapshots were %v)", v, tc.want, mem.Keys())
 			}
 		})
+	}
+}
+
+// An upload that returns after its hold lapsed prunes nothing: by then
+// another node may have taken the actor and noted the snapshot before it
+// as the state (the upload had not landed when it looked), and deleting
+// that snapshot would leave the records naming one that is gone. Here a's
+// first upload is held up at the bucket while a is cut off from renewing
+// its lease; b takes the actor over and restores the first hold's
+// snapshot; a's upload then lands and returns. That snapshot must stay,
+// and the next holder restores it (a's write was never acknowledged).
+func TestAnUploadThatReturnsAfterItsHoldLapsedPrunesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := bucket.NewMem()
+	var slow, cut atomic.Bool
+	mem.Faults = func(op bucket.Op) bucket.Fault {
+		switch {
+		case cut.Load() && op.Kind == bucket.OpPut && op.Key == "cluster/nodes/a":
+			return bucket.Fault{Err: errors.New("injected: a is cut off from the bucket")}
+		case slow.Load() && op.Kind == bucket.OpPut && strings.HasPrefix(op.Key, "cluster/state/"):
+			slow.Store(false)
+			return bucket.Fault{Delay: 6 * time.Second}
+		}
+		return bucket.Fault{}
+	}
+	classes := scripted(t)
+	id := abi.ActorID{Tenant: "t", Class: "s", Name: "lapse"}
+	hc := hostConfig{ttl: time.Second, margin: 300 * time.Millisecond, grace: 300 * time.Millisecond}
+	z := startHost(t, mem, "z", t.TempDir(), classes, hc)
+	do(t, z, id, node.ExecDurable, "put k v1")
+	if err := z.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := replica(id, 1, 0)
+	a := startHost(t, mem, "a", t.TempDir(), classes, hc)
+	bn := startHost(t, mem, "b", t.TempDir(), classes, hc)
+	slow.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Exec(ctx, id, []byte("put k v2"), node.ExecDurable)
+		done <- err
+	}()
+	waitFor(t, "a's upload held up at the bucket", func() bool { return !slow.Load() })
+	cut.Store(true)
+	waitFor(t, "b taking the actor over", func() bool {
+		_, err := bn.State(ctx, id)
+		return err == nil
+	})
+	if err := <-done; err == nil {
+		t.Fatal("a's exec-durable whose upload returned after its hold lapsed succeeded")
+	}
+	a.FlushDeletes(ctx)
+	if _, _, ok := mem.Object(first); !ok {
+		t.Fatalf("the snapshot %s, which b's hold names as the state, was deleted by a's late upload", first)
+	}
+	if err := bn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := startHost(t, mem, "c", t.TempDir(), classes, hostConfig{})
+	if v := do(t, c, id, node.ExecDurable, "getkv k"); v != "v1" {
+		t.Fatalf("the next holder read %q, want v1", v)
 	}
 }
 
@@ -414,8 +483,8 @@ func TestJoiningWithLocalDataUploadsWhatTheBucketLacks(t *testing.T) {
 
 	j := startHost(t, b, "j", dir, classes, hostConfig{})
 	for _, id := range []abi.ActorID{mine, other} {
-		if s := latest(t, b, id); s.Generation != 1 || s.Seq != 1 {
-			t.Fatalf("actor %s after joining: snapshot %+v, want its first, (1, 1)", id, s)
+		if s := latest(t, b, id); s.Generation != 1 || s.Seq != 0 {
+			t.Fatalf("actor %s after joining: snapshot %+v, want its first hold's", id, s)
 		}
 	}
 	if s := snapshots(t, b, shared); len(s) != 1 || s[0].Key != sharedKey {
@@ -445,37 +514,40 @@ func TestJoiningWithLocalDataUploadsWhatTheBucketLacks(t *testing.T) {
 }
 
 // exec replies once the event committed, before its upload; exec-durable
-// replies only once the upload is in the bucket.
+// replies only once the upload is in the bucket. The hold's uploads
+// overwrite its one key, each If-Match the one before.
 func TestExecRepliesBeforeTheUploadAndExecDurableAfterIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mem := bucket.NewMem()
 	var gated atomic.Bool
-	arrived := make(chan string, 10)
+	arrived := make(chan bucket.Op, 10)
 	release := make(chan struct{})
 	mem.Faults = func(op bucket.Op) bucket.Fault {
 		if op.Kind == bucket.OpPut && strings.HasPrefix(op.Key, "cluster/state/") && gated.Load() {
-			arrived <- op.Key
+			arrived <- op
 			<-release
 		}
 		return bucket.Fault{}
 	}
 	id := abi.ActorID{Tenant: "t", Class: "s", Name: "kinds"}
+	key := replica(id, 1, 0)
 	a := startHost(t, mem, "a", t.TempDir(), scripted(t), hostConfig{})
 	do(t, a, id, node.ExecDurable, "put k 1")
-	if s := latest(t, mem, id); s.Seq != 1 {
-		t.Fatalf("exec-durable replied with %+v in the bucket, want (1, 1) there already", s)
+	_, first, ok := mem.Object(key)
+	if !ok {
+		t.Fatalf("exec-durable replied before the hold's snapshot %s was in the bucket", key)
 	}
 
 	// exec: the reply comes while the upload is held up.
 	gated.Store(true)
 	do(t, a, id, node.Exec, "put k 2")
-	key := <-arrived
-	if key != replica(id, 1, 2) {
-		t.Fatalf("upload of %s, want (1, 2)", key)
+	op := <-arrived
+	if op.Key != key || op.Cond.IfMatch != first {
+		t.Fatalf("upload of %s (%+v), want %s If-Match %s", op.Key, op.Cond, key, first)
 	}
-	if s := latest(t, mem, id); s.Seq != 1 {
-		t.Fatalf("the upload is held up, yet the bucket has %+v", s)
+	if _, etag, _ := mem.Object(key); etag != first {
+		t.Fatalf("the upload is held up, yet the bucket's snapshot changed (%s)", etag)
 	}
 	gated.Store(false)
 	release <- struct{}{}
@@ -484,18 +556,19 @@ func TestExecRepliesBeforeTheUploadAndExecDurableAfterIt(t *testing.T) {
 	// The reply notes whether the snapshot had landed when it came; the
 	// upload cannot land before the test releases it.
 	type reply struct {
-		err    error
-		landed bool
+		err  error
+		body []byte
 	}
 	done := make(chan reply, 1)
 	gated.Store(true)
 	go func() {
 		_, err := a.Exec(ctx, id, []byte("put k 3"), node.ExecDurable)
-		_, _, landed := mem.Object(replica(id, 1, 3))
-		done <- reply{err, landed}
+		body, _, _ := mem.Object(key)
+		done <- reply{err, body}
 	}()
-	if key := <-arrived; key != replica(id, 1, 3) {
-		t.Fatalf("upload of %s, want (1, 3)", key)
+	op = <-arrived
+	if op.Key != key {
+		t.Fatalf("upload of %s, want %s", op.Key, key)
 	}
 	gated.Store(false)
 	release <- struct{}{}
@@ -503,11 +576,8 @@ func TestExecRepliesBeforeTheUploadAndExecDurableAfterIt(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if !r.landed {
+	if !bytes.Equal(r.body, op.Body) {
 		t.Fatal("exec-durable replied before its upload landed")
-	}
-	if s := latest(t, mem, id); s.Seq != 3 {
-		t.Fatalf("exec-durable replied with %+v in the bucket, want (1, 3)", s)
 	}
 }
 

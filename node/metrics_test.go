@@ -333,7 +333,7 @@ func TestKeepnodeServesMetrics(t *testing.T) {
 	if got := last.Value("wasmkeep_alarm_lateness_seconds"); got != actors {
 		t.Errorf("lateness observations = %v, want %d", got, actors)
 	}
-	for _, op := range []string{"PutObject", "ListObjectsV2"} {
+	for _, op := range []string{"PutObject", "DeleteObjects"} {
 		if got := last.Value("wasmkeep_s3_requests_total", "operation", op, "result", "ok") - first.Value("wasmkeep_s3_requests_total", "operation", op, "result", "ok"); got <= 0 {
 			t.Errorf("%s ok did not go up (%v)", op, got)
 		}

@@ -30,8 +30,8 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
-	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/s3test"
+	"github.com/wasmkeep/alarms/internal/statetest"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -309,10 +309,7 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An actor whose newest snapshot is not a database.
-	bad := cluster.NewReplica(srv.Bucket, "cluster/").Key(abi.ActorID{Tenant: "t", Class: "oneshot", Name: "bad"}, 1<<40, 1)
-	if _, err := srv.Bucket.Put(ctx, bad, []byte("not a database"), bucket.Cond{}); err != nil {
-		t.Fatal(err)
-	}
+	statetest.Plant(t, srv.Bucket, "cluster/", abi.ActorID{Tenant: "t", Class: "oneshot", Name: "bad"}, 1<<40, []byte("not a database"))
 	// A node whose bucket stopped answering: its lease lapses.
 	var down atomic.Bool
 	m := bucket.NewMem()

@@ -26,6 +26,7 @@ import (
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/statetest"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -58,11 +59,11 @@ func newRestoreRig(t testing.TB) *restoreRig {
 	if _, err := r.n.Request(ctx, r.control, hourAhead()); err != nil {
 		t.Fatal(err)
 	}
-	snap, ok, err := r.replica.Latest(ctx, r.control)
+	snap, ok, err := cluster.ReadState(ctx, r.b, "cluster/", r.control)
 	if err != nil || !ok {
 		t.Fatalf("the control actor's snapshot: %v %v", ok, err)
 	}
-	if r.good, err = r.replica.Download(ctx, r.control, snap); err != nil {
+	if r.good, _, err = r.replica.Download(ctx, r.control, snap); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -74,10 +75,7 @@ func newRestoreRig(t testing.TB) *restoreRig {
 func (r *restoreRig) try(t testing.TB, id abi.ActorID, data []byte) error {
 	t.Helper()
 	ctx := context.Background()
-	key := r.replica.Key(id, 1, 1)
-	if _, err := r.b.Put(ctx, key, data, bucket.Cond{}); err != nil {
-		t.Fatal(err)
-	}
+	key := statetest.Plant(t, r.b, "cluster/", id, 1, data)
 	_, err := r.n.Request(ctx, id, hourAhead())
 	if err != nil {
 		var ae *abi.ActorError
@@ -180,10 +178,7 @@ func TestABadNewerSnapshotLeavesTheLocalDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := cluster.NewReplica(b, "cluster/").Key(id, 1<<40, 1)
-	if _, err := b.Put(ctx, bad, []byte("not a database"), bucket.Cond{}); err != nil {
-		t.Fatal(err)
-	}
+	bad := statetest.Plant(t, b, "cluster/", id, 1<<40, []byte("not a database"))
 	again := startHost(t, b, "a2", dir, classes, hostConfig{})
 	if _, err := again.Request(ctx, id, hourAhead()); !errors.Is(err, engine.ErrBadSnapshot) || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("with a bad newer snapshot: %v, want ErrBadSnapshot naming %s", err, bad)
