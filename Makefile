@@ -148,6 +148,7 @@ testdata:
 	@command -v wat2wasm >/dev/null || { echo "make testdata: wat2wasm not found; install wabt (Debian: apt-get install wabt)" >&2; exit 1; }
 	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
 	wat2wasm examples/soak-actor/soak_actor.wat -o examples/soak-actor/soak_actor.wasm
+	wat2wasm hostmod/testdata/recipe.wat -o hostmod/testdata/recipe.wasm
 
 # bench prints the benchmarks docs/benchmarks.md quotes (bench-failover: the
 # failover runs, several minutes at the spec's defaults).
