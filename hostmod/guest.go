@@ -1,6 +1,7 @@
 package hostmod
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,10 +30,8 @@ var ErrGuestABI = errors.New("the guest breaks abi/ABI.md")
 // compiling it: a guest it refuses would otherwise fail only when its
 // alarm falls due (no on-alarm to call), or fail every delivery and be
 // retried for ever (a mistyped one). Package engine's Compile makes the
-// same checks. A host whose framework hides its runtime (Extism) compiles
-// the guest in a wazero runtime of its own for the check (the cost of a
-// compilation; a compilation cache shared with the framework's runtime
-// configuration saves it there).
+// same checks. A host whose framework hides its runtime (Extism) checks
+// the guest's bytes with CheckGuestWasm.
 func CheckGuest(m wazero.CompiledModule) error {
 	importsAlarm := false
 	for _, f := range m.ImportedFunctions() {
@@ -60,6 +59,22 @@ func CheckGuest(m wazero.CompiledModule) error {
 			abi.ExportOnAlarm, signature(onAlarm.ParamTypes(), nil, onAlarm.ResultTypes()), abi.OnAlarmSignature, ErrGuestABI)
 	}
 	return nil
+}
+
+// CheckGuestWasm is CheckGuest for a host that has the guest's bytes but
+// not the runtime that runs them (Extism, and other frameworks that keep
+// their wazero runtime to themselves): it compiles wasm for the check
+// alone, in a wazero interpreter of its own (a fraction of what compiling
+// it for the framework's runtime costs). An error that does not wrap
+// ErrGuestABI says that wasm is not a module wazero can compile.
+func CheckGuestWasm(ctx context.Context, wasm []byte) error {
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer r.Close(ctx)
+	m, err := r.CompileModule(ctx, wasm)
+	if err != nil {
+		return fmt.Errorf("hostmod: compile the guest to check it: %w", err)
+	}
+	return CheckGuest(m)
 }
 
 // signature writes a function's signature in .wat, with its parameters'

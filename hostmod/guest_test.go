@@ -83,3 +83,18 @@ func importing(name string, params ...api.ValueType) []byte {
 	out = append(out, section(7, []byte{1}, str(abi.ExportOnAlarm), []byte{0, 1})...)
 	return append(out, section(10, []byte{1, 4, 0, 0x41, 0, 0x0b})...)
 }
+
+// CheckGuestWasm checks a guest's bytes as CheckGuest checks the compiled
+// module, and says when the bytes are no module at all.
+func TestCheckGuestWasm(t *testing.T) {
+	ctx := context.Background()
+	if err := hostmod.CheckGuestWasm(ctx, testguest.Fixture(t, "wrong_signature")); !errors.Is(err, hostmod.ErrGuestABI) || !strings.Contains(err.Error(), abi.OnAlarmSignature) {
+		t.Errorf("wrong_signature: %v", err)
+	}
+	if err := hostmod.CheckGuestWasm(ctx, testguest.Fixture(t, "host_owned")); err != nil {
+		t.Errorf("host_owned: %v", err)
+	}
+	if err := hostmod.CheckGuestWasm(ctx, []byte("not wasm")); err == nil || errors.Is(err, hostmod.ErrGuestABI) || !strings.Contains(err.Error(), "compile") {
+		t.Errorf("bytes that are no module: %v", err)
+	}
+}
