@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -147,9 +148,9 @@ func TestWithRuntimeRefusesTheTwoHazards(t *testing.T) {
 
 // A module the embedder instantiates itself in a runtime the engine's
 // imports live in (WithRuntime), outside the engine, whose _initialize
-// calls them with no actor or event in its context: each answers EPERM,
-// as outside an event, and none traps (ABI.md). The actor's own events
-// are unaffected.
+// calls them with no actor or event in its context, and the imports
+// called from Go with such a context: each answers EPERM, as outside an
+// event, and none traps (ABI.md). The actor's own events are unaffected.
 func TestImportsCalledWithNoEventAnswerEPERM(t *testing.T) {
 	ctx := context.Background()
 	r := embedderRuntime(t, ctx, false)
@@ -175,6 +176,31 @@ func TestImportsCalledWithNoEventAnswerEPERM(t *testing.T) {
 	}
 	if e, ok := m.Memory().ReadUint32Le(20); !ok || e != uint32(abi.EPERM) {
 		t.Errorf("actor-id answered %d, want EPERM", e)
+	}
+	// Each wasmkeep:actor function, called from Go with a context that
+	// carries nothing, as by a host that forgot it.
+	defs := r.Module(abi.ActorModule).ExportedFunctionDefinitions()
+	for _, f := range engine.Functions() {
+		if f.Module != abi.ActorModule {
+			continue
+		}
+		fn, ok := defs[f.Name].GoFunction().(api.GoModuleFunc)
+		if !ok {
+			t.Fatalf("%s is no Go function", f.Name)
+		}
+		stack := make([]uint64, max(len(f.Params), 1))
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					stack[0] = 0
+					t.Errorf("%s with nothing in its context panicked: %v", f.Name, p)
+				}
+			}()
+			fn(ctx, m, stack)
+		}()
+		if abi.Errno(stack[0]) != abi.EPERM {
+			t.Errorf("%s with nothing in its context: errno %d; want EPERM", f.Name, stack[0])
+		}
 	}
 	// The engine's own actors are unaffected.
 	class, err := eng.Compile(ctx, "init", testguest.Fixture(t, "init_calls"))

@@ -176,28 +176,33 @@ func (t *Table) NewEvent(id abi.ActorID) *Event {
 		return ev
 	}
 	seq := t.number()
-	// Another goroutine's event or a delivery holds the connection:
-	// refuse without touching it.
+	// While another goroutine's event or a delivery holds the connection,
+	// the event is refused without touching it.
+	held := true
 	select {
 	case t.turn <- struct{}{}:
+		defer t.release()
 	default:
-		ev.ev.alarms, ev.ev.storageErr = nil, t.refusal(seq)
-		return ev
+		held = false
 	}
-	defer func() { <-t.turn }()
-	if t.conn.GetAutocommit() {
-		ev.ev.alarms, ev.ev.storageErr = nil, ErrNoTransaction
-		return ev
+	var err error
+	switch {
+	case !held:
+		err = t.refusal(seq)
+	case t.conn.GetAutocommit():
+		err = ErrNoTransaction
+	case t.markedOpen():
+		err = t.refusal(seq)
+	default:
+		if err = t.conn.Exec(`SAVEPOINT ` + eventMark); err != nil {
+			err = fmt.Errorf("mark the event's transaction: %w", err)
+		} else {
+			t.setOpen(openEvent{actor: id, seq: seq, how: "started with Table.NewEvent", marked: true})
+		}
 	}
-	if t.markedOpen() {
-		ev.ev.alarms, ev.ev.storageErr = nil, t.refusal(seq)
-		return ev
+	if err != nil {
+		ev.ev.alarms, ev.ev.storageErr = nil, err
 	}
-	if err := t.conn.Exec(`SAVEPOINT ` + eventMark); err != nil {
-		ev.ev.alarms, ev.ev.storageErr = nil, fmt.Errorf("mark the event's transaction: %w", err)
-		return ev
-	}
-	t.setOpen(openEvent{actor: id, seq: seq, how: "started with Table.NewEvent", marked: true})
 	return ev
 }
 
@@ -227,12 +232,12 @@ func (t *Table) Begin(ctx context.Context, id abi.ActorID) (*Event, error) {
 		if t.markedOpen() {
 			what = "that of " + t.latest().String()
 		}
-		<-t.turn
+		t.release()
 		return nil, &abi.ActorError{ID: id, Op: "begin", Err: fmt.Errorf("event %d: %w: %s", seq, ErrInTransaction, what)}
 	}
 	t.setOpen(openEvent{actor: id, seq: seq, how: "begun with Table.Begin"})
 	if err := t.r.Begin(); err != nil {
-		<-t.turn
+		t.release()
 		return nil, &abi.ActorError{ID: id, Op: "begin", Err: err}
 	}
 	ev := &Event{}
@@ -253,7 +258,7 @@ func (ev *Event) End(err error) error {
 		return &abi.ActorError{ID: ev.call.actor, Op: "end", Err: errors.New("not an event begun with Table.Begin, or one already ended")}
 	}
 	ev.tbl = nil
-	defer func() { <-t.turn }()
+	defer t.release()
 	if err = errors.Join(err, ev.Err()); err != nil {
 		if rerr := t.r.Rollback(); rerr != nil {
 			err = errors.Join(err, &abi.ActorError{ID: ev.call.actor, Op: "rollback", Err: rerr})
@@ -264,6 +269,15 @@ func (ev *Event) End(err error) error {
 		return &abi.ActorError{ID: ev.call.actor, Op: "commit", Err: err}
 	}
 	return nil
+}
+
+// release ends the turn of the event or delivery that holds it (it never
+// waits: only the holder releases).
+func (t *Table) release() {
+	select {
+	case <-t.turn:
+	default:
+	}
 }
 
 // number returns the next event's number.
@@ -426,7 +440,7 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 	case <-ctx.Done():
 		return Delivery{}, &abi.ActorError{ID: id, Op: "deliver", Err: fmt.Errorf("waiting for %s to end: %w", t.latest(), ctx.Err())}
 	}
-	defer func() { <-t.turn }()
+	defer t.release()
 	if !t.conn.GetAutocommit() {
 		return Delivery{}, &abi.ActorError{ID: id, Op: "deliver", Err: ErrInTransaction}
 	}

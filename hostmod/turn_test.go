@@ -72,8 +72,9 @@ func TestTableRefusesAnEventWhileAnotherIsOpen(t *testing.T) {
 
 // Begin and End run an event in a transaction of its own: End commits it
 // unless the host's error or the event's says otherwise, an event cannot
-// end twice, and Begin refuses a connection with a transaction open,
-// naming the event that opened it.
+// end twice, Begin refuses a connection with a transaction open, naming
+// the event that opened it, and NewEvent refuses an event while one begun
+// with Begin is open.
 func TestBeginAndEnd(t *testing.T) {
 	h := newOwnHost(t, filepath.Join(t.TempDir(), "a.db"))
 	set := func(at int64, hostErr error) error {
@@ -112,10 +113,15 @@ func TestBeginAndEnd(t *testing.T) {
 		t.Fatalf("Begin inside a NewEvent's transaction: %v", err)
 	}
 	_ = h.conn.Exec(`ROLLBACK`)
-	// A Begin waiting for another event's turn gives up with its context.
+	// While an event begun with Begin is open, NewEvent refuses, naming
+	// it, and a Begin waiting for its turn gives up with its context.
 	ev, err := h.tbl.Begin(h.ctx, h.id)
 	if err != nil {
 		t.Fatal(err)
+	}
+	other := h.tbl.NewEvent(abi.ActorID{Tenant: "t", Class: "own", Name: "b"})
+	if err := other.Err(); !errors.Is(err, hostmod.ErrEventOpen) || !strings.Contains(err.Error(), "of actor t/own/a (begun with Table.Begin)") {
+		t.Fatalf("NewEvent while an event begun with Begin is open: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, 20*time.Millisecond)
 	defer cancel()
@@ -142,12 +148,20 @@ func TestTwoGoroutinesOnOneTable(t *testing.T) {
 		acked = map[int64]bool{}
 		wg    sync.WaitGroup
 		stop  = make(chan struct{})
-		errs  = make(chan error, 3)
+		errs  = make(chan error, 6)
 	)
+	// A panic inside SQLite, as two goroutines in one transaction cause,
+	// fails the test by its name rather than end the process.
+	recovered := func() {
+		if r := recover(); r != nil {
+			errs <- fmt.Errorf("panic: %v", r)
+		}
+	}
 	for g := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer recovered()
 			for i := range perGoroutine {
 				at := t0 + 1000 + int64(2*i+g)
 				ev, err := h.tbl.Begin(h.ctx, h.id)
@@ -190,6 +204,7 @@ func TestTwoGoroutinesOnOneTable(t *testing.T) {
 	delivered := make(chan struct{})
 	go func() {
 		defer close(delivered)
+		defer recovered()
 		for {
 			select {
 			case <-stop:
