@@ -113,7 +113,8 @@ lint:
 # The fuzz targets, as package:Target. Each has a seed corpus under its
 # package's testdata/fuzz/<Target>; a crash found is kept there.
 FUZZ_TARGETS := alarmindex:FuzzParseKey cluster:FuzzHoldRecord cluster:FuzzLeaseRecord cluster:FuzzSnapshotKey \
-	node:FuzzHTTPHandler node:FuzzRestoredSnapshot engine:FuzzHostFunctions hostmod:FuzzAlarmFunctionsOnATable
+	node:FuzzHTTPHandler node:FuzzRestoredSnapshot engine:FuzzHostFunctions hostmod:FuzzAlarmFunctionsOnATable \
+	hostmod:FuzzAlarmFunctionsOutOfTurn
 FUZZTIME ?= 5m
 # fuzz runs every target for FUZZTIME (make fuzz FUZZTIME=30m).
 fuzz:
@@ -130,7 +131,7 @@ fuzz:
 # input; a count has no deadline to race.
 FUZZ_SHORT := alarmindex:FuzzParseKey:30000 cluster:FuzzHoldRecord:40000 cluster:FuzzLeaseRecord:40000 \
 	cluster:FuzzSnapshotKey:60000 node:FuzzHTTPHandler:10000 node:FuzzRestoredSnapshot:1000 \
-	engine:FuzzHostFunctions:6000 hostmod:FuzzAlarmFunctionsOnATable:3000
+	engine:FuzzHostFunctions:6000 hostmod:FuzzAlarmFunctionsOnATable:3000 hostmod:FuzzAlarmFunctionsOutOfTurn:1000
 fuzz-short:
 	@for t in $(FUZZ_SHORT); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; target=$${rest%%:*}; n=$${rest#*:}; \
