@@ -96,6 +96,14 @@ guest-sdk-as/node_modules: guest-sdk-as/package-lock.json
 	cd guest-sdk-as && npm ci --no-audit --no-fund
 	@touch $@
 
+# extism-host: the Extism example, a module of its own (examples/extism-host,
+# with the Extism SDK from the Go module proxy): vet, tidy, and its tests
+# (the counter actor, the fixtures, the conformance kit, the backoff
+# across a reopen, a looping handler stopped at its deadline).
+.PHONY: extism-host
+extism-host:
+	cd examples/extism-host && $(GO) vet ./... && $(GO) mod tidy -diff && $(GO) test -count=1 ./...
+
 # tools installs the S3 server the tests run against (cached after the first time).
 tools:
 	$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
