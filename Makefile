@@ -96,6 +96,14 @@ guest-sdk-as/node_modules: guest-sdk-as/package-lock.json
 	cd guest-sdk-as && npm ci --no-audit --no-fund
 	@touch $@
 
+# extism-host: the Extism example, a module of its own (examples/extism-host,
+# with the Extism SDK from the Go module proxy): vet, tidy, and its tests
+# (the counter actor, the fixtures, the conformance kit, the backoff
+# across a reopen, a looping handler stopped at its deadline).
+.PHONY: extism-host
+extism-host:
+	cd examples/extism-host && $(GO) vet ./... && $(GO) mod tidy -diff && $(GO) test -count=1 ./...
+
 # tools installs the S3 server the tests run against (cached after the first time).
 tools:
 	$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
@@ -113,7 +121,8 @@ lint:
 # The fuzz targets, as package:Target. Each has a seed corpus under its
 # package's testdata/fuzz/<Target>; a crash found is kept there.
 FUZZ_TARGETS := alarmindex:FuzzParseKey cluster:FuzzHoldRecord cluster:FuzzLeaseRecord cluster:FuzzSnapshotKey \
-	node:FuzzHTTPHandler node:FuzzRestoredSnapshot engine:FuzzHostFunctions hostmod:FuzzAlarmFunctionsOnATable
+	node:FuzzHTTPHandler node:FuzzRestoredSnapshot engine:FuzzHostFunctions hostmod:FuzzAlarmFunctionsOnATable \
+	hostmod:FuzzAlarmFunctionsOutOfTurn
 FUZZTIME ?= 5m
 # fuzz runs every target for FUZZTIME (make fuzz FUZZTIME=30m).
 fuzz:
@@ -130,7 +139,7 @@ fuzz:
 # input; a count has no deadline to race.
 FUZZ_SHORT := alarmindex:FuzzParseKey:30000 cluster:FuzzHoldRecord:40000 cluster:FuzzLeaseRecord:40000 \
 	cluster:FuzzSnapshotKey:60000 node:FuzzHTTPHandler:10000 node:FuzzRestoredSnapshot:1000 \
-	engine:FuzzHostFunctions:6000 hostmod:FuzzAlarmFunctionsOnATable:3000
+	engine:FuzzHostFunctions:6000 hostmod:FuzzAlarmFunctionsOnATable:3000 hostmod:FuzzAlarmFunctionsOutOfTurn:1000
 fuzz-short:
 	@for t in $(FUZZ_SHORT); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; target=$${rest%%:*}; n=$${rest#*:}; \
@@ -148,6 +157,7 @@ testdata:
 	@command -v wat2wasm >/dev/null || { echo "make testdata: wat2wasm not found; install wabt (Debian: apt-get install wabt)" >&2; exit 1; }
 	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
 	wat2wasm examples/soak-actor/soak_actor.wat -o examples/soak-actor/soak_actor.wasm
+	wat2wasm hostmod/testdata/recipe.wat -o hostmod/testdata/recipe.wasm
 
 # bench prints the benchmarks docs/benchmarks.md quotes (bench-failover: the
 # failover runs, several minutes at the spec's defaults).

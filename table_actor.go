@@ -26,7 +26,10 @@ type TableActor struct {
 	// the committed state whenever no transaction is open: a rollback
 	// journal, or a WAL checkpointed before each upload.
 	Path string
-	// Bucket is where the state and the alarm index go.
+	// Bucket is where the state and the alarm index go. A host whose
+	// plugin runs alone, without a bucket (Config.SingleNode), leaves it
+	// nil: Open then reads nothing, and Upload, which such a plugin never
+	// calls, fails with ErrNoBucket.
 	Bucket bucket.Bucket
 	// Table is the alarm table, set by Open: hostmod.Table.NewEvent and
 	// DeliverAlarm run the guest's events on it.
@@ -35,12 +38,18 @@ type TableActor struct {
 	uploaded, bucketHad bool
 }
 
+// ErrNoBucket is wrapped by the error of TableActor.Upload without a
+// Bucket: only a plugin that runs alone (Config.SingleNode), which
+// uploads nothing, needs none.
+var ErrNoBucket = errors.New("no bucket to upload to (only a SingleNode plugin runs without one)")
+
 // Open creates the alarm table in conn's main database (hostmod.NewTable)
-// and notes whether the bucket has the actor's state. The host calls it
-// each time it opens the actor's database, before its first event; its
-// errors, like the other methods', leave naming the actor to the host.
+// and notes whether the bucket, if any, has the actor's state. The host
+// calls it each time it opens the actor's database, before its first
+// event; its errors, like the other methods', leave naming the actor to
+// the host.
 func (t *TableActor) Open(ctx context.Context, conn *sqlite3.Conn) (err error) {
-	if t.Table, err = hostmod.NewTable(conn); err != nil {
+	if t.Table, err = hostmod.NewTable(conn); err != nil || t.Bucket == nil {
 		return err
 	}
 	_, _, err = t.Bucket.Get(ctx, t.stateKey())
@@ -88,6 +97,9 @@ func (t *TableActor) SetMeta(_ context.Context, key, value string) error {
 
 // Upload puts the database file, the committed state, in the bucket.
 func (t *TableActor) Upload(ctx context.Context) error {
+	if t.Bucket == nil {
+		return &abi.ActorError{ID: t.Actor, Op: "upload", Err: ErrNoBucket}
+	}
 	data, err := os.ReadFile(t.Path)
 	if err == nil {
 		_, err = t.Bucket.Put(ctx, t.stateKey(), data, bucket.Cond{})

@@ -2,7 +2,9 @@ package alarms_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ncruces/go-sqlite3"
@@ -11,6 +13,8 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/sweeper"
 )
 
 // TableActor is the plugin's view of a host's own database file: the
@@ -56,4 +60,59 @@ func TestTableActorUploadsTheFileAndKnowsWhatTheBucketHad(t *testing.T) {
 	if ta.Close(); ta.Hold().Valid {
 		t.Error("the hold is valid after Close")
 	}
+}
+
+// A host that runs alone (a SingleNode plugin) needs no bucket: its
+// TableActor opens without one and holds the actor, its events commit on
+// the table, the plugin replicates nothing, and an upload, which such a
+// plugin never asks for, fails with an error naming the actor rather than
+// a nil pointer.
+func TestTableActorWithoutABucket(t *testing.T) {
+	ctx := context.Background()
+	id := abi.ActorID{Tenant: "t", Class: "c", Name: "alone"}
+	path := filepath.Join(t.TempDir(), "alone.db")
+	conn, err := sqlite3.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ta := &aloneActor{TableActor: alarms.TableActor{Actor: id, Path: path}}
+	if err := ta.Open(ctx, conn); err != nil {
+		t.Fatalf("Open without a bucket: %v", err)
+	}
+	defer ta.Close()
+	if h := ta.Hold(); !h.Valid || h.BucketHad {
+		t.Fatalf("hold %+v; want valid, and no bucket to have had the actor", h)
+	}
+	if err := conn.Exec(`BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(ta.Table.NewEvent(id).Err(), conn.Exec(`COMMIT`)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := alarms.Register(alarms.Config{SingleNode: true, Host: noTake{alarms.OneNode{Name: "alone"}}, Timer: sweeper.NewTimer(hostmod.DefaultRetryMax)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Replicate(ctx, ta, alarms.AfterEvent); err != nil {
+		t.Fatalf("Replicate on a SingleNode plugin: %v", err)
+	}
+	err = ta.Upload(ctx)
+	if err == nil || !strings.Contains(err.Error(), "t/c/alone") || !strings.Contains(err.Error(), "no bucket") {
+		t.Fatalf("Upload without a bucket: %v; want an error naming the actor and the missing bucket", err)
+	}
+}
+
+// aloneActor is a TableActor with the methods its host adds.
+type aloneActor struct{ alarms.TableActor }
+
+func (a *aloneActor) Release(context.Context) {}
+func (a *aloneActor) RunAlarm(context.Context) (hostmod.Delivery, error) {
+	return hostmod.Delivery{}, errors.New("no delivery in this test")
+}
+
+type noTake struct{ alarms.OneNode }
+
+func (noTake) Take(context.Context, abi.ActorID) (alarms.Actor, func(error), error) {
+	return nil, nil, errors.New("no delivery in this test")
 }

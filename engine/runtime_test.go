@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -143,4 +144,76 @@ func TestWithRuntimeRefusesTheTwoHazards(t *testing.T) {
 		t.Fatalf("NewEngine with the package's own modules and a function of the host's: %v", err)
 	}
 	eng.Close(ctx)
+}
+
+// A module the embedder instantiates itself in a runtime the engine's
+// imports live in (WithRuntime), outside the engine, whose _initialize
+// calls them with no actor or event in its context, and the imports
+// called from Go with such a context: each answers EPERM, as outside an
+// event, and none traps (ABI.md). The actor's own events are unaffected.
+func TestImportsCalledWithNoEventAnswerEPERM(t *testing.T) {
+	ctx := context.Background()
+	r := embedderRuntime(t, ctx, false)
+	eng, err := engine.NewEngine(ctx, engine.WithRuntime(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions(abi.ExportInitialize)
+	m, err := r.InstantiateWithConfig(ctx, testguest.Fixture(t, "init_calls"), cfg)
+	if err != nil {
+		t.Fatalf("the alarm functions called from _initialize with no event in the context: %v", err)
+	}
+	for i, name := range []string{abi.FuncSetAlarm, abi.FuncGetAlarm, abi.FuncClearAlarm} {
+		if e, ok := m.Memory().ReadUint32Le(16 + 4*uint32(i)); !ok || e != uint32(abi.EPERM) {
+			t.Errorf("%s answered %d, want EPERM", name, e)
+		}
+	}
+	// actor-id, of wasmkeep:actor, the same (the fixture keeps its errno at 20).
+	m, err = r.InstantiateWithConfig(ctx, testguest.Fixture(t, "actor_id"), cfg)
+	if err != nil {
+		t.Fatalf("actor-id called from _initialize with no actor in the context: %v", err)
+	}
+	if e, ok := m.Memory().ReadUint32Le(20); !ok || e != uint32(abi.EPERM) {
+		t.Errorf("actor-id answered %d, want EPERM", e)
+	}
+	// Each wasmkeep:actor function, called from Go with a context that
+	// carries nothing, as by a host that forgot it.
+	defs := r.Module(abi.ActorModule).ExportedFunctionDefinitions()
+	for _, f := range engine.Functions() {
+		if f.Module != abi.ActorModule {
+			continue
+		}
+		fn, ok := defs[f.Name].GoFunction().(api.GoModuleFunc)
+		if !ok {
+			t.Fatalf("%s is no Go function", f.Name)
+		}
+		stack := make([]uint64, max(len(f.Params), 1))
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					stack[0] = 0
+					t.Errorf("%s with nothing in its context panicked: %v", f.Name, p)
+				}
+			}()
+			fn(ctx, m, stack)
+		}()
+		if abi.Errno(stack[0]) != abi.EPERM {
+			t.Errorf("%s with nothing in its context: errno %d; want EPERM", f.Name, stack[0])
+		}
+	}
+	// The engine's own actors are unaffected.
+	class, err := eng.Compile(ctx, "init", testguest.Fixture(t, "init_calls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := eng.Open(ctx, abi.ActorID{Tenant: "t", Class: "init", Name: "a"}, class, filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	res, err := a.Request(ctx, nil)
+	if err != nil || len(res.Response) != 12 || binary.LittleEndian.Uint32(res.Response) != uint32(abi.EPERM) || res.Alarm != nil {
+		t.Fatalf("the engine's own actor: %+v, %v", res, err)
+	}
 }

@@ -9,14 +9,19 @@
 //
 // A wazero host that owns its runtime, its instances and its databases
 // uses three pieces (docs/embedding.md, "Add durable alarms to your wazero
-// host"; examples/minihost):
+// host"; examples/minihost, examples/extism-host; the package's Example
+// runs the whole recipe):
 //
 //   - InstantiateAlarms, or AlarmFunctions for a host that registers its
 //     own host functions: the handlers, taking the guest's api.Memory;
-//   - Table, on the host's own *sqlite3.Conn: NewEvent and WithEvent put
-//     each event's transaction in the context the guest is called with;
+//     with no event in the context they answer EPERM, as ABI.md says;
+//   - Table, on the host's own *sqlite3.Conn: Begin, End and WithEvent
+//     put each event's transaction in the context the guest is called
+//     with, one event at a time per connection (NewEvent, for a host that
+//     opens its transactions itself);
 //   - Table.DeliverAlarm: on-alarm through the host's own instance, with
-//     the backoff. CheckRuntime and GuestConfig set up what a guest needs.
+//     the backoff. CheckRuntime, CheckGuest and GuestConfig set up what a
+//     guest needs.
 //
 // A host that lays out its databases and runs its instances its own way
 // goes one level down, to what Table is made of: Rows (the alarm's

@@ -1,8 +1,13 @@
 package hostmod_test
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/tetratelabs/wazero/api"
@@ -124,4 +129,164 @@ func mustRead(t *testing.T, mem api.Memory, off, n uint32) []byte {
 		t.Fatal("read guest memory")
 	}
 	return b
+}
+
+// FuzzAlarmFunctionsOutOfTurn drives the exported handlers of
+// wasmkeep:alarm (AlarmFunctions) as hosts get them wrong, from two
+// goroutines on one Table at once: in events begun with Begin (committed
+// or rolled back), with no event in the context at all, and in events
+// NewEvent starts with no transaction of the host's or while the other
+// goroutine's event is open. Nothing panics; a call with no event, or in
+// a refused one, answers EPERM; get-alarm in an event reads what the
+// event's transaction holds; and the committed alarm is what the
+// committed events' calls, in the order they committed, leave.
+func FuzzAlarmFunctionsOutOfTurn(f *testing.F) {
+	rec := func(g, kind, op byte, arg uint64) []byte {
+		return binary.LittleEndian.AppendUint64([]byte{g | kind<<1, op}, arg)
+	}
+	f.Add(append(rec(0, 0, 0, 5000), rec(1, 2, 0, 6000)...))
+	f.Add(append(append(rec(0, 0, 0, 5000), rec(1, 0, 1, 64)...), rec(1, 3, 2, 0)...))
+	f.Add(append(append(rec(0, 1, 0, 7000), rec(1, 0, 2, 0)...), rec(0, 2, 1, 64)...))
+	f.Add(append(rec(0, 0, 0, uint64(abi.MaxAlarmMillis+1)), rec(1, 0, 1, 65530)...))
+	h := newOwnHost(f, filepath.Join(f.TempDir(), "a.db"))
+	fns := map[byte]hostmod.HostFunction{}
+	for i, fn := range hostmod.AlarmFunctions() {
+		fns[byte(i)] = fn // set, get, clear, in ABI.md's order
+	}
+	mem := h.mod.Memory()
+	rollback := errors.New("the host rolls this event back")
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		if len(prog) > 64*10 {
+			return
+		}
+		h.t = t
+		if err := h.conn.Exec(`DELETE FROM _wasmkeep_alarm; DELETE FROM _wasmkeep_meta; DELETE FROM notes`); err != nil {
+			t.Fatal(err)
+		}
+		var recs [2][][]byte
+		for ; len(prog) >= 10; prog = prog[10:] {
+			recs[prog[0]&1] = append(recs[prog[0]&1], prog[:10])
+		}
+		errs := make(chan error, 2)
+		var wg sync.WaitGroup
+		for g := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, r := range recs[g] {
+					if err := outOfTurn(h, fns, mem, r, rollback); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		// Replay the committed events' calls, in the order they committed.
+		var want *int64
+		st, _, err := h.conn.Prepare(`SELECT n FROM notes ORDER BY rowid`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for st.Step() {
+			if n := st.ColumnText(0); n == "clear" {
+				want = nil
+			} else {
+				at, _ := strconv.ParseInt(n, 10, 64)
+				want = &at
+			}
+		}
+		if err := errors.Join(st.Err(), st.Close()); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.state(); (got.Alarm == nil) != (want == nil) || (want != nil && *got.Alarm != *want) {
+			t.Fatalf("committed alarm %v, the committed events leave %v", got.Alarm, want)
+		}
+	})
+}
+
+// outOfTurn runs one record of FuzzAlarmFunctionsOutOfTurn: r[0] is the
+// goroutine (bit 0) and the context (bits 1-2: 0 an event begun with Begin
+// and committed, 1 one rolled back, 2 no event, 3 NewEvent with no
+// transaction of the host's), r[1]%3 the function (set, get, clear),
+// r[2:10] its argument.
+func outOfTurn(h *ownHost, fns map[byte]hostmod.HostFunction, mem api.Memory, r []byte, rollback error) error {
+	kind, op, arg := r[0]>>1&3, r[1]%3, binary.LittleEndian.Uint64(r[2:10])
+	fn, stack := fns[op], []uint64{arg}
+	switch kind {
+	case 2:
+		fn.Call(context.Background(), mem, stack)
+		if abi.Errno(stack[0]) != abi.EPERM {
+			return fmt.Errorf("%s with no event in its context: errno %d, want EPERM", fn.Name, stack[0])
+		}
+		return nil
+	case 3:
+		ev := h.tbl.NewEvent(h.id)
+		if err := ev.Err(); !errors.Is(err, hostmod.ErrNoTransaction) && !errors.Is(err, hostmod.ErrEventOpen) {
+			return fmt.Errorf("NewEvent with no transaction of the host's: %v", err)
+		}
+		fn.Call(hostmod.WithEvent(h.ctx, ev), mem, stack)
+		if abi.Errno(stack[0]) != abi.EPERM {
+			return fmt.Errorf("%s in a refused event: errno %d, want EPERM", fn.Name, stack[0])
+		}
+		return nil
+	}
+	ev, err := h.tbl.Begin(h.ctx, h.id)
+	if err != nil {
+		return err
+	}
+	before, err := h.tbl.State() // in the event's transaction
+	if err != nil {
+		return errors.Join(err, ev.End(err))
+	}
+	fn.Call(hostmod.WithEvent(h.ctx, ev), mem, stack)
+	e, note := abi.Errno(stack[0]), ""
+	switch fn.Name {
+	case abi.FuncSetAlarm:
+		want := abi.ESUCCESS
+		if at := int64(arg); at < 0 || at > abi.MaxAlarmMillis {
+			want = abi.EINVAL
+		} else {
+			note = strconv.FormatInt(at, 10)
+		}
+		if e != want {
+			err = fmt.Errorf("set-alarm(%d): errno %d, want %d", int64(arg), e, want)
+		}
+	case abi.FuncGetAlarm:
+		ptr := uint32(arg)
+		switch {
+		case before.Alarm == nil && e != abi.ENOENT:
+			err = fmt.Errorf("get-alarm with no alarm: errno %d", e)
+		case before.Alarm != nil && uint64(ptr)+8 > uint64(mem.Size()) && e != abi.EFAULT:
+			err = fmt.Errorf("get-alarm(%#x) past the memory: errno %d", ptr, e)
+		case before.Alarm != nil && uint64(ptr)+8 <= uint64(mem.Size()):
+			if v, _ := mem.ReadUint64Le(ptr); e != 0 || int64(v) != *before.Alarm {
+				err = fmt.Errorf("get-alarm(%#x): errno %d, read %d; the event's transaction holds %d", ptr, e, int64(v), *before.Alarm)
+			}
+		}
+	default:
+		if e != 0 {
+			err = fmt.Errorf("clear-alarm: errno %d", e)
+		}
+		note = "clear"
+	}
+	if err != nil {
+		return errors.Join(err, ev.End(err))
+	}
+	if note != "" {
+		if err := h.conn.Exec(`INSERT INTO notes VALUES ('` + note + `')`); err != nil {
+			return errors.Join(err, ev.End(err))
+		}
+	}
+	if kind == 1 {
+		if err := ev.End(rollback); !errors.Is(err, rollback) {
+			return fmt.Errorf("End with the host's error: %v", err)
+		}
+		return nil
+	}
+	return ev.End(nil)
 }

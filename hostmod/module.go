@@ -43,13 +43,12 @@ func withCall(ctx context.Context, c *call) context.Context {
 	return context.WithValue(ctx, ctxKey{}, c)
 }
 
-// callFrom returns the per-call state. A host function called with none is a
-// bug of the host that embeds this module, and the only case that traps.
+// callFrom returns the per-call state, nil when ctx carries none: a call
+// with no event in its context, such as the guest's _initialize that a
+// host runs as it instantiates the guest, or a call from a host that did
+// not put the event in the context (WithEvent).
 func callFrom(ctx context.Context) *call {
 	c, _ := ctx.Value(ctxKey{}).(*call)
-	if c == nil {
-		panic("wasmkeep: host function called without an actor in its context (host bug)")
-	}
 	return c
 }
 
@@ -81,11 +80,13 @@ func goFunc(h func(ctx context.Context, mem api.Memory, stack []uint64) abi.Errn
 }
 
 // alarmEventOf returns the event of this call, or an errno for the guest:
-// outside an event, or in one that could not start on a host's connection
-// (Table.NewEvent), there is no alarm to write.
+// outside an event (no event in the context, as in _initialize), or in one
+// that could not start on a host's connection (Table.NewEvent), there is
+// no alarm to write, and the guest gets EPERM, as ABI.md says; never a
+// trap.
 func alarmEventOf(ctx context.Context) (*event, abi.Errno) {
 	c := callFrom(ctx)
-	if c.ev == nil || c.ev.alarms == nil {
+	if c == nil || c.ev == nil || c.ev.alarms == nil {
 		return nil, abi.EPERM
 	}
 	return c.ev, abi.ESUCCESS

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
@@ -29,13 +30,49 @@ import (
 //
 // The Table creates its two tables (_wasmkeep_alarm, _wasmkeep_meta, in
 // the connection's main database) and touches nothing else. It prepares its statements on first use and keeps them
-// until Close; the connection stays the host's. Like the connection, a
-// Table is used by one goroutine at a time: the host runs one event at a
-// time per actor.
+// until Close; the connection stays the host's.
+//
+// A connection runs one event at a time, and a Table sees to it: Begin
+// waits for the connection's other event, begun on any goroutine, to end,
+// and so does DeliverAlarm, so a host whose request goroutines and timer
+// share a connection loses nothing. NewEvent, for a host that opens its
+// transactions itself, refuses an event while another is open on the
+// connection (its Err names both). The Table's other methods, like the
+// connection, are used between events or inside the caller's own, by one
+// goroutine at a time.
 type Table struct {
 	conn *sqlite3.Conn
 	r    *Rows
+	// turn is the connection's one event at a time: it holds a value
+	// from Begin to End and through a delivery; NewEvent holds it only
+	// for its checks.
+	turn chan struct{}
+	mu   sync.Mutex // guards open and seq
+	// open is the latest event on the connection, whose transaction may
+	// still be open (seq 0: none yet); seq numbers the events from 1, for
+	// the errors that name them.
+	open openEvent
+	seq  uint64
 }
+
+// openEvent names an event, for the error of one refused while it is open.
+type openEvent struct {
+	actor abi.ActorID
+	seq   uint64
+	how   string
+	// marked: NewEvent's, whose transaction the savepoint eventMark
+	// marks, so that the next event can tell whether it is still open.
+	marked bool
+}
+
+func (o openEvent) String() string {
+	return fmt.Sprintf("event %d of actor %s (%s)", o.seq, o.actor, o.how)
+}
+
+// eventMark is the savepoint NewEvent opens in the host's transaction:
+// it goes with the transaction, so the next event finds it only while
+// the transaction is still open.
+const eventMark = "_wasmkeep_event"
 
 // tableSQL are the statements of a Table: the alarm's tables in the
 // connection's main database; its transactions are BEGIN IMMEDIATE, since
@@ -47,7 +84,7 @@ var tableSQL = NewRowsSQL(RowsConfig{Schema: "main"})
 // conn they are created on first use instead, inside it: then, should it
 // roll back, so does their creation, and the next use creates them again.
 func NewTable(conn *sqlite3.Conn) (*Table, error) {
-	t := &Table{conn: conn, r: NewRows(conn, tableSQL)}
+	t := &Table{conn: conn, r: NewRows(conn, tableSQL), turn: make(chan struct{}, 1)}
 	if conn.GetAutocommit() {
 		if err := conn.Exec(tableSQL.create); err != nil {
 			return nil, fmt.Errorf("hostmod: create the alarm's tables: %w", err)
@@ -94,10 +131,16 @@ func (t *Table) DeadLetter() (d DeadLetter, ok bool, err error) { return t.r.Dea
 // event's other writes.
 var ErrNoTransaction = errors.New("no transaction is open on the connection")
 
-// ErrInTransaction is wrapped by the error of DeliverAlarm on a
-// connection with a transaction open: a delivery runs in transactions of
-// its own.
+// ErrInTransaction is wrapped by the error of DeliverAlarm and Begin on a
+// connection with a transaction open: a delivery, and an event begun with
+// Begin, run in transactions of their own.
 var ErrInTransaction = errors.New("a transaction is already open on the connection")
+
+// ErrEventOpen is wrapped by the error of an event refused because another
+// event is still open on the Table's connection (NewEvent's Err): a
+// connection runs one event at a time, and an event that shared another's
+// transaction would commit or roll back with it.
+var ErrEventOpen = errors.New("another event is still open on the connection")
 
 // Event is one event of an actor on a host's own connection, inside the
 // transaction the host opened: call the guest with the context WithEvent
@@ -105,14 +148,24 @@ var ErrInTransaction = errors.New("a transaction is already open on the connecti
 type Event struct {
 	ev   event
 	call call
+	// tbl is the Table of an event begun with Begin, until End.
+	tbl *Table
 }
 
-// NewEvent starts an event of actor id in the transaction open on the
-// Table's connection. The host commits or rolls back that transaction as
-// it would without alarms, after checking Err: an event with an error must
-// not commit. With no transaction open (ErrNoTransaction), or an invalid
-// id, the event's alarm functions answer EPERM and write nothing, and Err
-// says why.
+// NewEvent starts an event of actor id in the transaction the host opened
+// on the Table's connection. The host commits or rolls back that
+// transaction as it would without alarms, after checking Err: an event
+// with an error must not commit. With no transaction open
+// (ErrNoTransaction), an invalid id, or another event still open on the
+// connection (ErrEventOpen: one begun with Begin or a delivery, on any
+// goroutine, or one NewEvent started whose transaction is not yet
+// committed or rolled back), the event's alarm functions answer EPERM and
+// write nothing, and Err says why.
+//
+// NewEvent marks the host's transaction with a savepoint, which goes with
+// it. A host that starts its events with NewEvent runs them, and all its
+// use of the connection, on one goroutine at a time: the Table cannot
+// stop a second goroutine's statements while the first's run. Begin can.
 func (t *Table) NewEvent(id abi.ActorID) *Event {
 	// The failure count is not read: set-alarm and clear-alarm reset it
 	// with one write whatever it was.
@@ -120,10 +173,149 @@ func (t *Table) NewEvent(id abi.ActorID) *Event {
 	ev.Reset(id, t.r, -1)
 	if err := id.Validate(); err != nil {
 		ev.ev.alarms, ev.ev.storageErr = nil, err
-	} else if t.conn.GetAutocommit() {
-		ev.ev.alarms, ev.ev.storageErr = nil, ErrNoTransaction
+		return ev
+	}
+	seq := t.number()
+	// While another goroutine's event or a delivery holds the connection,
+	// the event is refused without touching it.
+	held := true
+	select {
+	case t.turn <- struct{}{}:
+		defer t.release()
+	default:
+		held = false
+	}
+	var err error
+	switch {
+	case !held:
+		err = t.refusal(seq)
+	case t.conn.GetAutocommit():
+		err = ErrNoTransaction
+	case t.markedOpen():
+		err = t.refusal(seq)
+	default:
+		if err = t.conn.Exec(`SAVEPOINT ` + eventMark); err != nil {
+			err = fmt.Errorf("mark the event's transaction: %w", err)
+		} else {
+			t.setOpen(openEvent{actor: id, seq: seq, how: "started with Table.NewEvent", marked: true})
+		}
+	}
+	if err != nil {
+		ev.ev.alarms, ev.ev.storageErr = nil, err
 	}
 	return ev
+}
+
+// Begin begins an event of actor id on the Table's connection: it waits
+// until no other event (Begin's, on any goroutine) or delivery is open on
+// the connection, begins a transaction (BEGIN IMMEDIATE) and starts the
+// event in it. The host calls the guest with WithEvent's context, its own
+// writes going to the same connection, then ends the event with End,
+// which commits or rolls back and lets the next event begin. Events begun
+// with Begin are serialised whichever goroutines run them, so none can
+// write into another's transaction. ctx bounds the wait. An error means no
+// event began: ctx ended, the id is invalid, a transaction is already open
+// on the connection (ErrInTransaction; the host's own, or a NewEvent's
+// event, named), or the BEGIN failed.
+func (t *Table) Begin(ctx context.Context, id abi.ActorID) (*Event, error) {
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	select {
+	case t.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, &abi.ActorError{ID: id, Op: "begin", Err: fmt.Errorf("waiting for %s to end: %w", t.latest(), ctx.Err())}
+	}
+	seq := t.number()
+	if !t.conn.GetAutocommit() {
+		what := "the host's own"
+		if t.markedOpen() {
+			what = "that of " + t.latest().String()
+		}
+		t.release()
+		return nil, &abi.ActorError{ID: id, Op: "begin", Err: fmt.Errorf("event %d: %w: %s", seq, ErrInTransaction, what)}
+	}
+	t.setOpen(openEvent{actor: id, seq: seq, how: "begun with Table.Begin"})
+	if err := t.r.Begin(); err != nil {
+		t.release()
+		return nil, &abi.ActorError{ID: id, Op: "begin", Err: err}
+	}
+	ev := &Event{}
+	ev.Reset(id, t.r, -1)
+	ev.tbl = t
+	return ev, nil
+}
+
+// End ends an event begun with Begin: it commits the event's transaction
+// when err is nil and the event has no error (Err), and rolls it back
+// otherwise; then the connection's next event may begin. It returns what
+// the event ended with: err and Err joined, or the commit's error (the
+// transaction then rolled back). nil means the event committed. Ending an
+// event twice, or one NewEvent started, is an error and does nothing.
+func (ev *Event) End(err error) error {
+	t := ev.tbl
+	if t == nil {
+		return &abi.ActorError{ID: ev.call.actor, Op: "end", Err: errors.New("not an event begun with Table.Begin, or one already ended")}
+	}
+	ev.tbl = nil
+	defer t.release()
+	if err = errors.Join(err, ev.Err()); err != nil {
+		if rerr := t.r.Rollback(); rerr != nil {
+			err = errors.Join(err, &abi.ActorError{ID: ev.call.actor, Op: "rollback", Err: rerr})
+		}
+		return err
+	}
+	if err := t.r.Commit(); err != nil {
+		return &abi.ActorError{ID: ev.call.actor, Op: "commit", Err: err}
+	}
+	return nil
+}
+
+// release ends the turn of the event or delivery that holds it (it never
+// waits: only the holder releases).
+func (t *Table) release() {
+	select {
+	case <-t.turn:
+	default:
+	}
+}
+
+// number returns the next event's number.
+func (t *Table) number() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seq++
+	return t.seq
+}
+
+func (t *Table) setOpen(o openEvent) {
+	t.mu.Lock()
+	t.open = o
+	t.mu.Unlock()
+}
+
+func (t *Table) latest() openEvent {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.open
+}
+
+// markedOpen reports whether the transaction of the latest event NewEvent
+// started is still open: its savepoint is still there. Releasing it, when
+// it is, leaves the transaction as it was; it is opened again, so that the
+// next event finds it too. The caller holds the turn.
+func (t *Table) markedOpen() bool {
+	if !t.latest().marked || t.conn.Exec(`RELEASE `+eventMark) != nil {
+		return false
+	}
+	_ = t.conn.Exec(`SAVEPOINT ` + eventMark)
+	return true
+}
+
+// refusal is the error of event seq, refused while the latest event on
+// the connection is open.
+func (t *Table) refusal(seq uint64) error {
+	return fmt.Errorf("event %d refused: %s is still open on the connection: %w", seq, t.latest(), ErrEventOpen)
 }
 
 // Reset makes ev a new event of actor id whose alarm is s, inside the
@@ -224,7 +416,10 @@ type DeliverOptions struct {
 }
 
 // DeliverAlarm delivers the actor's alarm if it is due (ABI.md,
-// "Delivery"), with RunDue, as package engine's actors do: it reads the committed alarm and, when due,
+// "Delivery"), with RunDue, as package engine's actors do: it waits for
+// an event begun with Begin on the connection, on any goroutine, to end
+// (ctx bounds the wait; never call it inside such an event, which would
+// wait for itself), then reads the committed alarm and, when due,
 // runs on-alarm(scheduled, retry count) through onAlarm in a transaction
 // of its own. On success the alarm is gone unless the handler set one,
 // and the failure count is reset; on failure (a non-zero result, a trap,
@@ -240,9 +435,16 @@ func (t *Table) DeliverAlarm(ctx context.Context, id abi.ActorID, onAlarm Invoke
 	if err := id.Validate(); err != nil {
 		return Delivery{}, err
 	}
+	select {
+	case t.turn <- struct{}{}:
+	case <-ctx.Done():
+		return Delivery{}, &abi.ActorError{ID: id, Op: "deliver", Err: fmt.Errorf("waiting for %s to end: %w", t.latest(), ctx.Err())}
+	}
+	defer t.release()
 	if !t.conn.GetAutocommit() {
 		return Delivery{}, &abi.ActorError{ID: id, Op: "deliver", Err: ErrInTransaction}
 	}
+	t.setOpen(openEvent{actor: id, seq: t.number(), how: "a delivery"})
 	if o.Clock == nil {
 		o.Clock = clock.System{}
 	}
@@ -307,9 +509,11 @@ type HostFunction struct {
 	// Call runs the function: it reads its parameters from stack and
 	// writes its one result, the errno, to stack[0]. mem is the calling
 	// guest's memory (nil for a guest without one: a function that
-	// writes to memory then answers EFAULT). ctx must carry the event
-	// (WithEvent); outside one the function answers EPERM, and without
-	// an actor at all it panics, which wazero turns into a trap.
+	// writes to memory then answers EFAULT): with a framework that
+	// wraps wazero, the guest's own, not the framework's. ctx carries
+	// the event (WithEvent); without one (the guest's _initialize, or a
+	// call from a host that forgot) the function answers EPERM, as
+	// outside an event, and writes nothing: it never traps.
 	Call func(ctx context.Context, mem api.Memory, stack []uint64)
 }
 

@@ -34,13 +34,14 @@ func New(ctx context.Context, b bucket.Bucket, dir, class string, wasm []byte, t
 		return nil, err
 	}
 	g := &alarmsGlue{OneNode: alarms.OneNode{Name: "minihost"}, h: h, b: b}
+	h.alarms = g // before Start: its deliveries take actors, which reads it
 	g.p, err = alarms.Register(alarms.Config{Bucket: b, Host: g, Tenants: tenants, Timer: sweeper.NewTimer(hostmod.DefaultRetryMax),
 		Margin: margin, SweepPeriod: sweep, SweepSafetyPeriod: safety, OnDelivery: onDelivery, Serves: func(c string) bool { return c == class }})
 	if err != nil {
 		h.rt.Close(ctx)
 		return nil, err
 	}
-	h.alarms, g.stop = g, g.p.Start(ctx)
+	g.stop = g.p.Start(ctx)
 	return h, nil
 }
 

@@ -8,8 +8,9 @@
 //
 // Adopting alarms takes the glue in alarms.go and the lines marked
 // "alarms:" here: the host registers the wasmkeep:alarm functions in its
-// runtime, gives each actor's connection a hostmod.Table, starts each
-// event with hostmod.Table.NewEvent, and hands the plugin its actors for
+// runtime, checks its class (hostmod.CheckGuest), gives each actor's
+// connection a hostmod.Table, starts each event in its own transaction
+// with hostmod.Table.NewEvent, and hands the plugin its actors for
 // delivery; the plugin runs on-alarm through the host's own instance with
 // the committed backoff. With a bucket the alarm index and a replica of
 // each actor live there, and a survivor of this process would find them.
@@ -110,6 +111,9 @@ func newHost(ctx context.Context, dir, class string, wasm []byte) (*Host, error)
 	if err == nil {
 		h.class, err = h.rt.CompileModule(ctx, wasm)
 	}
+	if err == nil { // alarms
+		err = hostmod.CheckGuest(h.class) // alarms: no on-alarm, or a mistyped one, is refused here
+	} // alarms
 	if err != nil {
 		h.rt.Close(ctx)
 		return nil, err
