@@ -24,6 +24,9 @@ type memBucket struct {
 	keys  []string // sorted
 	lists int
 	fail  func(call int, prefix, startAfter string) error
+	// omit, if set, leaves the keys it names out of the listing numbered
+	// call (from 1), as an erasure-coded store may.
+	omit func(call int, key string) bool
 }
 
 func (b *memBucket) put(keys ...string) {
@@ -66,6 +69,9 @@ func (b *memBucket) List(_ context.Context, prefix, startAfter string, limit int
 	}
 	var out []string
 	for ; i < len(b.keys) && len(out) < limit && strings.HasPrefix(b.keys[i], prefix); i++ {
+		if b.omit != nil && b.omit(b.lists, b.keys[i]) {
+			continue
+		}
 		out = append(out, b.keys[i])
 	}
 	return out, nil

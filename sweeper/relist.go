@@ -193,6 +193,10 @@ func tenantScore(node, tenant string) uint64 {
 //     ([Schedule.Members]): a node that died, left or lapsed may hold
 //     entries no live timer holds, and the walkers may have changed;
 //   - when this node let go of an actor of the tenant ([Schedule.Hint]);
+//   - a sweep period after a walk that one of the two above asked for:
+//     its listing may have left an orphan's entry out (an erasure-coded
+//     store may leave a key out of a LIST), and a second listing finds
+//     it;
 //   - at the latest a safety period after the last walk.
 //
 // Schedule does no I/O and reads no clock; the simulator runs it too.
@@ -215,6 +219,11 @@ type tenantState struct {
 	// period's timer is no exact clock).
 	nextSweep bool
 	extra     bool // hinted: walked whether or not this node is a walker
+	// confirm: the next walk was asked for by a change of the live nodes
+	// or a hint, and the walk after it is read a sweep period later, so
+	// one listing that left an orphan's entry out (an erasure-coded store
+	// may) delays it by a sweep, not by a safety period.
+	confirm bool
 }
 
 func (s *Schedule) safety() int64 {
@@ -247,7 +256,7 @@ func (s *Schedule) Members(v View, nowMs int64) (changed bool) {
 	s.seen, s.members, s.changeAt = true, k, nowMs
 	s.found = false
 	for _, st := range s.tenants {
-		st.next = min(st.next, nowMs)
+		st.next, st.confirm = min(st.next, nowMs), true
 	}
 	return true
 }
@@ -290,7 +299,7 @@ func (s *Schedule) Found(tenants []string, nowMs int64) {
 // tenant's index empty.
 func (s *Schedule) Hint(tenant string, nowMs int64) {
 	st := s.state(tenant, nowMs)
-	st.extra = true
+	st.extra, st.confirm = true, true
 	st.next = min(st.next, nowMs)
 }
 
@@ -352,8 +361,16 @@ func (s *Schedule) Walked(tenant string, nowMs int64, w Walked) {
 	default:
 		// The end of the index and nothing actionable.
 		st.next = nowMs + s.safety()
-		if r.Read == 0 {
+		if r.Read == 0 && !st.confirm {
 			st.extra = false // empty: nothing this node let go of is left
 		}
+	}
+	if st.confirm {
+		// A walk a change of the live nodes or a hint asked for is read
+		// again a sweep period later: what it found is only as good as
+		// one listing, and a listing may leave a key out
+		// (docs/design.md#lists).
+		st.confirm = false
+		st.next = min(st.next, nowMs+s.Period.Milliseconds())
 	}
 }
