@@ -425,9 +425,11 @@ type verdict struct {
 	// however many tries) whose record is in the ledger more than once:
 	// each a violation.
 	DupRows int
-	// Lost counts alarms that did not fire within their bound once the
-	// cluster was quiet (never, or too late).
-	Lost int
+	// Lost counts alarms that never fired: still pending past their bound
+	// at the end of the run. Late counts firings past their bound (they
+	// fired; a violation too, counted apart: a bucket that lost its write
+	// quorum makes alarms late, never lost).
+	Lost, Late int
 	// Pending is the alarm the ledger leaves set (-1 none).
 	Pending int64
 	// AfterOutage are the committed firings the outage held up: how long
@@ -523,10 +525,15 @@ func check(h history, b bounds) verdict {
 	fired := map[int64]bool{}
 	var pending int64 = -1 // the committed alarm as the ledger tells it
 	pendingFails := 0
+	// overdue: at now, the pending alarm is past its bound and has not
+	// fired. It is late if a later firing of it comes, lost if none does
+	// by the end of the run.
 	overdue := func(now int64, what string) {
 		if pending >= 0 && now > b.deadline(pending, pendingFails) {
 			v.fail("alarm at %s still had not fired at %s (%s), past its bound %s", ms(pending), ms(now), what, ms(b.deadline(pending, pendingFails)))
-			v.Lost++
+			if what == endOfRun {
+				v.Lost++
+			}
 		}
 	}
 	for i, r := range h.Ledger {
@@ -571,12 +578,12 @@ func check(h history, b bounds) verdict {
 				}
 			case r.C > b.deadline(pending, h.Plan.Fails):
 				v.fail("record %d: the alarm at %s fired at %s, past its bound %s", i, ms(pending), ms(r.C), ms(b.deadline(pending, h.Plan.Fails)))
-				v.Lost++
+				v.Late++
 			case r.C > pending+b.within(h.Plan.Fails):
 				v.BeyondQuietBound++ // due while faults were on
 				if b.DuringFaults && r.C > pending+b.withinFaults(h.Plan.Fails) {
 					v.fail("record %d: the alarm at %s fired at %s during the faults, past their bound %s", i, ms(pending), ms(r.C), ms(pending+b.withinFaults(h.Plan.Fails)))
-					v.Lost++
+					v.Late++
 				}
 			}
 			if runs[r.A] == 0 {
@@ -590,7 +597,7 @@ func check(h history, b bounds) verdict {
 			v.fail("record %d has kind %d", i, r.Kind)
 		}
 	}
-	overdue(b.End, "the end of the run")
+	overdue(b.End, endOfRun)
 	v.Pending = pending
 	for s := range runs {
 		if !fired[s] {
@@ -611,6 +618,9 @@ func check(h history, b bounds) verdict {
 	}
 	return v
 }
+
+// endOfRun is overdue's what at the end of the ledger.
+const endOfRun = "the end of the run"
 
 // report prints an actor's full history, for a violation.
 func (h history) report(v verdict) string {

@@ -75,6 +75,7 @@ type options struct {
 	slack            time.Duration
 	boundInFaults    bool
 	outage           time.Duration
+	writeOutage      time.Duration
 	seed             uint64
 	wasm             string
 	keep             bool
@@ -144,6 +145,7 @@ func main() {
 	flag.DurationVar(&o.slack, "slack", o.slack, "slack added to the alarm bound for a busy machine")
 	flag.BoolVar(&o.boundInFaults, "bound-during-faults", o.boundInFaults, "hold firings due while the faults are on to the bound too (false: from the quiet phase on only)")
 	flag.DurationVar(&o.outage, "outage", 0, "once, in the middle of the faults, every node's proxy fails every S3 request for this long (a third each: hung, connections reset, 503), kills and faults paused from before it to the end of the recovery after it; 0: none")
+	flag.DurationVar(&o.writeOutage, "write-outage", 0, "once, in the middle of the faults, every node's proxy answers every write (PUT, POST, DELETE) 503 for this long and lets reads through, as an erasure-coded store that lost its write quorum; kills and faults go on; 0: none")
 	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: pick one and print it)")
 	flag.StringVar(&o.wasm, "wasm", "", "the soak actor (default examples/soak-actor/soak_actor.wasm)")
 	flag.IntVar(&o.maxInstances, "max-instances", o.maxInstances, "each node's -max-instances")
@@ -217,6 +219,11 @@ type soak struct {
 	lineBuf  []byte
 	// outageRep is the outage's measurements (-outage), once it ran.
 	outageRep *outageReport
+	// writeOut is the write outage (-write-outage): when it began and
+	// ended (ms; 0 before), under mu; failedStarts counts node starts
+	// that gave up.
+	writeOutFrom, writeOutTo int64
+	failedStarts             atomic.Int64
 	// oldestExtra is the age of the oldest extra entry (not of an actor
 	// without state) at the index doctor's last run, from when it was a
 	// margin overdue or the cluster quiet (ms).
@@ -231,6 +238,7 @@ type slot struct {
 	mu          sync.Mutex
 	node        *clusterproc.Node
 	name        string
+	starting    bool // a start is under way (startNode)
 	partitioned bool
 	cutAt       int // the open cut's index in cutLog, under the soak's mu
 }
@@ -257,12 +265,14 @@ func (s *soak) say(format string, args ...any) {
 // summary is what a run found, for the caller (the test) and the table.
 type summary struct {
 	Kills, SameName, Cuts       int
+	FailedStarts                int
+	WriteOutFrom, WriteOutTo    int64 // the write outage (ms; 0: none)
 	Requests, Acked, Failed     int
 	Retries, DupRows            int
 	Committed, Logged, FailRuns int
 	Duplicates, Uncommitted     int
 	LedgerOnly, ExecLost        int
-	BeyondQuiet, Lost           int
+	BeyondQuiet, Lost, Late     int
 	Violations                  int
 	Lateness                    []int64 // sorted, ms
 	Injected                    map[string]int
@@ -541,6 +551,10 @@ func run(ctx context.Context, o options) (summary, error) {
 	if ou := s.outageRep; ou != nil {
 		bd.OutageStart, bd.OutageEnd = ou.StartMs, ou.EndMs
 		bd.OutageAlarm = (o.leaseTTL + o.grace + 2*o.sweep + o.slack).Milliseconds()
+	} else if s.writeOutTo != 0 {
+		// Alarms the write outage held up are bounded from its end, each
+		// attempt as during the faults (kills and faults went on).
+		bd.OutageStart, bd.OutageEnd, bd.OutageAlarm = s.writeOutFrom, s.writeOutTo, bd.FaultAlarm
 	}
 	bd.End = time.Now().UnixMilli()
 	s.say("reading every ledger")
@@ -680,6 +694,7 @@ func run(ctx context.Context, o options) (summary, error) {
 		sum.DupRows += v.DupRows
 		sum.BeyondQuiet += v.BeyondQuietBound
 		sum.Lost += v.Lost
+		sum.Late += v.Late
 		for _, m := range missing {
 			if m.Actor == s.actors[i].id {
 				v.fail("the index doctor: committed alarm at %s has no entry in the index (named %q)", ms(m.AlarmMs), m.Named)
@@ -705,6 +720,10 @@ func run(ctx context.Context, o options) (summary, error) {
 		slices.Sort(c.FirstMs)
 	}
 	sum.Kills, sum.SameName, sum.Cuts = int(s.kills.Load()), int(s.same.Load()), int(s.cuts.Load())
+	sum.FailedStarts = int(s.failedStarts.Load())
+	s.mu.Lock()
+	sum.WriteOutFrom, sum.WriteOutTo = s.writeOutFrom, s.writeOutTo
+	s.mu.Unlock()
 	s.mu.Lock()
 	sum.Dropped = s.dropped
 	s.mu.Unlock()
@@ -725,10 +744,21 @@ func run(ctx context.Context, o options) (summary, error) {
 
 // startNode starts a node in the slot under name (its -node-id too),
 // retrying while the start fails (a name whose earlier lease has not yet
-// expired, the bucket failing).
+// expired, a bucket that takes no writes), for at most startFor: then it
+// says so and gives up, the slot staying down until the next start (a
+// kill finding too few nodes up, or the calm before the quiet phase).
 func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
+	sl.mu.Lock()
+	sl.starting = true
+	sl.mu.Unlock()
+	defer func() {
+		sl.mu.Lock()
+		sl.starting = false
+		sl.mu.Unlock()
+	}()
 	var err error
-	for try := 0; try < 10; try++ {
+	deadline := time.Now().Add(s.startFor())
+	for try := 1; ; try++ {
 		cfg := s.cfg
 		cfg.S3.Endpoint = sl.proxy.URL
 		var nd *clusterproc.Node
@@ -737,14 +767,30 @@ func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
 			sl.mu.Lock()
 			sl.node, sl.name = nd, name
 			sl.mu.Unlock()
+			if try > 1 {
+				s.say("node %s started after %d tries", name, try)
+			}
 			return nil
+		}
+		if try == 1 {
+			s.say("node %s cannot start yet (%s); trying again for up to %v", name, shortErr(err), s.startFor())
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			break
 		}
 		time.Sleep(s.o.leaseTTL)
 	}
 	sl.mu.Lock()
 	sl.name = name
 	sl.mu.Unlock()
-	return fmt.Errorf("node %s would not start: %w", name, err)
+	s.failedStarts.Add(1)
+	return fmt.Errorf("node %s would not start in %v: %w", name, s.startFor(), err)
+}
+
+// startFor is how long startNode tries: long enough for a lease of the
+// same name to expire, a write outage to end, or a restart of the bucket.
+func (s *soak) startFor() time.Duration {
+	return max(90*time.Second, 10*(s.o.leaseTTL+s.o.grace), s.o.writeOutage+30*time.Second)
 }
 
 // calm waits for the restarts under way, turns the faults off, ends every
@@ -753,18 +799,28 @@ func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
 func (s *soak) calm(ctx context.Context) error {
 	s.restarts.Wait()
 	s.setFaults(false)
+	s.endWriteOutage()
 	var first error
+	up := 0
 	for _, sl := range s.slots {
 		sl.mu.Lock()
 		if sl.partitioned {
 			s.heal(sl)
 		}
 		sl.mu.Unlock()
-		if err := s.ensureUp(ctx, sl); err != nil && first == nil {
-			first = err
+		if err := s.ensureUp(ctx, sl); err != nil {
+			s.say("%v; the run goes on without it", err)
+			if first == nil {
+				first = err
+			}
+			continue
 		}
+		up++
 	}
-	return first
+	if up == 0 {
+		return fmt.Errorf("no node would start: %w", first)
+	}
+	return nil
 }
 
 func (s *soak) ensureUp(ctx context.Context, sl *slot) error {
@@ -1078,14 +1134,24 @@ func (s *soak) step(ctx context.Context, a *actor) {
 // reached.
 func (s *soak) chaos(ctx context.Context, from time.Time) {
 	var paused time.Duration // the outage's, not counted in -duration
+	lastKills, lastKill := s.kills.Load(), time.Now()
 	for {
-		if s.o.outage > 0 && s.outageRep == nil &&
-			(s.o.kills > 0 && int(s.kills.Load()) >= s.o.kills/2 || s.o.kills <= 0 && time.Since(from)-paused >= s.o.duration/2) {
+		half := s.o.kills > 0 && int(s.kills.Load()) >= s.o.kills/2 || s.o.kills <= 0 && time.Since(from)-paused >= s.o.duration/2
+		if s.o.outage > 0 && s.outageRep == nil && half {
 			t := time.Now()
 			s.outageRun(ctx)
 			paused += time.Since(t)
 		}
+		if s.o.writeOutage > 0 && half {
+			s.startWriteOutage()
+		}
 		if s.o.kills > 0 && int(s.kills.Load()) >= s.o.kills {
+			return
+		}
+		if k := s.kills.Load(); k != lastKills {
+			lastKills, lastKill = k, time.Now()
+		} else if stall := s.startFor() + 10*s.o.killEvery; s.o.kills > 0 && time.Since(lastKill) > stall {
+			s.say("chaos ends after %d of %d kills: none possible for %v (fewer than two nodes up)", k, s.o.kills, stall.Round(time.Second))
 			return
 		}
 		if s.o.duration > 0 && time.Since(from)-paused >= s.o.duration {
@@ -1149,6 +1215,26 @@ func (s *soak) killOne(ctx context.Context) {
 		sl.mu.Unlock()
 	}
 	if len(up) < 2 {
+		// Nodes that would not start (a bucket that takes no writes)
+		// are started again, in the background, each once at a time.
+		for _, sl := range s.slots {
+			sl.mu.Lock()
+			down, name := sl.node == nil && !sl.starting, sl.name
+			if down {
+				sl.starting = true
+			}
+			sl.mu.Unlock()
+			if !down {
+				continue
+			}
+			s.restarts.Add(1)
+			go func() {
+				defer s.restarts.Done()
+				if err := s.startNode(ctx, sl, name); err != nil {
+					s.say("%v", err)
+				}
+			}()
+		}
 		return
 	}
 	sl := up[s.chaosRng.IntN(len(up))]
@@ -1181,6 +1267,39 @@ func (s *soak) killOne(ctx context.Context) {
 			s.say("kill %d: %s SIGKILLed, restarted as %s", n, name, next)
 		}
 	}()
+}
+
+// startWriteOutage begins the write outage (-write-outage), once: every
+// proxy answers every write 503 and lets the reads through, until
+// endWriteOutage, which a timer calls when it has lasted -write-outage.
+func (s *soak) startWriteOutage() {
+	s.mu.Lock()
+	if s.writeOutFrom != 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.writeOutFrom = time.Now().UnixMilli()
+	s.mu.Unlock()
+	for _, sl := range s.slots {
+		sl.proxy.SetOutage(faultproxy.OutageWrites)
+	}
+	s.say("write outage: every write fails (503) for %v, reads go on (a lost write quorum); kills and faults go on", s.o.writeOutage)
+	time.AfterFunc(s.o.writeOutage, s.endWriteOutage)
+}
+
+// endWriteOutage ends the write outage if it is on.
+func (s *soak) endWriteOutage() {
+	s.mu.Lock()
+	if s.writeOutFrom == 0 || s.writeOutTo != 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.writeOutTo = time.Now().UnixMilli()
+	s.mu.Unlock()
+	for _, sl := range s.slots {
+		sl.proxy.SetOutage(faultproxy.NoOutage)
+	}
+	s.say("write outage over: the bucket takes writes again")
 }
 
 // Write receives the nodes' log lines ("<node>: <json>").
@@ -1501,6 +1620,18 @@ func (s *soak) table(sum summary, bd bounds) {
 	fmt.Fprintf(w, "  cluster:               %d nodes, lease %v, grace %v, sweep %v, retries %v doubling to %v\n", o.nodes, o.leaseTTL, o.grace, o.sweep, o.retryBase, o.retryMax)
 	fmt.Fprintf(w, "  actors:                %d (%s)\n", o.actors, mix(s.actors))
 	fmt.Fprintf(w, "  chaos:                 %d SIGKILLs (%d restarted under the same name), %d cuts from the bucket of %v\n", sum.Kills, sum.SameName, sum.Cuts, o.partitionFor)
+	if sum.WriteOutFrom != 0 {
+		fmt.Fprintf(w, "  write outage:          every write refused (503) for %v, reads on, kills and faults on; node starts that gave up: %d\n",
+			time.Duration(sum.WriteOutTo-sum.WriteOutFrom)*time.Millisecond, sum.FailedStarts)
+		held := "-"
+		if n := len(sum.AfterOutage); n > 0 {
+			held = fmt.Sprintf("p50 %s, p99 %s, max %s", pctText(sum.AfterOutage, 50), pctText(sum.AfterOutage, 99), msText(sum.AfterOutage[n-1]))
+		}
+		fmt.Fprintf(w, "                         %d firings it held up ran %s after writes returned; %d past their bound (%s per attempt, as during the faults)\n",
+			len(sum.AfterOutage), held, sum.LateAfterOutage, msText(bd.OutageAlarm))
+	} else if sum.FailedStarts > 0 {
+		fmt.Fprintf(w, "  node starts that gave up: %d\n", sum.FailedStarts)
+	}
 	fmt.Fprintf(w, "  client requests:       %d (%d acknowledged, %d failed or unknown after retries); %d tries sent again under their idempotency key, for up to %v\n",
 		sum.Requests, sum.Acked, sum.Failed, sum.Retries, o.retryFor)
 	var kinds []string
@@ -1576,7 +1707,8 @@ func (s *soak) table(sum summary, bd bounds) {
 	for _, n := range r.Nested {
 		fmt.Fprintf(w, "                         VIOLATION: %s is an object and the folder of %s\n", n.Object, n.Under)
 	}
-	fmt.Fprintf(w, "  lost:                  %d\n", sum.Lost)
+	fmt.Fprintf(w, "  late past their bound: %d (fired, after the bound)\n", sum.Late)
+	fmt.Fprintf(w, "  lost:                  %d (never fired)\n", sum.Lost)
 	fmt.Fprintf(w, "  violations:            %d\n", sum.Violations)
 }
 

@@ -100,6 +100,10 @@ const (
 	// Outage503 answers every request 503 Service Unavailable (a server
 	// that is up but failing).
 	Outage503
+	// OutageWrites answers every write (any method but GET and HEAD) 503
+	// and forwards the reads: an erasure-coded store that lost its write
+	// quorum (too few drives or nodes up to write, enough to read).
+	OutageWrites
 )
 
 // String names the outage as the soak's summary does.
@@ -113,6 +117,8 @@ func (o Outage) String() string {
 		return "refused"
 	case Outage503:
 		return "503"
+	case OutageWrites:
+		return "writes 503"
 	}
 	return "unknown"
 }
@@ -409,6 +415,12 @@ func (p *Proxy) decide(r *http.Request) (delay time.Duration, mode *FailMode, la
 		inject("outage 503")
 		m := Respond503
 		return 0, &m, late, nil
+	case OutageWrites:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			inject("outage writes 503")
+			m := Respond503
+			return 0, &m, late, nil
+		}
 	}
 	if p.partitioned {
 		inject("partitioned")

@@ -220,6 +220,30 @@ func TestAnOutageFailsEveryRequestUntilItEnds(t *testing.T) {
 	}
 }
 
+// A lost write quorum fails the writes and lets the reads through, as an
+// erasure-coded store with too few drives up to write does.
+func TestAWriteOutageFailsOnlyTheWrites(t *testing.T) {
+	b, target := startBackend(t)
+	p := start(t, target)
+	p.SetOutage(OutageWrites)
+	for _, m := range []string{"PUT", "POST", "DELETE"} {
+		if code, err := send(p, m, "w"); err != nil || code != http.StatusServiceUnavailable {
+			t.Fatalf("%s during a write outage: %d %v, want 503", m, code, err)
+		}
+	}
+	for _, m := range []string{"GET", "HEAD"} {
+		if code, err := send(p, m, ""); err != nil || code != http.StatusOK {
+			t.Fatalf("%s during a write outage: %d %v, want it forwarded", m, code, err)
+		}
+	}
+	if got := b.seen(); got != "GET ,HEAD " {
+		t.Fatalf("the server saw %q, want the reads only", got)
+	}
+	if in := p.Injected(); in["outage writes 503"] != 3 {
+		t.Fatalf("injected %v, want 3 writes refused", in)
+	}
+}
+
 // Area tells requests apart by operation and the key's first two folders,
 // path-style, with a listing named LIST by its prefix.
 func TestArea(t *testing.T) {
