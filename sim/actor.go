@@ -42,22 +42,75 @@ func (s *sim) take(n *node, a abi.ActorID, k func(h *held, owner int, why string
 			k(nil, o, "held elsewhere")
 			return
 		}
-		prev := s.holds[ak]
-		gen := uint64(1)
-		if prev != nil {
-			gen = prev.gen + 1
-			if prev.node != n.id {
-				s.c.Takeovers++
-			}
+		// The record as read (cluster.Holds.Acquire's GET); the take is
+		// written on it (If-Match), after the state is known.
+		var read *holdRec
+		if r := s.holds[ak]; r != nil {
+			c := *r
+			read = &c
 		}
-		s.c.Holds++
-		s.holds[ak] = &holdRec{node: n.id, epoch: n.epoch, gen: gen}
-		s.logf("%s holds %s (generation %d)", n.addr, a, gen)
-		s.restore(n, a, gen, k)
+		s.stateAtTake(n, a, read, func(state string, ok bool, why string) {
+			if !ok {
+				k(nil, -1, why)
+				return
+			}
+			if n.cut(s.now) || !s.leaseValid(n.id, n.epoch) || s.now >= n.validUntil {
+				k(nil, -1, "no valid node lease")
+				return
+			}
+			cur := s.holds[ak]
+			if (cur == nil) != (read == nil) || (cur != nil && *cur != *read) {
+				if o, held := s.holder(ak); held && o != n.id {
+					k(nil, o, "held elsewhere")
+				} else {
+					k(nil, -1, "lost a race for the hold")
+				}
+				return
+			}
+			gen := uint64(1)
+			if read != nil {
+				gen = read.gen + 1
+				if read.node != n.id {
+					s.c.Takeovers++
+				}
+			}
+			s.c.Holds++
+			s.holds[ak] = &holdRec{node: n.id, epoch: n.epoch, gen: gen, state: state}
+			s.logf("%s holds %s (generation %d, state %q)", n.addr, a, gen, state)
+			s.restore(n, a, gen, state, k)
+		})
 	})
 }
 
-func (s *sim) restore(n *node, a abi.ActorID, gen uint64, k func(*held, int, string)) {
+// stateAtTake is the state a take of a notes in its record, read as
+// cluster.Holds.Acquire reads it: none for an actor never held; the
+// record's own hold's snapshot if that hold uploaded (a HEAD of its key,
+// unless the record already names it); else the snapshot the record
+// notes.
+func (s *sim) stateAtTake(n *node, a abi.ActorID, read *holdRec, k func(state string, ok bool, why string)) {
+	if read == nil {
+		k("", true, "")
+		return
+	}
+	own := stateKey(a, read.gen, 0)
+	if read.state == own {
+		k(own, true, "")
+		return
+	}
+	s.c.StateProbes++
+	s.send(n, request{kind: bucket.OpHead, class: clsRead, key: own}, func(r result) {
+		switch {
+		case r.err == nil:
+			k(own, true, "")
+		case errors.Is(r.err, bucket.ErrNotFound):
+			k(read.state, true, "")
+		default:
+			k("", false, "reading the state: "+r.err.Error())
+		}
+	})
+}
+
+func (s *sim) restore(n *node, a abi.ActorID, gen uint64, state string, k func(*held, int, string)) {
 	ak := a.String()
 	epoch := n.epoch
 	failed := func(why string) {
@@ -66,34 +119,31 @@ func (s *sim) restore(n *node, a abi.ActorID, gen uint64, k func(*held, int, str
 		}
 		k(nil, -1, why)
 	}
-	s.send(n, request{kind: bucket.OpList, class: clsRead, prefix: statePrefix(a), limit: 100_000}, func(r result) {
-		if r.err != nil {
-			failed("restore: " + r.err.Error())
-			return
+	h := &held{actor: a, gen: gen, epoch: epoch, lastUse: s.now, state: state}
+	nothing := func() {
+		if d := n.local[ak]; d != nil {
+			h.db, h.fromLocal = d.clone(), true
 		}
-		h := &held{actor: a, gen: gen, epoch: epoch, lastUse: s.now}
-		if len(r.keys) == 0 {
-			if d := n.local[ak]; d != nil {
-				h.db, h.fromLocal = d.clone(), true
+		s.logf("%s restores %s: bucket has nothing (own data: %t)", n.addr, a, h.fromLocal)
+		n.held[ak] = h
+		k(h, -1, "")
+	}
+	download := func(key string) {
+		s.send(n, request{kind: bucket.OpGet, class: clsRead, key: key}, func(r result) {
+			if errors.Is(r.err, bucket.ErrNotFound) && !s.cfg.TrustListedState {
+				s.failf("sim", "actor %s: the records name snapshot %s, which the bucket lacks", a, key)
+				return
 			}
-			s.logf("%s restores %s: bucket has nothing (own data: %t)", n.addr, a, h.fromLocal)
-			n.held[ak] = h
-			k(h, -1, "")
-			return
-		}
-		latest := r.keys[len(r.keys)-1]
-		s.send(n, request{kind: bucket.OpGet, class: clsRead, key: latest}, func(r result) {
 			if r.err != nil {
 				failed("restore: " + r.err.Error())
 				return
 			}
 			d, err := decode(a, r.body)
-			_, _, seq, ok := parseStateKey(latest)
-			if err != nil || !ok {
-				s.failf("sim", "actor %s: cannot read snapshot %s: %v", a, latest, err)
+			if _, _, _, ok := parseStateKey(key); err != nil || !ok {
+				s.failf("sim", "actor %s: cannot read snapshot %s: %v", a, key, err)
 				return
 			}
-			h.db, h.seq, h.bucketHad = d, seq, true
+			h.db, h.bucketHad = d, true
 			if n.local[ak] != nil {
 				// The bucket's version wins; the node's own file is set
 				// aside.
@@ -101,11 +151,33 @@ func (s *sim) restore(n *node, a abi.ActorID, gen uint64, k func(*held, int, str
 				s.c.JoinsReplaced++
 				s.logf("%s sets its own data for %s aside: the bucket has it", n.addr, a)
 			}
-			s.logf("%s restores %s from %s: %s", n.addr, a, latest, d)
+			s.logf("%s restores %s from %s: %s", n.addr, a, key, d)
 			n.held[ak] = h
 			k(h, -1, "")
 		})
-	})
+	}
+	if s.cfg.TrustListedState {
+		// The unsafe variant: the newest key a listing shows.
+		s.send(n, request{kind: bucket.OpList, class: clsRead, prefix: statePrefix(a), limit: 100_000}, func(r result) {
+			if r.err != nil {
+				failed("restore: " + r.err.Error())
+				return
+			}
+			if len(r.keys) == 0 {
+				h.state = ""
+				nothing()
+				return
+			}
+			h.state = r.keys[len(r.keys)-1]
+			download(h.state)
+		})
+		return
+	}
+	if state == "" {
+		nothing()
+		return
+	}
+	download(state)
 }
 
 // giveUp drops the actor, as for a failed upload.
@@ -144,7 +216,7 @@ func (s *sim) requestLoop() {
 func (s *sim) newRequest() {
 	targets := slices.Clone(s.cluster)
 	for _, a := range s.joined {
-		if s.sh.latest[a.String()] != nil {
+		if s.stateOf(a.String()) != nil {
 			targets = append(targets, a)
 		}
 	}
@@ -268,7 +340,7 @@ func (s *sim) runRequest(n *node, h *held, kind reqKind, finish func()) {
 		case reqWrite:
 			next.writes++
 		case reqDelete:
-			next = db{rec: next.rec}
+			next = db{rec: next.rec, durable: next.durable} // a delete keeps the count of acknowledged events: what follows descends from them
 		case reqDurable:
 			s.durable(n, h, next, done)
 			return
@@ -295,12 +367,16 @@ func (s *sim) durable(n *node, h *held, next db, done func(bool)) {
 	} else {
 		s.mutateAlarm(h.actor, &next)
 	}
+	next.durable++
 	s.replicate(n, h, next, true, func(ok bool) {
 		if !ok {
 			done(false)
 			return
 		}
 		s.c.MidEventUploads++
+		// Acknowledged: from now on every state of the actor holds it.
+		s.c.DurableAcks++
+		s.sh.acked[h.actor.String()] = next.durable
 		s.step(n, n.boot, s.durableRest(), func() {
 			next := h.db.clone()
 			switch {
@@ -337,7 +413,7 @@ func (s *sim) pastAlarm(a abi.ActorID) *int64 {
 // its committed alarm's, in order.
 func (s *sim) otherEntryTimes(a abi.ActorID) []int64 {
 	var times []int64
-	cur := s.sh.latest[a.String()]
+	cur := s.stateOf(a.String())
 	for _, k := range s.sh.entries[a.String()] {
 		if cur == nil || cur.db.alarm == nil || *cur.db.alarm != k.DueMs {
 			times = append(times, k.DueMs)
@@ -672,9 +748,14 @@ func (s *sim) upload(n *node, h *held, next db, aimed bool, done func(bool)) {
 		s.maybePause(n, 0.02, "before an upload")
 	}
 	s.step(n, n.boot, s.between(0, 5), func() {
-		seq := h.seq + 1
-		key := stateKey(h.actor, h.gen, seq)
-		req := request{kind: bucket.OpPut, class: clsState, key: key, body: encode(next), cond: bucket.Cond{IfNoneMatch: true}}
+		// The hold's one key: its first upload If-None-Match, each later
+		// one If-Match the last (cluster.Replica.Upload).
+		key := stateKey(h.actor, h.gen, 0)
+		cond := bucket.Cond{IfNoneMatch: true}
+		if h.etag != "" {
+			cond = bucket.Cond{IfMatch: h.etag}
+		}
+		req := request{kind: bucket.OpPut, class: clsState, key: key, body: encode(next), cond: cond}
 		if aimed {
 			d := s.between(45_000, 100_000)
 			req.forced = &bucket.Fault{Late: true}
@@ -692,7 +773,12 @@ func (s *sim) upload(n *node, h *held, next db, aimed bool, done func(bool)) {
 				done(false)
 				return
 			}
-			h.seq, h.db, h.uploaded = seq, next, true
+			h.etag, h.db, h.uploaded = r.etag, next, true
+			if s.holdValid(n, h) {
+				// It counted: the hold's state, which its release names
+				// (cluster.Holds.Uploaded).
+				h.state = key
+			}
 			s.c.Uploads++
 			s.logf("%s uploaded %s: %s", n.addr, key, next)
 			s.maybePause(n, pPauseAfterUpload, "after an upload")
@@ -840,6 +926,7 @@ func (s *sim) deliverHeld(n *node, h *held, entry alarmindex.Key, swept bool, fi
 	switch p.Outcome {
 	case alarmindex.OutcomeKeep:
 		s.c.Keeps++
+		s.kept(h.actor, entry.DueMs)
 	case alarmindex.OutcomeNoState:
 		s.c.NoState++
 	}
@@ -907,7 +994,7 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 				s.c.GivenUp++
 			}
 		default:
-			next = db{rec: next.rec}
+			next = db{rec: next.rec, durable: next.durable} // a delete keeps the count of acknowledged events: what follows descends from them
 			outcome = "deleted the actor"
 		}
 		s.logf("%s on-alarm %s at %s: %s", n.addr, h.actor, fmtMs(scheduled-epochMs), outcome)

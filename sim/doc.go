@@ -69,10 +69,21 @@
 //     has). The database holds the alarm, alarm_indexed, init, alarm_failures,
 //     owner_fence; a node restores it from the bucket when it takes the
 //     actor.
-//   - State uploads: snapshot keys are ordered by (generation, sequence), so
-//     the latest state is the greatest key and an earlier holder's upload that
-//     lands late becomes the state if and only if nothing newer exists (the
-//     late-commit rule).
+//   - State uploads: each hold writes one snapshot key, its first upload
+//     If-None-Match, the later ones If-Match the last; the ownership record
+//     (the store's hold) names the state as cluster.Holds does: a take reads
+//     whether the record's hold uploaded (a HEAD of its key, unless the
+//     record names it) and notes the state it found, a release notes the
+//     hold's own last upload that counted. The state is the record's own
+//     hold's snapshot if it exists, else the one the record notes: an
+//     upload that lands late on that key becomes the state (a late
+//     commit); a first upload that lands after the next take looked is on
+//     no chain. A release that fails (the node cut off) is tried again
+//     every lease period, as the node's releaseAgain does.
+//   - Listings leave out now and then a key written within the last
+//     second (Config.NoListOmissions), as an erasure-coded store does; no
+//     decision rests on them (the variant TrustListedState restores the
+//     newest snapshot a listing shows, and is caught).
 //   - Work: client requests (set, clear, read, write, delete the actor,
 //     exec-durable), often in bursts on one actor; alarm times fall on a 5 s
 //     grid and often reuse times the actor has other entries at, so keys and
@@ -104,7 +115,10 @@
 //
 // After every change to the bucket (OnChange) and every 50 ms of virtual
 // time: when an actor's latest state has an alarm, it names an entry
-// (alarm_indexed), that entry is at the alarm's time, and it exists. This is
+// (alarm_indexed), that entry is at the alarm's time, and it exists; and
+// the state holds every exec-durable event acknowledged so far (a count
+// each such event raises, which no later state lowers: a lost
+// acknowledged write). This is
 // stronger than "the named entry exists"; every unsafe variant is caught
 // under either statement.
 //
@@ -124,7 +138,12 @@
 // latest state must have no alarm (each committed alarm was delivered),
 // and every entry of an actor the bucket has state for must be gone
 // (entries of an actor the bucket never had stay, as
-// docs/design.md#bucket-empty says).
+// docs/design.md#bucket-empty says). Two corners the design bounds more
+// loosely are counted from their own bound: an entry at a time a node kept
+// because the bucket had nothing for the actor, from when that node tries
+// the time again (the longest backoff); and an entry a PUT wrote, landing
+// late, that no walk listed since (written after the tenant's last
+// listing: the safety period's to find; Counters.LateUnwalked).
 //
 // # Not modelled
 //

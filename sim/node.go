@@ -49,6 +49,10 @@ type node struct {
 	// overdue entries it delivers as its own (docs/design.md#relist).
 	sched *sweeper.Schedule
 	letGo map[string]bool
+	// unreleased are the holds whose release failed (the node was cut
+	// off), by actor key: tried again every lease period, as the node's
+	// releaseAgain does.
+	unreleased map[string]holdRec
 
 	// local is single-node data not yet in the bucket (a joining node's
 	// actors); it survives crashes.
@@ -61,7 +65,8 @@ type held struct {
 	gen       uint64
 	epoch     uint64
 	db        db
-	seq       uint64 // sequence of the last snapshot in its chain
+	state     string // the newest state as this hold knows it (a snapshot key, "" for none)
+	etag      string // the ETag of this hold's last upload ("": it has uploaded nothing)
 	uploaded  bool   // this hold uploaded anything
 	bucketHad bool   // the bucket had state for the actor when taken
 	fromLocal bool   // the database came from the node's own data
@@ -133,6 +138,7 @@ func (s *sim) boot(n *node) {
 	n.cursor = ""
 	n.sched = &sweeper.Schedule{Margin: marginMs * time.Millisecond, Period: sweepMs * time.Millisecond, Safety: safetyPeriodMs * time.Millisecond}
 	n.letGo = map[string]bool{}
+	n.unreleased = map[string]holdRec{}
 	s.logf("%s up (lease epoch %d)", n.addr, n.epoch)
 
 	// Start-up scan of its own data: alarms into the timer, and each actor
@@ -148,6 +154,7 @@ func (s *sim) boot(n *node) {
 	s.nodeEvery(n, renewMs, renewMs, func() { s.renew(n) })
 	s.nodeEvery(n, s.between(0, sweepMs), sweepMs, func() { s.sweep(n) })
 	s.nodeEvery(n, 5000, 5000, func() { s.releaseIdle(n) })
+	s.nodeEvery(n, leaseMs, leaseMs, func() { s.releaseAgain(n) })
 }
 
 func (s *sim) crash(n *node) {
@@ -252,14 +259,43 @@ func (s *sim) releaseIdle(n *node) {
 	}
 }
 
-// release gives the hold back, if the node can still reach the store.
+// release gives the hold back, if the node can still reach the store; a
+// release that fails for that is tried again (releaseAgain).
 func (s *sim) release(n *node, h *held) {
 	ak := h.actor.String()
 	if n.held[ak] == h {
 		delete(n.held, ak)
 	}
-	if r := s.holds[ak]; r != nil && r.node == n.id && r.gen == h.gen && !n.cut(s.now) {
-		r.released = true
+	if r := s.holds[ak]; r != nil && r.node == n.id && r.gen == h.gen {
+		if n.cut(s.now) {
+			n.unreleased[ak] = holdRec{node: n.id, gen: h.gen, state: h.state}
+			return
+		}
+		// The release names the hold's state: its own last upload that
+		// counted, or what it found (cluster.Holds.Release).
+		*r = holdRec{node: r.node, epoch: r.epoch, gen: r.gen, released: true, state: h.state}
+	}
+	delete(n.unreleased, ak)
+}
+
+// releaseAgain tries again, every lease period, the releases that failed
+// (node.releaseAgain): while the record names this node and its lease is
+// valid, every other node is refused the actor, yet this node holds
+// nothing. A hold taken anew since has nothing left to release.
+func (s *sim) releaseAgain(n *node) {
+	if n.cut(s.now) {
+		return
+	}
+	for _, ak := range sortedKeys(n.unreleased) {
+		u := n.unreleased[ak]
+		delete(n.unreleased, ak)
+		if n.held[ak] != nil || n.busy[ak] {
+			continue
+		}
+		if r := s.holds[ak]; r != nil && r.node == n.id && r.gen == u.gen && !r.released {
+			*r = holdRec{node: r.node, epoch: r.epoch, gen: r.gen, released: true, state: u.state}
+			s.logf("%s releases %s again (its release had failed)", n.addr, s.byKey[ak])
+		}
 	}
 }
 
@@ -488,6 +524,7 @@ func (s *sim) removeStale(n *node, entry alarmindex.Key, forward bool, end func(
 			s.arm(n)
 			done(true, false)
 		case core.StaleLetGo:
+			s.kept(h.actor, entry.DueMs)
 			s.release(n, h)
 			s.letGo(n, h.actor)
 			done(false, false)

@@ -50,6 +50,27 @@ type Config struct {
 	// before forwarding. A stale entry of an actor that keeps re-arming on
 	// a node that walks none of its tenant then stays (the stale drill).
 	NoStaleForward bool
+	// NoListOmissions turns the listings' omissions off. By default a LIST
+	// leaves out a key that a PUT wrote (created or overwrote) within the
+	// last second with probability 0.3, as an erasure-coded store (MinIO)
+	// now and then leaves out a key that is being written
+	// (docs/design.md#lists): the sweeps' walks and the stale removals'
+	// LISTs meet it; snapshots are overwritten by each hold's uploads, and
+	// no decision lists them (the unsafe variant TrustListedState does).
+	NoListOmissions bool
+	// ListOmitAny is the probability that a LIST leaves out any other key
+	// too (default 0; no store the project tests does). Safety must hold
+	// with it on; an orphan's alarm whose entry a walk's listing left out
+	// can then wait for the next event that relists its tenant, at worst
+	// the safety period, which is longer than a run (TestSimOmitsAnyKey).
+	ListOmitAny float64
+	// TrustListedState is the unsafe variant of the restore: a node
+	// taking an actor restores the newest snapshot a listing shows (as
+	// nodes did before the ownership records named the state), not the
+	// one the records name. A listing that leaves the newest out restores
+	// an older state: acknowledged writes are lost, and the entries the
+	// newer state's holder removed are named again.
+	TrustListedState bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
@@ -192,6 +213,16 @@ type Counters struct {
 	// Drills: final phases whose orphan drill ran (a node crashed holding
 	// the only timer of an alarm no walker had listed).
 	Drills int64
+	// Omitted: keys that LISTs left out though they existed; StateProbes:
+	// HEADs a take sent to learn whether the last hold uploaded.
+	Omitted, StateProbes int64
+	// DurableAcks: exec-durable events acknowledged (their upload in the
+	// middle of the event counted); every one must be in the actor's
+	// state from then on.
+	DurableAcks int64
+	// LateUnwalked: stale entries left at the end that a PUT landing late
+	// wrote after the tenant's last walk (the safety period's to find).
+	LateUnwalked int64
 }
 
 // Add adds o to c.
@@ -226,7 +257,7 @@ var Required = []string{
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
 	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
 	"Walks", "Relists", "Drills", "KeptStale", "Forwards", "ForwardRemovals",
-	"StaleDrills",
+	"StaleDrills", "Omitted", "StateProbes", "DurableAcks",
 }
 
 // Run runs one simulation to its end and reports the outcome. It is

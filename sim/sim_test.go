@@ -25,7 +25,13 @@ const mutationSeeds = 20
 
 // variants are the unsafe variants the simulator must catch: each safety
 // feature of the rules turned off, the executor bug the simulator found, and
-// the simulator's own canary.
+// the simulator's own canary. One rule is not among them: R2's clause that
+// a holder which found no state removes nothing (ClearWhileBucketEmpty).
+// Since the ownership records name the state, a first snapshot of an
+// earlier holder that lands after a take found none is never the state, so
+// no run can show the clause is needed; the rules keep it, and its unit
+// tests (alarmindex) and make mutate still hold it to its line
+// (docs/simulation.md).
 var variants = []struct {
 	name string
 	cfg  Config
@@ -36,13 +42,13 @@ var variants = []struct {
 	{name: "NoGenerationCheck", cfg: Config{Variants: variant.Set{NoGenerationCheck: true}}},
 	{name: "NoFence", cfg: Config{Variants: variant.Set{NoFence: true}}},
 	{name: "FirstUploadBeforeEntry", cfg: Config{Variants: variant.Set{FirstUploadBeforeEntry: true}}},
-	{name: "ClearWhileBucketEmpty", cfg: Config{Variants: variant.Set{ClearWhileBucketEmpty: true}}},
 	{name: "TrustLateUploads", cfg: Config{Variants: variant.Set{TrustLateUploads: true}}},
 	{name: "RetryNotDoubled", cfg: Config{Variants: variant.Set{RetryNotDoubled: true}}},
 	{name: "RetryMovesLaterAlarm", cfg: Config{Variants: variant.Set{RetryMovesLaterAlarm: true}}},
 	{name: "NoAnyone", cfg: Config{NoAnyone: true}},
 	{name: "NoMembershipRelist", cfg: Config{NoMembershipRelist: true}},
 	{name: "NoStaleForward", cfg: Config{NoStaleForward: true}},
+	{name: "TrustListedState", cfg: Config{TrustListedState: true}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 
@@ -252,11 +258,49 @@ func TestRegressions(t *testing.T) {
 	}
 }
 
+// TestSimOmitsAnyKey: with listings that leave out any key now and then
+// (1 %), not only keys being written, every safety invariant still holds;
+// liveness may not, since an orphan's entry that a walk's listing left out
+// waits for the next event that relists its tenant, at worst the safety
+// period, which is longer than a run. The test also shows that failures
+// of that kind happen at all, so the mode is exercised.
+func TestSimOmitsAnyKey(t *testing.T) {
+	seeds := seedRange(1, 200)
+	if testing.Short() {
+		seeds = seedRange(1, 40)
+	}
+	var total Counters
+	late := 0
+	for _, r := range runSeeds(Config{ListOmitAny: 0.01}, seeds) {
+		total.Add(r.Counters)
+		if r.Failure == nil {
+			continue
+		}
+		if r.Failure.Kind == "liveness" || r.Failure.Kind == "stale" {
+			late++
+			continue
+		}
+		reportFailure(t, r, "")
+	}
+	if total.Omitted == 0 {
+		t.Fatal("no listing left a key out")
+	}
+	t.Logf("%d seeds: %d keys left out of listings; %d runs with an alarm or a stale entry late past the run's end", len(seeds), total.Omitted, late)
+}
+
 // TestAimedJoinFault is the fault aimed at a joining node's first upload
 // (delayed at the bucket while the node is cut off and fenced): another
 // node then takes the actor while the bucket has nothing for it. The
 // production rules keep the joining node's entry (OutcomeKeep) and the
-// alarm still fires; clearing while the bucket is empty is caught.
+// alarm still fires.
+//
+// Clearing while the bucket is empty (the variant ClearWhileBucketEmpty)
+// was unsafe when the state was the newest snapshot a listing showed: the
+// delayed first snapshot landed after the take and became the state,
+// naming the entry the taker had removed. Since the ownership records name
+// the state, a first snapshot that lands after a take found none is never
+// the state, so the variant breaks nothing here; the test holds the
+// records to that. The rules keep the clause all the same (docs/design.md#lists).
 func TestAimedJoinFault(t *testing.T) {
 	seeds := seedRange(1, 40)
 	var total Counters
@@ -271,15 +315,11 @@ func TestAimedJoinFault(t *testing.T) {
 	if total.AimedFaults == 0 || total.Keeps == 0 || total.JoinsReplaced == 0 {
 		t.Errorf("the fault was not exercised: %d aimed faults, %d entries kept, %d joining copies set aside", total.AimedFaults, total.Keeps, total.JoinsReplaced)
 	}
-	caught := 0
 	for _, r := range runSeeds(Config{AimedJoinFault: 1, Variants: variant.Set{ClearWhileBucketEmpty: true}}, seeds) {
 		if r.Failure != nil {
-			caught++
+			t.Errorf("with the records naming the state, clearing while the bucket is empty broke seed %d: a first snapshot that landed after a take became the state", r.Seed)
+			reportFailure(t, r, "ClearWhileBucketEmpty")
 		}
 	}
-	if caught == 0 {
-		t.Errorf("ClearWhileBucketEmpty survived %d seeds with the fault on every join", len(seeds))
-	}
-	t.Logf("%d aimed faults, %d entries kept, %d joining copies set aside; ClearWhileBucketEmpty caught by %d of %d seeds",
-		total.AimedFaults, total.Keeps, total.JoinsReplaced, caught, len(seeds))
+	t.Logf("%d aimed faults, %d entries kept, %d joining copies set aside", total.AimedFaults, total.Keeps, total.JoinsReplaced)
 }

@@ -31,7 +31,7 @@ func newSim(cfg Config) *sim {
 		now:   epochMs,
 		byKey: map[string]abi.ActorID{},
 		holds: map[string]*holdRec{},
-		sh:    shadow{latest: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}, putAt: map[string]int64{}},
+		sh:    shadow{objects: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}, putAt: map[string]int64{}, written: map[string]int64{}, lateIndex: map[string]bool{}, walked: map[string]bool{}, keptAt: map[string]int64{}, acked: map[string]int{}},
 		tr:    tracer{h: fnv.New64a(), keep: cfg.KeepTrace},
 	}
 	s.setAt, s.failDelete = map[string]int64{}, map[string]bool{}
@@ -73,8 +73,8 @@ func (s *sim) setup() {
 			d.rec = &alarmindex.Key{Actor: a, DueMs: at, Tag: alarmindex.Tag{Generation: gen, Nonce: "0abc"}}
 		}
 		s.seedPut(d.rec.String(), nil)
-		s.seedPut(stateKey(a, gen, 1), encode(d))
-		s.holds[a.String()] = &holdRec{node: -1, gen: gen, released: true}
+		s.seedPut(stateKey(a, gen, 0), encode(d))
+		s.holds[a.String()] = &holdRec{node: -1, gen: gen, released: true, state: stateKey(a, gen, 0)}
 	}
 
 	core := 3
@@ -292,7 +292,7 @@ func (s *sim) staleCheck() {
 		return
 	}
 	for _, ak := range s.actorKeys {
-		st := s.sh.latest[ak]
+		st := s.stateOf(ak)
 		if st == nil {
 			continue
 		}
@@ -301,7 +301,17 @@ func (s *sim) staleCheck() {
 			if key == st.recKey && st.db.alarm != nil {
 				continue
 			}
+			if s.unwalkedLate(key) {
+				continue
+			}
 			since := max(k.DueMs+marginMs, s.sh.putAt[key], quiet)
+			if at, ok := s.sh.keptAt[keptKey(ak, k.DueMs)]; ok {
+				// A node kept the actor's entries at that time while the
+				// bucket had nothing for it: it tries the time again only
+				// after the longest backoff (the design's bound for a
+				// first snapshot that landed late, or never).
+				since = max(since, at+retryMax.Milliseconds())
+			}
 			age := s.now - since
 			if age <= 0 {
 				continue
@@ -315,15 +325,32 @@ func (s *sim) staleCheck() {
 	}
 }
 
+// kept records that a delivery kept actor a's entries at due (the bucket
+// had nothing for it).
+func (s *sim) kept(a abi.ActorID, due int64) {
+	s.sh.keptAt[keptKey(a.String(), due)] = s.now
+}
+
+func keptKey(ak string, due int64) string { return ak + "@" + strconv.FormatInt(due, 10) }
+
+// unwalkedLate reports whether key is an index entry a late PUT wrote that
+// no walk has listed since: the stale bound and the end's check count it
+// apart (Counters.LateUnwalked), as the design bounds it by the safety
+// period, longer than a run.
+func (s *sim) unwalkedLate(key string) bool {
+	return s.sh.lateIndex[key] && !s.sh.walked[key]
+}
+
 // ---- state snapshots in the bucket ----
 
 func statePrefix(a abi.ActorID) string {
 	return "state/" + a.Path() + "/"
 }
 
-// stateKey orders an actor's snapshots by (generation, sequence): the
-// latest state is the greatest key, so an earlier holder's upload that lands
-// late becomes the state if and only if nothing newer exists.
+// stateKey names an actor's snapshot of hold generation gen: each hold
+// writes its one key (seq 0), overwritten by its uploads. Which key is the
+// state is read from the ownership records (stateOf), as
+// cluster.ReadState does, never from a listing alone.
 func stateKey(a abi.ActorID, gen, seq uint64) string {
 	return fmt.Sprintf("%s%020d-%020d", statePrefix(a), gen, seq)
 }
@@ -352,6 +379,7 @@ func parseStateKey(key string) (actorKey string, gen, seq uint64, ok bool) {
 // ---- the actor's database, as replicated ----
 
 type db struct {
+	durable  int // exec-durable events the state holds (acknowledged ones must never be lost)
 	alarm    *int64
 	rec      *alarmindex.Key // alarm_indexed
 	init     bool            // on-init ran
@@ -382,8 +410,8 @@ func encode(d db) []byte {
 	if d.init {
 		init = 1
 	}
-	return fmt.Appendf(nil, "alarm=%s\nalarm_indexed=%s\ninit=%d\nalarm_failures=%d\nowner_fence=%d\nwrites=%d\n",
-		alarm, alarmindex.FormatRecorded(d.rec), init, d.failures, d.fence, d.writes)
+	return fmt.Appendf(nil, "alarm=%s\nalarm_indexed=%s\ninit=%d\nalarm_failures=%d\nowner_fence=%d\nwrites=%d\ndurable=%d\n",
+		alarm, alarmindex.FormatRecorded(d.rec), init, d.failures, d.fence, d.writes, d.durable)
 }
 
 func decode(a abi.ActorID, body []byte) (db, error) {
@@ -408,6 +436,8 @@ func decode(a abi.ActorID, body []byte) (db, error) {
 			d.fence, err = strconv.ParseUint(v, 10, 64)
 		case "writes":
 			d.writes, err = strconv.Atoi(v)
+		case "durable":
+			d.durable, err = strconv.Atoi(v)
 		default:
 			err = fmt.Errorf("unknown field %q", k)
 		}
@@ -457,6 +487,7 @@ type result struct {
 	err  error
 	keys []string
 	body []byte
+	etag string
 	late bool // timed out; it may still land
 }
 
@@ -478,7 +509,7 @@ func (s *sim) drawFault(n *node, r *request) bucket.Fault {
 		return bucket.Fault{Err: errCutOff}
 	}
 	if s.final {
-		return bucket.Fault{}
+		return s.omissions(r)
 	}
 	var pLate, pErr float64
 	switch r.class {
@@ -500,7 +531,28 @@ func (s *sim) drawFault(n *node, r *request) bucket.Fault {
 	case x < pLate+pErr:
 		return bucket.Fault{Err: errInjected}
 	}
-	return bucket.Fault{}
+	return s.omissions(r)
+}
+
+// omissions is the fault of a request that otherwise goes through: for a
+// LIST, the keys it leaves out (see Config.NoListOmissions and
+// ListOmitAny), also in the final phase, as a store that does it keeps
+// doing it. Each key's fate is drawn when the page is read, in key order.
+func (s *sim) omissions(r *request) bucket.Fault {
+	if r.kind != bucket.OpList || s.cfg.NoListOmissions {
+		return bucket.Fault{}
+	}
+	return bucket.Fault{Omit: func(key string) bool {
+		p := s.cfg.ListOmitAny
+		if at, ok := s.sh.written[key]; ok && s.now-at < 1000 {
+			p = 0.3
+		}
+		if p > 0 && s.chance(p) {
+			s.c.Omitted++
+			return true
+		}
+		return false
+	}}
 }
 
 // latency is how long a request takes to reach the bucket.
@@ -554,11 +606,13 @@ func (s *sim) apply(n *node, r *request, f bucket.Fault) result {
 	var res result
 	switch r.kind {
 	case bucket.OpPut:
-		_, res.err = s.b.Put(ctx, r.key, r.body, r.cond)
+		res.etag, res.err = s.b.Put(ctx, r.key, r.body, r.cond)
 	case bucket.OpDelete:
 		res.err = s.b.Delete(ctx, r.key)
 	case bucket.OpGet:
-		res.body, _, res.err = s.b.Get(ctx, r.key)
+		res.body, res.etag, res.err = s.b.Get(ctx, r.key)
+	case bucket.OpHead:
+		res.etag, res.err = s.b.Head(ctx, r.key)
 	case bucket.OpList:
 		res.keys, res.err = s.b.List(ctx, r.prefix, "", r.limit)
 	}
@@ -590,10 +644,13 @@ func (s *sim) landLate(seq uint64) {
 
 // listNow lists at once (a sweep's pages), with a drawn fault.
 func (s *sim) listNow(n *node, prefix, startAfter string, limit int) ([]string, error) {
-	f := s.drawFault(n, &request{kind: bucket.OpList, class: clsRead})
+	f := s.drawFault(n, &request{kind: bucket.OpList, class: clsRead, prefix: prefix})
 	s.nextFault = f
 	keys, err := s.b.List(context.Background(), prefix, startAfter, limit)
 	s.nextFault = bucket.Fault{}
+	for _, k := range keys {
+		s.sh.walked[k] = true
+	}
 	return keys, err
 }
 
@@ -607,12 +664,46 @@ type stateInfo struct {
 }
 
 type shadow struct {
-	latest  map[string]*stateInfo                // actor key -> latest snapshot
+	objects map[string]*stateInfo                // snapshot key -> what it holds now
 	entries map[string]map[string]alarmindex.Key // actor key -> object key -> entry
 	putAt   map[string]int64                     // object key -> when it was written
+	written map[string]int64                     // key -> when a PUT last wrote it (created or overwrote it)
+	// lateIndex: index entries a PUT that landed after its caller gave up
+	// wrote; walked: entries a sweep's walk listed since they were
+	// written. A late entry no walk has listed is the design's "written
+	// after its tenant's last listing": it waits for the next relisting
+	// event, at worst the safety period (docs/known-limits.md).
+	lateIndex, walked map[string]bool
+	// keptAt: when a delivery last kept an actor's entries at a time,
+	// since the bucket had nothing for it (R2's bucket-empty clause), by
+	// actor key and time: that node tries the time again after the
+	// longest backoff, not sooner (docs/design.md#bucket-empty).
+	keptAt map[string]int64
+	acked  map[string]int // actor key -> exec-durable events acknowledged
+}
+
+// stateOf is the actor's state as the ownership records name it (what
+// cluster.ReadState reads): the snapshot of the record's own hold if that
+// hold uploaded, else the one the record notes; nil for none.
+func (s *sim) stateOf(ak string) *stateInfo {
+	r := s.holds[ak]
+	if r == nil {
+		return nil
+	}
+	a := s.byKey[ak]
+	if st := s.sh.objects[stateKey(a, r.gen, 0)]; st != nil {
+		return st
+	}
+	if r.state == "" {
+		return nil
+	}
+	return s.sh.objects[r.state]
 }
 
 func (s *sim) onChange(op bucket.Op) {
+	if op.Kind == bucket.OpPut {
+		s.sh.written[op.Key] = s.now
+	}
 	switch {
 	case strings.HasPrefix(op.Key, alarmindex.Root):
 		k, err := alarmindex.ParseKey(op.Key)
@@ -629,9 +720,14 @@ func (s *sim) onChange(op bucket.Op) {
 		if op.Kind == bucket.OpPut {
 			m[op.Key] = k
 			s.sh.putAt[op.Key] = s.now
+			if op.Late {
+				s.sh.lateIndex[op.Key] = true
+			}
 		} else {
 			delete(m, op.Key)
 			delete(s.sh.putAt, op.Key)
+			delete(s.sh.lateIndex, op.Key)
+			delete(s.sh.walked, op.Key)
 			if op.Late {
 				s.c.LateDeletes++
 			}
@@ -644,10 +740,6 @@ func (s *sim) onChange(op bucket.Op) {
 			s.failf("sim", "unexpected state change %s %s", op.Kind, op.Key)
 			return
 		}
-		cur := s.sh.latest[ak]
-		if cur != nil && (gen < cur.gen || gen == cur.gen && seq < cur.seq) {
-			return // an older snapshot: not the state
-		}
 		d, err := decode(a, op.Body)
 		if err != nil {
 			s.failf("sim", "%v", err)
@@ -657,8 +749,8 @@ func (s *sim) onChange(op bucket.Op) {
 		if d.rec != nil {
 			st.recKey = d.rec.String()
 		}
-		s.sh.latest[ak] = st
-		if h := s.holds[ak]; h != nil && h.gen > gen && cur != nil {
+		s.sh.objects[op.Key] = st
+		if h := s.holds[ak]; h != nil && h.gen > gen && s.stateOf(ak) == st {
 			s.c.LateCommits++
 			s.logf("late commit: %s becomes the state of %s (hold is at generation %d): %s", op.Key, a, h.gen, d)
 		}
@@ -681,7 +773,15 @@ func (s *sim) checkAll() {
 // alarm's time, and it exists.
 func (s *sim) check(ak string) {
 	s.c.Checks++
-	st := s.sh.latest[ak]
+	st := s.stateOf(ak)
+	if acked := s.sh.acked[ak]; acked > 0 && (st == nil || st.db.durable < acked) {
+		got, key := 0, "none"
+		if st != nil {
+			got, key = st.db.durable, st.key
+		}
+		s.failf("invariant", "actor %s: state %s holds %d exec-durable events, but %d were acknowledged: an acknowledged write is lost", s.byKey[ak], key, got, acked)
+		return
+	}
 	if st == nil || st.db.alarm == nil {
 		return
 	}
@@ -706,7 +806,7 @@ func (s *sim) check(ak string) {
 func (s *sim) checkDelivered() {
 	for _, a := range s.actors {
 		ak := a.String()
-		if st := s.sh.latest[ak]; st != nil && st.db.alarm != nil {
+		if st := s.stateOf(ak); st != nil && st.db.alarm != nil {
 			s.failf("liveness", "actor %s: committed alarm at %s never delivered (state %s)", a, fmtMs(*st.db.alarm-epochMs), st.key)
 			return
 		}
@@ -734,7 +834,7 @@ func (s *sim) finalCheck() {
 	s.checkDelivered()
 	for _, a := range s.actors {
 		ak := a.String()
-		if s.sh.latest[ak] == nil {
+		if s.stateOf(ak) == nil {
 			continue // an actor the bucket never had keeps its entries (docs/design.md#bucket-empty)
 		}
 		keys := make([]string, 0, len(s.sh.entries[ak]))
@@ -743,6 +843,10 @@ func (s *sim) finalCheck() {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
+			if s.unwalkedLate(k) {
+				s.c.LateUnwalked++
+				continue
+			}
 			s.failf("liveness", "actor %s: entry %s still in the index at the end", a, k)
 			return
 		}
@@ -761,6 +865,10 @@ type holdRec struct {
 	epoch    uint64
 	gen      uint64
 	released bool
+	// state is the snapshot the record notes: what its hold found when
+	// taken, or, once released, the hold's own last upload that counted
+	// ("" for none).
+	state string
 }
 
 func (s *sim) leaseValid(node int, epoch uint64) bool {
