@@ -138,12 +138,10 @@
 // latest state must have no alarm (each committed alarm was delivered),
 // and every entry of an actor the bucket has state for must be gone
 // (entries of an actor the bucket never had stay, as
-// docs/design.md#bucket-empty says). Two corners the design bounds more
-// loosely are counted from their own bound: an entry at a time a node kept
-// because the bucket had nothing for the actor, from when that node tries
-// the time again (the longest backoff); and an entry a PUT wrote, landing
-// late, that no walk listed since (written after the tenant's last
-// listing: the safety period's to find; Counters.LateUnwalked).
+// docs/design.md#bucket-empty says). An entry at a time a node kept
+// because the bucket had nothing for the actor is bounded from when that
+// node tries the time again (the longest backoff), as the design bounds
+// it.
 //
 // # Not modelled
 //

@@ -220,9 +220,6 @@ type Counters struct {
 	// middle of the event counted); every one must be in the actor's
 	// state from then on.
 	DurableAcks int64
-	// LateUnwalked: stale entries left at the end that a PUT landing late
-	// wrote after the tenant's last walk (the safety period's to find).
-	LateUnwalked int64
 }
 
 // Add adds o to c.

@@ -31,7 +31,7 @@ func newSim(cfg Config) *sim {
 		now:   epochMs,
 		byKey: map[string]abi.ActorID{},
 		holds: map[string]*holdRec{},
-		sh:    shadow{objects: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}, putAt: map[string]int64{}, written: map[string]int64{}, lateIndex: map[string]bool{}, walked: map[string]bool{}, keptAt: map[string]int64{}, acked: map[string]int{}},
+		sh:    shadow{objects: map[string]*stateInfo{}, entries: map[string]map[string]alarmindex.Key{}, putAt: map[string]int64{}, written: map[string]int64{}, keptAt: map[string]int64{}, acked: map[string]int{}},
 		tr:    tracer{h: fnv.New64a(), keep: cfg.KeepTrace},
 	}
 	s.setAt, s.failDelete = map[string]int64{}, map[string]bool{}
@@ -301,9 +301,6 @@ func (s *sim) staleCheck() {
 			if key == st.recKey && st.db.alarm != nil {
 				continue
 			}
-			if s.unwalkedLate(key) {
-				continue
-			}
 			since := max(k.DueMs+marginMs, s.sh.putAt[key], quiet)
 			if at, ok := s.sh.keptAt[keptKey(ak, k.DueMs)]; ok {
 				// A node kept the actor's entries at that time while the
@@ -332,14 +329,6 @@ func (s *sim) kept(a abi.ActorID, due int64) {
 }
 
 func keptKey(ak string, due int64) string { return ak + "@" + strconv.FormatInt(due, 10) }
-
-// unwalkedLate reports whether key is an index entry a late PUT wrote that
-// no walk has listed since: the stale bound and the end's check count it
-// apart (Counters.LateUnwalked), as the design bounds it by the safety
-// period, longer than a run.
-func (s *sim) unwalkedLate(key string) bool {
-	return s.sh.lateIndex[key] && !s.sh.walked[key]
-}
 
 // ---- state snapshots in the bucket ----
 
@@ -648,9 +637,6 @@ func (s *sim) listNow(n *node, prefix, startAfter string, limit int) ([]string, 
 	s.nextFault = f
 	keys, err := s.b.List(context.Background(), prefix, startAfter, limit)
 	s.nextFault = bucket.Fault{}
-	for _, k := range keys {
-		s.sh.walked[k] = true
-	}
 	return keys, err
 }
 
@@ -668,12 +654,6 @@ type shadow struct {
 	entries map[string]map[string]alarmindex.Key // actor key -> object key -> entry
 	putAt   map[string]int64                     // object key -> when it was written
 	written map[string]int64                     // key -> when a PUT last wrote it (created or overwrote it)
-	// lateIndex: index entries a PUT that landed after its caller gave up
-	// wrote; walked: entries a sweep's walk listed since they were
-	// written. A late entry no walk has listed is the design's "written
-	// after its tenant's last listing": it waits for the next relisting
-	// event, at worst the safety period (docs/known-limits.md).
-	lateIndex, walked map[string]bool
 	// keptAt: when a delivery last kept an actor's entries at a time,
 	// since the bucket had nothing for it (R2's bucket-empty clause), by
 	// actor key and time: that node tries the time again after the
@@ -720,14 +700,9 @@ func (s *sim) onChange(op bucket.Op) {
 		if op.Kind == bucket.OpPut {
 			m[op.Key] = k
 			s.sh.putAt[op.Key] = s.now
-			if op.Late {
-				s.sh.lateIndex[op.Key] = true
-			}
 		} else {
 			delete(m, op.Key)
 			delete(s.sh.putAt, op.Key)
-			delete(s.sh.lateIndex, op.Key)
-			delete(s.sh.walked, op.Key)
 			if op.Late {
 				s.c.LateDeletes++
 			}
@@ -843,10 +818,6 @@ func (s *sim) finalCheck() {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			if s.unwalkedLate(k) {
-				s.c.LateUnwalked++
-				continue
-			}
 			s.failf("liveness", "actor %s: entry %s still in the index at the end", a, k)
 			return
 		}
