@@ -40,6 +40,7 @@ var rules = []struct{ pattern, by string }{
 	{`^make guest-tools$`, "ci: make guest-tools"},
 	{`^make fuzz-short$`, "ci: make fuzz-short"},
 	{`^make mutate-short$`, "ci: make mutate-short"},
+	{`^make extism-host$`, "ci: make extism-host"},
 	{`^\.ci/run$`, "script: .ci/run"},
 	{`^promtool check rules deploy/prometheus/alerts\.yml$`, "make: deploy-check"},
 	{`^cd deploy/prometheus && promtool test rules alerts_test\.yml$`, "make: deploy-check"},
@@ -66,7 +67,8 @@ var rules = []struct{ pattern, by string }{
 	{`^\.ci/test-minio$`, "manual: make test-minio runs it (CI, its conformance step alone)"},
 	// go test and go run as the docs give them: each test, benchmark and
 	// flag they name exists (checked here); the tests run in make test.
-	{`^go test \./sim -run 'TestSim\$' -sim\.seeds=20$`, "test: ./sim TestSim"},
+	{`^go test \./sim -run 'TestSim\$' -sim\.seeds=\d+$`, "test: ./sim TestSim"}, // make test runs it over its default seeds
+	{`^go test \./sim -run TestLeaseSim$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./sim -run 'TestLeaseSim/defaults\$' -sim\.leaseseeds=20$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./sim -run LeaseSim -v$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./sim -run 'TestMutations\$' -v$`, "test: ./sim TestMutations"},
@@ -83,6 +85,7 @@ var rules = []struct{ pattern, by string }{
 	{`^go test \./node -run TestRetryAfterIsTheRemainingFailover$`, "test: ./node TestRetryAfterIsTheRemainingFailover"},
 	{`^go test \./cmd/keepnode -run SecondStartReusesTheCompilationCache -v$`, "test: ./cmd/keepnode TestASecondStartReusesTheCompilationCache"},
 	{`^go test (\./\S+ )?-run '\^\$' -bench `, "manual: a measurement (the benchmark and its flags are checked here; make bench runs the main ones)"},
+	{`^go doc -http `, "manual: serving a package's documentation on the reader's machine"},
 	{`^go tool pprof `, "manual: reading a profile a benchmark wrote"},
 	{`^go run \./internal/mutate`, "make: mutate-short"},
 	{`^go run \./cmd/soak `, "test: ./cmd/soak TestShortSoak"},
