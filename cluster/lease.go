@@ -307,8 +307,9 @@ type Leases struct {
 	// way Live alone may not show: a node first seen, seen removed, back
 	// after it had been out of Live, or another process under its ID.
 	members uint64
-	closed  bool // Close: not valid
-	lost    bool // someone replaced or removed our lease object
+	closed  bool          // Close: not valid
+	lost    bool          // someone replaced or removed our lease object
+	lostCh  chan struct{} // closed when lost is set
 	others  map[string]*observed
 
 	cancel context.CancelFunc
@@ -341,6 +342,7 @@ func StartLeases(ctx context.Context, cfg LeaseConfig) (*Leases, error) {
 		log:    cfg.Logger.Named("lease").With("node", cfg.NodeID),
 		key:    cfg.Prefix + "nodes/" + cfg.NodeID,
 		others: map[string]*observed{},
+		lostCh: make(chan struct{}),
 	}
 	l.readPeriod.Store(int64(cfg.readPeriod(1)))
 	var nonce [8]byte
@@ -404,6 +406,16 @@ func (l *Leases) ValidAgainSince() time.Time {
 	}
 	return l.epochStart
 }
+
+// Lost is closed once this node's lease object was replaced or removed by
+// someone else (a renewal then fails with ErrLeaseLost): the node is not
+// valid again in this process, and renews no more. A process with the
+// same node ID has taken the name, or an operator removed the object;
+// keepnode exits with an error then, so that its supervisor restarts it
+// and the new process takes the name back by the rule of StartLeases, or
+// finds it in use. (A failed precondition on a version of our own is not
+// a loss: a write of ours was still being applied.)
+func (l *Leases) Lost() <-chan struct{} { return l.lostCh }
 
 // RenewalsFailing returns the error of the latest renewal and when the
 // first of the renewals failing in a row was sent (this node's clock), or
@@ -523,12 +535,29 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 			// renewal, as for any failed one.
 			l.mu.Unlock()
 			return false, fmt.Errorf("renewing the lease of node %s: precondition failed and reading it back failed (%v): %w", l.cfg.NodeID, gerr, err)
+		case own && !cond.IfNoneMatch:
+			// Our own version, one we know (or an older one): no one
+			// else wrote the object. A write of ours still being applied
+			// (one that timed out here, on a server that is slow) fails
+			// the precondition before the read shows it; an
+			// erasure-coded server does so. Ambiguous, as a failed
+			// renewal: the next one renews on top of whatever landed.
+			// (The ETag of the version we confirmed, as the server
+			// gives it now, is the one to match.)
+			if rec.Seq == l.confirmed {
+				l.etag = getag
+			}
+			l.mu.Unlock()
+			err = fmt.Errorf("precondition failed on our own version (seq %d) of the object: a write of ours not yet applied: %w", rec.Seq, err)
 		case cond.IfNoneMatch && gerr == nil:
 			// Another process's lease under this node ID: takeBack
 			// decides whether it is a crashed one's.
 			l.mu.Unlock()
 			return false, fmt.Errorf("creating the lease of node %s: another process's lease exists: %w (%w)", l.cfg.NodeID, errNameTaken, err)
 		default:
+			if !l.lost {
+				close(l.lostCh)
+			}
 			l.lost = true
 			l.validUntil = time.Time{}
 			l.mu.Unlock()

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -306,7 +307,7 @@ func TestCloseFreesAtOnce(t *testing.T) {
 type faultyMem struct {
 	*bucket.Mem
 	key   string
-	mode  atomic.Int32 // 0 none, 1 error, 2 delay, 3 late
+	mode  atomic.Int32 // 0 none, 1 error, 2 delay, 3 late, 4 precondition failed, not applied
 	delay atomic.Int64
 }
 
@@ -324,6 +325,8 @@ func newFaultyMem(clk *fakeclock.Clock, key string) *faultyMem {
 			return bucket.Fault{Delay: time.Duration(f.delay.Load())}
 		case 3:
 			return bucket.Fault{Late: true}
+		case 4:
+			return bucket.Fault{Err: fmt.Errorf("injected: %w", bucket.ErrPrecondition)}
 		}
 		return bucket.Fault{}
 	}
@@ -444,6 +447,42 @@ func TestLateRenewalIsAdopted(t *testing.T) {
 	}
 	if got, want := b.Counts(), (bucket.Counts{Put: 2, Get: 1}); got != want {
 		t.Fatalf("requests = %+v, want %+v (failed PUT, read back, PUT)", got, want)
+	}
+}
+
+// TestAPreconditionFailedOnOurOwnVersionKeepsTheLease: an erasure-coded
+// server (MinIO) fails a renewal's If-Match while a write of ours that
+// timed out is still being applied, and the read back shows the version
+// we last confirmed. No one else wrote the object: the renewal failed,
+// the node stays valid on its last confirmed window, and the next renewal
+// continues the chain. (Taking it for another writer stopped the node for
+// good, and under load every node of a cluster.)
+func TestAPreconditionFailedOnOurOwnVersionKeepsTheLease(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(t0)
+	m := newFaultyMem(clk, "cluster/nodes/a")
+	b := bucket.NewCounting(m)
+	a := startManual(t, b, clk, "a") // valid until t0 + 9 s
+	clk.Advance(time.Second)
+	m.mode.Store(4)
+	b.Reset()
+	err := a.RenewNow(ctx)
+	if err == nil || errors.Is(err, cluster.ErrLeaseLost) || !strings.Contains(err.Error(), "node a") {
+		t.Fatalf("renewal failing its precondition on our own version: err = %v, want a failed renewal naming node a, not ErrLeaseLost", err)
+	}
+	if !a.Valid() || !a.ValidUntil().Equal(t0.Add(9*time.Second)) {
+		t.Fatalf("after it: Valid = %v, ValidUntil = %v; want the creating PUT's window (t0 + 9 s)", a.Valid(), a.ValidUntil())
+	}
+	if got, want := b.Counts(), (bucket.Counts{Put: 1, Get: 1}); got != want {
+		t.Fatalf("requests = %+v, want %+v (the PUT, the read back)", got, want)
+	}
+	m.mode.Store(0)
+	clk.Advance(time.Second)
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatalf("the next renewal: %v", err)
+	}
+	if want := t0.Add(11 * time.Second); !a.Valid() || !a.ValidUntil().Equal(want) {
+		t.Fatalf("after the next renewal: Valid = %v, ValidUntil = %v, want %v (the chain goes on)", a.Valid(), a.ValidUntil(), want)
 	}
 }
 

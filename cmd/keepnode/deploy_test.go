@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -264,5 +265,40 @@ func TestASecondStartReusesTheCompilationCache(t *testing.T) {
 	n = start("uncached", "-cache-dir", "off")
 	if _, err := os.Stat(filepath.Join(n.DataDir, ".compilation-cache")); !os.IsNotExist(err) {
 		t.Errorf("with -cache-dir off, the data directory has a cache (%v)", err)
+	}
+}
+
+// A node whose lease object someone else replaced (another process
+// started under its node ID) is not valid again in this process: keepnode
+// exits with an error naming the node and the cause, so that its
+// supervisor restarts it, rather than serve on as a node that can hold
+// nothing.
+func TestANodeWhoseLeaseIsReplacedExits(t *testing.T) {
+	ctx := testContext(t)
+	srv := s3test.Start(t)
+	cfg := nodeConfig(t, procS3(srv))
+	n, err := clusterproc.StartNode(ctx, cfg, "replaced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Kill()
+	key := "cluster/nodes/" + n.NodeID
+	if _, err := srv.Bucket.Put(ctx, key, []byte(`{"node_id":"`+n.NodeID+`","instance":"another","seq":1}`), bucket.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.Exited():
+	case <-time.After(30 * time.Second): // renewals go out every few seconds
+		t.Fatalf("node %s still runs 30 s after its lease object was replaced", n.NodeID)
+	}
+	err = n.Stop()
+	log, _ := os.ReadFile(n.LogPath)
+	if err == nil {
+		t.Fatalf("keepnode exited without an error after its lease was replaced; log:\n%s", log)
+	}
+	for _, want := range []string{"node " + n.NodeID + ": its lease object in the bucket was replaced or removed", "another process running as node " + n.NodeID} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("keepnode's log does not say %q; log:\n%s", want, log)
+		}
 	}
 }

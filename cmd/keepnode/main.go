@@ -385,7 +385,25 @@ func run(logger hclog.Logger, o *options) error {
 	}
 	announce(fmt.Sprintf("keepnode listening on %s://%s node=%s", scheme, ln.Addr(), id), "url", scheme+"://"+ln.Addr().String(), "node", id)
 
-	<-ctx.Done()
+	var lost <-chan struct{}
+	if l := n.Leases(); l != nil {
+		lost = l.Lost()
+	}
+	select {
+	case <-ctx.Done():
+	case <-lost:
+		// Not valid again in this process: exit, so that the supervisor
+		// starts a new one, which takes the name back once the other
+		// process's lease has expired, or says the name is in use.
+		logger.Error("this node's lease object was replaced or removed by someone else; exiting", "node", id)
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		if err := n.Close(sctx); err != nil {
+			logger.Warn("closing after the lease was lost", "error", err)
+		}
+		return fmt.Errorf("node %s: its lease object in the bucket was replaced or removed by someone else: is another process running as node %s? A restart takes the name back once that process's lease has expired", id, id)
+	}
 	stop() // a second signal ends the process at once, without the clean shutdown
 	logger.Info("shutting down: releasing actors (signal again to exit at once)")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

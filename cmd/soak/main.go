@@ -224,6 +224,10 @@ type soak struct {
 	// that gave up.
 	writeOutFrom, writeOutTo int64
 	failedStarts             atomic.Int64
+	// selfExits counts nodes that exited though the soak neither killed
+	// nor stopped them (a lost lease, a crash): violations, each
+	// restarted as a supervisor would.
+	selfExits atomic.Int64
 	// oldestExtra is the age of the oldest extra entry (not of an actor
 	// without state) at the index doctor's last run, from when it was a
 	// margin overdue or the cluster quiet (ms).
@@ -266,6 +270,7 @@ func (s *soak) say(format string, args ...any) {
 type summary struct {
 	Kills, SameName, Cuts       int
 	FailedStarts                int
+	SelfExits                   int
 	WriteOutFrom, WriteOutTo    int64 // the write outage (ms; 0: none)
 	Requests, Acked, Failed     int
 	Retries, DupRows            int
@@ -456,10 +461,12 @@ func run(ctx context.Context, o options) (summary, error) {
 	defer func() {
 		for _, sl := range s.slots {
 			sl.mu.Lock()
-			if sl.node != nil {
-				_ = sl.node.Kill()
-			}
+			nd := sl.node
+			sl.node = nil // killed by the soak, not exited on its own (watchExit)
 			sl.mu.Unlock()
+			if nd != nil {
+				_ = nd.Kill()
+			}
 		}
 	}()
 	for _, sl := range s.slots {
@@ -721,6 +728,8 @@ func run(ctx context.Context, o options) (summary, error) {
 	}
 	sum.Kills, sum.SameName, sum.Cuts = int(s.kills.Load()), int(s.same.Load()), int(s.cuts.Load())
 	sum.FailedStarts = int(s.failedStarts.Load())
+	sum.SelfExits = int(s.selfExits.Load())
+	sum.Violations += sum.SelfExits
 	s.mu.Lock()
 	sum.WriteOutFrom, sum.WriteOutTo = s.writeOutFrom, s.writeOutTo
 	s.mu.Unlock()
@@ -767,6 +776,7 @@ func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
 			sl.mu.Lock()
 			sl.node, sl.name = nd, name
 			sl.mu.Unlock()
+			go s.watchExit(ctx, sl, nd, name)
 			if try > 1 {
 				s.say("node %s started after %d tries", name, try)
 			}
@@ -785,6 +795,46 @@ func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
 	sl.mu.Unlock()
 	s.failedStarts.Add(1)
 	return fmt.Errorf("node %s would not start in %v: %w", name, s.startFor(), err)
+}
+
+// watchExit waits for nd to exit. A node the soak did not kill or stop
+// (the slot still holds it) exited on its own: a lost lease or a crash, a
+// violation. It is restarted under its name, as a supervisor would.
+func (s *soak) watchExit(ctx context.Context, sl *slot, nd *clusterproc.Node, name string) {
+	<-nd.Exited()
+	sl.mu.Lock()
+	own := sl.node == nd
+	if own {
+		sl.node = nil
+	}
+	sl.mu.Unlock()
+	if !own || ctx.Err() != nil {
+		return
+	}
+	s.selfExits.Add(1)
+	err := nd.Stop() // its exit status, at once
+	s.say("node %s exited on its own (%v); its log ends:\n%s", name, err, lastLines(nd.LogPath, 5))
+	time.Sleep(s.o.leaseTTL)
+	if err := s.startNode(ctx, sl, name); err != nil {
+		s.say("%v", err)
+	}
+}
+
+// lastLines is the last n lines of the file at path, each cut short.
+func lastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	for i, l := range lines {
+		if len(l) > 300 {
+			lines[i] = l[:300] + "..."
+		}
+		lines[i] = "    " + lines[i]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // startFor is how long startNode tries: long enough for a lease of the
@@ -1631,6 +1681,9 @@ func (s *soak) table(sum summary, bd bounds) {
 			len(sum.AfterOutage), held, sum.LateAfterOutage, msText(bd.OutageAlarm))
 	} else if sum.FailedStarts > 0 {
 		fmt.Fprintf(w, "  node starts that gave up: %d\n", sum.FailedStarts)
+	}
+	if sum.SelfExits > 0 {
+		fmt.Fprintf(w, "  nodes that exited on their own: %d (neither killed nor stopped: a lost lease or a crash; violations)\n", sum.SelfExits)
 	}
 	fmt.Fprintf(w, "  client requests:       %d (%d acknowledged, %d failed or unknown after retries); %d tries sent again under their idempotency key, for up to %v\n",
 		sum.Requests, sum.Acked, sum.Failed, sum.Retries, o.retryFor)
