@@ -162,7 +162,13 @@
 // validity: only an answer does. When the holder finds its own late write
 // in place (its next renewal's If-Match fails and reading the object back
 // shows its own instance with a sequence number it sent but never saw
-// confirmed), it renews on top of it, its validity where C left it. A taker
+// confirmed), it renews on top of it, its validity where C left it. When
+// the If-Match fails and the read shows its own instance with a version
+// it knows (an erasure-coded MinIO fails a conditional write while an
+// earlier write of the key is still being applied, and reads the version
+// before), no one else wrote the object: the renewal failed, nothing
+// more. Only a version of another process, or no object, loses the lease
+// (Leases.Lost). A taker
 // that judged the lease expired saw one version unchanged from f to g >=
 // f + TTL + Grace; the holder's confirmed renewals all landed before g, so
 // C landed by f, C was sent by f, and the holder's validity ended at

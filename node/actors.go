@@ -882,47 +882,91 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		return fmt.Errorf("node: %w", err)
 	}
 
-	joined := 0
+	// Each local actor is read (its ownership record) and, if the bucket
+	// has no state of it, uploaded: joinWorkers at once, since a node
+	// restarted with many actors on a slow store would otherwise serve
+	// only after one request round trip per actor, in a row.
+	var (
+		joined   atomic.Int64
+		firstErr error
+		errOnce  sync.Once
+		work     = make(chan abi.ActorID)
+		wg       sync.WaitGroup
+	)
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fail := func(err error) { errOnce.Do(func() { firstErr = err; cancel() }) }
+	for range min(joinWorkers, len(local)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				ok, err := n.joinOne(jctx, id)
+				if err != nil {
+					fail(err)
+				} else if ok {
+					joined.Add(1)
+				}
+			}
+		}()
+	}
 	for _, id := range local {
 		if _, ok := n.classes[id.Class]; !ok {
 			continue
 		}
-		_, has, err := cluster.ReadState(ctx, c.Bucket, c.Prefix, id)
-		if err != nil {
-			return fmt.Errorf("node: join: %w", err)
-		}
-		if has {
-			continue
-		}
-		if ok, err := hasState(n.path(id)); err != nil {
-			return fmt.Errorf("node: join: %w", &abi.ActorError{ID: id, Op: "read the local database", Err: err})
-		} else if !ok {
-			n.log.Debug("the local database holds nothing of the actor; not uploaded", "actor", id.String())
-			continue
-		}
-		uploaded := false
-		err = n.withActor(ctx, id, "join", func(e *entry) error {
-			if e.bucketHad {
-				// Another node created the actor since it was read:
-				// the take restored the bucket's state, the local
-				// file is set aside, and nothing is joined.
-				return nil
-			}
-			e.dirty, e.joining, uploaded = true, true, true
-			return n.replicate(ctx, e, alarms.FirstUpload)
-		})
-		if err != nil {
-			n.log.Warn("could not upload a local actor as its first snapshot; it stays on this node only", "actor", id.String(), "error", err)
-			continue
-		}
-		if uploaded {
-			joined++
+		select {
+		case work <- id:
+		case <-jctx.Done():
 		}
 	}
-	if joined > 0 {
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if joined := joined.Load(); joined > 0 {
 		n.log.Info("joined with local data", "actors_uploaded", joined)
 	}
 	return nil
+}
+
+// joinWorkers is how many local actors a joining node reads (and
+// uploads) at once.
+const joinWorkers = 16
+
+// joinOne uploads local actor id as its first snapshot if the bucket has
+// no state of it; uploaded is whether it did. An error ends the join: the
+// bucket could not be read.
+func (n *Node) joinOne(ctx context.Context, id abi.ActorID) (uploaded bool, err error) {
+	c := n.cfg.Cluster
+	_, has, err := cluster.ReadState(ctx, c.Bucket, c.Prefix, id)
+	if err != nil {
+		return false, fmt.Errorf("node: join: %w", err)
+	}
+	if has {
+		return false, nil
+	}
+	if ok, err := hasState(n.path(id)); err != nil {
+		return false, fmt.Errorf("node: join: %w", &abi.ActorError{ID: id, Op: "read the local database", Err: err})
+	} else if !ok {
+		n.log.Debug("the local database holds nothing of the actor; not uploaded", "actor", id.String())
+		return false, nil
+	}
+	err = n.withActor(ctx, id, "join", func(e *entry) error {
+		if e.bucketHad {
+			// Another node created the actor since it was read:
+			// the take restored the bucket's state, the local
+			// file is set aside, and nothing is joined.
+			return nil
+		}
+		e.dirty, e.joining, uploaded = true, true, true
+		return n.replicate(ctx, e, alarms.FirstUpload)
+	})
+	if err != nil {
+		n.log.Warn("could not upload a local actor as its first snapshot; it stays on this node only", "actor", id.String(), "error", err)
+		return false, nil
+	}
+	return uploaded, nil
 }
 
 // hasState reports whether the local database at p holds anything of its
