@@ -167,8 +167,15 @@
 // it knows (an erasure-coded MinIO fails a conditional write while an
 // earlier write of the key is still being applied, and reads the version
 // before), no one else wrote the object: the renewal failed, nothing
-// more. Only a version of another process, or no object, loses the lease
-// (Leases.Lost). A taker
+// more. When the store's writes find no object there at all (If-Match on
+// a missing key) while its reads show our version, the holder creates it
+// anew with If-None-Match. One write alone passes that, as it makes the
+// object whole again, and no If-Match on a version read passes before it:
+// if it is the holder's, the new version is the chain's next and only
+// restarts others' watch; if another process under the node ID got there
+// first, the holder's next renewal finds its version and the lease is
+// lost. Only a version of
+// another process, or no object for reads, loses the lease (Leases.Lost). A taker
 // that judged the lease expired saw one version unchanged from f to g >=
 // f + TTL + Grace; the holder's confirmed renewals all landed before g, so
 // C landed by f, C was sent by f, and the holder's validity ended at

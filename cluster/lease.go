@@ -548,7 +548,21 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 				l.etag = getag
 			}
 			l.mu.Unlock()
-			err = fmt.Errorf("precondition failed on our own version (seq %d) of the object: a write of ours not yet applied: %w", rec.Seq, err)
+			if !errors.Is(err, bucket.ErrNotFound) {
+				err = fmt.Errorf("precondition failed on our own version (seq %d) of the object: a write of ours not yet applied: %w", rec.Seq, err)
+				break
+			}
+			// The store's writes find no object where its reads find
+			// our version: an erasure-coded MinIO whose write of ours
+			// failed part way keeps the object so, for reads on some
+			// drives and for writes on none, and every If-Match fails
+			// from then on. Create it anew (If-None-Match, which no
+			// other process's write can pass either): the next version
+			// of the chain, from this renewal's send time.
+			l.log.Warn("the store reads our lease but finds no object to write; creating it anew", "seq", rec.Seq)
+			if etag, err = l.b.Put(rctx, l.key, body, bucket.Cond{IfNoneMatch: true}); err != nil {
+				err = fmt.Errorf("the store reads our version (seq %d) of the object but finds none to write, and creating it anew failed: %w", rec.Seq, err)
+			}
 		case cond.IfNoneMatch && gerr == nil:
 			// Another process's lease under this node ID: takeBack
 			// decides whether it is a crashed one's.

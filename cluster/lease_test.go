@@ -486,6 +486,52 @@ func TestAPreconditionFailedOnOurOwnVersionKeepsTheLease(t *testing.T) {
 	}
 }
 
+// splitStore is a store whose writes find no object at one key where its
+// reads find one, as an erasure-coded MinIO keeps a key after a write
+// failed part way: every If-Match on it fails as on a missing key, and an
+// If-None-Match passes.
+type splitStore struct {
+	bucket.Bucket
+	key   string
+	split atomic.Bool
+}
+
+func (s *splitStore) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
+	if key == s.key && s.split.Load() {
+		if cond.IfMatch != "" {
+			return "", fmt.Errorf("%w: If-Match on a missing key: %w", bucket.ErrPrecondition, bucket.ErrNotFound)
+		}
+		if cond.IfNoneMatch {
+			s.split.Store(false) // written on every drive again
+			cond = bucket.Cond{}
+		}
+	}
+	return s.Bucket.Put(ctx, key, body, cond)
+}
+
+// TestALeaseTheStoreReadsButCannotWriteIsCreatedAnew: when the store's
+// writes find no lease object where its reads find our own version, the
+// node creates it anew with If-None-Match and its lease goes on; it does
+// not stay stuck with every renewal failing.
+func TestALeaseTheStoreReadsButCannotWriteIsCreatedAnew(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(t0)
+	s := &splitStore{Bucket: bucket.NewMem(), key: "cluster/nodes/a"}
+	a := startManual(t, s, clk, "a") // valid until t0 + 9 s
+	s.split.Store(true)
+	clk.Advance(time.Second)
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatalf("renewal on a store whose writes do not find the lease: %v", err)
+	}
+	if want := t0.Add(10 * time.Second); !a.Valid() || !a.ValidUntil().Equal(want) {
+		t.Fatalf("after it: Valid = %v, ValidUntil = %v, want %v", a.Valid(), a.ValidUntil(), want)
+	}
+	clk.Advance(time.Second)
+	if err := a.RenewNow(ctx); err != nil {
+		t.Fatalf("the next renewal, If-Match the version created anew: %v", err)
+	}
+}
+
 // TestReplacedLeaseStops: when someone else writes or removes a node's lease
 // object, the node stops for good.
 func TestReplacedLeaseStops(t *testing.T) {
