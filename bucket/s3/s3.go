@@ -359,6 +359,41 @@ func (b *Bucket) Head(ctx context.Context, key string) (string, error) {
 
 // Put stores body under key if cond holds (If-None-Match: * or If-Match).
 func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
+	return toEnd(ctx, bucket.OpPut, key, b, func(ctx context.Context) (string, error) { return b.put(ctx, key, body, cond) })
+}
+
+// toEnd runs the write f to its end, even if ctx ends first: the caller
+// then gets an error wrapping ctx's at once (the write may still land, as
+// any write whose answer did not come), while f goes on without ctx's
+// deadline or cancellation, each attempt bounded by the request timeout.
+// A write cut off part way, its connection closed mid-request, is what
+// an erasure-coded MinIO may apply to some drives and not the others,
+// leaving a key whose reads and writes disagree for minutes
+// (docs/operations.md#s3); a write left to end is applied whole or not.
+func toEnd[T any](ctx context.Context, op bucket.OpKind, key string, b *Bucket, f func(context.Context) (T, error)) (T, error) {
+	if ctx.Done() == nil || ctx.Err() != nil {
+		return f(ctx) // nothing to give up on, or nothing to send
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(context.WithoutCancel(ctx))
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, &bucket.OpError{Bucket: b.name, Op: op, Key: key, Attempts: 1,
+			Err: fmt.Errorf("gave up waiting for the answer (the write goes on and may land): %w", ctx.Err())}
+	}
+}
+
+func (b *Bucket) put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
 	ctx, n := withAttempts(ctx)
 	if err := cond.Validate(); err != nil {
 		return "", b.fail(bucket.OpPut, key, n, err)
@@ -401,6 +436,11 @@ func putError(err error, cond bucket.Cond) error {
 
 // Delete removes key; a missing key is not an error.
 func (b *Bucket) Delete(ctx context.Context, key string) error {
+	_, err := toEnd(ctx, bucket.OpDelete, key, b, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.delete(ctx, key) })
+	return err
+}
+
+func (b *Bucket) delete(ctx context.Context, key string) error {
 	ctx, n := withAttempts(ctx)
 	_, err := b.client.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
@@ -418,6 +458,13 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 // bucket.MaxDeleteBatch keys each: on the lean path (leandelete.go) as the PUTs, or through the
 // SDK for keys the lean request does not carry.
 func (b *Bucket) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return toEnd(ctx, bucket.OpDeleteBatch, keys[0], b, func(ctx context.Context) ([]string, error) { return b.deleteBatch(ctx, keys) })
+}
+
+func (b *Bucket) deleteBatch(ctx context.Context, keys []string) ([]string, error) {
 	var deleted []string
 	for len(keys) > 0 {
 		n := min(len(keys), bucket.MaxDeleteBatch)
