@@ -176,6 +176,10 @@ type evidence struct {
 	Kills  []kill
 	Cuts   []cut
 	Faults []fault
+	// Lapses are the nodes' lease lapses their logs showed: each from the
+	// end of the validity a failed renewal left to the renewal that began
+	// a new epoch.
+	Lapses []cut
 }
 
 // Causes of a duplicate run: each a failure of the node that ran the
@@ -187,6 +191,7 @@ const (
 	causeKill  = "the first run's node was SIGKILLed within a lease period after the run, before it ran again"
 	causeCut   = "the first run's node was cut off from the bucket (or the bucket was out) within a lease period of the run"
 	causeFault = "a request of the first run's node for the actor or its lease failed or was delayed (a fault injected) within a lease period of the run"
+	causeLapse = "the first run's node's lease lapsed (the bucket answered its renewals too slowly) within a lease period of the run"
 )
 
 // dupCause says which failure explains a duplicate run, "" for none: a
@@ -198,7 +203,9 @@ const (
 // whose upload then fails; else a fault injected into that node's request
 // for the actor's objects (its snapshot, hold, index entry) or for its own
 // lease, in the same span (a failed upload gives the actor up; a failed
-// renewal lets the lease lapse). At least once allows a duplicate only
+// renewal lets the lease lapse); else a lapse of that node's lease its log
+// showed, in the same span (renewals answered too slowly, with no fault
+// injected: the holds are void as after a cut). At least once allows a duplicate only
 // from such a failure: one that none explains is a violation.
 func dupCause(d dup, ev evidence, actor abi.ActorID, lease int64) string {
 	end := min(d.Again.At, d.First.At+lease)
@@ -219,6 +226,11 @@ func dupCause(d dup, ev evidence, actor abi.ActorID, lease int64) string {
 	for _, f := range ev.Faults {
 		if f.Node == d.First.Node && f.At >= d.First.At-lease && f.At <= end && concerns(f.Path, actor, d.First.Node) {
 			return causeFault
+		}
+	}
+	for _, l := range ev.Lapses {
+		if l.Node == d.First.Node && l.From <= end && l.To >= d.First.At-lease {
+			return causeLapse
 		}
 	}
 	return ""

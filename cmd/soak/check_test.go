@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -158,6 +159,18 @@ func TestRunsTheGuestSaid(t *testing.T) {
 			t.Errorf("duplicate %d (%s then %s): cause %q, want %q", i, d.First, d.Again, got, want[i])
 		}
 	}
+	// n2's lease lapsing around its run of s3 (its renewals answered too
+	// slowly, no fault injected) explains the third as the cut did; with
+	// neither, nothing does.
+	third := v.Dups[2]
+	lapse := evidence{Kills: ev.Kills, Faults: ev.Faults, Lapses: []cut{{Node: "n2", From: s3 + 500, To: s3 + 3_000}}}
+	if got := dupCause(third, lapse, actorOf(h.Plan.Name), lease); got != causeLapse {
+		t.Errorf("duplicate after a lapse of n2's lease: cause %q, want %q", got, causeLapse)
+	}
+	none := evidence{Kills: ev.Kills, Faults: ev.Faults, Lapses: []cut{{Node: "n1", From: s3 + 500, To: s3 + 3_000}}}
+	if got := dupCause(third, none, actorOf(h.Plan.Name), lease); got != "" {
+		t.Errorf("duplicate with only another node's lapse: cause %q, want none", got)
+	}
 	if v.Unseen != 0 {
 		t.Errorf("%d committed firings unseen, want 0", v.Unseen)
 	}
@@ -256,5 +269,34 @@ func TestADuplicateNoFailureExplainsIsAViolation(t *testing.T) {
 	}
 	if rep := h.report(v); !strings.Contains(rep, "VIOLATION: a duplicate run no failure explains") {
 		t.Errorf("the actor's report does not show the violation:\n%s", rep)
+	}
+}
+
+// The nodes' log lines of a lease lapse become a lapse of that node: from
+// the validity its last failed renewal left to the renewal that began a
+// new epoch.
+func TestLeaseLapsesAreReadFromTheNodesLogs(t *testing.T) {
+	s := &soak{}
+	lines := []string{
+		`n1: {"@level":"warn","@message":"lease renewal failed; valid until the last confirmed renewal's window ends","@module":"keepnode.lease.lease","@timestamp":"2026-12-05T05:18:55.498474Z","error":"x","node":"n1","valid_until":"2026-12-05T05:18:55.494218Z"}`,
+		`n2: {"@level":"info","@message":"lease valid again in a new epoch; earlier holds are void","@module":"keepnode.lease.lease","@timestamp":"2026-12-05T05:18:56.000000Z","epoch":3,"node":"n2"}`,
+		`n1: {"@level":"info","@message":"lease valid again in a new epoch; earlier holds are void","@module":"keepnode.lease.lease","@timestamp":"2026-12-05T05:18:57.250000Z","epoch":97,"node":"n1"}`,
+	}
+	if _, err := s.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	at := func(v string) int64 {
+		tm, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()
+	}
+	want := []cut{
+		{Node: "n2", From: at("2026-12-05T05:18:56Z"), To: at("2026-12-05T05:18:56Z")},
+		{Node: "n1", From: at("2026-12-05T05:18:55.494218Z"), To: at("2026-12-05T05:18:57.25Z")},
+	}
+	if !reflect.DeepEqual(s.lapses, want) {
+		t.Fatalf("lapses = %+v, want %+v", s.lapses, want)
 	}
 }

@@ -213,10 +213,15 @@ type soak struct {
 	dropped  int    // guest stdout lines dropped over the rate limit
 	killLog  []kill // under mu
 	cutLog   []cut  // under mu
-	faultMu  sync.Mutex
-	faultLog []fault // under faultMu: the faults the proxies injected
-	gen      int
-	lineBuf  []byte
+	// lapses are the nodes' lease lapses their logs showed, validUntil
+	// each node's latest failed renewal's valid_until (leaseLine), under
+	// mu.
+	lapses     []cut
+	validUntil map[string]int64
+	faultMu    sync.Mutex
+	faultLog   []fault // under faultMu: the faults the proxies injected
+	gen        int
+	lineBuf    []byte
 	// outageRep is the outage's measurements (-outage), once it ran.
 	outageRep *outageReport
 	// writeOut is the write outage (-write-outage): when it began and
@@ -271,6 +276,7 @@ type summary struct {
 	Kills, SameName, Cuts       int
 	FailedStarts                int
 	SelfExits                   int
+	Lapses                      int
 	WriteOutFrom, WriteOutTo    int64 // the write outage (ms; 0: none)
 	Requests, Acked, Failed     int
 	Retries, DupRows            int
@@ -567,7 +573,8 @@ func run(ctx context.Context, o options) (summary, error) {
 	s.say("reading every ledger")
 	s.mu.Lock()
 	sum.Logged, sum.FailRuns = s.fires, s.fails
-	ev := evidence{Kills: append([]kill(nil), s.killLog...), Cuts: append([]cut(nil), s.cutLog...)}
+	ev := evidence{Kills: append([]kill(nil), s.killLog...), Cuts: append([]cut(nil), s.cutLog...), Lapses: append([]cut(nil), s.lapses...)}
+	sum.Lapses = len(s.lapses)
 	s.mu.Unlock()
 	s.faultMu.Lock()
 	ev.Faults = append([]fault(nil), s.faultLog...)
@@ -1370,6 +1377,10 @@ func (s *soak) Write(p []byte) (int, error) {
 
 func (s *soak) line(l string) {
 	node, rest, ok := strings.Cut(l, ": ")
+	if ok && strings.Contains(rest, `"keepnode.lease.lease"`) {
+		s.leaseLine(node, rest)
+		return
+	}
 	if !ok || !strings.Contains(rest, "on-alarm failed") && !strings.Contains(rest, `"alarm fired"`) &&
 		!strings.Contains(rest, `"guest stdout"`) && !strings.Contains(rest, "guest output dropped") {
 		return
@@ -1444,6 +1455,42 @@ func (s *soak) line(l string) {
 		return
 	}
 	a.attempts = append(a.attempts, at)
+}
+
+// leaseLine notes the lapses of a node's lease its log shows (s.mu held):
+// from the end of the validity a failed renewal left (valid_until) to the
+// renewal that began a new epoch. A lapse voids the node's holds, as a cut
+// does, so it explains a duplicate run as a cut would (dupCause): the
+// bucket answered its renewals too slowly, a failure though no fault was
+// injected.
+func (s *soak) leaseLine(node, rest string) {
+	var v struct {
+		Msg        string `json:"@message"`
+		Time       string `json:"@timestamp"`
+		ValidUntil string `json:"valid_until"`
+	}
+	if json.Unmarshal([]byte(rest), &v) != nil {
+		return
+	}
+	switch v.Msg {
+	case "lease renewal failed; valid until the last confirmed renewal's window ends":
+		if t, err := time.Parse(time.RFC3339Nano, v.ValidUntil); err == nil {
+			if s.validUntil == nil {
+				s.validUntil = map[string]int64{}
+			}
+			s.validUntil[node] = t.UnixMilli()
+		}
+	case "lease valid again in a new epoch; earlier holds are void":
+		t, err := time.Parse(time.RFC3339Nano, v.Time)
+		if err != nil {
+			return
+		}
+		from, ok := s.validUntil[node]
+		if !ok || from > t.UnixMilli() {
+			from = t.UnixMilli()
+		}
+		s.lapses = append(s.lapses, cut{Node: node, From: from, To: t.UnixMilli()})
+	}
 }
 
 // progress prints the live line until stop.
@@ -1738,7 +1785,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	}
 	fmt.Fprintf(w, "  on-alarm runs:         %d, as the guests said them on stdout before each run committed (failed runs and runs whose commit was lost included)\n", sum.Runs)
 	fmt.Fprintf(w, "  duplicates:            %d runs of an attempt (scheduled time, retry count) that had already run: %.2f%% of runs; at least once allows them, each from a failure:\n", sum.RunDups, rate)
-	for _, c := range []string{causeKill, causeCut, causeFault} {
+	for _, c := range []string{causeKill, causeCut, causeFault, causeLapse} {
 		fmt.Fprintf(w, "                           %d %s\n", sum.DupCauses[c], c)
 	}
 	fmt.Fprintf(w, "                           %d explained by no failure (violations)\n", len(sum.Unexplained))
