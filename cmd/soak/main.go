@@ -581,6 +581,10 @@ func run(ctx context.Context, o options) (summary, error) {
 	s.faultMu.Unlock()
 	if ou := s.outageRep; ou != nil {
 		ev.Cuts = append(ev.Cuts, cut{From: ou.StartMs, To: ou.EndMs})
+	} else if from, to := bd.OutageStart, bd.OutageEnd; to != 0 {
+		// Every node's uploads failed through the write outage, as
+		// through a cut.
+		ev.Cuts = append(ev.Cuts, cut{From: from, To: to})
 	}
 	bd.Failures, bd.Lease = &ev, o.leaseTTL.Milliseconds()
 	hist, err := s.readAll(ctx)
@@ -1717,6 +1721,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	fmt.Fprintf(w, "  cluster:               %d nodes, lease %v, grace %v, sweep %v, retries %v doubling to %v\n", o.nodes, o.leaseTTL, o.grace, o.sweep, o.retryBase, o.retryMax)
 	fmt.Fprintf(w, "  actors:                %d (%s)\n", o.actors, mix(s.actors))
 	fmt.Fprintf(w, "  chaos:                 %d SIGKILLs (%d restarted under the same name), %d cuts from the bucket of %v\n", sum.Kills, sum.SameName, sum.Cuts, o.partitionFor)
+	fmt.Fprintf(w, "  lease lapses:          %d (the nodes' logs: a lease valid again in a new epoch, its holds void)\n", sum.Lapses)
 	if sum.WriteOutFrom != 0 {
 		fmt.Fprintf(w, "  write outage:          every write refused (503) for %v, reads on, kills and faults on; node starts that gave up: %d\n",
 			time.Duration(sum.WriteOutTo-sum.WriteOutFrom)*time.Millisecond, sum.FailedStarts)
