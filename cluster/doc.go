@@ -174,12 +174,12 @@
 // if it is the holder's, the new version is the chain's next and only
 // restarts others' watch; if another process under the node ID got there
 // first, the holder's next renewal finds its version and the lease is
-// lost. Only a version of
-// another process, or no object for reads, loses the lease (Leases.Lost). A taker
-// that judged the lease expired saw one version unchanged from f to g >=
-// f + TTL + Grace; the holder's confirmed renewals all landed before g, so
-// C landed by f, C was sent by f, and the holder's validity ended at
-// C's send + TTL - Margin, before g by the drift bound, as above.
+// lost. Only a version of another process, or no object for reads, loses
+// the lease (Leases.Lost). A taker that judged the lease expired saw one
+// version unchanged from f to g >= f + TTL + Grace; the holder's confirmed
+// renewals all landed before g, so C landed by f, C was sent by f, and the
+// holder's validity ended at C's send + TTL - Margin, before g by the
+// drift bound, as above.
 //
 // The simulator runs these leases and holds (sim.RunLeases) with renewals
 // that fail, lose their answer after landing, land late or are slow, with

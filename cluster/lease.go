@@ -556,9 +556,10 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 			// our version: an erasure-coded MinIO whose write of ours
 			// failed part way keeps the object so, for reads on some
 			// drives and for writes on none, and every If-Match fails
-			// from then on. Create it anew (If-None-Match, which no
-			// other process's write can pass either): the next version
-			// of the chain, from this renewal's send time.
+			// from then on. Create it anew (If-None-Match, which one
+			// write alone passes, as it makes the object whole): the
+			// next version of the chain, from this renewal's send time
+			// (package documentation, "Renewals that fail").
 			l.log.Warn("the store reads our lease but finds no object to write; creating it anew", "seq", rec.Seq)
 			if etag, err = l.b.Put(rctx, l.key, body, bucket.Cond{IfNoneMatch: true}); err != nil {
 				err = fmt.Errorf("the store reads our version (seq %d) of the object but finds none to write, and creating it anew failed: %w", rec.Seq, err)

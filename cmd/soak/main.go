@@ -824,28 +824,11 @@ func (s *soak) watchExit(ctx context.Context, sl *slot, nd *clusterproc.Node, na
 	}
 	s.selfExits.Add(1)
 	err := nd.Stop() // its exit status, at once
-	s.say("node %s exited on its own (%v); its log ends:\n%s", name, err, lastLines(nd.LogPath, 5))
+	s.say("node %s exited on its own (%v); its log ends:\n%s", name, err, clusterproc.Tail(nd.LogPath, 5))
 	time.Sleep(s.o.leaseTTL)
 	if err := s.startNode(ctx, sl, name); err != nil {
 		s.say("%v", err)
 	}
-}
-
-// lastLines is the last n lines of the file at path, each cut short.
-func lastLines(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	lines = lines[max(0, len(lines)-n):]
-	for i, l := range lines {
-		if len(l) > 300 {
-			lines[i] = l[:300] + "..."
-		}
-		lines[i] = "    " + lines[i]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // startFor is how long startNode tries: long enough for a lease of the

@@ -375,16 +375,16 @@ func (n *Node) exitErr() error {
 }
 
 // tail returns the last lines of a log file, for error messages.
-func tail(path string) string {
+func tail(path string) string { return Tail(path, 20) }
+
+// Tail is the last n lines of the log file at path, or why there is none.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return strings.Join(lines, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // lockedWriter serialises writes from the stdout copier and the process's
