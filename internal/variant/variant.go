@@ -1,6 +1,8 @@
 // Package variant holds the unsafe variants of the index rules: each turns
 // one safety rule of package alarmindex off, so that the simulator can show
 // that its invariant catches the variant, and so that the rule is needed.
+// One more, SharedFIFO, turns the fair scheduler (package fair) into one
+// queue for every tenant, for the test that shows the fairness is needed.
 //
 // The switches are not part of any public API. alarmindex keeps them in an
 // unexported field of its Rules and registers, when it is initialised, the
@@ -37,6 +39,10 @@ type Set struct {
 	// RetryMovesLaterAlarm moves an alarm the failed handler set for after
 	// the retry time back to the retry time.
 	RetryMovesLaterAlarm bool
+	// SharedFIFO makes the fair scheduler one queue in due order for every
+	// tenant, with no cap per tenant: a tenant's backlog then delays every
+	// other tenant's due alarm (package fair).
+	SharedFIFO bool
 }
 
 // Any reports whether s turns any rule off.
@@ -92,4 +98,23 @@ func LeaseConfig[C any](cfg C, s LeaseSet) C {
 		panic("variant: package cluster is not linked in")
 	}
 	return applyLeases(cfg, s).(C)
+}
+
+var applyFair func(cfg any, s Set) any
+
+// RegisterFair is called once, by package fair, with the function that
+// returns a copy of its Config with s's variants on.
+func RegisterFair(f func(cfg any, s Set) any) {
+	if applyFair != nil {
+		panic("variant: RegisterFair called twice")
+	}
+	applyFair = f
+}
+
+// Fair returns a copy of cfg (a fair.Config) with the variants in s on.
+func Fair[C any](cfg C, s Set) C {
+	if applyFair == nil {
+		panic("variant: package fair is not linked in")
+	}
+	return applyFair(cfg, s).(C)
 }
