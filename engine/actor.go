@@ -449,10 +449,23 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 		a.dropInstance()
 		a.e.res.releaseInst(a)
 	}
-	if a.mod == nil {
+	fresh := a.mod == nil
+	if fresh {
 		if err := a.e.res.acquireInst(ctx, a); err != nil {
 			return 0, &abi.ActorError{ID: a.id, Op: "start an instance", Err: err}
 		}
+	}
+	// A guest slot (guestslots.go) for the instance's _initialize and the
+	// call: the deadline counts from when it is given.
+	slot, err := a.e.slots.acquire(ctx, a.id.Tenant)
+	if err != nil {
+		if fresh {
+			a.e.res.releaseInst(a)
+		}
+		return 0, &abi.ActorError{ID: a.id, Op: "run " + export, Err: err}
+	}
+	defer a.e.slots.release(a.id.Tenant, slot)
+	if fresh {
 		m, mem, err := a.e.instantiate(ctx, a.id, a.class, a.stdout, a.stderr)
 		if err != nil {
 			a.e.res.releaseInst(a)
@@ -481,7 +494,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	a.cc.begin(ctx, ev, deadline)
 	mem := a.mem
 	mem.enter()
-	err := fn.CallWithStack(a.cc, a.stack[:])
+	err = fn.CallWithStack(a.cc, a.stack[:])
 	mem.exit()
 	stopped := a.cc.end()
 	refused := a.mem.takeRefusal()

@@ -14,7 +14,12 @@
 //     (WithRegisterer);
 //   - the wasmkeep:actor module: the request, the response, the guest's
 //     key-value table and its identity, beside hostmod's wasmkeep:alarm;
-//   - the guests' output (WithGuestOutput) and their deadlines.
+//   - the guests' output (WithGuestOutput) and their deadlines;
+//   - the guest slots: at most so many guest calls at once, fewer than the
+//     Go runtime's processors, shared fairly between tenants
+//     (WithGuestSlots, WithTenantWeights; package fair), so that no
+//     tenant's guests, spinning or hanging, hold up another tenant's or the
+//     node's own work.
 //
 // Alarms are hostmod's: the engine's events carry a hostmod.Event in the
 // context of each call, its store is hostmod.Rows in the actor's database,

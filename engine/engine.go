@@ -48,6 +48,8 @@ type config struct {
 	preinit       map[string]Preinit
 	idemKeys      int
 	idemBytes     int64
+	guestSlots    int
+	tenantWeights map[string]int
 }
 
 // Option configures an Engine.
@@ -179,8 +181,9 @@ type Engine struct {
 	mu       sync.Mutex
 	compiled []wazero.CompiledModule
 
-	res *residency
-	mem *memBudget
+	res   *residency
+	mem   *memBudget
+	slots *guestSlots
 	// modCfg is the configuration every instance starts from when the
 	// embedder gives none (WithModuleConfig): built once, since each With
 	// copies it; an instance adds only its actor's stdout and stderr.
@@ -232,6 +235,21 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.maxDBs < 1 || cfg.maxInsts < 1 || cfg.resWait <= 0 {
 		return nil, fmt.Errorf("engine: residency budget of %d databases and %d instances, wait %v: each must be positive", cfg.maxDBs, cfg.maxInsts, cfg.resWait)
 	}
+	if cfg.guestSlots == 0 {
+		cfg.guestSlots = DefaultGuestSlots()
+	}
+	if cfg.guestSlots < 1 {
+		return nil, fmt.Errorf("engine: %d guest slots: want at least 1", cfg.guestSlots)
+	}
+	for t, w := range cfg.tenantWeights {
+		if w < 1 {
+			return nil, fmt.Errorf("engine: weight %d for tenant %q: want 1 or more", w, t)
+		}
+	}
+	if before, after := ensureProcs(cfg.guestSlots); after != before {
+		cfg.logger.Info("raised GOMAXPROCS so that guests running in every guest slot leave the Go runtime a processor (a spinning guest cannot be preempted)",
+			"guest_slots", cfg.guestSlots, "gomaxprocs_before", before, "gomaxprocs", after)
+	}
 	if cfg.maxMemory < 65536 {
 		return nil, fmt.Errorf("engine: the memory budget for all instances must be at least one 64 KiB page, not %d bytes", cfg.maxMemory)
 	}
@@ -252,7 +270,8 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 				return nil, fmt.Errorf("engine: instantiate host modules in the embedder's runtime: %w", err)
 			}
 		}
-		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory}}
+		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory},
+			slots: newGuestSlots(cfg.guestSlots, cfg.tenantWeights)}
 		e.modCfg = e.contract(nil)
 		if err := e.register(); err != nil {
 			return nil, err
@@ -275,7 +294,8 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		r.Close(ctx)
 		return nil, fmt.Errorf("engine: instantiate host modules: %w", err)
 	}
-	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: newMemBudget(cfg.maxMemory)}
+	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: newMemBudget(cfg.maxMemory),
+		slots: newGuestSlots(cfg.guestSlots, cfg.tenantWeights)}
 	e.modCfg = e.contract(nil)
 	if err := e.register(); err != nil {
 		r.Close(ctx)

@@ -93,7 +93,7 @@ func (e *Engine) register() error {
 	if e.cfg.registerer == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{newResidencyCollector(e.res), newMemoryCollector(e)} {
+	for _, c := range []prometheus.Collector{newResidencyCollector(e.res), newMemoryCollector(e), newGuestCollector(e.slots)} {
 		if err := e.cfg.registerer.Register(c); err != nil {
 			e.unregister()
 			return fmt.Errorf("engine: registering the engine's metrics: %w", err)

@@ -106,6 +106,9 @@ type Ticket struct {
 	start int64
 }
 
+// Start is when the item started, as Pop or TryStart was told.
+func (t Ticket) Start() int64 { return t.start }
+
 // New returns an empty queue.
 func New[T any](cfg Config) *Queue[T] {
 	if cfg.Slots < 1 {

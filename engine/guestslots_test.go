@@ -1,0 +1,142 @@
+package engine_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/internal/testguest"
+)
+
+// openAs opens an actor of tenant.
+func (e *env) openAs(c *engine.Class, tenant, name string) *engine.Actor {
+	e.t.Helper()
+	id := abi.ActorID{Tenant: tenant, Class: c.Name, Name: name}
+	a, err := e.eng.Open(e.ctx, id, c, filepath.Join(e.dir, tenant+"-"+name+".db"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { a.Close(e.ctx) })
+	return a
+}
+
+// spin starts a request that loops until the event deadline stops it, on
+// each actor; it returns a channel closed when the first of them returns.
+func spin(e *env, actors []*engine.Actor) (firstBack <-chan struct{}, wait func()) {
+	first := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for _, a := range actors {
+		wg.Go(func() {
+			if _, err := a.Request(e.ctx, []byte("l")); err == nil {
+				e.t.Errorf("actor %s: a request that loops forever succeeded", a.ID())
+			}
+			once.Do(func() { close(first) })
+		})
+	}
+	return first, wg.Wait
+}
+
+// waitBusy waits until n guest calls hold slots.
+func waitBusy(t *testing.T, eng *engine.Engine, n int) engine.GuestSlotStats {
+	t.Helper()
+	for range 2000 {
+		if s := eng.GuestSlots(); s.Busy >= n {
+			return s
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("guest slots %+v: want %d busy", eng.GuestSlots(), n)
+	return engine.GuestSlotStats{}
+}
+
+// With a guest spinning in every guest slot, the node's own work still
+// runs: the engine keeps the guests below the runtime's processors. A
+// spinning guest returns to Go at every loop turn (the deadline's check),
+// so Go's scheduler does preempt it; but with spinners waiting in every
+// processor's run queue, a goroutine the network wakes waits in the global
+// queue, which a busy processor reads once in 61 turns of 10 ms: each
+// HTTP round trip then took hundreds of milliseconds (64 spinners on 2
+// processors: 0.8 s on average, 4 s at worst, docs/benchmarks.md), enough
+// for a lease renewal to miss its window. Here 50 HTTP round trips on
+// loopback end while the guests still spin.
+func TestSpinningGuestsLeaveTheRuntimeAProcessor(t *testing.T) {
+	slots := max(4, runtime.GOMAXPROCS(0)) // as many as the processors: the engine must raise GOMAXPROCS
+	e := newEnv(t, engine.WithGuestSlots(slots), engine.WithEventDeadline(3*time.Second))
+	if p := runtime.GOMAXPROCS(0); p <= slots {
+		t.Fatalf("GOMAXPROCS %d with %d guest slots: a guest in every slot leaves the runtime no processor", p, slots)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	c := e.class("hostile", testguest.Fixture(t, "hostile"))
+	var actors []*engine.Actor
+	for i := range slots {
+		// One tenant each: together they hold every slot.
+		actors = append(actors, e.openAs(c, fmt.Sprintf("t%d", i), "spinner"))
+	}
+	firstBack, wait := spin(e, actors)
+	defer wait()
+	waitBusy(t, e.eng, slots)
+	served := make(chan error, 1)
+	go func() {
+		for range 50 {
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				served <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		served <- nil
+	}()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-firstBack:
+		t.Fatal("50 HTTP round trips on loopback did not end while guests spun in every guest slot")
+	}
+}
+
+// One tenant's spinning guests hold at most the guest slots less the
+// headroom: another tenant's request runs at once beside them, and the
+// rest of the first tenant's calls wait.
+func TestOneTenantLeavesGuestSlotsToTheOthers(t *testing.T) {
+	e := newEnv(t, engine.WithGuestSlots(4), engine.WithEventDeadline(2*time.Second))
+	c := e.class("hostile", testguest.Fixture(t, "hostile"))
+	var spinners []*engine.Actor
+	for i := range 6 {
+		spinners = append(spinners, e.openAs(c, "b", fmt.Sprintf("s%d", i)))
+	}
+	firstBack, wait := spin(e, spinners)
+	defer wait()
+	s := waitBusy(t, e.eng, 3)
+	time.Sleep(20 * time.Millisecond) // room for a fourth to start, if one could
+	if s = e.eng.GuestSlots(); s.Busy != 3 || s.Cap != 3 || s.Waiting != 3 {
+		t.Fatalf("guest slots %+v: want tenant b's 6 spinners to hold 3 (its cap) and 3 to wait", s)
+	}
+	other := e.openAs(c, "a", "quick")
+	done := make(chan error, 1)
+	go func() { _, err := other.Request(e.ctx, []byte("x")); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tenant a's request beside tenant b's spinners: %v", err)
+		}
+	case <-firstBack:
+		t.Fatal("tenant a's request waited for one of tenant b's spinners to reach its deadline")
+	}
+	if s := e.eng.GuestSlots(); s.Peak > 4 {
+		t.Fatalf("guest slots %+v: more calls ran at once than the slots", s)
+	}
+}
