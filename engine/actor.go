@@ -368,7 +368,7 @@ func (a *Actor) eventKeyed(ctx context.Context, export string, req []byte, param
 	ev := a.newEvent(req, failures)
 	defer a.endEvent()
 	if export != "" {
-		code, err := a.call(ctx, ev, export, params, a.e.cfg.eventDeadline)
+		code, err := a.call(ctx, ev, export, params, a.e.cfg.eventDeadlineOf(a.class.Name))
 		if err != nil {
 			return hostmod.Result{}, err
 		}
@@ -607,7 +607,7 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (host
 	d, err := hostmod.RunDue(hostmod.Due{Actor: a.id, Store: a.store, Event: &ev.alarm, At: at, Now: now, Failures: failures,
 		Retry: hostmod.RetryPolicy{Base: a.e.cfg.retryBase, Max: a.e.cfg.retryMax, MaxAttempts: a.e.cfg.maxAttemptsOf(a.class.Name)}},
 		func() error {
-			code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadline)
+			code, err := a.call(ctx, ev, abi.ExportOnAlarm, []uint64{api.EncodeI64(at), uint64(uint32(failures))}, a.e.cfg.alarmDeadlineOf(a.class.Name))
 			if err == nil && code != 0 {
 				err = &abi.ActorError{ID: a.id, Err: &hostmod.GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
 			}

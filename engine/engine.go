@@ -50,6 +50,10 @@ type config struct {
 	idemBytes     int64
 	guestSlots    int
 	tenantWeights map[string]int
+	// Deadlines of single classes (WithClassAlarmDeadline,
+	// WithClassEventDeadline).
+	classAlarmDeadline map[string]time.Duration
+	classEventDeadline map[string]time.Duration
 }
 
 // Option configures an Engine.
@@ -75,11 +79,51 @@ func WithDurableCommits(on bool) Option { return func(o *config) { o.durable = o
 func WithLogger(l hclog.Logger) Option { return func(o *config) { o.logger = l } }
 
 // WithAlarmDeadline bounds how long on-alarm may run; past it the run is
-// stopped and counted as a failure (default 30 s).
+// stopped and counted as a failure, its retry committed (default
+// hostmod.DefaultAlarmDeadline, 5 s). WithClassAlarmDeadline overrides it
+// for one class.
 func WithAlarmDeadline(d time.Duration) Option { return func(o *config) { o.alarmDeadline = d } }
 
-// WithEventDeadline bounds how long on-request and on-init may run (default 30 s).
+// WithEventDeadline bounds how long on-request, on-init and an instance's
+// _initialize may run (default 30 s). WithClassEventDeadline overrides it
+// for one class.
 func WithEventDeadline(d time.Duration) Option { return func(o *config) { o.eventDeadline = d } }
+
+// WithClassAlarmDeadline is WithAlarmDeadline for the actors of one class.
+func WithClassAlarmDeadline(class string, d time.Duration) Option {
+	return func(o *config) {
+		if o.classAlarmDeadline == nil {
+			o.classAlarmDeadline = map[string]time.Duration{}
+		}
+		o.classAlarmDeadline[class] = d
+	}
+}
+
+// WithClassEventDeadline is WithEventDeadline for the actors of one class.
+func WithClassEventDeadline(class string, d time.Duration) Option {
+	return func(o *config) {
+		if o.classEventDeadline == nil {
+			o.classEventDeadline = map[string]time.Duration{}
+		}
+		o.classEventDeadline[class] = d
+	}
+}
+
+// alarmDeadlineOf is the on-alarm deadline of a class.
+func (c *config) alarmDeadlineOf(class string) time.Duration {
+	if d, ok := c.classAlarmDeadline[class]; ok {
+		return d
+	}
+	return c.alarmDeadline
+}
+
+// eventDeadlineOf is the event deadline of a class.
+func (c *config) eventDeadlineOf(class string) time.Duration {
+	if d, ok := c.classEventDeadline[class]; ok {
+		return d
+	}
+	return c.eventDeadline
+}
 
 // WithBackoff sets the retry delay after the first failure and its cap
 // (default 1 s doubling to 5 min).
@@ -231,6 +275,13 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	}
 	if cfg.alarmDeadline <= 0 || cfg.eventDeadline <= 0 {
 		return nil, fmt.Errorf("engine: deadlines must be positive")
+	}
+	for _, m := range []map[string]time.Duration{cfg.classAlarmDeadline, cfg.classEventDeadline} {
+		for class, d := range m {
+			if d <= 0 {
+				return nil, fmt.Errorf("engine: deadline %v for class %q: deadlines must be positive", d, class)
+			}
+		}
 	}
 	if cfg.maxDBs < 1 || cfg.maxInsts < 1 || cfg.resWait <= 0 {
 		return nil, fmt.Errorf("engine: residency budget of %d databases and %d instances, wait %v: each must be positive", cfg.maxDBs, cfg.maxInsts, cfg.resWait)
@@ -483,7 +534,7 @@ func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdo
 	if err != nil {
 		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
 	}
-	ctx, cancel := context.WithTimeout(withCall(gm.with(ctx), &call{actor: id}), e.cfg.eventDeadline)
+	ctx, cancel := context.WithTimeout(withCall(gm.with(ctx), &call{actor: id}), e.cfg.eventDeadlineOf(c.Name))
 	defer cancel()
 	gm.enter()
 	m, err := e.r.InstantiateModule(ctx, c.compiled, mc)

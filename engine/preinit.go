@@ -130,7 +130,7 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 		}
 		im, err := preinit.Build(ctx, wasm, preinit.Config{
 			MemoryLimitPages: e.cfg.memoryPages, Cache: cache,
-			Walltime: e.cfg.clock.Now, Timeout: e.cfg.eventDeadline,
+			Walltime: e.cfg.clock.Now, Timeout: e.cfg.eventDeadlineOf(class),
 		})
 		if ctx.Err() != nil {
 			return nil, nil // not the module's doing: try again next time

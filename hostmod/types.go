@@ -11,8 +11,17 @@ import (
 
 // The defaults of a delivery (DeliverOptions): how long on-alarm may run,
 // and the backoff of its failed runs, 1 s doubling to 5 min (ABI.md).
+//
+// The deadline is short because a handler holds a delivery worker and a
+// guest slot for as long as it runs: one that spins or hangs costs its
+// tenant's share that long at each retry (5 s, where it was 30 s). An
+// honest handler runs in microseconds to milliseconds (a warm firing's
+// whole delivery, commit included, measures in tens of microseconds,
+// docs/benchmarks.md), a thousand times under it; a class whose handler
+// needs longer gets a deadline of its own (engine.WithClassAlarmDeadline,
+// keepnode -alarm-deadline CLASS=D).
 const (
-	DefaultAlarmDeadline = 30 * time.Second
+	DefaultAlarmDeadline = 5 * time.Second
 	DefaultRetryBase     = alarmindex.DefaultRetryBase
 	DefaultRetryMax      = alarmindex.DefaultRetryMax
 )

@@ -290,7 +290,7 @@ func TestKeepnodeFlags(t *testing.T) {
 		"-lease-margin duration", "(default 1s)",
 		"-lease-grace duration", "(default 2s)",
 		"-idle duration", "(default 1m0s)",
-		"-alarm-deadline duration", "(default 30s)",
+		"-alarm-deadline value", "(default 5s)", "-event-deadline value", "(default 30s)",
 		"-retry-base duration", "-retry-max duration", "(default 5m0s)",
 		"-sweep duration", "(default 10s)", "-tenants string",
 		"-log-level string", `(default "info")`,

@@ -58,12 +58,14 @@ type options struct {
 	createBucket                              bool
 	classes                                   classFlags
 	leaseTTL, leaseMargin, leaseGrace, idle   time.Duration
-	sweep, alarmDeadline, retryBase, retryMax time.Duration
+	sweep, retryBase, retryMax                time.Duration
 	failoverWait, logSummary, sweepSafety     time.Duration
 	leaseRead                                 time.Duration
 	maxDBs, maxInsts, sweepConc, sweepWalkers int
 	idemKeys, idemBytes                       int
+	guestSlots                                int
 	attempts                                  *attemptsFlag
+	alarmDeadline, eventDeadline              *deadlineFlag
 	preinit                                   *preinitFlag
 	logLevel                                  string
 	logJSON, showVersion                      bool
@@ -74,7 +76,9 @@ type options struct {
 
 // newFlags defines keepnode's flags on a new flag set.
 func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
-	o := &options{classes: classFlags{}, attempts: &attemptsFlag{}, preinit: &preinitFlag{}}
+	o := &options{classes: classFlags{}, attempts: &attemptsFlag{}, preinit: &preinitFlag{},
+		alarmDeadline: newDeadlineFlag("alarm-deadline", hostmod.DefaultAlarmDeadline, engine.WithAlarmDeadline, engine.WithClassAlarmDeadline),
+		eventDeadline: newDeadlineFlag("event-deadline", engine.DefaultEventDeadline, engine.WithEventDeadline, engine.WithClassEventDeadline)}
 	fs := flag.NewFlagSet("keepnode", errorHandling)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: keepnode -data DIR -class NAME=FILE.wasm [flags]\n\n"+
@@ -109,7 +113,9 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.IntVar(&o.sweepConc, "sweep-concurrency", sweeper.DefaultConcurrency, "how many tenants' alarm indexes a sweep lists at once")
 	fs.IntVar(&o.sweepWalkers, "sweep-walkers", sweeper.DefaultWalkers, "how many live nodes walk each tenant's alarm index, per class they serve")
 	fs.DurationVar(&o.sweepSafety, "sweep-safety", sweeper.DefaultSafetyPeriod, "the longest a walker leaves a tenant's alarm index unlisted when nothing in it can be overdue")
-	fs.DurationVar(&o.alarmDeadline, "alarm-deadline", hostmod.DefaultAlarmDeadline, "longest on-alarm run")
+	fs.Var(o.alarmDeadline, "alarm-deadline", "longest on-alarm run, after which it is stopped and counts as a failure (its retry committed): D for every class, CLASS=D for one, comma-separated")
+	fs.IntVar(&o.guestSlots, "guest-slots", 0, "how many guest calls (requests, alarm handlers, instance starts) run at once, shared fairly between tenants; GOMAXPROCS is raised above it (default: GOMAXPROCS-1, at least 4)")
+	fs.Var(o.eventDeadline, "event-deadline", "longest on-request, on-init or instance start, after which it is stopped and the event fails: D for every class, CLASS=D for one, comma-separated")
 	fs.DurationVar(&o.retryBase, "retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
 	fs.DurationVar(&o.failoverWait, "failover-wait", 0, "how long a client request waits inside the node for an actor whose holder cannot be reached, or while this node's lease is being renewed, before a 503 (default: lease TTL + grace + the leases' reading period, about a takeover; negative: no waiting)")
@@ -223,7 +229,7 @@ const cacheDirOff = "off"
 func run(logger hclog.Logger, o *options) error {
 	secFlags, memFlags, mf, dataDir, cacheDir, classes := o.sec, o.mem, o.metrics, o.dataDir, o.cacheDir, o.classes
 	listen, advertise, bucketName, createBucket, prefix, nodeID := o.listen, o.advertise, o.bucketName, o.createBucket, o.prefix, o.nodeID
-	leaseTTL, leaseMargin, leaseGrace, idle, alarmDeadline, retryBase, retryMax := o.leaseTTL, o.leaseMargin, o.leaseGrace, o.idle, o.alarmDeadline, o.retryBase, o.retryMax
+	leaseTTL, leaseMargin, leaseGrace, idle, retryBase, retryMax := o.leaseTTL, o.leaseMargin, o.leaseGrace, o.idle, o.retryBase, o.retryMax
 	attempts, tenants, sweep, sweepConc, failoverWait, maxDBs, maxInsts := o.attempts, splitList(o.tenants), o.sweep, o.sweepConc, o.failoverWait, o.maxDBs, o.maxInsts
 	if maxDBs < 1 || maxInsts < 1 {
 		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
@@ -268,8 +274,15 @@ func run(logger hclog.Logger, o *options) error {
 	if err != nil {
 		return err
 	}
-	engineOpts := append([]engine.Option{engine.WithAlarmDeadline(alarmDeadline), engine.WithBackoff(retryBase, retryMax)}, memOpts...)
+	engineOpts := append([]engine.Option{engine.WithBackoff(retryBase, retryMax), engine.WithGuestSlots(o.guestSlots)}, memOpts...)
 	engineOpts = append(engineOpts, attemptOpts...)
+	for _, f := range []*deadlineFlag{o.alarmDeadline, o.eventDeadline} {
+		opts, err := f.options(classes)
+		if err != nil {
+			return err
+		}
+		engineOpts = append(engineOpts, opts...)
+	}
 	preinitOpts, err := o.preinit.options(classes)
 	if err != nil {
 		return err
