@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/core"
+	"github.com/wasmkeep/alarms/fair"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/seam"
 	"github.com/wasmkeep/alarms/internal/variant"
@@ -221,9 +223,20 @@ type Config struct {
 	// cannot reach the bucket loses its lease in that time (default:
 	// Margin; 5 s for SingleNode).
 	RetryAfterError time.Duration
-	// MaxConcurrentDeliveries bounds the timer loop's deliveries in flight
-	// (default 64).
+	// MaxConcurrentDeliveries is the timer loop's delivery workers: how
+	// many deliveries run at once (default DefaultDeliveryWorkers()). They
+	// are shared fairly between tenants: due alarms wait in a queue per
+	// tenant, in due order, no tenant holds more than all but an eighth of
+	// the workers while it has work, and a free worker goes to the tenant
+	// whose deliveries have held workers the least time, by weight
+	// (package fair).
 	MaxConcurrentDeliveries int
+	// TenantWeights gives tenants their weights in the share of the
+	// delivery workers (default 1 each: equal shares). The tenants named
+	// are also the ones the per-tenant metrics name; every other tenant
+	// is counted under OtherTenants, so the series are bounded by the
+	// configuration, not by the tenants that show up.
+	TenantWeights map[string]int
 	// OnDelivery, if set, is called after each delivery the timer loop
 	// makes.
 	OnDelivery func(Delivery)
@@ -240,6 +253,12 @@ type Config struct {
 	variants variant.Set
 }
 
+// DefaultDeliveryWorkers is the delivery workers of a plugin made now
+// without Config.MaxConcurrentDeliveries: 16 per CPU, at least 64. A
+// delivery spends most of its time waiting on the bucket (its upload, the
+// index), not on a CPU.
+func DefaultDeliveryWorkers() int { return max(64, 16*runtime.NumCPU()) }
+
 // Plugin carries out the index rules and runs the sweep for one node.
 type Plugin struct {
 	cfg   Config
@@ -254,11 +273,19 @@ type Plugin struct {
 	core *core.State
 	// runCtx is the timer loop's, while it runs (stale.go).
 	runCtx context.Context
-	// idle hands a delivery to a worker waiting for one (unbuffered);
-	// workers counts them, at most Config.MaxConcurrentDeliveries.
-	idle    chan func()
-	workers atomic.Int64
-	wg      sync.WaitGroup
+	// schedMu guards sched, the fair scheduler of the delivery workers
+	// (delivery.go): the deliveries the timer popped wait there in their
+	// tenants' queues. jobs hands the deliveries it starts to the workers
+	// (as many as can run at once); workers counts them, at most
+	// Config.MaxConcurrentDeliveries; workerWG waits for them.
+	schedMu  sync.Mutex
+	sched    *fair.Queue[*job]
+	jobs     chan *job
+	workers  atomic.Int64
+	workerWG sync.WaitGroup
+	// wg counts the deliveries popped and not yet ended or dropped, and
+	// the forwards in flight.
+	wg sync.WaitGroup
 	// forwarding bounds the forwards in flight (delivery.go, forwardLater).
 	forwarding chan struct{}
 
@@ -283,7 +310,12 @@ func Register(cfg Config) (*Plugin, error) {
 		}
 	}
 	if cfg.MaxConcurrentDeliveries <= 0 {
-		cfg.MaxConcurrentDeliveries = 64
+		cfg.MaxConcurrentDeliveries = DefaultDeliveryWorkers()
+	}
+	for t, w := range cfg.TenantWeights {
+		if w < 1 {
+			return nil, fmt.Errorf("alarms: weight %d for tenant %q: want 1 or more", w, t)
+		}
 	}
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = hostmod.DefaultRetryMax
@@ -324,7 +356,12 @@ func Register(cfg Config) (*Plugin, error) {
 		rules:      variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
 		log:        cfg.Logger,
 		core:       core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
-		idle:       make(chan func()),
+		sched: fair.New[*job](variant.Fair(fair.Config{
+			Slots:    cfg.MaxConcurrentDeliveries,
+			Headroom: cfg.MaxConcurrentDeliveries / 8,
+			Weight:   func(t string) int { return cfg.TenantWeights[t] },
+		}, cfg.variants)),
+		jobs:       make(chan *job, cfg.MaxConcurrentDeliveries),
 		forwarding: make(chan struct{}, max(1, cfg.MaxConcurrentDeliveries/4)),
 		m:          m,
 		failing:    map[string]int{},

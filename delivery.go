@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/fair"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -32,7 +34,8 @@ type Forwarder interface {
 }
 
 // runTimer runs the node timer (Config.Timer) until ctx ends, as Start
-// says. It returns once every delivery it started has ended.
+// says. It returns once every delivery it started has ended, and those it
+// queued are dropped (released to the timer's state as if never popped).
 func (p *Plugin) runTimer(ctx context.Context) {
 	p.mu.Lock()
 	p.runCtx = ctx // removals of stale entries take actors while it runs (stale.go)
@@ -43,6 +46,8 @@ func (p *Plugin) runTimer(ctx context.Context) {
 		p.runCtx = nil
 		p.mu.Unlock()
 	}()
+	defer p.dropQueued()
+	defer p.workerWG.Wait()
 	p.cfg.Timer.Run(ctx, p.cfg.Host, func(key string, at int64) { p.start(ctx, key, at) })
 }
 
@@ -63,6 +68,35 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	}
 }
 
+// job is one delivery the timer loop popped: waiting in its tenant's
+// queue of the fair scheduler, then on a worker.
+type job struct {
+	key    string
+	at     int64
+	tenant string
+	tk     fair.Ticket
+	// started: the scheduler gave it a worker; waited: not at once (every
+	// worker busy, or its tenant at its cap).
+	started, waited bool
+	// stale, when set, is a removal of stale index entries (stale.go) to
+	// run instead of a delivery.
+	stale func()
+}
+
+// tenantOfKey is the tenant of a TimerKey: its first path element.
+func tenantOfKey(key string) string {
+	t, _, _ := strings.Cut(key, "/")
+	return t
+}
+
+// start queues a due alarm the timer popped in its tenant's queue of the
+// fair scheduler (docs/operations.md#tenants-on-one-node), which hands the
+// queued deliveries to the workers: never more than
+// MaxConcurrentDeliveries at once, nor more than all but the headroom to
+// one tenant, and each free worker to the tenant whose deliveries have
+// held workers the least time. The timer loop never waits for a worker: a
+// tenant's burst of due alarms waits in its own queue, not in front of
+// the others'.
 func (p *Plugin) start(ctx context.Context, key string, at int64) {
 	p.mu.Lock()
 	if !p.core.Start(key, at) {
@@ -74,70 +108,132 @@ func (p *Plugin) start(ctx context.Context, key string, at int64) {
 	}
 	p.wg.Add(1)
 	p.mu.Unlock()
-	job := func() {
-		defer p.wg.Done()
-		defer p.release(key)
-		defer func() {
-			// A panic outside the actor's delivery (OnDelivery, say) ends
-			// this delivery only.
-			if r := recover(); r != nil {
-				p.log.Error("panic in a delivery", "key", key, "panic", r, "stack", string(debug.Stack()))
-			}
-		}()
-		d := p.deliverDue(ctx, key, at) // on the worker: the timer loop only hands out
-		if p.cfg.OnDelivery != nil {
-			p.cfg.OnDelivery(d)
+	j := &job{key: key, at: at, tenant: tenantOfKey(key)}
+	p.schedMu.Lock()
+	p.sched.Push(j.tenant, at, j)
+	p.dispatch(ctx)
+	if !j.started {
+		j.waited = true
+	}
+	p.schedMu.Unlock()
+}
+
+// dispatch hands the deliveries the scheduler starts now to the workers,
+// starting workers as needed: as many as deliveries run, at most
+// MaxConcurrentDeliveries, kept until ctx ends, so a delivery runs on a
+// goroutine whose stack has already grown to the depth of a guest's call
+// into SQLite rather than growing a fresh one each time (schedMu held).
+func (p *Plugin) dispatch(ctx context.Context) {
+	now := p.cfg.Host.Now().UnixNano()
+	for {
+		j, tk, ok := p.sched.Pop(now)
+		if !ok {
+			break
 		}
+		j.tk, j.started = tk, true
+		p.jobs <- j // never blocks: it holds as many as the scheduler runs at once
 	}
-	// The delivery slots are workers, at most MaxConcurrentDeliveries,
-	// started as needed (only here, in the timer loop) and kept until ctx
-	// ends: a delivery runs on a goroutine whose stack has already grown to
-	// the depth of a guest's call into SQLite, rather than growing a fresh
-	// one each time.
-	if p.handOff(ctx, job) {
-		return
-	}
-	// Wait for a worker here, in the timer loop, so a burst of due alarms
-	// stays in the timer rather than in goroutines.
-	select {
-	case p.idle <- job:
-	case <-ctx.Done():
-		p.release(key)
-		p.wg.Done()
-	}
-}
-
-// handOff gives job to an idle worker, or to a new one while there are
-// fewer than MaxConcurrentDeliveries; false if every worker is busy.
-func (p *Plugin) handOff(ctx context.Context, job func()) bool {
-	select {
-	case p.idle <- job: // an idle worker runs it
-		return true
-	default:
-	}
-	if p.workers.Load() < int64(p.cfg.MaxConcurrentDeliveries) {
+	for int(p.workers.Load()) < p.sched.Running() {
 		p.workers.Add(1)
-		p.wg.Add(1)
-		go p.worker(ctx, job)
-		return true
+		p.workerWG.Add(1)
+		go p.worker(ctx)
 	}
-	return false
 }
 
-// worker runs deliveries, the first job then whatever the timer loop
-// hands it, until ctx ends.
-func (p *Plugin) worker(ctx context.Context, job func()) {
-	defer p.wg.Done()
+// startNow gives j a worker at once if the scheduler has one for its
+// tenant without passing over anyone who waits; false otherwise.
+func (p *Plugin) startNow(ctx context.Context, j *job) bool {
+	p.schedMu.Lock()
+	defer p.schedMu.Unlock()
+	tk, ok := p.sched.TryStart(j.tenant, p.cfg.Host.Now().UnixNano())
+	if !ok {
+		return false
+	}
+	j.tk, j.started = tk, true
+	p.jobs <- j
+	p.dispatch(ctx) // starts a worker for it if needed
+	return true
+}
+
+// worker runs deliveries until ctx ends.
+func (p *Plugin) worker(ctx context.Context) {
+	defer p.workerWG.Done()
 	defer p.workers.Add(-1)
 	for {
-		job()
 		select {
-		case job = <-p.idle:
+		case j := <-p.jobs:
+			p.runJob(ctx, j)
 		case <-ctx.Done():
 			return
 		}
 	}
 }
+
+// runJob delivers one queued alarm on a worker, then frees the worker in
+// the scheduler, charging the job's tenant the time it held it.
+func (p *Plugin) runJob(ctx context.Context, j *job) {
+	defer p.wg.Done()
+	start := p.cfg.Host.Now()
+	var d Delivery
+	func() {
+		defer p.release(j.key)
+		defer func() {
+			// A panic outside the actor's delivery (OnDelivery, say) ends
+			// this delivery only.
+			if r := recover(); r != nil {
+				p.log.Error("panic in a delivery", "key", j.key, "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		if j.stale != nil {
+			j.stale()
+			return
+		}
+		d = p.deliverDue(ctx, j.key, j.at) // on the worker: the timer loop only hands out
+		if p.cfg.OnDelivery != nil {
+			p.cfg.OnDelivery(d)
+		}
+	}()
+	end := p.cfg.Host.Now()
+	if j.stale == nil {
+		p.m.tenantDelivery(p.tenantLabel(j.tenant), d, end.Sub(start), j.waited)
+	}
+	p.schedMu.Lock()
+	p.sched.Done(j.tk, end.UnixNano())
+	p.dispatch(ctx)
+	p.schedMu.Unlock()
+}
+
+// dropQueued gives back the deliveries still queued once the timer loop
+// and its workers have ended: each is released as if it had not been
+// popped (a time popped meanwhile goes back to the timer).
+func (p *Plugin) dropQueued() {
+	p.schedMu.Lock()
+	queued := p.sched.Drain()
+	for len(p.jobs) > 0 {
+		j := <-p.jobs
+		queued = append(queued, j)
+		p.sched.Done(j.tk, p.cfg.Host.Now().UnixNano())
+	}
+	p.schedMu.Unlock()
+	for _, j := range queued {
+		p.release(j.key)
+		p.wg.Done()
+	}
+}
+
+// tenantLabel is a tenant's label in the per-tenant metrics: its name if
+// Config.TenantWeights names it, OtherTenants otherwise, so the number of
+// series is bounded by the configuration.
+func (p *Plugin) tenantLabel(tenant string) string {
+	if _, ok := p.cfg.TenantWeights[tenant]; ok {
+		return tenant
+	}
+	return OtherTenants
+}
+
+// OtherTenants is the tenant label of the per-tenant metrics for the
+// tenants Config.TenantWeights does not name.
+const OtherTenants = "other"
 
 // deliverDue delivers one alarm the node timer popped (key is a TimerKey),
 // on the calling goroutine (a worker of the timer loop): take the actor,

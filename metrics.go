@@ -2,6 +2,8 @@ package alarms
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +53,10 @@ type metrics struct {
 	delReplacedErr, delStaleErr prometheus.Counter
 	unmatched                   map[alarmindex.Outcome]prometheus.Counter
 	forwarded                   *prometheus.CounterVec
-	collectors                  []prometheus.Collector
+	// Per tenant label (Plugin.tenantLabel).
+	tenantDeliveries, tenantWork, tenantQueued *prometheus.CounterVec
+	tenantLateness                             *prometheus.HistogramVec
+	collectors                                 []prometheus.Collector
 }
 
 // newMetrics makes the plugin's metrics; register registers them once the
@@ -82,6 +87,32 @@ func newMetrics(cfg Config) *metrics {
 		Help: "Alarms whose retries were given up: on-alarm failed on the last attempt its class allows (-max-attempts); the alarm was cleared and the actor keeps a dead letter.",
 	})
 	m.collectors = append(m.collectors, firings, m.lateness, m.retries, m.deadLettered)
+	m.tenantDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_tenant_deliveries_total",
+		Help: "The tenant's alarm deliveries from the node timer (every outcome). Tenants not named in the configuration are counted under tenant=\"other\".",
+	}, []string{"tenant"})
+	m.tenantLateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "wasmkeep_tenant_alarm_lateness_seconds",
+		Help:    "How late the tenant's on-alarm runs were: when the delivery ended minus the committed alarm time.",
+		Buckets: latenessBuckets,
+	}, []string{"tenant"})
+	m.tenantWork = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_tenant_delivery_seconds_total",
+		Help: "Time the tenant's deliveries held delivery workers (on-alarm, the actor's take and upload): what the fair scheduler charges the tenant.",
+	}, []string{"tenant"})
+	m.tenantQueued = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmkeep_tenant_deliveries_queued_total",
+		Help: "The tenant's deliveries that waited in its queue for a worker: every worker busy, or the tenant at its cap (throttled).",
+	}, []string{"tenant"})
+	// Every series the labels allow, from the start: the configuration's
+	// tenants and "other".
+	for _, l := range append(slices.Collect(maps.Keys(cfg.TenantWeights)), OtherTenants) {
+		m.tenantDeliveries.WithLabelValues(l)
+		m.tenantLateness.WithLabelValues(l)
+		m.tenantWork.WithLabelValues(l)
+		m.tenantQueued.WithLabelValues(l)
+	}
+	m.collectors = append(m.collectors, m.tenantDeliveries, m.tenantLateness, m.tenantWork, m.tenantQueued)
 	if cfg.SingleNode {
 		return m
 	}
@@ -154,6 +185,27 @@ func (m *metrics) register(p *Plugin) error {
 			Help: "The highest committed retry count (an alarm's retry_count) among the failing actors (0 when none fails).",
 		}, func() float64 { _, mx := p.failingStats(); return float64(mx) }),
 	)
+	sched := func(f func() int) func() float64 {
+		return func() float64 {
+			p.schedMu.Lock()
+			defer p.schedMu.Unlock()
+			return float64(f())
+		}
+	}
+	cs = append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_delivery_workers",
+			Help: "How many deliveries may run at once (Config.MaxConcurrentDeliveries, keepnode -workers).",
+		}, sched(p.sched.Slots)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_deliveries_running",
+			Help: "Deliveries running on the workers now.",
+		}, sched(p.sched.Running)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_deliveries_waiting",
+			Help: "Due alarms waiting in their tenants' queues for a worker now.",
+		}, sched(p.sched.Waiting)),
+	)
 	if p.loop != nil {
 		stat := func(name, help string, f func(s sweeper.Stats) int64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
@@ -190,6 +242,22 @@ func (m *metrics) delivered(outcome string, ev hostmod.Delivery, at time.Time) {
 		if ev.GaveUp {
 			m.deadLettered.Inc()
 		}
+	}
+}
+
+// tenantDelivery records one delivery of the timer loop under its
+// tenant's label: it held a worker for work, and waited for it or not.
+func (m *metrics) tenantDelivery(label string, d Delivery, work time.Duration, waited bool) {
+	if m == nil {
+		return
+	}
+	m.tenantDeliveries.WithLabelValues(label).Inc()
+	if d.Event.Ran {
+		m.tenantLateness.WithLabelValues(label).Observe(float64(d.At.UnixMilli()-d.Event.Scheduled) / 1000)
+	}
+	m.tenantWork.WithLabelValues(label).Add(work.Seconds())
+	if waited {
+		m.tenantQueued.WithLabelValues(label).Inc()
 	}
 }
 

@@ -73,19 +73,11 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 	if !p.claim(key) {
 		return
 	}
-	job := func() {
-		defer p.wg.Done()
-		defer p.release(key)
-		defer func() {
-			if r := recover(); r != nil {
-				p.log.Error("panic removing stale index entries", "key", key, "panic", r, "stack", string(debug.Stack()))
-			}
-		}()
-		_, _ = p.removeStale(ctx, d.Actor, entry, true)
-	}
-	// A free delivery worker, or a new one under the cap; otherwise a
-	// later sweep tries again (never wait here: this is the sweep).
-	if p.handOff(ctx, job) {
+	// A free delivery worker the fair scheduler gives the actor's tenant
+	// at once; otherwise a later sweep tries again (never wait here: this
+	// is the sweep).
+	j := &job{key: key, tenant: d.Actor.Tenant, stale: func() { _, _ = p.removeStale(ctx, d.Actor, entry, true) }}
+	if p.startNow(ctx, j) {
 		return
 	}
 	p.release(key)

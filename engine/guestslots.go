@@ -88,7 +88,9 @@ func newGuestSlots(n int, weights map[string]int) *guestSlots {
 	g := &guestSlots{base: time.Now(), labels: map[string]string{}, stats: map[string]*tenantGuestStats{}}
 	for t := range weights {
 		g.labels[t] = t
+		g.stats[t] = &tenantGuestStats{}
 	}
+	g.stats[OtherTenants] = &tenantGuestStats{}
 	g.q = fair.New[*slotWaiter](fair.Config{Slots: n, Headroom: guestSlotHeadroom(n), Weight: func(t string) int { return weights[t] }})
 	return g
 }

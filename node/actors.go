@@ -872,6 +872,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		SweepWalkers:            c.SweepWalkers,
 		SweepSafetyPeriod:       c.SweepSafetyPeriod,
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
+		TenantWeights:           n.cfg.TenantWeights,
 		OnDelivery:              n.delivered,
 		Registerer:              n.cfg.Registerer,
 		// Replaced entries and replaced snapshots go out in the same

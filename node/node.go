@@ -57,8 +57,16 @@ type Config struct {
 	// a delivery is tried again on a node running alone (default 5 s); in
 	// cluster mode it is the lease period, as docs/design.md#delivery says.
 	RetryAfterError time.Duration
-	// MaxConcurrentDeliveries bounds deliveries in flight (default 64).
+	// MaxConcurrentDeliveries is the delivery workers: how many alarm
+	// deliveries run at once (default alarms.DefaultDeliveryWorkers(), 16
+	// per CPU and at least 64), shared fairly between tenants
+	// (alarms.Config.MaxConcurrentDeliveries).
 	MaxConcurrentDeliveries int
+	// TenantWeights gives tenants their weights in the shares of the
+	// delivery workers and the engine's guest slots (default 1 each). The
+	// tenants named are the ones the per-tenant metrics name; the others
+	// are counted together as "other".
+	TenantWeights map[string]int
 	// MaxOpenDatabases and MaxInstances are the residency budget: at most
 	// this many actor databases open and guest instances live at once
 	// (defaults engine.DefaultMaxOpenDatabases and DefaultMaxInstances);
@@ -140,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.RetryAfterError = 5 * time.Second
 	}
 	if cfg.MaxConcurrentDeliveries <= 0 {
-		cfg.MaxConcurrentDeliveries = 64
+		cfg.MaxConcurrentDeliveries = alarms.DefaultDeliveryWorkers()
 	}
 	sec, err := newSecurity(cfg.Security)
 	if err != nil {
@@ -165,7 +173,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: data directory: %w", err)
 	}
 	opts := engineOptions(cfg, []engine.Option{engine.WithClock(cfg.Clock), engine.WithLogger(cfg.Logger),
-		engine.WithMaxOpenDatabases(cfg.MaxOpenDatabases), engine.WithMaxInstances(cfg.MaxInstances)})
+		engine.WithMaxOpenDatabases(cfg.MaxOpenDatabases), engine.WithMaxInstances(cfg.MaxInstances),
+		engine.WithTenantWeights(cfg.TenantWeights)})
 	eng, err := engine.NewEngine(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -214,6 +223,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		RetryMax:                cfg.RetryMax,
 		RetryAfterError:         cfg.RetryAfterError,
 		MaxConcurrentDeliveries: cfg.MaxConcurrentDeliveries,
+		TenantWeights:           cfg.TenantWeights,
 		OnDelivery:              n.delivered,
 		Logger:                  n.log.Named("alarms"),
 		Registerer:              cfg.Registerer,

@@ -63,7 +63,8 @@ type options struct {
 	leaseRead                                 time.Duration
 	maxDBs, maxInsts, sweepConc, sweepWalkers int
 	idemKeys, idemBytes                       int
-	guestSlots                                int
+	guestSlots, workers                       int
+	tenant                                    *tenantFlags
 	attempts                                  *attemptsFlag
 	alarmDeadline, eventDeadline              *deadlineFlag
 	preinit                                   *preinitFlag
@@ -76,7 +77,7 @@ type options struct {
 
 // newFlags defines keepnode's flags on a new flag set.
 func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
-	o := &options{classes: classFlags{}, attempts: &attemptsFlag{}, preinit: &preinitFlag{},
+	o := &options{classes: classFlags{}, attempts: &attemptsFlag{}, preinit: &preinitFlag{}, tenant: newTenantFlags(),
 		alarmDeadline: newDeadlineFlag("alarm-deadline", hostmod.DefaultAlarmDeadline, engine.WithAlarmDeadline, engine.WithClassAlarmDeadline),
 		eventDeadline: newDeadlineFlag("event-deadline", engine.DefaultEventDeadline, engine.WithEventDeadline, engine.WithClassEventDeadline)}
 	fs := flag.NewFlagSet("keepnode", errorHandling)
@@ -115,6 +116,8 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.sweepSafety, "sweep-safety", sweeper.DefaultSafetyPeriod, "the longest a walker leaves a tenant's alarm index unlisted when nothing in it can be overdue")
 	fs.Var(o.alarmDeadline, "alarm-deadline", "longest on-alarm run, after which it is stopped and counts as a failure (its retry committed): D for every class, CLASS=D for one, comma-separated")
 	fs.IntVar(&o.guestSlots, "guest-slots", 0, "how many guest calls (requests, alarm handlers, instance starts) run at once, shared fairly between tenants; GOMAXPROCS is raised above it (default: GOMAXPROCS-1, at least 4)")
+	fs.IntVar(&o.workers, "workers", 0, "delivery workers: how many alarm deliveries run at once, shared fairly between tenants (default: 16 per CPU, at least 64)")
+	fs.Var(o.tenant.weight, "tenant-weight", "a tenant's weight in the shares of the delivery workers and the guest slots: TENANT=W, comma-separated (default 1 each); the tenants named by any -tenant-* flag get their own series in the per-tenant metrics, the others are counted as \"other\"")
 	fs.Var(o.eventDeadline, "event-deadline", "longest on-request, on-init or instance start, after which it is stopped and the event fails: D for every class, CLASS=D for one, comma-separated")
 	fs.DurationVar(&o.retryBase, "retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
@@ -343,6 +346,9 @@ func run(logger hclog.Logger, o *options) error {
 		MaxOpenDatabases: maxDBs,
 		MaxInstances:     maxInsts,
 		EngineOptions:    engineOpts,
+
+		MaxConcurrentDeliveries: o.workers,
+		TenantWeights:           o.tenant.weights(),
 	}
 	var s3opts []s3.Option
 	if reg != nil {

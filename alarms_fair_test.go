@@ -1,0 +1,163 @@
+package alarms_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/internal/metricstest"
+	"github.com/wasmkeep/alarms/internal/variant"
+	"github.com/wasmkeep/alarms/sweeper"
+)
+
+// hangingTenant is a host whose takes of tenant b's actors hang (as a
+// handler that hangs until its deadline holds its worker) until released,
+// and which reports each take of another tenant's actor.
+type hangingTenant struct {
+	mu      sync.Mutex
+	inB     int
+	release chan struct{}
+	others  chan abi.ActorID
+}
+
+func (h *hangingTenant) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+	if id.Tenant == "b" {
+		h.mu.Lock()
+		h.inB++
+		h.mu.Unlock()
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	} else {
+		h.others <- id
+	}
+	return &fakeActor{id: id, j: &journal{}, meta: map[string]string{}}, func(error) {}, nil
+}
+
+func (h *hangingTenant) hanging() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inB
+}
+
+// runHanging runs the timer loop of a plugin with 8 workers (variants v)
+// with 50 of tenant b's alarms due and hanging, waits until they hold the
+// workers they may, then makes tenant a's alarm due. It reports whether
+// a's actor was taken while b's still hung, and how many of b's hung.
+func runHanging(t *testing.T, v variant.Set) (aServed bool, bHanging int) {
+	const workers = 8
+	host := &tickingHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}
+	h := &hangingTenant{release: make(chan struct{}), others: make(chan abi.ActorID, 1)}
+	host.tk = h
+	timer := sweeper.NewTimer(retryMax)
+	p, err := alarms.Register(alarms.WithVariants(alarms.Config{SingleNode: true, Host: host, Timer: timer, MaxConcurrentDeliveries: workers}, v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "b", Class: "c", Name: fmt.Sprintf("b%02d", i)}), t1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.RunTimer(ctx); close(done) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for deadline := time.Now().Add(30 * time.Second); h.hanging() < workers-1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of tenant b's deliveries reached Take in 30 s, want %d", h.hanging(), workers-1)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // room for an eighth, if one could start
+	timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "a", Class: "c", Name: "a"}), t1)
+	select {
+	case <-h.others:
+		return true, h.hanging()
+	case <-time.After(2 * time.Second):
+		return false, h.hanging()
+	}
+}
+
+// A tenant whose deliveries hang holds at most all but an eighth of the
+// delivery workers; another tenant's alarm that comes due meanwhile gets
+// a worker at once, not after the backlog.
+func TestATenantWhoseDeliveriesHangLeavesWorkersToTheOthers(t *testing.T) {
+	served, hanging := runHanging(t, variant.Set{})
+	if !served {
+		t.Fatal("tenant a's due alarm got no worker while tenant b's deliveries hung")
+	}
+	if hanging != 7 {
+		t.Fatalf("tenant b's deliveries held %d workers, want 7: all but an eighth of 8", hanging)
+	}
+}
+
+// With the unsafe variant, one shared FIFO, the same test fails: tenant
+// b's backlog takes every worker and a's alarm waits behind it.
+func TestTheSharedFIFOVariantStarvesTheOtherTenant(t *testing.T) {
+	served, hanging := runHanging(t, variant.Set{SharedFIFO: true})
+	if served {
+		t.Fatal("with one shared FIFO tenant a was still served beside b's backlog: the test cannot catch the variant")
+	}
+	if hanging != 8 {
+		t.Fatalf("with one shared FIFO tenant b held %d workers, want all 8", hanging)
+	}
+}
+
+
+// The per-tenant metrics name only the tenants the configuration names
+// (Config.TenantWeights); every other tenant is counted as "other", so a
+// tenant that shows up adds no series.
+func TestPerTenantMetricsAreBoundedByTheConfiguration(t *testing.T) {
+	host := &tickingHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}
+	var wg sync.WaitGroup
+	host.tk = takerFunc(func(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+		return &fakeActor{id: id, j: &journal{}, meta: map[string]string{}}, func(error) {}, nil
+	})
+	timer := sweeper.NewTimer(retryMax)
+	reg := prometheus.NewRegistry()
+	p, err := alarms.Register(alarms.Config{SingleNode: true, Host: host, Timer: timer, Registerer: reg,
+		TenantWeights: map[string]int{"acme": 2}, OnDelivery: func(alarms.Delivery) { wg.Done() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants := []string{"acme", "acme", "b", "c", "d"}
+	wg.Add(len(tenants))
+	for i, tn := range tenants {
+		timer.Set(alarms.TimerKey(abi.ActorID{Tenant: tn, Class: "c", Name: fmt.Sprint(i)}), t1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.RunTimer(ctx); close(done) }()
+	wg.Wait()
+	cancel()
+	<-done
+	fams := metricstest.Gather(reg)
+	if got := fams.Value("wasmkeep_tenant_deliveries_total", "tenant", "acme"); got != 2 {
+		t.Errorf("tenant acme: %v deliveries counted, want 2", got)
+	}
+	if got := fams.Value("wasmkeep_tenant_deliveries_total", "tenant", alarms.OtherTenants); got != 3 {
+		t.Errorf("tenants b, c, d: %v deliveries counted under %q, want 3", got, alarms.OtherTenants)
+	}
+	if got := fams.Value("wasmkeep_tenant_deliveries_total"); got != 5 {
+		t.Errorf("%v deliveries counted in all, want 5: a tenant has a series of its own that the configuration does not name", got)
+	}
+	if _, err := alarms.Register(alarms.Config{SingleNode: true, Host: host, Timer: timer, TenantWeights: map[string]int{"acme": 0}}); err == nil {
+		t.Error("Register took a weight of 0")
+	}
+}
+
+// takerFunc is a Take as a function.
+type takerFunc func(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error)
+
+func (f takerFunc) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+	return f(ctx, id)
+}
