@@ -44,6 +44,20 @@ soak: tools
 soak-short: tools
 	$(GO) run ./cmd/soak -kills 10 $(SOAKFLAGS)
 
+# noisy: the noisy-neighbour measurement (cmd/noisy): tenant A's light load
+# beside each of tenant B's (a request flood, a burst of alarms due at one
+# instant, handlers that hang, spin or fail) on one node, A's lateness and
+# reads against its own baseline, B's rate with A against alone, lease
+# lapses; exits 1 past the bounds (docs/operations.md#tenants-on-one-node).
+# noisy-short is the form CI runs (about 2 minutes). NOISYFLAGS adds flags.
+.PHONY: noisy noisy-short
+NOISYFLAGS ?=
+noisy: tools
+	$(GO) run ./cmd/noisy $(NOISYFLAGS)
+
+noisy-short: tools
+	$(GO) run ./cmd/noisy -short $(NOISYFLAGS)
+
 # test-minio builds MinIO (MINIO_VERSION; about 16 minutes the first time
 # on two cores, cached after) and runs the S3 conformance tests, the
 # cluster tests, the index doctor's tests and soak-short against it
@@ -158,6 +172,7 @@ testdata:
 	for f in testdata/wasm/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
 	wat2wasm examples/soak-actor/soak_actor.wat -o examples/soak-actor/soak_actor.wasm
 	wat2wasm hostmod/testdata/recipe.wat -o hostmod/testdata/recipe.wasm
+	wat2wasm cmd/noisy/noisy.wat -o cmd/noisy/noisy.wasm
 
 # bench prints the benchmarks docs/benchmarks.md quotes (bench-failover: the
 # failover runs, several minutes at the spec's defaults).

@@ -20,7 +20,7 @@ type nodeCollector struct {
 	actors, givenUp, leaseValid        *prometheus.Desc
 	restored                           *prometheus.Desc
 	taken, takeovers, released, relErr *prometheus.Desc
-	liveNodes                          *prometheus.Desc
+	liveNodes, validity                *prometheus.Desc
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
@@ -35,12 +35,13 @@ func newNodeCollector(n *Node) *nodeCollector {
 		takeovers:  d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
 		released:   d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
 		relErr:     d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
+		validity:   d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
 		liveNodes:  d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
 	}
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.taken, c.takeovers, c.released, c.relErr, c.liveNodes} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.released, c.relErr, c.liveNodes} {
 		ch <- d
 	}
 }
@@ -60,6 +61,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		valid = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaseValid, prometheus.GaugeValue, valid)
+	left := 0.0
+	if until := n.leases.ValidUntil(); !until.IsZero() {
+		left = max(0, until.Sub(n.cfg.Clock.Now()).Seconds())
+	}
+	ch <- prometheus.MustNewConstMetric(c.validity, prometheus.GaugeValue, left)
 	ch <- prometheus.MustNewConstMetric(c.liveNodes, prometheus.GaugeValue, float64(len(n.leases.Live())))
 	ch <- prometheus.MustNewConstMetric(c.restored, prometheus.CounterValue, float64(n.restored.Load()))
 	s := n.holds.Stats()
