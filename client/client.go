@@ -7,11 +7,14 @@
 // Every answer other than a success is a *Problem (the node's
 // application/problem+json), with the HTTP status, the stable code, the
 // detail for people, and the Retry-After the node sent. Decide on the
-// status and the code, never on the detail. The client does not retry:
-// a 503 (Problem.Temporary) may be sent again after Problem.RetryAfter,
-// and a request event whose outcome is unknown (no answer, or a 503 after
-// ExecDurable) under its idempotency key (WithIdempotencyKey), which makes
-// sending it again safe.
+// status and the code, never on the detail. The client retries one
+// answer itself: a 429 (code throttled: the tenant is past a limit of the
+// node, and nothing ran), after its Retry-After, up to
+// DefaultThrottleRetries times (WithThrottleRetries), within the call's
+// context. Nothing else is retried: a 503 (Problem.Temporary) may be sent
+// again after Problem.RetryAfter, and a request event whose outcome is
+// unknown (no answer, or a 503 after ExecDurable) under its idempotency
+// key (WithIdempotencyKey), which makes sending it again safe.
 //
 // The API is described by node/openapi.json, which a node serves at
 // GET /v1/openapi.json.
@@ -39,9 +42,10 @@ import (
 
 // Client calls one node's HTTP API. It is safe for concurrent use.
 type Client struct {
-	base  string // scheme://host[:port][/path], no trailing slash
-	token string
-	hc    *http.Client
+	base     string // scheme://host[:port][/path], no trailing slash
+	token    string
+	hc       *http.Client
+	throttle int // retries of a 429
 }
 
 // Option configures a Client.
@@ -50,6 +54,16 @@ type Option func(*Client)
 // WithToken sends "Authorization: Bearer token" on every call: an
 // operator's token, or a tenant's for that tenant's actors.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// DefaultThrottleRetries is how many times a client sends a call again
+// after a 429 (throttled), each after the node's Retry-After.
+const DefaultThrottleRetries = 3
+
+// WithThrottleRetries sets how many times a call answered 429 (throttled:
+// nothing ran) is sent again, each after the node's Retry-After, as long
+// as the call's context allows the wait (default DefaultThrottleRetries;
+// 0: never, the 429 is returned as a *Problem).
+func WithThrottleRetries(n int) Option { return func(c *Client) { c.throttle = max(0, n) } }
 
 // WithHTTPClient makes the calls with hc (its transport, timeout and
 // redirects) instead of the default, a client with a 90 s timeout.
@@ -79,7 +93,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("client: node URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
 	}
-	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{Timeout: DefaultTimeout}}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{Timeout: DefaultTimeout}, throttle: DefaultThrottleRetries}
 	for _, o := range opts {
 		o(c)
 	}
@@ -106,6 +120,7 @@ const (
 	CodeBucketDown    = "bucket_unreachable" // 503
 	CodeMemoryBusy    = "memory_busy"        // 503: the instances' memory is in use
 	CodeDiskFull      = "disk_full"          // 507: the node's data directory is full
+	CodeThrottled     = "throttled"          // 429: the tenant is past a limit of the node; nothing ran (retried, see WithThrottleRetries)
 
 	// CodeIdempotencyKeyReused is a 422: the call's idempotency key is
 	// recorded for a different request body; nothing ran.
@@ -138,9 +153,12 @@ func (p *Problem) Error() string {
 }
 
 // Temporary reports whether the call may succeed if sent again, after
-// RetryAfter: a 503. (After an exec-durable request, a 503 may also mean
-// the event committed but its upload failed: its outcome is unknown.)
-func (p *Problem) Temporary() bool { return p.Status == http.StatusServiceUnavailable }
+// RetryAfter: a 503, or a 429 the client's own retries did not get past.
+// (After an exec-durable request, a 503 may also mean the event committed
+// but its upload failed: its outcome is unknown. After a 429 nothing ran.)
+func (p *Problem) Temporary() bool {
+	return p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests
+}
 
 // IsCode reports whether err is a *Problem with the code.
 func IsCode(err error, code string) bool {
@@ -217,8 +235,32 @@ func (c *Client) do(ctx context.Context, method, u, contentType string, body []b
 	return c.doHeader(ctx, method, u, contentType, nil, body, want)
 }
 
-// doHeader is do with headers of the call's own.
+// doHeader is do with headers of the call's own. A 429 is sent again
+// after its Retry-After, up to c.throttle times, while ctx allows the
+// wait: nothing ran.
 func (c *Client) doHeader(ctx context.Context, method, u, contentType string, header http.Header, body []byte, want int) ([]byte, http.Header, error) {
+	for tries := 0; ; tries++ {
+		out, h, err := c.once(ctx, method, u, contentType, header, body, want)
+		var p *Problem
+		if tries >= c.throttle || !errors.As(err, &p) || p.Status != http.StatusTooManyRequests {
+			return out, h, err
+		}
+		wait := max(p.RetryAfter, time.Second)
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			return out, h, err // the wait would outlast the call
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, h, err
+		case <-t.C:
+		}
+	}
+}
+
+// once sends one call.
+func (c *Client) once(ctx context.Context, method, u, contentType string, header http.Header, body []byte, want int) ([]byte, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)

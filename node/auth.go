@@ -178,6 +178,18 @@ func (s *security) guard(next http.Handler) http.Handler {
 	})
 }
 
+// fromPeer reports whether the request carries the peer token: a call
+// another node of the cluster sent (false without a peer token: the nodes
+// cannot then be told from their clients).
+func (s *security) fromPeer(r *http.Request) bool {
+	if s.peerTok == "" {
+		return false
+	}
+	want := sha256.Sum256([]byte("Bearer " + s.peerTok))
+	got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	return subtle.ConstantTimeCompare(want[:], got[:]) == 1
+}
+
 // forwardAuth sets the credential of a call forwarded to the holder: the
 // peer token if there is one, else the client's own.
 func (s *security) forwardAuth(req, from *http.Request) {

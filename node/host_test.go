@@ -40,6 +40,7 @@ type hostConfig struct {
 	security           node.Security // tokens and TLS (default: an open API)
 	registerer         prometheus.Registerer
 	failoverWait       time.Duration // default: the node's own
+	admission          node.Admission
 }
 
 // startHost starts a cluster node on b with data in dir, closed when the
@@ -57,7 +58,7 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 		out = io.MultiWriter(out, hc.log)
 	}
 	n, err := node.New(context.Background(), node.Config{
-		DataDir: dir, Classes: classes, Security: hc.security, Registerer: hc.registerer,
+		DataDir: dir, Classes: classes, Security: hc.security, Registerer: hc.registerer, Admission: hc.admission,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,

@@ -67,6 +67,10 @@ import (
 //     firing the alarm) an actor that does not exist: a request creates it;
 //   - 409 a clear with if_at_ms when the committed alarm is elsewhere
 //     (nothing cleared);
+//   - 429 (throttled, with Retry-After) the tenant's requests are past a
+//     limit of this node (Config.Admission: how many at once, how many a
+//     second); nothing ran, and the request may be sent again after
+//     Retry-After (alarm:offer, a node's own, has no limit);
 //   - 422 the guest failed the event (its writes rolled back), its
 //     memory past what the node's budget for all instances could ever
 //     give included; or (idempotency_key_reused) the request's
@@ -117,12 +121,13 @@ type route struct {
 // routes are the node's HTTP API.
 func (n *Node) routes() []route {
 	return []route{
-		{"POST /v1/actors/{tenant}/{class}/{name}", n.handleExec},
-		{"DELETE /v1/actors/{tenant}/{class}/{name}", n.handleDelete},
-		{"GET /v1/actors/{tenant}/{class}/{name}/alarm", n.handleState},
-		{"PUT /v1/actors/{tenant}/{class}/{name}/alarm", n.handleSetAlarm},
-		{"DELETE /v1/actors/{tenant}/{class}/{name}/alarm", n.handleClearAlarm},
-		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:fire", n.handleFireAlarm},
+		{"POST /v1/actors/{tenant}/{class}/{name}", n.admitted(n.handleExec)},
+		{"DELETE /v1/actors/{tenant}/{class}/{name}", n.admitted(n.handleDelete)},
+		{"GET /v1/actors/{tenant}/{class}/{name}/alarm", n.admitted(n.handleState)},
+		{"PUT /v1/actors/{tenant}/{class}/{name}/alarm", n.admitted(n.handleSetAlarm)},
+		{"DELETE /v1/actors/{tenant}/{class}/{name}/alarm", n.admitted(n.handleClearAlarm)},
+		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:fire", n.admitted(n.handleFireAlarm)},
+		// Sent by another node for the holder (Forward): not a client's.
 		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:offer", n.handleOffer},
 		{"GET /v1/readyz", n.handleReady},
 		{"GET /v1/healthz", n.handleHealth},

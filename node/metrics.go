@@ -2,14 +2,17 @@ package node
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/pprof"
 	"runtime"
 	"runtime/debug"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/engine"
 )
 
@@ -98,6 +101,15 @@ func (n *Node) registerMetrics() error {
 		return fmt.Errorf("node: registering the node's metrics: %w", err)
 	}
 	if err := n.registerObservability(reg); err != nil {
+		return fmt.Errorf("node: registering the node's metrics: %w", err)
+	}
+	// Every series the tenant label allows, from the start.
+	for _, l := range append(slices.Collect(maps.Keys(n.cfg.TenantWeights)), alarms.OtherTenants) {
+		for _, r := range []string{throttledConcurrency, throttledRate} {
+			n.admission.throttled.WithLabelValues(l, r)
+		}
+	}
+	if err := reg.Register(n.admission.throttled); err != nil {
 		return fmt.Errorf("node: registering the node's metrics: %w", err)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -64,9 +65,14 @@ type Config struct {
 	MaxConcurrentDeliveries int
 	// TenantWeights gives tenants their weights in the shares of the
 	// delivery workers and the engine's guest slots (default 1 each). The
-	// tenants named are the ones the per-tenant metrics name; the others
-	// are counted together as "other".
+	// tenants named here or in Admission.Tenants are the ones the
+	// per-tenant metrics name; the others are counted together as
+	// "other".
 	TenantWeights map[string]int
+	// Admission limits each tenant's requests to the HTTP API: how many
+	// at once and how many a second (default: no limit). A request past a
+	// limit is answered 429 with Retry-After, and nothing runs.
+	Admission Admission
 	// MaxOpenDatabases and MaxInstances are the residency budget: at most
 	// this many actor databases open and guest instances live at once
 	// (defaults engine.DefaultMaxOpenDatabases and DefaultMaxInstances);
@@ -114,7 +120,8 @@ type Node struct {
 	givenUp  atomic.Int64 // actors given up, for the metrics
 	restored atomic.Int64 // actors restored from the bucket (a snapshot downloaded), for the metrics
 
-	obs observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
+	obs       observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
+	admission *admission    // the tenants' limits on the HTTP API (admission.go)
 
 	mu      sync.Mutex
 	entries map[abi.ActorID]*entry
@@ -149,6 +156,26 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.MaxConcurrentDeliveries <= 0 {
 		cfg.MaxConcurrentDeliveries = alarms.DefaultDeliveryWorkers()
+	}
+	// The tenants with limits of their own have their metrics' series too.
+	weights := maps.Clone(cfg.TenantWeights)
+	for t := range cfg.Admission.Tenants {
+		if _, ok := weights[t]; !ok {
+			if weights == nil {
+				weights = map[string]int{}
+			}
+			weights[t] = 1
+		}
+	}
+	cfg.TenantWeights = weights
+	adm, err := newAdmission(cfg.Admission, cfg.Clock.Now, func(t string) string {
+		if _, ok := weights[t]; ok {
+			return t
+		}
+		return alarms.OtherTenants
+	})
+	if err != nil {
+		return nil, err
 	}
 	sec, err := newSecurity(cfg.Security)
 	if err != nil {
@@ -187,6 +214,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		classes: map[string]*engine.Class{},
 		timer:   sweeper.NewTimer(cfg.RetryMax),
 		entries: map[abi.ActorID]*entry{},
+
+		admission: adm,
 	}
 	for name, wasm := range cfg.Classes {
 		if err := abi.ValidateClass(name); err != nil {

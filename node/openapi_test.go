@@ -298,7 +298,9 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 		"trap":    testguest.Fixture(t, "trap_on_request"),
 	}
 	sec := node.Security{Token: "op", TenantTokens: map[string]string{"t": "tt", "u": "ut"}}
-	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{security: sec, failoverWait: -1})
+	// Tenant z may send one request, and no other for days.
+	limits := node.Admission{Tenants: map[string]node.TenantLimits{"z": {Rate: 1e-6, Burst: 1}}}
+	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{security: sec, failoverWait: -1, admission: limits})
 	// b holds an actor, and nobody can reach it: a answers 503 at once
 	// (failoverWait -1) for it.
 	b := startHost(t, srv.Bucket, "b", t.TempDir(), classes, hostConfig{addr: "127.0.0.1:1"})
@@ -390,7 +392,13 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 		probe{"GET /v1/readyz", aloneSrv.URL + "/v1/readyz", "", "", 200},
 		probe{"GET /v1/readyz", a.URL + "/v1/readyz", "", "", 503}, // no sweep yet
 		probe{"GET /v1/openapi.json", a.URL + "/v1/openapi.json", "", "", 200},
+		probe{exec, url(a.URL, exec, "z/oneshot/x"), "op", string(hourAhead()), 200},
 	)
+	for _, r := range actorRoutes {
+		if r != offer { // a node's own call: no limit
+			probes = append(probes, probe{r, url(a.URL, r, "z/oneshot/x"), "op", body(r), 429})
+		}
+	}
 	// Statuses documented but not caused here, and the test that causes
 	// each.
 	elsewhere := map[string]string{

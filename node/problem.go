@@ -27,6 +27,7 @@ const (
 	CodeBucketDown    = "bucket_unreachable"
 	CodeMemoryBusy    = "memory_busy" // 503: the instances' memory is in use
 	CodeDiskFull      = "disk_full"   // 507: the node's data directory is full
+	CodeThrottled     = "throttled"   // 429: the tenant's requests are past a limit of this node (Retry-After); nothing ran
 
 	// CodeIdempotencyKeyReused is a 422: the request's Idempotency-Key is
 	// recorded for a different request body; nothing ran.

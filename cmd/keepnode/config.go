@@ -29,7 +29,8 @@ const (
 
 // listFlags may be given more than once: in the environment their values
 // are comma-separated, in the file a TOML array of strings (or one string).
-var listFlags = map[string]bool{"class": true}
+// The per-tenant flags take lists too: one entry per tenant reads best.
+var listFlags = map[string]bool{"class": true, "tenant-weight": true, "tenant-rate": true, "tenant-burst": true, "tenant-concurrency": true}
 
 // envName is the environment variable bound to a flag: -lease-ttl is
 // KEEPNODE_LEASE_TTL.

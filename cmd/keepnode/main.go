@@ -118,6 +118,9 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.IntVar(&o.guestSlots, "guest-slots", 0, "how many guest calls (requests, alarm handlers, instance starts) run at once, shared fairly between tenants; GOMAXPROCS is raised above it (default: GOMAXPROCS-1, at least 4)")
 	fs.IntVar(&o.workers, "workers", 0, "delivery workers: how many alarm deliveries run at once, shared fairly between tenants (default: 16 per CPU, at least 64)")
 	fs.Var(o.tenant.weight, "tenant-weight", "a tenant's weight in the shares of the delivery workers and the guest slots: TENANT=W, comma-separated (default 1 each); the tenants named by any -tenant-* flag get their own series in the per-tenant metrics, the others are counted as \"other\"")
+	fs.Var(o.tenant.rate, "tenant-rate", "requests a second each tenant may start on this node's HTTP API, on average (a token bucket; past it: 429 throttled with Retry-After): R for every tenant, TENANT=R for one, comma-separated (0: no limit, the default)")
+	fs.Var(o.tenant.burst, "tenant-burst", "the bursts -tenant-rate allows: N for every tenant, TENANT=N for one, comma-separated (0: the rate, at least 1)")
+	fs.Var(o.tenant.concurrency, "tenant-concurrency", "requests of each tenant this node serves at once (past it: 429 throttled): N for every tenant, TENANT=N for one, comma-separated (0: no limit, the default)")
 	fs.Var(o.eventDeadline, "event-deadline", "longest on-request, on-init or instance start, after which it is stopped and the event fails: D for every class, CLASS=D for one, comma-separated")
 	fs.DurationVar(&o.retryBase, "retry-base", hostmod.DefaultRetryBase, "first retry delay of a failing on-alarm")
 	fs.DurationVar(&o.retryMax, "retry-max", hostmod.DefaultRetryMax, "longest retry delay")
@@ -349,6 +352,7 @@ func run(logger hclog.Logger, o *options) error {
 
 		MaxConcurrentDeliveries: o.workers,
 		TenantWeights:           o.tenant.weights(),
+		Admission:               o.tenant.admission(),
 	}
 	var s3opts []s3.Option
 	if reg != nil {
