@@ -49,7 +49,9 @@ type config struct {
 	idemKeys      int
 	idemBytes     int64
 	guestSlots    int
-	tenantWeights map[string]int
+	// tenantGuestSlots: how many of them one tenant may hold.
+	tenantGuestSlots int
+	tenantWeights    map[string]int
 	// Deadlines of single classes (WithClassAlarmDeadline,
 	// WithClassEventDeadline).
 	classAlarmDeadline map[string]time.Duration
@@ -289,8 +291,11 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.guestSlots == 0 {
 		cfg.guestSlots = DefaultGuestSlots()
 	}
-	if cfg.guestSlots < 1 {
-		return nil, fmt.Errorf("engine: %d guest slots: want at least 1", cfg.guestSlots)
+	if cfg.tenantGuestSlots == 0 {
+		cfg.tenantGuestSlots = DefaultTenantGuestSlots()
+	}
+	if cfg.guestSlots < 1 || cfg.tenantGuestSlots < 1 {
+		return nil, fmt.Errorf("engine: %d guest slots, %d for one tenant: want at least 1 each", cfg.guestSlots, cfg.tenantGuestSlots)
 	}
 	for t, w := range cfg.tenantWeights {
 		if w < 1 {
@@ -322,7 +327,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 			}
 		}
 		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory},
-			slots: newGuestSlots(cfg.guestSlots, cfg.tenantWeights)}
+			slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.tenantWeights)}
 		e.modCfg = e.contract(nil)
 		if err := e.register(); err != nil {
 			return nil, err
@@ -346,7 +351,7 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("engine: instantiate host modules: %w", err)
 	}
 	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: newMemBudget(cfg.maxMemory),
-		slots: newGuestSlots(cfg.guestSlots, cfg.tenantWeights)}
+		slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.tenantWeights)}
 	e.modCfg = e.contract(nil)
 	if err := e.register(); err != nil {
 		r.Close(ctx)

@@ -108,11 +108,11 @@ func TestSpinningGuestsLeaveTheRuntimeAProcessor(t *testing.T) {
 	}
 }
 
-// One tenant's spinning guests hold at most the guest slots less the
-// headroom: another tenant's request runs at once beside them, and the
-// rest of the first tenant's calls wait.
+// One tenant's spinning guests hold at most its share of the guest slots
+// (WithTenantGuestSlots): another tenant's request runs at once beside
+// them, and the rest of the first tenant's calls wait.
 func TestOneTenantLeavesGuestSlotsToTheOthers(t *testing.T) {
-	e := newEnv(t, engine.WithGuestSlots(4), engine.WithEventDeadline(2*time.Second))
+	e := newEnv(t, engine.WithGuestSlots(4), engine.WithTenantGuestSlots(3), engine.WithEventDeadline(2*time.Second))
 	c := e.class("hostile", testguest.Fixture(t, "hostile"))
 	var spinners []*engine.Actor
 	for i := range 6 {

@@ -96,7 +96,7 @@ type options struct {
 func main() {
 	o := &options{}
 	fs := flag.NewFlagSet("noisy", flag.ExitOnError)
-	fs.BoolVar(&o.short, "short", false, "the form CI runs (about 2 minutes): 10 s phases, 5 s alone, 1,000 alarms in the burst, 20 hostile actors, B's on-alarm deadline 1 s, and 10 actors and a read every 50 ms for A")
+	fs.BoolVar(&o.short, "short", false, "the form CI runs (about 2 minutes): 10 s phases, 5 s alone, 1,000 alarms in the burst, 8 hostile actors, B's on-alarm deadline 500 ms, and 10 actors and a read every 50 ms for A")
 	fs.DurationVar(&o.phase, "phase", 30*time.Second, "how long A runs beside each of B's loads, and alone for its baseline")
 	fs.DurationVar(&o.alone, "alone", 15*time.Second, "how long each of B's loads runs alone, for its rate without A")
 	fs.StringVar(&o.loads, "loads", strings.Join(loads, ","), "B's loads to run, comma-separated: "+strings.Join(loads, ", "))
@@ -107,7 +107,7 @@ func main() {
 	fs.IntVar(&o.aActors, "a-actors", 5, "tenant A's actors")
 	fs.DurationVar(&o.aInterval, "a-interval", time.Second, "how often each of A's alarms fires")
 	fs.DurationVar(&o.readEvery, "a-read-every", 200*time.Millisecond, "how often A reads")
-	fs.DurationVar(&o.bDeadline, "b-alarm-deadline", 0, "tenant B's class's on-alarm deadline (default: keepnode's, 5 s; -short: 1 s, so that its hanging and spinning handlers drain in the time CI gives)")
+	fs.DurationVar(&o.bDeadline, "b-alarm-deadline", 0, "tenant B's class's on-alarm deadline (default: keepnode's, 5 s; -short: 500 ms, so that its hanging and spinning handlers drain in the time CI gives)")
 	fs.StringVar(&o.keepnode, "keepnode", "", "a keepnode binary to run rather than this tree's (one from before the per-tenant flags and metrics runs without them: A's figures and the lapses only)")
 	fs.StringVar(&o.keepnodeFlags, "keepnode-flags", "", "more keepnode flags, space-separated (for example \"-workers 32 -guest-slots 6\")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (the nodes' logs)")
@@ -132,10 +132,10 @@ func main() {
 			o.burst = 1000
 		}
 		if !set["hostile"] {
-			o.hostile = 20
+			o.hostile = 8
 		}
 		if !set["b-alarm-deadline"] {
-			o.bDeadline = time.Second
+			o.bDeadline = 500 * time.Millisecond
 		}
 		// More of A's samples in the short phases, for percentiles that
 		// are not just the slowest one: still a light load.

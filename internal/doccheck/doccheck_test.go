@@ -103,7 +103,7 @@ var rules = []struct{ pattern, by string }{
 	{`^keepnode -data \./n1 .*-token-file token -tenant-tokens tenant-tokens -peer-token-file peer-token -tls-cert`, "test: ./internal/clusterproc TestKeepnodeWithTokensAndTLS"},
 	{`^KEEPNODE_ADVERTISE=\S+ KEEPNODE_NODE_ID=\S+ keepnode -config `, "test: ./cmd/keepnode TestConfigPrecedence"},
 	{`^keepnode -config /etc/keepnode/keepnode\.toml$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
-	{`^keepnode -(metrics-addr|durable-commits|max-attempts|alarm-deadline|event-deadline|guest-slots|workers|tenant-weight|tenant-rate|tenant-burst|tenant-concurrency|instance-memory|max-memory|idempotency-keys)\b`, "here"},
+	{`^keepnode -(metrics-addr|durable-commits|max-attempts|alarm-deadline|event-deadline|guest-slots|tenant-guest-slots|workers|tenant-weight|tenant-rate|tenant-burst|tenant-concurrency|instance-memory|max-memory|idempotency-keys)\b`, "here"},
 	{`^keepctl -bucket \S+ verify$`, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
 	{`^keepctl -bucket wasmkeep backfill$`, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
 	{`^keepctl -bucket wasmkeep alarms list `, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
