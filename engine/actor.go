@@ -47,6 +47,7 @@ type Actor struct {
 	// parameters and result of each (api.Function.CallWithStack): both
 	// reused, so a call allocates neither. ev is the running event's state.
 	cc     *callCtx
+	slotW  slotWaiter // its wait for a guest slot
 	stack  [2]uint64
 	ev     event
 	inited bool
@@ -457,7 +458,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	}
 	// A guest slot (guestslots.go) for the instance's _initialize and the
 	// call: the deadline counts from when it is given.
-	slot, err := a.e.slots.acquire(ctx, a.id.Tenant)
+	slot, err := a.e.slots.acquire(ctx, a.id.Tenant, &a.slotW)
 	if err != nil {
 		if fresh {
 			a.e.res.releaseInst(a)

@@ -49,7 +49,8 @@ type config struct {
 	idemKeys      int
 	idemBytes     int64
 	guestSlots    int
-	// tenantGuestSlots: how many of them one tenant may hold.
+	// tenantGuestSlots: how many of them one tenant may hold while
+	// another is active.
 	tenantGuestSlots int
 	tenantWeights    map[string]int
 	// Deadlines of single classes (WithClassAlarmDeadline,

@@ -46,6 +46,14 @@ type Config struct {
 	// Weight returns a tenant's weight, its share relative to the others
 	// (nil, or a result below 1: 1).
 	Weight func(tenant string) int
+	// ContendedCap, when above 0, is the most items one tenant runs at
+	// once while another tenant is active: runs or waits for an item, or
+	// started one within ActiveWindow (in the caller's time unit); alone
+	// it runs up to Slots - Headroom. (The engine's guest slots: a tenant
+	// alone uses the slots, and beside others only its share of the
+	// CPUs.)
+	ContendedCap int
+	ActiveWindow int64
 
 	// variants turn the fairness off (internal/variant), for the test that
 	// shows it is needed; production never sets them.
@@ -62,13 +70,23 @@ type Queue[T any] struct {
 	running int
 	waiting int
 	tenants map[string]*tenant[T]
-	ready   []*tenant[T] // tenants with waiting items below their cap
+	ready   []*tenant[T] // tenants with waiting items
 	floor   int64        // the virtual time of the last tenant served
 	picks   uint64
 	seq     uint64
 	idle    []*tenant[T] // idle tenants still owing time, looked at a few at a time
-	fifo    bool
-	shared  itemHeap[T] // the unsafe variant's one queue
+	busy    int          // tenants with items running or waiting
+	// recent is the latest start, and before it the latest of another
+	// tenant: whether another tenant started an item lately.
+	recent, recentOther started
+	fifo                bool
+	shared              itemHeap[T] // the unsafe variant's one queue
+}
+
+type started struct {
+	tenant string
+	at     int64
+	ok     bool
 }
 
 type tenant[T any] struct {
@@ -84,6 +102,7 @@ type tenant[T any] struct {
 	ready   int    // index in Queue.ready, -1 when not there
 	picked  uint64 // when it was last served: ties go to the longest waiting
 	idle    bool   // in Queue.idle
+	busy    bool   // counted in Queue.busy
 }
 
 // vtAt is the tenant's virtual time at now.
@@ -137,6 +156,45 @@ func (q *Queue[T]) Running() int { return q.running }
 
 // Waiting is how many items wait.
 func (q *Queue[T]) Waiting() int { return q.waiting }
+
+// capAt is the most items t may run at once at now: ContendedCap while
+// another tenant is active, Cap otherwise.
+func (q *Queue[T]) capAt(t *tenant[T], now int64) int {
+	if q.cfg.ContendedCap <= 0 || q.cfg.ContendedCap >= q.cap {
+		return q.cap
+	}
+	others := q.busy
+	if t.busy {
+		others--
+	}
+	w := q.cfg.ActiveWindow
+	if others > 0 ||
+		(q.recent.ok && q.recent.tenant != t.name && now-q.recent.at < w) ||
+		(q.recentOther.ok && q.recentOther.tenant != t.name && now-q.recentOther.at < w) {
+		return q.cfg.ContendedCap
+	}
+	return q.cap
+}
+
+// Startable is how many items Pop would start now, one after another: as
+// many as free slots allow of those whose tenants are below their caps.
+func (q *Queue[T]) Startable(now int64) int {
+	free := q.cfg.Slots - q.running
+	if free <= 0 {
+		return 0
+	}
+	if q.fifo {
+		return min(free, q.shared.Len())
+	}
+	n := 0
+	for _, t := range q.ready {
+		n += max(0, min(t.items.Len(), q.capAt(t, now)-t.running))
+		if n >= free {
+			return free
+		}
+	}
+	return n
+}
 
 // Tenants is how many tenants the queue keeps state for (running, waiting
 // or still owing time).
@@ -202,12 +260,16 @@ func (q *Queue[T]) TryStart(tenantName string, now int64) (Ticket, bool) {
 		if q.shared.Len() > 0 {
 			return Ticket{}, false
 		}
-	} else if len(q.ready) > 0 {
+	} else if q.Startable(now) > 0 {
 		return Ticket{}, false
-	} else if t := q.tenants[tenantName]; t != nil && (t.running >= q.cap || t.items.Len() > 0) {
+	} else if t := q.tenants[tenantName]; t != nil && (t.running >= q.capAt(t, now) || t.items.Len() > 0) {
 		return Ticket{}, false
 	}
-	return q.start(q.tenant(tenantName), now), true
+	t := q.tenant(tenantName)
+	if t.running >= q.capAt(t, now) {
+		return Ticket{}, false
+	}
+	return q.start(t, now), true
 }
 
 // Pop starts, at now, the next item when a slot is free: the earliest
@@ -231,10 +293,16 @@ func (q *Queue[T]) Pop(now int64) (v T, tk Ticket, ok bool) {
 		var best *tenant[T]
 		var bestVT int64
 		for _, t := range q.ready {
+			if t.running >= q.capAt(t, now) {
+				continue
+			}
 			vt := t.vtAt(now)
 			if best == nil || vt < bestVT || (vt == bestVT && t.picked < best.picked) {
 				best, bestVT = t, vt
 			}
+		}
+		if best == nil {
+			return v, Ticket{}, false
 		}
 		it = best.items.pop()
 		q.floor = max(q.floor, bestVT)
@@ -252,6 +320,10 @@ func (q *Queue[T]) start(t *tenant[T], now int64) Ticket {
 	t.starts += now
 	q.picks++
 	t.picked = q.picks
+	if q.recent.tenant != t.name {
+		q.recentOther = q.recent
+	}
+	q.recent = started{t.name, now, true}
 	q.update(t)
 	return Ticket{t: t, start: now}
 }
@@ -314,10 +386,18 @@ func (q *Queue[T]) Drain() []T {
 // update puts t in the ready list, or takes it out, as its waiting items
 // and its cap say.
 func (q *Queue[T]) update(t *tenant[T]) {
+	if busy := t.running > 0 || t.items.Len() > 0; busy != t.busy {
+		t.busy = busy
+		if busy {
+			q.busy++
+		} else {
+			q.busy--
+		}
+	}
 	if q.fifo {
 		return
 	}
-	ready := t.items.Len() > 0 && t.running < q.cap
+	ready := t.items.Len() > 0 // below its cap or not: Pop looks (capAt)
 	switch {
 	case ready && t.ready < 0:
 		t.ready = len(q.ready)
@@ -356,6 +436,7 @@ func (q *Queue[T]) forgetIdle(n int) {
 			if q.tenants[t.name] == t {
 				delete(q.tenants, t.name)
 			}
+
 		default:
 			q.idle = append(q.idle, t)
 		}

@@ -265,8 +265,9 @@ func TestTheCapLeavesHeadroom(t *testing.T) {
 		if n != tc.want || q.Cap() != tc.want {
 			t.Fatalf("slots %d, headroom %d: tenant b alone started %d (cap %d), want %d", tc.slots, tc.headroom, n, q.Cap(), tc.want)
 		}
-		q.Push("a", 100, 100)
-		_, _, ok := q.Pop(0)
+		// Another tenant starts at once beside b's waiting items, which
+		// cannot take the free slots.
+		_, ok := q.TryStart("a", 0)
 		if ok != (tc.want < tc.slots) {
 			t.Fatalf("slots %d, headroom %d: tenant a could start an item: %v", tc.slots, tc.headroom, ok)
 		}
@@ -338,5 +339,53 @@ func TestTryStartCancelDrainAndForgetting(t *testing.T) {
 	}
 	if n := q.Tenants(); n > 2 {
 		t.Fatalf("%d tenants kept after the others went idle; want the idle ones forgotten", n)
+	}
+}
+
+// With ContendedCap, a tenant alone may run up to Slots - Headroom items,
+// but while another tenant is active (runs or waits for an item, or
+// started one within ActiveWindow) only ContendedCap.
+func TestTheContendedCapHoldsWhileAnotherTenantIsActive(t *testing.T) {
+	q := New[string](Config{Slots: 4, Headroom: 1, ContendedCap: 1, ActiveWindow: 100})
+	start := func(tenant string, now int64) bool {
+		q.Push(tenant, now, tenant)
+		_, _, ok := q.Pop(now)
+		return ok
+	}
+	// b alone: 3 of 4.
+	var bs []Ticket
+	for i := range 5 {
+		if tk, ok := q.TryStart("b", int64(i)); ok {
+			bs = append(bs, tk)
+		}
+	}
+	if len(bs) != 3 {
+		t.Fatalf("tenant b alone started %d, want 3 (4 slots less the headroom)", len(bs))
+	}
+	for _, tk := range bs {
+		q.Done(tk, 10)
+	}
+	// a starts and ends an item at 20: for the window after, b runs one.
+	tk, ok := q.TryStart("a", 20)
+	if !ok {
+		t.Fatal("tenant a could not start")
+	}
+	q.Done(tk, 21)
+	if !start("b", 30) || start("b", 31) {
+		t.Fatal("tenant b while tenant a started an item lately: want one item, not two")
+	}
+	if q.Startable(31) != 0 {
+		t.Fatalf("Startable = %d with b at its contended cap", q.Startable(31))
+	}
+	// Past the window, b is alone again: it may start its waiting item
+	// and one more.
+	if got := q.Startable(200); got != 1 {
+		t.Fatalf("Startable = %d once a was quiet for the window, want b's waiting item", got)
+	}
+	if _, _, ok := q.Pop(200); !ok || !start("b", 201) {
+		t.Fatal("tenant b alone again could not go back up to its cap")
+	}
+	if start("b", 202) {
+		t.Fatal("tenant b alone passed its cap of 3")
 	}
 }
