@@ -273,16 +273,26 @@ type Plugin struct {
 	core *core.State
 	// runCtx is the timer loop's, while it runs (stale.go).
 	runCtx context.Context
-	// schedMu guards sched, the fair scheduler of the delivery workers
-	// (delivery.go): the deliveries the timer popped wait there in their
-	// tenants' queues. jobs hands the deliveries it starts to the workers
-	// (as many as can run at once); workers counts them, at most
-	// Config.MaxConcurrentDeliveries; workerWG waits for them.
-	schedMu  sync.Mutex
-	sched    *fair.Queue[*job]
-	jobs     chan *job
-	workers  atomic.Int64
-	workerWG sync.WaitGroup
+	// schedMu guards the delivery workers' state (delivery.go): sched,
+	// the fair scheduler, where the deliveries the timer popped wait in
+	// their tenants' queues; ready, deliveries started for no worker yet
+	// (removals of stale entries); workers, the worker goroutines, at most
+	// Config.MaxConcurrentDeliveries, and idle, those waiting on wake (a
+	// token each, buffered); lastTake, when a worker last took a
+	// delivery; loopCtx, the timer loop's context while it runs, for the
+	// workers it starts (nil otherwise: nothing starts). workerWG waits
+	// for the workers; running and waiting are the scheduler's counts for
+	// the metrics.
+	schedMu          sync.Mutex
+	sched            *fair.Queue[*job]
+	ready            []*job
+	workers, idle    int
+	coming           int // workers woken or started that have not looked for a delivery yet
+	lastTake         time.Time
+	loopCtx          context.Context
+	wake             chan struct{}
+	workerWG         sync.WaitGroup
+	running, waiting atomic.Int64
 	// wg counts the deliveries popped and not yet ended or dropped, and
 	// the forwards in flight.
 	wg sync.WaitGroup
@@ -352,16 +362,16 @@ func Register(cfg Config) (*Plugin, error) {
 		cfg.Nonces = ns
 	}
 	p = &Plugin{
-		cfg:        cfg,
-		rules:      variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
-		log:        cfg.Logger,
-		core:       core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
+		cfg:   cfg,
+		rules: variant.Rules(alarmindex.Rules{Nonces: cfg.Nonces, RetryMax: cfg.RetryMax}, cfg.variants),
+		log:   cfg.Logger,
+		core:  core.New(core.Config{RetryAfterError: cfg.RetryAfterError, RetryMax: cfg.RetryMax}),
 		sched: fair.New[*job](variant.Fair(fair.Config{
 			Slots:    cfg.MaxConcurrentDeliveries,
 			Headroom: cfg.MaxConcurrentDeliveries / 8,
 			Weight:   func(t string) int { return cfg.TenantWeights[t] },
 		}, cfg.variants)),
-		jobs:       make(chan *job, cfg.MaxConcurrentDeliveries),
+		wake:       make(chan struct{}, cfg.MaxConcurrentDeliveries),
 		forwarding: make(chan struct{}, max(1, cfg.MaxConcurrentDeliveries/4)),
 		m:          m,
 		failing:    map[string]int{},

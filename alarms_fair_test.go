@@ -112,7 +112,6 @@ func TestTheSharedFIFOVariantStarvesTheOtherTenant(t *testing.T) {
 	}
 }
 
-
 // The per-tenant metrics name only the tenants the configuration names
 // (Config.TenantWeights); every other tenant is counted as "other", so a
 // tenant that shows up adds no series.

@@ -34,8 +34,10 @@ type Forwarder interface {
 }
 
 // runTimer runs the node timer (Config.Timer) until ctx ends, as Start
-// says. It returns once every delivery it started has ended, and those it
-// queued are dropped (released to the timer's state as if never popped).
+// says: it moves each due alarm into its tenant's queue of the fair
+// scheduler (deliveryLoop). It returns once every delivery it started has ended,
+// and those it queued are dropped (released to the timer's state as if
+// never popped).
 func (p *Plugin) runTimer(ctx context.Context) {
 	p.mu.Lock()
 	p.runCtx = ctx // removals of stale entries take actors while it runs (stale.go)
@@ -46,9 +48,7 @@ func (p *Plugin) runTimer(ctx context.Context) {
 		p.runCtx = nil
 		p.mu.Unlock()
 	}()
-	defer p.dropQueued()
-	defer p.workerWG.Wait()
-	p.cfg.Timer.Run(ctx, p.cfg.Host, func(key string, at int64) { p.start(ctx, key, at) })
+	p.deliveryLoop(ctx)
 }
 
 // Arm sets the node timer to an actor's committed alarm (nil: none) after
@@ -68,16 +68,18 @@ func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	}
 }
 
-// job is one delivery the timer loop popped: waiting in its tenant's
-// queue of the fair scheduler, then on a worker.
+// job is one delivery the timer popped: waiting in its tenant's queue of
+// the fair scheduler, then on a worker.
 type job struct {
 	key    string
 	at     int64
 	tenant string
 	tk     fair.Ticket
-	// started: the scheduler gave it a worker; waited: not at once (every
-	// worker busy, or its tenant at its cap).
-	started, waited bool
+	// queued is when it was queued; waited: it waited more than
+	// growAfter for a worker (every worker busy, or its tenant at its
+	// cap).
+	queued time.Time
+	waited bool
 	// stale, when set, is a removal of stale index entries (stale.go) to
 	// run instead of a delivery.
 	stale func()
@@ -89,88 +91,247 @@ func tenantOfKey(key string) string {
 	return t
 }
 
-// start queues a due alarm the timer popped in its tenant's queue of the
-// fair scheduler (docs/operations.md#tenants-on-one-node), which hands the
-// queued deliveries to the workers: never more than
-// MaxConcurrentDeliveries at once, nor more than all but the headroom to
-// one tenant, and each free worker to the tenant whose deliveries have
-// held workers the least time. The timer loop never waits for a worker: a
-// tenant's burst of due alarms waits in its own queue, not in front of
-// the others'.
-func (p *Plugin) start(ctx context.Context, key string, at int64) {
+// The delivery workers and their fair scheduler
+// (docs/operations.md#tenants-on-one-node). The timer loop moves each alarm
+// the node timer holds into its tenant's queue as soon as it is due, and
+// never waits for a worker to do so: a tenant's burst waits in its own
+// queue, not in front of the others'. Each worker, as its delivery ends,
+// takes the next one the scheduler starts, on the same goroutine, or
+// waits for one: at most MaxConcurrentDeliveries run at once, no tenant
+// more than all but an eighth of them, and each free worker goes to the
+// tenant whose deliveries have held workers the least time.
+//
+// A new worker starts when a delivery can start and no worker is idle,
+// and either none exists or none has taken a delivery for growAfter: the
+// workers grow while those there stay busy (on the bucket, in a hung
+// guest), and as many deliveries run at once as keep up, not as many as
+// may. Measured on two cores, warm firings on 64 workers at once cost
+// each about twice the CPU of the few that keep up.
+
+// growAfter is how long the workers there may take no delivery, with one
+// that could start, before a new worker starts.
+const growAfter = time.Millisecond
+
+// deliveryLoop is the timer loop (runTimer).
+func (p *Plugin) deliveryLoop(ctx context.Context) {
+	clk := p.cfg.Host
+	p.schedMu.Lock()
+	p.loopCtx = ctx
+	p.schedMu.Unlock()
+	defer func() {
+		// Workers end with ctx; what was queued or started for no worker
+		// is given back. From here startNow starts nothing and no worker
+		// is started: nothing is left in ready after the drain.
+		p.schedMu.Lock()
+		p.loopCtx = nil
+		p.schedMu.Unlock()
+		p.workerWG.Wait()
+		p.schedMu.Lock()
+		dropped := append(p.ready, p.sched.Drain()...)
+		p.ready = nil
+		for _, j := range dropped {
+			if j.tk != (fair.Ticket{}) {
+				p.sched.Done(j.tk, clk.Now().UnixNano())
+			}
+		}
+		p.publish()
+		p.schedMu.Unlock()
+		for _, j := range dropped {
+			p.release(j.key)
+			p.wg.Done()
+		}
+	}()
+	var due, grow <-chan time.Time
+	var dueAt int64
+	for popDue := true; ; {
+		now := clk.Now()
+		var queued []*job
+		for popDue {
+			key, at, ok := p.cfg.Timer.PopDue(now.UnixMilli())
+			if !ok {
+				break
+			}
+			if j := p.started(key, at); j != nil {
+				queued = append(queued, j)
+			}
+		}
+		popDue = false
+		p.schedMu.Lock()
+		for _, j := range queued {
+			j.queued = time.Now()
+			p.sched.Push(j.tenant, j.at, j)
+		}
+		if p.wakeIdle() && grow == nil {
+			grow = time.After(growAfter)
+		}
+		p.publish()
+		p.schedMu.Unlock()
+		// The earliest time's timer, made again only when that time moved.
+		if next, ok := p.cfg.Timer.Next(); !ok {
+			due, dueAt = nil, 0
+		} else if due == nil || next != dueAt {
+			due, dueAt = clk.After(time.Duration(next-now.UnixMilli())*time.Millisecond), next
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.cfg.Timer.Wake():
+			popDue = true
+		case <-due:
+			popDue, due = true, nil
+		case <-grow:
+			grow = nil
+		}
+	}
+}
+
+// started begins a delivery of a due alarm the timer popped: a job for
+// its tenant's queue, or nil while the actor's delivery is still under
+// way.
+func (p *Plugin) started(key string, at int64) *job {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !p.core.Start(key, at) {
 		// The timer popped a time while a delivery for the actor is still
 		// under way (an alarm re-armed for now, due before that delivery
 		// ended): the core keeps it, or the actor would wait for a sweep.
-		p.mu.Unlock()
-		return
+		return nil
 	}
 	p.wg.Add(1)
-	p.mu.Unlock()
-	j := &job{key: key, at: at, tenant: tenantOfKey(key)}
-	p.schedMu.Lock()
-	p.sched.Push(j.tenant, at, j)
-	p.dispatch(ctx)
-	if !j.started {
-		j.waited = true
-	}
-	p.schedMu.Unlock()
+	return &job{key: key, at: at, tenant: tenantOfKey(key)}
 }
 
-// dispatch hands the deliveries the scheduler starts now to the workers,
-// starting workers as needed: as many as deliveries run, at most
-// MaxConcurrentDeliveries, kept until ctx ends, so a delivery runs on a
-// goroutine whose stack has already grown to the depth of a guest's call
-// into SQLite rather than growing a fresh one each time (schedMu held).
-func (p *Plugin) dispatch(ctx context.Context) {
-	now := p.cfg.Host.Now().UnixNano()
-	for {
-		j, tk, ok := p.sched.Pop(now)
-		if !ok {
-			break
+// wakeIdle wakes an idle worker for each delivery that can start, and
+// starts a new worker when one can start, none is idle, and none exists
+// or none has taken a delivery for growAfter. It reports whether a
+// delivery could start and found no worker: the caller looks again after
+// growAfter (schedMu held).
+func (p *Plugin) wakeIdle() (stuck bool) {
+	if p.loopCtx == nil {
+		return false
+	}
+	for n := len(p.ready) + p.sched.Startable(p.cfg.Host.Now().UnixNano()) - p.coming; n > 0; n-- {
+		switch {
+		case p.idle > 0:
+			p.idle--
+			p.wake <- struct{}{} // never blocks: a place for each worker
+		case p.workers >= p.cfg.MaxConcurrentDeliveries:
+			return false // one frees soon enough
+		case p.workers > 0 && time.Since(p.lastTake) < growAfter:
+			return true
+		default:
+			p.workers++
+			p.workerWG.Add(1)
+			p.lastTake = time.Now() // the next one starts growAfter later at the soonest
+			go p.worker(p.loopCtx)
 		}
-		j.tk, j.started = tk, true
-		p.jobs <- j // never blocks: it holds as many as the scheduler runs at once
+		p.coming++
 	}
-	for int(p.workers.Load()) < p.sched.Running() {
-		p.workers.Add(1)
-		p.workerWG.Add(1)
-		go p.worker(ctx)
-	}
+	return false
 }
 
-// startNow gives j a worker at once if the scheduler has one for its
-// tenant without passing over anyone who waits; false otherwise.
+// next takes the next delivery for a worker: one started for no worker
+// (a removal of stale entries), or the next the scheduler starts; nil if
+// none (schedMu held).
+func (p *Plugin) next(now time.Time) *job {
+	if n := len(p.ready); n > 0 {
+		j := p.ready[0]
+		p.ready[0] = nil
+		p.ready = p.ready[1:]
+		p.lastTake = time.Now()
+		return j
+	}
+	j, tk, ok := p.sched.Pop(now.UnixNano())
+	if !ok {
+		return nil
+	}
+	p.lastTake = time.Now()
+	j.tk, j.waited = tk, p.lastTake.Sub(j.queued) > growAfter
+	return j
+}
+
+// publish keeps the scheduler's counts where the metrics read them
+// (schedMu held).
+func (p *Plugin) publish() {
+	p.running.Store(int64(p.sched.Running()))
+	p.waiting.Store(int64(p.sched.Waiting()))
+}
+
+// startNow gives j (a removal of stale entries) a worker at once if the
+// scheduler has one for its tenant without passing over anyone who waits;
+// false otherwise.
 func (p *Plugin) startNow(ctx context.Context, j *job) bool {
 	p.schedMu.Lock()
 	defer p.schedMu.Unlock()
+	if p.loopCtx == nil {
+		// The timer loop is not running (it ended after the sweep claimed
+		// the key): no worker would run j.
+		return false
+	}
 	tk, ok := p.sched.TryStart(j.tenant, p.cfg.Host.Now().UnixNano())
 	if !ok {
 		return false
 	}
-	j.tk, j.started = tk, true
-	p.jobs <- j
-	p.dispatch(ctx) // starts a worker for it if needed
+	j.tk = tk
+	p.ready = append(p.ready, j)
+	p.wakeIdle()
+	p.publish()
 	return true
 }
 
-// worker runs deliveries until ctx ends.
+// worker runs deliveries until ctx ends: as each ends, the next the
+// scheduler starts, on the same goroutine, and when there is none it
+// waits to be woken. A delivery runs on a goroutine whose stack has
+// already grown to the depth of a guest's call into SQLite.
 func (p *Plugin) worker(ctx context.Context) {
 	defer p.workerWG.Done()
-	defer p.workers.Add(-1)
+	var j *job
+	fresh := true // woken or new: one of p.coming
 	for {
-		select {
-		case j := <-p.jobs:
-			p.runJob(ctx, j)
-		case <-ctx.Done():
+		p.schedMu.Lock()
+		if j != nil {
+			p.sched.Done(j.tk, p.cfg.Host.Now().UnixNano())
+		}
+		if ctx.Err() != nil {
+			p.workers--
+			p.publish()
+			p.schedMu.Unlock()
 			return
 		}
+		if fresh {
+			p.coming--
+			fresh = false
+		}
+		j = p.next(p.cfg.Host.Now())
+		if j == nil {
+			p.idle++
+			p.publish()
+			p.schedMu.Unlock()
+			select {
+			case <-p.wake:
+				fresh = true
+				continue
+			case <-ctx.Done():
+				p.schedMu.Lock()
+				select {
+				case <-p.wake: // woken meanwhile: the token is spent
+					p.coming--
+				default:
+					p.idle--
+				}
+				p.workers--
+				p.publish()
+				p.schedMu.Unlock()
+				return
+			}
+		}
+		p.publish()
+		p.schedMu.Unlock()
+		p.runJob(ctx, j)
 	}
 }
 
-// runJob delivers one queued alarm on a worker, then frees the worker in
-// the scheduler, charging the job's tenant the time it held it.
+// runJob delivers one queued alarm on a worker.
 func (p *Plugin) runJob(ctx context.Context, j *job) {
 	defer p.wg.Done()
 	start := p.cfg.Host.Now()
@@ -193,31 +354,8 @@ func (p *Plugin) runJob(ctx context.Context, j *job) {
 			p.cfg.OnDelivery(d)
 		}
 	}()
-	end := p.cfg.Host.Now()
 	if j.stale == nil {
-		p.m.tenantDelivery(p.tenantLabel(j.tenant), d, end.Sub(start), j.waited)
-	}
-	p.schedMu.Lock()
-	p.sched.Done(j.tk, end.UnixNano())
-	p.dispatch(ctx)
-	p.schedMu.Unlock()
-}
-
-// dropQueued gives back the deliveries still queued once the timer loop
-// and its workers have ended: each is released as if it had not been
-// popped (a time popped meanwhile goes back to the timer).
-func (p *Plugin) dropQueued() {
-	p.schedMu.Lock()
-	queued := p.sched.Drain()
-	for len(p.jobs) > 0 {
-		j := <-p.jobs
-		queued = append(queued, j)
-		p.sched.Done(j.tk, p.cfg.Host.Now().UnixNano())
-	}
-	p.schedMu.Unlock()
-	for _, j := range queued {
-		p.release(j.key)
-		p.wg.Done()
+		p.m.tenantDelivery(p.tenantLabel(j.tenant), d, p.cfg.Host.Now().Sub(start), j.waited)
 	}
 }
 

@@ -14,7 +14,11 @@ func WithVariants(cfg Config, v variant.Set) Config {
 }
 
 // Workers returns how many delivery workers the timer loop has running.
-func (p *Plugin) Workers() int { return int(p.workers.Load()) }
+func (p *Plugin) Workers() int {
+	p.schedMu.Lock()
+	defer p.schedMu.Unlock()
+	return p.workers
+}
 
 // DeliverDue delivers one alarm the node timer popped (key is a TimerKey)
 // as a worker of the timer loop does, on the calling goroutine.

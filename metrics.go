@@ -185,26 +185,19 @@ func (m *metrics) register(p *Plugin) error {
 			Help: "The highest committed retry count (an alarm's retry_count) among the failing actors (0 when none fails).",
 		}, func() float64 { _, mx := p.failingStats(); return float64(mx) }),
 	)
-	sched := func(f func() int) func() float64 {
-		return func() float64 {
-			p.schedMu.Lock()
-			defer p.schedMu.Unlock()
-			return float64(f())
-		}
-	}
 	cs = append(cs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wasmkeep_delivery_workers",
 			Help: "How many deliveries may run at once (Config.MaxConcurrentDeliveries, keepnode -workers).",
-		}, sched(p.sched.Slots)),
+		}, func() float64 { return float64(p.cfg.MaxConcurrentDeliveries) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wasmkeep_deliveries_running",
 			Help: "Deliveries running on the workers now.",
-		}, sched(p.sched.Running)),
+		}, func() float64 { return float64(p.running.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wasmkeep_deliveries_waiting",
 			Help: "Due alarms waiting in their tenants' queues for a worker now.",
-		}, sched(p.sched.Waiting)),
+		}, func() float64 { return float64(p.waiting.Load()) }),
 	)
 	if p.loop != nil {
 		stat := func(name, help string, f func(s sweeper.Stats) int64) prometheus.Collector {

@@ -77,7 +77,7 @@ func (p *Plugin) kept(d sweeper.Overdue) {
 	// at once; otherwise a later sweep tries again (never wait here: this
 	// is the sweep).
 	j := &job{key: key, tenant: d.Actor.Tenant, stale: func() { _, _ = p.removeStale(ctx, d.Actor, entry, true) }}
-	if p.startNow(ctx, j) {
+	if p.startNow(ctx, j) { // its worker releases key and ends the wait group's count
 		return
 	}
 	p.release(key)

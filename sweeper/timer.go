@@ -121,6 +121,11 @@ func (t *Timer) PopDue(nowMs int64) (key string, atMs int64, ok bool) {
 	return it.key, it.at, true
 }
 
+// Wake returns a channel that is signalled when the earliest time held may
+// have become earlier, for a loop of the caller's own over PopDue and
+// Next (Run is one): wait on it beside the earliest time's timer.
+func (t *Timer) Wake() <-chan struct{} { return t.wake }
+
 // Run pops due entries and hands each to deliver until ctx ends. deliver
 // must not block for long (start the delivery and return); it is called
 // from Run's goroutine.
