@@ -97,9 +97,11 @@ func TestATenantsRateIsItsOwn(t *testing.T) {
 // answered 429 at once while they run, another tenant's is served, and
 // once they end the tenant is served again.
 func TestATenantsConcurrencyIsCapped(t *testing.T) {
+	reg := prometheus.NewRegistry()
 	n := newNode(t, t.TempDir(), map[string][]byte{"h": testguest.Fixture(t, "hostile")}, node.Config{
 		EngineOptions: []engine.Option{engine.WithEventDeadline(3 * time.Second)},
 		Admission:     node.Admission{Default: node.TenantLimits{Concurrency: 1}},
+		Registerer:    reg,
 	})
 	defer n.Close(context.Background())
 	srv := httptest.NewServer(n.Handler())
@@ -109,18 +111,21 @@ func TestATenantsConcurrencyIsCapped(t *testing.T) {
 		st, _, _ := sendTo(t, srv.URL, "POST", "/v1/actors/a/h/loop", "l") // loops until its deadline
 		looping <- st
 	}()
-	// Wait for the loop to hold tenant a's one slot.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		st, code, ra := sendTo(t, srv.URL, "POST", "/v1/actors/a/h/other", "x")
-		if st == 429 {
-			if code != node.CodeThrottled || ra != "1" {
-				t.Fatalf("tenant a past its concurrency: %d %q Retry-After %q, want 429 throttled, Retry-After 1", st, code, ra)
-			}
-			break
+	// Wait until the loop runs in a guest slot, holding tenant a's one
+	// request in flight. (Probing with tenant a's own requests instead
+	// raced the loop's: a probe admitted first turned the loop away.)
+	for deadline := time.Now().Add(30 * time.Second); metricstest.Gather(reg).Value("wasmkeep_guest_slots_busy") < 1; time.Sleep(10 * time.Millisecond) {
+		select {
+		case st := <-looping:
+			t.Fatalf("the looping request ended (%d) before it ran", st)
+		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("tenant a's second request was never refused while its first looped")
+			t.Fatal("the looping request did not run in 30 s")
 		}
+	}
+	if st, code, ra := sendTo(t, srv.URL, "POST", "/v1/actors/a/h/other", "x"); st != 429 || code != node.CodeThrottled || ra != "1" {
+		t.Fatalf("tenant a past its concurrency: %d %q Retry-After %q, want 429 throttled, Retry-After 1", st, code, ra)
 	}
 	if st, _, _ := sendTo(t, srv.URL, "POST", "/v1/actors/b/h/x", "x"); st != 200 {
 		t.Fatalf("tenant b while tenant a is at its cap: %d", st)
