@@ -49,8 +49,7 @@ type config struct {
 	idemKeys      int
 	idemBytes     int64
 	guestSlots    int
-	// tenantGuestSlots: how many of them one tenant may hold while
-	// another is active.
+	// tenantGuestSlots: how many of them one tenant may hold.
 	tenantGuestSlots int
 	tenantWeights    map[string]int
 	// Deadlines of single classes (WithClassAlarmDeadline,

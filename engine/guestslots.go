@@ -30,22 +30,12 @@ import (
 //
 // The slots are shared fairly between tenants (package fair): a free slot
 // goes to the tenant whose guests have held slots the least time, by
-// weight; no tenant holds all but a quarter of them (at least one is left
-// for the others); and while another tenant is active (it started a guest
-// call within the last second, or waits for a slot) a tenant's guests run
-// on at most half the CPUs (at least one: WithTenantGuestSlots), so
-// whatever one tenant's guests do, the others' and the node's own work
-// keep the other half. A tenant alone is held to none of that share: its
-// honest calls, which wait for a slot when more run at once than there
-// are slots, need not wait for one another. Measured
+// weight, and no tenant's guests run on more than half the CPUs at once
+// (at least one: WithTenantGuestSlots), so whatever one tenant's guests
+// do, the others' and the node's own work keep the other half. Measured
 // on two cores under a machine load of 5 to 14 with 20 spinning handlers
 // (cmd/noisy): with a tenant allowed 3 of the 4 slots, another tenant's
 // read took 71 to 675 ms at the 99th percentile; allowed 1, 12 to 25 ms.
-
-// activeWindow is how lately another tenant must have started a guest
-// call for a tenant to be held to its share of the guest slots
-// (WithTenantGuestSlots); alone, it may use all but a quarter of them.
-const activeWindow = time.Second
 
 // procsAtStart is the processors the Go runtime was given, before any
 // engine raised GOMAXPROCS: the CPUs the node may use.
@@ -58,15 +48,15 @@ var procsAtStart = runtime.GOMAXPROCS(0)
 func DefaultGuestSlots() int { return max(4, procsAtStart-1) }
 
 // DefaultTenantGuestSlots is how many guest slots one tenant may hold at
-// once while another is active, without WithTenantGuestSlots: half the Go
-// runtime's processors at start, at least 1 (1 on two cores).
+// once without WithTenantGuestSlots: half the Go runtime's processors at
+// start, at least 1 (1 on two cores).
 func DefaultTenantGuestSlots() int { return max(1, procsAtStart/2) }
 
 // WithTenantGuestSlots sets how many guest slots one tenant's calls may
-// hold at once while another tenant is active (default
-// DefaultTenantGuestSlots()): a tenant whose guests spin beside another's
-// burns that many CPUs at most, and the other tenants and the node keep
-// the rest. A tenant alone may hold all but a quarter of the slots.
+// hold at once (default DefaultTenantGuestSlots(), at most the slots): a
+// tenant whose guests spin burns that many CPUs at most, and the other
+// tenants and the node keep the rest. A node serving one tenant, whose
+// guests do much work, may give it every slot.
 func WithTenantGuestSlots(n int) Option { return func(o *config) { o.tenantGuestSlots = n } }
 
 // WithGuestSlots sets how many guest calls (events, alarm handlers, an
@@ -118,8 +108,7 @@ func newGuestSlots(n, perTenant int, weights map[string]int) *guestSlots {
 		g.stats[t] = &tenantGuestStats{}
 	}
 	g.stats[OtherTenants] = &tenantGuestStats{}
-	g.q = fair.New[*slotWaiter](fair.Config{Slots: n, Headroom: max(1, n/4), ContendedCap: perTenant, ActiveWindow: int64(activeWindow),
-		Weight: func(t string) int { return weights[t] }})
+	g.q = fair.New[*slotWaiter](fair.Config{Slots: n, Headroom: n - min(n, perTenant), Weight: func(t string) int { return weights[t] }})
 	return g
 }
 
@@ -212,8 +201,7 @@ func (g *guestSlots) dispatch(now int64) {
 // GuestSlotStats are the engine's guest slot counters.
 type GuestSlotStats struct {
 	// Slots is how many guest calls may run at once; Cap how many of them
-	// one tenant may hold alone (all but a quarter); beside another active
-	// tenant it holds at most WithTenantGuestSlots of them.
+	// one tenant may hold.
 	Slots, Cap int
 	// Busy is how many run now, Waiting how many wait for a slot, Peak
 	// the most that ran at once.

@@ -140,26 +140,3 @@ func TestOneTenantLeavesGuestSlotsToTheOthers(t *testing.T) {
 		t.Fatalf("guest slots %+v: more calls ran at once than the slots", s)
 	}
 }
-
-// Beside another active tenant (one that started a guest call within the
-// last second), a tenant's guests run in at most its share of the slots
-// (WithTenantGuestSlots): its spinners take one CPU, not three.
-func TestBesideAnotherTenantATenantRunsItsShare(t *testing.T) {
-	e := newEnv(t, engine.WithGuestSlots(4), engine.WithTenantGuestSlots(1), engine.WithEventDeadline(2*time.Second))
-	c := e.class("hostile", testguest.Fixture(t, "hostile"))
-	other := e.openAs(c, "a", "quick")
-	if _, err := other.Request(e.ctx, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	var spinners []*engine.Actor
-	for i := range 4 {
-		spinners = append(spinners, e.openAs(c, "b", fmt.Sprintf("s%d", i)))
-	}
-	_, wait := spin(e, spinners)
-	defer wait()
-	waitBusy(t, e.eng, 1)
-	time.Sleep(20 * time.Millisecond) // room for a second to start, if one could
-	if s := e.eng.GuestSlots(); s.Busy != 1 || s.Waiting != 3 {
-		t.Fatalf("guest slots %+v: want tenant b's 4 spinners to run 1 at a time beside tenant a", s)
-	}
-}

@@ -49,9 +49,8 @@ type Config struct {
 	// ContendedCap, when above 0, is the most items one tenant runs at
 	// once while another tenant is active: runs or waits for an item, or
 	// started one within ActiveWindow (in the caller's time unit); alone
-	// it runs up to Slots - Headroom. (The engine's guest slots: a tenant
-	// alone uses the slots, and beside others only its share of the
-	// CPUs.)
+	// it runs up to Slots - Headroom. Nothing in this module sets it: the
+	// guest slots hold a tenant to its share alone or not (engine).
 	ContendedCap int
 	ActiveWindow int64
 
