@@ -49,8 +49,10 @@ type config struct {
 	idemKeys      int
 	idemBytes     int64
 	guestSlots    int
-	// tenantGuestSlots: how many of them one tenant may hold.
+	// tenantGuestSlots: how many of them one tenant whose calls run long
+	// (longGuestCall) may hold.
 	tenantGuestSlots int
+	longGuestCall    time.Duration
 	tenantWeights    map[string]int
 	// Deadlines of single classes (WithClassAlarmDeadline,
 	// WithClassEventDeadline).
@@ -230,6 +232,9 @@ type Engine struct {
 	res   *residency
 	mem   *memBudget
 	slots *guestSlots
+	// stopWatch ends the watch of the long guest calls (watchProcs).
+	stopWatch chan struct{}
+	closeOnce sync.Once
 	// modCfg is the configuration every instance starts from when the
 	// embedder gives none (WithModuleConfig): built once, since each With
 	// copies it; an instance adds only its actor's stdout and stderr.
@@ -294,17 +299,16 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.tenantGuestSlots == 0 {
 		cfg.tenantGuestSlots = DefaultTenantGuestSlots()
 	}
-	if cfg.guestSlots < 1 || cfg.tenantGuestSlots < 1 {
-		return nil, fmt.Errorf("engine: %d guest slots, %d for one tenant: want at least 1 each", cfg.guestSlots, cfg.tenantGuestSlots)
+	if cfg.longGuestCall == 0 {
+		cfg.longGuestCall = DefaultLongGuestCall
+	}
+	if cfg.guestSlots < 1 || cfg.tenantGuestSlots < 1 || cfg.longGuestCall < 0 {
+		return nil, fmt.Errorf("engine: %d guest slots, %d for one tenant, long guest call %v: want at least 1 slot each and a call that is not negative", cfg.guestSlots, cfg.tenantGuestSlots, cfg.longGuestCall)
 	}
 	for t, w := range cfg.tenantWeights {
 		if w < 1 {
 			return nil, fmt.Errorf("engine: weight %d for tenant %q: want 1 or more", w, t)
 		}
-	}
-	if before, after := ensureProcs(cfg.guestSlots); after != before {
-		cfg.logger.Info("raised GOMAXPROCS so that guests running in every guest slot leave the Go runtime a processor (a spinning guest cannot be preempted)",
-			"guest_slots", cfg.guestSlots, "gomaxprocs_before", before, "gomaxprocs", after)
 	}
 	if cfg.maxMemory < 65536 {
 		return nil, fmt.Errorf("engine: the memory budget for all instances must be at least one 64 KiB page, not %d bytes", cfg.maxMemory)
@@ -327,11 +331,12 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 			}
 		}
 		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory},
-			slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.tenantWeights)}
+			slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.longGuestCall, cfg.tenantWeights)}
 		e.modCfg = e.contract(nil)
 		if err := e.register(); err != nil {
 			return nil, err
 		}
+		e.watch()
 		return e, nil
 	}
 	cache := cfg.cache
@@ -351,13 +356,28 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("engine: instantiate host modules: %w", err)
 	}
 	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: newMemBudget(cfg.maxMemory),
-		slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.tenantWeights)}
+		slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.longGuestCall, cfg.tenantWeights)}
 	e.modCfg = e.contract(nil)
 	if err := e.register(); err != nil {
 		r.Close(ctx)
 		return nil, err
 	}
+	e.watch()
 	return e, nil
+}
+
+// watch starts the watch of the engine's long guest calls, which raises
+// GOMAXPROCS while they run (guestslots.go).
+func (e *Engine) watch() {
+	e.stopWatch = make(chan struct{})
+	go e.slots.watchProcs(e.stopWatch, func(before, after, long int) {
+		if after > before {
+			e.cfg.logger.Info("raised GOMAXPROCS so that the guest calls running long leave the Go runtime a processor (a spinning guest cannot be preempted)",
+				"long_guest_calls", long, "gomaxprocs_before", before, "gomaxprocs", after)
+		} else {
+			e.cfg.logger.Info("lowered GOMAXPROCS: no guest call has run long lately", "gomaxprocs_before", before, "gomaxprocs", after)
+		}
+	})
 }
 
 // Close closes the runtime and every instance in it; with WithRuntime, it
@@ -365,6 +385,11 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 // leaves the embedder's runtime open. Its metrics leave the registerer
 // (WithRegisterer), so a new engine may register there.
 func (e *Engine) Close(ctx context.Context) error {
+	e.closeOnce.Do(func() {
+		if e.stopWatch != nil {
+			close(e.stopWatch)
+		}
+	})
 	e.mu.Lock()
 	e.unregister()
 	e.mu.Unlock()

@@ -23,19 +23,32 @@ import (
 // (64 spinners on 2 processors: a loopback round trip took 0.8 s on
 // average and 4 s at worst, docs/benchmarks.md), and the lease can lapse.
 // The engine therefore runs at most a number of guest calls at once (its
-// guest slots), fewer than the runtime's processors (GOMAXPROCS), which it
-// raises when needed: one processor at least has no guest to run and
-// serves the network, the timers and the rest at once, and the operating
-// system shares the cores between the threads.
-//
+// guest slots), and while guest calls run long (WithLongGuestCall) it
+// raises the Go runtime's processors (GOMAXPROCS) to one more than those
+// calls: one processor at least has no long guest to run and serves the
+// network, the timers and the rest at once, and the operating system
+// shares the cores between the threads. It lowers them again once no call
+// has run long for procsHold. It does not raise them for short calls:
+// more processors than cores cost every firing (warm firings on two cores
+// took a fifth more CPU each with GOMAXPROCS at 5), and a short call ends
+// before the network's wakeups wait long.
+
 // The slots are shared fairly between tenants (package fair): a free slot
 // goes to the tenant whose guests have held slots the least time, by
-// weight, and no tenant's guests run on more than half the CPUs at once
-// (at least one: WithTenantGuestSlots), so whatever one tenant's guests
-// do, the others' and the node's own work keep the other half. Measured
-// on two cores under a machine load of 5 to 14 with 20 spinning handlers
-// (cmd/noisy): with a tenant allowed 3 of the 4 slots, another tenant's
-// read took 71 to 675 ms at the 99th percentile; allowed 1, 12 to 25 ms.
+// weight. A tenant whose calls are short (honest handlers and requests,
+// well under a millisecond each) may hold every slot but one, so a node
+// serving one busy tenant runs its guests on every CPU, as without slots,
+// and the slot left over is there at once for another tenant's call. A
+// tenant one of whose calls has run for WithLongGuestCall (100 ms by
+// default), and for LongGuestCallsCount after such a call ends, holds at
+// most WithTenantGuestSlots (half the CPUs, at least one): whatever its
+// guests do, spin or hang until their deadline, the other tenants and the
+// node's own work keep the other half. Its first calls may all run long
+// before the first reaches 100 ms: for one deadline at most, a spinning
+// tenant holds every slot but one. Measured on two cores under a machine
+// load of 5 to 14 with 20 spinning handlers (cmd/noisy): with a tenant
+// allowed 3 of the 4 slots for good, another tenant's read took 71 to
+// 675 ms at the 99th percentile; allowed 1, 12 to 25 ms.
 
 // procsAtStart is the processors the Go runtime was given, before any
 // engine raised GOMAXPROCS: the CPUs the node may use.
@@ -43,29 +56,46 @@ var procsAtStart = runtime.GOMAXPROCS(0)
 
 // DefaultGuestSlots is the guest slots of an engine made without
 // WithGuestSlots: the Go runtime's processors (GOMAXPROCS at start) less
-// one, and at least 4; on a machine of two cores, 4, with GOMAXPROCS
-// raised to 5.
+// one, and at least 4; on a machine of two cores, 4.
 func DefaultGuestSlots() int { return max(4, procsAtStart-1) }
 
-// DefaultTenantGuestSlots is how many guest slots one tenant may hold at
-// once without WithTenantGuestSlots: half the Go runtime's processors at
-// start, at least 1 (1 on two cores).
+// DefaultTenantGuestSlots is how many guest slots one tenant whose calls
+// run long may hold at once without WithTenantGuestSlots: half the Go
+// runtime's processors at start, at least 1 (1 on two cores).
 func DefaultTenantGuestSlots() int { return max(1, procsAtStart/2) }
 
-// WithTenantGuestSlots sets how many guest slots one tenant's calls may
-// hold at once (default DefaultTenantGuestSlots(), at most the slots): a
-// tenant whose guests spin burns that many CPUs at most, and the other
-// tenants and the node keep the rest. A node serving one tenant, whose
-// guests do much work, may give it every slot.
+// WithTenantGuestSlots sets how many guest slots one tenant whose calls
+// run long (WithLongGuestCall) may hold at once (default
+// DefaultTenantGuestSlots(), at most the slots): a tenant whose guests
+// spin burns that many CPUs at most, and the other tenants and the node
+// keep the rest. A node serving one tenant whose guests do much work in
+// each call may give it every slot. A tenant whose calls are short holds
+// every slot but one, whatever this says.
 func WithTenantGuestSlots(n int) Option { return func(o *config) { o.tenantGuestSlots = n } }
+
+// DefaultLongGuestCall is how long a guest call runs before its tenant
+// counts as one whose calls run long (WithLongGuestCall): a hundred times
+// an honest handler's, and past a Go actor's _initialize (about 12 ms).
+const DefaultLongGuestCall = 100 * time.Millisecond
+
+// LongGuestCallsCount is how long after its last long call ended a
+// tenant still holds at most WithTenantGuestSlots: a tenant whose
+// handlers spin to their deadline, or back off between attempts, does not
+// take every slot again with its next calls.
+const LongGuestCallsCount = 30 * time.Second
+
+// WithLongGuestCall sets how long a guest call runs (its slot held)
+// before its tenant is held to WithTenantGuestSlots (default
+// DefaultLongGuestCall).
+func WithLongGuestCall(d time.Duration) Option { return func(o *config) { o.longGuestCall = d } }
 
 // WithGuestSlots sets how many guest calls (events, alarm handlers, an
 // instance's _initialize) run at once across all actors (default
 // DefaultGuestSlots()). A call waits for a slot before it starts; its
-// deadline counts from then. NewEngine raises GOMAXPROCS to n + 1 when it
-// is lower, so that guests in every slot leave the Go runtime a processor
-// (logged at INFO). One tenant holds at most WithTenantGuestSlots of
-// them.
+// deadline counts from then. While guest calls run long, the engine
+// raises GOMAXPROCS to one more than they are, so that they leave the Go
+// runtime a processor (logged at INFO). One tenant holds every slot but
+// one at most, and WithTenantGuestSlots while its calls run long.
 func WithGuestSlots(n int) Option { return func(o *config) { o.guestSlots = n } }
 
 // WithTenantWeights gives tenants their weights in the share of the guest
@@ -101,26 +131,95 @@ type tenantGuestStats struct {
 	waits   uint64 // calls that waited for a slot
 }
 
-func newGuestSlots(n, perTenant int, weights map[string]int) *guestSlots {
+func newGuestSlots(n, perTenant int, long time.Duration, weights map[string]int) *guestSlots {
 	g := &guestSlots{base: time.Now(), labels: map[string]string{}, stats: map[string]*tenantGuestStats{}}
 	for t := range weights {
 		g.labels[t] = t
 		g.stats[t] = &tenantGuestStats{}
 	}
 	g.stats[OtherTenants] = &tenantGuestStats{}
-	g.q = fair.New[*slotWaiter](fair.Config{Slots: n, Headroom: n - min(n, perTenant), Weight: func(t string) int { return weights[t] }})
+	g.q = fair.New[*slotWaiter](fair.Config{Slots: n, Headroom: min(1, n-1), Weight: func(t string) int { return weights[t] },
+		LongCap: min(n, perTenant), LongAfter: int64(long), LongFor: int64(LongGuestCallsCount)})
 	return g
 }
 
-// ensureProcs raises GOMAXPROCS so that guests in every slot leave the Go
-// runtime a processor; it returns the value before, and after.
-func ensureProcs(slots int) (before, after int) {
-	before = runtime.GOMAXPROCS(0)
-	if before > slots {
-		return before, before
+// procsHold is how long no guest call may run long before the engine
+// lowers GOMAXPROCS again to what it was at start.
+const procsHold = 10 * time.Second
+
+// procsWatch is how often an engine counts its guest calls that run long.
+const procsWatch = 25 * time.Millisecond
+
+// procGuard keeps GOMAXPROCS above the long guest calls running in every
+// engine of the process: the processors are the process's.
+type procGuard struct {
+	mu     sync.Mutex
+	long   map[*guestSlots]int
+	raised bool      // GOMAXPROCS is ours, above procsAtStart
+	low    time.Time // since when fewer were needed than set
+}
+
+var procs = procGuard{long: map[*guestSlots]int{}}
+
+// report records that g runs n long calls now; it returns GOMAXPROCS
+// before and after, when it changed it.
+func (p *procGuard) report(g *guestSlots, n int, now time.Time) (before, after int, changed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n > 0 {
+		p.long[g] = n
+	} else {
+		delete(p.long, g)
 	}
-	runtime.GOMAXPROCS(slots + 1)
-	return before, slots + 1
+	total := 0
+	for _, k := range p.long {
+		total += k
+	}
+	want := procsAtStart
+	if total > 0 {
+		want = max(procsAtStart, total+1)
+	}
+	cur := runtime.GOMAXPROCS(0)
+	switch {
+	case want > cur:
+		runtime.GOMAXPROCS(want)
+		p.raised, p.low = true, time.Time{}
+		return cur, want, true
+	case want < cur && p.raised:
+		if p.low.IsZero() {
+			p.low = now
+		}
+		if now.Sub(p.low) < procsHold {
+			return cur, cur, false
+		}
+		runtime.GOMAXPROCS(want)
+		p.raised, p.low = want > procsAtStart, time.Time{}
+		return cur, want, true
+	default:
+		p.low = time.Time{}
+		return cur, cur, false
+	}
+}
+
+// watchProcs counts g's long calls every procsWatch until stop closes,
+// and keeps GOMAXPROCS above them (procGuard).
+func (g *guestSlots) watchProcs(stop <-chan struct{}, log func(before, after, long int)) {
+	t := time.NewTicker(procsWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			procs.report(g, 0, time.Now())
+			return
+		case <-t.C:
+		}
+		g.mu.Lock()
+		n := g.q.LongRunning(g.now())
+		g.mu.Unlock()
+		if before, after, changed := procs.report(g, n, time.Now()); changed {
+			log(before, after, n)
+		}
+	}
 }
 
 func (g *guestSlots) now() int64 { return int64(time.Since(g.base)) }

@@ -66,14 +66,12 @@ func waitBusy(t *testing.T, eng *engine.Engine, n int) engine.GuestSlotStats {
 // queue, which a busy processor reads once in 61 turns of 10 ms: each
 // HTTP round trip then took hundreds of milliseconds (64 spinners on 2
 // processors: 0.8 s on average, 4 s at worst, docs/benchmarks.md), enough
-// for a lease renewal to miss its window. Here 50 HTTP round trips on
-// loopback end while the guests still spin.
+// for a lease renewal to miss its window. Here, once the calls have run
+// long, GOMAXPROCS is above them, and 50 HTTP round trips on loopback end
+// while the guests still spin.
 func TestSpinningGuestsLeaveTheRuntimeAProcessor(t *testing.T) {
 	slots := max(4, runtime.GOMAXPROCS(0)) // as many as the processors: the engine must raise GOMAXPROCS
-	e := newEnv(t, engine.WithGuestSlots(slots), engine.WithEventDeadline(3*time.Second))
-	if p := runtime.GOMAXPROCS(0); p <= slots {
-		t.Fatalf("GOMAXPROCS %d with %d guest slots: a guest in every slot leaves the runtime no processor", p, slots)
-	}
+	e := newEnv(t, engine.WithGuestSlots(slots), engine.WithEventDeadline(3*time.Second), engine.WithLongGuestCall(50*time.Millisecond))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer srv.Close()
 	c := e.class("hostile", testguest.Fixture(t, "hostile"))
@@ -85,6 +83,11 @@ func TestSpinningGuestsLeaveTheRuntimeAProcessor(t *testing.T) {
 	firstBack, wait := spin(e, actors)
 	defer wait()
 	waitBusy(t, e.eng, slots)
+	for deadline := time.Now().Add(time.Second); runtime.GOMAXPROCS(0) <= slots; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("GOMAXPROCS %d a second after %d guests began to spin: they leave the runtime no processor", runtime.GOMAXPROCS(0), slots)
+		}
+	}
 	served := make(chan error, 1)
 	go func() {
 		for range 50 {
@@ -138,5 +141,36 @@ func TestOneTenantLeavesGuestSlotsToTheOthers(t *testing.T) {
 	}
 	if s := e.eng.GuestSlots(); s.Peak > 4 {
 		t.Fatalf("guest slots %+v: more calls ran at once than the slots", s)
+	}
+}
+
+// A tenant whose calls run long (WithLongGuestCall) holds at most
+// WithTenantGuestSlots once they have: its first spinners take every slot
+// but one, and after them one runs at a time while the rest wait.
+func TestATenantWhoseCallsRunLongIsHeldToItsShare(t *testing.T) {
+	e := newEnv(t, engine.WithGuestSlots(4), engine.WithTenantGuestSlots(1),
+		engine.WithLongGuestCall(50*time.Millisecond), engine.WithEventDeadline(400*time.Millisecond))
+	c := e.class("hostile", testguest.Fixture(t, "hostile"))
+	var spinners []*engine.Actor
+	for i := range 6 {
+		spinners = append(spinners, e.openAs(c, "b", fmt.Sprintf("s%d", i)))
+	}
+	_, wait := spin(e, spinners)
+	defer wait()
+	if s := waitBusy(t, e.eng, 3); s.Busy != 3 || s.Cap != 3 {
+		t.Fatalf("guest slots %+v: want tenant b's first spinners to hold 3 (every slot but one)", s)
+	}
+	// The first three reach their deadline at about 400 ms; from then on
+	// tenant b runs one call at a time.
+	time.Sleep(600 * time.Millisecond)
+	for range 5 {
+		if s := e.eng.GuestSlots(); s.Busy != 1 {
+			t.Fatalf("guest slots %+v: want one of tenant b's spinners running once its calls ran long", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	other := e.openAs(c, "a", "quick")
+	if _, err := other.Request(e.ctx, []byte("x")); err != nil {
+		t.Fatalf("tenant a's request beside tenant b's spinners: %v", err)
 	}
 }

@@ -46,13 +46,16 @@ type Config struct {
 	// Weight returns a tenant's weight, its share relative to the others
 	// (nil, or a result below 1: 1).
 	Weight func(tenant string) int
-	// ContendedCap, when above 0, is the most items one tenant runs at
-	// once while another tenant is active: runs or waits for an item, or
-	// started one within ActiveWindow (in the caller's time unit); alone
-	// it runs up to Slots - Headroom. Nothing in this module sets it: the
-	// guest slots hold a tenant to its share alone or not (engine).
-	ContendedCap int
-	ActiveWindow int64
+	// LongCap, when above 0, is the most items at once of a tenant whose
+	// items run long: one of its items runs, or ended within LongFor of
+	// now, having run LongAfter or more (in the caller's time unit). Other
+	// tenants run up to Slots - Headroom. So a tenant whose items are
+	// short may use every slot the others leave idle, and one whose items
+	// spin or hang until their deadline holds LongCap slots (the engine's
+	// guest slots set it: a tenant whose guests spin burns that many CPUs).
+	LongCap   int
+	LongAfter int64
+	LongFor   int64
 
 	// variants turn the fairness off (internal/variant), for the test that
 	// shows it is needed; production never sets them.
@@ -74,18 +77,8 @@ type Queue[T any] struct {
 	picks   uint64
 	seq     uint64
 	idle    []*tenant[T] // idle tenants still owing time, looked at a few at a time
-	busy    int          // tenants with items running or waiting
-	// recent is the latest start, and before it the latest of another
-	// tenant: whether another tenant started an item lately.
-	recent, recentOther started
-	fifo                bool
-	shared              itemHeap[T] // the unsafe variant's one queue
-}
-
-type started struct {
-	tenant string
-	at     int64
-	ok     bool
+	fifo    bool
+	shared  itemHeap[T] // the unsafe variant's one queue
 }
 
 type tenant[T any] struct {
@@ -96,12 +89,15 @@ type tenant[T any] struct {
 	// tenant's virtual time.
 	vt      int64
 	running int
-	starts  int64 // the sum of the running items' start times
-	items   itemHeap[T]
-	ready   int    // index in Queue.ready, -1 when not there
-	picked  uint64 // when it was last served: ties go to the longest waiting
-	idle    bool   // in Queue.idle
-	busy    bool   // counted in Queue.busy
+	starts  int64   // the sum of the running items' start times
+	started []int64 // the running items' start times, with LongAfter
+	// longUntil is when the tenant's last long item (LongCap) stops
+	// counting.
+	longUntil int64
+	items     itemHeap[T]
+	ready     int    // index in Queue.ready, -1 when not there
+	picked    uint64 // when it was last served: ties go to the longest waiting
+	idle      bool   // in Queue.idle
 }
 
 // vtAt is the tenant's virtual time at now.
@@ -156,23 +152,48 @@ func (q *Queue[T]) Running() int { return q.running }
 // Waiting is how many items wait.
 func (q *Queue[T]) Waiting() int { return q.waiting }
 
-// capAt is the most items t may run at once at now: ContendedCap while
-// another tenant is active, Cap otherwise.
+// capAt is the most items t may run at once at now: LongCap while its
+// items run long, Cap otherwise.
 func (q *Queue[T]) capAt(t *tenant[T], now int64) int {
-	if q.cfg.ContendedCap <= 0 || q.cfg.ContendedCap >= q.cap {
+	if q.cfg.LongCap <= 0 || q.cfg.LongCap >= q.cap {
 		return q.cap
 	}
-	others := q.busy
-	if t.busy {
-		others--
+	if now < t.longUntil {
+		return q.cfg.LongCap
 	}
-	w := q.cfg.ActiveWindow
-	if others > 0 ||
-		(q.recent.ok && q.recent.tenant != t.name && now-q.recent.at < w) ||
-		(q.recentOther.ok && q.recentOther.tenant != t.name && now-q.recentOther.at < w) {
-		return q.cfg.ContendedCap
+	for _, s := range t.started {
+		if now-s >= q.cfg.LongAfter {
+			return q.cfg.LongCap
+		}
 	}
 	return q.cap
+}
+
+// CapOf is the most items tenant may run at once at now (Cap, or LongCap
+// while its items run long).
+func (q *Queue[T]) CapOf(tenant string, now int64) int {
+	t := q.tenants[tenant]
+	if t == nil {
+		return q.cap
+	}
+	return q.capAt(t, now)
+}
+
+// LongRunning is how many items run at now that started LongAfter or
+// more before (0 without LongAfter).
+func (q *Queue[T]) LongRunning(now int64) int {
+	n := 0
+	if q.cfg.LongAfter <= 0 {
+		return 0
+	}
+	for _, t := range q.tenants {
+		for _, s := range t.started {
+			if now-s >= q.cfg.LongAfter {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Startable is how many items Pop would start now, one after another: as
@@ -308,7 +329,7 @@ func (q *Queue[T]) Pop(now int64) (v T, tk Ticket, ok bool) {
 	}
 	q.waiting--
 	tk = q.start(it.tenant, now)
-	q.forgetIdle(2)
+	q.forgetIdle(2, now)
 	return it.V, tk, true
 }
 
@@ -319,10 +340,9 @@ func (q *Queue[T]) start(t *tenant[T], now int64) Ticket {
 	t.starts += now
 	q.picks++
 	t.picked = q.picks
-	if q.recent.tenant != t.name {
-		q.recentOther = q.recent
+	if q.cfg.LongAfter > 0 {
+		t.started = append(t.started, now)
 	}
-	q.recent = started{t.name, now, true}
 	q.update(t)
 	return Ticket{t: t, start: now}
 }
@@ -338,6 +358,19 @@ func (q *Queue[T]) Done(tk Ticket, now int64) {
 	t.running--
 	t.starts -= tk.start
 	t.vt += max(0, now-tk.start) / t.weight
+	if q.cfg.LongAfter > 0 {
+		for i, s := range t.started {
+			if s == tk.start {
+				last := len(t.started) - 1
+				t.started[i] = t.started[last]
+				t.started = t.started[:last]
+				break
+			}
+		}
+		if now-tk.start >= q.cfg.LongAfter {
+			t.longUntil = max(t.longUntil, now+q.cfg.LongFor)
+		}
+	}
 	q.update(t)
 	q.idled(t)
 }
@@ -385,14 +418,6 @@ func (q *Queue[T]) Drain() []T {
 // update puts t in the ready list, or takes it out, as its waiting items
 // and its cap say.
 func (q *Queue[T]) update(t *tenant[T]) {
-	if busy := t.running > 0 || t.items.Len() > 0; busy != t.busy {
-		t.busy = busy
-		if busy {
-			q.busy++
-		} else {
-			q.busy--
-		}
-	}
 	if q.fifo {
 		return
 	}
@@ -420,9 +445,9 @@ func (q *Queue[T]) idled(t *tenant[T]) {
 }
 
 // forgetIdle looks at up to n idle tenants: one with work again leaves the
-// list, one that owes no time any more (the floor passed it) is forgotten,
-// and the rest go to the back.
-func (q *Queue[T]) forgetIdle(n int) {
+// list, one that owes no time any more (the floor passed it) and whose
+// items ran long no more lately is forgotten, and the rest go to the back.
+func (q *Queue[T]) forgetIdle(n int, now int64) {
 	for ; n > 0 && len(q.idle) > 0; n-- {
 		t := q.idle[0]
 		q.idle[0] = nil
@@ -430,7 +455,7 @@ func (q *Queue[T]) forgetIdle(n int) {
 		switch {
 		case t.running > 0 || t.items.Len() > 0:
 			t.idle = false
-		case t.vt <= q.floor:
+		case t.vt <= q.floor && t.longUntil <= now:
 			t.idle = false
 			if q.tenants[t.name] == t {
 				delete(q.tenants, t.name)

@@ -342,50 +342,58 @@ func TestTryStartCancelDrainAndForgetting(t *testing.T) {
 	}
 }
 
-// With ContendedCap, a tenant alone may run up to Slots - Headroom items,
-// but while another tenant is active (runs or waits for an item, or
-// started one within ActiveWindow) only ContendedCap.
-func TestTheContendedCapHoldsWhileAnotherTenantIsActive(t *testing.T) {
-	q := New[string](Config{Slots: 4, Headroom: 1, ContendedCap: 1, ActiveWindow: 100})
-	start := func(tenant string, now int64) bool {
-		q.Push(tenant, now, tenant)
-		_, _, ok := q.Pop(now)
-		return ok
+// With LongCap, a tenant whose items are short may run up to Slots -
+// Headroom at once; once one of its items has run LongAfter, and for
+// LongFor after such an item ends, only LongCap.
+func TestATenantWhoseItemsRunLongIsHeldToLongCap(t *testing.T) {
+	q := New[string](Config{Slots: 4, Headroom: 1, LongCap: 1, LongAfter: 100, LongFor: 1000})
+	startAll := func(tenant string, now int64, n int) []Ticket {
+		var tks []Ticket
+		for range n {
+			if tk, ok := q.TryStart(tenant, now); ok {
+				tks = append(tks, tk)
+			}
+		}
+		return tks
 	}
-	// b alone: 3 of 4.
-	var bs []Ticket
-	for i := range 5 {
-		if tk, ok := q.TryStart("b", int64(i)); ok {
-			bs = append(bs, tk)
+	// b's short items: 3 of 4 at once, again and again.
+	for round := range int64(3) {
+		now := round * 10
+		bs := startAll("b", now, 5)
+		if len(bs) != 3 {
+			t.Fatalf("round %d: tenant b with short items started %d, want 3 (4 slots less the headroom)", round, len(bs))
+		}
+		for _, tk := range bs {
+			q.Done(tk, now+5)
 		}
 	}
-	if len(bs) != 3 {
-		t.Fatalf("tenant b alone started %d, want 3 (4 slots less the headroom)", len(bs))
-	}
-	for _, tk := range bs {
-		q.Done(tk, 10)
-	}
-	// a starts and ends an item at 20: for the window after, b runs one.
-	tk, ok := q.TryStart("a", 20)
+	// b starts one at 100 that runs long: from 200 on, b may start no
+	// other while it runs, and a still finds a slot.
+	long, ok := q.TryStart("b", 100)
 	if !ok {
-		t.Fatal("tenant a could not start")
+		t.Fatal("tenant b could not start")
 	}
-	q.Done(tk, 21)
-	if !start("b", 30) || start("b", 31) {
-		t.Fatal("tenant b while tenant a started an item lately: want one item, not two")
+	short := startAll("b", 150, 5)
+	if len(short) != 2 {
+		t.Fatalf("at 150 (its item 50 old) b started %d more, want 2: not long yet", len(short))
 	}
-	if q.Startable(31) != 0 {
-		t.Fatalf("Startable = %d with b at its contended cap", q.Startable(31))
+	for _, tk := range short {
+		q.Done(tk, 160)
 	}
-	// Past the window, b is alone again: it may start its waiting item
-	// and one more.
-	if got := q.Startable(200); got != 1 {
-		t.Fatalf("Startable = %d once a was quiet for the window, want b's waiting item", got)
+	if q.CapOf("b", 199) != 3 || q.CapOf("b", 200) != 1 {
+		t.Fatalf("b's cap at 199, 200 = %d, %d; want 3 then 1 (its item long from 200)", q.CapOf("b", 199), q.CapOf("b", 200))
 	}
-	if _, _, ok := q.Pop(200); !ok || !start("b", 201) {
-		t.Fatal("tenant b alone again could not go back up to its cap")
+	q.Push("b", 200, "b")
+	if _, _, ok := q.Pop(200); ok {
+		t.Fatal("b started a fourth item while one of its items ran long")
 	}
-	if start("b", 202) {
-		t.Fatal("tenant b alone passed its cap of 3")
+	// Its long item ends at 300: for LongFor after, b stays at its long
+	// cap.
+	q.Done(long, 300)
+	if q.CapOf("b", 1299) != 1 || q.CapOf("b", 1300) != 3 {
+		t.Fatalf("b's cap at 1299, 1300 = %d, %d; want 1 until LongFor after its long item ended, then 3", q.CapOf("b", 1299), q.CapOf("b", 1300))
+	}
+	if q.CapOf("a", 300) != 3 {
+		t.Fatalf("a's cap = %d; a's items never ran long, want 3", q.CapOf("a", 300))
 	}
 }

@@ -64,6 +64,7 @@ type options struct {
 	maxDBs, maxInsts, sweepConc, sweepWalkers int
 	idemKeys, idemBytes                       int
 	guestSlots, tenantGuestSlots, workers     int
+	longGuestCall                             time.Duration
 	tenant                                    *tenantFlags
 	attempts                                  *attemptsFlag
 	alarmDeadline, eventDeadline              *deadlineFlag
@@ -116,7 +117,8 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.sweepSafety, "sweep-safety", sweeper.DefaultSafetyPeriod, "the longest a walker leaves a tenant's alarm index unlisted when nothing in it can be overdue")
 	fs.Var(o.alarmDeadline, "alarm-deadline", "longest on-alarm run, after which it is stopped and counts as a failure (its retry committed): D for every class, CLASS=D for one, comma-separated")
 	fs.IntVar(&o.guestSlots, "guest-slots", 0, "how many guest calls (requests, alarm handlers, instance starts) run at once, shared fairly between tenants; GOMAXPROCS is raised above it (default: GOMAXPROCS-1, at least 4)")
-	fs.IntVar(&o.tenantGuestSlots, "tenant-guest-slots", 0, "how many of the guest slots one tenant's calls may hold at once: a tenant whose guests spin burns that many CPUs at most (default: half the CPUs, at least 1)")
+	fs.IntVar(&o.tenantGuestSlots, "tenant-guest-slots", 0, "how many of the guest slots one tenant may hold at once while its calls run long (-long-guest-call): a tenant whose guests spin burns that many CPUs at most (default: half the CPUs, at least 1); a tenant whose calls are short holds all but one")
+	fs.DurationVar(&o.longGuestCall, "long-guest-call", engine.DefaultLongGuestCall, "how long a guest call runs before its tenant is held to -tenant-guest-slots (for 30 s after its last such call)")
 	fs.IntVar(&o.workers, "workers", 0, "delivery workers: how many alarm deliveries run at once, shared fairly between tenants (default: 16 per CPU, at least 64)")
 	fs.Var(o.tenant.weight, "tenant-weight", "a tenant's weight in the shares of the delivery workers and the guest slots: TENANT=W, comma-separated (default 1 each); the tenants named by any -tenant-* flag get their own series in the per-tenant metrics, the others are counted as \"other\"")
 	fs.Var(o.tenant.rate, "tenant-rate", "requests a second each tenant may start on this node's HTTP API, on average (a token bucket; past it: 429 throttled with Retry-After): R for every tenant, TENANT=R for one, comma-separated (0: no limit, the default)")
@@ -281,7 +283,7 @@ func run(logger hclog.Logger, o *options) error {
 	if err != nil {
 		return err
 	}
-	engineOpts := append([]engine.Option{engine.WithBackoff(retryBase, retryMax), engine.WithGuestSlots(o.guestSlots), engine.WithTenantGuestSlots(o.tenantGuestSlots)}, memOpts...)
+	engineOpts := append([]engine.Option{engine.WithBackoff(retryBase, retryMax), engine.WithGuestSlots(o.guestSlots), engine.WithTenantGuestSlots(o.tenantGuestSlots), engine.WithLongGuestCall(o.longGuestCall)}, memOpts...)
 	engineOpts = append(engineOpts, attemptOpts...)
 	for _, f := range []*deadlineFlag{o.alarmDeadline, o.eventDeadline} {
 		opts, err := f.options(classes)
