@@ -48,6 +48,7 @@ type Actor struct {
 	// reused, so a call allocates neither. ev is the running event's state.
 	cc     *callCtx
 	slotW  slotWaiter // its wait for a guest slot
+	room   *Room      // the room its next call uses (UseRoom)
 	stack  [2]uint64
 	ev     event
 	inited bool
@@ -136,6 +137,18 @@ func (a *Actor) end() { a.e.res.idle(a) }
 
 // ID returns the actor's identity.
 func (a *Actor) ID() abi.ActorID { return a.id }
+
+// UseRoom makes r (Engine.TryRoom, Engine.AwaitRoom) the room of the
+// actor's next guest call: that call uses it up as it asks for a slot. A
+// room no call used is the caller's to Release.
+func (a *Actor) UseRoom(r *Room) {
+	a.mu.Lock()
+	if a.room != nil && a.room != r {
+		a.room.Release()
+	}
+	a.room = r
+	a.mu.Unlock()
+}
 
 // Asleep reports whether the actor's database is closed under the budget.
 func (a *Actor) Asleep() bool {
@@ -458,7 +471,9 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	}
 	// A guest slot (guestslots.go) for the instance's _initialize and the
 	// call: the deadline counts from when it is given.
-	slot, err := a.e.slots.acquire(ctx, a.id.Tenant, &a.slotW)
+	room := a.room
+	a.room = nil
+	slot, err := a.e.slots.acquire(ctx, a.id.Tenant, &a.slotW, room)
 	if err != nil {
 		if fresh {
 			a.e.res.releaseInst(a)

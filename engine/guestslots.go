@@ -120,9 +120,30 @@ type guestSlots struct {
 	stats  map[string]*tenantGuestStats
 	peak   int
 	waits  uint64
+	// reserved counts each tenant's rooms given and not yet used or
+	// released; roomQ holds each tenant's AwaitRoom calls in order.
+	reserved map[string]int
+	roomQ    map[string][]*roomWaiter
 }
 
 type slotWaiter struct{ granted chan fair.Ticket }
+
+// Room is a delivery's place in its tenant's line for the guest slots,
+// taken before it takes its actor (Engine.TryRoom, Engine.AwaitRoom): a
+// tenant's calls waiting for a slot, and the rooms given for calls about
+// to, are at most as many as the slots it may hold at once. So a tenant
+// whose guests hang does not hold an actor for each of its due alarms
+// while they wait their turn behind the hangs: its alarms wait, without
+// their actors, in the timer's queue and in AwaitRoom, and a request or a
+// delete of one of those actors finds it free.
+type Room struct {
+	g      *guestSlots
+	tenant string
+	held   bool // counted in g.reserved, not yet used by a call
+}
+
+// roomWaiter is an AwaitRoom waiting for a room.
+type roomWaiter struct{ granted chan *Room }
 
 // tenantGuestStats are one metric label's counters.
 type tenantGuestStats struct {
@@ -132,7 +153,8 @@ type tenantGuestStats struct {
 }
 
 func newGuestSlots(n, perTenant int, long time.Duration, weights map[string]int) *guestSlots {
-	g := &guestSlots{base: time.Now(), labels: map[string]string{}, stats: map[string]*tenantGuestStats{}}
+	g := &guestSlots{base: time.Now(), labels: map[string]string{}, stats: map[string]*tenantGuestStats{},
+		reserved: map[string]int{}, roomQ: map[string][]*roomWaiter{}}
 	for t := range weights {
 		g.labels[t] = t
 		g.stats[t] = &tenantGuestStats{}
@@ -242,12 +264,19 @@ func (g *guestSlots) statsOf(tenant string) *tenantGuestStats {
 }
 
 // acquire waits for a slot for a call of tenant's guest, or for ctx to
-// end; w is the caller's own waiter (one call at a time each), reused.
-func (g *guestSlots) acquire(ctx context.Context, tenant string, w *slotWaiter) (fair.Ticket, error) {
+// end; w is the caller's own waiter (one call at a time each), reused. A
+// room the call was given (nil: none) is used up: from here the call
+// counts as waiting or running.
+func (g *guestSlots) acquire(ctx context.Context, tenant string, w *slotWaiter, room *Room) (fair.Ticket, error) {
 	g.mu.Lock()
 	now := g.now()
+	if room != nil && room.held {
+		room.held = false
+		g.unreserve(tenant)
+	}
 	if tk, ok := g.q.TryStart(tenant, now); ok {
 		g.peak = max(g.peak, g.q.Running())
+		g.grantRooms(now)
 		g.mu.Unlock()
 		return tk, nil
 	}
@@ -266,6 +295,9 @@ func (g *guestSlots) acquire(ctx context.Context, tenant string, w *slotWaiter) 
 	}
 	g.mu.Lock()
 	cancelled := g.q.Cancel(it)
+	if cancelled {
+		g.grantRooms(g.now())
+	}
 	g.mu.Unlock()
 	if !cancelled {
 		g.release(tenant, <-w.granted) // granted meanwhile: pass it on
@@ -295,6 +327,104 @@ func (g *guestSlots) dispatch(now int64) {
 		w.granted <- tk
 	}
 	g.peak = max(g.peak, g.q.Running())
+	g.grantRooms(now)
+}
+
+// roomFor reports whether tenant has room for another call in its line:
+// its calls waiting for a slot and its rooms held are fewer than the
+// slots it may hold (mu held).
+func (g *guestSlots) roomFor(tenant string, now int64) bool {
+	return g.q.Tenant(tenant).Waiting+g.reserved[tenant] < g.q.CapOf(tenant, now)
+}
+
+func (g *guestSlots) unreserve(tenant string) {
+	if g.reserved[tenant]--; g.reserved[tenant] <= 0 {
+		delete(g.reserved, tenant)
+	}
+}
+
+// grantRooms gives rooms, in order, to the AwaitRoom calls of the
+// tenants that have room again (mu held).
+func (g *guestSlots) grantRooms(now int64) {
+	for tenant, q := range g.roomQ {
+		for len(q) > 0 && g.roomFor(tenant, now) {
+			g.reserved[tenant]++
+			q[0].granted <- &Room{g: g, tenant: tenant, held: true}
+			q[0] = nil
+			q = q[1:]
+		}
+		if len(q) == 0 {
+			delete(g.roomQ, tenant)
+		} else {
+			g.roomQ[tenant] = q
+		}
+	}
+}
+
+// TryRoom gives a room in tenant's line for the guest slots, or nil when
+// the tenant's calls already fill it (Room).
+func (e *Engine) TryRoom(tenant string) *Room {
+	g := e.slots
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.roomQ[tenant]) > 0 || !g.roomFor(tenant, g.now()) {
+		return nil
+	}
+	g.reserved[tenant]++
+	return &Room{g: g, tenant: tenant, held: true}
+}
+
+// AwaitRoom waits for a room in tenant's line for the guest slots (Room),
+// in the order asked, or for ctx to end.
+func (e *Engine) AwaitRoom(ctx context.Context, tenant string) (*Room, error) {
+	if r := e.TryRoom(tenant); r != nil {
+		return r, nil
+	}
+	g := e.slots
+	w := &roomWaiter{granted: make(chan *Room, 1)}
+	g.mu.Lock()
+	g.roomQ[tenant] = append(g.roomQ[tenant], w)
+	g.grantRooms(g.now()) // room may have come meanwhile
+	g.mu.Unlock()
+	select {
+	case r := <-w.granted:
+		return r, nil
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	q := g.roomQ[tenant]
+	for i, x := range q {
+		if x == w {
+			g.roomQ[tenant] = append(q[:i:i], q[i+1:]...)
+			if len(g.roomQ[tenant]) == 0 {
+				delete(g.roomQ, tenant)
+			}
+			break
+		}
+	}
+	g.mu.Unlock()
+	select {
+	case r := <-w.granted: // given meanwhile: pass it on
+		r.Release()
+	default:
+	}
+	return nil, fmt.Errorf("waiting for room among tenant %q's guest calls (its calls waiting for a slot fill its share): %w", tenant, context.Cause(ctx))
+}
+
+// Release gives the room back if no call used it; it may be called more
+// than once.
+func (r *Room) Release() {
+	if r == nil {
+		return
+	}
+	g := r.g
+	g.mu.Lock()
+	if r.held {
+		r.held = false
+		g.unreserve(r.tenant)
+		g.grantRooms(g.now())
+	}
+	g.mu.Unlock()
 }
 
 // GuestSlotStats are the engine's guest slot counters.

@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -172,5 +174,49 @@ func TestATenantWhoseCallsRunLongIsHeldToItsShare(t *testing.T) {
 	other := e.openAs(c, "a", "quick")
 	if _, err := other.Request(e.ctx, []byte("x")); err != nil {
 		t.Fatalf("tenant a's request beside tenant b's spinners: %v", err)
+	}
+}
+
+// Rooms in a tenant's line (engine.Room): as many as the slots it may
+// hold, given in the order asked, a cancelled wait gives up its place,
+// and a room comes back once released, once.
+func TestRoomsInATenantsLineComeInOrderAndComeBack(t *testing.T) {
+	e := newEnv(t, engine.WithGuestSlots(2), engine.WithTenantGuestSlots(1))
+	r1 := e.eng.TryRoom("b")
+	if r1 == nil {
+		t.Fatal("no room in an empty line")
+	}
+	if e.eng.TryRoom("b") != nil {
+		t.Fatal("a second room while the first is held: tenant b may hold one slot")
+	}
+	if e.eng.TryRoom("a") == nil {
+		t.Fatal("tenant a found no room: the lines are each tenant's own")
+	}
+	cancelled, cancel := context.WithCancel(e.ctx)
+	gaveUp := make(chan error, 1)
+	go func() { _, err := e.eng.AwaitRoom(cancelled, "b"); gaveUp <- err }()
+	got := make(chan *engine.Room, 1)
+	time.Sleep(20 * time.Millisecond) // the first waits first
+	go func() {
+		r, err := e.eng.AwaitRoom(e.ctx, "b")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled wait for room: %v", err)
+	}
+	r1.Release()
+	r2 := <-got
+	r1.Release() // again: nothing more comes back
+	if e.eng.TryRoom("b") != nil {
+		t.Fatal("a room while the second is held: the first came back twice")
+	}
+	r2.Release()
+	if e.eng.TryRoom("b") == nil {
+		t.Fatal("no room once both were released")
 	}
 }

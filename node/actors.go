@@ -762,40 +762,64 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 }
 
 // Take takes an actor for a delivery of the plugin's timer loop
-// (alarms.Host).
+// (alarms.Host). Once the actor is open, the delivery needs a room in its
+// tenant's line for the guest slots (engine.Room): when the tenant's
+// calls already fill it (its guests hang or spin, and its calls wait
+// their turn), the actor is let go while the delivery waits for one, so
+// a request or a delete of the actor does not wait behind the tenant's
+// other calls.
 func (h clusterHost) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
-	e, err := h.n.entry(id)
-	for err == nil {
-		// Locked until done; a panic while taking it is recovered as in
-		// any event.
-		e.mu.Lock()
-		if !e.gone {
-			break
-		}
-		e.mu.Unlock() // the reaper dropped it meanwhile: look it up again
-		e, err = h.n.entry(id)
-	}
-	if err == nil {
-		err = h.n.guarded(ctx, e, "deliver", func() error {
-			if err := h.n.open(ctx, e); err != nil {
-				return err
+	var room *engine.Room
+	for {
+		e, err := h.n.entry(id)
+		for err == nil {
+			// Locked until done; a panic while taking it is recovered as
+			// in any event.
+			e.mu.Lock()
+			if !e.gone {
+				break
 			}
-			callTestHook("deliver", id)
-			return nil
-		})
-		if err != nil {
-			e.mu.Unlock()
+			e.mu.Unlock() // the reaper dropped it meanwhile: look it up again
+			e, err = h.n.entry(id)
 		}
+		if err == nil {
+			err = h.n.guarded(ctx, e, "deliver", func() error {
+				if err := h.n.open(ctx, e); err != nil {
+					return err
+				}
+				callTestHook("deliver", id)
+				return nil
+			})
+			if err != nil {
+				e.mu.Unlock()
+			}
+		}
+		var held *cluster.HeldElsewhereError
+		if errors.Is(err, ErrClassNotServed) || errors.As(err, &held) {
+			room.Release()
+			return nil, nil, alarms.NotHere(err)
+		}
+		if err != nil {
+			room.Release()
+			return nil, nil, err
+		}
+		if room == nil {
+			room = h.n.engine.TryRoom(id.Tenant)
+		}
+		if room == nil {
+			e.mu.Unlock()
+			if room, err = h.n.engine.AwaitRoom(ctx, id.Tenant); err != nil {
+				return nil, nil, &abi.ActorError{ID: id, Op: "deliver", Err: err}
+			}
+			continue // take the actor again
+		}
+		e.a.UseRoom(room)
+		c := &nodeActor{n: h.n, e: e}
+		return c, func(err error) {
+			room.Release() // if no guest call used it
+			c.done(ctx, err)
+		}, nil
 	}
-	var held *cluster.HeldElsewhereError
-	if errors.Is(err, ErrClassNotServed) || errors.As(err, &held) {
-		return nil, nil, alarms.NotHere(err)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	c := &nodeActor{n: h.n, e: e}
-	return c, func(err error) { c.done(ctx, err) }, nil
 }
 
 // delivered reports a delivery of the plugin's timer loop to OnDelivery.
