@@ -116,7 +116,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.IntVar(&o.sweepWalkers, "sweep-walkers", sweeper.DefaultWalkers, "how many live nodes walk each tenant's alarm index, per class they serve")
 	fs.DurationVar(&o.sweepSafety, "sweep-safety", sweeper.DefaultSafetyPeriod, "the longest a walker leaves a tenant's alarm index unlisted when nothing in it can be overdue")
 	fs.Var(o.alarmDeadline, "alarm-deadline", "longest on-alarm run, after which it is stopped and counts as a failure (its retry committed): D for every class, CLASS=D for one, comma-separated")
-	fs.IntVar(&o.guestSlots, "guest-slots", 0, "how many guest calls (requests, alarm handlers, instance starts) run at once, shared fairly between tenants; GOMAXPROCS is raised above it (default: GOMAXPROCS-1, at least 4)")
+	fs.IntVar(&o.guestSlots, "guest-slots", 0, "how many guest calls (requests, alarm handlers, instance starts) run at once, shared fairly between tenants; while calls run long GOMAXPROCS is raised above them (default: GOMAXPROCS-1, at least 4)")
 	fs.IntVar(&o.tenantGuestSlots, "tenant-guest-slots", 0, "how many of the guest slots one tenant may hold at once while its calls run long (-long-guest-call): a tenant whose guests spin burns that many CPUs at most (default: half the CPUs, at least 1); a tenant whose calls are short holds all but one")
 	fs.DurationVar(&o.longGuestCall, "long-guest-call", engine.DefaultLongGuestCall, "how long a guest call runs before its tenant is held to -tenant-guest-slots (for 30 s after its last such call)")
 	fs.IntVar(&o.workers, "workers", 0, "delivery workers: how many alarm deliveries run at once, shared fairly between tenants (default: 16 per CPU, at least 64)")
