@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -47,8 +48,8 @@ type Actor struct {
 	// parameters and result of each (api.Function.CallWithStack): both
 	// reused, so a call allocates neither. ev is the running event's state.
 	cc     *callCtx
-	slotW  slotWaiter // its wait for a guest slot
-	room   *Room      // the room its next call uses (UseRoom)
+	slotW  slotWaiter           // its wait for a guest slot
+	room   atomic.Pointer[Room] // the room its next call uses (UseRoom)
 	stack  [2]uint64
 	ev     event
 	inited bool
@@ -142,12 +143,9 @@ func (a *Actor) ID() abi.ActorID { return a.id }
 // actor's next guest call: that call uses it up as it asks for a slot. A
 // room no call used is the caller's to Release.
 func (a *Actor) UseRoom(r *Room) {
-	a.mu.Lock()
-	if a.room != nil && a.room != r {
-		a.room.Release()
+	if old := a.room.Swap(r); old != nil && old != r {
+		old.Release()
 	}
-	a.room = r
-	a.mu.Unlock()
 }
 
 // Asleep reports whether the actor's database is closed under the budget.
@@ -471,8 +469,7 @@ func (a *Actor) call(ctx context.Context, ev *event, export string, params []uin
 	}
 	// A guest slot (guestslots.go) for the instance's _initialize and the
 	// call: the deadline counts from when it is given.
-	room := a.room
-	a.room = nil
+	room := a.room.Swap(nil)
 	slot, err := a.e.slots.acquire(ctx, a.id.Tenant, &a.slotW, room)
 	if err != nil {
 		if fresh {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,7 +140,7 @@ type slotWaiter struct{ granted chan fair.Ticket }
 type Room struct {
 	g      *guestSlots
 	tenant string
-	held   bool // counted in g.reserved, not yet used by a call
+	held   atomic.Bool // counted in g.reserved, not yet used by a call (set and cleared with g.mu held)
 }
 
 // roomWaiter is an AwaitRoom waiting for a room.
@@ -270,8 +271,8 @@ func (g *guestSlots) statsOf(tenant string) *tenantGuestStats {
 func (g *guestSlots) acquire(ctx context.Context, tenant string, w *slotWaiter, room *Room) (fair.Ticket, error) {
 	g.mu.Lock()
 	now := g.now()
-	if room != nil && room.held {
-		room.held = false
+	if room != nil && room.held.Load() {
+		room.held.Store(false)
 		g.unreserve(tenant)
 	}
 	if tk, ok := g.q.TryStart(tenant, now); ok {
@@ -349,7 +350,7 @@ func (g *guestSlots) grantRooms(now int64) {
 	for tenant, q := range g.roomQ {
 		for len(q) > 0 && g.roomFor(tenant, now) {
 			g.reserved[tenant]++
-			q[0].granted <- &Room{g: g, tenant: tenant, held: true}
+			q[0].granted <- g.newRoom(tenant)
 			q[0] = nil
 			q = q[1:]
 		}
@@ -371,7 +372,14 @@ func (e *Engine) TryRoom(tenant string) *Room {
 		return nil
 	}
 	g.reserved[tenant]++
-	return &Room{g: g, tenant: tenant, held: true}
+	return g.newRoom(tenant)
+}
+
+// newRoom is a room held in tenant's line (mu held, counted in reserved).
+func (g *guestSlots) newRoom(tenant string) *Room {
+	r := &Room{g: g, tenant: tenant}
+	r.held.Store(true)
+	return r
 }
 
 // AwaitRoom waits for a room in tenant's line for the guest slots (Room),
@@ -414,13 +422,13 @@ func (e *Engine) AwaitRoom(ctx context.Context, tenant string) (*Room, error) {
 // Release gives the room back if no call used it; it may be called more
 // than once.
 func (r *Room) Release() {
-	if r == nil {
+	if r == nil || !r.held.Load() { // used by its call: the usual case, no lock
 		return
 	}
 	g := r.g
 	g.mu.Lock()
-	if r.held {
-		r.held = false
+	if r.held.Load() {
+		r.held.Store(false)
 		g.unreserve(r.tenant)
 		g.grantRooms(g.now())
 	}
