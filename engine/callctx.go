@@ -28,7 +28,10 @@ import (
 // for each Done channel the caller's contexts have (a node passes the same
 // one for every event) and kept between calls; release drops it with the
 // timer when the instance closes, so a closed instance leaves nothing in the
-// caller's context or in the runtime's timers.
+// caller's context or in the runtime's timers. A watch kept from an earlier
+// call stops only a call of the same Done channel: a call whose context
+// cannot end (context.Background) is not stopped when the earlier caller's
+// context ends (an HTTP request's, canceled as its handler returns).
 //
 // The actor runs one call at a time (Actor.mu); begin, end and release run
 // there. wazero's watcher goroutine of a call may outlive it: it reads Done
@@ -57,6 +60,11 @@ type callCtx struct {
 	watched     context.Context
 	watchedDone <-chan struct{}
 	stopWatch   func() bool
+	// callDone is the running call's caller's Done channel (nil: its
+	// context cannot end): only its closing stops the call. The watch is
+	// kept for the next call with the same channel; a call with another,
+	// or with none, is not stopped by it.
+	callDone <-chan struct{}
 }
 
 func newCallCtx(id abi.ActorID) *callCtx {
@@ -77,6 +85,7 @@ func (cc *callCtx) begin(parent context.Context, ev *event, d time.Duration) {
 	}
 	cc.deadline = now.Add(d)
 	cc.inCall = true
+	cc.callDone = pd
 	if !cc.armed || cc.deadline.Before(cc.fireAt) {
 		cc.arm(d)
 	}
@@ -154,7 +163,7 @@ func (cc *callCtx) fire() {
 func (cc *callCtx) parentDone(pd <-chan struct{}) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if pd == cc.watchedDone && cc.inCall && cc.err == nil {
+	if pd == cc.watchedDone && pd == cc.callDone && cc.inCall && cc.err == nil {
 		cc.expire(cc.watched.Err())
 	}
 }

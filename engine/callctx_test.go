@@ -146,3 +146,29 @@ func TestTheCallersContextStopsAGuest(t *testing.T) {
 		t.Fatalf("a request after the canceled ones: %v", err)
 	}
 }
+
+// A caller's context that ends after its call stops no later call made
+// under a context that cannot end: a node's HTTP request cancels its
+// context as its handler returns, which may be while the next event, from
+// context.Background, runs in the same instance (that event was stopped
+// as canceled, and its instance closed).
+func TestAnEarlierCallersContextStopsNoLaterCall(t *testing.T) {
+	const deadline = 500 * time.Millisecond
+	e := newEnv(t, engine.WithEventDeadline(deadline))
+	a := e.open(e.class("hostile", testguest.Fixture(t, "hostile")), "loop")
+	earlier, cancel := context.WithCancel(context.Background())
+	if _, err := a.Request(earlier, nil); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Request(context.Background(), []byte("l")) // loops until its deadline
+		errc <- err
+	}()
+	waitBusy(t, e.eng, 1)
+	cancel() // the earlier call's context ends while the loop runs
+	err := <-errc
+	if err == nil || !strings.Contains(err.Error(), "deadline") || strings.Contains(err.Error(), "canceled") {
+		t.Fatalf("a looping request under context.Background: %v, want it stopped at its own deadline, not by the earlier call's context", err)
+	}
+}
