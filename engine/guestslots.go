@@ -125,6 +125,8 @@ type guestSlots struct {
 	// released; roomQ holds each tenant's AwaitRoom calls in order.
 	reserved map[string]int
 	roomQ    map[string][]*roomWaiter
+	// kick wakes the watch of long calls (watchProcs) from its sleep.
+	kick chan struct{}
 }
 
 type slotWaiter struct{ granted chan fair.Ticket }
@@ -155,7 +157,7 @@ type tenantGuestStats struct {
 
 func newGuestSlots(n, perTenant int, long time.Duration, weights map[string]int) *guestSlots {
 	g := &guestSlots{base: time.Now(), labels: map[string]string{}, stats: map[string]*tenantGuestStats{},
-		reserved: map[string]int{}, roomQ: map[string][]*roomWaiter{}}
+		reserved: map[string]int{}, roomQ: map[string][]*roomWaiter{}, kick: make(chan struct{}, 1)}
 	for t := range weights {
 		g.labels[t] = t
 		g.stats[t] = &tenantGuestStats{}
@@ -226,23 +228,48 @@ func (p *procGuard) report(g *guestSlots, n int, now time.Time) (before, after i
 
 // watchProcs counts g's long calls every procsWatch until stop closes,
 // and keeps GOMAXPROCS above them (procGuard).
+// While no call runs and GOMAXPROCS is not raised, it sleeps until a call
+// starts (g.kick): an idle node does not wake for it.
 func (g *guestSlots) watchProcs(stop <-chan struct{}, log func(before, after, long int)) {
 	t := time.NewTicker(procsWatch)
 	defer t.Stop()
 	for {
-		select {
-		case <-stop:
-			procs.report(g, 0, time.Now())
-			return
-		case <-t.C:
-		}
 		g.mu.Lock()
-		n := g.q.LongRunning(g.now())
+		n, busy := g.q.LongRunning(g.now()), g.q.Running()
 		g.mu.Unlock()
 		if before, after, changed := procs.report(g, n, time.Now()); changed {
 			log(before, after, n)
 		}
+		wake := t.C
+		if busy == 0 && !procs.isRaised() {
+			wake = nil
+		}
+		select {
+		case <-stop:
+			procs.report(g, 0, time.Now())
+			return
+		case <-wake:
+		case <-g.kick:
+		}
 	}
+}
+
+// started wakes the watch of long calls when the first call starts (mu
+// held, after a start).
+func (g *guestSlots) started() {
+	if g.q.Running() == 1 {
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// isRaised reports whether GOMAXPROCS is raised above what it was at start.
+func (p *procGuard) isRaised() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.raised
 }
 
 func (g *guestSlots) now() int64 { return int64(time.Since(g.base)) }
@@ -277,6 +304,7 @@ func (g *guestSlots) acquire(ctx context.Context, tenant string, w *slotWaiter, 
 	}
 	if tk, ok := g.q.TryStart(tenant, now); ok {
 		g.peak = max(g.peak, g.q.Running())
+		g.started()
 		g.grantRooms(now)
 		g.mu.Unlock()
 		return tk, nil
@@ -326,6 +354,7 @@ func (g *guestSlots) dispatch(now int64) {
 			break
 		}
 		w.granted <- tk
+		g.started()
 	}
 	g.peak = max(g.peak, g.q.Running())
 	g.grantRooms(now)
