@@ -56,7 +56,16 @@ type metrics struct {
 	// Per tenant label (Plugin.tenantLabel).
 	tenantDeliveries, tenantWork, tenantQueued *prometheus.CounterVec
 	tenantLateness                             *prometheus.HistogramVec
-	collectors                                 []prometheus.Collector
+	// tenants are each label's series of the four above, made once: a
+	// delivery looks its label up here rather than hashing it into each.
+	tenants    map[string]*tenantSeries
+	collectors []prometheus.Collector
+}
+
+// tenantSeries is one tenant label's per-tenant series.
+type tenantSeries struct {
+	deliveries, work, queued prometheus.Counter
+	lateness                 prometheus.Observer
 }
 
 // newMetrics makes the plugin's metrics; register registers them once the
@@ -106,11 +115,14 @@ func newMetrics(cfg Config) *metrics {
 	}, []string{"tenant"})
 	// Every series the labels allow, from the start: the configuration's
 	// tenants and "other".
+	m.tenants = map[string]*tenantSeries{}
 	for _, l := range append(slices.Collect(maps.Keys(cfg.TenantWeights)), OtherTenants) {
-		m.tenantDeliveries.WithLabelValues(l)
-		m.tenantLateness.WithLabelValues(l)
-		m.tenantWork.WithLabelValues(l)
-		m.tenantQueued.WithLabelValues(l)
+		m.tenants[l] = &tenantSeries{
+			deliveries: m.tenantDeliveries.WithLabelValues(l),
+			lateness:   m.tenantLateness.WithLabelValues(l),
+			work:       m.tenantWork.WithLabelValues(l),
+			queued:     m.tenantQueued.WithLabelValues(l),
+		}
 	}
 	m.collectors = append(m.collectors, m.tenantDeliveries, m.tenantLateness, m.tenantWork, m.tenantQueued)
 	if cfg.SingleNode {
@@ -244,13 +256,17 @@ func (m *metrics) tenantDelivery(label string, d Delivery, work time.Duration, w
 	if m == nil {
 		return
 	}
-	m.tenantDeliveries.WithLabelValues(label).Inc()
-	if d.Event.Ran {
-		m.tenantLateness.WithLabelValues(label).Observe(float64(d.At.UnixMilli()-d.Event.Scheduled) / 1000)
+	t := m.tenants[label]
+	if t == nil {
+		return
 	}
-	m.tenantWork.WithLabelValues(label).Add(work.Seconds())
+	t.deliveries.Inc()
+	if d.Event.Ran {
+		t.lateness.Observe(float64(d.At.UnixMilli()-d.Event.Scheduled) / 1000)
+	}
+	t.work.Add(work.Seconds())
 	if waited {
-		m.tenantQueued.WithLabelValues(label).Inc()
+		t.queued.Inc()
 	}
 }
 
