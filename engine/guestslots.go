@@ -121,10 +121,9 @@ type guestSlots struct {
 	stats  map[string]*tenantGuestStats
 	peak   int
 	waits  uint64
-	// reserved counts each tenant's rooms given and not yet used or
-	// released; roomQ holds each tenant's AwaitRoom calls in order.
-	reserved map[string]int
-	roomQ    map[string][]*roomWaiter
+	// roomQ holds each tenant's AwaitRoom calls in order (the rooms given
+	// and not yet used or released are places reserved in q).
+	roomQ map[string][]*roomWaiter
 	// kick wakes the watch of long calls (watchProcs) from its sleep.
 	kick chan struct{}
 }
@@ -134,7 +133,9 @@ type slotWaiter struct{ granted chan fair.Ticket }
 // Room is a delivery's place in its tenant's line for the guest slots,
 // taken before it takes its actor (Engine.TryRoom, Engine.AwaitRoom): a
 // tenant's calls waiting for a slot, and the rooms given for calls about
-// to, are at most as many as the slots it may hold at once. So a tenant
+// to, are at most as many as the slots it may hold at once, and as many
+// more as it could start now (fair.Queue.Reserve). So a tenant whose calls
+// start at once is never made to wait for a room, and a tenant
 // whose guests hang does not hold an actor for each of its due alarms
 // while they wait their turn behind the hangs: its alarms wait, without
 // their actors, in the timer's queue and in AwaitRoom, and a request or a
@@ -142,7 +143,7 @@ type slotWaiter struct{ granted chan fair.Ticket }
 type Room struct {
 	g      *guestSlots
 	tenant string
-	held   atomic.Bool // counted in g.reserved, not yet used by a call (set and cleared with g.mu held)
+	held   atomic.Bool // a place reserved in g.q, not yet used by a call (set and cleared with g.mu held)
 }
 
 // roomWaiter is an AwaitRoom waiting for a room.
@@ -157,7 +158,7 @@ type tenantGuestStats struct {
 
 func newGuestSlots(n, perTenant int, long time.Duration, weights map[string]int) *guestSlots {
 	g := &guestSlots{base: time.Now(), labels: map[string]string{}, stats: map[string]*tenantGuestStats{},
-		reserved: map[string]int{}, roomQ: map[string][]*roomWaiter{}, kick: make(chan struct{}, 1)}
+		roomQ: map[string][]*roomWaiter{}, kick: make(chan struct{}, 1)}
 	for t := range weights {
 		g.labels[t] = t
 		g.stats[t] = &tenantGuestStats{}
@@ -300,7 +301,7 @@ func (g *guestSlots) acquire(ctx context.Context, tenant string, w *slotWaiter, 
 	now := g.now()
 	if room != nil && room.held.Load() {
 		room.held.Store(false)
-		g.unreserve(tenant)
+		g.q.Unreserve(tenant)
 	}
 	if tk, ok := g.q.TryStart(tenant, now); ok {
 		g.peak = max(g.peak, g.q.Running())
@@ -360,25 +361,11 @@ func (g *guestSlots) dispatch(now int64) {
 	g.grantRooms(now)
 }
 
-// roomFor reports whether tenant has room for another call in its line:
-// its calls waiting for a slot and its rooms held are fewer than the
-// slots it may hold (mu held).
-func (g *guestSlots) roomFor(tenant string, now int64) bool {
-	return g.q.Tenant(tenant).Waiting+g.reserved[tenant] < g.q.CapOf(tenant, now)
-}
-
-func (g *guestSlots) unreserve(tenant string) {
-	if g.reserved[tenant]--; g.reserved[tenant] <= 0 {
-		delete(g.reserved, tenant)
-	}
-}
-
 // grantRooms gives rooms, in order, to the AwaitRoom calls of the
 // tenants that have room again (mu held).
 func (g *guestSlots) grantRooms(now int64) {
 	for tenant, q := range g.roomQ {
-		for len(q) > 0 && g.roomFor(tenant, now) {
-			g.reserved[tenant]++
+		for len(q) > 0 && g.q.Reserve(tenant, now) {
 			q[0].granted <- g.newRoom(tenant)
 			q[0] = nil
 			q = q[1:]
@@ -397,14 +384,13 @@ func (e *Engine) TryRoom(tenant string) *Room {
 	g := e.slots
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.roomQ[tenant]) > 0 || !g.roomFor(tenant, g.now()) {
+	if len(g.roomQ[tenant]) > 0 || !g.q.Reserve(tenant, g.now()) {
 		return nil
 	}
-	g.reserved[tenant]++
 	return g.newRoom(tenant)
 }
 
-// newRoom is a room held in tenant's line (mu held, counted in reserved).
+// newRoom is a room held in tenant's line (mu held, a place reserved in g.q).
 func (g *guestSlots) newRoom(tenant string) *Room {
 	r := &Room{g: g, tenant: tenant}
 	r.held.Store(true)
@@ -458,7 +444,7 @@ func (r *Room) Release() {
 	g.mu.Lock()
 	if r.held.Load() {
 		r.held.Store(false)
-		g.unreserve(r.tenant)
+		g.q.Unreserve(r.tenant)
 		g.grantRooms(g.now())
 	}
 	g.mu.Unlock()

@@ -178,16 +178,21 @@ func TestATenantWhoseCallsRunLongIsHeldToItsShare(t *testing.T) {
 }
 
 // Rooms in a tenant's line (engine.Room): as many as the slots it may
-// hold, given in the order asked, a cancelled wait gives up its place,
-// and a room comes back once released, once.
+// hold, and as many more as it could start now, given in the order asked;
+// a cancelled wait gives up its place, and a room comes back once
+// released, once.
 func TestRoomsInATenantsLineComeInOrderAndComeBack(t *testing.T) {
 	e := newEnv(t, engine.WithGuestSlots(2), engine.WithTenantGuestSlots(1))
 	r1 := e.eng.TryRoom("b")
 	if r1 == nil {
 		t.Fatal("no room in an empty line")
 	}
+	r0 := e.eng.TryRoom("b")
+	if r0 == nil {
+		t.Fatal("no second room: tenant b runs nothing, so one call may start and one wait")
+	}
 	if e.eng.TryRoom("b") != nil {
-		t.Fatal("a second room while the first is held: tenant b may hold one slot")
+		t.Fatal("a third room while two are held: tenant b may hold one slot, and wait for it once")
 	}
 	if e.eng.TryRoom("a") == nil {
 		t.Fatal("tenant a found no room: the lines are each tenant's own")
@@ -216,7 +221,8 @@ func TestRoomsInATenantsLineComeInOrderAndComeBack(t *testing.T) {
 		t.Fatal("a room while the second is held: the first came back twice")
 	}
 	r2.Release()
+	r0.Release()
 	if e.eng.TryRoom("b") == nil {
-		t.Fatal("no room once both were released")
+		t.Fatal("no room once every room was released")
 	}
 }

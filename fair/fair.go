@@ -94,10 +94,13 @@ type tenant[T any] struct {
 	// longUntil is when the tenant's last long item (LongCap) stops
 	// counting.
 	longUntil int64
-	items     itemHeap[T]
-	ready     int    // index in Queue.ready, -1 when not there
-	picked    uint64 // when it was last served: ties go to the longest waiting
-	idle      bool   // in Queue.idle
+	// reserved are places taken in the tenant's line (Reserve) for items
+	// not pushed or started yet.
+	reserved int
+	items    itemHeap[T]
+	ready    int    // index in Queue.ready, -1 when not there
+	picked   uint64 // when it was last served: ties go to the longest waiting
+	idle     bool   // in Queue.idle
 }
 
 // vtAt is the tenant's virtual time at now.
@@ -223,6 +226,35 @@ func (q *Queue[T]) Tenants() int { return len(q.tenants) }
 // TenantStats is what one tenant runs and waits for now.
 type TenantStats struct {
 	Running, Waiting int
+	Reserved         int // places taken with Reserve
+}
+
+// Reserve takes a place in tenant's line at now, for an item it will
+// push or start later; ok reports whether it did. The line holds as many
+// items, waiting or reserved, as the tenant may run at once (CapOf), and
+// as many more as it could start now (its cap less what it runs): a
+// tenant whose items start at once is never refused, and one whose cap is
+// full waits with at most a cap's worth in line. A place is given back
+// with Unreserve.
+func (q *Queue[T]) Reserve(tenantName string, now int64) (ok bool) {
+	t := q.tenant(tenantName)
+	c := q.capAt(t, now)
+	if t.items.Len()+t.reserved >= c+max(0, c-t.running) {
+		q.idled(t)
+		return false
+	}
+	t.reserved++
+	return true
+}
+
+// Unreserve gives back a place Reserve took.
+func (q *Queue[T]) Unreserve(tenantName string) {
+	t := q.tenants[tenantName]
+	if t == nil || t.reserved <= 0 {
+		panic("fair: Unreserve without Reserve")
+	}
+	t.reserved--
+	q.idled(t)
 }
 
 // Tenant returns what a tenant runs and waits for now.
@@ -231,7 +263,7 @@ func (q *Queue[T]) Tenant(name string) TenantStats {
 	if t == nil {
 		return TenantStats{}
 	}
-	return TenantStats{Running: t.running, Waiting: t.items.Len()}
+	return TenantStats{Running: t.running, Waiting: t.items.Len(), Reserved: t.reserved}
 }
 
 // tenant returns the named tenant's state, made afresh or brought back
@@ -438,7 +470,7 @@ func (q *Queue[T]) update(t *tenant[T]) {
 
 // idled puts t in the idle list when it runs and waits for nothing.
 func (q *Queue[T]) idled(t *tenant[T]) {
-	if t.running == 0 && t.items.Len() == 0 && !t.idle {
+	if t.running == 0 && t.items.Len() == 0 && t.reserved == 0 && !t.idle {
 		t.idle = true
 		q.idle = append(q.idle, t)
 	}
@@ -453,7 +485,7 @@ func (q *Queue[T]) forgetIdle(n int, now int64) {
 		q.idle[0] = nil
 		q.idle = q.idle[1:]
 		switch {
-		case t.running > 0 || t.items.Len() > 0:
+		case t.running > 0 || t.items.Len() > 0 || t.reserved > 0:
 			t.idle = false
 		case t.vt <= q.floor && t.longUntil <= now:
 			t.idle = false

@@ -397,3 +397,61 @@ func TestATenantWhoseItemsRunLongIsHeldToLongCap(t *testing.T) {
 		t.Fatalf("a's cap = %d; a's items never ran long, want 3", q.CapOf("a", 300))
 	}
 }
+
+// Reserve gives a tenant places in its line: as many as its cap, counting
+// its waiting items, and as many more as it could start at once; Unreserve
+// gives one back; and a tenant holding a place is not forgotten however
+// idle it looks.
+func TestReservedPlacesCountAgainstTheCapUntilGivenBack(t *testing.T) {
+	q := New[string](Config{Slots: 4, Headroom: 1})
+	for range 3 {
+		if _, ok := q.TryStart("a", 0); !ok {
+			t.Fatal("tenant a could not start 3 items with a cap of 3")
+		}
+	}
+	q.Push("a", 0, "a1")
+	if !q.Reserve("a", 0) || !q.Reserve("a", 0) {
+		t.Fatal("tenant a could not reserve 2 places with its cap of 3 running and 1 item waiting")
+	}
+	if q.Reserve("a", 0) {
+		t.Fatal("tenant a reserved a fourth place in a line of 3 (1 waiting, 2 reserved) with its cap running")
+	}
+	if got := q.Tenant("a"); got.Reserved != 2 || got.Waiting != 1 || got.Running != 3 {
+		t.Fatalf("a's stats = %+v; want 3 running, 2 reserved, 1 waiting", got)
+	}
+	q.Unreserve("a")
+	if !q.Reserve("a", 0) {
+		t.Fatal("tenant a could not reserve the place it gave back")
+	}
+	// b runs nothing: 3 places for items it could start at once, 3 more in
+	// line.
+	for i := range 6 {
+		if !q.Reserve("b", 0) {
+			t.Fatalf("tenant b, running nothing, was refused its place %d of 6", i+1)
+		}
+	}
+	if q.Reserve("b", 0) {
+		t.Fatal("tenant b reserved a seventh place: 3 it could start and 3 in line are all it may hold")
+	}
+	for range 5 {
+		q.Unreserve("b")
+	}
+	// b holds its place through many other tenants' comings and goings.
+	for i := range int64(100) {
+		q.Push("g", i, "g")
+		_, tk, _ := q.Pop(10 + 2*i)
+		q.Done(tk, 11+2*i)
+	}
+	if q.Tenant("b").Reserved != 1 {
+		t.Fatal("tenant b's reserved place was forgotten while it was held")
+	}
+	q.Unreserve("b")
+	for i := range int64(100) {
+		q.Push("g", 300+i, "g")
+		_, tk, _ := q.Pop(300 + 2*i)
+		q.Done(tk, 301+2*i)
+	}
+	if q.Tenant("b") != (TenantStats{}) {
+		t.Fatalf("tenant b = %+v after it gave its place back and stayed idle; want it forgotten", q.Tenant("b"))
+	}
+}
