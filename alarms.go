@@ -173,6 +173,13 @@ type Config struct {
 	// SweepConcurrency is how many tenants' indexes a sweep lists at once
 	// (default sweeper.DefaultConcurrency, 32).
 	SweepConcurrency int
+	// SweepMaxDeliveries caps the deliveries one sweep of a tenant offers
+	// the node timer (default sweeper.DefaultMaxDeliveries, 256). A tenant
+	// whose plan the cap cut short is walked again as soon as the node has
+	// delivered most of them, not a sweep period later, so the cap bounds
+	// how much of a backlog is queued at once, not how fast it drains
+	// (docs/design.md#drain).
+	SweepMaxDeliveries int
 	// SweepWalkers is how many live nodes walk each tenant's index, per
 	// class they serve (default sweeper.DefaultWalkers, 2), when the Host
 	// reports the live nodes' classes (MembersHost); otherwise every node
@@ -439,11 +446,13 @@ func Register(cfg Config) (*Plugin, error) {
 		Logger:  cfg.Logger.Named("sweep"),
 		OnSweep: onSweep,
 
-		Concurrency:  cfg.SweepConcurrency,
-		Members:      members,
-		Walkers:      cfg.SweepWalkers,
-		Serves:       cfg.Serves,
-		SafetyPeriod: cfg.SweepSafetyPeriod,
+		Concurrency:   cfg.SweepConcurrency,
+		MaxDeliveries: cfg.SweepMaxDeliveries,
+		Members:       members,
+		Walkers:       cfg.SweepWalkers,
+		Serves:        cfg.Serves,
+		SafetyPeriod:  cfg.SweepSafetyPeriod,
+		Pending:       p.pending,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("alarms: %w", err)
@@ -456,6 +465,17 @@ func Register(cfg Config) (*Plugin, error) {
 }
 
 func init() { seam.BeforeUpload = (*Plugin).beforeUpload }
+
+// pending is how many deliveries the node has yet to end: waiting for a
+// worker, running, or waiting to deliver again after a failure (the sweep
+// walks a tenant its cap cut short again once these are few:
+// sweeper.Config.Pending).
+func (p *Plugin) pending() int {
+	p.mu.Lock()
+	n := p.core.Redelivering()
+	p.mu.Unlock()
+	return n + int(p.running.Load()+p.waiting.Load())
+}
 
 func leUint64(b []byte) uint64 {
 	var v uint64

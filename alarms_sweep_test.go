@@ -595,3 +595,26 @@ func BenchmarkDiscoverTenants(b *testing.B) {
 		})
 	}
 }
+
+// A delivery that failed on the host's side (the bucket down) counts as
+// pending until it is tried again, so a sweep the cap cut short is not
+// followed at once by another while the node's deliveries fail: the drain
+// backs off with them (sweeper.Config.Pending).
+func TestADrainWaitsForRetriesOfFailedDeliveries(t *testing.T) {
+	f := newFixture(t)
+	if n := f.p.Pending(); n != 0 {
+		t.Fatalf("pending before any delivery: %d", n)
+	}
+	key := alarms.TimerKey(xid)
+	d := f.deliverDue(nil, key, 1_800_000_000_000) // every Take fails
+	if d.Err == nil {
+		t.Fatal("a delivery whose take failed reported no error")
+	}
+	if n := f.p.Pending(); n != 1 {
+		t.Fatalf("pending after a delivery failed: %d, want 1 (its retry)", n)
+	}
+	f.p.Arm(xid, nil) // an event cleared the alarm: nothing to retry
+	if n := f.p.Pending(); n != 0 {
+		t.Fatalf("pending after the alarm was cleared: %d, want 0", n)
+	}
+}

@@ -39,3 +39,7 @@ func (p *Plugin) BeforeUpload(ctx context.Context, a Actor, kind UploadKind) (af
 // RunSweeps runs the sweep loop alone until ctx ends (Start runs it with
 // the timer loop).
 func (p *Plugin) RunSweeps(ctx context.Context) { p.runSweeps(ctx) }
+
+// Pending is what the sweep reads as the deliveries the node has yet to
+// end (sweeper.Config.Pending).
+func (p *Plugin) Pending() int { return p.pending() }

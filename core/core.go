@@ -434,6 +434,18 @@ func (s *State) InFlight(key string) bool { return s.slots[key].inflight }
 // its entry time again.
 func (s *State) Waiting(key string) bool { return s.slots[key].hasRedeliver }
 
+// Redelivering counts the actors whose failed delivery waits to deliver
+// its entry time again.
+func (s *State) Redelivering() int {
+	n := 0
+	for _, sl := range s.slots {
+		if sl.hasRedeliver {
+			n++
+		}
+	}
+	return n
+}
+
 // Release ends what Start or Claim began. again: a time the timer popped
 // meanwhile, for the caller to offer the timer again unless something
 // armed the actor since.

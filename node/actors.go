@@ -57,6 +57,10 @@ type ClusterConfig struct {
 	// SweepConcurrency is how many tenants' indexes a sweep lists at
 	// once (default sweeper.DefaultConcurrency, 32).
 	SweepConcurrency int
+	// SweepMaxDeliveries caps the deliveries one sweep of a tenant
+	// offers (default sweeper.DefaultMaxDeliveries, 256); see
+	// alarms.Config.SweepMaxDeliveries.
+	SweepMaxDeliveries int
 	// SweepWalkers is how many nodes walk each tenant's index per class
 	// (default sweeper.DefaultWalkers, 2); SweepSafetyPeriod the longest
 	// a walker leaves a tenant unlisted (default 360 sweep periods, 1 h
@@ -893,6 +897,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		// lease period later.
 		RetryAfterError:         ttl,
 		SweepConcurrency:        c.SweepConcurrency,
+		SweepMaxDeliveries:      c.SweepMaxDeliveries,
 		SweepWalkers:            c.SweepWalkers,
 		SweepSafetyPeriod:       c.SweepSafetyPeriod,
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,

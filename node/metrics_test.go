@@ -29,7 +29,7 @@ import (
 
 // scrapeMetrics GETs a metrics endpoint over HTTP and parses the text
 // format.
-func scrapeMetrics(t *testing.T, url string) metricstest.Families {
+func scrapeMetrics(t testing.TB, url string) metricstest.Families {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {

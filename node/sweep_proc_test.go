@@ -565,3 +565,58 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 		})
 	}
 }
+
+// A dead node's backlog drains without waiting a sweep period per cap:
+// three keepnode processes on versitygw with a cap of 20 deliveries per
+// sweep of a tenant and a sweep every 5 s; node0 holds 200 idle actors
+// whose alarms are due at once after it is killed, about 100 for each
+// survivor, five caps' worth. Each survivor walks the tenant again as soon
+// as it has delivered most of a cap (wasmkeep_sweep_relists_total), every
+// alarm fires, none is lost, and each walk, early or not, costs one LIST
+// (the index holds fewer than 1,000 entries).
+func TestABacklogDrainsWithoutWaitingForTheSweepPeriod(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rec := &swFirings{}
+	timings := swTimings{ttl: 2 * time.Second, margin: 400 * time.Millisecond, grace: time.Second, sweep: 5 * time.Second}
+	cfg, srv := swProcCluster(t, ctx, rec, timings)
+	cfg.Flags = append(cfg.Flags, "-sweep-max-deliveries", "20", "-metrics-addr", "127.0.0.1:0")
+	nodes := startProcNodes(t, ctx, cfg, 3)
+	victim, survivors := nodes[0], nodes[1:]
+
+	const actors = 200
+	due, base := swArmAndKill(t, ctx, victim, actors, 0, timings.ttl)
+	before := survivorCounts(t, survivors)
+	walksBefore := survivorWalks(t, survivors)
+	out := swCollect(rec, victim.Name, due, base.Add(timings.bound()+time.Minute))
+	t.Logf("%v", out)
+	if len(out.lost) > 0 || len(out.early) > 0 || len(out.first) != actors {
+		t.Fatalf("%d of %d alarms fired on the survivors (%d lost, %d before the kill)", len(out.first), actors, len(out.lost), len(out.early))
+	}
+	for _, n := range survivors {
+		m := scrapeMetrics(t, n.MetricsURL)
+		fired := out.perNode[n.Name]
+		relists := m.Value("wasmkeep_sweep_relists_total")
+		t.Logf("%s fired %d, walked the tenant early %v times", n.Name, fired, relists)
+		if fired > 20 && relists < 1 {
+			t.Errorf("%s fired %d alarms, more than its cap of 20 per sweep, and never walked the tenant before the period was up", n.Name, fired)
+		}
+	}
+	after := survivorCounts(t, survivors)
+	lists, walks := after.lists-before.lists, survivorWalks(t, survivors)-walksBefore
+	if lists != walks {
+		t.Errorf("the survivors' sweeps made %v LISTs in %v walks of a tenant; want one each", lists, walks)
+	}
+	if left := swIndexSettled(t, srv.Bucket, 0); len(left) > 0 {
+		t.Errorf("%d index entries left after every alarm fired, such as %v", len(left), left[:min(3, len(left))])
+	}
+}
+
+// survivorWalks sums the walks of tenants' indexes the nodes' sweeps made.
+func survivorWalks(tb testing.TB, nodes []*clusterproc.Node) float64 {
+	w := 0.0
+	for _, n := range nodes {
+		w += scrapeMetrics(tb, n.MetricsURL).Value("wasmkeep_sweep_tenants_total")
+	}
+	return w
+}

@@ -20,7 +20,9 @@
 //     through a [clock.Clock], deliveries to a [Sink], live nodes from a
 //     [LiveNodes] provider. It walks up to Config.Concurrency tenants at
 //     once (32 by default) and plans each tenant as its walk ends, one
-//     plan at a time.
+//     plan at a time. A tenant whose plan the cap cut short is walked
+//     again as soon as the node has delivered most of it
+//     (Config.Pending), so a backlog drains at the node's pace.
 //
 // The walk and the planner take no clock, do no I/O and use no global
 // randomness, so the simulator runs them unchanged.

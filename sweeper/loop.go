@@ -129,6 +129,17 @@ type Config struct {
 	// SafetyPeriods sweep periods, DefaultSafetyPeriod at the default
 	// period); see [Schedule].
 	SafetyPeriod time.Duration
+
+	// Pending, if set, reports how many deliveries this node has yet to
+	// end: waiting for a worker, running, or retrying after a failure.
+	// After a sweep whose plan the cap cut short ([PlanStats.Deferred])
+	// and whose listings all succeeded, [Loop.Run] sweeps again as soon
+	// as Pending falls to a quarter of MaxDeliveries, rather than a
+	// period later: a backlog (a dead node's alarms) drains as fast as
+	// the node delivers, 256 at a time, and a node whose deliveries
+	// fail (the bucket down) keeps them pending and so relists no
+	// sooner than every period. Nil: a period after each sweep.
+	Pending func() int
 }
 
 // Stats counts what a loop did since it was made.
@@ -145,6 +156,9 @@ type Stats struct {
 	Malformed int64
 	// Errors counts failures: LIST, live nodes, tenants.
 	Errors int64
+	// Relists counts the sweeps of capped tenants begun before the
+	// period was up (Config.Pending).
+	Relists int64
 	// Last is when the latest sweep ended, on the loop's clock (zero
 	// before the first); LastErr its failures (nil: the index of every
 	// tenant it walked was read).
@@ -176,8 +190,14 @@ type Loop struct {
 	// walks caches Walkers.Walks per tenant for the membership walksKey.
 	walks    map[string]bool
 	walksKey string
+	// capped are the tenants whose latest plan the cap cut short
+	// (Run walks them again early).
+	capped map[string]bool
 
 	sweeps, lists, entries, delivered, malformed, errs atomic.Int64
+	// relists counts the walks of capped tenants Run began before the
+	// period was up.
+	relists atomic.Int64
 }
 
 // New checks cfg and makes a loop.
@@ -233,19 +253,85 @@ func New(cfg Config) (*Loop, error) {
 
 // Run sweeps at once and then every period until ctx ends, and returns
 // ctx's error; each sweep lists only the tenants due ([Loop.Tick]).
-// Failures are logged and counted; the next period retries.
+// Failures are logged and counted; the next period retries. Between two
+// sweeps, a tenant whose plan the cap cut short is walked again once the
+// node has delivered most of what it offered (Config.Pending).
 func (l *Loop) Run(ctx context.Context) error {
+	next := l.cfg.Clock.Now() // the next sweep of every tenant due
 	for {
-		start := l.cfg.Clock.Now()
-		_ = l.Tick(ctx) // logged and counted
-		wait := max(l.cfg.Period-l.cfg.Clock.Now().Sub(start), 0)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.cfg.Clock.After(wait):
+		var err error
+		if now := l.cfg.Clock.Now(); !now.Before(next) {
+			next = now.Add(l.cfg.Period)
+			err = l.Tick(ctx) // logged and counted
+		} else {
+			l.relists.Add(1)
+			err = l.relist(ctx)
+		}
+		again := err == nil && l.cfg.Pending != nil && l.hasCapped()
+		// Wait for the period, or while a backlog drains for the node to
+		// deliver most of it: a poll apart at least, so a plan whose
+		// deliveries end at once (the actors held elsewhere) does not
+		// make a LIST of every one.
+		for {
+			now := l.cfg.Clock.Now()
+			if !now.Before(next) {
+				break
+			}
+			wait := next.Sub(now)
+			if again {
+				wait = min(wait, l.pollEvery())
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-l.cfg.Clock.After(wait):
+			}
+			if again && l.cfg.Pending() <= l.lowWater() {
+				break
+			}
 		}
 	}
 }
+
+// relist walks again the tenants whose plans the cap cut short in the
+// latest sweep, and no other (Run).
+func (l *Loop) relist(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	start := l.cfg.Clock.Now()
+	err := l.sweep(ctx, false, l.takeCapped())
+	if l.cfg.OnSweep != nil {
+		l.cfg.OnSweep(l.cfg.Clock.Now().Sub(start), err)
+	}
+	return err
+}
+
+// hasCapped reports whether the latest sweep's plan of some tenant left
+// entries for later by the cap.
+func (l *Loop) hasCapped() bool {
+	l.schedMu.Lock()
+	defer l.schedMu.Unlock()
+	return len(l.capped) > 0
+}
+
+// takeCapped returns the tenants whose plans the cap cut short, and
+// forgets them.
+func (l *Loop) takeCapped() map[string]bool {
+	l.schedMu.Lock()
+	defer l.schedMu.Unlock()
+	c := l.capped
+	l.capped = nil
+	return c
+}
+
+// lowWater is how few deliveries may still be pending for a sweep the cap
+// cut short to be followed at once by the next: a quarter of the cap, so
+// the next plan reaches the timer before the node runs out of work.
+func (l *Loop) lowWater() int { return l.cfg.MaxDeliveries / 4 }
+
+// pollEvery is how often Run looks at Config.Pending while a backlog
+// drains: a twentieth of the period, at most 100 ms.
+func (l *Loop) pollEvery() time.Duration { return min(l.cfg.Period/20, 100*time.Millisecond) }
 
 // Sweep finds the tenants and sweeps every tenant's index this node walks
 // once, now, whatever the schedule says (tests, tools). It returns the
@@ -294,7 +380,7 @@ func (l *Loop) run(ctx context.Context, all bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	start := l.cfg.Clock.Now()
-	err := l.sweep(ctx, all)
+	err := l.sweep(ctx, all, nil)
 	if l.cfg.OnSweep != nil {
 		l.cfg.OnSweep(l.cfg.Clock.Now().Sub(start), err)
 	}
@@ -325,7 +411,9 @@ func (l *Loop) view(ctx context.Context, live []string) (View, *Walkers, *Member
 	return v, NewWalkers(v, l.cfg.Walkers), &self, nil
 }
 
-func (l *Loop) sweep(ctx context.Context, all bool) error {
+// sweep walks the tenants due (all: every tenant); with only, just those
+// of them in only.
+func (l *Loop) sweep(ctx context.Context, all bool, only map[string]bool) error {
 	if l.cfg.Valid != nil && !l.cfg.Valid() {
 		l.log.Debug("sweep skipped: this node's lease is not valid")
 		return nil
@@ -373,6 +461,9 @@ func (l *Loop) sweep(ctx context.Context, all bool) error {
 		l.walks, l.walksKey = map[string]bool{}, k
 	}
 	for _, t := range l.sched.DueTenants(nowMs, all) {
+		if only != nil && !only[t] {
+			continue
+		}
 		if walkers != nil && !l.sched.Extra(t) {
 			w, ok := l.walks[t]
 			if !ok {
@@ -512,6 +603,16 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 		l.schedMu.Unlock()
 	}
 	l.delivered.Add(int64(len(plan.Deliveries)))
+	l.schedMu.Lock()
+	if plan.Stats.Deferred > 0 {
+		if l.capped == nil {
+			l.capped = map[string]bool{}
+		}
+		l.capped[tenant] = true
+	} else {
+		delete(l.capped, tenant)
+	}
+	l.schedMu.Unlock()
 	if l.cfg.Kept != nil {
 		for _, d := range plan.Busy {
 			l.cfg.Kept(d)
@@ -545,6 +646,7 @@ func (l *Loop) Stats() Stats {
 		Delivered: l.delivered.Load(),
 		Malformed: l.malformed.Load(),
 		Errors:    l.errs.Load(),
+		Relists:   l.relists.Load(),
 		Last:      last,
 		LastErr:   lastErr,
 	}

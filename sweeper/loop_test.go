@@ -566,3 +566,167 @@ func BenchmarkSweepFullBacklog(b *testing.B) {
 		}
 	}
 }
+
+// A tenant whose plan the cap cut short is walked again as soon as the
+// node has delivered most of what the sweep offered (Config.Pending at a
+// quarter of the cap or less), a poll after the sweep, not a period later;
+// while the node still has them pending, or after a sweep whose LIST
+// failed, it waits for the period. Each early walk costs the LISTs of one
+// walk and nothing else.
+func TestRunRelistsACappedTenantOnceItsDeliveriesEnd(t *testing.T) {
+	var mu sync.Mutex
+	pending := 0
+	setPending := func(n int) { mu.Lock(); pending = n; mu.Unlock() }
+	h := newHarness(t, func(c *Config) {
+		c.Period = 10 * time.Second
+		c.Pending = func() int { mu.Lock(); defer mu.Unlock(); return pending }
+	})
+	h.sink.then = func(Overdue) { mu.Lock(); pending++; mu.Unlock() } // the timer holds it
+	h.bucket.put(keysFrom("t", "b", ago(time.Hour), 1000)...)
+	deliverAll := func() int { // the node delivers what it was offered
+		got := h.sink.take()
+		for _, d := range got {
+			h.bucket.remove(d.Keys...)
+		}
+		setPending(0)
+		return len(got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.loop.Run(ctx) }()
+
+	poll := 100 * time.Millisecond // a twentieth of the period, at most 100 ms
+	h.clock.awaitWaiter(t)         // the first sweep: the cap cut it short
+	if st := h.loop.Stats(); st.Delivered != DefaultMaxDeliveries || st.Relists != 0 {
+		t.Fatalf("after the first sweep: %+v", st)
+	}
+	// The node still has them pending: a poll later, no walk.
+	h.clock.Advance(poll)
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 1 {
+		t.Fatalf("walked again with the cap's deliveries still pending: %+v", st)
+	}
+	// Delivered: the next poll walks the tenant again and offers 256 more.
+	if n := deliverAll(); n != DefaultMaxDeliveries {
+		t.Fatalf("offered %d, want the cap", n)
+	}
+	lists := h.bucket.lists
+	h.clock.Advance(poll)
+	h.clock.awaitWaiter(t)
+	st := h.loop.Stats()
+	if st.Sweeps != 2 || st.Relists != 1 || st.Delivered != 2*DefaultMaxDeliveries {
+		t.Fatalf("a poll after the cap's deliveries ended, %v after the first sweep: %+v; want a second walk that offered 256 more", 2*poll, st)
+	}
+	if n := h.bucket.lists - lists; n > 3 {
+		t.Fatalf("the early walk made %d LISTs, want at most 3 (2,048 keys in pages of 1,000)", n)
+	}
+	// With 232 pending, above a quarter of the cap, the loop waits.
+	setPending(DefaultMaxDeliveries/4 + 1)
+	h.sink.take()
+	h.clock.Advance(poll)
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 2 {
+		t.Fatalf("walked again with %d pending: %+v", DefaultMaxDeliveries/4+1, st)
+	}
+	// At a quarter of the cap it walks; that walk's LIST fails, and then
+	// nothing is walked until the period.
+	h.bucket.fail = func(int, string, string) error { return errors.New("503 SlowDown") }
+	setPending(DefaultMaxDeliveries / 4)
+	h.clock.Advance(poll)
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 3 || st.Errors != 1 {
+		t.Fatalf("at a quarter of the cap pending: %+v; want a third walk, failed", st)
+	}
+	h.bucket.fail = nil
+	setPending(0)
+	now := h.clock.Now()
+	h.clock.Advance(poll)
+	if st := h.loop.Stats(); st.Sweeps != 3 {
+		t.Fatalf("walked again early after a failed LIST: %+v", st)
+	}
+	// The period comes: a full sweep, which the cap cuts short again.
+	h.clock.Advance(testNow.Add(10 * time.Second).Sub(now.Add(poll)))
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 4 || st.Relists != 2 {
+		t.Fatalf("at the period: %+v; want the fourth walk", st)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v", err)
+	}
+}
+
+// An early walk is of the tenants whose plans the cap cut short only: a
+// tenant walked at every sweep for entries this node does not deliver
+// (here: actors it already has in flight) waits for the period.
+func TestARelistWalksOnlyTheCappedTenants(t *testing.T) {
+	var mu sync.Mutex
+	pending := 0
+	h := newHarness(t, func(c *Config) {
+		c.Period = 10 * time.Second
+		c.Tenants = StaticTenants{"t", "u"}
+		c.Busy = func(id abi.ActorID) bool { return id.Tenant == "u" }
+		c.Pending = func() int { mu.Lock(); defer mu.Unlock(); return pending }
+	})
+	h.sink.then = func(d Overdue) { h.bucket.remove(d.Keys...) } // delivered at once
+	h.bucket.put(keysFrom("t", "b", ago(time.Hour), 300)...)
+	h.bucket.put(keysFrom("u", "b", ago(time.Hour), 5)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.loop.Run(ctx) }()
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 2 || st.Lists != 2 || st.Delivered != DefaultMaxDeliveries {
+		t.Fatalf("the first sweep: %+v; want both tenants walked, t's plan capped", st)
+	}
+	h.clock.Advance(100 * time.Millisecond)
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 3 || st.Lists != 3 || st.Relists != 1 || st.Delivered != 300 {
+		t.Fatalf("a poll later, nothing pending: %+v; want tenant t walked again (one LIST) and u left for the period", st)
+	}
+	cancel()
+	<-done
+}
+
+// A sweep that failed to list a tenant begins no early walk, though another
+// tenant's plan was capped: the drain waits for the period while the
+// bucket fails.
+func TestNoEarlyWalkAfterASweepThatFailed(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Period = 10 * time.Second
+		c.Tenants = StaticTenants{"t", "u"}
+		c.Pending = func() int { return 0 }
+	})
+	h.sink.then = func(d Overdue) { h.bucket.remove(d.Keys...) }
+	h.bucket.fail = func(_ int, prefix, _ string) error {
+		if strings.HasPrefix(prefix, "alarms/u/") {
+			return errors.New("503 SlowDown")
+		}
+		return nil
+	}
+	h.bucket.put(keysFrom("t", "b", ago(time.Hour), 600)...)
+	h.bucket.put(keysFrom("u", "b", ago(time.Hour), 5)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.loop.Run(ctx) }()
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 2 || st.Errors != 1 || st.Delivered != DefaultMaxDeliveries {
+		t.Fatalf("the first sweep: %+v; want t's plan capped and u's LIST failed", st)
+	}
+	h.clock.Advance(9 * time.Second)
+	// Nothing waits on the clock now but the period's timer: give a loop
+	// that would walk early (a poll's timer fired) the time to do it.
+	time.Sleep(200 * time.Millisecond)
+	if st := h.loop.Stats(); st.Sweeps != 2 || st.Relists != 0 {
+		t.Fatalf("9 s after a failed sweep: %+v; want no early walk", st)
+	}
+	h.clock.Advance(time.Second)
+	h.clock.awaitWaiter(t)
+	if st := h.loop.Stats(); st.Sweeps != 4 || st.Relists != 0 || st.Delivered != 2*DefaultMaxDeliveries {
+		t.Fatalf("at the period: %+v; want both tenants walked again, and no walk before", st)
+	}
+	cancel()
+	<-done
+}

@@ -62,6 +62,7 @@ type options struct {
 	failoverWait, logSummary, sweepSafety     time.Duration
 	leaseRead                                 time.Duration
 	maxDBs, maxInsts, sweepConc, sweepWalkers int
+	sweepMax                                  int
 	idemKeys, idemBytes                       int
 	guestSlots, tenantGuestSlots, workers     int
 	longGuestCall                             time.Duration
@@ -113,6 +114,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.StringVar(&o.tenants, "tenants", "", "comma-separated tenants whose alarm index this node sweeps (default: every tenant with entries in the index)")
 	fs.DurationVar(&o.sweep, "sweep", 10*time.Second, "alarm_sweep: how often the node sweeps the alarm index")
 	fs.IntVar(&o.sweepConc, "sweep-concurrency", sweeper.DefaultConcurrency, "how many tenants' alarm indexes a sweep lists at once")
+	fs.IntVar(&o.sweepMax, "sweep-max-deliveries", sweeper.DefaultMaxDeliveries, "how many overdue alarms one sweep of a tenant hands to the node's timer at most; a tenant it cut short is swept again once the node has delivered most of them")
 	fs.IntVar(&o.sweepWalkers, "sweep-walkers", sweeper.DefaultWalkers, "how many live nodes walk each tenant's alarm index, per class they serve")
 	fs.DurationVar(&o.sweepSafety, "sweep-safety", sweeper.DefaultSafetyPeriod, "the longest a walker leaves a tenant's alarm index unlisted when nothing in it can be overdue")
 	fs.Var(o.alarmDeadline, "alarm-deadline", "longest on-alarm run, after which it is stopped and counts as a failure (its retry committed): D for every class, CLASS=D for one, comma-separated")
@@ -240,6 +242,9 @@ func run(logger hclog.Logger, o *options) error {
 	listen, advertise, bucketName, createBucket, prefix, nodeID := o.listen, o.advertise, o.bucketName, o.createBucket, o.prefix, o.nodeID
 	leaseTTL, leaseMargin, leaseGrace, idle, retryBase, retryMax := o.leaseTTL, o.leaseMargin, o.leaseGrace, o.idle, o.retryBase, o.retryMax
 	attempts, tenants, sweep, sweepConc, failoverWait, maxDBs, maxInsts := o.attempts, splitList(o.tenants), o.sweep, o.sweepConc, o.failoverWait, o.maxDBs, o.maxInsts
+	if o.sweepMax < 1 {
+		return fmt.Errorf("-sweep-max-deliveries %d: must be at least 1", o.sweepMax)
+	}
 	if maxDBs < 1 || maxInsts < 1 {
 		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
 	}
@@ -377,7 +382,7 @@ func run(logger hclog.Logger, o *options) error {
 			Bucket: b, Prefix: prefix, NodeID: nodeID, Addr: advertise,
 			LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, LeaseGrace: leaseGrace, LeaseReadPeriod: o.leaseRead,
 			Tenants: tenants, SweepPeriod: sweep, SweepConcurrency: sweepConc, FailoverWait: failoverWait,
-			SweepWalkers: o.sweepWalkers, SweepSafetyPeriod: o.sweepSafety,
+			SweepWalkers: o.sweepWalkers, SweepSafetyPeriod: o.sweepSafety, SweepMaxDeliveries: o.sweepMax,
 		}
 	}
 	n, err := node.New(ctx, cfg)
