@@ -410,8 +410,10 @@ func TestReservedPlacesCountAgainstTheCapUntilGivenBack(t *testing.T) {
 		}
 	}
 	q.Push("a", 0, "a1")
-	if !q.Reserve("a", 0) || !q.Reserve("a", 0) {
-		t.Fatal("tenant a could not reserve 2 places with its cap of 3 running and 1 item waiting")
+	for i := range 2 {
+		if !q.Reserve("a", 0) {
+			t.Fatalf("tenant a could not reserve place %d of 2 with its cap of 3 running and 1 item waiting", i+1)
+		}
 	}
 	if q.Reserve("a", 0) {
 		t.Fatal("tenant a reserved a fourth place in a line of 3 (1 waiting, 2 reserved) with its cap running")
