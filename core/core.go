@@ -434,6 +434,18 @@ func (s *State) InFlight(key string) bool { return s.slots[key].inflight }
 // its entry time again.
 func (s *State) Waiting(key string) bool { return s.slots[key].hasRedeliver }
 
+// Pending counts the actors with a delivery under way or a failed one
+// waiting to deliver its entry time again.
+func (s *State) Pending() int {
+	n := 0
+	for _, sl := range s.slots {
+		if sl.inflight || sl.hasRedeliver {
+			n++
+		}
+	}
+	return n
+}
+
 // Redelivering counts the actors whose failed delivery waits to deliver
 // its entry time again.
 func (s *State) Redelivering() int {

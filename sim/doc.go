@@ -37,6 +37,11 @@
 //     every hold. Nodes sweep every 10 s (cutoff: lease plus 5 s grace) with
 //     Walk and PlanSweep over the live nodes (valid leases), offer to their
 //     Timer, and deliver what it pops. A node's own events Set its timer.
+//     A plan is capped at 4 deliveries (so the model's few actors meet
+//     the cap), and a tenant the cap cut short is walked again early, as
+//     the plugin's loop does, once the node has at most one delivery
+//     under way or waiting to be tried again (Counters.EarlyWalks: the
+//     drain, docs/design.md#drain).
 //     For an actor the planner left out because the timer keeps it at a
 //     later time, the node delivers the overdue entry's time without
 //     running on-alarm, as the plugin does (alarms/stale.go): stale

@@ -326,10 +326,30 @@ func (s *sim) letGo(n *node, a abi.ActorID) {
 	n.letGo[a.String()] = true
 }
 
+// relistLater polls, every relistPollMs until n's next sweep, for n's
+// deliveries to fall to a quarter of the cap, and then walks the tenant
+// again early (sweeper.Loop.Run).
+func (s *sim) relistLater(n *node, polls int64) {
+	if polls*relistPollMs >= sweepMs {
+		return // the next sweep walks it
+	}
+	s.step(n, n.boot, relistPollMs, func() {
+		if n.core.Pending() > sweepCap/4 {
+			s.relistLater(n, polls+1)
+			return
+		}
+		s.c.EarlyWalks++
+		s.logf("%s walks the tenant early: its plan was capped, %d deliveries pending", n.addr, n.core.Pending())
+		s.sweep(n)
+	})
+}
+
 // sweep is one alarm_sweep of n, on the schedule (sweeper.Schedule) the
-// plugin's loop follows: walk the overdue part of the index when the
-// tenant is due and n is one of its walkers (or was hinted), plan with the
-// production planner among the tenant's walkers, offer to the node timer.
+// plugin's loop follows, or an early walk (relistLater): walk the overdue
+// part of the index when the tenant is due and n is one of its walkers (or
+// was hinted), plan with the production planner among the tenant's
+// walkers, offer to the node timer; a plan the cap cut short, after a walk
+// whose listing did not fail, is walked again early.
 func (s *sim) sweep(n *node) {
 	// Not while its lease is not valid, as the plugin (sweeper.Config.Valid).
 	if n.cut(s.now) || s.now >= n.validUntil {
@@ -350,6 +370,7 @@ func (s *sim) sweep(n *node) {
 	s.c.Walks++
 	from := n.cursor
 	w := sweeper.NewWalk(tenant, n.cursor, s.now-marginMs, sweeper.WalkLimits{})
+	listFailed := false
 	for {
 		pg, ok := w.Next()
 		if !ok {
@@ -358,6 +379,7 @@ func (s *sim) sweep(n *node) {
 		keys, err := s.listNow(n, pg.Prefix, pg.StartAfter, pg.Limit)
 		if err != nil {
 			w.Abort()
+			listFailed = true
 			break
 		}
 		w.Feed(keys)
@@ -383,7 +405,8 @@ func (s *sim) sweep(n *node) {
 		Busy: func(a abi.ActorID) bool {
 			return n.gateway || n.busy[a.String()] || n.core.InFlight(a.String()) || n.core.HeldElsewhereLately(a, s.now) || n.timer.Keeps(a.String(), s.now)
 		},
-		Rand: n.rng,
+		Rand:          n.rng,
+		MaxDeliveries: sweepCap,
 	})
 	for _, d := range plan.Deliveries {
 		if d.Anyone && s.cfg.NoAnyone {
@@ -411,6 +434,9 @@ func (s *sim) sweep(n *node) {
 		s.removeKeptStale(n, d)
 	}
 	s.arm(n)
+	if plan.Stats.Deferred > 0 && !listFailed {
+		s.relistLater(n, 0)
+	}
 }
 
 // removeKeptStale carries out the plugin's removal of an overdue entry of

@@ -210,6 +210,10 @@ type Counters struct {
 	// relisting schedule); Relists: changes of the live nodes a node's
 	// schedule saw (every tenant listed again).
 	Walks, Relists int64
+	// EarlyWalks: walks of a tenant whose plan the cap cut short, begun
+	// before the next sweep once the node's deliveries were few (the
+	// drain, docs/design.md#drain).
+	EarlyWalks int64
 	// Drills: final phases whose orphan drill ran (a node crashed holding
 	// the only timer of an alarm no walker had listed).
 	Drills int64
@@ -253,7 +257,7 @@ var Required = []string{
 	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
 	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
-	"Walks", "Relists", "Drills", "KeptStale", "Forwards", "ForwardRemovals",
+	"Walks", "Relists", "EarlyWalks", "Drills", "KeptStale", "Forwards", "ForwardRemovals",
 	"StaleDrills", "Omitted", "StateProbes", "DurableAcks",
 }
 
@@ -289,6 +293,13 @@ const (
 	// so that no relisting the design argues for rests on it.
 	safetyPeriodMs = mainMs + finalMs + 1
 	walkersR       = 2 // walkers per tenant and class
+	// sweepCap is the sweep's cap on a plan, small so that the model's
+	// few actors meet it and the drain's early walks run
+	// (docs/design.md#drain): a tenant the cap cut short is walked again,
+	// polled every relistPollMs, once the node has at most
+	// sweepCap/4 deliveries pending, until the next sweep.
+	sweepCap     = 4
+	relistPollMs = sweepMs / 20
 	// safetyWalkMs: the final phase's last minutes, after every committed
 	// alarm must have been delivered, start with the safety period's
 	// relisting.

@@ -163,7 +163,7 @@ func PlanSweep(in PlanInput) Plan {
 	}
 	plan.Stats.Own, plan.Stats.Anyone = len(own), len(anyone)
 
-	reserve := min(len(anyone), maxDel/AnyoneShareDivisor)
+	reserve := min(len(anyone), max(1, maxDel/AnyoneShareDivisor)) // one at least, under a cap below 8
 	ownTake := min(len(own), maxDel-reserve)
 	anyTake := min(len(anyone), maxDel-ownTake)
 	plan.Stats.Deferred = len(own) - ownTake + len(anyone) - anyTake
