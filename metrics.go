@@ -357,13 +357,15 @@ func (p *Plugin) failingStats() (n, maxFailures int) {
 	return len(p.failing), maxFailures
 }
 
-// trackFailing records the failure count a run left (metrics only).
+// trackFailing records the failure count a run left (metrics only). A
+// run that failed its last allowed attempt (a dead letter: the alarm
+// cleared, nothing left to retry) leaves the actor failing no more.
 func (p *Plugin) trackFailing(key string, ev hostmod.Delivery) {
 	if p.m == nil || !ev.Ran {
 		return
 	}
 	p.mu.Lock()
-	if ev.Err != nil {
+	if ev.Err != nil && !ev.GaveUp {
 		p.failing[key] = ev.RetryCount + 1
 	} else {
 		delete(p.failing, key)

@@ -149,6 +149,22 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 	f.p.Arm(a.id, ptr(t2))
 	want(v("wasmkeep_alarm_failing_actors"), 0, "failing actors after an event set the alarm")
 	want(v("wasmkeep_alarm_retry_count_max"), 0, "highest retry count after an event set the alarm")
+	// Its last allowed attempt fails again: the alarm is cleared and a
+	// dead letter kept; the actor is failing no more (nothing is left to
+	// retry), so the gauges, and the alert on them, clear.
+	a.alarm = ptr(t1)
+	f.deliverDue(&scriptedTaker{a: a, run: fail}, key, t1)
+	want(v("wasmkeep_alarm_failing_actors"), 1, "failing actors after a failed attempt")
+	deadLetter := func(a *fakeActor) hostmod.Delivery {
+		a.alarm = nil
+		return hostmod.Delivery{Ran: true, Scheduled: t1, RetryCount: 3, Err: errors.New("on-alarm returned 1"), GaveUp: true}
+	}
+	a.alarm = ptr(t1)
+	f.deliverDue(&scriptedTaker{a: a, run: deadLetter}, key, t1)
+	want(v("wasmkeep_alarms_dead_lettered_total"), 1, "dead letters")
+	want(v("wasmkeep_alarm_failing_actors"), 0, "failing actors after the dead letter")
+	want(v("wasmkeep_alarm_retry_count_max"), 0, "highest retry count after the dead letter")
+	f.p.Arm(a.id, ptr(t2))
 
 	// A stale delivery: the committed alarm is elsewhere; the entry at
 	// the delivered time is removed.
@@ -181,7 +197,7 @@ func TestPluginMetricsFollowDeliveriesIndexAndSweeps(t *testing.T) {
 	f.deliverDue(&scriptedTaker{a: a, takeErr: errors.New("bucket unreachable")}, key, t2)
 	want(v("wasmkeep_alarm_firings_total", "outcome", "gave_up"), 1, "firings gave_up")
 	want(v("wasmkeep_alarm_firings_total", "outcome", "ok"), 1, "firings ok (unchanged)")
-	want(v("wasmkeep_alarm_lateness_seconds"), 2, "lateness count (runs only)")
+	want(v("wasmkeep_alarm_lateness_seconds"), 4, "lateness count (runs only)")
 
 	// The index: a changed alarm PUTs a fresh entry and replaces the
 	// recorded one.
