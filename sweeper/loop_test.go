@@ -191,6 +191,23 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	return h
 }
 
+// run starts h's loop (Loop.Run) and returns stop, which ends it and
+// checks that it returned the context's error.
+func (h *harness) run(t *testing.T) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a test that failed before stop
+	done := make(chan error, 1)
+	go func() { done <- h.loop.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run returned %v", err)
+		}
+	}
+}
+
 // keysFrom makes n tagged keys of tenant t for distinct actors, due from
 // fromMs one ms apart, with class C.
 func keysFrom(tenant, prefix string, fromMs int64, n int) []string {
@@ -591,10 +608,7 @@ func TestRunRelistsACappedTenantOnceItsDeliveriesEnd(t *testing.T) {
 		setPending(0)
 		return len(got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- h.loop.Run(ctx) }()
+	stop := h.run(t)
 
 	poll := 100 * time.Millisecond // a twentieth of the period, at most 100 ms
 	h.clock.awaitWaiter(t)         // the first sweep: the cap cut it short
@@ -651,10 +665,7 @@ func TestRunRelistsACappedTenantOnceItsDeliveriesEnd(t *testing.T) {
 	if st := h.loop.Stats(); st.Sweeps != 4 || st.Relists != 2 {
 		t.Fatalf("at the period: %+v; want the fourth walk", st)
 	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v", err)
-	}
+	stop()
 }
 
 // An early walk is of the tenants whose plans the cap cut short only: a
@@ -672,10 +683,7 @@ func TestARelistWalksOnlyTheCappedTenants(t *testing.T) {
 	h.sink.then = func(d Overdue) { h.bucket.remove(d.Keys...) } // delivered at once
 	h.bucket.put(keysFrom("t", "b", ago(time.Hour), 300)...)
 	h.bucket.put(keysFrom("u", "b", ago(time.Hour), 5)...)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- h.loop.Run(ctx) }()
+	stop := h.run(t)
 	h.clock.awaitWaiter(t)
 	if st := h.loop.Stats(); st.Sweeps != 2 || st.Lists != 2 || st.Delivered != DefaultMaxDeliveries {
 		t.Fatalf("the first sweep: %+v; want both tenants walked, t's plan capped", st)
@@ -685,8 +693,7 @@ func TestARelistWalksOnlyTheCappedTenants(t *testing.T) {
 	if st := h.loop.Stats(); st.Sweeps != 3 || st.Lists != 3 || st.Relists != 1 || st.Delivered != 300 {
 		t.Fatalf("a poll later, nothing pending: %+v; want tenant t walked again (one LIST) and u left for the period", st)
 	}
-	cancel()
-	<-done
+	stop()
 }
 
 // A sweep that failed to list a tenant begins no early walk, though another
@@ -707,10 +714,7 @@ func TestNoEarlyWalkAfterASweepThatFailed(t *testing.T) {
 	}
 	h.bucket.put(keysFrom("t", "b", ago(time.Hour), 600)...)
 	h.bucket.put(keysFrom("u", "b", ago(time.Hour), 5)...)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- h.loop.Run(ctx) }()
+	stop := h.run(t)
 	h.clock.awaitWaiter(t)
 	if st := h.loop.Stats(); st.Sweeps != 2 || st.Errors != 1 || st.Delivered != DefaultMaxDeliveries {
 		t.Fatalf("the first sweep: %+v; want t's plan capped and u's LIST failed", st)
@@ -727,6 +731,5 @@ func TestNoEarlyWalkAfterASweepThatFailed(t *testing.T) {
 	if st := h.loop.Stats(); st.Sweeps != 4 || st.Relists != 0 || st.Delivered != 2*DefaultMaxDeliveries {
 		t.Fatalf("at the period: %+v; want both tenants walked again, and no walk before", st)
 	}
-	cancel()
-	<-done
+	stop()
 }
