@@ -3,9 +3,13 @@ package node_test
 import (
 	"context"
 	"flag"
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/alarms/abi"
 
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 )
@@ -32,7 +36,10 @@ var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 
 //     metrics over the drain, s3-requests/alarm and sweep-lists/alarm
 //     (their background traffic included) and relists, the walks of a
 //     capped tenant begun before the sweep period was up
-//     (docs/design.md#drain: the cap no longer sets the rate).
+//     (docs/design.md#drain: the cap no longer sets the rate). Then each
+//     survivor fires 256 actors of its own, due at one instant:
+//     ceiling-firings/s/node, replicated firings of open actors on the
+//     same nodes in the same run, and drain/ceiling.
 //
 // Each at the design's defaults (lease 10 s, margin 1 s, grace 2 s, sweep
 // 10 s) and scaled down by five (2 s, 400 ms, 1 s, 1 s: the process tests'
@@ -84,6 +91,10 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 			sum += r
 		}
 		b.ReportMetric(sum/float64(len(rates)), "drain-alarms/s/node")
+		if cost.ceiling > 0 {
+			b.ReportMetric(cost.ceiling/float64(b.N), "ceiling-firings/s/node")
+			b.ReportMetric(sum/cost.ceiling, "drain/ceiling")
+		}
 		b.ReportMetric(cost.requests/max(cost.fired, 1), "s3-requests/alarm")
 		b.ReportMetric(cost.lists/max(cost.fired, 1), "sweep-lists/alarm")
 		b.ReportMetric(cost.relists/float64(b.N), "relists")
@@ -99,9 +110,20 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 // metrics: S3 requests of every kind, the sweeps' LISTs of the index, and
 // the sweeps they began early (a capped plan delivered), for the alarms
 // fired.
-type drainCost struct{ requests, lists, relists, fired float64 }
+//
+// ceiling is the survivors' rate of replicated firings in the same run,
+// after the drain: ceilingActors actors of their own each, armed through
+// them and due at one instant, each firing an actor open on its node and
+// its upload (firings per second per survivor, from the due time to its
+// last firing).
+type drainCost struct{ requests, lists, relists, fired, ceiling float64 }
+
+// ceilingActors is how many actors of its own each survivor fires for
+// drainCost.ceiling: within the default residency budget.
+const ceilingActors = 256
 
 func (c *drainCost) add(o drainCost) {
+	c.ceiling += o.ceiling
 	c.requests += o.requests
 	c.lists += o.lists
 	c.relists += o.relists
@@ -147,7 +169,10 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	after := survivorCounts(b, nodes[1:])
 	cost := drainCost{requests: after.requests - before.requests, lists: after.lists - before.lists,
 		relists: after.relists - before.relists, fired: float64(len(out.first))}
-	b.Logf("%+v: %v; survivors made %.0f S3 requests (%.0f sweep LISTs), %.0f early sweeps", timings, out, cost.requests, cost.lists, cost.relists)
+	if spread == 0 {
+		cost.ceiling = ceilingRate(b, ctx, rec, nodes[1:])
+	}
+	b.Logf("%+v: %v; survivors made %.0f S3 requests (%.0f sweep LISTs), %.0f early sweeps; then fired their own actors at %.1f/s each", timings, out, cost.requests, cost.lists, cost.relists, cost.ceiling)
 
 	readable := base.Add(timings.ttl + timings.grace).UnixMilli()
 	last := map[string]int64{}
@@ -164,4 +189,35 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 		rate /= float64(len(nodes) - 1)
 	}
 	return out, rate, cost
+}
+
+// ceilingRate arms ceilingActors actors of a tenant of their own through
+// each survivor, all due at one instant, and returns the survivors' mean
+// rate of firing them (drainCost.ceiling).
+func ceilingRate(b *testing.B, ctx context.Context, rec *swFirings, survivors []*clusterproc.Node) float64 {
+	base := swArmBy(b, ctx, survivors[0].URL, ceilingActors*len(survivors))
+	due := map[abi.ActorID]int64{}
+	for _, s := range survivors {
+		mine := map[abi.ActorID]int64{}
+		for i := range ceilingActors {
+			mine[abi.ActorID{Tenant: "ceiling", Class: swClass, Name: fmt.Sprintf("%s/%04d", s.Name, i)}] = base.UnixMilli()
+		}
+		swArm(b, ctx, s.URL, mine)
+		maps.Copy(due, mine)
+	}
+	out := swCollect(rec, "", due, base.Add(2*time.Minute))
+	if len(out.lost) > 0 {
+		b.Errorf("%d of the survivors' own alarms never fired", len(out.lost))
+	}
+	last := map[string]int64{}
+	for _, f := range out.first {
+		last[f.node] = max(last[f.node], f.fired)
+	}
+	rate := 0.0
+	for n, c := range out.perNode {
+		if span := last[n] - base.UnixMilli(); span > 0 {
+			rate += float64(c) / (float64(span) / 1000)
+		}
+	}
+	return rate / float64(len(survivors))
 }
