@@ -466,15 +466,14 @@ func Register(cfg Config) (*Plugin, error) {
 
 func init() { seam.BeforeUpload = (*Plugin).beforeUpload }
 
-// pending is how many deliveries the node has yet to end: waiting for a
-// worker, running, or waiting to deliver again after a failure (the sweep
-// walks a tenant its cap cut short again once these are few:
-// sweeper.Config.Pending).
+// pending is how many deliveries the node has yet to end: started
+// (waiting for a worker or running), or waiting to deliver again after a
+// failure (the sweep walks a tenant its cap cut short again once these
+// are few: sweeper.Config.Pending). The simulator reads the same count.
 func (p *Plugin) pending() int {
 	p.mu.Lock()
-	n := p.core.Redelivering()
-	p.mu.Unlock()
-	return n + int(p.running.Load()+p.waiting.Load())
+	defer p.mu.Unlock()
+	return p.core.Pending()
 }
 
 func leUint64(b []byte) uint64 {

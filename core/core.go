@@ -446,18 +446,6 @@ func (s *State) Pending() int {
 	return n
 }
 
-// Redelivering counts the actors whose failed delivery waits to deliver
-// its entry time again.
-func (s *State) Redelivering() int {
-	n := 0
-	for _, sl := range s.slots {
-		if sl.hasRedeliver {
-			n++
-		}
-	}
-	return n
-}
-
 // Release ends what Start or Claim began. again: a time the timer popped
 // meanwhile, for the caller to offer the timer again unless something
 // armed the actor since.

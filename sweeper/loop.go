@@ -296,14 +296,11 @@ func (l *Loop) Run(ctx context.Context) error {
 // relist walks again the tenants whose plans the cap cut short in the
 // latest sweep, and no other (Run).
 func (l *Loop) relist(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	start := l.cfg.Clock.Now()
-	err := l.sweep(ctx, false, l.takeCapped())
-	if l.cfg.OnSweep != nil {
-		l.cfg.OnSweep(l.cfg.Clock.Now().Sub(start), err)
+	only := l.takeCapped()
+	if len(only) == 0 {
+		return nil // a Sweep meanwhile walked them
 	}
-	return err
+	return l.run(ctx, false, only)
 }
 
 // hasCapped reports whether the latest sweep's plan of some tenant left
@@ -337,13 +334,13 @@ func (l *Loop) pollEvery() time.Duration { return min(l.cfg.Period/20, 100*time.
 // once, now, whatever the schedule says (tests, tools). It returns the
 // failures, already logged and counted; a tenant's failure does not stop
 // the others.
-func (l *Loop) Sweep(ctx context.Context) error { return l.run(ctx, true) }
+func (l *Loop) Sweep(ctx context.Context) error { return l.run(ctx, true, nil) }
 
 // Tick is one sweep of the schedule ([Schedule]): it finds the tenants
 // again only after a change of the live nodes or a safety period, and
 // lists only the tenants this node walks that are due. Run calls it every
 // period.
-func (l *Loop) Tick(ctx context.Context) error { return l.run(ctx, false) }
+func (l *Loop) Tick(ctx context.Context) error { return l.run(ctx, false, nil) }
 
 // Hint says this node let go of an actor of tenant (gave it up, released
 // it, failed to replicate or deliver it): an entry of the tenant may be
@@ -376,11 +373,11 @@ func (l *Loop) isLetGo(id abi.ActorID) bool {
 	return l.letGo[id]
 }
 
-func (l *Loop) run(ctx context.Context, all bool) error {
+func (l *Loop) run(ctx context.Context, all bool, only map[string]bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	start := l.cfg.Clock.Now()
-	err := l.sweep(ctx, all, nil)
+	err := l.sweep(ctx, all, only)
 	if l.cfg.OnSweep != nil {
 		l.cfg.OnSweep(l.cfg.Clock.Now().Sub(start), err)
 	}
