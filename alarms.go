@@ -97,6 +97,18 @@ type LapseHost interface {
 	ValidAgainSince() time.Time
 }
 
+// HandoverHost is a Host that learns when another node leaves cleanly:
+// Departures receives a node's address once it released its holds and
+// deleted its lease (in the reference host, cluster.Leases.Departures).
+// The sweep then walks at once, with no margin, the alarms of the actors
+// that node held, and hands the node timer those of this node's shard at
+// their due times (sweeper.Config.Departures, docs/design.md#handover):
+// without it they fire a margin (lease + grace) late.
+type HandoverHost interface {
+	Host
+	Departures() <-chan string
+}
+
 // Hold is what the host knows of its hold on an actor, as the rules need
 // it (docs/design.md#the-index).
 type Hold struct {
@@ -238,6 +250,15 @@ type Config struct {
 	// whose deliveries have held workers the least time, by weight
 	// (package fair).
 	MaxConcurrentDeliveries int
+	// DrainTimeout is how long the stop function of Start lets the
+	// deliveries in flight finish before it cancels their context
+	// (default DefaultDrainTimeout). Once stop is called no delivery
+	// starts; those under way run to their end, replicate and re-arm, so
+	// a clean shutdown runs no on-alarm twice. One still running at the
+	// deadline is cut: its actor is given up, and the next holder runs
+	// on-alarm again from the last replicated state, as after a crash
+	// (docs/design.md#shutdown).
+	DrainTimeout time.Duration
 	// TenantWeights gives tenants their weights in the share of the
 	// delivery workers (default 1 each: equal shares). The tenants named
 	// are also the ones the per-tenant metrics name; every other tenant
@@ -266,6 +287,13 @@ type Config struct {
 // index), not on a CPU.
 func DefaultDeliveryWorkers() int { return max(64, 16*runtime.NumCPU()) }
 
+// DefaultDrainTimeout is how long a stop lets deliveries in flight finish
+// without Config.DrainTimeout: most take milliseconds; a guest that hangs
+// for its whole alarm deadline (30 s by default) is cut short, so that a
+// supervisor's usual stop timeout (30 s in Kubernetes) leaves time to
+// replicate and release the actors.
+const DefaultDrainTimeout = 10 * time.Second
+
 // Plugin carries out the index rules and runs the sweep for one node.
 type Plugin struct {
 	cfg   Config
@@ -287,7 +315,9 @@ type Plugin struct {
 	// Config.MaxConcurrentDeliveries, and idle, those waiting on wake (a
 	// token each, buffered); lastTake, when a worker last took a
 	// delivery; loopCtx, the timer loop's context while it runs, for the
-	// workers it starts (nil otherwise: nothing starts). workerWG waits
+	// workers it starts (nil otherwise: nothing starts), and workCtx, the
+	// context of their deliveries, which outlives loopCtx by at most
+	// Config.DrainTimeout (Start). workerWG waits
 	// for the workers; running and waiting are the scheduler's counts for
 	// the metrics.
 	schedMu          sync.Mutex
@@ -296,7 +326,7 @@ type Plugin struct {
 	workers, idle    int
 	coming           int // workers woken or started that have not looked for a delivery yet
 	lastTake         time.Time
-	loopCtx          context.Context
+	loopCtx, workCtx context.Context
 	wake             chan struct{}
 	workerWG         sync.WaitGroup
 	running, waiting atomic.Int64
@@ -328,6 +358,9 @@ func Register(cfg Config) (*Plugin, error) {
 	}
 	if cfg.MaxConcurrentDeliveries <= 0 {
 		cfg.MaxConcurrentDeliveries = DefaultDeliveryWorkers()
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	for t, w := range cfg.TenantWeights {
 		if w < 1 {
@@ -424,6 +457,10 @@ func Register(cfg Config) (*Plugin, error) {
 	if mh, ok := cfg.Host.(MembersHost); ok {
 		members = mh
 	}
+	var departures <-chan string
+	if hh, ok := cfg.Host.(HandoverHost); ok {
+		departures = hh.Departures()
+	}
 	var since func() time.Time
 	var valid func() bool
 	if lh, ok := cfg.Host.(LapseHost); ok {
@@ -453,6 +490,7 @@ func Register(cfg Config) (*Plugin, error) {
 		Serves:        cfg.Serves,
 		SafetyPeriod:  cfg.SweepSafetyPeriod,
 		Pending:       p.pending,
+		Departures:    departures,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("alarms: %w", err)
@@ -504,15 +542,30 @@ func (p *Plugin) runSweeps(ctx context.Context) {
 // Config.MaxConcurrentDeliveries at once: take the actor (Host.Take),
 // deliver, then re-arm the timer from the committed alarm. A delivery that
 // failed on the way gives the actor up and delivers the same entry time
-// again after Config.RetryAfterError. stop returns once both loops have
+// again after Config.RetryAfterError. stop starts no new delivery and
+// sweep, lets the deliveries under way finish for up to
+// Config.DrainTimeout (then cancels them), and returns once both loops have
 // ended and every delivery they started is done.
 func (p *Plugin) Start(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	work, cut := context.WithCancel(context.WithoutCancel(ctx))
+	ctx, cancel := context.WithCancel(work)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); p.runSweeps(ctx) }()
-	go func() { defer wg.Done(); p.runTimer(ctx) }()
-	return func() { cancel(); wg.Wait() }
+	go func() { defer wg.Done(); p.runTimer(ctx, work) }()
+	return func() {
+		defer cut() // the deliveries' context ends with stop
+		cancel()    // nothing new starts
+		ended := make(chan struct{})
+		go func() { wg.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-p.cfg.Host.After(p.cfg.DrainTimeout):
+			p.log.Warn("deliveries still running at the drain deadline are cut short; their actors are given up and run on-alarm again where they are taken next", "drain_timeout", p.cfg.DrainTimeout, "running", p.running.Load())
+			cut()
+			<-ended
+		}
+	}
 }
 
 // LetGo tells the sweep that this node let go of an actor (gave it up or

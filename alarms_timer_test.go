@@ -401,3 +401,79 @@ func TestRunTimerBoundsDeliveriesAndWorkers(t *testing.T) {
 		t.Errorf("%d delivery workers left after RunTimer returned", w)
 	}
 }
+
+// realTimeHost's After is the real clock's, for a test of a deadline.
+type realTimeHost struct{ fakeHost }
+
+func (h *realTimeHost) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// drainRun starts a plugin with one alarm due whose take waits for gate
+// (or for its context to end), calls stop once the take has begun, and
+// returns the delivery and whether stop returned before gate was opened.
+func drainRun(t *testing.T, drain time.Duration, gate chan struct{}) (alarms.Delivery, bool) {
+	t.Helper()
+	host := &realTimeHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}
+	timer := sweeper.NewTimer(retryMax)
+	got := make(chan alarms.Delivery, 1)
+	p, err := alarms.Register(alarms.Config{
+		Bucket: newFixture(t).mem, Host: host, Timer: timer, Margin: time.Second, DrainTimeout: drain,
+		OnDelivery: func(d alarms.Delivery) { got <- d },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newFixture(t).actor(3)
+	a.p = p
+	a.alarm = ptr(t1)
+	inner := &taker{a: a}
+	began := make(chan struct{})
+	host.tk = takerFunc(func(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+		close(began)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		return inner.Take(ctx, id)
+	})
+	timer.Set(alarms.TimerKey(a.id), t1)
+	stop := p.Start(context.Background())
+	<-began
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	early := false
+	select {
+	case <-stopped:
+		early = true
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gate)
+	<-stopped
+	return <-got, early
+}
+
+// A stop lets a delivery under way finish with its context live: it runs
+// on-alarm, replicates and re-arms, and stop waits for it. Without that a
+// SIGTERM cut the delivery's index PUT, gave the actor up, and on-alarm ran
+// again for the same time where the actor was taken next.
+func TestStopLetsADeliveryInFlightFinish(t *testing.T) {
+	d, early := drainRun(t, time.Minute, make(chan struct{}))
+	if early {
+		t.Error("stop returned while a delivery was under way")
+	}
+	if d.Err != nil || !d.Event.Ran {
+		t.Fatalf("the delivery under way at the stop: %+v, want it run without error", d)
+	}
+}
+
+// A delivery still running at the drain deadline is cut: its context is
+// cancelled and stop returns.
+func TestStopCutsADeliveryAtTheDrainDeadline(t *testing.T) {
+	d, early := drainRun(t, 20*time.Millisecond, make(chan struct{}))
+	if !early {
+		t.Error("stop waited past the drain deadline")
+	}
+	if !errors.Is(d.Err, context.Canceled) || d.Event.Ran {
+		t.Fatalf("the delivery at the drain deadline: %+v, want it cut (context canceled)", d)
+	}
+}

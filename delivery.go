@@ -39,7 +39,7 @@ type Forwarder interface {
 // scheduler (deliveryLoop). It returns once every delivery it started has ended,
 // and those it queued are dropped (released to the timer's state as if
 // never popped).
-func (p *Plugin) runTimer(ctx context.Context) {
+func (p *Plugin) runTimer(ctx, work context.Context) {
 	p.mu.Lock()
 	p.runCtx = ctx // removals of stale entries take actors while it runs (stale.go)
 	p.mu.Unlock()
@@ -49,7 +49,7 @@ func (p *Plugin) runTimer(ctx context.Context) {
 		p.runCtx = nil
 		p.mu.Unlock()
 	}()
-	p.deliveryLoop(ctx)
+	p.deliveryLoop(ctx, work)
 }
 
 // Arm sets the node timer to an actor's committed alarm (nil: none) after
@@ -117,17 +117,17 @@ func tenantOfKey(key string) string {
 const growAfter = time.Millisecond
 
 // deliveryLoop is the timer loop (runTimer).
-func (p *Plugin) deliveryLoop(ctx context.Context) {
+func (p *Plugin) deliveryLoop(ctx, work context.Context) {
 	clk := p.cfg.Host
 	p.schedMu.Lock()
-	p.loopCtx = ctx
+	p.loopCtx, p.workCtx = ctx, work
 	p.schedMu.Unlock()
 	defer func() {
 		// Workers end with ctx; what was queued or started for no worker
 		// is given back. From here startNow starts nothing and no worker
 		// is started: nothing is left in ready after the drain.
 		p.schedMu.Lock()
-		p.loopCtx = nil
+		p.loopCtx, p.workCtx = nil, nil
 		p.schedMu.Unlock()
 		p.workerWG.Wait()
 		p.schedMu.Lock()
@@ -228,7 +228,7 @@ func (p *Plugin) wakeIdle() (stuck bool) {
 			p.workers++
 			p.workerWG.Add(1)
 			p.lastTake = time.Now() // the next one starts growAfter later at the soonest
-			go p.worker(p.loopCtx)
+			go p.worker(p.loopCtx, p.workCtx)
 		}
 		p.coming++
 	}
@@ -287,8 +287,10 @@ func (p *Plugin) startNow(ctx context.Context, j *job) bool {
 // worker runs deliveries until ctx ends: as each ends, the next the
 // scheduler starts, on the same goroutine, and when there is none it
 // waits to be woken. A delivery runs on a goroutine whose stack has
-// already grown to the depth of a guest's call into SQLite.
-func (p *Plugin) worker(ctx context.Context) {
+// already grown to the depth of a guest's call into SQLite, with work as
+// its context: one under way when ctx ends runs to its end (Start's stop
+// cancels work at its drain deadline).
+func (p *Plugin) worker(ctx, work context.Context) {
 	defer p.workerWG.Done()
 	var j *job
 	fresh := true // woken or new: one of p.coming
@@ -332,7 +334,7 @@ func (p *Plugin) worker(ctx context.Context) {
 		}
 		p.publish()
 		p.schedMu.Unlock()
-		p.runJob(ctx, j)
+		p.runJob(work, j)
 	}
 }
 

@@ -28,7 +28,7 @@ func (p *Plugin) DeliverDue(ctx context.Context, key string, at int64) Delivery 
 
 // RunTimer runs the timer loop alone until ctx ends (Start runs it with
 // the sweeps).
-func (p *Plugin) RunTimer(ctx context.Context) { p.runTimer(ctx) }
+func (p *Plugin) RunTimer(ctx context.Context) { p.runTimer(ctx, ctx) }
 
 // BeforeUpload is Replicate split around the upload, as package engine
 // runs it (internal/seam).

@@ -311,6 +311,9 @@ type Leases struct {
 	lost    bool          // someone replaced or removed our lease object
 	lostCh  chan struct{} // closed when lost is set
 	others  map[string]*observed
+	// departed receives the ID of each node whose lease this node saw
+	// removed (Departures); a full buffer drops the newest.
+	departed chan string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -336,13 +339,14 @@ func StartLeases(ctx context.Context, cfg LeaseConfig) (*Leases, error) {
 	}
 	cfg = cfg.withDefaults()
 	l := &Leases{
-		cfg:    cfg,
-		b:      cfg.Bucket,
-		clk:    cfg.Clock,
-		log:    cfg.Logger.Named("lease").With("node", cfg.NodeID),
-		key:    cfg.Prefix + "nodes/" + cfg.NodeID,
-		others: map[string]*observed{},
-		lostCh: make(chan struct{}),
+		cfg:      cfg,
+		b:        cfg.Bucket,
+		clk:      cfg.Clock,
+		log:      cfg.Logger.Named("lease").With("node", cfg.NodeID),
+		key:      cfg.Prefix + "nodes/" + cfg.NodeID,
+		others:   map[string]*observed{},
+		lostCh:   make(chan struct{}),
+		departed: make(chan string, 16),
 	}
 	l.readPeriod.Store(int64(cfg.readPeriod(1)))
 	var nonce [8]byte
@@ -813,9 +817,22 @@ func (l *Leases) markGoneLocked(id string, o *observed) {
 	o.gone = true
 	if o.member {
 		l.members++
+		select {
+		case l.departed <- id:
+		default: // one pending is enough to wake a reader; it reads Live
+		}
 	}
 	l.log.Info("node lease removed", "other", id)
 }
+
+// Departures receives the ID of each node whose lease this node saw
+// removed: a node that shut down cleanly after it released its holds (or
+// one whose lease someone else removed, which then stops). Its actors
+// are anyone's to take at once, so a reader need not wait for the lease
+// to expire: the alarm sweep walks their alarms at once
+// (docs/design.md#handover). A reader that falls behind misses names, not
+// the news: the channel holds 16, and Live no longer lists the nodes gone.
+func (l *Leases) Departures() <-chan string { return l.departed }
 
 // refreshByGets is RefreshNow on a bucket whose listings carry no ETags:
 // the LIST's keys, and a GET of each other node's lease.

@@ -278,6 +278,11 @@ func TestCloseFreesAtOnce(t *testing.T) {
 		if addr, ok := o.Addr("a"); !ok || addr != "a.example:7000" {
 			t.Fatalf("Addr(a) = %q, %v", addr, ok)
 		}
+		select {
+		case id := <-o.Departures():
+			t.Fatalf("departure of %q while every node is live", id)
+		default:
+		}
 		if err := a.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -292,6 +297,23 @@ func TestCloseFreesAtOnce(t *testing.T) {
 		}
 		if !o.Expired("a") || containsNode(o.Live(), "a") {
 			t.Fatalf("after a's Close: Expired = %v, Live = %v", o.Expired("a"), o.Live())
+		}
+		// The sweep learns of it at once (a handover walk), once.
+		select {
+		case id := <-o.Departures():
+			if id != "a" {
+				t.Fatalf("departure of %q, want a", id)
+			}
+		default:
+			t.Fatal("no departure after a's lease was seen removed")
+		}
+		if err := o.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case id := <-o.Departures():
+			t.Fatalf("a second departure (%q) for one removed lease", id)
+		default:
 		}
 		if _, ok := o.Addr("a"); ok {
 			t.Fatal("Addr still known for a closed node")

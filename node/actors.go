@@ -901,6 +901,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		SweepWalkers:            c.SweepWalkers,
 		SweepSafetyPeriod:       c.SweepSafetyPeriod,
 		MaxConcurrentDeliveries: n.cfg.MaxConcurrentDeliveries,
+		DrainTimeout:            n.cfg.DrainTimeout,
 		TenantWeights:           n.cfg.TenantWeights,
 		OnDelivery:              n.delivered,
 		Registerer:              n.cfg.Registerer,
@@ -1042,7 +1043,8 @@ func (n *Node) Start(ctx context.Context) {
 	}()
 }
 
-// Close stops the timer, waits for deliveries in flight, and closes every
+// Close stops the timer, lets the deliveries in flight finish (for up to
+// Config.DrainTimeout), and closes every
 // actor and the engine. In cluster mode it uploads what is pending, releases
 // every hold and deletes its node lease: a clean shutdown hands its actors
 // over at once.
@@ -1149,6 +1151,16 @@ func (h clusterHost) LiveNodes(context.Context) ([]string, error) {
 		ids = append(ids, ni.ID)
 	}
 	return ids, nil
+}
+
+// Departures receives the ID of each node whose lease this node saw
+// deleted: it shut down cleanly, its holds released (alarms.HandoverHost).
+// Nil outside cluster mode: nothing is received.
+func (h clusterHost) Departures() <-chan string {
+	if h.n.leases == nil {
+		return nil
+	}
+	return h.n.leases.Departures()
 }
 
 // Members is the live nodes with the classes their leases name, this node

@@ -63,6 +63,10 @@ type Config struct {
 	// per CPU and at least 64), shared fairly between tenants
 	// (alarms.Config.MaxConcurrentDeliveries).
 	MaxConcurrentDeliveries int
+	// DrainTimeout is how long Close lets the alarm deliveries under way
+	// finish before it cuts them (default alarms.DefaultDrainTimeout,
+	// alarms.Config.DrainTimeout).
+	DrainTimeout time.Duration
 	// TenantWeights gives tenants their weights in the shares of the
 	// delivery workers and the engine's guest slots (default 1 each). The
 	// tenants named here or in Admission.Tenants are the ones the
@@ -252,6 +256,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		RetryMax:                cfg.RetryMax,
 		RetryAfterError:         cfg.RetryAfterError,
 		MaxConcurrentDeliveries: cfg.MaxConcurrentDeliveries,
+		DrainTimeout:            cfg.DrainTimeout,
 		TenantWeights:           cfg.TenantWeights,
 		OnDelivery:              n.delivered,
 		Logger:                  n.log.Named("alarms"),

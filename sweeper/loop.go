@@ -140,7 +140,23 @@ type Config struct {
 	// fail (the bucket down) keeps them pending and so relists no
 	// sooner than every period. Nil: a period after each sweep.
 	Pending func() int
+	// Departures, if set, receives the address of each node seen to leave
+	// cleanly: its lease was deleted once it had released its holds. Run
+	// then walks at once every tenant this node walks, with no margin and
+	// up to HandoverHorizon ahead, and hands the timer each entry of its
+	// shard at its due time ([Loop.Handover]). Nil: a departed node's
+	// alarms wait for the margin like any other node's.
+	Departures <-chan string
 }
+
+// A handover walk ([Loop.Handover]) reads the entries due up to
+// HandoverHorizon from now, at most HandoverEntries of a tenant: those
+// later wait for the margin, as a dead node's do, unless their actor is
+// taken first.
+const (
+	HandoverHorizon = time.Hour
+	HandoverEntries = 32 * DefaultMaxEntries
+)
 
 // Stats counts what a loop did since it was made.
 type Stats struct {
@@ -159,6 +175,9 @@ type Stats struct {
 	// Relists counts the sweeps of capped tenants begun before the
 	// period was up (Config.Pending).
 	Relists int64
+	// Handovers counts the handover walks Run began when a node left
+	// cleanly (Config.Departures).
+	Handovers int64
 	// Last is when the latest sweep ended, on the loop's clock (zero
 	// before the first); LastErr its failures (nil: the index of every
 	// tenant it walked was read).
@@ -198,6 +217,8 @@ type Loop struct {
 	// relists counts the walks of capped tenants Run began before the
 	// period was up.
 	relists atomic.Int64
+	// handovers counts the handover walks (Handover).
+	handovers atomic.Int64
 }
 
 // New checks cfg and makes a loop.
@@ -258,12 +279,17 @@ func New(cfg Config) (*Loop, error) {
 // node has delivered most of what it offered (Config.Pending).
 func (l *Loop) Run(ctx context.Context) error {
 	next := l.cfg.Clock.Now() // the next sweep of every tenant due
+	departed := false
 	for {
 		var err error
-		if now := l.cfg.Clock.Now(); !now.Before(next) {
+		switch now := l.cfg.Clock.Now(); {
+		case departed:
+			departed = false
+			err = l.Handover(ctx)
+		case !now.Before(next):
 			next = now.Add(l.cfg.Period)
 			err = l.Tick(ctx) // logged and counted
-		} else {
+		default:
 			l.relists.Add(1)
 			err = l.relist(ctx)
 		}
@@ -271,7 +297,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		// Wait for the period, or while a backlog drains for the node to
 		// deliver most of it: a poll apart at least, so a plan whose
 		// deliveries end at once (the actors held elsewhere) does not
-		// make a LIST of every one.
+		// make a LIST of every one. A node that left cleanly ends the
+		// wait at once.
+	wait:
 		for {
 			now := l.cfg.Clock.Now()
 			if !now.Before(next) {
@@ -284,6 +312,10 @@ func (l *Loop) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case node := <-l.cfg.Departures:
+				l.log.Info("a node left cleanly: walking the alarms of its actors now", "node", node)
+				departed = true
+				break wait
 			case <-l.cfg.Clock.After(wait):
 			}
 			if again && l.cfg.Pending() <= l.lowWater() {
@@ -335,6 +367,26 @@ func (l *Loop) pollEvery() time.Duration { return min(l.cfg.Period/20, 100*time.
 // failures, already logged and counted; a tenant's failure does not stop
 // the others.
 func (l *Loop) Sweep(ctx context.Context) error { return l.run(ctx, true, nil) }
+
+// Handover walks every tenant this node walks, now, for the actors a node
+// that left cleanly held (Config.Departures): with no margin, since that
+// node released its holds and delivers nothing more, and up to
+// HandoverHorizon ahead, since no timer holds their alarms any more. Each
+// actor of this node's shard among the live nodes gets its earliest entry:
+// overdue, delivered as by a sweep (the cap, then a relist); due later,
+// handed to the timer at its due time, as the node that left held it. It
+// leaves the schedule and the cursors as they were.
+func (l *Loop) Handover(ctx context.Context) error {
+	l.handovers.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	start := l.cfg.Clock.Now()
+	err := l.sweepWith(ctx, true, nil, true)
+	if l.cfg.OnSweep != nil {
+		l.cfg.OnSweep(l.cfg.Clock.Now().Sub(start), err)
+	}
+	return err
+}
 
 // Tick is one sweep of the schedule ([Schedule]): it finds the tenants
 // again only after a change of the live nodes or a safety period, and
@@ -411,6 +463,11 @@ func (l *Loop) view(ctx context.Context, live []string) (View, *Walkers, *Member
 // sweep walks the tenants due (all: every tenant); with only, just those
 // of them in only.
 func (l *Loop) sweep(ctx context.Context, all bool, only map[string]bool) error {
+	return l.sweepWith(ctx, all, only, false)
+}
+
+// sweepWith is sweep, or with handover a handover walk (Handover).
+func (l *Loop) sweepWith(ctx context.Context, all bool, only map[string]bool, handover bool) error {
 	if l.cfg.Valid != nil && !l.cfg.Valid() {
 		l.log.Debug("sweep skipped: this node's lease is not valid")
 		return nil
@@ -494,7 +551,11 @@ func (l *Loop) sweep(ctx context.Context, all bool, only map[string]bool) error 
 					errs[i] = ctx.Err()
 					return
 				}
-				errs[i] = l.sweepTenant(ctx, tenants[i], live, walkers, nowMs)
+				if handover {
+					errs[i] = l.handoverTenant(ctx, tenants[i], live, walkers)
+				} else {
+					errs[i] = l.sweepTenant(ctx, tenants[i], live, walkers, nowMs)
+				}
 			}
 		}()
 	}
@@ -623,6 +684,80 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 	return listErr
 }
 
+// handoverTenant is a handover walk of one tenant (Handover): from the
+// start of its index, up to HandoverHorizon ahead; the plan is
+// PlanHandover's.
+func (l *Loop) handoverTenant(ctx context.Context, tenant string, live []string, walkers *Walkers) error {
+	l.sweeps.Add(1)
+	now := l.cfg.Clock.Now()
+	limits := l.cfg.Walk.withDefaults()
+	limits.MaxEntries = max(limits.MaxEntries, HandoverEntries)
+	w := NewWalk(tenant, "", now.Add(HandoverHorizon).UnixMilli(), limits)
+	var listErr error
+	for {
+		page, ok := w.Next()
+		if !ok {
+			break
+		}
+		l.lists.Add(1)
+		keys, err := l.cfg.Lister.List(ctx, page.Prefix, page.StartAfter, page.Limit)
+		if err != nil {
+			listErr = fmt.Errorf("handover walk of tenant %q: list %q after %q: %w", tenant, page.Prefix, page.StartAfter, err)
+			w.Abort()
+			break
+		}
+		w.Feed(keys)
+	}
+	res := w.Result()
+	l.entries.Add(int64(len(res.Entries)))
+	if n := len(res.Malformed); n > 0 {
+		l.malformed.Add(int64(n))
+		l.log.Warn("skipped keys that are not index entries", "tenant", tenant, "count", n, "first", res.Malformed[0])
+	}
+	if listErr != nil {
+		l.errs.Add(1)
+		l.log.Error("bucket listing failed in a handover walk; handing over what was read, the sweeps find the rest", "tenant", tenant, "read", res.Read, "error", listErr)
+	}
+	var shard func(class string) []string
+	if walkers != nil {
+		shard = func(class string) []string { return walkers.Of(tenant, class) }
+	}
+	l.planMu.Lock()
+	defer l.planMu.Unlock()
+	var since time.Time
+	if l.cfg.Since != nil {
+		since = l.cfg.Since()
+	}
+	plan := PlanHandover(PlanInput{
+		Entries:       res.Entries,
+		Now:           now,
+		Since:         since,
+		Margin:        l.cfg.Margin,
+		Self:          l.cfg.Self,
+		Live:          live,
+		ShardNodes:    shard,
+		Own:           l.isLetGo,
+		Busy:          l.cfg.Busy,
+		Rand:          l.cfg.Rand,
+		MaxDeliveries: l.cfg.MaxDeliveries,
+	})
+	for _, d := range plan.Deliveries {
+		l.cfg.Sink.Offer(d)
+	}
+	l.delivered.Add(int64(len(plan.Deliveries)))
+	if plan.Stats.Deferred > 0 {
+		l.schedMu.Lock()
+		if l.capped == nil {
+			l.capped = map[string]bool{}
+		}
+		l.capped[tenant] = true
+		l.schedMu.Unlock()
+	}
+	l.log.Debug("handover walk", "tenant", tenant, "entries", len(res.Entries), "offered", len(plan.Deliveries),
+		"ahead", plan.Stats.Ahead, "own", plan.Stats.Own, "others", plan.Stats.Others, "deferred", plan.Stats.Deferred)
+	return listErr
+}
+
 // Cursor returns where the next sweep of tenant's index starts ("" for the
 // beginning).
 func (l *Loop) Cursor(tenant string) string {
@@ -644,6 +779,7 @@ func (l *Loop) Stats() Stats {
 		Malformed: l.malformed.Load(),
 		Errors:    l.errs.Load(),
 		Relists:   l.relists.Load(),
+		Handovers: l.handovers.Load(),
 		Last:      last,
 		LastErr:   lastErr,
 	}

@@ -96,6 +96,9 @@ type PlanStats struct {
 	Own, Anyone int
 	// Deferred counts candidates left for a later sweep by the cap.
 	Deferred int
+	// Ahead counts the candidates due after Now a handover planned
+	// ([PlanHandover]).
+	Ahead int
 }
 
 // Plan is the outcome of [PlanSweep].
@@ -175,6 +178,56 @@ func PlanSweep(in PlanInput) Plan {
 	plan.Deliveries = make([]Overdue, 0, ownTake+anyTake)
 	plan.Deliveries = append(plan.Deliveries, own[:ownTake]...)
 	plan.Deliveries = append(plan.Deliveries, anyone[:anyTake]...)
+	return plan
+}
+
+// PlanHandover decides what a handover walk hands the timer when a node
+// left cleanly: every actor gets its earliest entry. Those due by Now are
+// planned as by [PlanSweep] (own and anyone's, busy ones left out, the
+// cap). Those due later, of actors with no entry due by Now, are planned
+// after them, all of them, for the actors of this node's shard (or Own)
+// that are not busy: the timer holds them to their due times, as the node
+// that left held them, instead of the sweep finding them a margin late.
+// Like PlanSweep it does no I/O and reads no clock.
+func PlanHandover(in PlanInput) Plan {
+	nowMs := in.Now.UnixMilli()
+	var due, later []Entry
+	for _, e := range in.Entries {
+		if e.Key.DueMs <= nowMs {
+			due = append(due, e)
+		} else {
+			later = append(later, e)
+		}
+	}
+	din := in
+	din.Entries = due
+	plan := PlanSweep(din)
+	plan.Stats.Entries = len(in.Entries)
+	hasDue := make(map[abi.ActorID]bool, len(due))
+	for _, e := range due {
+		hasDue[e.Key.Actor] = true
+	}
+	nodes := liveNodes(in.Self, in.Live)
+	for _, c := range earliestPerActor(later, &plan.Stats) {
+		if hasDue[c.Actor] {
+			plan.Stats.Later += len(c.Keys)
+			continue
+		}
+		if in.Busy != nil && in.Busy(c.Actor) {
+			plan.Stats.Busy++
+			continue
+		}
+		shardNodes := nodes
+		if in.ShardNodes != nil {
+			shardNodes = liveNodes(in.Self, in.ShardNodes(c.Actor.Class))
+		}
+		if Shard(c.Actor, shardNodes) != in.Self && (in.Own == nil || !in.Own(c.Actor)) {
+			plan.Stats.Others++
+			continue
+		}
+		plan.Stats.Ahead++
+		plan.Deliveries = append(plan.Deliveries, c)
+	}
 	return plan
 }
 

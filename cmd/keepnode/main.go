@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tetratelabs/wazero"
 
+	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/cluster"
@@ -65,7 +66,7 @@ type options struct {
 	sweepMax                                  int
 	idemKeys, idemBytes                       int
 	guestSlots, tenantGuestSlots, workers     int
-	longGuestCall                             time.Duration
+	longGuestCall, drain                      time.Duration
 	tenant                                    *tenantFlags
 	attempts                                  *attemptsFlag
 	alarmDeadline, eventDeadline              *deadlineFlag
@@ -121,6 +122,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.IntVar(&o.guestSlots, "guest-slots", 0, "how many guest calls (requests, alarm handlers, instance starts) run at once, shared fairly between tenants; while calls run long GOMAXPROCS is raised above them (default: GOMAXPROCS-1, at least 4)")
 	fs.IntVar(&o.tenantGuestSlots, "tenant-guest-slots", 0, "how many of the guest slots one tenant may hold at once while its calls run long (-long-guest-call): a tenant whose guests spin burns that many CPUs at most (default: half the CPUs, at least 1); a tenant whose calls are short holds all but one")
 	fs.DurationVar(&o.longGuestCall, "long-guest-call", engine.DefaultLongGuestCall, "how long a guest call runs before its tenant is held to -tenant-guest-slots (for 30 s after its last such call)")
+	fs.DurationVar(&o.drain, "drain-timeout", alarms.DefaultDrainTimeout, "on SIGTERM, how long alarm deliveries under way may run to their end before they are cut (a cut one runs again where its actor is taken next); the process then replicates and releases its actors, so give its supervisor a stop timeout longer than this")
 	fs.IntVar(&o.workers, "workers", 0, "delivery workers: how many alarm deliveries run at once, shared fairly between tenants (default: 16 per CPU, at least 64)")
 	fs.Var(o.tenant.weight, "tenant-weight", "a tenant's weight in the shares of the delivery workers and the guest slots: TENANT=W, comma-separated (default 1 each); the tenants named by any -tenant-* flag get their own series in the per-tenant metrics, the others are counted as \"other\"")
 	fs.Var(o.tenant.rate, "tenant-rate", "requests a second each tenant may start on this node's HTTP API, on average (a token bucket; past it: 429 throttled with Retry-After): R for every tenant, TENANT=R for one, comma-separated (0: no limit, the default)")
@@ -242,6 +244,9 @@ func run(logger hclog.Logger, o *options) error {
 	listen, advertise, bucketName, createBucket, prefix, nodeID := o.listen, o.advertise, o.bucketName, o.createBucket, o.prefix, o.nodeID
 	leaseTTL, leaseMargin, leaseGrace, idle, retryBase, retryMax := o.leaseTTL, o.leaseMargin, o.leaseGrace, o.idle, o.retryBase, o.retryMax
 	attempts, tenants, sweep, sweepConc, failoverWait, maxDBs, maxInsts := o.attempts, splitList(o.tenants), o.sweep, o.sweepConc, o.failoverWait, o.maxDBs, o.maxInsts
+	if o.drain <= 0 {
+		return fmt.Errorf("-drain-timeout %s: must be positive", o.drain)
+	}
 	if o.sweepMax < 1 {
 		return fmt.Errorf("-sweep-max-deliveries %d: must be at least 1", o.sweepMax)
 	}
@@ -359,6 +364,7 @@ func run(logger hclog.Logger, o *options) error {
 		EngineOptions:    engineOpts,
 
 		MaxConcurrentDeliveries: o.workers,
+		DrainTimeout:            o.drain,
 		TenantWeights:           o.tenant.weights(),
 		Admission:               o.tenant.admission(),
 	}
@@ -436,8 +442,8 @@ func run(logger hclog.Logger, o *options) error {
 		return fmt.Errorf("node %s: its lease object in the bucket was replaced or removed by someone else: is another process running as node %s? A restart takes the name back once that process's lease has expired", id, id)
 	}
 	stop() // a second signal ends the process at once, without the clean shutdown
-	logger.Info("shutting down: releasing actors (signal again to exit at once)")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	logger.Info("shutting down: finishing deliveries under way, then releasing actors (signal again to exit at once)", "drain_timeout", o.drain)
+	sctx, cancel := context.WithTimeout(context.Background(), o.drain+30*time.Second)
 	defer cancel()
 	srv.Shutdown(sctx)
 	return n.Close(sctx)
