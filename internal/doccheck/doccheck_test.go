@@ -71,6 +71,7 @@ var rules = []struct{ pattern, by string }{
 	// flag they name exists (checked here); the tests run in make test.
 	{`^go test \./sim -run 'TestSim\$' -sim\.seeds=\d+$`, "test: ./sim TestSim"}, // make test runs it over its default seeds
 	{`^go test \./sim -run TestLeaseSim$`, "test: ./sim TestLeaseSim"},
+	{`^go test \./node -run TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce -v$`, "test: ./node TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce"},
 	{`^go test \./sim -run 'TestLeaseSim/defaults\$' -sim\.leaseseeds=20$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./sim -run LeaseSim -v$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./sim -run 'TestMutations\$' -v$`, "test: ./sim TestMutations"},

@@ -1,0 +1,77 @@
+package node_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+)
+
+// A SIGTERMed node hands its alarms over at once: three keepnode processes
+// on versitygw at the default timings (lease 10 s, grace 2 s, sweep 10 s);
+// node0 holds 60 idle actors whose alarms come due from its SIGTERM on,
+// over 20 s. Its shutdown releases them and deletes its lease; the others
+// see the lease removed, walk the tenant at once with no margin, and their
+// timers take the alarms of their shards. Each alarm fires once, on a
+// survivor, within one sweep period and a second of the later of its due
+// time and the lease's removal. Before, the survivors found them only a
+// margin (lease + grace, 12 s) overdue, at their next sweep: 12 to 22 s
+// late.
+func TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rec := &swFirings{}
+	timings := swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 * time.Second, sweep: 10 * time.Second}
+	cfg, srv := swProcCluster(t, ctx, rec, timings)
+	cfg.Flags = append(cfg.Flags, "-metrics-addr", "127.0.0.1:0")
+	nodes := startProcNodes(t, ctx, cfg, 3)
+	victim, survivors := nodes[0], nodes[1:]
+
+	const actors = 60
+	spread := 20 * time.Second
+	base := swArmBy(t, ctx, victim.URL, actors)
+	due := map[abi.ActorID]int64{}
+	for i := range actors {
+		due[swOneshot(i)] = base.UnixMilli() + int64(i)*spread.Milliseconds()/actors
+	}
+	swArm(t, ctx, victim.URL, due)
+	if time.Until(base) < 0 {
+		t.Fatalf("arming took until %v after the first alarm was due (is the machine overloaded?)", -time.Until(base))
+	}
+	stopAt := time.Now()
+	if err := victim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now() // the lease is deleted before the process exits
+	t.Logf("SIGTERM %v before the first alarm; the node exited %v after it", base.Sub(stopAt).Round(time.Millisecond), removed.Sub(stopAt).Round(time.Millisecond))
+
+	out := swCollect(rec, victim.Name, due, base.Add(spread+time.Minute))
+	t.Logf("%v", out)
+	if len(out.lost) > 0 || len(out.early) > 0 || out.dups > 0 {
+		t.Fatalf("%d lost, %d fired on the stopped node, %d fired twice", len(out.lost), len(out.early), out.dups)
+	}
+	bound := timings.sweep + time.Second
+	var late []time.Duration
+	for _, f := range out.first {
+		from := max(f.scheduled, removed.UnixMilli())
+		late = append(late, time.Duration(f.fired-from)*time.Millisecond)
+	}
+	slices.Sort(late)
+	t.Logf("fired after the later of its due time and the lease's removal: p50 %v, p99 %v, max %v (bound: a sweep period and a second, %v)",
+		pct(late, 50), pct(late, 99), pct(late, 100), bound)
+	if worst := pct(late, 100); worst > bound+out.clockStep {
+		t.Errorf("an alarm fired %v after the later of its due time and the removal of the stopped node's lease, want at most %v", worst, bound)
+	}
+	handovers := 0.0
+	for _, n := range survivors {
+		handovers += scrapeMetrics(t, n.MetricsURL).Value("wasmkeep_sweep_handovers_total")
+	}
+	if handovers < 1 {
+		t.Errorf("the survivors made %v handover walks, want at least one", handovers)
+	}
+	if left := swIndexSettled(t, srv.Bucket, 0); len(left) > 0 {
+		t.Errorf("%d index entries left after every alarm fired, such as %v", len(left), left[:min(3, len(left))])
+	}
+}
