@@ -21,6 +21,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -373,4 +374,42 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no %s in the registry", name)
 	return 0
+}
+
+// A PUT of an alarm at 1,000 ms (1970), as an import of an old export
+// sends, runs at once and counts as late from the PUT, not from 1970: on a
+// clock that does not move, it adds nothing to either lateness histogram's
+// sum (before, it added 57 years and held WasmkeepAlarmsLate on).
+func TestAnAlarmPutInThePastIsNotLateFromItsTime(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+	reg := prometheus.NewRegistry()
+	var fired atomic.Int64
+	n := newNode(t, t.TempDir(), map[string][]byte{"c": testguest.Fixture(t, "oneshot_alarm")}, node.Config{
+		Clock: clk, Registerer: reg,
+		OnDelivery: func(ev node.DeliveryEvent) {
+			if ev.Err == nil && ev.Event.Ran {
+				fired.Add(1)
+			}
+		},
+	})
+	defer n.Close(ctx)
+	n.Start(ctx)
+	srv := httptest.NewServer(n.Handler())
+	defer srv.Close()
+	id := abi.ActorID{Tenant: "t", Class: "c", Name: "old"}
+	if _, err := n.Exec(ctx, id, alarmAt(1_900_000_000_000), node.Exec); err != nil {
+		t.Fatal(err)
+	}
+	if st, code, _ := sendTo(t, srv.URL, "PUT", "/v1/actors/t/c/old/alarm", `{"at_ms": 1000}`); st != 200 {
+		t.Fatalf("PUT at_ms 1000: %d %s", st, code)
+	}
+	waitFor(t, "the alarm put at 1000 ms to fire", func() bool { return fired.Load() == 1 })
+	s := metricstest.Gather(reg)
+	for _, name := range []string{"wasmkeep_alarm_lateness_seconds", "wasmkeep_tenant_alarm_lateness_seconds"} {
+		h := s[name].GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 1 || h.GetSampleSum() != 0 {
+			t.Errorf("%s: %d runs, sum %v s; want 1 run, 0 s late (the clock did not move after the PUT)", name, h.GetSampleCount(), h.GetSampleSum())
+		}
+	}
 }
