@@ -403,7 +403,7 @@ func run(logger hclog.Logger, o *options) error {
 		announce = func(line string, fields ...any) { out.Info(line, fields...) }
 	}
 	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	go srv.Serve(node.ProblemListener(ln)) // after TLS: net/http's own refusals as problems too
 	if metricsLn != nil {
 		msrv := &http.Server{Handler: node.MetricsHandler(reg, mf.pprof), ReadHeaderTimeout: 10 * time.Second}
 		go msrv.Serve(metricsLn)
