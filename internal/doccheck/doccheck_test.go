@@ -909,3 +909,40 @@ func TestTheChecksCatchWrongCommands(t *testing.T) {
 		}
 	}
 }
+
+// Every code block of README.md and docs/*.md is closed, by a line that is
+// the fence alone: a fence with text after it, or none at the end, turns
+// the prose after it into code on GitHub.
+func TestDocCodeBlocksClose(t *testing.T) {
+	dir := root(t)
+	files, _ := filepath.Glob(filepath.Join(dir, "docs", "*.md"))
+	files = append([]string{filepath.Join(dir, "README.md")}, files...)
+	opening := regexp.MustCompile("^\\s*```[A-Za-z0-9_+-]*$")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(dir, f)
+		open := 0 // the line of the open block's fence
+		for i, l := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(l), "```") {
+				continue
+			}
+			switch {
+			case open == 0 && !opening.MatchString(l):
+				t.Errorf("%s:%d: %q: a fence with text after it", rel, i+1, l)
+			case open == 0:
+				open = i + 1
+			case strings.TrimSpace(l) != "```":
+				t.Errorf("%s:%d: %q closes the block of line %d with text after the fence: put the text on a line of its own", rel, i+1, l, open)
+				open = 0
+			default:
+				open = 0
+			}
+		}
+		if open != 0 {
+			t.Errorf("%s:%d: a code block never closed", rel, open)
+		}
+	}
+}
