@@ -451,7 +451,7 @@ func (p *Plugin) delivered(id abi.ActorID, key string, ev hostmod.Delivery, now 
 		p.m.delivered(FiringStale, ev, now, from)
 	}
 	if ev.GaveUp {
-		p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "error", ev.Err)
+		p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "scheduled_ms", ev.Scheduled, "error", ev.Err)
 	} else if ev.Ran && ev.Err != nil {
 		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", orZero(ev.Alarm), "error", ev.Err)
 	} else if ev.Ran && p.log.IsDebug() {
