@@ -118,6 +118,22 @@ guest-sdk-as/node_modules: guest-sdk-as/package-lock.json
 extism-host:
 	cd examples/extism-host && $(GO) vet ./... && $(GO) mod tidy -diff && $(GO) test -count=1 ./...
 
+# keepnode builds build/keepnode and build/keepctl, stamped with the
+# checkout's version and commit (keepnode -version, wasmkeep_build_info)
+# also where the build records none; image builds deploy/Dockerfile with
+# the same stamp (its context has no .git).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+STAMP := -X github.com/wasmkeep/alarms/node.Version=$(VERSION) -X github.com/wasmkeep/alarms/node.Revision=$(REVISION)
+.PHONY: keepnode image
+keepnode:
+	@mkdir -p build
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(STAMP)' -o build/keepnode ./cmd/keepnode
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(STAMP)' -o build/keepctl ./cmd/keepctl
+
+image:
+	docker build -f deploy/Dockerfile -t wasmkeep/keepnode --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) .
+
 # tools installs the S3 server the tests run against (cached after the first time).
 tools:
 	$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -411,5 +412,27 @@ func TestAnAlarmPutInThePastIsNotLateFromItsTime(t *testing.T) {
 		if h.GetSampleCount() != 1 || h.GetSampleSum() != 0 {
 			t.Errorf("%s: %d runs, sum %v s; want 1 run, 0 s late (the clock did not move after the PUT)", name, h.GetSampleCount(), h.GetSampleSum())
 		}
+	}
+}
+
+// wasmkeep_build_info names the version and revision -ldflags -X stamped
+// into node.Version and node.Revision when the build recorded none (the
+// image's -buildvcs=false build, a tree without .git); a build's own
+// win over them.
+func TestBuildInfoFallsBackToTheStamp(t *testing.T) {
+	defer func(v, r string) { node.Version, node.Revision = v, r }(node.Version, node.Revision)
+	node.Version, node.Revision = "v0.5.0", "abcdef0123"
+	unstamped := &debug.BuildInfo{Main: debug.Module{Path: "github.com/wasmkeep/alarms", Version: "(devel)"}}
+	if v, r := node.ModuleVersion(unstamped); v != "v0.5.0" || r != "abcdef0123" {
+		t.Errorf("a build with no VCS information: version %q, revision %q; want the stamp's v0.5.0, abcdef0123", v, r)
+	}
+	recorded := &debug.BuildInfo{Main: debug.Module{Path: "github.com/wasmkeep/alarms", Version: "v0.4.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123"}}}
+	if v, r := node.ModuleVersion(recorded); v != "v0.4.0" || r != "0123" {
+		t.Errorf("a build that recorded its own: version %q, revision %q; want v0.4.0, 0123", v, r)
+	}
+	node.Version, node.Revision = "", ""
+	if v, r := node.ModuleVersion(unstamped); v != "(devel)" || r != "" {
+		t.Errorf("no stamp and nothing recorded: version %q, revision %q; want (devel) and none", v, r)
 	}
 }

@@ -515,6 +515,7 @@ func versionLine(bi *debug.BuildInfo, ok bool) string {
 			dirty = s.Value == "true"
 		}
 	}
+	v, rev = node.Stamped(v, rev) // -ldflags -X, where the build recorded none
 	line := "keepnode " + v
 	if rev != "" {
 		if len(rev) > 12 {

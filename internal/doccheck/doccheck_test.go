@@ -133,6 +133,8 @@ var rules = []struct{ pattern, by string }{
 	// image's binaries are built as the Dockerfile builds them and run on
 	// its configuration, and the unit is verified by systemd-analyze.
 	{`^docker (build|run) `, "manual: no container engine in CI; cmd/keepnode's TestImageBinaryServesOnTheExampleConfig builds and runs the binary the image runs, TestDeployFilesAgree holds the Dockerfile to it"},
+	{`^make image$`, "manual: no container engine in CI; the stamp it passes is tested by cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp"},
+	{`^make keepnode$`, "manual: a build of the binaries with the checkout's stamp; cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp test its use"},
 	{`^docker compose `, "manual: no container engine in CI; TestDeployFilesAgree holds compose.yaml to keepnode's flags, make deploy-check checks its Prometheus configuration"},
 	{`^CGO_ENABLED=0 go build -trimpath -o /usr/local/bin/keepnode \./cmd/keepnode$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
 	{`^(useradd|install|systemctl|journalctl) `, "manual: installing the systemd unit on a host; make deploy-check verifies the unit (systemd-analyze verify and security)"},
