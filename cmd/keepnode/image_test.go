@@ -305,3 +305,57 @@ func TestComposeVolumesAreWritableByTheirUser(t *testing.T) {
 		t.Errorf("deploy/compose.yaml: checked %d named volumes, want s3's and the three nodes'", checked)
 	}
 }
+
+// The systemd steps of docs/deploy.md install every guest the example
+// configuration names, into the directory an earlier step made, from a
+// package that exists: without them keepnode exits at once and
+// Restart=on-failure starts it again every 2 s.
+func TestSystemdStepsInstallTheGuests(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## systemd\n")
+	if !ok {
+		t.Fatal("docs/deploy.md has no systemd section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, steps, ok := strings.Cut(section, "```sh\n")
+	steps, _, _ = strings.Cut(steps, "```")
+	if !ok || !strings.Contains(steps, "install -m 0644 deploy/keepnode.toml /etc/keepnode/keepnode.toml") {
+		t.Fatalf("docs/deploy.md's systemd steps do not install deploy/keepnode.toml:\n%s", steps)
+	}
+	o, err := parse(t, []string{"-config", filepath.Join("..", "..", "deploy", "keepnode.toml")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(steps, "\n")
+	made := func(dir string, before int) bool {
+		for _, l := range lines[:before] {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "install" && f[1] == "-d" && slices.Contains(f[2:], dir) {
+				return true
+			}
+		}
+		return false
+	}
+	build := regexp.MustCompile(`^GOOS=wasip1 GOARCH=wasm go build -C (\S+) -buildmode=c-shared -o (\S+) \.$`)
+	for class, path := range o.classes {
+		found := false
+		for i, l := range lines {
+			m := build.FindStringSubmatch(strings.TrimSpace(l))
+			if m == nil || m[2] != path {
+				continue
+			}
+			found = true
+			if !made(filepath.Dir(path), i) {
+				t.Errorf("docs/deploy.md: %s is built into %s before a step makes that directory", path, filepath.Dir(path))
+			}
+			if _, err := os.Stat(filepath.Join("..", "..", m[1], "main.go")); err != nil {
+				t.Errorf("docs/deploy.md: class %s is built from %s, which has no main.go: %v", class, m[1], err)
+			}
+		}
+		if !found {
+			t.Errorf("docs/deploy.md's systemd steps do not install class %s's guest %s, which deploy/keepnode.toml names", class, path)
+		}
+	}
+}

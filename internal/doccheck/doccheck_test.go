@@ -137,6 +137,7 @@ var rules = []struct{ pattern, by string }{
 	{`^make keepnode$`, "manual: a build of the binaries with the checkout's stamp; cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp test its use"},
 	{`^docker compose `, "manual: no container engine in CI; TestDeployFilesAgree holds compose.yaml to keepnode's flags, make deploy-check checks its Prometheus configuration"},
 	{`^CGO_ENABLED=0 go build -trimpath -o /usr/local/bin/keepnode \./cmd/keepnode$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
+	{`^GOOS=wasip1 GOARCH=wasm go build -C \S+ -buildmode=c-shared -o /opt/wasmkeep/guests/\S+\.wasm \.$`, "manual: installing the guests on a host; cmd/keepnode's TestSystemdStepsInstallTheGuests holds them to keepnode.toml's classes, and the Dockerfile builds the same (TestDeployFilesAgree)"},
 	{`^(useradd|install|systemctl|journalctl) `, "manual: installing the systemd unit on a host; make deploy-check verifies the unit (systemd-analyze verify and security)"},
 	{`^export AWS_ENDPOINT_URL=`, "manual: the S3 settings of the reader's own server"},
 	{`^openssl rand -hex 32 > token; `, "manual: making secrets (TestKeepnodeWithTokensAndTLS makes its own)"},
