@@ -18,9 +18,15 @@ COUNTER_as := build/counter-actor-as.wasm
 .PHONY: soak soak-short test-minio demo demo-single demo-reminders test tools guest-tools guests lint testdata bench bench-failover bench-firings bench-sleep bench-million sim fuzz fuzz-short
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
-# alarms fire on the others.
-demo: $(COUNTER_$(GUEST)) tools
+# alarms fire on the others. demo-says goes first: the builds after it
+# print little for minutes the first time.
+demo: demo-says $(COUNTER_$(GUEST)) tools
 	$(GO) run ./cmd/demo -guest $(GUEST)
+
+.PHONY: demo-says
+demo-says:
+	@echo "make demo: building the counter actor (GUEST=$(GUEST)), versitygw (the S3 server) and keepnode, then running three nodes;"
+	@echo "           a first build takes several minutes (later ones are cached)"
 
 # demo-single: the counter actor on one node, through a restart.
 demo-single: $(COUNTER_$(GUEST))

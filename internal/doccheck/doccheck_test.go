@@ -949,3 +949,31 @@ func TestDocCodeBlocksClose(t *testing.T) {
 		}
 	}
 }
+
+// make demo says what it builds, and that a first build takes minutes,
+// before the first of its builds: they print little for minutes the
+// first time, and a silent terminal reads as a hang.
+func TestMakeDemoSaysWhatItBuildsFirst(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make not found")
+	}
+	cmd := exec.Command("make", "-n", "-B", "demo")
+	cmd.Dir = root(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n -B demo: %v\n%s", err, out)
+	}
+	var says []string
+	for l := range strings.Lines(string(out)) {
+		if !strings.HasPrefix(l, "echo ") {
+			break
+		}
+		says = append(says, l)
+	}
+	text := strings.Join(says, "")
+	for _, want := range []string{"counter actor", "versitygw", "keepnode", "minutes"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("make demo says %q before its first build, which does not name %q; make -n -B demo:\n%s", text, want, out)
+		}
+	}
+}
