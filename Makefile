@@ -18,9 +18,15 @@ COUNTER_as := build/counter-actor-as.wasm
 .PHONY: soak soak-short test-minio demo demo-single demo-reminders test tools guest-tools guests lint testdata bench bench-failover bench-firings bench-sleep bench-million sim fuzz fuzz-short
 
 # demo: three keepnode processes on an S3 endpoint; one is SIGKILLed and its
-# alarms fire on the others.
-demo: $(COUNTER_$(GUEST)) tools
+# alarms fire on the others. demo-says goes first: the builds after it
+# print little for minutes the first time.
+demo: demo-says $(COUNTER_$(GUEST)) tools
 	$(GO) run ./cmd/demo -guest $(GUEST)
+
+.PHONY: demo-says
+demo-says:
+	@echo "make demo: building the counter actor (GUEST=$(GUEST)), versitygw (the S3 server) and keepnode, then running three nodes;"
+	@echo "           a first build takes several minutes (later ones are cached)"
 
 # demo-single: the counter actor on one node, through a restart.
 demo-single: $(COUNTER_$(GUEST))
@@ -117,6 +123,22 @@ guest-sdk-as/node_modules: guest-sdk-as/package-lock.json
 .PHONY: extism-host
 extism-host:
 	cd examples/extism-host && $(GO) vet ./... && $(GO) mod tidy -diff && $(GO) test -count=1 ./...
+
+# keepnode builds build/keepnode and build/keepctl, stamped with the
+# checkout's version and commit (keepnode -version, wasmkeep_build_info)
+# also where the build records none; image builds deploy/Dockerfile with
+# the same stamp (its context has no .git).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+STAMP := -X github.com/wasmkeep/alarms/node.Version=$(VERSION) -X github.com/wasmkeep/alarms/node.Revision=$(REVISION)
+.PHONY: keepnode image
+keepnode:
+	@mkdir -p build
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(STAMP)' -o build/keepnode ./cmd/keepnode
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(STAMP)' -o build/keepctl ./cmd/keepctl
+
+image:
+	docker build -f deploy/Dockerfile -t wasmkeep/keepnode --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) .
 
 # tools installs the S3 server the tests run against (cached after the first time).
 tools:

@@ -340,6 +340,10 @@ type Plugin struct {
 	// failing are the actors whose latest run here failed, with their
 	// failure count (kept only with metrics).
 	failing map[string]int
+	// dueSince are the actors whose alarm an event here committed already
+	// due (its time before the node's now), with when it was committed:
+	// lateness counts from then (kept only with metrics).
+	dueSince map[string]dueSince
 }
 
 // Register creates the plugin for a host.
@@ -415,6 +419,7 @@ func Register(cfg Config) (*Plugin, error) {
 		forwarding: make(chan struct{}, max(1, cfg.MaxConcurrentDeliveries/4)),
 		m:          m,
 		failing:    map[string]int{},
+		dueSince:   map[string]dueSince{},
 	}
 	if cfg.SingleNode {
 		if err := m.register(p); err != nil {
@@ -832,6 +837,9 @@ type Delivery struct {
 	// At is when the delivery ended, on the host's clock (the timer
 	// loop).
 	At time.Time
+	// dueFrom is when the alarm run became due, when an event committed
+	// it already due (0: at Event.Scheduled): lateness counts from then.
+	dueFrom int64
 	// Err is why the delivery did not happen or failed (the timer loop):
 	// wrapping ErrNotHere, the alarm was dropped; otherwise it
 	// is retried at RetryAt.

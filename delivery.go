@@ -58,8 +58,13 @@ func (p *Plugin) runTimer(ctx, work context.Context) {
 // delivery is dropped.
 func (p *Plugin) Arm(id abi.ActorID, alarm *int64) {
 	key := TimerKey(id)
+	var now int64
+	if p.m != nil && alarm != nil {
+		now = p.cfg.Host.Now().UnixMilli()
+	}
 	p.mu.Lock()
 	p.forgetFailing(key) // an event that sets or clears the alarm resets the failure count
+	p.noteDue(key, alarm, now)
 	p.core.Armed(id, key, alarm)
 	p.mu.Unlock()
 	if alarm != nil {
@@ -391,6 +396,7 @@ func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery 
 	}
 	p.mu.Lock()
 	at = p.core.Delivering(key, at)
+	since := p.dueSinceOf(key)
 	p.mu.Unlock()
 	d := Delivery{Actor: id, TimerAt: at}
 	a, done, err := p.cfg.Host.Take(ctx, id)
@@ -404,13 +410,15 @@ func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery 
 	switch {
 	case err == nil:
 		p.m.unmatchedEntry(d.Outcome)
-		p.delivered(id, key, d.Event, d.At)
+		d.dueFrom = since.from(d.Event)
+		p.delivered(id, key, d.Event, d.At, since)
 	case errors.Is(err, ErrNotHere):
 		d.Err = err
-		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At)
+		p.m.delivered(FiringNotHere, hostmod.Delivery{}, d.At, 0)
 		p.mu.Lock()
 		entry, listed := p.core.Forward(id, at, d.At.UnixMilli())
 		p.forgetFailing(key)
+		p.noteDue(key, nil, 0)
 		p.core.Forget(id)
 		p.mu.Unlock()
 		p.cfg.Timer.Remove(key)
@@ -434,18 +442,18 @@ func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery 
 
 // delivered counts and logs a delivery that the rules carried out (on-alarm
 // ran, or the entry was stale), and tracks the actor's failures.
-func (p *Plugin) delivered(id abi.ActorID, key string, ev hostmod.Delivery, now time.Time) {
-	p.trackFailing(key, ev)
-	switch {
+func (p *Plugin) delivered(id abi.ActorID, key string, ev hostmod.Delivery, now time.Time, since dueSince) {
+	p.trackFailing(key, ev, since)
+	switch from := since.from(ev); {
 	case ev.Ran && ev.Err != nil:
-		p.m.delivered(FiringFailed, ev, now)
+		p.m.delivered(FiringFailed, ev, now, from)
 	case ev.Ran:
-		p.m.delivered(FiringOK, ev, now)
+		p.m.delivered(FiringOK, ev, now, from)
 	default:
-		p.m.delivered(FiringStale, ev, now)
+		p.m.delivered(FiringStale, ev, now, from)
 	}
 	if ev.GaveUp {
-		p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "error", ev.Err)
+		p.log.Error("on-alarm failed on its last attempt; retries given up and a dead letter kept", "actor", id.String(), "attempts", ev.RetryCount+1, "scheduled_ms", ev.Scheduled, "error", ev.Err)
 	} else if ev.Ran && ev.Err != nil {
 		p.log.Warn("on-alarm failed; retry committed", "actor", id.String(), "retry_count", ev.RetryCount, "next_ms", orZero(ev.Alarm), "error", ev.Err)
 	} else if ev.Ran && p.log.IsDebug() {
@@ -461,7 +469,7 @@ func (p *Plugin) delivered(id abi.ActorID, key string, ev hostmod.Delivery, now 
 // Config.RetryAfterError (docs/design.md#delivery: a lease period later).
 // It returns when, or 0 if the timer holds the actor earlier anyway.
 func (p *Plugin) retryAfterError(id abi.ActorID, key string, at int64, now time.Time, err error) int64 {
-	p.m.delivered(FiringGaveUp, hostmod.Delivery{}, now)
+	p.m.delivered(FiringGaveUp, hostmod.Delivery{}, now, 0)
 	retry := now.Add(p.cfg.RetryAfterError).UnixMilli()
 	p.log.Error("alarm delivery failed; retrying", "actor", id.String(), "after", p.cfg.RetryAfterError, "error", err)
 	if !p.cfg.Timer.Offer(key, retry, now.UnixMilli()) {
@@ -485,6 +493,9 @@ func (p *Plugin) retryAfterError(id abi.ActorID, key string, at int64, now time.
 func (p *Plugin) Deliver(ctx context.Context, a Actor, at int64) (Delivery, error) {
 	id := a.ID()
 	key := TimerKey(id)
+	p.mu.Lock()
+	since := p.dueSinceOf(key)
+	p.mu.Unlock()
 	d, err := p.deliver(ctx, a, at)
 	now := p.cfg.Host.Now()
 	if err != nil {
@@ -498,7 +509,8 @@ func (p *Plugin) Deliver(ctx context.Context, a Actor, at int64) (Delivery, erro
 		}
 		p.Arm(id, st.Alarm)
 	}
-	p.delivered(id, key, d.Event, now)
+	d.dueFrom = since.from(d.Event)
+	p.delivered(id, key, d.Event, now, since)
 	return d, nil
 }
 
@@ -523,6 +535,15 @@ func (p *Plugin) deliverTaken(ctx context.Context, a Actor, key string, at int64
 		if st, rerr := a.State(ctx); rerr == nil && st.Alarm != nil {
 			alarm = st.Alarm
 			p.cfg.Timer.Set(key, *st.Alarm)
+			if d.Event.Ran && p.m != nil {
+				// An alarm before now after a run is one its handler set
+				// (a retry is later): due since now.
+				if now := p.cfg.Host.Now().UnixMilli(); *st.Alarm < now {
+					p.mu.Lock()
+					p.noteDue(key, st.Alarm, now)
+					p.mu.Unlock()
+				}
+			}
 		}
 	}
 	return d, alarm, err

@@ -84,7 +84,7 @@ func newMetrics(cfg Config) *metrics {
 	}
 	m.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "wasmkeep_alarm_lateness_seconds",
-		Help:    "How late on-alarm ran: the time it ran minus the committed alarm time (a retry's time for a retry).",
+		Help:    "How late on-alarm ran: the time it ran minus the committed alarm time (a retry's time for a retry), or minus when an event committed it if it was already due then.",
 		Buckets: latenessBuckets,
 	})
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{
@@ -102,7 +102,7 @@ func newMetrics(cfg Config) *metrics {
 	}, []string{"tenant"})
 	m.tenantLateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "wasmkeep_tenant_alarm_lateness_seconds",
-		Help:    "How late the tenant's on-alarm runs were: when the delivery ended minus the committed alarm time.",
+		Help:    "How late the tenant's on-alarm runs were: when the delivery ended minus the committed alarm time, or minus when an event committed it if it was already due then.",
 		Buckets: latenessBuckets,
 	}, []string{"tenant"})
 	m.tenantWork = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -236,13 +236,14 @@ func (m *metrics) register(p *Plugin) error {
 }
 
 // delivered records one delivery of the timer loop.
-func (m *metrics) delivered(outcome string, ev hostmod.Delivery, at time.Time) {
+// from, when not 0, is when the alarm became due (dueSince.from).
+func (m *metrics) delivered(outcome string, ev hostmod.Delivery, at time.Time, from int64) {
 	if m == nil {
 		return
 	}
 	m.firings[outcome].Inc()
 	if ev.Ran {
-		m.lateness.Observe(float64(at.UnixMilli()-ev.Scheduled) / 1000)
+		m.lateness.Observe(float64(at.UnixMilli()-max(ev.Scheduled, from)) / 1000)
 		if ev.RetryCount > 0 {
 			m.retries.Inc()
 		}
@@ -264,7 +265,7 @@ func (m *metrics) tenantDelivery(label string, d Delivery, work time.Duration, w
 	}
 	t.deliveries.Inc()
 	if d.Event.Ran {
-		t.lateness.Observe(float64(d.At.UnixMilli()-d.Event.Scheduled) / 1000)
+		t.lateness.Observe(float64(d.At.UnixMilli()-max(d.Event.Scheduled, d.dueFrom)) / 1000)
 	}
 	t.work.Add(work.Seconds())
 	if waited {
@@ -360,8 +361,10 @@ func (p *Plugin) failingStats() (n, maxFailures int) {
 
 // trackFailing records the failure count a run left (metrics only). A
 // run that failed its last allowed attempt (a dead letter: the alarm
-// cleared, nothing left to retry) leaves the actor failing no more.
-func (p *Plugin) trackFailing(key string, ev hostmod.Delivery) {
+// cleared, nothing left to retry) leaves the actor failing no more. A
+// run drops the actor's dueSince (since, read as the delivery began)
+// unless the run itself noted another.
+func (p *Plugin) trackFailing(key string, ev hostmod.Delivery, since dueSince) {
 	if p.m == nil || !ev.Ran {
 		return
 	}
@@ -371,7 +374,48 @@ func (p *Plugin) trackFailing(key string, ev hostmod.Delivery) {
 	} else {
 		delete(p.failing, key)
 	}
+	if since != (dueSince{}) && p.dueSince[key] == since {
+		delete(p.dueSince, key)
+	}
 	p.mu.Unlock()
+}
+
+// dueSince is when an alarm that an event committed already due (its time
+// at before the node's now) was committed: the time it became due to the
+// node. An alarm set in the past (a guest that sets "now" from a stale
+// time, an import of an old export) is not late from the time it names,
+// but from then. Kept in memory only: a node that takes such an alarm over
+// before it ran counts from its time.
+type dueSince struct{ at, since int64 }
+
+// from is when the run ev became due when it ran the alarm s names, 0
+// otherwise (its scheduled time).
+func (s dueSince) from(ev hostmod.Delivery) int64 {
+	if ev.Ran && s.since != 0 && ev.Scheduled == s.at {
+		return s.since
+	}
+	return 0
+}
+
+// noteDue records the alarm an event committed at now (p.mu held): due
+// since now when it is before now; otherwise the actor has no dueSince.
+func (p *Plugin) noteDue(key string, alarm *int64, now int64) {
+	if p.m == nil {
+		return
+	}
+	if alarm != nil && *alarm < now {
+		p.dueSince[key] = dueSince{at: *alarm, since: now}
+	} else if len(p.dueSince) > 0 {
+		delete(p.dueSince, key)
+	}
+}
+
+// dueSinceOf is the actor's dueSince (p.mu held).
+func (p *Plugin) dueSinceOf(key string) dueSince {
+	if p.m == nil || len(p.dueSince) == 0 {
+		return dueSince{}
+	}
+	return p.dueSince[key]
 }
 
 // forgetFailing drops an actor from the failing ones (p.mu held).

@@ -333,3 +333,55 @@ func TestPluginMetricsCountIndexFailures(t *testing.T) {
 		t.Fatalf("index PUTs ok = %v, want 1", got)
 	}
 }
+
+// An alarm an event commits already due (a guest that sets "now" from a
+// stale time, an import of an old export, a PUT of a time in 1970) is
+// late from when it was committed, not from the time it names: set at
+// 1,000 ms, it runs 2 ms after the event and adds 0.002 s to the
+// lateness, not 57 years, which would hold the late-alarms alert on. An
+// alarm set ahead and run late still counts from its own time, and so
+// does one a run's handler left due.
+func TestLatenessOfAnAlarmSetInThePastCountsFromItsEvent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newMetricsFixture(t, reg)
+	a := f.actor(3)
+	key := alarms.TimerKey(a.id)
+	sum := func() float64 { t.Helper(); return histogramSum(t, reg, "wasmkeep_alarm_lateness_seconds") }
+	ran := func(at int64) func(a *fakeActor) hostmod.Delivery {
+		return func(a *fakeActor) hostmod.Delivery {
+			a.alarm = nil
+			return hostmod.Delivery{Ran: true, Scheduled: at}
+		}
+	}
+
+	const past = 1000
+	a.alarm = ptr(past)
+	f.p.Arm(a.id, ptr(past)) // the event, at t1
+	f.host.now = time.UnixMilli(t1 + 2)
+	f.timer.Remove(key)
+	f.deliverDue(&scriptedTaker{a: a, run: ran(past)}, key, past)
+	if got := metricValue(t, reg, "wasmkeep_alarm_lateness_seconds"); got != 1 {
+		t.Fatalf("lateness count = %v, want 1", got)
+	}
+	if got := sum(); got != 0.002 {
+		t.Fatalf("lateness sum after an alarm set at %d ms ran 2 ms after its event = %v s, want 0.002", past, got)
+	}
+
+	// Set ahead, run 1.5 s late: 1.5 s.
+	a.alarm = ptr(t1 + 10)
+	f.p.Arm(a.id, ptr(t1+10))
+	f.host.now = time.UnixMilli(t1 + 1510)
+	f.deliverDue(&scriptedTaker{a: a, run: ran(t1 + 10)}, key, t1+10)
+	if got := sum() - 0.002; got < 1.4999 || got > 1.5001 {
+		t.Fatalf("lateness of an alarm set ahead and run 1.5 s late = %v s, want 1.5", got)
+	}
+
+	// The past alarm's note went with its run: the same time delivered
+	// again without an event (taken over, say) counts from that time.
+	a.alarm = ptr(past)
+	before := sum()
+	f.deliverDue(&scriptedTaker{a: a, run: ran(past)}, key, past)
+	if got, want := sum()-before, float64(t1+1510-past)/1000; got != want {
+		t.Fatalf("lateness of the same time delivered with no event = %v s, want %v", got, want)
+	}
+}

@@ -633,7 +633,9 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (host
 		return d, err
 	}
 	if d.GaveUp {
-		a.e.cfg.logger.Warn("on-alarm failed on its last attempt; retries given up, dead letter kept", "actor", a.id.String(),
+		// At Debug, as a retry is: the host that delivers it logs it (the
+		// plugin, at ERROR), once.
+		a.e.cfg.logger.Debug("on-alarm failed on its last attempt; retries given up, dead letter kept", "actor", a.id.String(),
 			"attempts", failures+1, "scheduled_ms", at, "error", d.Err)
 		return d, nil
 	}

@@ -32,3 +32,7 @@ func (n *Node) BeginOnOpenActor(id abi.ActorID) (rollback func(), err error) {
 	}
 	return func() { _ = a.Lock(func(s *engine.Store) error { return s.Rollback() }) }, nil
 }
+
+// ModuleVersion is moduleVersion: what wasmkeep_build_info labels a build
+// with.
+var ModuleVersion = moduleVersion

@@ -496,14 +496,14 @@ type SetAlarmBody struct {
 	At   *string `json:"at,omitempty"`
 }
 
-// maxAlarmBody bounds the body of PUT .../alarm.
-const maxAlarmBody = 4 << 10
+// MaxAlarmBody bounds the body of PUT .../alarm and POST .../alarm:offer.
+const MaxAlarmBody = 4 << 10
 
 // parseSetAlarm reads the body of PUT .../alarm: the time, or an error
 // naming what is wrong with it.
 func parseSetAlarm(body []byte) (int64, error) {
-	if len(body) > maxAlarmBody {
-		return 0, fmt.Errorf("the body is over %d bytes", maxAlarmBody)
+	if len(body) > MaxAlarmBody {
+		return 0, fmt.Errorf("the body is over %d bytes", MaxAlarmBody)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -541,7 +541,7 @@ func (n *Node) handleSetAlarm(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxAlarmBody+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxAlarmBody+1))
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("actor %s: set alarm: the body is unreadable: %v", id, err))
 		return

@@ -125,6 +125,8 @@ func buildInfo() prometheus.Collector {
 	version, revision := "(unknown)", ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		version, revision = moduleVersion(bi)
+	} else if Version != "" {
+		version, revision = Stamped("", "")
 	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "wasmkeep_build_info",
@@ -135,9 +137,35 @@ func buildInfo() prometheus.Collector {
 	return g
 }
 
+// Version and Revision stamp a build that recorded no module version or
+// VCS revision: go build -buildvcs=false, or a tree without .git, as in the
+// image (deploy/Dockerfile's VERSION and REVISION build arguments, make
+// keepnode). Set them with
+//
+//	-ldflags "-X github.com/wasmkeep/alarms/node.Version=v0.5.0 -X github.com/wasmkeep/alarms/node.Revision=$(git rev-parse HEAD)"
+//
+// What the build recorded wins over them. keepnode -version and
+// wasmkeep_build_info read them.
+var Version, Revision string
+
+// Stamped is the version and revision a build gives (version "(devel)"
+// and revision "" where it recorded none), with Version and Revision
+// where it recorded none.
+func Stamped(version, revision string) (string, string) {
+	if (version == "" || version == "(devel)") && Version != "" {
+		version = Version
+	}
+	if revision == "" {
+		revision = Revision
+	}
+	return version, revision
+}
+
 // moduleVersion finds this module in the build: the main module's version
-// and VCS revision when it is the main one, else the dependency's version.
+// and VCS revision when it is the main one, else the dependency's version;
+// Version and Revision where the build recorded none.
 func moduleVersion(bi *debug.BuildInfo) (version, revision string) {
+	defer func() { version, revision = Stamped(version, revision) }()
 	if bi.Main.Path == modulePath {
 		version = bi.Main.Version
 		for _, s := range bi.Settings {

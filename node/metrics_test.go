@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -373,4 +375,64 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no %s in the registry", name)
 	return 0
+}
+
+// A PUT of an alarm at 1,000 ms (1970), as an import of an old export
+// sends, runs at once and counts as late from the PUT, not from 1970: on a
+// clock that does not move, it adds nothing to either lateness histogram's
+// sum (before, it added 57 years and held WasmkeepAlarmsLate on).
+func TestAnAlarmPutInThePastIsNotLateFromItsTime(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+	reg := prometheus.NewRegistry()
+	var fired atomic.Int64
+	n := newNode(t, t.TempDir(), map[string][]byte{"c": testguest.Fixture(t, "oneshot_alarm")}, node.Config{
+		Clock: clk, Registerer: reg,
+		OnDelivery: func(ev node.DeliveryEvent) {
+			if ev.Err == nil && ev.Event.Ran {
+				fired.Add(1)
+			}
+		},
+	})
+	defer n.Close(ctx)
+	n.Start(ctx)
+	srv := httptest.NewServer(n.Handler())
+	defer srv.Close()
+	id := abi.ActorID{Tenant: "t", Class: "c", Name: "old"}
+	if _, err := n.Exec(ctx, id, alarmAt(1_900_000_000_000), node.Exec); err != nil {
+		t.Fatal(err)
+	}
+	if st, code, _ := sendTo(t, srv.URL, "PUT", "/v1/actors/t/c/old/alarm", `{"at_ms": 1000}`); st != 200 {
+		t.Fatalf("PUT at_ms 1000: %d %s", st, code)
+	}
+	waitFor(t, "the alarm put at 1000 ms to fire", func() bool { return fired.Load() == 1 })
+	s := metricstest.Gather(reg)
+	for _, name := range []string{"wasmkeep_alarm_lateness_seconds", "wasmkeep_tenant_alarm_lateness_seconds"} {
+		h := s[name].GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 1 || h.GetSampleSum() != 0 {
+			t.Errorf("%s: %d runs, sum %v s; want 1 run, 0 s late (the clock did not move after the PUT)", name, h.GetSampleCount(), h.GetSampleSum())
+		}
+	}
+}
+
+// wasmkeep_build_info names the version and revision -ldflags -X stamped
+// into node.Version and node.Revision when the build recorded none (the
+// image's -buildvcs=false build, a tree without .git); a build's own
+// win over them.
+func TestBuildInfoFallsBackToTheStamp(t *testing.T) {
+	defer func(v, r string) { node.Version, node.Revision = v, r }(node.Version, node.Revision)
+	node.Version, node.Revision = "v0.5.0", "abcdef0123"
+	unstamped := &debug.BuildInfo{Main: debug.Module{Path: "github.com/wasmkeep/alarms", Version: "(devel)"}}
+	if v, r := node.ModuleVersion(unstamped); v != "v0.5.0" || r != "abcdef0123" {
+		t.Errorf("a build with no VCS information: version %q, revision %q; want the stamp's v0.5.0, abcdef0123", v, r)
+	}
+	recorded := &debug.BuildInfo{Main: debug.Module{Path: "github.com/wasmkeep/alarms", Version: "v0.4.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123"}}}
+	if v, r := node.ModuleVersion(recorded); v != "v0.4.0" || r != "0123" {
+		t.Errorf("a build that recorded its own: version %q, revision %q; want v0.4.0, 0123", v, r)
+	}
+	node.Version, node.Revision = "", ""
+	if v, r := node.ModuleVersion(unstamped); v != "(devel)" || r != "" {
+		t.Errorf("no stamp and nothing recorded: version %q, revision %q; want (devel) and none", v, r)
+	}
 }

@@ -49,7 +49,7 @@ func (n *Node) handleOffer(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxAlarmBody+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxAlarmBody+1))
 	var b OfferBody
 	if err == nil {
 		err = parseOffer(body, &b)
@@ -78,8 +78,8 @@ func (n *Node) handleOffer(w http.ResponseWriter, r *http.Request) {
 
 // parseOffer reads the body of POST .../alarm:offer.
 func parseOffer(body []byte, b *OfferBody) error {
-	if len(body) > maxAlarmBody {
-		return fmt.Errorf("the body is over %d bytes", maxAlarmBody)
+	if len(body) > MaxAlarmBody {
+		return fmt.Errorf("the body is over %d bytes", MaxAlarmBody)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

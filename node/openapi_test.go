@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -608,6 +609,61 @@ func TestHTTPAPIReferenceIsTheOpenAPI(t *testing.T) {
 	sort.Strings(want)
 	if !slices.Equal(codes, want) {
 		t.Errorf("docs/http-api.md's codes %v; openapi.json's %v", codes, want)
+	}
+
+	// The alarm bodies' limit, which the node holds
+	// (TestAlarmCallsRefuseBadInput), is stated in both.
+	var raw struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Responses map[string]struct {
+				Description string `json:"description"`
+			} `json:"responses"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(node.OpenAPI, &raw); err != nil {
+		t.Fatal(err)
+	}
+	limit := fmt.Sprintf("at most %d KiB", node.MaxAlarmBody/1024)
+	for _, r := range []struct{ path, method string }{
+		{"/v1/actors/{tenant}/{class}/{name}/alarm", "put"},
+		{"/v1/actors/{tenant}/{class}/{name}/alarm:offer", "post"},
+	} {
+		var op struct {
+			RequestBody struct {
+				Description string `json:"description"`
+			} `json:"requestBody"`
+		}
+		if err := json.Unmarshal(raw.Paths[r.path][r.method], &op); err != nil {
+			t.Fatalf("openapi.json: %s %s: %v", r.method, r.path, err)
+		}
+		if d := op.RequestBody.Description; !strings.Contains(d, limit) {
+			t.Errorf("openapi.json: the body of %s %s: %q does not say %q", r.method, r.path, d, limit)
+		}
+	}
+	var putRow, notFoundRow string
+	for line := range strings.Lines(string(md)) {
+		switch {
+		case strings.HasPrefix(line, "| `PUT /v1/actors/{tenant}/{class}/{name}/alarm`"):
+			putRow = line
+		case strings.HasPrefix(line, "| `not_found`"):
+			notFoundRow = line
+		}
+	}
+	if !strings.Contains(putRow, limit) {
+		t.Errorf("docs/http-api.md's row of PUT .../alarm does not say %q: %q", limit, putRow)
+	}
+	// A GET of the alarm of an actor that does not exist is 200 with from
+	// none, which the client and keepctl alarms delete rely on
+	// (TestOpenAPIStatusesAreTheHandlers causes it); only the calls that
+	// change the alarm are 404. Both references say so.
+	for what, text := range map[string]string{
+		"docs/http-api.md's not_found row":    notFoundRow,
+		"openapi.json's NotFound description": raw.Components.Responses["NotFound"].Description,
+	} {
+		if !strings.Contains(text, "setting, clearing or firing") || !strings.Contains(text, "200") {
+			t.Errorf("%s does not say that only setting, clearing or firing a missing actor's alarm is a 404, and a GET is 200: %q", what, text)
+		}
 	}
 }
 

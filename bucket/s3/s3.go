@@ -188,6 +188,9 @@ func New(ctx context.Context, bucketName string, opts ...Option) (*Bucket, error
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
+	if _, anon := cfg.Credentials.(aws.AnonymousCredentials); cfg.Credentials != nil && !anon {
+		cfg.Credentials = namedCredentials{cfg.Credentials}
+	}
 	// The SDK's buildable client carries AWS_CA_BUNDLE if set; its
 	// transport, with the dial timeout and pool size set here, is the one
 	// net/http transport of the bucket, under one http.Client that bounds
@@ -646,3 +649,16 @@ func (b *Bucket) EnsureBucket(ctx context.Context) error {
 // Check verifies that the store honours conditional writes, which the
 // cluster's correctness depends on; see bucket.CheckConditional.
 func (b *Bucket) Check(ctx context.Context) error { return bucket.CheckConditional(ctx, b) }
+
+// namedCredentials names the variables to set when no credentials are
+// found: the SDK's chain ends at EC2's instance metadata, so its error
+// speaks of IMDS to an operator who forgot AWS_ACCESS_KEY_ID.
+type namedCredentials struct{ aws.CredentialsProvider }
+
+func (c namedCredentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	creds, err := c.CredentialsProvider.Retrieve(ctx)
+	if err != nil {
+		return creds, fmt.Errorf("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE with a shared credentials file, or run with an instance role): %w", err)
+	}
+	return creds, nil
+}

@@ -165,7 +165,7 @@ func run(o options) error {
 		fmt.Printf("%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	say("building keepnode")
+	say("building keepnode (the first build takes a few minutes; later ones are cached)")
 	bin, err := clusterproc.Build(ctx, dir)
 	if err != nil {
 		return err

@@ -22,8 +22,10 @@
 //
 // Exit status: 0 on success, 1 when verify finds a committed alarm with no
 // entry or a key that is both an object and the folder of other keys,
-// alarm fire's on-alarm failed, or alarms delete or import failed for an
-// actor, 2 for bad usage or a failure to reach the bucket or the node.
+// alarm fire's on-alarm failed, alarms delete or import failed for an
+// actor, or actor inspect found no such actor, 2 for bad usage, a failure
+// to reach the bucket or the node, or a -prefix under which the bucket
+// holds nothing.
 package main
 
 import (
@@ -126,6 +128,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 			fmt.Fprintf(stderr, "keepctl: %v\n", err)
 			return 2
 		}
+		if err := clusterThere(ctx, b, *bucketName, *prefix); err != nil {
+			fmt.Fprintf(stderr, "keepctl %s: %v\n", cmd, err)
+			return 2
+		}
 		c = inspect.New(b, *prefix)
 	}
 	var status int
@@ -163,6 +169,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 }
 
 var errUsage = errors.New("bad usage")
+
+// clusterThere refuses a prefix under which the bucket holds nothing: a
+// wrong -prefix or -bucket would otherwise show an empty cluster, as if
+// it had no alarms, no nodes and nothing to mend.
+func clusterThere(ctx context.Context, b bucket.Bucket, bucketName, prefix string) error {
+	keys, err := b.List(ctx, prefix, "", 1)
+	if err != nil {
+		return fmt.Errorf("bucket %q: listing -prefix %q: %w", bucketName, prefix, err)
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("no cluster under -prefix %q in bucket %q: nothing is stored there (check -prefix and -bucket; keepnode's default prefix is %q)", prefix, bucketName, "cluster/")
+	}
+	return nil
+}
 
 // parseTime reads RFC 3339 or Unix milliseconds.
 func parseTime(s string) (int64, error) {
@@ -203,6 +223,16 @@ func filterFlags(fs *flag.FlagSet, after, before, what string) func(args []strin
 		}
 		if fs.NArg() > 0 {
 			return inspect.Filter{}, fmt.Errorf("%w: %q is not a flag", errUsage, fs.Arg(0))
+		}
+		if *tenant != "" {
+			if err := abi.ValidateTenant(*tenant); err != nil {
+				return inspect.Filter{}, fmt.Errorf("%w: -tenant: %v", errUsage, err)
+			}
+		}
+		if *class != "" {
+			if err := abi.ValidateClass(*class); err != nil {
+				return inspect.Filter{}, fmt.Errorf("%w: -class: %v", errUsage, err)
+			}
 		}
 		f := inspect.Filter{Tenant: *tenant, Class: *class}
 		var err error
@@ -327,6 +357,10 @@ func actorInspect(ctx context.Context, c *inspect.Cluster, args []string, stdout
 	info, err := c.Actor(ctx, id)
 	if err != nil {
 		return 2, err
+	}
+	if info.Hold == nil && !info.InBucket {
+		fmt.Fprintf(stderr, "keepctl actor inspect: actor %s does not exist in this cluster: no hold and no state under the prefix (a request creates it)\n", id)
+		return 1, nil
 	}
 	if *asJSON {
 		return 0, writeJSON(stdout, info)

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/hashicorp/go-hclog"
@@ -116,7 +117,7 @@ func applyFile(fs *flag.FlagSet, file string, set map[string]bool) error {
 		check, _ := newFlags(flag.ContinueOnError)
 		for _, v := range values {
 			if err := check.Set(key, v); err != nil {
-				return fmt.Errorf("%s: key %q: invalid value %q: %v", file, key, v, err)
+				return fmt.Errorf("%s: key %q: invalid value %q: %v%s", file, key, v, err, unitHint(check.Lookup(key), key, keys[key]))
 			}
 			if !set[key] {
 				if err := fs.Set(key, v); err != nil {
@@ -166,4 +167,65 @@ func tomlScalar(v any) (string, error) {
 	default:
 		return "", fmt.Errorf("a %T: want a string, a number or a boolean (durations and sizes as strings, such as \"10s\" or \"512MiB\")", v)
 	}
+}
+
+// unitHint says how to write a number the file gave a flag that wants a
+// unit: a duration (lease-ttl = 10) as "10s".
+func unitHint(f *flag.Flag, key string, v any) string {
+	switch v.(type) {
+	case int64, float64:
+	default:
+		return ""
+	}
+	if g, ok := f.Value.(flag.Getter); ok {
+		if _, ok := g.Get().(time.Duration); ok {
+			return fmt.Sprintf(` (a duration is a string with its unit: write %s = "%vs")`, key, v)
+		}
+	}
+	return fmt.Sprintf(` (write it as a string with its unit, such as %s = "%v%s")`, key, v, "MiB")
+}
+
+// checkEnvNames refuses a KEEPNODE_ variable of environ that names no
+// flag (nor a token): a misspelt one (KEEPNODE_NODEID) would otherwise be
+// ignored, and the node start on the default. The error names the
+// variable and the nearest one keepnode reads.
+func checkEnvNames(fs *flag.FlagSet, environ []string) error {
+	known := map[string]bool{envToken: true, envPeerToken: true}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	var errs []error
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || known[name] {
+			continue
+		}
+		nearest, best := "", -1
+		for _, k := range slices.Sorted(maps.Keys(known)) {
+			if d := editDistance(name, k); best < 0 || d < best {
+				nearest, best = k, d
+			}
+		}
+		errs = append(errs, fmt.Errorf("$%s is not a variable keepnode reads (did you mean $%s? each flag's is %s and its name in capitals, '-' as '_')", name, nearest, envPrefix))
+	}
+	return errors.Join(errs...)
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,6 +146,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "config in the config", file: "config = \"other.toml\"\n", want: []string{`unknown key "config"`}},
 		{name: "bad duration", file: "lease-ttl = \"ten seconds\"\n", want: []string{`key "lease-ttl"`, `"ten seconds"`}},
 		{name: "duration as a number", file: "sweep = 10\n", want: []string{`key "sweep"`, `invalid value "10"`}},
+		{name: "a duration as a number says how to write it", file: "lease-ttl = 10\n", want: []string{`key "lease-ttl"`, `write lease-ttl = "10s"`}},
 		{name: "bad number", file: "max-open-dbs = \"many\"\n", want: []string{`key "max-open-dbs"`}},
 		{name: "array for a single flag", file: "listen = [\"a:1\", \"b:2\"]\n", want: []string{`key "listen"`, "takes one value"}},
 		{name: "a table", file: "[lease]\nttl = \"3s\"\n", want: []string{`unknown key "lease"`}},
@@ -191,5 +193,51 @@ func TestExampleConfigParses(t *testing.T) {
 	}
 	if o.dataDir == "" || o.bucketName == "" || len(o.classes) == 0 || o.metrics.addr == "" {
 		t.Errorf("the example leaves out what a cluster node needs: data %q, bucket %q, classes %v, metrics %q", o.dataDir, o.bucketName, o.classes, o.metrics.addr)
+	}
+}
+
+// A KEEPNODE_ variable that names no flag is refused, naming it and the
+// variable it most likely meant: a misspelt KEEPNODE_NODEID would
+// otherwise leave the node under a random ID. The flags' own variables
+// and the tokens' are accepted, and other variables are not looked at.
+func TestMisspeltEnvironmentVariables(t *testing.T) {
+	fs, _ := newFlags(flag.ContinueOnError)
+	if err := checkEnvNames(fs, []string{"KEEPNODE_NODE_ID=n1", "KEEPNODE_LEASE_TTL=3s", "KEEPNODE_TOKEN=x", "KEEPNODE_PEER_TOKEN=y", "KEEPNODE_CONFIG=k.toml", "HOME=/root", "AWS_REGION=x"}); err != nil {
+		t.Fatalf("known variables: %v", err)
+	}
+	for bad, nearest := range map[string]string{
+		"KEEPNODE_NODEID=n2":      "$KEEPNODE_NODE_ID",
+		"KEEPNODE_LEASE_TLL=3s":   "$KEEPNODE_LEASE_TTL",
+		"KEEPNODE_METRICS_ADR=:1": "$KEEPNODE_METRICS_ADDR",
+	} {
+		err := checkEnvNames(fs, []string{"KEEPNODE_DATA=/d", bad})
+		name, _, _ := strings.Cut(bad, "=")
+		if err == nil || !strings.Contains(err.Error(), "$"+name+" is not a variable keepnode reads") || !strings.Contains(err.Error(), "did you mean "+nearest+"?") {
+			t.Errorf("%s: %v; want an error naming it and %s", bad, err, nearest)
+		}
+	}
+}
+
+// Without -data or -class keepnode cannot start: a usage error, as a bad
+// flag is (exit status 2), naming the flag and where else it may come
+// from; -version needs neither.
+func TestMissingRequiredSettingsAreUsageErrors(t *testing.T) {
+	bin := keepnodeBinary(t)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-data", t.TempDir()}, "at least one -class NAME=FILE.wasm is required"},
+		{[]string{"-class", "c=c.wasm"}, "-data is required"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.says) {
+			t.Errorf("keepnode %v: %v, %q; want exit status 2 saying %q", tc.args, err, out, tc.says)
+		}
+	}
+	if out, err := exec.Command(bin, "-version").CombinedOutput(); err != nil {
+		t.Errorf("keepnode -version alone: %v, %q", err, out)
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"debug/elf"
 	"flag"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +199,163 @@ func TestDeployFilesAgree(t *testing.T) {
 	for _, node := range []string{"node1", "node2", "node3"} {
 		if !strings.Contains(compose, "KEEPNODE_ADVERTISE: "+node+":7600") {
 			t.Errorf("deploy/compose.yaml: %s does not advertise %s:7600 (the example listens on every address)", node, node)
+		}
+	}
+}
+
+// composeServices splits the services of a compose file into their
+// blocks of text, by name (the file's own layout: two spaces, then the
+// name).
+func composeServices(t *testing.T, compose string) map[string]string {
+	t.Helper()
+	_, rest, ok := strings.Cut(compose, "\nservices:\n")
+	if !ok {
+		t.Fatal("deploy/compose.yaml has no services")
+	}
+	if i := regexp.MustCompile(`(?m)^\S`).FindStringIndex(rest); i != nil {
+		rest = rest[:i[0]]
+	}
+	out := map[string]string{}
+	names := regexp.MustCompile(`(?m)^  ([a-z0-9_-]+):\s*$`)
+	idx := names.FindAllStringSubmatchIndex(rest, -1)
+	for i, m := range idx {
+		end := len(rest)
+		if i+1 < len(idx) {
+			end = idx[i+1][0]
+		}
+		out[rest[m[2]:m[3]]] = rest[m[1]:end]
+	}
+	return out
+}
+
+// Every named volume of the compose file is writable by the user its
+// service runs as: a new named volume is created with the ownership of the
+// directory it is mounted over in the image, root's when the image lacks
+// it, and a service running as 65532 over such a volume cannot write
+// (versitygw answered every request 500, and keepnode -create-bucket
+// exited). So each service that runs as a user other than root mounts its
+// named volumes only over a directory its image creates owned by that
+// user (COPY --chown=UID:GID ... PATH).
+func TestComposeVolumesAreWritableByTheirUser(t *testing.T) {
+	compose := deployFile(t, "compose.yaml")
+	services := composeServices(t, compose)
+	if len(services) < 5 {
+		t.Fatalf("deploy/compose.yaml: found services %v, want s3, three nodes and prometheus", slices.Sorted(maps.Keys(services)))
+	}
+	_, anchor, _ := strings.Cut(compose, "\nx-node: &node\n")
+	anchor, _, _ = strings.Cut(anchor, "\n\n")
+	volume := regexp.MustCompile(`^"?([a-z0-9_-]+):(/[^":]*)`)
+	checked := 0
+	for name, block := range services {
+		var dockerfile string
+		switch {
+		case strings.Contains(block, "dockerfile_inline: |"):
+			_, inline, _ := strings.Cut(block, "dockerfile_inline: |\n")
+			for line := range strings.Lines(inline) {
+				if !strings.HasPrefix(line, "        ") {
+					break
+				}
+				dockerfile += strings.TrimSpace(line) + "\n"
+			}
+		case strings.Contains(block, "<<: *node") && strings.Contains(anchor, "dockerfile: deploy/Dockerfile"):
+			dockerfile = deployFile(t, "Dockerfile")
+		}
+		user := "0"
+		if m := regexp.MustCompile(`(?m)^USER (\S+)`).FindAllStringSubmatch(dockerfile, -1); m != nil {
+			user = m[len(m)-1][1]
+		}
+		if m := regexp.MustCompile(`(?m)^    user: "?([^"\s]+)`).FindStringSubmatch(block); m != nil {
+			user = m[1]
+		}
+		var mounts [][]string
+		if _, list, ok := strings.Cut(block, "volumes: ["); ok {
+			list, _, _ = strings.Cut(list, "]")
+			for v := range strings.SplitSeq(list, ",") {
+				if m := volume.FindStringSubmatch(strings.TrimSpace(v)); m != nil {
+					mounts = append(mounts, m)
+				}
+			}
+		}
+		for _, m := range regexp.MustCompile(`(?m)^      - ([^\n]+)`).FindAllStringSubmatch(block, -1) {
+			if v := volume.FindStringSubmatch(m[1]); v != nil {
+				mounts = append(mounts, v)
+			}
+		}
+		for _, m := range mounts {
+			vol, path := m[1], m[2]
+			checked++
+			if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(vol) + `:`).MatchString(compose[strings.LastIndex(compose, "\nvolumes:\n"):]) {
+				t.Errorf("deploy/compose.yaml: %s mounts the volume %s, which the file's volumes do not declare", name, vol)
+			}
+			if user == "0" || user == "root" || strings.HasPrefix(user, "0:") {
+				continue
+			}
+			if dockerfile == "" {
+				t.Errorf("deploy/compose.yaml: %s runs as %s over the volume %s at %s, from an image this test cannot read", name, user, vol, path)
+				continue
+			}
+			owned := regexp.MustCompile(`(?m)^COPY .*--chown=` + regexp.QuoteMeta(user) + ` \S+ ` + regexp.QuoteMeta(path) + `/?$`)
+			if !owned.MatchString(dockerfile) {
+				t.Errorf("deploy/compose.yaml: %s runs as %s over the named volume %s at %s, which its image does not create owned by %s (COPY --chown=%s ... %s): a new volume would be root's, and not writable",
+					name, user, vol, path, user, user, path)
+			}
+		}
+	}
+	if checked < 4 {
+		t.Errorf("deploy/compose.yaml: checked %d named volumes, want s3's and the three nodes'", checked)
+	}
+}
+
+// The systemd steps of docs/deploy.md install every guest the example
+// configuration names, into the directory an earlier step made, from a
+// package that exists: without them keepnode exits at once and
+// Restart=on-failure starts it again every 2 s.
+func TestSystemdStepsInstallTheGuests(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## systemd\n")
+	if !ok {
+		t.Fatal("docs/deploy.md has no systemd section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, steps, ok := strings.Cut(section, "```sh\n")
+	steps, _, _ = strings.Cut(steps, "```")
+	if !ok || !strings.Contains(steps, "install -m 0644 deploy/keepnode.toml /etc/keepnode/keepnode.toml") {
+		t.Fatalf("docs/deploy.md's systemd steps do not install deploy/keepnode.toml:\n%s", steps)
+	}
+	o, err := parse(t, []string{"-config", filepath.Join("..", "..", "deploy", "keepnode.toml")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(steps, "\n")
+	made := func(dir string, before int) bool {
+		for _, l := range lines[:before] {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "install" && f[1] == "-d" && slices.Contains(f[2:], dir) {
+				return true
+			}
+		}
+		return false
+	}
+	build := regexp.MustCompile(`^GOOS=wasip1 GOARCH=wasm go build -C (\S+) -buildmode=c-shared -o (\S+) \.$`)
+	for class, path := range o.classes {
+		found := false
+		for i, l := range lines {
+			m := build.FindStringSubmatch(strings.TrimSpace(l))
+			if m == nil || m[2] != path {
+				continue
+			}
+			found = true
+			if !made(filepath.Dir(path), i) {
+				t.Errorf("docs/deploy.md: %s is built into %s before a step makes that directory", path, filepath.Dir(path))
+			}
+			if _, err := os.Stat(filepath.Join("..", "..", m[1], "main.go")); err != nil {
+				t.Errorf("docs/deploy.md: class %s is built from %s, which has no main.go: %v", class, m[1], err)
+			}
+		}
+		if !found {
+			t.Errorf("docs/deploy.md's systemd steps do not install class %s's guest %s, which deploy/keepnode.toml names", class, path)
 		}
 	}
 }

@@ -164,6 +164,12 @@ func main() {
 		fs.SetOutput(io.Discard)
 	}
 	cfgErr := configure(fs, os.Args[1:], os.LookupEnv)
+	if cfgErr == nil {
+		cfgErr = checkEnvNames(fs, os.Environ())
+	}
+	if cfgErr == nil {
+		cfgErr = checkRequired(o)
+	}
 	if errors.Is(cfgErr, flag.ErrHelp) {
 		fs.SetOutput(os.Stderr)
 		fs.Usage()
@@ -225,6 +231,20 @@ func newLogger(o *options, w io.Writer) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "keepnode", Level: hclog.LevelFromString(o.logLevel), Output: w, JSONFormat: o.logJSON})
 }
 
+// checkRequired refuses, as a usage error (exit 2, as a bad flag is),
+// settings without which keepnode cannot start. -version needs none.
+func checkRequired(o *options) error {
+	switch {
+	case o.showVersion:
+		return nil
+	case o.dataDir == "":
+		return errors.New("-data is required (or $" + envName("data") + ", or data in the -config file)")
+	case len(o.classes) == 0:
+		return errors.New("at least one -class NAME=FILE.wasm is required (or $" + envName("class") + ", or class in the -config file)")
+	}
+	return nil
+}
+
 // metricsFlags are -metrics-addr and -pprof.
 type metricsFlags struct {
 	addr  string
@@ -255,12 +275,6 @@ func run(logger hclog.Logger, o *options) error {
 	}
 	if o.idemKeys < 1 || o.idemBytes < 1 {
 		return fmt.Errorf("-idempotency-keys %d and -idempotency-bytes %d: each must be at least 1", o.idemKeys, o.idemBytes)
-	}
-	if dataDir == "" {
-		return errors.New("-data is required")
-	}
-	if len(classes) == 0 {
-		return errors.New("at least one -class NAME=FILE.wasm is required")
 	}
 	if mf.pprof && mf.addr == "" {
 		return errors.New("-pprof needs -metrics-addr: profiles are served only on the metrics listener")
@@ -409,7 +423,7 @@ func run(logger hclog.Logger, o *options) error {
 		announce = func(line string, fields ...any) { out.Info(line, fields...) }
 	}
 	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	go srv.Serve(node.ProblemListener(ln)) // after TLS: net/http's own refusals as problems too
 	if metricsLn != nil {
 		msrv := &http.Server{Handler: node.MetricsHandler(reg, mf.pprof), ReadHeaderTimeout: 10 * time.Second}
 		go msrv.Serve(metricsLn)
@@ -507,6 +521,7 @@ func versionLine(bi *debug.BuildInfo, ok bool) string {
 			dirty = s.Value == "true"
 		}
 	}
+	v, rev = node.Stamped(v, rev) // -ldflags -X, where the build recorded none
 	line := "keepnode " + v
 	if rev != "" {
 		if len(rev) > 12 {

@@ -134,8 +134,11 @@ var rules = []struct{ pattern, by string }{
 	// image's binaries are built as the Dockerfile builds them and run on
 	// its configuration, and the unit is verified by systemd-analyze.
 	{`^docker (build|run) `, "manual: no container engine in CI; cmd/keepnode's TestImageBinaryServesOnTheExampleConfig builds and runs the binary the image runs, TestDeployFilesAgree holds the Dockerfile to it"},
+	{`^make image$`, "manual: no container engine in CI; the stamp it passes is tested by cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp"},
+	{`^make keepnode$`, "manual: a build of the binaries with the checkout's stamp; cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp test its use"},
 	{`^docker compose `, "manual: no container engine in CI; TestDeployFilesAgree holds compose.yaml to keepnode's flags, make deploy-check checks its Prometheus configuration"},
 	{`^CGO_ENABLED=0 go build -trimpath -o /usr/local/bin/keepnode \./cmd/keepnode$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
+	{`^GOOS=wasip1 GOARCH=wasm go build -C \S+ -buildmode=c-shared -o /opt/wasmkeep/guests/\S+\.wasm \.$`, "manual: installing the guests on a host; cmd/keepnode's TestSystemdStepsInstallTheGuests holds them to keepnode.toml's classes, and the Dockerfile builds the same (TestDeployFilesAgree)"},
 	{`^(useradd|install|systemctl|journalctl) `, "manual: installing the systemd unit on a host; make deploy-check verifies the unit (systemd-analyze verify and security)"},
 	{`^export AWS_ENDPOINT_URL=`, "manual: the S3 settings of the reader's own server"},
 	{`^openssl rand -hex 32 > token; `, "manual: making secrets (TestKeepnodeWithTokensAndTLS makes its own)"},
@@ -907,6 +910,71 @@ func TestTheChecksCatchWrongCommands(t *testing.T) {
 		}
 		if err := c.check(tc.bad); err == nil {
 			t.Errorf("%s: no error", tc.bad)
+		}
+	}
+}
+
+// Every code block of README.md and docs/*.md is closed, by a line that is
+// the fence alone: a fence with text after it, or none at the end, turns
+// the prose after it into code on GitHub.
+func TestDocCodeBlocksClose(t *testing.T) {
+	dir := root(t)
+	files, _ := filepath.Glob(filepath.Join(dir, "docs", "*.md"))
+	files = append([]string{filepath.Join(dir, "README.md")}, files...)
+	opening := regexp.MustCompile("^\\s*```[A-Za-z0-9_+-]*$")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(dir, f)
+		open := 0 // the line of the open block's fence
+		for i, l := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(l), "```") {
+				continue
+			}
+			switch {
+			case open == 0 && !opening.MatchString(l):
+				t.Errorf("%s:%d: %q: a fence with text after it", rel, i+1, l)
+			case open == 0:
+				open = i + 1
+			case strings.TrimSpace(l) != "```":
+				t.Errorf("%s:%d: %q closes the block of line %d with text after the fence: put the text on a line of its own", rel, i+1, l, open)
+				open = 0
+			default:
+				open = 0
+			}
+		}
+		if open != 0 {
+			t.Errorf("%s:%d: a code block never closed", rel, open)
+		}
+	}
+}
+
+// make demo says what it builds, and that a first build takes minutes,
+// before the first of its builds: they print little for minutes the
+// first time, and a silent terminal reads as a hang.
+func TestMakeDemoSaysWhatItBuildsFirst(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make not found")
+	}
+	cmd := exec.Command("make", "-n", "-B", "demo")
+	cmd.Dir = root(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n -B demo: %v\n%s", err, out)
+	}
+	var says []string
+	for l := range strings.Lines(string(out)) {
+		if !strings.HasPrefix(l, "echo ") {
+			break
+		}
+		says = append(says, l)
+	}
+	text := strings.Join(says, "")
+	for _, want := range []string{"counter actor", "versitygw", "keepnode", "minutes"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("make demo says %q before its first build, which does not name %q; make -n -B demo:\n%s", text, want, out)
 		}
 	}
 }
