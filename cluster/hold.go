@@ -93,7 +93,7 @@ type Holds struct {
 	mu   sync.Mutex
 	mine map[abi.ActorID]Hold // holds taken and not released
 
-	taken, takeovers, released, releaseErrs atomic.Int64
+	taken, takeovers, released, releaseErrs, retaken atomic.Int64
 }
 
 // HoldStats counts what a node's Holds did since they were made.
@@ -108,11 +108,14 @@ type HoldStats struct {
 	// could not be written back (taken over meanwhile, or the bucket
 	// failed).
 	Released, ReleaseErrors int64
+	// Retaken counts the holds among Taken that Retake took again after a
+	// lapse, each with one conditional write.
+	Retaken int64
 }
 
 // Stats returns the counters.
 func (h *Holds) Stats() HoldStats {
-	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load()}
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load()}
 }
 
 // NewHolds returns the holds of the node whose lease is l, with ownership
@@ -225,6 +228,53 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	hold, err := h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag}, st)
 	if err == nil && takeover {
 		h.takeovers.Add(1)
+	}
+	return hold, err
+}
+
+// Retake takes again, with one conditional write, a hold this node took
+// in an earlier epoch of its lease, which a lapse made void: it writes the
+// record naming this node with the next generation, If-Match the record
+// that hold wrote, noting the state that hold knew (its own last upload,
+// or what it found). The write lands only if no node wrote the record
+// since: none took the actor over, so the state that hold knew is still
+// the newest, and the caller may keep the actor's local copy (nothing to
+// read or restore). Whether that hold uploaded is read with a HEAD of its
+// key, as Acquire reads it, unless the hold recorded an upload of its own.
+//
+// A record that changed since (taken over, or released) fails the write:
+// the error is a *HeldElsewhereError or wraps bucket.ErrPrecondition, and
+// the caller gives its local copy up and takes the actor with Acquire. So
+// does a hold this node released or no longer has. Retake refuses to work
+// while the lease is not valid.
+func (h *Holds) Retake(ctx context.Context, old Hold) (Hold, error) {
+	id := old.Actor
+	epoch, ok := h.l.validEpoch()
+	if !ok {
+		return Hold{}, h.errorf(id, "%w", ErrLeaseNotValid)
+	}
+	h.mu.Lock()
+	have, ok := h.mine[id]
+	h.mu.Unlock()
+	if !ok || old.etag == "" || have.etag != old.etag || old.NodeID != h.l.NodeID() {
+		return Hold{}, h.errorf(id, "retaking generation %d: not this node's latest hold: %w", old.Generation, bucket.ErrPrecondition)
+	}
+	if have.epoch == epoch {
+		return have, nil
+	}
+	st := have.State
+	if own := h.r.Key(id, have.Generation, 0); st.Key != own {
+		etag, err := bucket.Head(ctx, h.b, own)
+		switch {
+		case err == nil:
+			st = Snapshot{Key: own, Generation: have.Generation, ETag: etag}
+		case !errors.Is(err, bucket.ErrNotFound):
+			return Hold{}, h.errorf(id, "reading the actor's state: %w", err)
+		}
+	}
+	hold, err := h.take(ctx, id, epoch, have.Generation+1, bucket.Cond{IfMatch: have.etag}, st)
+	if err == nil {
+		h.retaken.Add(1)
 	}
 	return hold, err
 }

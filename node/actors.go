@@ -169,6 +169,9 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	if e.a != nil && e.held && n.holds.Valid(e.hold) {
 		return nil
 	}
+	if e.a != nil && e.held && n.retake(ctx, e) {
+		return nil
+	}
 	if e.a != nil || e.held {
 		// Nothing committed here since the last snapshot (none pending, as
 		// after a lapse in a bucket outage): the local file is that
@@ -212,6 +215,36 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		n.timer.Set(timerKey(e.id), *st.Alarm)
 	}
 	return nil
+}
+
+// retake takes again a hold of an earlier epoch of the lease (a lapse
+// voided it) with one conditional write of its record, keeping the open
+// actor (e.mu held): it succeeds only if no node wrote the record since,
+// so the hold's state is still the newest and the local database (its
+// commits since, uploaded or not) is the actor (docs/design.md#retake).
+// The new hold has uploaded nothing: the fence covers an upload of the
+// old one that lands late. False: take the actor anew, giving the local
+// copy up.
+func (n *Node) retake(ctx context.Context, e *entry) bool {
+	if !n.leases.Valid() {
+		return false
+	}
+	hold, err := n.holds.Retake(ctx, e.hold)
+	if err != nil {
+		n.log.Debug("could not take the actor again after a lapse; taking it anew", "actor", e.id.String(), "generation", e.hold.Generation, "error", err)
+		return false
+	}
+	e.hold, e.uploaded = hold, false
+	if hold.State.Key != "" {
+		// The bucket has the actor (this node's own uploads), as a take
+		// that restored would note.
+		e.bucketHad, e.joining = true, false
+	}
+	n.mu.Lock()
+	delete(n.unreleased, e.id)
+	n.mu.Unlock()
+	n.log.Debug("took the actor again after a lapse", "actor", e.id.String(), "generation", hold.Generation)
+	return true
 }
 
 // ErrBucketUnreachable is wrapped by the errors of events that need the

@@ -2,14 +2,21 @@ package node_test
 
 import (
 	"context"
+	"encoding/hex"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/node"
 )
 
@@ -27,7 +34,9 @@ func TestAHoldTakenAgainInTheSameProcessFencesBeforeItRemoves(t *testing.T) {
 	spy := newIxSpy(t, m)
 	id := ixOneshot("retaken")
 	log := &ixDeliveries{}
-	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass, steady: true, log: log})
+	// The timer loop starts only once the actor was given up: the entry
+	// due at once would otherwise be delivered before the test looks.
+	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass, steady: true, log: log, noStart: true})
 	t1 := time.Now().Add(time.Hour).UnixMilli()
 	ixSet(t, nil, a, id, node.ExecDurable, t1)
 	before, e1 := ixNamed(t, m, id)
@@ -60,6 +69,7 @@ func TestAHoldTakenAgainInTheSameProcessFencesBeforeItRemoves(t *testing.T) {
 
 	// The timer delivers t0: the node takes the actor again.
 	a.Timer().Set(alarms.TimerKey(id), t0)
+	a.Start(context.Background())
 	ev := log.wait(t, id, "the unnamed entry delivered", func(ev node.DeliveryEvent) bool { return ev.TimerAt == t0 && ev.Err == nil })
 	if ev.Event.Ran || ev.Outcome != alarmindex.OutcomeStale {
 		t.Fatalf("the delivery of t0: ran %v, %+v; want the entry removed as stale", ev.Event.Ran, ev)
@@ -146,4 +156,126 @@ func TestANewHolderArmsItsTimerWithTheRestoredAlarm(t *testing.T) {
 	if at, ok := b.Timer().Get(alarms.TimerKey(id)); !ok || at != t1 {
 		t.Fatalf("b's timer holds %d (%v) after b took the actor, want its alarm %d", at, ok, t1)
 	}
+}
+
+// After a lapse of its lease, a node takes an idle actor it held again
+// with one request: a conditional PUT of its ownership record on the
+// record it wrote, keeping the open actor (no release, no GET of the
+// record, no download, no listing); the next event runs under the next
+// generation and uploads under it.
+func TestAnActorIsTakenAgainAfterALapseWithOneRequest(t *testing.T) {
+	t.Parallel()
+	m, faults := memWithFaults()
+	id := ixOneshot("retake")
+	reg := prometheus.NewRegistry()
+	a := ixNode(t, m, "a", t.TempDir(), ixConfig{class: oneshotClass, registerer: reg})
+	t1 := time.Now().Add(time.Hour).UnixMilli()
+	ixSet(t, nil, a, id, node.ExecDurable, t1)
+	before, _ := ixNamed(t, m, id)
+
+	var cut atomic.Bool
+	var mu sync.Mutex
+	var ops []string
+	faults.set(func(op bucket.Op) bucket.Fault {
+		if strings.HasPrefix(op.Key, "cluster/nodes/") {
+			if cut.Load() && op.Kind == bucket.OpPut {
+				return bucket.Fault{Err: errInjected}
+			}
+			return bucket.Fault{}
+		}
+		if !strings.HasPrefix(op.Key, "cluster/holds/") && !strings.HasPrefix(op.Key, "cluster/state/") {
+			return bucket.Fault{} // the sweeps' listings of the index
+		}
+		mu.Lock()
+		ops = append(ops, fmt.Sprintf("%v %s", op.Kind, op.Key))
+		mu.Unlock()
+		return bucket.Fault{}
+	})
+	cut.Store(true)
+	waitFor(t, "a's lease to lapse", func() bool { return !a.Leases().Valid() })
+	cut.Store(false)
+	waitFor(t, "a's lease valid again, in a new epoch", a.Leases().Valid)
+	mu.Lock()
+	ops = nil
+	mu.Unlock()
+
+	st, err := a.State(context.Background(), id)
+	if err != nil || st.Alarm == nil || *st.Alarm != t1 {
+		t.Fatalf("the state after the lapse: %+v (%v), want the alarm %d", st, err, t1)
+	}
+	mu.Lock()
+	got := append([]string(nil), ops...)
+	mu.Unlock()
+	want := []string{fmt.Sprintf("%v %s", bucket.OpPut, "cluster/holds/t/oneshot/"+hex.EncodeToString([]byte(id.Name)))}
+	if !slices.Equal(got, want) {
+		t.Fatalf("taking the actor again after the lapse sent %v, want %v", got, want)
+	}
+	if v := metricstest.Gather(reg).Value("wasmkeep_hold_retakes_total"); v != 1 {
+		t.Errorf("wasmkeep_hold_retakes_total %v, want 1", v)
+	}
+	// The next event runs under the next generation and uploads under it.
+	ixSet(t, nil, a, id, node.ExecDurable, t1+1000)
+	after, e := ixNamed(t, m, id)
+	if after.Generation != before.Generation+1 || e.DueMs != t1+1000 {
+		t.Fatalf("after the next event the state is %s naming %s; want generation %d naming %d", after.Key, e, before.Generation+1, t1+1000)
+	}
+}
+
+// A hold taken again after a lapse has uploaded nothing: an upload of the
+// old hold may still land late, so its first removal of a stale entry
+// uploads the fence first, as any new hold's does. Here a leftover entry
+// of the actor at a past time (of its first generation) is delivered once
+// the node took the actor again.
+func TestARetakenHoldFencesBeforeItRemoves(t *testing.T) {
+	t.Parallel()
+	m, faults := memWithFaults()
+	spy := newIxSpy(t, m)
+	id := ixOneshot("refenced")
+	log := &ixDeliveries{}
+	a := ixNode(t, spy, "a", t.TempDir(), ixConfig{class: oneshotClass, log: log, noStart: true})
+	t1 := time.Now().Add(time.Hour).UnixMilli()
+	ixSet(t, nil, a, id, node.ExecDurable, t1)
+	t0 := time.Now().Add(-time.Minute).UnixMilli()
+	stale := alarmindex.Key{Actor: id, DueMs: t0, Tag: alarmindex.Tag{Generation: 1, Nonce: "0f"}}
+	if _, err := m.Put(context.Background(), ixPrefix+stale.String(), nil, bucket.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var cut atomic.Bool
+	faults.set(func(op bucket.Op) bucket.Fault {
+		if cut.Load() && op.Kind == bucket.OpPut && op.Key == "cluster/nodes/a" {
+			return bucket.Fault{Err: errInjected}
+		}
+		return bucket.Fault{}
+	})
+	cut.Store(true)
+	waitFor(t, "a's lease to lapse", func() bool { return !a.Leases().Valid() })
+	cut.Store(false)
+	waitFor(t, "a's lease valid again, in a new epoch", a.Leases().Valid)
+	mark := len(spy.mutations())
+
+	a.Timer().Set(alarms.TimerKey(id), t0)
+	a.Start(context.Background())
+	ev := log.wait(t, id, "the leftover entry delivered", func(ev node.DeliveryEvent) bool { return ev.TimerAt == t0 && ev.Err == nil })
+	if ev.Event.Ran || ev.Outcome != alarmindex.OutcomeStale {
+		t.Fatalf("the delivery of t0: ran %v, %+v; want the entry removed as stale", ev.Event.Ran, ev)
+	}
+	after := spy.mutations()[mark:]
+	if len(after) == 0 || !strings.HasPrefix(after[0], "PUT cluster/holds/") {
+		t.Fatalf("the node did not take the actor again with a write of its record first: %v", after)
+	}
+	del := "DELETE " + ixPrefix + stale.String()
+	fence := -1
+	for i, m := range after {
+		if strings.HasPrefix(m, "PUT cluster/state/") && fence < 0 {
+			fence = i
+		}
+		if m == del {
+			if fence < 0 || fence > i {
+				t.Fatalf("the stale entry was deleted with no upload before it under the retaken hold (the fence): %v", after)
+			}
+			return
+		}
+	}
+	t.Fatalf("the stale entry %s was not deleted: %v", stale, after)
 }
