@@ -24,6 +24,10 @@ func (s *sim) take(n *node, a abi.ActorID, k func(h *held, owner int, why string
 			return
 		}
 		delete(n.held, ak)
+		if n.up && h.epoch != n.epoch {
+			s.retake(n, h, k)
+			return
+		}
 	}
 	if n.cut(s.now) {
 		k(nil, -1, "cut off")
@@ -78,6 +82,69 @@ func (s *sim) take(n *node, a abi.ActorID, k func(h *held, owner int, why string
 			s.holds[ak] = &holdRec{node: n.id, epoch: n.epoch, gen: gen, state: state}
 			s.logf("%s holds %s (generation %d, state %q)", n.addr, a, gen, state)
 			s.restore(n, a, gen, state, k)
+		})
+	})
+}
+
+// retake takes again a hold h of an earlier epoch of n's lease (a lapse
+// voided it), as cluster.Holds.Retake does: the record is written naming
+// n with the next generation, on the condition that it is still the one h
+// wrote (the same node, epoch and generation, not released: every take
+// raises the generation, every release marks it), noting the state h knew
+// (a HEAD of its own key when it recorded no upload of its own). The open
+// copy is kept: nothing is read or restored. A record that changed takes
+// the actor anew (take, without h).
+func (s *sim) retake(n *node, h *held, k func(h *held, owner int, why string)) {
+	a, ak := h.actor, h.actor.String()
+	wrote := func() bool {
+		r := s.holds[ak]
+		if s.cfg.RetakeUnconditional {
+			return true // the unsafe variant: whatever the record says now
+		}
+		return r != nil && r.node == n.id && r.epoch == h.epoch && r.gen == h.gen && !r.released
+	}
+	if n.cut(s.now) {
+		k(nil, -1, "cut off")
+		return
+	}
+	s.step(n, n.boot, s.between(1, 10), func() {
+		if n.cut(s.now) || !s.leaseValid(n.id, n.epoch) || s.now >= n.validUntil {
+			k(nil, -1, "no valid node lease")
+			return
+		}
+		s.stateAtTake(n, a, &holdRec{node: n.id, gen: h.gen, state: h.state}, func(state string, ok bool, why string) {
+			if !ok {
+				k(nil, -1, why)
+				return
+			}
+			if n.cut(s.now) || !s.leaseValid(n.id, n.epoch) || s.now >= n.validUntil {
+				k(nil, -1, "no valid node lease")
+				return
+			}
+			if n.held[ak] != nil {
+				k(nil, -1, "lost a race for the hold") // taken meanwhile by another event of n
+				return
+			}
+			if !wrote() {
+				s.c.RetakesRefused++
+				s.logf("%s cannot take %s again: its record changed since its hold of generation %d", n.addr, a, h.gen)
+				s.take(n, a, k)
+				return
+			}
+			s.c.Retakes++
+			s.c.Holds++
+			gen := h.gen + 1
+			if r := s.holds[ak]; r != nil && r.gen >= gen {
+				gen = r.gen + 1 // the unsafe variant over a newer record: generations still grow
+			}
+			s.holds[ak] = &holdRec{node: n.id, epoch: n.epoch, gen: gen, state: state}
+			h.gen, h.epoch, h.state, h.etag, h.uploaded, h.lastUse = gen, n.epoch, state, "", false, s.now
+			if state != "" {
+				h.bucketHad = true
+			}
+			n.held[ak] = h
+			s.logf("%s takes %s again after a lapse (generation %d, state %q), its copy kept", n.addr, a, gen, state)
+			k(h, -1, "")
 		})
 	})
 }

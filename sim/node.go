@@ -223,7 +223,7 @@ func (s *sim) maybePause(n *node, p float64, site string) {
 }
 
 // renew renews n's node lease. A node that finds its lease expired was
-// fenced out: it gets a new lease, and every hold it had is gone.
+// fenced out: it gets a new lease, and every hold it had is void.
 func (s *sim) renew(n *node) {
 	if n.cut(s.now) {
 		return
@@ -239,8 +239,10 @@ func (s *sim) renew(n *node) {
 	n.validAgain = s.now
 	s.leases[n.id] = storeLease{epoch: n.epoch, expires: s.now + leaseMs}
 	n.validUntil = s.now + leaseMs - safetyMs
-	n.held = map[string]*held{}
-	s.logf("%s lost its lease; new lease epoch %d, holds dropped", n.addr, n.epoch)
+	// Its holds are void (another epoch's) but kept, as the node keeps
+	// its open actors: the next event of each takes it again, with one
+	// conditional write when no node took it meanwhile (retake).
+	s.logf("%s lost its lease; new lease epoch %d, holds void", n.addr, n.epoch)
 }
 
 // holdValid is what a node knows of its hold: it still has it, and its

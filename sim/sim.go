@@ -71,6 +71,14 @@ type Config struct {
 	// an older state: acknowledged writes are lost, and the entries the
 	// newer state's holder removed are named again.
 	TrustListedState bool
+	// RetakeUnconditional is the unsafe variant of the re-take after a
+	// lapse (docs/design.md#retake): a node whose lease is valid again
+	// writes the ownership record naming itself and keeps its open copy
+	// of the actor without the condition that the record is still the one
+	// its hold wrote. When another node took the actor over meanwhile,
+	// both run it: acknowledged writes of one are lost, entries named by
+	// one state are removed by the other.
+	RetakeUnconditional bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
@@ -224,6 +232,11 @@ type Counters struct {
 	// middle of the event counted); every one must be in the actor's
 	// state from then on.
 	DurableAcks int64
+	// Retakes: holds taken again after a lapse with one conditional write
+	// of the record, the open copy kept (docs/design.md#retake);
+	// RetakesRefused: those whose record had changed (taken over or
+	// released), the actor then taken anew.
+	Retakes, RetakesRefused int64
 }
 
 // Add adds o to c.
@@ -258,7 +271,7 @@ var Required = []string{
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
 	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
 	"Walks", "Relists", "EarlyWalks", "Drills", "KeptStale", "Forwards", "ForwardRemovals",
-	"StaleDrills", "Omitted", "StateProbes", "DurableAcks",
+	"StaleDrills", "Omitted", "StateProbes", "DurableAcks", "Retakes", "RetakesRefused",
 }
 
 // Run runs one simulation to its end and reports the outcome. It is

@@ -54,6 +54,7 @@ var variants = []struct {
 	{name: "NoMembershipRelist", cfg: Config{NoMembershipRelist: true}},
 	{name: "NoStaleForward", cfg: Config{NoStaleForward: true}},
 	{name: "TrustListedState", cfg: Config{TrustListedState: true}},
+	{name: "RetakeUnconditional", cfg: Config{RetakeUnconditional: true}},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 
