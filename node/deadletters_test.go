@@ -14,6 +14,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -184,5 +185,66 @@ func checkLetters(t *testing.T, base string, scheduled int64, ids ...abi.ActorID
 	if status, said := callJSON(t, "GET", base+"/v1/actors/"+id.Tenant+"/"+id.Class+"/"+id.Name+"/alarm", "", "", &st); status != 200 ||
 		st.AlarmMs != nil || st.DeadLetter == nil || st.DeadLetter.ScheduledMs != scheduled {
 		t.Fatalf("GET alarm of %s: %d %s %+v; want no alarm and its dead letter", id, status, said, st)
+	}
+}
+
+// On versitygw, with tokens: another tenant's token is refused (403) the
+// tenant's lists and redrive, no token is a 401; the tenant's own token
+// redrives a dead letter through a node that does not hold the actor
+// (the holder sets the alarm), and the list is empty after.
+func TestDeadLettersAreRedrivenThroughAnyNodeWithTheTenantsToken(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	classes := map[string][]byte{"scripted": testguest.Build(t, "testdata/guests/scripted")}
+	sec := node.Security{Token: "op", PeerToken: "peer", TenantTokens: map[string]string{"t": "tt", "u": "ut"}}
+	hc := hostConfig{start: true, security: sec, engine: []engine.Option{engine.WithMaxAttempts(1), engine.WithBackoff(time.Second, time.Minute)}}
+	a := serveHost(t, srv.Bucket, "a", classes, hc)
+	b := serveHost(t, srv.Bucket, "b", classes, hc)
+	id := abi.ActorID{Tenant: "t", Class: "scripted", Name: "p"}
+	ctx := t.Context()
+	now := time.Now().UnixMilli()
+	for _, req := range []string{"mode fail", "set " + strconv.FormatInt(now, 10)} {
+		if _, err := a.Request(ctx, id, []byte(req)); err != nil { // a holds it
+			t.Fatal(err)
+		}
+	}
+	letters := func(base, token string) (int, []node.DeadLetter) {
+		var l node.DeadLetterList
+		status, _ := callJSON(t, "GET", base+"/v1/tenants/t/dead-letters", token, "", &l)
+		return status, l.DeadLetters
+	}
+	waitFor(t, "the dead letter to be listed", func() bool { _, l := letters(b.URL, "tt"); return len(l) == 1 })
+	for _, c := range []struct {
+		method, path, token, body string
+		want                      int
+	}{
+		{"GET", "/v1/tenants/t/dead-letters", "ut", "", 403},
+		{"GET", "/v1/tenants/t/dead-letters", "", "", 401},
+		{"GET", "/v1/tenants/t/alarms", "ut", "", 403},
+		{"POST", "/v1/tenants/t/dead-letters:redrive", "ut", `{"all": true}`, 403},
+		{"POST", "/v1/tenants/t/dead-letters:acknowledge", "ut", `{"all": true}`, 403},
+		{"GET", "/v1/actors/t/scripted/p/alarm", "ut", "", 403},
+	} {
+		if status, said := callJSON(t, c.method, b.URL+c.path, c.token, c.body, nil); status != c.want {
+			t.Errorf("%s %s with token %q: %d %s, want %d", c.method, c.path, c.token, status, said, c.want)
+		}
+	}
+	if _, l := letters(b.URL, "tt"); len(l) != 1 {
+		t.Fatalf("after the refused calls: %+v; want the dead letter still listed", l)
+	}
+
+	if _, err := a.Request(ctx, id, []byte("mode ok")); err != nil {
+		t.Fatal(err)
+	}
+	var out node.DeadLetterOutcome
+	if status, said := callJSON(t, "POST", b.URL+"/v1/tenants/t/dead-letters:redrive", "tt", `{"class": "scripted"}`, &out); status != 200 || out.Done != 1 || out.Failed != 0 {
+		t.Fatalf("redrive through b: %d %s %+v", status, said, out)
+	}
+	waitFor(t, "the redriven alarm to run on a", func() bool {
+		r, err := a.Request(ctx, id, []byte("getkv log"))
+		return err == nil && string(r.Response) != "none"
+	})
+	if _, l := letters(b.URL, "tt"); len(l) != 0 {
+		t.Fatalf("after the redrive: %+v; want none", l)
 	}
 }
