@@ -62,7 +62,7 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 	n, err := node.New(context.Background(), node.Config{
 		DataDir: dir, Classes: classes, Security: hc.security, Registerer: hc.registerer, Admission: hc.admission,
 		EngineOptions: hc.engine,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
+		Logger:        hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,
 			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace, LeaseReadPeriod: hc.read,
