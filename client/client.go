@@ -183,6 +183,9 @@ type AlarmState struct {
 	From string `json:"from"`
 	// Fired is what FireAlarm ran (nil elsewhere).
 	Fired *Fired `json:"fired,omitempty"`
+	// DeadLetter, read by Alarm, is the actor's dead letter while it
+	// waits on one (nil otherwise).
+	DeadLetter *DeadLetter `json:"dead_letter,omitempty"`
 }
 
 // At is the alarm's time, and false with no alarm.
@@ -500,4 +503,201 @@ func (c *Client) Ready(ctx context.Context) (Readiness, error) {
 		return r, fmt.Errorf("GET /v1/readyz: the answer %q is not a readiness: %v", out, err)
 	}
 	return r, nil
+}
+
+// DeadLetter is one dead letter (GET /v1/tenants/{tenant}/dead-letters,
+// and AlarmState.DeadLetter): an actor whose alarm's retries were given
+// up after its class's last attempt.
+type DeadLetter struct {
+	Tenant string `json:"tenant"`
+	Class  string `json:"class"`
+	// Name is the actor's name; NameHex its bytes in hex when the name
+	// is not UTF-8.
+	Name    string `json:"name"`
+	NameHex string `json:"name_hex,omitempty"`
+	// ScheduledMs is the time the last attempt ran for; FailedMs when
+	// it failed and the retries were given up (Unix ms; Scheduled and
+	// Failed in RFC 3339).
+	ScheduledMs int64  `json:"scheduled_ms"`
+	Scheduled   string `json:"scheduled"`
+	Attempts    int    `json:"attempts"`
+	Error       string `json:"error"`
+	FailedMs    int64  `json:"failed_ms"`
+	Failed      string `json:"failed"`
+}
+
+// Actor is the dead letter's actor.
+func (d DeadLetter) Actor() abi.ActorID {
+	return abi.ActorID{Tenant: d.Tenant, Class: d.Class, Name: d.Name}
+}
+
+// AlarmEntry is one alarm of GET /v1/tenants/{tenant}/alarms: an entry of
+// the alarm index (it can be stale: Alarm reads the committed alarm).
+type AlarmEntry struct {
+	Tenant  string `json:"tenant"`
+	Class   string `json:"class"`
+	Name    string `json:"name"`
+	NameHex string `json:"name_hex,omitempty"`
+	DueMs   int64  `json:"due_ms"`
+	Due     string `json:"due"`
+}
+
+// ListOptions filters and pages a tenant's list. The zero value is the
+// first page of the node's default size, every class.
+type ListOptions struct {
+	// Class keeps one class ("" every one).
+	Class string
+	// DueAfterMs and DueBeforeMs bound the alarms' times (Alarms only; 0:
+	// no bound).
+	DueAfterMs, DueBeforeMs int64
+	// Limit is the page's size (0: the node's default, 100; at most 1000).
+	Limit int
+	// Cursor is the NextCursor of the page before ("" the first page).
+	Cursor string
+}
+
+func (o ListOptions) query(dues bool) string {
+	q := url.Values{}
+	if o.Class != "" {
+		q.Set("class", o.Class)
+	}
+	if dues && o.DueAfterMs != 0 {
+		q.Set("due_after_ms", strconv.FormatInt(o.DueAfterMs, 10))
+	}
+	if dues && o.DueBeforeMs != 0 {
+		q.Set("due_before_ms", strconv.FormatInt(o.DueBeforeMs, 10))
+	}
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// DeadLetterPage is one page of a tenant's dead letters; NextCursor is ""
+// on the last.
+type DeadLetterPage struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	NextCursor  string       `json:"next_cursor,omitempty"`
+}
+
+// AlarmPage is one page of a tenant's alarms; NextCursor is "" on the
+// last.
+type AlarmPage struct {
+	Alarms     []AlarmEntry `json:"alarms"`
+	NextCursor string       `json:"next_cursor,omitempty"`
+}
+
+func (c *Client) tenantURL(tenant, suffix string) (string, error) {
+	if err := abi.ValidateTenant(tenant); err != nil {
+		return "", err
+	}
+	return c.base + "/v1/tenants/" + url.PathEscape(tenant) + suffix, nil
+}
+
+func (c *Client) getJSON(ctx context.Context, u string, out any) error {
+	b, _, err := c.do(ctx, http.MethodGet, u, "", nil, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("GET %s: the answer %q is not the list: %v", u, b, err)
+	}
+	return nil
+}
+
+// DeadLetters reads one page of the tenant's dead letters: the actors
+// whose alarm's retries were given up and that were not redriven,
+// acknowledged or had their alarm set again since.
+func (c *Client) DeadLetters(ctx context.Context, tenant string, o ListOptions) (DeadLetterPage, error) {
+	var p DeadLetterPage
+	u, err := c.tenantURL(tenant, "/dead-letters"+o.query(false))
+	if err != nil {
+		return p, err
+	}
+	return p, c.getJSON(ctx, u, &p)
+}
+
+// Alarms reads one page of the tenant's alarms, from the alarm index, in
+// due order.
+func (c *Client) Alarms(ctx context.Context, tenant string, o ListOptions) (AlarmPage, error) {
+	var p AlarmPage
+	u, err := c.tenantURL(tenant, "/alarms"+o.query(true))
+	if err != nil {
+		return p, err
+	}
+	return p, c.getJSON(ctx, u, &p)
+}
+
+// DeadLetterSelect says which dead letters a redrive or an
+// acknowledgement acts on: one actor (Class and Name), a class (Class),
+// or all of the tenant's (All); DryRun only reports.
+type DeadLetterSelect struct {
+	Class  string `json:"class,omitempty"`
+	Name   string `json:"name,omitempty"`
+	All    bool   `json:"all,omitempty"`
+	DryRun bool   `json:"dry_run,omitempty"`
+	// Limit is the most one call acts on (0: the node's, 1000).
+	Limit int `json:"limit,omitempty"`
+}
+
+// DeadLetterOutcome is what a redrive or an acknowledgement did: Done
+// counts what was (in a dry run: would be) redriven or acknowledged,
+// Failed what could not be; More says the selection had more than the
+// call's limit (call again).
+type DeadLetterOutcome struct {
+	DryRun  bool           `json:"dry_run"`
+	Matched int            `json:"matched"`
+	Done    int            `json:"done"`
+	Failed  int            `json:"failed"`
+	More    bool           `json:"more"`
+	Actors  []LetterResult `json:"actors"`
+}
+
+// LetterResult is what was done to one dead letter: Result is redriven,
+// acknowledged, would_redrive, would_acknowledge or failed (Detail says
+// why, naming the actor); AlarmMs the alarm a redrive set.
+type LetterResult struct {
+	Tenant  string `json:"tenant"`
+	Class   string `json:"class"`
+	Name    string `json:"name"`
+	NameHex string `json:"name_hex,omitempty"`
+	Result  string `json:"result"`
+	AlarmMs *int64 `json:"alarm_ms,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// RedriveDeadLetters sets the alarm of each selected actor to now, its
+// retry count back to 0, by its holder, and clears its dead letter:
+// on-alarm then runs with the class's whole attempt budget. One actor
+// without a dead letter is a 404 Problem.
+func (c *Client) RedriveDeadLetters(ctx context.Context, tenant string, s DeadLetterSelect) (DeadLetterOutcome, error) {
+	return c.letters(ctx, tenant, "redrive", s)
+}
+
+// AcknowledgeDeadLetters clears the selected dead letters; nothing runs.
+func (c *Client) AcknowledgeDeadLetters(ctx context.Context, tenant string, s DeadLetterSelect) (DeadLetterOutcome, error) {
+	return c.letters(ctx, tenant, "acknowledge", s)
+}
+
+func (c *Client) letters(ctx context.Context, tenant, verb string, s DeadLetterSelect) (DeadLetterOutcome, error) {
+	var out DeadLetterOutcome
+	u, err := c.tenantURL(tenant, "/dead-letters:"+verb)
+	if err != nil {
+		return out, err
+	}
+	body, _ := json.Marshal(s)
+	b, _, err := c.do(ctx, http.MethodPost, u, "application/json", body, http.StatusOK)
+	if err != nil {
+		return out, err
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return out, fmt.Errorf("POST %s: the answer %q is not an outcome: %v", u, b, err)
+	}
+	return out, nil
 }

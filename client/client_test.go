@@ -23,6 +23,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/client"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -215,6 +216,14 @@ func TestClientTypesAreTheOpenAPISchemas(t *testing.T) {
 		"FiredState": reflect.TypeFor[client.Fired](),
 		"Readiness":  reflect.TypeFor[client.Readiness](),
 		"Check":      reflect.TypeFor[client.Check](),
+
+		"DeadLetter":        reflect.TypeFor[client.DeadLetter](),
+		"DeadLetterList":    reflect.TypeFor[client.DeadLetterPage](),
+		"AlarmEntry":        reflect.TypeFor[client.AlarmEntry](),
+		"AlarmList":         reflect.TypeFor[client.AlarmPage](),
+		"DeadLetterSelect":  reflect.TypeFor[client.DeadLetterSelect](),
+		"DeadLetterOutcome": reflect.TypeFor[client.DeadLetterOutcome](),
+		"LetterResult":      reflect.TypeFor[client.LetterResult](),
 	} {
 		var fields, documented []string
 		for f := range typ.Fields() {
@@ -291,5 +300,58 @@ func TestClientIdempotencyKeys(t *testing.T) {
 		if _, err := c.Exec(ctx, x, body, client.WithIdempotencyKey(bad)); !errors.Is(err, client.ErrBadIdempotencyKey) {
 			t.Errorf("key %q: %v, want ErrBadIdempotencyKey", bad, err)
 		}
+	}
+}
+
+// The client lists a tenant's dead letters and alarms, and redrives and
+// acknowledges dead letters, on a node running alone: the dead letter of
+// an actor whose only attempt failed is listed and shown by Alarm; a dry
+// run changes nothing; an acknowledgement clears it.
+func TestClientActsOnDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n, err := node.New(ctx, node.Config{DataDir: t.TempDir(), Classes: map[string][]byte{"f": testguest.Fixture(t, "fail_on_alarm")},
+		Logger: hclog.NewNullLogger(), EngineOptions: []engine.Option{engine.WithMaxAttempts(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	srv := httptest.NewServer(n.Handler())
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := abi.ActorID{Tenant: "t", Class: "f", Name: "poison"}
+	if _, err := c.Exec(ctx, id, nil); err != nil { // its alarm at 1000 ms
+		t.Fatal(err)
+	}
+	alarms, err := c.Alarms(ctx, "t", client.ListOptions{Class: "f", DueBeforeMs: 1000})
+	if err != nil || len(alarms.Alarms) != 1 || alarms.Alarms[0].DueMs != 1000 || alarms.Alarms[0].Name != "poison" {
+		t.Fatalf("Alarms: %+v, %v; want poison's at 1000", alarms, err)
+	}
+	if st, err := c.FireAlarm(ctx, id); err != nil || st.Fired == nil || !st.Fired.GaveUp {
+		t.Fatalf("FireAlarm: %+v, %v; want its only attempt given up", st, err)
+	}
+	page, err := c.DeadLetters(ctx, "t", client.ListOptions{})
+	if err != nil || len(page.DeadLetters) != 1 || page.DeadLetters[0].Actor() != id || page.DeadLetters[0].Attempts != 1 {
+		t.Fatalf("DeadLetters: %+v, %v; want poison's", page, err)
+	}
+	if st, err := c.Alarm(ctx, id); err != nil || st.DeadLetter == nil || st.DeadLetter.Error == "" {
+		t.Fatalf("Alarm: %+v, %v; want its dead letter", st, err)
+	}
+	out, err := c.RedriveDeadLetters(ctx, "t", client.DeadLetterSelect{All: true, DryRun: true})
+	if err != nil || out.Matched != 1 || out.Actors[0].Result != "would_redrive" {
+		t.Fatalf("a dry run: %+v, %v", out, err)
+	}
+	if out, err = c.AcknowledgeDeadLetters(ctx, "t", client.DeadLetterSelect{Class: "f", Name: "poison"}); err != nil || out.Done != 1 {
+		t.Fatalf("AcknowledgeDeadLetters: %+v, %v", out, err)
+	}
+	if page, err = c.DeadLetters(ctx, "t", client.ListOptions{}); err != nil || len(page.DeadLetters) != 0 {
+		t.Fatalf("after the acknowledgement: %+v, %v; want none", page, err)
+	}
+	_, err = c.RedriveDeadLetters(ctx, "t", client.DeadLetterSelect{Class: "f", Name: "poison"})
+	if !client.IsCode(err, client.CodeNotFound) {
+		t.Fatalf("redriving an acknowledged dead letter: %v; want not_found", err)
 	}
 }

@@ -127,6 +127,9 @@ type entry struct {
 	unsynced  bool // this hold uploaded and removed the sidecar (.sync); written again on release
 	lastUsed  time.Time
 	gone      bool // dropped from the node's map: look the actor up again
+	// letterChecked: this opening of the actor has no dead-letter record
+	// left to delete when an event sets its alarm (alarmSetAgain).
+	letterChecked bool
 }
 
 func (n *Node) entry(id abi.ActorID) (*entry, error) {
@@ -282,7 +285,7 @@ func (n *Node) openLocal(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	e.a = a
+	e.a, e.letterChecked = a, false
 	return nil
 }
 
@@ -654,6 +657,7 @@ func (n *Node) ExecOnce(ctx context.Context, id abi.ActorID, body []byte, kind E
 		if res.AlarmChanged {
 			n.plugin.Arm(id, res.Alarm)
 		}
+		n.alarmSetAgain(ctx, e, res.Alarm)
 		if n.leases == nil {
 			return nil
 		}
@@ -773,6 +777,11 @@ func (n *Node) Delete(ctx context.Context, id abi.ActorID) error {
 
 func (n *Node) delete(ctx context.Context, e *entry) error {
 	id := e.id
+	// An actor with a dead letter may have its record listed: it goes too.
+	_, lettered, err := e.a.DeadLetter(ctx)
+	if err != nil {
+		return &abi.ActorError{ID: id, Op: "delete", Err: err}
+	}
 	e.a.Close(ctx)
 	e.a = nil
 	n.timer.Remove(timerKey(id))
@@ -793,6 +802,11 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 		// read as a lapsed lease there.
 		n.releaseHold(ctx, e.hold)
 		e.held = false
+	}
+	if lettered {
+		if err := n.dropLetter(ctx, id); err != nil {
+			return err
+		}
 	}
 	n.log.Info("deleted actor", "actor", id.String())
 	return nil
@@ -1279,7 +1293,11 @@ func (c *nodeActor) Upload(ctx context.Context) error {
 func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	n, e := c.n, c.e
 	if n.leases == nil {
-		return e.a.DeliverAlarm(ctx)
+		d, err := e.a.DeliverAlarm(ctx)
+		if err == nil && d.GaveUp {
+			n.keepLetter(ctx, e, d)
+		}
+		return d, err
 	}
 	kind, err := n.replicationKind(e, alarms.AfterEvent)
 	if err != nil {
@@ -1291,6 +1309,10 @@ func (c *nodeActor) RunAlarm(ctx context.Context) (hostmod.Delivery, error) {
 	}
 	if d.Ran {
 		e.dirty, e.joining = false, false
+	}
+	if d.GaveUp {
+		// Committed and uploaded: the record lists it.
+		n.keepLetter(ctx, e, d)
 	}
 	return d, nil
 }

@@ -145,8 +145,25 @@ func (n *Node) hostAlarm(ctx context.Context, e *entry, at *int64, arm bool) (ho
 			e.dirty, e.joining = false, false
 		}
 	}
-	if err != nil || !arm {
+	if err != nil {
 		return res, err
+	}
+	if at != nil {
+		// Set again from outside: the dead letter, if any, is dealt with.
+		// Under the actor's lock, so a dead letter of the alarm just set
+		// (kept by a delivery, which takes the lock) is not the one deleted.
+		// Only an actor whose database holds a dead letter can have a
+		// record: the others cost no request.
+		if derr := n.dropLetterOf(ctx, e); derr != nil {
+			if arm {
+				n.plugin.Arm(e.id, res.Alarm)
+				return res, derr
+			}
+			n.log.Warn("the alarm was set again, but the dead letter's record could not be deleted", "actor", e.id.String(), "error", derr)
+		}
+	}
+	if !arm {
+		return res, nil
 	}
 	// Unconditionally: the failure count went back to 0 even when the
 	// time is the one already committed.

@@ -27,7 +27,8 @@ type Security struct {
 	// Token reaches every tenant's actors (an operator's token).
 	Token string
 	// TenantTokens maps a tenant to a token that reaches only that
-	// tenant's actors (/v1/actors/{tenant}/...).
+	// tenant's actors (/v1/actors/{tenant}/...) and its lists of alarms
+	// and dead letters (/v1/tenants/{tenant}/...).
 	TenantTokens map[string]string
 	// PeerToken is the nodes' own credential: a node forwarding a call to
 	// the holder sends it instead of the client's token, and a node
@@ -132,9 +133,13 @@ func (s *security) who(r *http.Request) (principal, error) {
 	return s.tokens[found], nil
 }
 
-// actorsTenant returns the tenant of a /v1/actors/{tenant}/... path.
+// actorsTenant returns the tenant of a /v1/actors/{tenant}/... or
+// /v1/tenants/{tenant}/... path.
 func actorsTenant(r *http.Request) (string, bool) {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/actors/")
+	if !ok {
+		rest, ok = strings.CutPrefix(r.URL.EscapedPath(), "/v1/tenants/")
+	}
 	if !ok {
 		return "", false
 	}
@@ -166,7 +171,7 @@ func (s *security) guard(next http.Handler) http.Handler {
 		if p.tenant != "" {
 			tenant, ok := actorsTenant(r)
 			if !ok {
-				writeProblem(w, http.StatusForbidden, CodeForbidden, fmt.Sprintf("the token of tenant %q reaches only /v1/actors/%s/...", p.tenant, p.tenant))
+				writeProblem(w, http.StatusForbidden, CodeForbidden, fmt.Sprintf("the token of tenant %q reaches only /v1/actors/%s/... and /v1/tenants/%s/...", p.tenant, p.tenant, p.tenant))
 				return
 			}
 			if tenant != p.tenant {

@@ -24,6 +24,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -41,6 +42,7 @@ type hostConfig struct {
 	registerer         prometheus.Registerer
 	failoverWait       time.Duration // default: the node's own
 	admission          node.Admission
+	engine             []engine.Option // the engine's options (the attempts, the backoff)
 }
 
 // startHost starts a cluster node on b with data in dir, closed when the
@@ -59,7 +61,8 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 	}
 	n, err := node.New(context.Background(), node.Config{
 		DataDir: dir, Classes: classes, Security: hc.security, Registerer: hc.registerer, Admission: hc.admission,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
+		EngineOptions: hc.engine,
+		Logger:        hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,
 			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace, LeaseReadPeriod: hc.read,

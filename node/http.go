@@ -31,6 +31,10 @@ import (
 //	DELETE /v1/actors/{tenant}/{class}/{name}/alarm[?if_at_ms=N]       clear the alarm (only if it is at N)
 //	POST   /v1/actors/{tenant}/{class}/{name}/alarm:fire               run on-alarm now
 //	POST   /v1/actors/{tenant}/{class}/{name}/alarm:offer              an overdue index entry's time, for the holder to remove if stale: {"at_ms": N}
+//	GET    /v1/tenants/{tenant}/alarms                                 the tenant's alarms, from the index (tenant_http.go)
+//	GET    /v1/tenants/{tenant}/dead-letters                           the tenant's dead letters (deadletters.go)
+//	POST   /v1/tenants/{tenant}/dead-letters:redrive                   set their alarms to now, retry count 0
+//	POST   /v1/tenants/{tenant}/dead-letters:acknowledge               clear them without running anything
 //	GET    /v1/healthz                                                 200 while the node (and its lease) is healthy
 //	GET    /v1/readyz                                                  readiness (JSON): lease, bucket and sweep checks
 //	GET    /v1/openapi.json                                            the OpenAPI 3.1 document of this API (openapi.json)
@@ -129,6 +133,10 @@ func (n *Node) routes() []route {
 		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:fire", n.admitted(n.handleFireAlarm)},
 		// Sent by another node for the holder (Forward): not a client's.
 		{"POST /v1/actors/{tenant}/{class}/{name}/alarm:offer", n.handleOffer},
+		{"GET /v1/tenants/{tenant}/alarms", n.admitted(n.handleListAlarms)},
+		{"GET /v1/tenants/{tenant}/dead-letters", n.admitted(n.handleListDeadLetters)},
+		{"POST /v1/tenants/{tenant}/dead-letters:redrive", n.admitted(n.handleRedrive)},
+		{"POST /v1/tenants/{tenant}/dead-letters:acknowledge", n.admitted(n.handleAcknowledge)},
 		{"GET /v1/readyz", n.handleReady},
 		{"GET /v1/healthz", n.handleHealth},
 		{"GET /v1/openapi.json", serveOpenAPI},
@@ -240,6 +248,10 @@ type AlarmState struct {
 	From string `json:"from"`
 	// Fired is what POST .../alarm:fire ran (absent elsewhere).
 	Fired *FiredState `json:"fired,omitempty"`
+	// DeadLetter, on GET .../alarm, is the actor's dead letter when its
+	// last alarm's retries were given up and it has not been redriven,
+	// acknowledged or set again since (absent otherwise).
+	DeadLetter *DeadLetter `json:"dead_letter,omitempty"`
 }
 
 func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
@@ -255,7 +267,19 @@ func (n *Node) handleState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := p.State
-	n.writeAlarmState(w, AlarmState{RetryCount: st.Failures, From: p.From}, st.Alarm)
+	out := AlarmState{RetryCount: st.Failures, From: p.From}
+	if st.Alarm == nil && p.From != FromNone {
+		// Only an actor with no alarm can be waiting on a dead letter.
+		dl, ok, err := n.readLetter(r.Context(), id)
+		if err != nil {
+			n.listFailed(w, err)
+			return
+		}
+		if ok {
+			out.DeadLetter = &dl
+		}
+	}
+	n.writeAlarmState(w, out, st.Alarm)
 }
 
 // notAppliedHeader marks a 503 answered for a forwarded request that did

@@ -31,6 +31,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/statetest"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -72,6 +73,7 @@ type oaSchema struct {
 	Type       any                  `json:"type"` // a string, or a list of them
 	Required   []string             `json:"required"`
 	Properties map[string]*oaSchema `json:"properties"`
+	Items      *oaSchema            `json:"items"`
 }
 
 func loadOpenAPI(t *testing.T) *oaDoc {
@@ -198,6 +200,14 @@ func TestOpenAPISchemasAreTheResponseStructs(t *testing.T) {
 		"Readiness":    reflect.TypeFor[node.Readiness](),
 		"Check":        reflect.TypeFor[node.Check](),
 		"Problem":      reflect.TypeFor[node.Problem](),
+
+		"DeadLetter":        reflect.TypeFor[node.DeadLetter](),
+		"DeadLetterList":    reflect.TypeFor[node.DeadLetterList](),
+		"AlarmEntry":        reflect.TypeFor[node.AlarmEntry](),
+		"AlarmList":         reflect.TypeFor[node.AlarmList](),
+		"DeadLetterSelect":  reflect.TypeFor[node.DeadLetterSelect](),
+		"DeadLetterOutcome": reflect.TypeFor[node.DeadLetterOutcome](),
+		"LetterResult":      reflect.TypeFor[node.LetterResult](),
 	}
 	for name := range d.Components.Schemas {
 		if types[name] == nil {
@@ -227,7 +237,7 @@ func TestOpenAPISchemasAreTheResponseStructs(t *testing.T) {
 				t.Errorf("%s.%s (json %q) is not in openapi.json's %s", typ.Name(), f.Name, jname, name)
 				continue
 			}
-			if got := slices.Contains(s.Required, jname); got != always && !(name == "SetAlarmBody") {
+			if got := slices.Contains(s.Required, jname); got != always && name != "SetAlarmBody" && name != "DeadLetterSelect" {
 				t.Errorf("%s: %q required %v in openapi.json, but the Go field is written %s", name, jname, got, map[bool]string{true: "always", false: "only when set (omitempty)"}[always])
 			}
 			if want := jsonType(f.Type, always); want != "" && !sameType(p.Type, want) {
@@ -297,11 +307,13 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 	classes := map[string][]byte{
 		"oneshot": testguest.Fixture(t, "oneshot_alarm"),
 		"trap":    testguest.Fixture(t, "trap_on_request"),
+		"f":       testguest.Fixture(t, "fail_on_alarm"),
 	}
 	sec := node.Security{Token: "op", TenantTokens: map[string]string{"t": "tt", "u": "ut"}}
 	// Tenant z may send one request, and no other for days.
 	limits := node.Admission{Tenants: map[string]node.TenantLimits{"z": {Rate: 1e-6, Burst: 1}}}
-	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{security: sec, failoverWait: -1, admission: limits})
+	a := serveHost(t, srv.Bucket, "a", classes, hostConfig{security: sec, failoverWait: -1, admission: limits,
+		engine: []engine.Option{engine.WithMaxAttempts(1)}})
 	// b holds an actor, and nobody can reach it: a answers 503 at once
 	// (failoverWait -1) for it.
 	b := startHost(t, srv.Bucket, "b", t.TempDir(), classes, hostConfig{addr: "127.0.0.1:1"})
@@ -394,6 +406,51 @@ func TestOpenAPIStatusesAreTheHandlers(t *testing.T) {
 		probe{"GET /v1/readyz", a.URL + "/v1/readyz", "", "", 503}, // no sweep yet
 		probe{"GET /v1/openapi.json", a.URL + "/v1/openapi.json", "", "", 200},
 		probe{exec, url(a.URL, exec, "z/oneshot/x"), "op", string(hourAhead()), 200},
+	)
+	// The tenant's routes: a dead letter to list, redrive and acknowledge
+	// (an actor of a class allowed one attempt), and the alarms.
+	const (
+		listAlarms  = "GET /v1/tenants/{tenant}/alarms"
+		listLetters = "GET /v1/tenants/{tenant}/dead-letters"
+		redrive     = "POST /v1/tenants/{tenant}/dead-letters:redrive"
+		acknowledge = "POST /v1/tenants/{tenant}/dead-letters:acknowledge"
+	)
+	tenantRoutes := []string{listAlarms, listLetters, redrive, acknowledge}
+	turl := func(base, route, tenant string) string {
+		return base + strings.Replace(strings.SplitN(route, " ", 2)[1], "{tenant}", tenant, 1)
+	}
+	poison := abi.ActorID{Tenant: "t", Class: "f", Name: "poison"}
+	if _, err := a.Request(ctx, poison, nil); err != nil { // its alarm at 1000 ms
+		t.Fatal(err)
+	}
+	if f, err := a.FireAlarm(ctx, poison); err != nil || !f.GaveUp {
+		t.Fatalf("firing the poison alarm: %+v, %v; want its only attempt failed", f, err)
+	}
+	all := `{"all": true}`
+	for _, r := range tenantRoutes {
+		b := ""
+		if r == redrive || r == acknowledge {
+			b = all
+		}
+		probes = append(probes,
+			probe{r, turl(a.URL, r, "T"), "op", b, 400},
+			probe{r, turl(a.URL, r, "t"), "", b, 401},
+			probe{r, turl(a.URL, r, "u"), "tt", b, 403},
+			probe{r, turl(lapsed.URL, r, "t"), "", b, 503},
+			probe{r, turl(a.URL, r, "z"), "op", b, 429},
+		)
+	}
+	probes = append(probes,
+		probe{listAlarms, turl(a.URL, listAlarms, "t") + "?due_before_ms=1900000000000&limit=1", "tt", "", 200},
+		probe{listAlarms, turl(a.URL, listAlarms, "t") + "?due_after_ms=x", "tt", "", 400},
+		probe{listLetters, turl(a.URL, listLetters, "t"), "tt", "", 200},
+		probe{listLetters, turl(a.URL, listLetters, "t") + "?cursor=!", "tt", "", 400},
+		probe{getAlarm, url(a.URL, getAlarm, "t/f/poison"), "tt", "", 200},
+		probe{redrive, turl(a.URL, redrive, "t"), "tt", `{"all": true, "dry_run": true}`, 200},
+		probe{redrive, turl(a.URL, redrive, "t"), "tt", `{}`, 400},
+		probe{acknowledge, turl(a.URL, acknowledge, "t"), "tt", `{"class": "f", "name": "poison"}`, 200},
+		probe{acknowledge, turl(a.URL, acknowledge, "t"), "tt", `{"class": "f", "name": "poison"}`, 404},
+		probe{redrive, turl(a.URL, redrive, "t"), "tt", `{"class": "f", "name": "poison"}`, 404},
 	)
 	for _, r := range actorRoutes {
 		if r != offer { // a node's own call: no limit
@@ -510,6 +567,12 @@ func checkAnswer(t *testing.T, d *oaDoc, what string, doc *oaResponse, h http.He
 
 func checkJSON(t *testing.T, d *oaDoc, what string, s *oaSchema, v any) {
 	t.Helper()
+	if list, ok := v.([]any); ok && s.Items != nil {
+		for i, x := range list {
+			checkJSON(t, d, fmt.Sprintf("%s[%d]", what, i), d.schema(t, s.Items), x)
+		}
+		return
+	}
 	obj, ok := v.(map[string]any)
 	if !ok || s.Properties == nil {
 		return

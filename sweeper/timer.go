@@ -232,3 +232,17 @@ func (t *Timer) down(i int) {
 		i = m
 	}
 }
+
+// Under returns the keys the timer holds that start with prefix, and
+// their times, in no order (a copy, read under the timer's lock).
+func (t *Timer) Under(prefix string) map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int64{}
+	for _, it := range t.heap {
+		if len(it.key) >= len(prefix) && it.key[:len(prefix)] == prefix {
+			out[it.key] = it.at
+		}
+	}
+	return out
+}

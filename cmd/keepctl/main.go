@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		return 2
 	}
 	cmd := rest[0]
-	if len(rest) > 1 && (cmd == "alarms" || cmd == "actor" || cmd == "alarm") {
+	if len(rest) > 1 && (cmd == "alarms" || cmd == "actor" || cmd == "alarm" || cmd == "dead-letters") {
 		cmd += " " + rest[1]
 		rest = rest[1:]
 	}
@@ -104,6 +104,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 	}
 	// Asked for its usage, a command needs neither the bucket nor a node.
 	help := slices.ContainsFunc(rest, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "--h" })
+	// alarms list reads the bucket, or with -node and no -bucket the
+	// node's API (no S3 credentials).
+	if cmd == "alarms list" && *bucketName == "" && *nodeURL != "" {
+		spec.bucket, spec.node = false, true
+	}
 	var nc *client.Client
 	if spec.node && !help {
 		if *nodeURL == "" {
@@ -137,7 +142,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 	var status int
 	var err error
 	switch cmd {
+	case "dead-letters list":
+		status, err = deadLettersList(ctx, nc, rest, stdout, stderr)
+	case "dead-letters redrive", "dead-letters ack":
+		status, err = deadLettersAct(ctx, nc, strings.TrimPrefix(cmd, "dead-letters "), rest, stdout, stderr)
 	case "alarms list":
+		if spec.node {
+			status, err = alarmsListNode(ctx, nc, rest, stdout, stderr)
+			break
+		}
 		status, err = alarmsList(ctx, c, rest, stdout, stderr)
 	case "alarms failed":
 		status, err = alarmsFailed(ctx, c, rest, stdout, stderr)

@@ -20,7 +20,7 @@ type command struct {
 // commands are keepctl's commands, in the order of its usage.
 var commands = []command{
 	{name: "alarms list", bucket: true, args: "[-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-o json]",
-		help: "the index entries, by tenant and due time (TIME: RFC 3339 or Unix ms)"},
+		help: "the index entries, by tenant and due time (TIME: RFC 3339 or Unix ms);\nwith -node and no -bucket, the tenant's (-tenant required) through the\nnode, without S3 credentials"},
 	{name: "alarms failed", bucket: true, args: "[-tenant T] [-class C] [-after TIME] [-before TIME] [-o json]",
 		help: "the alarms whose retries were given up after their class's last\nattempt (keepnode -max-attempts): each actor's dead letter, from its\nlatest state in the bucket (one GET per actor)"},
 	{name: "alarms export", bucket: true, args: "[-tenant T] [-class C] [-due-after TIME] [-due-before TIME]",
@@ -41,6 +41,12 @@ var commands = []command{
 		help: "runs on-alarm now (exit 1 if it failed: its retry is committed)"},
 	{name: "alarms delete", bucket: true, node: true, args: "[-tenant T] [-class C] [-due-after TIME] [-due-before TIME] [-dry-run] [-o json]",
 		help: "(with -bucket too) clears the alarm of every actor whose index entry\nand committed alarm the filter keeps; -dry-run prints what it would\nclear and changes nothing"},
+	{name: "dead-letters list", node: true, args: "-tenant T [-class C] [-o json]",
+		help: "the tenant's dead letters: each actor whose alarm's retries were given up\nand that was not redriven, acknowledged or had its alarm set again since"},
+	{name: "dead-letters redrive", node: true, args: "-actor TENANT/CLASS/NAME | -tenant T (-class C | -all) [-dry-run] [-o json]",
+		help: "sets each dead letter's alarm to now with its retry count at 0, by the\nactor's holder, and clears the dead letter: on-alarm runs again with the\nclass's whole attempt budget; -dry-run prints what it would redrive"},
+	{name: "dead-letters ack", node: true, args: "-actor TENANT/CLASS/NAME | -tenant T (-class C | -all) [-dry-run] [-o json]",
+		help: "clears the dead letters without running anything"},
 	{name: "alarms import", node: true, args: "[-f FILE] [-dry-run] [-o json]",
 		help: "sets, through the node, the alarm of each actor in the JSON lines of\nalarms export (FILE, or stdin): every line is checked before any is\nsent; an actor that does not exist is skipped (a request creates it);\nthe retry count starts at 0"},
 }
