@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -92,8 +93,20 @@ type Holds struct {
 
 	mu   sync.Mutex
 	mine map[abi.ActorID]Hold // holds taken and not released
+	// refused are the actors a take found held by another node, with the
+	// holder and until when (a lease TTL) Acquire answers so again
+	// without a request, unless the holder's lease is seen removed or
+	// judged expired meanwhile, or Doubt drops it.
+	refused map[abi.ActorID]refusal
 
 	taken, takeovers, released, releaseErrs, retaken atomic.Int64
+	fromMemory                                       atomic.Int64
+}
+
+// refusal is a take refused because another node held the actor.
+type refusal struct {
+	nodeID, addr string
+	until        time.Time // on the lease's clock
 }
 
 // HoldStats counts what a node's Holds did since they were made.
@@ -111,11 +124,15 @@ type HoldStats struct {
 	// Retaken counts the holds among Taken that Retake took again after a
 	// lapse, each with one conditional write.
 	Retaken int64
+	// RefusedFromMemory counts the refusals Refused reported: takes not
+	// tried, the actor found held by a live node within a lease TTL
+	// before.
+	RefusedFromMemory int64
 }
 
 // Stats returns the counters.
 func (h *Holds) Stats() HoldStats {
-	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load()}
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load()}
 }
 
 // NewHolds returns the holds of the node whose lease is l, with ownership
@@ -210,7 +227,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 		// record's is a later process's, which took the node ID back only
 		// once the record's process had expired.
 		if !expired && !h.l.earlierInstance(rec.NodeID, rec.Instance) {
-			return Hold{}, &HeldElsewhereError{Actor: id, NodeID: rec.NodeID, Addr: rec.Addr}
+			return Hold{}, h.refuse(id, rec.NodeID, rec.Addr)
 		}
 		takeover = true
 	}
@@ -277,6 +294,68 @@ func (h *Holds) Retake(ctx context.Context, old Hold) (Hold, error) {
 		h.retaken.Add(1)
 	}
 	return hold, err
+}
+
+// refuse remembers that another node holds the actor, for a lease TTL,
+// and returns the error that says so.
+func (h *Holds) refuse(id abi.ActorID, nodeID, addr string) *HeldElsewhereError {
+	h.mu.Lock()
+	if h.refused == nil {
+		h.refused = map[abi.ActorID]refusal{}
+	}
+	if len(h.refused) >= maxRefusals {
+		now := h.l.clk.Now()
+		for a, r := range h.refused {
+			if !now.Before(r.until) {
+				delete(h.refused, a)
+			}
+		}
+	}
+	if len(h.refused) < maxRefusals {
+		h.refused[id] = refusal{nodeID: nodeID, addr: addr, until: h.l.clk.Now().Add(h.l.cfg.TTL)}
+	}
+	h.mu.Unlock()
+	return &HeldElsewhereError{Actor: id, NodeID: nodeID, Addr: addr}
+}
+
+// maxRefusals bounds the refusals a node remembers; past it, new ones are
+// not remembered until old ones expire.
+const maxRefusals = 1 << 16
+
+// Refused reports a take of id that Acquire refused within a lease TTL,
+// the holder's lease not seen removed or judged expired since, and no
+// hold of this node's taken since: a take now would read the record and
+// the holder's lease to be refused again. A host answers a client's
+// request with it (forwarding the request to the holder) without a
+// request to the bucket (docs/design.md#refusals). Nil: take the actor.
+func (h *Holds) Refused(id abi.ActorID) *HeldElsewhereError {
+	h.mu.Lock()
+	r, ok := h.refused[id]
+	if ok && !h.l.clk.Now().Before(r.until) {
+		delete(h.refused, id)
+		ok = false
+	}
+	if _, mine := h.mine[id]; mine {
+		ok = false
+	}
+	h.mu.Unlock()
+	if !ok || h.l.Expired(r.nodeID) {
+		return nil
+	}
+	h.fromMemory.Add(1)
+	return &HeldElsewhereError{Actor: id, NodeID: r.nodeID, Addr: r.addr}
+}
+
+// Doubt forgets that another node was found holding the actor: the next
+// Acquire reads the record again. Call it when the holder could not be
+// reached (a forward that found no connection).
+func (h *Holds) Doubt(id abi.ActorID) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	delete(h.refused, id)
+	h.mu.Unlock()
 }
 
 // stateOf is the actor's newest replicated state as its ownership record
@@ -368,6 +447,7 @@ func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, con
 	hold := Hold{Actor: id, Generation: gen, NodeID: self.NodeID, State: st, etag: etag, epoch: epoch}
 	h.mu.Lock()
 	h.mine[id] = hold
+	delete(h.refused, id)
 	h.mu.Unlock()
 	h.taken.Add(1)
 	if e, ok := h.l.validEpoch(); !ok || e != epoch {

@@ -152,3 +152,66 @@ func TestRetakeOfAHoldTakenOverFails(t *testing.T) {
 		t.Fatalf("Retake of a released hold: %v, want ErrPrecondition", err)
 	}
 }
+
+// A take refused because a live node holds the actor is remembered for a
+// lease TTL: Refused answers without a request, until the holder's lease
+// is seen removed, the TTL has passed, Doubt drops it, or this node takes
+// the actor.
+func TestARefusedTakeIsRememberedForALeaseTTL(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(t0)
+	m := bucket.NewMem()
+	b := bucket.NewCounting(m)
+	a := startNode(t, b, clk, "a")
+	o := startNode(t, b, clk, "o")
+	acquire(t, a, actorX)
+	if held := o.holds.Refused(actorX); held != nil {
+		t.Fatalf("Refused before any take: %v", held)
+	}
+	if _, err := o.holds.Acquire(ctx, actorX); err == nil {
+		t.Fatal("o took an actor a holds")
+	}
+	b.Reset()
+	held := o.holds.Refused(actorX)
+	if held == nil || held.NodeID != "a" || held.Addr != "a.example:7000" {
+		t.Fatalf("Refused after a refusal: %v, want held by a at a.example:7000", held)
+	}
+	if c := b.Counts(); c != (bucket.Counts{}) {
+		t.Fatalf("Refused sent requests: %+v", c)
+	}
+	if got := o.holds.Stats().RefusedFromMemory; got != 1 {
+		t.Errorf("RefusedFromMemory %d, want 1", got)
+	}
+	o.holds.Doubt(actorX)
+	if held := o.holds.Refused(actorX); held != nil {
+		t.Fatalf("Refused after Doubt: %v", held)
+	}
+	if _, err := o.holds.Acquire(ctx, actorX); err == nil {
+		t.Fatal("o took an actor a holds")
+	}
+	clk.Advance(cluster.DefaultTTL)
+	if err := o.RenewNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held := o.holds.Refused(actorX); held != nil {
+		t.Fatalf("Refused a lease TTL after the refusal: %v", held)
+	}
+	if _, err := o.holds.Acquire(ctx, actorX); err == nil {
+		t.Fatal("o took an actor a holds")
+	}
+	// a shuts down cleanly: once o sees its lease removed, o takes the
+	// actor at once.
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held := o.holds.Refused(actorX); held != nil {
+		t.Fatalf("Refused after the holder's lease was seen removed: %v", held)
+	}
+	acquire(t, o, actorX)
+	if held := o.holds.Refused(actorX); held != nil {
+		t.Fatalf("Refused of an actor this node holds: %v", held)
+	}
+}

@@ -693,6 +693,14 @@ func (n *Node) State(ctx context.Context, id abi.ActorID) (st hostmod.State, err
 // withActor runs fn on the actor's entry, locked and ready for an event
 // (taken, in cluster mode): the boundary of every event (see locked).
 func (n *Node) withActor(ctx context.Context, id abi.ActorID, op string, fn func(e *entry) error) error {
+	if n.leases != nil {
+		// Found held by a live node within a lease TTL: the request goes
+		// there without reading the record and the holder's lease again
+		// (docs/design.md#refusals).
+		if held := n.holds.Refused(id); held != nil {
+			return held
+		}
+	}
 	for {
 		e, err := n.entry(id)
 		if err != nil {

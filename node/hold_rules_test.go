@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -278,4 +280,45 @@ func TestARetakenHoldFencesBeforeItRemoves(t *testing.T) {
 		}
 	}
 	t.Fatalf("the stale entry %s was not deleted: %v", stale, after)
+}
+
+// A request for an actor another live node holds reads its ownership
+// record and the holder's lease once a lease TTL: later requests within
+// it go on to the holder (here: are answered held elsewhere, as a forward
+// begins) without a request to the bucket.
+func TestRequestsForAnActorHeldElsewhereReadTheBucketOncePerLease(t *testing.T) {
+	t.Parallel()
+	m, faults := memWithFaults()
+	id := ixOneshot("elsewhere")
+	reg := prometheus.NewRegistry()
+	a := ixNode(t, m, "a", t.TempDir(), ixConfig{class: oneshotClass, steady: true})
+	b := ixNode(t, m, "b", t.TempDir(), ixConfig{class: oneshotClass, steady: true, registerer: reg})
+	ixSet(t, nil, a, id, node.ExecDurable, time.Now().Add(time.Hour).UnixMilli())
+
+	var mu sync.Mutex
+	var reads []string
+	faults.set(func(op bucket.Op) bucket.Fault {
+		if op.Kind == bucket.OpGet && (strings.HasPrefix(op.Key, "cluster/holds/") || strings.HasPrefix(op.Key, "cluster/nodes/a")) {
+			mu.Lock()
+			reads = append(reads, op.Key)
+			mu.Unlock()
+		}
+		return bucket.Fault{}
+	})
+	for i := range 3 {
+		_, err := b.State(context.Background(), id)
+		var held *cluster.HeldElsewhereError
+		if !errors.As(err, &held) || held.NodeID != "a" {
+			t.Fatalf("request %d on b: %v, want the actor held by a", i, err)
+		}
+	}
+	mu.Lock()
+	got := append([]string(nil), reads...)
+	mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("three requests on b read %v; want the record and a's lease once", got)
+	}
+	if v := metricstest.Gather(reg).Value("wasmkeep_hold_refusals_remembered_total"); v != 2 {
+		t.Errorf("wasmkeep_hold_refusals_remembered_total %v, want 2", v)
+	}
 }

@@ -389,6 +389,7 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 			if written {
 				return false
 			}
+			n.holds.Doubt(held.Actor) // the next try reads the record: the holder may be gone
 			cause, code = fmt.Errorf("forward to the holder %s at %s: %w", held.NodeID, held.Addr, ferr), CodeForwardFailed
 		case errors.Is(err, cluster.ErrLeaseNotValid):
 			cause, code = err, CodeLeaseNotValid

@@ -23,7 +23,7 @@ type nodeCollector struct {
 	actors, givenUp, leaseValid        *prometheus.Desc
 	restored                           *prometheus.Desc
 	taken, takeovers, released, relErr *prometheus.Desc
-	retaken                            *prometheus.Desc
+	retaken, remembered                *prometheus.Desc
 	liveNodes, validity                *prometheus.Desc
 }
 
@@ -37,6 +37,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 		leaseValid: d("wasmkeep_node_lease_valid", "1 while the node's lease is valid, 0 otherwise (cluster mode)."),
 		taken:      d("wasmkeep_holds_taken_total", "Holds the node took: ownership records naming it with a new generation (cluster mode)."),
 		takeovers:  d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
+		remembered: d("wasmkeep_hold_refusals_remembered_total", "Requests sent on to the node that held their actor within a lease TTL, without reading its record and its lease again (cluster mode)."),
 		retaken:    d("wasmkeep_hold_retakes_total", "Holds among those taken that the node took again after a lapse of its lease, with one conditional write, keeping the open actor (cluster mode)."),
 		released:   d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
 		relErr:     d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
@@ -46,7 +47,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.released, c.relErr, c.liveNodes} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.released, c.relErr, c.liveNodes} {
 		ch <- d
 	}
 }
@@ -77,6 +78,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.taken, prometheus.CounterValue, float64(s.Taken))
 	ch <- prometheus.MustNewConstMetric(c.takeovers, prometheus.CounterValue, float64(s.Takeovers))
 	ch <- prometheus.MustNewConstMetric(c.retaken, prometheus.CounterValue, float64(s.Retaken))
+	ch <- prometheus.MustNewConstMetric(c.remembered, prometheus.CounterValue, float64(s.RefusedFromMemory))
 	ch <- prometheus.MustNewConstMetric(c.released, prometheus.CounterValue, float64(s.Released))
 	ch <- prometheus.MustNewConstMetric(c.relErr, prometheus.CounterValue, float64(s.ReleaseErrors))
 }
