@@ -246,6 +246,15 @@ mutate: tools
 mutate-short: tools
 	$(GO) run ./internal/mutate -short $(MUTATE_SHORT)
 
+# k8s-check: the Kubernetes set of deploy/k8s (no cluster runs it here):
+# rendered as kubectl apply -k renders it, with and without its tls
+# component, every object decoded strictly into its Kubernetes API type,
+# and held to keepnode's flags (keepnode -help), its probes' routes, its
+# image and the Secrets docs/deploy.md creates. deploy/k8s/check is a
+# module of its own, so the main module does not depend on Kustomize.
+k8s-check:
+	cd deploy/k8s/check && $(GO) vet ./... && $(GO) mod tidy -diff && $(GO) test -count=1 ./...
+
 # deploy-check: the files of deploy/ that the tests do not run. The alert
 # rules (promtool check rules) and their unit tests (promtool test rules),
 # and the Prometheus configuration of the compose file; the systemd unit
@@ -254,9 +263,9 @@ mutate-short: tools
 # systemd-analyze is missing. promtool comes with Debian's prometheus
 # package; .ci/run installs it. The image's binaries, the example
 # configuration and the dashboard's queries are tested by make test
-# (cmd/keepnode).
-.PHONY: deploy-check
-deploy-check:
+# (cmd/keepnode); the Kubernetes set by k8s-check, which it runs first.
+.PHONY: deploy-check k8s-check
+deploy-check: k8s-check
 	@command -v promtool >/dev/null || { echo "make deploy-check: promtool not found; install it (Debian: apt-get install prometheus)" >&2; exit 1; }
 	promtool check rules deploy/prometheus/alerts.yml
 	cd deploy/prometheus && promtool test rules alerts_test.yml

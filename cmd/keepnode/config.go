@@ -56,7 +56,7 @@ func configure(fs *flag.FlagSet, args []string, getenv func(string) (string, boo
 
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
+		if set[f.Name] || f.Name == probeFlag {
 			return
 		}
 		v, ok := getenv(envName(f.Name))
@@ -105,7 +105,7 @@ func applyFile(fs *flag.FlagSet, file string, set map[string]bool) error {
 	}
 	for _, key := range slices.Sorted(maps.Keys(keys)) {
 		f := fs.Lookup(key)
-		if f == nil || key == configFlag {
+		if f == nil || key == configFlag || key == probeFlag {
 			return fmt.Errorf("%s: unknown key %q: the keys are keepnode's flag names without the '-' (keepnode -help lists them)", file, key)
 		}
 		values, err := tomlStrings(key, keys[key])
@@ -191,7 +191,7 @@ func unitHint(f *flag.Flag, key string, v any) string {
 // variable and the nearest one keepnode reads.
 func checkEnvNames(fs *flag.FlagSet, environ []string) error {
 	known := map[string]bool{envToken: true, envPeerToken: true}
-	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = f.Name != probeFlag })
 	var errs []error
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")

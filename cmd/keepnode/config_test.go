@@ -109,6 +109,8 @@ func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
 			v = "a=a.wasm"
 		case f.Name == configFlag:
 			return // tested above
+		case f.Name == probeFlag:
+			return // command line only (TestProbeIsCommandLineOnly)
 		case v == "" || v == "false":
 			v = "true"
 			if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); !isBool {
@@ -124,7 +126,7 @@ func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
 	seen := map[string]bool{}
 	fs2.Visit(func(f *flag.Flag) { seen[f.Name] = true })
 	fs2.VisitAll(func(f *flag.Flag) {
-		if f.Name != configFlag && !seen[f.Name] {
+		if f.Name != configFlag && f.Name != probeFlag && !seen[f.Name] {
 			t.Errorf("-%s was not set from $%s", f.Name, envName(f.Name))
 		}
 	})

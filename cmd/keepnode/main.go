@@ -73,6 +73,7 @@ type options struct {
 	preinit                                   *preinitFlag
 	logLevel                                  string
 	logJSON, showVersion                      bool
+	probe                                     string
 	metrics                                   metricsFlags
 	sec                                       *securityFlags
 	mem                                       *memoryFlags
@@ -140,6 +141,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.logSummary, "log-summary", node.DefaultLogSummaryEvery, "how often to log at info the count of alarms fired, failed and given up since the last such line, when any (negative: never)")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log one JSON object per line, the start-up lines included")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.StringVar(&o.probe, probeFlag, "", "health check: GET this URL (such as http://127.0.0.1:7600/v1/readyz) and exit 0 if the answer is 2xx, else 1 saying why on standard error; an https URL is verified against -tls-ca (command line only: no variable, no key in the file)")
 	fs.StringVar(&o.metrics.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
 	fs.BoolVar(&o.metrics.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
 	o.sec = addSecurityFlags(fs)
@@ -155,17 +157,31 @@ func main() {
 	// -config file, which is read once the command line parses, it
 	// cannot apply to the command line's own errors.)
 	jsonErrors := logJSONRequested(os.Args[1:], os.LookupEnv)
+	probing := probeRequested(os.Args[1:])
 	handling := flag.ExitOnError
-	if jsonErrors {
+	if jsonErrors || probing {
 		handling = flag.ContinueOnError
 	}
 	fs, o := newFlags(handling)
-	if jsonErrors {
+	if jsonErrors || probing {
 		fs.SetOutput(io.Discard)
 	}
 	cfgErr := configure(fs, os.Args[1:], os.LookupEnv)
 	if cfgErr == nil {
 		cfgErr = checkEnvNames(fs, os.Environ())
+	}
+	if probing {
+		// A health check: exit 0 or 1 (never 2, which Docker reserves),
+		// with one line saying why on failure. The node's settings (the
+		// environment, -config, flags) give it -tls-ca.
+		if cfgErr == nil {
+			cfgErr = probe(context.Background(), o.probe, o.sec)
+		}
+		if cfgErr != nil {
+			fmt.Fprintf(os.Stderr, "keepnode -probe %s: %s\n", o.probe, oneLine(cfgErr))
+			os.Exit(1)
+		}
+		return
 	}
 	if cfgErr == nil {
 		cfgErr = checkRequired(o)
