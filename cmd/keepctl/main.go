@@ -29,6 +29,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -67,9 +68,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 	fs := flag.NewFlagSet("keepctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // written below
-	bucketName := fs.String("bucket", "", "S3 bucket shared by the cluster (required)")
-	prefix := fs.String("prefix", "cluster/", "key prefix of the cluster's objects in the bucket")
-	nodeURL := fs.String("node", "", "a node's HTTP API (http://HOST:PORT or https://...), for the commands that change alarms")
+	bucketName := fs.String("bucket", os.Getenv(envBucket), "S3 bucket shared by the cluster (or $"+envBucket+")")
+	prefix := fs.String("prefix", cmp.Or(os.Getenv(envPrefix), "cluster/"), "key prefix of the cluster's objects in the bucket (or $"+envPrefix+")")
+	nodeURL := fs.String("node", os.Getenv(envNode), "a node's HTTP API (http://HOST:PORT or https://...), for the commands that go through a node (or $"+envNode+")")
 	tokenFile := fs.String("token-file", "", "file holding the token for -node (or $"+envToken+"), when the node has tokens")
 	caFile := fs.String("ca", "", "PEM file of the CA that signed the node's certificate, for an https -node (default: the system's roots)")
 	showVersion := fs.Bool("version", false, "print keepctl's version and exit")
@@ -160,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		status, err = verify(ctx, c, rest, stdout, stderr)
 	case "backfill":
 		status, err = backfill(ctx, c, rest, stdout, stderr)
-	case "alarm set", "alarm clear", "alarm fire":
+	case "alarm get", "alarm set", "alarm clear", "alarm fire":
 		status, err = alarmVerb(ctx, nc, strings.TrimPrefix(cmd, "alarm "), rest, stdout, stderr)
 	case "alarms delete":
 		status, err = alarmsDelete(ctx, c, nc, rest, stdout, stderr)

@@ -27,6 +27,14 @@ import (
 // given.
 const envToken = "KEEPCTL_TOKEN"
 
+// The environment variables that stand for -bucket, -prefix and -node
+// when the flag is not given.
+const (
+	envBucket = "KEEPCTL_BUCKET"
+	envPrefix = "KEEPCTL_PREFIX"
+	envNode   = "KEEPCTL_NODE"
+)
+
 // newNodeClient checks the -node URL and reads the token and the CA.
 func newNodeClient(rawURL, tokenFile, caFile string) (*client.Client, error) {
 	u, err := url.Parse(rawURL)
@@ -96,10 +104,14 @@ func describeState(id abi.ActorID, st client.AlarmState) string {
 	if st.Node != "" {
 		on = ", on node " + st.Node
 	}
-	return fmt.Sprintf("%s: %s, retry count %d%s", id, alarm, st.RetryCount, on)
+	out := fmt.Sprintf("%s: %s, retry count %d%s", id, alarm, st.RetryCount, on)
+	if d := st.DeadLetter; d != nil {
+		out += fmt.Sprintf("; dead letter: on-alarm for %s failed its last attempt (%d) at %s: %s", formatMs(d.ScheduledMs), d.Attempts, formatMs(d.FailedMs), d.Error)
+	}
+	return out
 }
 
-// alarmVerb runs alarm set, alarm clear and alarm fire.
+// alarmVerb runs alarm get, alarm set, alarm clear and alarm fire.
 func alarmVerb(ctx context.Context, c *client.Client, verb string, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := subFlags("alarm "+verb, stderr)
 	asJSON := jsonFlag(fs, "the committed alarm state as the node answered it, one JSON object")
@@ -131,6 +143,11 @@ func alarmVerb(ctx context.Context, c *client.Client, verb string, args []string
 	}
 	var st client.AlarmState
 	switch verb {
+	case "get":
+		st, err = c.Alarm(ctx, id)
+		if err != nil {
+			return 2, fmt.Errorf("actor %s: %w", id, err)
+		}
 	case "set":
 		at, err := parseAlarmTime(pos[1], time.Now())
 		if err != nil {

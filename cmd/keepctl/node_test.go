@@ -121,6 +121,13 @@ func TestKeepctlChangesAlarmsThroughANode(t *testing.T) {
 	if err := json.Unmarshal([]byte(keepctl(0, "alarm", "set", "-json", "t/counter/b", "2030-01-01T00:00:00Z")), &st); err != nil || st.AlarmMs == nil || *st.AlarmMs != time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() {
 		t.Fatalf("alarm set -json: %+v, %v", st, err)
 	}
+	// alarm get, with the node from $KEEPCTL_NODE and no bucket.
+	t.Setenv("KEEPCTL_NODE", nodeURL)
+	var getOut, getErr bytes.Buffer
+	if got := run(ctx, []string{"-token-file", tokenFile, "alarm", "get", "t/counter/b"}, &getOut, &getErr, open); got != 0 || !strings.Contains(getOut.String(), "t/counter/b: alarm at 2030-01-01T00:00:00") {
+		t.Fatalf("alarm get through $KEEPCTL_NODE: exit %d\nstdout:\n%s\nstderr:\n%s", got, getOut.String(), getErr.String())
+	}
+	t.Setenv("KEEPCTL_NODE", "")
 	if out := keepctl(0, "alarm", "clear", "t/counter/b"); !strings.Contains(out, "t/counter/b: no alarm") {
 		t.Fatalf("alarm clear:\n%s", out)
 	}

@@ -33,6 +33,8 @@ var commands = []command{
 		help: "the index doctor: every committed alarm has an entry at its time;\nexplains the extra entries; reports keys that are both an object\nand the folder of others (a store such as MinIO accepts them but\nhides the keys under them from listings); exits 1 if an alarm has\nno entry or such a key exists"},
 	{name: "backfill", bucket: true, args: "[-o json]",
 		help: "lists an entry for every committed alarm that has none; deletes nothing"},
+	{name: "alarm get", node: true, args: "TENANT/CLASS/NAME [-o json]",
+		help: "the actor's committed alarm and retry count, and its dead letter if it\nhas one, through the node (no S3 credentials); the guest is not called"},
 	{name: "alarm set", node: true, args: "TENANT/CLASS/NAME TIME [-o json]",
 		help: "sets the alarm at TIME (RFC 3339, Unix ms, or +DURATION from now);\nthe retry count goes back to 0; the guest is not called"},
 	{name: "alarm clear", node: true, args: "TENANT/CLASS/NAME [-o json]",
@@ -61,15 +63,16 @@ func lookup(name string) (command, bool) {
 }
 
 const usageHead = `Usage: keepctl -bucket NAME [-prefix cluster/] COMMAND [flags]
-       keepctl -node URL [-token-file FILE] [-ca FILE] alarm set|clear|fire TENANT/CLASS/NAME ...
+       keepctl -node URL [-token-file FILE] [-ca FILE] alarm get|set|clear|fire TENANT/CLASS/NAME ...
        keepctl -version
 
 Inspects the alarms of a wasmkeep cluster in its S3 bucket, without joining
 it, and changes one alarm, or those a filter keeps, through a node's HTTP
 API (-node). S3 is configured as for keepnode: AWS_ENDPOINT_URL,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION. The node's token
-comes from -token-file or $KEEPCTL_TOKEN. Every command takes -help, and
--o json (or -json) for JSON output.
+comes from -token-file or $KEEPCTL_TOKEN; -bucket, -prefix and -node may
+come from $KEEPCTL_BUCKET, $KEEPCTL_PREFIX and $KEEPCTL_NODE. Every
+command takes -help, and -o json (or -json) for JSON output.
 `
 
 // writeUsage writes keepctl's usage, with the global flags of fs.

@@ -113,7 +113,10 @@ var rules = []struct{ pattern, by string }{
 	{`^keepctl -bucket wasmkeep nodes$`, "test: ./cmd/keepctl TestKeepctlNodesExportImportOnVersitygw"},
 	{`^keepctl -bucket wasmkeep alarms export `, "test: ./cmd/keepctl TestKeepctlNodesExportImportOnVersitygw"},
 	{`^keepctl -node \S+ alarms import `, "test: ./cmd/keepctl TestKeepctlNodesExportImportOnVersitygw"},
-	{`^keepctl -node \S+ (-token-file token )?alarm (set|clear|fire) `, "test: ./cmd/keepctl TestKeepctlChangesAlarmsThroughANode"},
+	{`^keepctl -node \S+ (-token-file token )?alarm (get|set|clear|fire) `, "test: ./cmd/keepctl TestKeepctlChangesAlarmsThroughANode"},
+	{`^keepctl -node \S+ (dead-letters (list|redrive|ack)|alarms list) `, "test: ./cmd/keepctl TestKeepctlActsOnDeadLettersThroughANode"},
+	{`^curl http://127\.0\.0\.1:7601/v1/tenants/demo/dead-letters$`, "test: ./node TestDeadLettersAreListedRedrivenAndAcknowledged"},
+	{`^curl -X POST -d '\{[^']*\}' http://127\.0\.0\.1:7601/v1/tenants/demo/dead-letters:redrive$`, "test: ./node TestDeadLettersAreListedRedrivenAndAcknowledged"},
 	{`^keepctl -bucket wasmkeep -node \S+ alarms delete `, "test: ./cmd/keepctl TestKeepctlChangesAlarmsThroughANode"},
 	{`^keepctl (verify|backfill|alarms failed|actor inspect|alarm set|alarm clear)$`, "here"}, // a command's name in prose
 	{`^keepctl alarm set\|clear\|fire$`, "here"},
@@ -136,6 +139,10 @@ var rules = []struct{ pattern, by string }{
 	{`^docker (build|run) `, "manual: no container engine in CI; cmd/keepnode's TestImageBinaryServesOnTheExampleConfig builds and runs the binary the image runs, TestDeployFilesAgree holds the Dockerfile to it"},
 	{`^make image$`, "manual: no container engine in CI; the stamp it passes is tested by cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp"},
 	{`^make keepnode$`, "manual: a build of the binaries with the checkout's stamp; cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp test its use"},
+	{`^keepnode -probe( http://127\.0\.0\.1:7600/v1/readyz)?$`, "test: ./cmd/keepnode TestProbeExitsZeroOnlyForAReadyNode"},
+	{`^make k8s-check$`, "ci: make deploy-check"},
+	{`^docker inspect$`, "manual: no container engine in CI; cmd/keepnode's TestDockerfileHealthcheckRunsTheProbe runs the image's HEALTHCHECK command against a node"},
+	{`^kubectl (create secret generic keepnode-(s3|tokens|tls) |apply -k deploy/k8s$)`, "manual: no Kubernetes cluster in CI; make k8s-check (in make deploy-check) renders the set and checks it against keepnode, and every Secret key it uses against these commands"},
 	{`^docker compose `, "manual: no container engine in CI; TestDeployFilesAgree holds compose.yaml to keepnode's flags, make deploy-check checks its Prometheus configuration"},
 	{`^CGO_ENABLED=0 go build -trimpath -o /usr/local/bin/keepnode \./cmd/keepnode$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
 	{`^GOOS=wasip1 GOARCH=wasm go build -C \S+ -buildmode=c-shared -o /opt/wasmkeep/guests/\S+\.wasm \.$`, "manual: installing the guests on a host; cmd/keepnode's TestSystemdStepsInstallTheGuests holds them to keepnode.toml's classes, and the Dockerfile builds the same (TestDeployFilesAgree)"},
@@ -543,7 +550,7 @@ func newChecker(t *testing.T, dir string) *checker {
 	top := c.help("keepctl", "-help")
 	c.keepctlFlags = helpFlags(top)
 	c.keepctlCmds = map[string]map[string]bool{}
-	cmdRe := regexp.MustCompile(`(?m)^  ([a-z]+(?: [a-z]+)?)(?: [A-Z\[]|$)`)
+	cmdRe := regexp.MustCompile(`(?m)^  ([a-z][a-z-]*(?: [a-z]+)?)(?: [A-Z\[-]|$)`)
 	for _, m := range cmdRe.FindAllStringSubmatch(top, -1) {
 		args := append(strings.Fields(m[1]), "-help")
 		c.keepctlCmds[m[1]] = helpFlags(c.help("keepctl", args...))
