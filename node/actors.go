@@ -172,6 +172,16 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	if e.a != nil && e.held && n.holds.Valid(e.hold) {
 		return nil
 	}
+	if e.a != nil && e.held && !n.leases.Valid() {
+		// The lease lapsed (a bucket outage, a partition): keep the actor
+		// open and its hold, to take it again with one request once the
+		// lease is valid again (retake), rather than release it, read it
+		// and take it anew; refuse the event meanwhile, as a take would.
+		if err := n.bucketDown(e.id); err != nil {
+			return err
+		}
+		return &abi.ActorError{ID: e.id, Op: "take", Err: cluster.ErrLeaseNotValid}
+	}
 	if e.a != nil && e.held && n.retake(ctx, e) {
 		return nil
 	}

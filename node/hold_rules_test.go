@@ -160,11 +160,12 @@ func TestANewHolderArmsItsTimerWithTheRestoredAlarm(t *testing.T) {
 	}
 }
 
-// After a lapse of its lease, a node takes an idle actor it held again
-// with one request: a conditional PUT of its ownership record on the
-// record it wrote, keeping the open actor (no release, no GET of the
-// record, no download, no listing); the next event runs under the next
-// generation and uploads under it.
+// After a lapse of its lease, a node takes an actor it held again with one
+// request: a conditional PUT of its ownership record on the record it
+// wrote, keeping the open actor (no release, no GET of the record, no
+// download, no listing); the next event runs under the next generation
+// and uploads under it. An event during the lapse is refused and gives
+// nothing up.
 func TestAnActorIsTakenAgainAfterALapseWithOneRequest(t *testing.T) {
 	t.Parallel()
 	m, faults := memWithFaults()
@@ -195,6 +196,11 @@ func TestAnActorIsTakenAgainAfterALapseWithOneRequest(t *testing.T) {
 	})
 	cut.Store(true)
 	waitFor(t, "a's lease to lapse", func() bool { return !a.Leases().Valid() })
+	// An event while the lease is not valid is refused, and the actor is
+	// kept open with its hold (not released), to be taken again after.
+	if _, err := a.State(context.Background(), id); !errors.Is(err, cluster.ErrLeaseNotValid) {
+		t.Fatalf("an event while a's lease lapsed: %v, want the lease not valid", err)
+	}
 	cut.Store(false)
 	waitFor(t, "a's lease valid again, in a new epoch", a.Leases().Valid)
 	mu.Lock()

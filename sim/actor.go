@@ -23,6 +23,12 @@ func (s *sim) take(n *node, a abi.ActorID, k func(h *held, owner int, why string
 			k(h, -1, "")
 			return
 		}
+		if n.up && h.epoch == n.epoch && (s.now >= n.validUntil || !s.leaseValid(n.id, n.epoch)) {
+			// The lease lapsed: the node keeps the hold to take it again
+			// once the lease is valid (node.open), and refuses meanwhile.
+			k(nil, -1, "no valid node lease")
+			return
+		}
 		delete(n.held, ak)
 		if n.up && h.epoch != n.epoch {
 			s.retake(n, h, k)
