@@ -33,7 +33,7 @@ func recorder(t *testing.T) (*tracetest.SpanRecorder, *sdktrace.TracerProvider) 
 func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value.Emit()
+		m[kv.Key] = kv.Value.String()
 	}
 	return m
 }
