@@ -268,6 +268,15 @@ type Config struct {
 	// OnDelivery, if set, is called after each delivery the timer loop
 	// makes.
 	OnDelivery func(Delivery)
+	// StartDelivery, if set, is called on the delivery worker as each
+	// delivery of the timer loop begins, before the host takes the actor,
+	// with the worker's context; the context it returns is the one the
+	// delivery runs with (Host.Take and every call on the taken actor),
+	// and end is called with the delivery once it ended (after
+	// OnDelivery, and also when the delivery panicked). A host traces its deliveries with it (a span started
+	// here carries the bucket's requests beneath it). A delivery whose
+	// timer key is not an actor's does not call it.
+	StartDelivery func(ctx context.Context, id abi.ActorID) (_ context.Context, end func(Delivery))
 	// Registerer, if set, is where the plugin registers its metrics
 	// (nil: none, and nothing is recorded): alarms pending in the timer,
 	// firings by outcome, lateness, retries and failing actors, and in a

@@ -361,7 +361,17 @@ func (p *Plugin) runJob(ctx context.Context, j *job) {
 			j.stale()
 			return
 		}
-		d = p.deliverDue(ctx, j.key, j.at) // on the worker: the timer loop only hands out
+		dctx := ctx
+		if p.cfg.StartDelivery != nil {
+			if id, err := ParseTimerKey(j.key); err == nil {
+				var end func(Delivery)
+				dctx, end = p.cfg.StartDelivery(ctx, id)
+				// Deferred: ended with what the delivery came to, even
+				// if it panicked.
+				defer func() { end(d) }()
+			}
+		}
+		d = p.deliverDue(dctx, j.key, j.at) // on the worker: the timer loop only hands out
 		if p.cfg.OnDelivery != nil {
 			p.cfg.OnDelivery(d)
 		}

@@ -969,6 +969,7 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		DrainTimeout:            n.cfg.DrainTimeout,
 		TenantWeights:           n.cfg.TenantWeights,
 		OnDelivery:              n.delivered,
+		StartDelivery:           n.deliveryTracing(),
 		Registerer:              n.cfg.Registerer,
 		// Replaced entries and replaced snapshots go out in the same
 		// multi-object requests: one per window, not one per kind.

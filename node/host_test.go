@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
@@ -43,6 +44,7 @@ type hostConfig struct {
 	failoverWait       time.Duration // default: the node's own
 	admission          node.Admission
 	engine             []engine.Option // the engine's options (the attempts, the backoff)
+	tracer             trace.TracerProvider
 }
 
 // startHost starts a cluster node on b with data in dir, closed when the
@@ -61,8 +63,8 @@ func startHost(t testing.TB, b bucket.Bucket, name, dir string, classes map[stri
 	}
 	n, err := node.New(context.Background(), node.Config{
 		DataDir: dir, Classes: classes, Security: hc.security, Registerer: hc.registerer, Admission: hc.admission,
-		EngineOptions: hc.engine,
-		Logger:        hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
+		EngineOptions: hc.engine, TracerProvider: hc.tracer,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out}),
 		Cluster: &node.ClusterConfig{
 			Bucket: b, NodeID: name, Addr: hc.addr,
 			LeaseTTL: hc.ttl, LeaseMargin: hc.margin, LeaseGrace: hc.grace, LeaseReadPeriod: hc.read,

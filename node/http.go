@@ -112,7 +112,7 @@ func (n *Node) Handler() http.Handler {
 	for _, rt := range n.routes() {
 		mux.HandleFunc(rt.pattern, rt.handle)
 	}
-	return n.instrument(mux, n.sec.guard(problemRoutes{mux}))
+	return n.instrument(mux, n.traced(mux, n.sec.guard(problemRoutes{mux})))
 }
 
 // route is one pattern of the HTTP API and its handler. openapi.json
@@ -154,6 +154,7 @@ func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 
 func actorFrom(r *http.Request) (abi.ActorID, error) {
 	id := abi.ActorID{Tenant: r.PathValue("tenant"), Class: r.PathValue("class"), Name: r.PathValue("name")}
+	traceActor(r, id)
 	return id, id.Validate()
 }
 
@@ -437,8 +438,10 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, start time.Ti
 		req.Header.Set(idempotencyKeyHeader, k)
 	}
 	n.sec.forwardAuth(req, r)
+	endSpan := n.startForward(req, addr)
 	resp, err := n.sec.client.Do(req)
 	if err != nil {
+		endSpan(0, err)
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
 			return false, err
@@ -449,6 +452,7 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, start time.Ti
 		return true, nil
 	}
 	defer resp.Body.Close()
+	endSpan(resp.StatusCode, nil)
 	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(notAppliedHeader) != "" {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
 		return false, fmt.Errorf("the holder did nothing: %s", bytes.TrimSpace(msg))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/abi"
@@ -103,6 +104,12 @@ type Config struct {
 	// firings came to, when any fired (default DefaultLogSummaryEvery;
 	// negative: never). Each firing is logged at DEBUG.
 	LogSummaryEvery time.Duration
+	// TracerProvider, if set, traces the node (docs/operations.md#tracing):
+	// a span for each request of the HTTP API and each alarm delivery,
+	// the traceparent of a forward carried to the holder. Nil: nothing is
+	// traced (no spans, no exporter). The bucket's S3 spans come from the
+	// bucket's own option (s3.WithTracerProvider).
+	TracerProvider trace.TracerProvider
 }
 
 // Node runs actors on one machine.
@@ -125,6 +132,7 @@ type Node struct {
 	restored atomic.Int64 // actors restored from the bucket (a snapshot downloaded), for the metrics
 
 	obs       observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
+	tracer    trace.Tracer  // nil: not traced (tracing.go)
 	admission *admission    // the tenants' limits on the HTTP API (admission.go)
 
 	mu      sync.Mutex
@@ -218,6 +226,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		classes: map[string]*engine.Class{},
 		timer:   sweeper.NewTimer(cfg.RetryMax),
 		entries: map[abi.ActorID]*entry{},
+		tracer:  newTracer(cfg.TracerProvider),
 
 		admission: adm,
 	}
@@ -259,6 +268,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		DrainTimeout:            cfg.DrainTimeout,
 		TenantWeights:           cfg.TenantWeights,
 		OnDelivery:              n.delivered,
+		StartDelivery:           n.deliveryTracing(),
 		Logger:                  n.log.Named("alarms"),
 		Registerer:              cfg.Registerer,
 	})

@@ -51,6 +51,9 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string) {
 	h.Del("Content-Length")
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if pr, ok := w.(problemRecorder); ok {
+		pr.setProblem(code, detail) // the outcome of the request's span
+	}
 	w.WriteHeader(status)
 	b, _ := json.Marshal(Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code})
 	w.Write(append(b, '\n'))

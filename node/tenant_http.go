@@ -113,6 +113,7 @@ type LetterResult struct {
 
 func tenantFrom(w http.ResponseWriter, r *http.Request) (string, bool) {
 	t := r.PathValue("tenant")
+	traceTenant(r, t)
 	if err := abi.ValidateTenant(t); err != nil {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return "", false

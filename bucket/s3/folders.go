@@ -20,7 +20,9 @@ func (b *Bucket) ListFolders(ctx context.Context, prefix string, limit int) ([]s
 
 // ListFoldersPaged is ListFolders that also returns how many LIST requests
 // it sent (see bucket.PagedLister).
-func (b *Bucket) ListFoldersPaged(ctx context.Context, prefix string, limit int) ([]string, int, error) {
+func (b *Bucket) ListFoldersPaged(ctx context.Context, prefix string, limit int) (_ []string, _ int, err error) {
+	ctx, end := b.span(ctx, bucket.OpList, prefix)
+	defer func() { end(err) }()
 	ctx, n := withAttempts(ctx)
 	if err := bucket.CheckLimit(limit); err != nil {
 		return nil, 0, b.fail(bucket.OpList, prefix, n, err)

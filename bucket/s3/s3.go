@@ -30,6 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wasmkeep/alarms/bucket"
 )
@@ -77,6 +78,7 @@ type Bucket struct {
 	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
 	name   string
 	pages  atomic.Int64
+	tracer trace.Tracer // nil: no spans (WithTracerProvider)
 }
 
 // Option configures New.
@@ -92,6 +94,7 @@ type options struct {
 	requestTimeout time.Duration
 	maxIdleConns   int
 	registerer     prometheus.Registerer
+	tracerProvider trace.TracerProvider
 }
 
 // WithEndpoint sets the store's URL (such as http://127.0.0.1:7070),
@@ -249,7 +252,11 @@ func New(ctx context.Context, bucketName string, opts ...Option) (*Bucket, error
 	if err != nil {
 		return nil, fmt.Errorf("bucket %q: %w", bucketName, err)
 	}
-	return &Bucket{client: client, lean: lean, name: bucketName}, nil
+	b := &Bucket{client: client, lean: lean, name: bucketName}
+	if o.tracerProvider != nil {
+		b.tracer = o.tracerProvider.Tracer(TracerName)
+	}
+	return b, nil
 }
 
 func isAWSEndpoint(endpoint string) bool {
@@ -335,7 +342,9 @@ func classify(err error) error {
 }
 
 // Get returns the object's body and ETag.
-func (b *Bucket) Get(ctx context.Context, key string) ([]byte, string, error) {
+func (b *Bucket) Get(ctx context.Context, key string) (_ []byte, _ string, err error) {
+	ctx, end := b.span(ctx, bucket.OpGet, key)
+	defer func() { end(err) }()
 	ctx, n := withAttempts(ctx)
 	out, err := b.client.GetObject(ctx, &awss3.GetObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
@@ -351,7 +360,9 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, string, error) {
 
 // Head reads key's ETag with a HEAD request, or returns an error wrapping
 // bucket.ErrNotFound.
-func (b *Bucket) Head(ctx context.Context, key string) (string, error) {
+func (b *Bucket) Head(ctx context.Context, key string) (_ string, err error) {
+	ctx, end := b.span(ctx, bucket.OpHead, key)
+	defer func() { end(err) }()
 	ctx, n := withAttempts(ctx)
 	out, err := b.client.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
@@ -361,7 +372,9 @@ func (b *Bucket) Head(ctx context.Context, key string) (string, error) {
 }
 
 // Put stores body under key if cond holds (If-None-Match: * or If-Match).
-func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (string, error) {
+func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond bucket.Cond) (_ string, err error) {
+	ctx, end := b.span(ctx, bucket.OpPut, key)
+	defer func() { end(err) }()
 	return toEnd(ctx, bucket.OpPut, key, b, func(ctx context.Context) (string, error) { return b.put(ctx, key, body, cond) })
 }
 
@@ -438,8 +451,10 @@ func putError(err error, cond bucket.Cond) error {
 }
 
 // Delete removes key; a missing key is not an error.
-func (b *Bucket) Delete(ctx context.Context, key string) error {
-	_, err := toEnd(ctx, bucket.OpDelete, key, b, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.delete(ctx, key) })
+func (b *Bucket) Delete(ctx context.Context, key string) (err error) {
+	ctx, end := b.span(ctx, bucket.OpDelete, key)
+	defer func() { end(err) }()
+	_, err = toEnd(ctx, bucket.OpDelete, key, b, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.delete(ctx, key) })
 	return err
 }
 
@@ -460,10 +475,12 @@ func (b *Bucket) delete(ctx context.Context, key string) error {
 // store answers only with the keys it could not delete),
 // bucket.MaxDeleteBatch keys each: on the lean path (leandelete.go) as the PUTs, or through the
 // SDK for keys the lean request does not carry.
-func (b *Bucket) DeleteBatch(ctx context.Context, keys []string) ([]string, error) {
+func (b *Bucket) DeleteBatch(ctx context.Context, keys []string) (_ []string, err error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
+	ctx, end := b.span(ctx, bucket.OpDeleteBatch, keys[0], AttrKeys.Int(len(keys)))
+	defer func() { end(err) }()
 	return toEnd(ctx, bucket.OpDeleteBatch, keys[0], b, func(ctx context.Context) ([]string, error) { return b.deleteBatch(ctx, keys) })
 }
 
@@ -553,7 +570,9 @@ func (b *Bucket) ListInfo(ctx context.Context, prefix, startAfter string, limit 
 	return infos, err
 }
 
-func (b *Bucket) listInfoPaged(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, int, error) {
+func (b *Bucket) listInfoPaged(ctx context.Context, prefix, startAfter string, limit int) (_ []bucket.ObjectInfo, _ int, err error) {
+	ctx, end := b.span(ctx, bucket.OpList, prefix)
+	defer func() { end(err) }()
 	ctx, n := withAttempts(ctx)
 	if err := bucket.CheckLimit(limit); err != nil {
 		return nil, 0, b.fail(bucket.OpList, prefix, n, err)

@@ -77,6 +77,7 @@ type options struct {
 	metrics                                   metricsFlags
 	sec                                       *securityFlags
 	mem                                       *memoryFlags
+	trace                                     *tracingFlags
 }
 
 // newFlags defines keepnode's flags on a new flag set.
@@ -146,6 +147,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.BoolVar(&o.metrics.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
 	o.sec = addSecurityFlags(fs)
 	o.mem = addMemoryFlags(fs)
+	o.trace = addTracingFlags(fs)
 	fs.BoolVar(&o.mem.durable, "durable-commits", false, "acknowledge an event (a request's reply, a delivery) only once its commit is on stable storage, so it survives a power loss, not only a crash of the process; commits of all actors share syncs (group commit); see docs/benchmarks.md for what it costs")
 	return fs, o
 }
@@ -402,6 +404,23 @@ func run(logger hclog.Logger, o *options) error {
 	if reg != nil {
 		cfg.Registerer = reg
 		s3opts = append(s3opts, s3.WithRegisterer(reg))
+	}
+	tp, err := o.trace.provider(ctx, os.LookupEnv, "keepnode", moduleVersion())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if tp != nil {
+		cfg.TracerProvider = tp
+		s3opts = append(s3opts, s3.WithTracerProvider(tp))
+		// After the node's Close: its last spans are sent.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				logger.Warn("sending the last traces at shutdown", "error", err)
+			}
+		}()
 	}
 	if bucketName != "" {
 		b, err := s3.New(ctx, bucketName, s3opts...)
