@@ -103,6 +103,9 @@ type Config struct {
 	// firings came to, when any fired (default DefaultLogSummaryEvery;
 	// negative: never). Each firing is logged at DEBUG.
 	LogSummaryEvery time.Duration
+	// Console serves the operator console, a read-only set of HTML pages,
+	// at /ui on the API's handler (console.go); off by default (404).
+	Console bool
 }
 
 // Node runs actors on one machine.

@@ -72,7 +72,7 @@ type options struct {
 	alarmDeadline, eventDeadline              *deadlineFlag
 	preinit                                   *preinitFlag
 	logLevel                                  string
-	logJSON, showVersion                      bool
+	logJSON, showVersion, ui                  bool
 	metrics                                   metricsFlags
 	sec                                       *securityFlags
 	mem                                       *memoryFlags
@@ -140,6 +140,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.logSummary, "log-summary", node.DefaultLogSummaryEvery, "how often to log at info the count of alarms fired, failed and given up since the last such line, when any (negative: never)")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log one JSON object per line, the start-up lines included")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&o.ui, "ui", false, "serve the operator console, read-only HTML pages (nodes, a tenant's alarms and dead letters with a redrive button, the last sweeps), at /ui on the -listen address, behind the API's tokens (docs/operations.md#console)")
 	fs.StringVar(&o.metrics.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
 	fs.BoolVar(&o.metrics.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
 	o.sec = addSecurityFlags(fs)
@@ -381,6 +382,7 @@ func run(logger hclog.Logger, o *options) error {
 		DrainTimeout:            o.drain,
 		TenantWeights:           o.tenant.weights(),
 		Admission:               o.tenant.admission(),
+		Console:                 o.ui,
 	}
 	var s3opts []s3.Option
 	if reg != nil {
