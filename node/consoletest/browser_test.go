@@ -77,16 +77,27 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer cancel()
 	bctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
 	defer cancel()
+	// The first run starts the browser, for as long as bctx lasts; each
+	// step after it has a time of its own, so a page that never shows
+	// what a step waits for fails that step.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	step := func() context.Context {
+		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
 
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
+		if err := chromedp.Do(step(), steps...); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
 	shot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		png, err := chromedp.Run(step(), chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("the screenshot of %s: %v", name, err)
 		}
@@ -101,7 +112,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	text := func(what, sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		s, err := chromedp.Run(step(), chromedp.Text(chromedp.CSS(sel)))
 		if err != nil {
 			t.Fatalf("%s: the text of %s: %v", what, sel, err)
 		}
@@ -125,9 +136,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Signing in: the form, then the nodes.
 	view("the sign-in page", "/ui/nodes", "#token")
 	shot("login")
-	do("sign in", chromedp.SendKeys(chromedp.ID("token"), operatorToken), chromedp.Click(chromedp.ID("sign-in")),
+	do("sign in: type the token, click Sign in, wait for the nodes", chromedp.SendKeys(chromedp.ID("token"), operatorToken), chromedp.Click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("nodes")))
-	if loc, err := chromedp.Run(bctx, chromedp.Location()); err != nil || strings.Contains(loc, operatorToken) || !strings.HasSuffix(loc, "/ui/nodes") {
+	if loc, err := chromedp.Run(step(), chromedp.Location()); err != nil || strings.Contains(loc, operatorToken) || !strings.HasSuffix(loc, "/ui/nodes") {
 		t.Errorf("after signing in the browser is at %q (%v); want /ui/nodes, without the token", loc, err)
 	}
 
@@ -150,7 +161,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Redrive: the button posts the form; the page comes back without the
 	// dead letter, and the actor's alarm runs.
-	do("redrive", chromedp.Click(chromedp.CSS("button.redrive")), chromedp.WaitVisible(chromedp.ID("redriven")),
+	do("redrive: click its button, then wait for the note that it was redriven and a list without it", chromedp.Click(chromedp.CSS("button.redrive")), chromedp.WaitVisible(chromedp.ID("redriven")),
 		chromedp.WaitVisible(chromedp.ID("no-letters")))
 	expect("after the redrive", text("after the redrive", "#redriven"), "scripted/invoice-42")
 	shot("redriven")
