@@ -104,7 +104,9 @@ type Config struct {
 	// negative: never). Each firing is logged at DEBUG.
 	LogSummaryEvery time.Duration
 	// Console serves the operator console, a read-only set of HTML pages,
-	// at /ui on the API's handler (console.go); off by default (404).
+	// at /ui on the API's handler (console.go); off by default (404). Its
+	// sign-in sessions are kept by the handler: serve one Handler's
+	// answer, or each keeps its own.
 	Console bool
 }
 
