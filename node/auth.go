@@ -50,10 +50,12 @@ type security struct {
 	client  *http.Client
 }
 
-// principal is who a token speaks for: a tenant, or everyone ("").
+// principal is who a token speaks for: a tenant, or everyone (""); peer
+// marks the peer token, the nodes' own.
 type principal struct {
 	sum    [sha256.Size]byte
 	tenant string
+	peer   bool
 }
 
 func newSecurity(s Security) (*security, error) {
@@ -65,7 +67,7 @@ func newSecurity(s Security) (*security, error) {
 	}
 	sec.client = &http.Client{Timeout: 60 * time.Second, Transport: tr}
 	seen := map[[sha256.Size]byte]string{}
-	add := func(tok, tenant, what string) error {
+	add := func(tok, tenant, what string, peer bool) error {
 		if tok == "" {
 			return fmt.Errorf("node: security: %s is empty", what)
 		}
@@ -77,16 +79,16 @@ func newSecurity(s Security) (*security, error) {
 			return fmt.Errorf("node: security: %s is the same as %s", what, other)
 		}
 		seen[sum] = what
-		sec.tokens = append(sec.tokens, principal{sum: sum, tenant: tenant})
+		sec.tokens = append(sec.tokens, principal{sum: sum, tenant: tenant, peer: peer})
 		return nil
 	}
 	if s.Token != "" {
-		if err := add(s.Token, "", "the token"); err != nil {
+		if err := add(s.Token, "", "the token", false); err != nil {
 			return nil, err
 		}
 	}
 	if s.PeerToken != "" {
-		if err := add(s.PeerToken, "", "the peer token"); err != nil {
+		if err := add(s.PeerToken, "", "the peer token", true); err != nil {
 			return nil, err
 		}
 	}
@@ -94,7 +96,7 @@ func newSecurity(s Security) (*security, error) {
 		if err := abi.ValidateTenant(tenant); err != nil {
 			return nil, fmt.Errorf("node: security: tenant token: %w", err)
 		}
-		if err := add(tok, tenant, fmt.Sprintf("the token of tenant %q", tenant)); err != nil {
+		if err := add(tok, tenant, fmt.Sprintf("the token of tenant %q", tenant), false); err != nil {
 			return nil, err
 		}
 	}
@@ -118,6 +120,12 @@ func (s *security) who(r *http.Request) (principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return principal{}, errors.New("the Authorization header is not \"Bearer <token>\"")
 	}
+	return s.whoToken(tok)
+}
+
+// whoToken returns the principal of a token (the bearer token of a call,
+// or the one typed into the console's sign-in form).
+func (s *security) whoToken(tok string) (principal, error) {
 	sum := sha256.Sum256([]byte(tok))
 	found := -1
 	// Compare against every token, in constant time each, whichever

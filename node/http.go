@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -112,7 +113,18 @@ func (n *Node) Handler() http.Handler {
 	for _, rt := range n.routes() {
 		mux.HandleFunc(rt.pattern, rt.handle)
 	}
-	return n.instrument(mux, n.traced(mux, n.sec.guard(problemRoutes{mux})))
+	api := n.instrument(mux, n.traced(mux, n.sec.guard(problemRoutes{mux})))
+	if !n.cfg.Console {
+		return api
+	}
+	ui := n.console()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == consoleRoot || strings.HasPrefix(r.URL.Path, consoleRoot+"/") {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 // route is one pattern of the HTTP API and its handler. openapi.json

@@ -127,12 +127,7 @@ const modulePath = "github.com/wasmkeep/alarms"
 // buildInfo is wasmkeep_build_info: 1, with the module's version, the
 // commit it was built from (when the build recorded it) and the Go version.
 func buildInfo() prometheus.Collector {
-	version, revision := "(unknown)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		version, revision = moduleVersion(bi)
-	} else if Version != "" {
-		version, revision = Stamped("", "")
-	}
+	version, revision := buildVersion()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "wasmkeep_build_info",
 		Help:        "1, labelled with the wasmkeep alarms module's version, the commit of the build (when it recorded one) and the Go version.",
@@ -140,6 +135,18 @@ func buildInfo() prometheus.Collector {
 	})
 	g.Set(1)
 	return g
+}
+
+// buildVersion is the module's version and the commit of the build ("" when
+// it recorded none): what wasmkeep_build_info and the console show.
+func buildVersion() (version, revision string) {
+	version = "(unknown)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version, revision = moduleVersion(bi)
+	} else if Version != "" {
+		version, revision = Stamped("", "")
+	}
+	return version, revision
 }
 
 // Version and Revision stamp a build that recorded no module version or

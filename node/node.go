@@ -110,6 +110,11 @@ type Config struct {
 	// traced (no spans, no exporter). The bucket's S3 spans come from the
 	// bucket's own option (s3.WithTracerProvider).
 	TracerProvider trace.TracerProvider
+	// Console serves the operator console, a read-only set of HTML pages,
+	// at /ui on the API's handler (console.go); off by default (404). Its
+	// sign-in sessions are kept by the handler: serve one Handler's
+	// answer, or each keeps its own.
+	Console bool
 }
 
 // Node runs actors on one machine.

@@ -380,31 +380,49 @@ func (n *Node) handleLetters(w http.ResponseWriter, r *http.Request, verb string
 }
 
 func (n *Node) doLetters(w http.ResponseWriter, r *http.Request, tenant, verb string, s DeadLetterSelect) {
+	out, f := n.runLetters(r, tenant, verb, s)
+	if f != nil {
+		if f.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeProblem(w, f.status, f.code, f.err.Error())
+		return
+	}
+	writeJSON(w, out)
+}
+
+// lettersFailure is why a redrive or an acknowledgement did nothing: the
+// status and code of its answer, and the cause.
+type lettersFailure struct {
+	status int
+	code   string
+	err    error
+}
+
+// runLetters redrives or acknowledges the dead letters s selects, one
+// actor at a time: the API's and the console's (console.go) redrive.
+func (n *Node) runLetters(r *http.Request, tenant, verb string, s DeadLetterSelect) (DeadLetterOutcome, *lettersFailure) {
 	ctx := r.Context()
 	var letters []DeadLetter
 	more := false
 	if s.Name != "" {
 		id := abi.ActorID{Tenant: tenant, Class: s.Class, Name: s.Name}
 		if err := id.Validate(); err != nil {
-			writeProblem(w, http.StatusBadRequest, CodeBadRequest, err.Error())
-			return
+			return DeadLetterOutcome{}, &lettersFailure{http.StatusBadRequest, CodeBadRequest, err}
 		}
 		dl, ok, err := n.readLetter(ctx, id)
 		if err != nil {
-			n.listFailed(w, err)
-			return
+			return DeadLetterOutcome{}, &lettersFailure{http.StatusServiceUnavailable, codeOf(err), err}
 		}
 		if !ok {
-			writeProblem(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("actor %s: %s: no dead letter (none was kept, or it was redriven, acknowledged, or its alarm set again)", id, verb))
-			return
+			return DeadLetterOutcome{}, &lettersFailure{http.StatusNotFound, CodeNotFound, fmt.Errorf("actor %s: %s: no dead letter (none was kept, or it was redriven, acknowledged, or its alarm set again)", id, verb)}
 		}
 		letters = []DeadLetter{dl}
 	} else {
 		var next string
 		var err error
 		if letters, next, err = n.listLetters(ctx, tenant, s.Class, "", s.Limit); err != nil {
-			n.listFailed(w, err)
-			return
+			return DeadLetterOutcome{}, &lettersFailure{http.StatusServiceUnavailable, codeOf(err), err}
 		}
 		more = next != ""
 	}
@@ -434,7 +452,7 @@ func (n *Node) doLetters(w http.ResponseWriter, r *http.Request, tenant, verb st
 		}
 		out.Actors = append(out.Actors, res)
 	}
-	writeJSON(w, out)
+	return out, nil
 }
 
 // redrive sets the actor's alarm to now, with a fresh retry budget (the

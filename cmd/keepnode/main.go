@@ -72,7 +72,7 @@ type options struct {
 	alarmDeadline, eventDeadline              *deadlineFlag
 	preinit                                   *preinitFlag
 	logLevel                                  string
-	logJSON, showVersion                      bool
+	logJSON, showVersion, ui                  bool
 	probe                                     string
 	metrics                                   metricsFlags
 	sec                                       *securityFlags
@@ -143,6 +143,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.BoolVar(&o.logJSON, "log-json", false, "log one JSON object per line, the start-up lines included")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	fs.StringVar(&o.probe, probeFlag, "", "health check: GET this URL (such as http://127.0.0.1:7600/v1/readyz) and exit 0 if the answer is 2xx, else 1 saying why on standard error; an https URL is verified against -tls-ca (command line only: no variable, no key in the file)")
+	fs.BoolVar(&o.ui, "ui", false, "serve the operator console, read-only HTML pages (nodes, a tenant's alarms and dead letters with a redrive button, the last sweeps), at /ui on the -listen address, behind the API's tokens (docs/operations.md#console)")
 	fs.StringVar(&o.metrics.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
 	fs.BoolVar(&o.metrics.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the -metrics-addr listener")
 	o.sec = addSecurityFlags(fs)
@@ -399,6 +400,7 @@ func run(logger hclog.Logger, o *options) error {
 		DrainTimeout:            o.drain,
 		TenantWeights:           o.tenant.weights(),
 		Admission:               o.tenant.admission(),
+		Console:                 o.ui,
 	}
 	var s3opts []s3.Option
 	if reg != nil {
