@@ -121,15 +121,20 @@ func (n *Node) offer(ctx context.Context, addr string, entry alarmindex.Key) err
 	if n.sec.peerTok != "" {
 		req.Header.Set("Authorization", "Bearer "+n.sec.peerTok)
 	}
+	endSpan := n.startForward(req, addr) // the delivery's trace goes on at the holder
 	resp, err := n.sec.client.Do(req)
 	if err != nil {
+		endSpan(0, err)
 		return err
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("the holder at %s answered %d: %s", addr, resp.StatusCode, bytes.TrimSpace(msg))
+		err := fmt.Errorf("the holder at %s answered %d: %s", addr, resp.StatusCode, bytes.TrimSpace(msg))
+		endSpan(resp.StatusCode, err)
+		return err
 	}
+	endSpan(resp.StatusCode, nil)
 	var st OfferState
 	if err := json.Unmarshal(msg, &st); err != nil {
 		return fmt.Errorf("the holder at %s: %w", addr, err)

@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wasmkeep/alarms"
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -205,6 +207,25 @@ func TestAForwardedRequestIsOneTraceAcrossBothNodes(t *testing.T) {
 	wantAttrs(t, "a's span", atA, map[attribute.Key]string{node.AttrForwarded: "true", node.AttrActor: "x", node.AttrOutcome: "ok"})
 	wantAttrs(t, "b's span", atB, map[attribute.Key]string{node.AttrForwarded: "false", node.AttrActor: "x", "http.response.status_code": "200"})
 	wantAttrs(t, "b's forward span", fwd, map[attribute.Key]string{node.AttrHolder: a.addr})
+
+	// A delivery on b that finds the actor held by a forwards its entry
+	// there (POST .../alarm:offer): one trace too, under b's delivery.
+	recA.Reset()
+	recB.Reset()
+	ctx, delivery := tpB.Tracer("test").Start(context.Background(), "alarm delivery")
+	entry := alarmindex.Key{Actor: abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}, DueMs: time.Now().Add(-time.Minute).UnixMilli(), Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}
+	if err := bn.OfferTo(ctx, a.addr, entry); err != nil {
+		t.Fatalf("b's forward of an entry to a: %v", err)
+	}
+	delivery.End()
+	offered, ofwd := findSpan(recA, "POST /v1/actors/{tenant}/{class}/{name}/alarm:offer"), findSpan(recB, "forward POST")
+	if offered == nil || ofwd == nil {
+		t.Fatalf("spans on b: %v, on a: %v; want b's forward of the entry and a's span of the offer", spanNames(recB), spanNames(recA))
+	}
+	if ofwd.Parent().SpanID() != delivery.SpanContext().SpanID() || offered.SpanContext().TraceID() != delivery.SpanContext().TraceID() || offered.Parent().SpanID() != ofwd.SpanContext().SpanID() {
+		t.Errorf("the forwarded entry's spans: b's forward under %s, a's offer in trace %s under %s; want them under b's delivery %s, in its trace %s",
+			ofwd.Parent().SpanID(), offered.SpanContext().TraceID(), offered.Parent().SpanID(), delivery.SpanContext().SpanID(), delivery.SpanContext().TraceID())
+	}
 }
 
 // Without a TracerProvider a node traces nothing: not through otel's
