@@ -580,21 +580,7 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 	cutoff := now.UnixMilli() - l.cfg.Margin.Milliseconds()
 	cursor := l.Cursor(tenant)
 	w := NewWalk(tenant, cursor, cutoff, l.cfg.Walk)
-	var listErr error
-	for {
-		page, ok := w.Next()
-		if !ok {
-			break
-		}
-		l.lists.Add(1)
-		keys, err := l.cfg.Lister.List(ctx, page.Prefix, page.StartAfter, page.Limit)
-		if err != nil {
-			listErr = fmt.Errorf("sweep tenant %q: list %q after %q: %w", tenant, page.Prefix, page.StartAfter, err)
-			w.Abort()
-			break
-		}
-		w.Feed(keys)
-	}
+	listErr := l.walkPages(ctx, w, "sweep", tenant)
 	res := w.Result()
 	l.cursorMu.Lock()
 	l.cursors[tenant] = res.Cursor
@@ -627,29 +613,9 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 			"tenant", tenant, "read", res.Read, "error", listErr)
 	}
 
-	var shard func(class string) []string
-	if walkers != nil {
-		shard = func(class string) []string { return walkers.Of(tenant, class) }
-	}
 	l.planMu.Lock()
 	defer l.planMu.Unlock()
-	var since time.Time
-	if l.cfg.Since != nil {
-		since = l.cfg.Since()
-	}
-	plan := PlanSweep(PlanInput{
-		Entries:       res.Entries,
-		Now:           now,
-		Since:         since,
-		Margin:        l.cfg.Margin,
-		Self:          l.cfg.Self,
-		Live:          live,
-		ShardNodes:    shard,
-		Own:           l.isLetGo,
-		Busy:          l.cfg.Busy,
-		Rand:          l.cfg.Rand,
-		MaxDeliveries: l.cfg.MaxDeliveries,
-	})
+	plan := PlanSweep(l.planInput(tenant, res.Entries, now, live, walkers))
 	for _, d := range plan.Deliveries {
 		l.cfg.Sink.Offer(d)
 	}
@@ -693,21 +659,7 @@ func (l *Loop) handoverTenant(ctx context.Context, tenant string, live []string,
 	limits := l.cfg.Walk.withDefaults()
 	limits.MaxEntries = max(limits.MaxEntries, HandoverEntries)
 	w := NewWalk(tenant, "", now.Add(HandoverHorizon).UnixMilli(), limits)
-	var listErr error
-	for {
-		page, ok := w.Next()
-		if !ok {
-			break
-		}
-		l.lists.Add(1)
-		keys, err := l.cfg.Lister.List(ctx, page.Prefix, page.StartAfter, page.Limit)
-		if err != nil {
-			listErr = fmt.Errorf("handover walk of tenant %q: list %q after %q: %w", tenant, page.Prefix, page.StartAfter, err)
-			w.Abort()
-			break
-		}
-		w.Feed(keys)
-	}
+	listErr := l.walkPages(ctx, w, "handover walk of", tenant)
 	res := w.Result()
 	l.entries.Add(int64(len(res.Entries)))
 	if n := len(res.Malformed); n > 0 {
@@ -718,29 +670,9 @@ func (l *Loop) handoverTenant(ctx context.Context, tenant string, live []string,
 		l.errs.Add(1)
 		l.log.Error("bucket listing failed in a handover walk; handing over what was read, the sweeps find the rest", "tenant", tenant, "read", res.Read, "error", listErr)
 	}
-	var shard func(class string) []string
-	if walkers != nil {
-		shard = func(class string) []string { return walkers.Of(tenant, class) }
-	}
 	l.planMu.Lock()
 	defer l.planMu.Unlock()
-	var since time.Time
-	if l.cfg.Since != nil {
-		since = l.cfg.Since()
-	}
-	plan := PlanHandover(PlanInput{
-		Entries:       res.Entries,
-		Now:           now,
-		Since:         since,
-		Margin:        l.cfg.Margin,
-		Self:          l.cfg.Self,
-		Live:          live,
-		ShardNodes:    shard,
-		Own:           l.isLetGo,
-		Busy:          l.cfg.Busy,
-		Rand:          l.cfg.Rand,
-		MaxDeliveries: l.cfg.MaxDeliveries,
-	})
+	plan := PlanHandover(l.planInput(tenant, res.Entries, now, live, walkers))
 	for _, d := range plan.Deliveries {
 		l.cfg.Sink.Offer(d)
 	}
@@ -756,6 +688,51 @@ func (l *Loop) handoverTenant(ctx context.Context, tenant string, live []string,
 	l.log.Debug("handover walk", "tenant", tenant, "entries", len(res.Entries), "offered", len(plan.Deliveries),
 		"ahead", plan.Stats.Ahead, "own", plan.Stats.Own, "others", plan.Stats.Others, "deferred", plan.Stats.Deferred)
 	return listErr
+}
+
+// walkPages runs w to its end, one LIST a page, and returns the LIST that
+// failed, if one did (what was read before it stays in w's result); what
+// names the walk in the error.
+func (l *Loop) walkPages(ctx context.Context, w *Walk, what, tenant string) error {
+	for {
+		page, ok := w.Next()
+		if !ok {
+			return nil
+		}
+		l.lists.Add(1)
+		keys, err := l.cfg.Lister.List(ctx, page.Prefix, page.StartAfter, page.Limit)
+		if err != nil {
+			w.Abort()
+			return fmt.Errorf("%s tenant %q: list %q after %q: %w", what, tenant, page.Prefix, page.StartAfter, err)
+		}
+		w.Feed(keys)
+	}
+}
+
+// planInput is what a plan of tenant's entries starts from (planMu held:
+// it reads Since and hands over the loop's Rand).
+func (l *Loop) planInput(tenant string, entries []Entry, now time.Time, live []string, walkers *Walkers) PlanInput {
+	var shard func(class string) []string
+	if walkers != nil {
+		shard = func(class string) []string { return walkers.Of(tenant, class) }
+	}
+	var since time.Time
+	if l.cfg.Since != nil {
+		since = l.cfg.Since()
+	}
+	return PlanInput{
+		Entries:       entries,
+		Now:           now,
+		Since:         since,
+		Margin:        l.cfg.Margin,
+		Self:          l.cfg.Self,
+		Live:          live,
+		ShardNodes:    shard,
+		Own:           l.isLetGo,
+		Busy:          l.cfg.Busy,
+		Rand:          l.cfg.Rand,
+		MaxDeliveries: l.cfg.MaxDeliveries,
+	}
 }
 
 // Cursor returns where the next sweep of tenant's index starts ("" for the
