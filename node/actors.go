@@ -700,13 +700,18 @@ func (n *Node) State(ctx context.Context, id abi.ActorID) (st hostmod.State, err
 	return st, err
 }
 
+// rememberRefusals is the context key that lets withActor answer from
+// the refusals it remembers (serve sets it for a client's request, whose
+// forward forgets one that failed).
+type rememberRefusals struct{}
+
 // withActor runs fn on the actor's entry, locked and ready for an event
 // (taken, in cluster mode): the boundary of every event (see locked).
 func (n *Node) withActor(ctx context.Context, id abi.ActorID, op string, fn func(e *entry) error) error {
-	if n.leases != nil {
-		// Found held by a live node within a lease TTL: the request goes
-		// there without reading the record and the holder's lease again
-		// (docs/design.md#refusals).
+	if n.leases != nil && ctx.Value(rememberRefusals{}) != nil {
+		// A client's request over HTTP for an actor found held by a live
+		// node within a lease TTL goes there without reading the record
+		// and the holder's lease again (docs/design.md#refusals).
 		if held := n.holds.Refused(id); held != nil {
 			return held
 		}

@@ -288,23 +288,26 @@ func TestARetakenHoldFencesBeforeItRemoves(t *testing.T) {
 	t.Fatalf("the stale entry %s was not deleted: %v", stale, after)
 }
 
-// A request for an actor another live node holds reads its ownership
-// record and the holder's lease once a lease TTL: later requests within
-// it go on to the holder (here: are answered held elsewhere, as a forward
-// begins) without a request to the bucket.
+// A client's request for an actor another live node holds reads its
+// ownership record and the holder's lease once a lease TTL: later requests
+// within it are forwarded to the holder without a request to the bucket.
+// When the holder has left (a clean shutdown), the forward fails, the
+// refusal is forgotten, and the next try takes the actor.
 func TestRequestsForAnActorHeldElsewhereReadTheBucketOncePerLease(t *testing.T) {
 	t.Parallel()
 	m, faults := memWithFaults()
-	id := ixOneshot("elsewhere")
 	reg := prometheus.NewRegistry()
-	a := ixNode(t, m, "a", t.TempDir(), ixConfig{class: oneshotClass, steady: true})
-	b := ixNode(t, m, "b", t.TempDir(), ixConfig{class: oneshotClass, steady: true, registerer: reg})
-	ixSet(t, nil, a, id, node.ExecDurable, time.Now().Add(time.Hour).UnixMilli())
-
+	classes := counter(t)
+	a := serveHost(t, m, "a", classes, hostConfig{})
+	b := serveHost(t, m, "b", classes, hostConfig{registerer: reg})
+	actor := "/v1/actors/t/counter/elsewhere?kind=exec-durable"
+	if status, out := call(t, "POST", a.URL+actor, []byte("get")); status != 200 {
+		t.Fatalf("request to a (which takes the actor): %d %s", status, out)
+	}
 	var mu sync.Mutex
 	var reads []string
 	faults.set(func(op bucket.Op) bucket.Fault {
-		if op.Kind == bucket.OpGet && (strings.HasPrefix(op.Key, "cluster/holds/") || strings.HasPrefix(op.Key, "cluster/nodes/a")) {
+		if op.Kind == bucket.OpGet && (strings.HasPrefix(op.Key, "cluster/holds/") || op.Key == "cluster/nodes/a") {
 			mu.Lock()
 			reads = append(reads, op.Key)
 			mu.Unlock()
@@ -312,19 +315,32 @@ func TestRequestsForAnActorHeldElsewhereReadTheBucketOncePerLease(t *testing.T) 
 		return bucket.Fault{}
 	})
 	for i := range 3 {
-		_, err := b.State(context.Background(), id)
-		var held *cluster.HeldElsewhereError
-		if !errors.As(err, &held) || held.NodeID != "a" {
-			t.Fatalf("request %d on b: %v, want the actor held by a", i, err)
+		if status, out := call(t, "POST", b.URL+actor, []byte("get")); status != 200 {
+			t.Fatalf("request %d to b: %d %s", i, status, out)
 		}
 	}
 	mu.Lock()
 	got := append([]string(nil), reads...)
 	mu.Unlock()
 	if len(got) != 2 {
-		t.Fatalf("three requests on b read %v; want the record and a's lease once", got)
+		t.Fatalf("three requests through b read %v; want the record and a's lease once", got)
 	}
 	if v := metricstest.Gather(reg).Value("wasmkeep_hold_refusals_remembered_total"); v != 2 {
 		t.Errorf("wasmkeep_hold_refusals_remembered_total %v, want 2", v)
+	}
+	// a stops cleanly: b's next request forwards to a node that is gone
+	// (answered 503 with Retry-After when the forward was sent on a
+	// connection a closed), forgets the refusal, and the client's next try
+	// takes the actor.
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.srv.Close()
+	status, out := call(t, "POST", b.URL+actor, []byte("get"))
+	if status == 503 {
+		status, out = call(t, "POST", b.URL+actor, []byte("get"))
+	}
+	if status != 200 {
+		t.Fatalf("request to b once a stopped: %d %s", status, out)
 	}
 }

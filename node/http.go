@@ -388,8 +388,15 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 	start := time.Now()
 	deadline := start.Add(n.failoverWait())
 	poll := failoverPoll
+	ctx := r.Context()
+	if r.Header.Get(forwardedHeader) == "" {
+		// A client's request may go on to a holder a take found within a
+		// lease TTL without reading its record again (a forward that
+		// fails forgets it); a forwarded one reads it.
+		ctx = context.WithValue(ctx, rememberRefusals{}, true)
+	}
 	for {
-		err := op(r.Context())
+		err := op(ctx)
 		if err == nil {
 			return true
 		}
@@ -399,10 +406,12 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 		switch {
 		case errors.As(err, &held) && r.Header.Get(forwardedHeader) == "" && held.Addr != "":
 			written, ferr := n.forwardOnce(w, r, start, held.Addr, body)
+			if ferr != nil {
+				n.holds.Doubt(held.Actor) // the next try reads the record: the holder may be gone
+			}
 			if written {
 				return false
 			}
-			n.holds.Doubt(held.Actor) // the next try reads the record: the holder may be gone
 			cause, code = fmt.Errorf("forward to the holder %s at %s: %w", held.NodeID, held.Addr, ferr), CodeForwardFailed
 		case errors.Is(err, cluster.ErrLeaseNotValid):
 			cause, code = err, CodeLeaseNotValid
@@ -435,7 +444,7 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request, body []byte, op fun
 // be made) or the holder answered that it did nothing for the actor
 // (notAppliedHeader): the request may be sent again. Otherwise the
 // holder's answer, or a 503 if its answer was lost after the request was
-// sent, is written.
+// sent (err then says why), is written.
 func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, start time.Time, addr string, body []byte) (written bool, err error) {
 	u := url.URL{Scheme: n.sec.scheme, Host: addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
@@ -461,7 +470,7 @@ func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, start time.Ti
 		// The holder may have died while it answered: its actor fails over.
 		w.Header().Set("Retry-After", n.retryAfter(CodeForwardFailed, start))
 		writeProblem(w, http.StatusServiceUnavailable, CodeForwardFailed, fmt.Sprintf("forward to the holder at %s: %v", addr, err))
-		return true, nil
+		return true, err
 	}
 	defer resp.Body.Close()
 	endSpan(resp.StatusCode, nil)

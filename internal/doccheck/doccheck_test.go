@@ -104,7 +104,9 @@ var rules = []struct{ pattern, by string }{
 	{`^keepnode -data \./n1 .*-token-file token -tenant-tokens tenant-tokens -peer-token-file peer-token -tls-cert`, "test: ./internal/clusterproc TestKeepnodeWithTokensAndTLS"},
 	{`^KEEPNODE_ADVERTISE=\S+ KEEPNODE_NODE_ID=\S+ keepnode -config `, "test: ./cmd/keepnode TestConfigPrecedence"},
 	{`^keepnode -config /etc/keepnode/keepnode\.toml$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
-	{`^keepnode -(metrics-addr|durable-commits|max-attempts|alarm-deadline|event-deadline|guest-slots|tenant-guest-slots|workers|tenant-weight|tenant-rate|tenant-burst|tenant-concurrency|instance-memory|max-memory|idempotency-keys)\b`, "here"},
+	{`^keepnode -(metrics-addr|durable-commits|max-attempts|alarm-deadline|event-deadline|guest-slots|tenant-guest-slots|workers|tenant-weight|tenant-rate|tenant-burst|tenant-concurrency|instance-memory|max-memory|idempotency-keys|ui|drain-timeout|otlp-endpoint|trace-sample-ratio)\b`, "here"},
+	{`^keepctl (alarms list|dead-letters redrive -actor)$`, "here"},
+	{`^go test \./node/consoletest -run TestConsoleInABrowser -screenshots$`, "test: ./node/consoletest TestConsoleInABrowser"},
 	{`^keepctl -bucket \S+ verify$`, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
 	{`^keepctl -bucket wasmkeep backfill$`, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
 	{`^keepctl -bucket wasmkeep alarms list `, "test: ./cmd/keepctl TestKeepctlVerifyBackfillOnVersitygw"},
@@ -965,7 +967,9 @@ func TestMakeDemoSaysWhatItBuildsFirst(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make not found")
 	}
-	cmd := exec.Command("make", "-n", "-B", "demo")
+	// --no-print-directory: under another make (make test) a sub-make
+	// prints the directory it enters first.
+	cmd := exec.Command("make", "--no-print-directory", "-n", "-B", "demo")
 	cmd.Dir = root(t)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
