@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/wasmkeep/alarms/abi"
@@ -165,15 +164,12 @@ func (n *Node) letters() letterStore {
 	return dirStore{dir: filepath.Join(n.cfg.DataDir, letterDir)}
 }
 
-// letterTries is how many times the record of a dead letter is written
-// before the failure is logged.
-const letterTries = 3
-
 // keepLetter writes the record of the dead letter the delivery d just
 // committed (e.mu held). The dead letter itself is in the actor's
-// database whatever happens here: a record that could not be written is
-// logged at ERROR, and the actor is then found by keepctl alarms failed
-// (its state in the bucket) rather than in the list.
+// database whatever happens here: a record that could not be written (the
+// bucket's client has retried it) is logged at ERROR, and the actor is
+// then found by keepctl alarms failed (its state in the bucket) rather
+// than in the list.
 func (n *Node) keepLetter(ctx context.Context, e *entry, d hostmod.Delivery) {
 	dl, ok, err := e.a.DeadLetter(ctx)
 	if err != nil || !ok {
@@ -181,16 +177,9 @@ func (n *Node) keepLetter(ctx context.Context, e *entry, d hostmod.Delivery) {
 		return
 	}
 	body, _ := json.Marshal(deadLetterOf(e.id, dl))
-	for try := 1; ; try++ {
-		_, err = n.letters().Put(ctx, letterKey(e.id), body, bucket.Cond{})
-		if err == nil {
-			e.letterChecked = false // a later event that sets an alarm deletes it
-			return
-		}
-		if try == letterTries || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+	if _, err = n.letters().Put(ctx, letterKey(e.id), body, bucket.Cond{}); err == nil {
+		e.letterChecked = false // a later event that sets an alarm deletes it
+		return
 	}
 	n.log.Error("the record of a dead letter could not be written: it is not listed by GET /v1/tenants/{tenant}/dead-letters (keepctl alarms failed finds it in the bucket)",
 		"actor", e.id.String(), "scheduled_ms", d.Scheduled, "error", err)
