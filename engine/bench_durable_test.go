@@ -27,18 +27,23 @@ func BenchmarkDurableCommits(b *testing.B) {
 	}{
 		{"off", nil},
 		{"durable", []engine.Option{engine.WithDurableCommits(true)}},
+		{"journal", nil}, // WithJournal(the run's directory)
 	}
 	for _, actors := range []int{1, 8, 64, 1000} {
 		for _, m := range modes {
 			b.Run(fmt.Sprintf("actors=%d/%s", actors, m.name), func(b *testing.B) {
-				benchDurable(b, actors, m.opts)
+				benchDurable(b, actors, m.name == "journal", m.opts)
 			})
 		}
 	}
 }
 
-func benchDurable(b *testing.B, actors int, opts []engine.Option) {
+func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) {
 	ctx := context.Background()
+	dir := b.TempDir()
+	if journal {
+		opts = append(opts, engine.WithJournal(dir))
+	}
 	eng, err := engine.NewEngine(ctx, append(opts, engine.WithMaxOpenDatabases(actors+8), engine.WithMaxInstances(actors+8))...)
 	if err != nil {
 		b.Fatal(err)
@@ -48,7 +53,6 @@ func benchDurable(b *testing.B, actors int, opts []engine.Option) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dir := b.TempDir()
 	as := make([]*engine.Actor, actors)
 	for i := range as {
 		as[i] = openBench(b, eng, cl, dir, fmt.Sprintf("a%04d", i))
@@ -89,4 +93,9 @@ func benchDurable(b *testing.B, actors int, opts []engine.Option) {
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	if st := eng.Journal(); st.Syncs > 0 {
+		b.ReportMetric(float64(st.Waits)/float64(st.Syncs), "commits/sync")
+		b.ReportMetric(float64(st.Bytes)/float64(st.Waits), "bytes/commit")
+		b.ReportMetric(float64(st.Retired), "retired")
+	}
 }

@@ -45,6 +45,7 @@ type config struct {
 	registerer    prometheus.Registerer
 	maxMemory     uint64
 	durable       bool
+	journal       string
 	preinit       map[string]Preinit
 	idemKeys      int
 	idemBytes     int64
@@ -78,6 +79,20 @@ func WithClock(c clock.Clock) Option { return func(o *config) { o.clock = c } }
 // every concurrency (docs/benchmarks.md). Off by default: it costs a sync
 // per event.
 func WithDurableCommits(on bool) Option { return func(o *config) { o.durable = on } }
+
+// WithJournal makes commits durable (WithDurableCommits) through one node
+// journal for the actor databases under root, kept in a directory of
+// root's (".wasmkeep-journal"): each commit's WAL frames are appended to
+// it as well as written to the WAL, and the commits waiting at once share
+// one sync of it (group commit), where each would otherwise sync its own
+// WAL. NewEngine first writes again into their WALs the frames a power
+// cut may have kept from them; Close leaves nothing to write again. A
+// database outside root syncs its own WAL. Only one engine may have a
+// journal for a root, and the databases under it must be opened by that
+// engine alone. On platforms other than Linux, it is WithDurableCommits.
+// docs/design.md#journal says why an acknowledged event survives a power
+// cut with it.
+func WithJournal(root string) Option { return func(o *config) { o.journal = root } }
 
 // WithLogger sets the logger (default: a null logger).
 func WithLogger(l hclog.Logger) Option { return func(o *config) { o.logger = l } }
@@ -242,6 +257,8 @@ type Engine struct {
 	// collectors are the metrics registered (WithRegisterer); Close takes
 	// them out.
 	collectors []prometheus.Collector
+	// journal is the node journal (WithJournal), or nil.
+	journal *journal
 }
 
 // NewEngine creates an engine. Close it to free the runtime.
@@ -313,6 +330,27 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 	if cfg.maxMemory < 65536 {
 		return nil, fmt.Errorf("engine: the memory budget for all instances must be at least one 64 KiB page, not %d bytes", cfg.maxMemory)
 	}
+	var j *journal
+	if cfg.journal != "" {
+		cfg.durable = true
+		var err error
+		if j, err = openJournal(cfg.journal); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
+	e, err := newEngine(ctx, cfg)
+	if err != nil {
+		if j != nil {
+			_ = j.close()
+		}
+		return nil, err
+	}
+	e.journal = j
+	return e, nil
+}
+
+// newEngine is NewEngine once the configuration is checked.
+func newEngine(ctx context.Context, cfg config) (*Engine, error) {
 	if r := cfg.runtime; r != nil {
 		if err := hostmod.CheckRuntime(ctx, r); err != nil {
 			return nil, err
@@ -393,12 +431,16 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.unregister()
 	e.mu.Unlock()
+	var jerr error
+	if e.journal != nil {
+		jerr = e.journal.close()
+	}
 	if e.owned {
 		err := e.r.Close(ctx)
 		for _, r := range e.mem.shut() {
 			r.release()
 		}
-		return err
+		return errors.Join(err, jerr)
 	}
 	e.mu.Lock()
 	list := e.compiled
@@ -408,8 +450,12 @@ func (e *Engine) Close(ctx context.Context) error {
 	for _, cm := range list {
 		errs = append(errs, cm.Close(ctx))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, jerr)...)
 }
+
+// Journal returns the node journal's counters (WithJournal; zero without
+// one).
+func (e *Engine) Journal() JournalStats { return e.journal.stats() }
 
 // Residency returns the residency counters: what is open now, the budgets,
 // the peaks, and how often room was made or refused.

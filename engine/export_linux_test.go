@@ -7,3 +7,11 @@ func SetIOHook(h func(op, name string, off, n int64)) (restore func()) {
 	ioHook = h
 	return func() { ioHook = prev }
 }
+
+// SetJournalFileSize sets the size of each node journal file opened from
+// now on (the tests make them small, so that they take turns often).
+func SetJournalFileSize(n int64) (restore func()) {
+	prev := journalFileSize
+	journalFileSize = n
+	return func() { journalFileSize = prev }
+}

@@ -109,9 +109,10 @@ func (d *disk) cut(src, dst string) {
 // of 16 actors runs events one after the other, each setting the alarm to
 // the event's number; the cut comes at a random instant, many times.
 func TestAPowerCutLosesNoAcknowledgedEvent(t *testing.T) {
-	for _, durable := range []bool{true, false} {
-		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
-			lost := powerCuts(t, durable, 8)
+	for _, mode := range []string{"journal", "durable", "off"} {
+		durable := mode != "off"
+		t.Run(mode, func(t *testing.T) {
+			lost := powerCuts(t, mode, 8)
 			if durable && lost > 0 {
 				t.Fatalf("%d acknowledged events lost across the cuts", lost)
 			}
@@ -130,13 +131,25 @@ func TestAPowerCutLosesNoAcknowledgedEvent(t *testing.T) {
 
 // powerCuts runs cuts power cuts and returns how many acknowledged events
 // they lost in all.
-func powerCuts(t *testing.T, durable bool, cuts int) (lost int) {
+func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
+	var retired int64
 	const actors = 16
 	ctx := context.Background()
 	d := newDisk(t)
+	durable := mode != "off"
+	if mode == "journal" {
+		// Small journal files, so that they take turns (and are retired)
+		// many times in a run.
+		t.Cleanup(engine.SetJournalFileSize(256 << 10))
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for c := 0; c < cuts; c++ {
-		eng, err := engine.NewEngine(ctx, engine.WithDurableCommits(durable))
+		dir := t.TempDir()
+		opts := []engine.Option{engine.WithDurableCommits(durable)}
+		if mode == "journal" {
+			opts = append(opts, engine.WithJournal(dir))
+		}
+		eng, err := engine.NewEngine(ctx, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +157,6 @@ func powerCuts(t *testing.T, durable bool, cuts int) (lost int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
 		acked := make([]int64, actors)
 		var mu sync.Mutex
 		stop := make(chan struct{})
@@ -183,7 +195,18 @@ func powerCuts(t *testing.T, durable bool, cuts int) (lost int) {
 		d.cut(dir, after)
 		close(stop)
 		wg.Wait()
+		retired += eng.Journal().Retired
 		eng.Close(ctx)
+		if mode == "journal" {
+			// The next start replays the journal into the WALs.
+			re, err := engine.NewEngine(ctx, engine.WithJournal(after))
+			if err != nil {
+				t.Fatalf("cut %d: start after the cut: %v", c, err)
+			}
+			if err := re.Close(ctx); err != nil {
+				t.Fatalf("cut %d: close after the replay: %v", c, err)
+			}
+		}
 
 		for i := 0; i < actors; i++ {
 			p := filepath.Join(after, fmt.Sprintf("%d.db", i))
@@ -199,6 +222,9 @@ func powerCuts(t *testing.T, durable bool, cuts int) (lost int) {
 				}
 			}
 		}
+	}
+	if mode == "journal" && retired == 0 {
+		t.Fatal("no journal file was retired in any run: the cuts never came after one")
 	}
 	return lost
 }

@@ -584,6 +584,10 @@ func WriteSnapshot(path string, data []byte) error {
 	if err := writeFile(tmp, data); err != nil {
 		return err
 	}
+	if err := forgetWAL(path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
 	for _, p := range []string{path + "-wal", path + "-shm"} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			_ = os.Remove(tmp)
@@ -597,6 +601,12 @@ func WriteSnapshot(path string, data []byte) error {
 // may hold commits: see OpenStore), to to. The WAL goes first: a crash in
 // between leaves each WAL beside its own file's name.
 func MoveDatabase(from, to string) error {
+	if err := forgetWAL(from); err != nil {
+		return err
+	}
+	if err := forgetWAL(to); err != nil {
+		return err
+	}
 	if err := os.Rename(from+"-wal", to+"-wal"); err != nil && !os.IsNotExist(err) {
 		return err
 	}
@@ -607,9 +617,25 @@ func MoveDatabase(from, to string) error {
 // RemoveDatabase removes the database file at path with its WAL and
 // shared-memory files.
 func RemoveDatabase(path string) error {
+	if err := forgetWAL(path); err != nil {
+		return err
+	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			return err
+		}
+	}
+	return nil
+}
+
+// forgetWAL is called before the WAL of the database at path is removed,
+// renamed or replaced: the node journal covering it (WithJournal), if it
+// holds records of it, syncs it in its own file and forgets them, so that
+// no replay writes them again into a WAL that is gone, or another's.
+func forgetWAL(path string) error {
+	if j := journalFor(path + "-wal"); j != nil {
+		if err := j.forget(path + "-wal"); err != nil {
+			return fmt.Errorf("journal: forget the WAL of %s: %w", path, err)
 		}
 	}
 	return nil

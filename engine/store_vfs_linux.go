@@ -83,6 +83,13 @@ type storeFile struct {
 	// wal is whether the database header last read (the first 20 bytes
 	// of a database file) says the database is in WAL mode.
 	wal bool
+
+	// j is the node journal of a WAL under its root (WithJournal): each
+	// write and truncation is appended to it once made, and a sync waits
+	// for the journal to be durable up to jAt, the journal's length after
+	// the file's last record, rather than syncing the file.
+	j   *journal
+	jAt int64
 }
 
 var (
@@ -119,11 +126,15 @@ func openStoreFile(name string, flags vfs.OpenFlag) (vfs.File, error) {
 		if err != nil {
 			return nil, vfs.SystemError(&os.PathError{Op: "open", Path: name, Err: err}, sqlite3.CANTOPEN)
 		}
-		return &storeFile{
+		f := &storeFile{
 			fd: fd, name: name, flags: flags, psow: true, aheadOK: true, hdrGen: fileGens.Add(1),
 			wbOff: -1, lastHdr: -1,
 			syncDir: flags&vfs.OPEN_WAL != 0 && flags&vfs.OPEN_CREATE != 0,
-		}, nil
+		}
+		if flags&vfs.OPEN_WAL != 0 {
+			f.j = journalFor(name)
+		}
+		return f, nil
 	}
 }
 
@@ -405,6 +416,15 @@ func (f *storeFile) pwrite(p []byte, off int64) (int, error) {
 		}
 		n += m
 	}
+	if f.j != nil {
+		// Made, then recorded: a record's write is always in the file
+		// before the journal's file holding it is retired.
+		at, err := f.j.append(recWrite, f.name, off, p)
+		if err != nil {
+			return 0, vfs.SystemError(err, sqlite3.IOERR_WRITE)
+		}
+		f.jAt = at
+	}
 	return n, nil
 }
 
@@ -433,6 +453,12 @@ func (f *storeFile) Truncate(size int64) error {
 		if err == unix.EINTR {
 			continue
 		}
+		if err == nil && f.j != nil {
+			var at int64
+			if at, err = f.j.append(recTruncate, f.name, size, nil); err == nil {
+				f.jAt = at
+			}
+		}
 		return vfs.SystemError(err, sqlite3.IOERR_TRUNCATE)
 	}
 }
@@ -443,6 +469,15 @@ func (f *storeFile) Truncate(size int64) error {
 func (f *storeFile) Sync(vfs.SyncFlag) error {
 	if err := f.flushHeld(); err != nil {
 		return err
+	}
+	if f.j != nil {
+		// The journal holds every write and truncation of this WAL not
+		// yet synced in it, and replays them at start after a cut (the
+		// WAL's name too: it recreates the file).
+		if err := f.j.wait(f.jAt); err != nil {
+			return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
+		}
+		return nil
 	}
 	if err := fdatasync(f.fd); err != nil {
 		return vfs.SystemError(err, sqlite3.IOERR_FSYNC)

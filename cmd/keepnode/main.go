@@ -149,7 +149,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	o.sec = addSecurityFlags(fs)
 	o.mem = addMemoryFlags(fs)
 	o.trace = addTracingFlags(fs)
-	fs.BoolVar(&o.mem.durable, "durable-commits", false, "acknowledge an event (a request's reply, a delivery) only once its commit is on stable storage, so it survives a power loss, not only a crash of the process; commits of all actors share syncs (group commit); see docs/benchmarks.md for what it costs")
+	fs.BoolVar(&o.mem.durable, "durable-commits", true, "acknowledge an event (a request's reply, a delivery) only once its commit is on stable storage, so it survives a power loss, not only a crash of the process: every actor's commit goes to one journal in the data directory, and the commits waiting at once share one sync of it; false acknowledges once the commit is written, which a crash of the process keeps and a power loss may not (docs/design.md#journal)")
 	return fs, o
 }
 
@@ -315,7 +315,7 @@ func run(logger hclog.Logger, o *options) error {
 	if err != nil {
 		return err
 	}
-	memOpts, err := memFlags.options()
+	memOpts, err := memFlags.options(dataDir)
 	if err != nil {
 		return err
 	}

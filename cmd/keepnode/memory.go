@@ -46,8 +46,9 @@ func (b *byteSize) Set(s string) error {
 // memoryFlags are the bounds on guests' memory.
 type memoryFlags struct {
 	total, instance byteSize
-	// durable is -durable-commits (engine.WithDurableCommits), which
-	// rides with the engine's other storage and memory options.
+	// durable is -durable-commits (engine.WithJournal in the data
+	// directory), which rides with the engine's other storage and memory
+	// options.
 	durable bool
 }
 
@@ -58,14 +59,18 @@ func addMemoryFlags(fs *flag.FlagSet) *memoryFlags {
 	return m
 }
 
-// options returns the engine's options for the flags.
-func (m *memoryFlags) options() ([]engine.Option, error) {
+// options returns the engine's options for the flags, the actors'
+// databases being under dataDir.
+func (m *memoryFlags) options(dataDir string) ([]engine.Option, error) {
 	if m.instance < 64<<10 || m.instance > 4<<30 {
 		return nil, fmt.Errorf("-instance-memory %s: must be from 64KiB to 4GiB", &m.instance)
 	}
 	if m.total < m.instance {
 		return nil, fmt.Errorf("-max-memory %s is less than -instance-memory %s: one instance could never use what it may", &m.total, &m.instance)
 	}
-	return []engine.Option{engine.WithMaxTotalMemory(uint64(m.total)), engine.WithMemoryLimit(uint64(m.instance)),
-		engine.WithDurableCommits(m.durable)}, nil
+	opts := []engine.Option{engine.WithMaxTotalMemory(uint64(m.total)), engine.WithMemoryLimit(uint64(m.instance))}
+	if m.durable {
+		opts = append(opts, engine.WithJournal(dataDir))
+	}
+	return opts, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -44,7 +46,7 @@ func TestMemoryFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := m.options()
+	opts, err := m.options(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestMemoryFlags(t *testing.T) {
 		t.Errorf("default budget %d, want %d", got, engine.DefaultMaxTotalMemory)
 	}
 	m, _ = parse("-max-memory", "96MiB", "-instance-memory", "8MiB")
-	if opts, err = m.options(); err != nil {
+	if opts, err = m.options(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	eng2, err := engine.NewEngine(context.Background(), opts...)
@@ -77,11 +79,39 @@ func TestMemoryFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.options(); err == nil || !strings.Contains(err.Error(), "-instance-memory") {
+		if _, err := m.options(t.TempDir()); err == nil || !strings.Contains(err.Error(), "-instance-memory") {
 			t.Errorf("%v: %v, want an error naming the flags", args, err)
 		}
 	}
 	if _, err := parse("-max-memory", "lots"); err == nil {
 		t.Error("-max-memory lots parsed")
+	}
+}
+
+// Commits are durable by default, through the node journal in the data
+// directory; -durable-commits=false turns it off.
+func TestDurableCommitsAreTheDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		journal bool
+	}{{nil, true}, {[]string{"-durable-commits=false"}, false}} {
+		o, err := parse(t, tc.args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		opts, err := o.mem.options(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := engine.NewEngine(context.Background(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = os.Stat(filepath.Join(dir, ".wasmkeep-journal", "journal-0"))
+		eng.Close(context.Background())
+		if got := err == nil; got != tc.journal {
+			t.Errorf("keepnode %v: a journal in the data directory: %v, want %v", tc.args, got, tc.journal)
+		}
 	}
 }

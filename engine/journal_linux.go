@@ -1,0 +1,774 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// journal is the node journal (WithJournal): one append-only log that
+// every actor database under its root writes its WAL's writes to, so
+// that the durable commits of all of them share one fdatasync, where each
+// would otherwise sync its own WAL. docs/design.md#journal says why an
+// acknowledged event survives with it; in short:
+//
+//   - A WAL write is made to the WAL file (not synced) and then appended
+//     to the journal as a record (the file, the offset, the bytes); a
+//     truncation of a WAL too. A commit's sync of its WAL waits until the
+//     journal is durable up to its last record: the first commit that
+//     waits writes every record appended so far and syncs the journal
+//     once, and every commit those records cover returns (group commit).
+//   - The database files themselves are synced as SQLite asks (a
+//     checkpoint syncs the database before the WAL starts again); only
+//     the WALs' syncs are the journal's.
+//   - Two files take turns. When the one being written is full, appends
+//     go to the other, and the full one is retired: every WAL with a
+//     record in it is synced in its own file, with its directory, and the
+//     file is marked retired. A file is reused only once retired.
+//   - At start, before any actor opens, the records of the files not
+//     retired are written again into their WALs, in the order they were
+//     appended (both files, the older first); each record holds what the
+//     WAL held at that offset once written, so doing them all again
+//     leaves each WAL as it was at the last record, whatever part of them
+//     the disk had kept.
+//   - Before a WAL's name is removed or given to other bytes
+//     (RemoveDatabase, MoveDatabase, WriteSnapshot), its bytes are synced
+//     in its own file and a record says to forget it: at start its earlier
+//     records are not written again, so no replay brings back a WAL that
+//     is gone beside a database that is another.
+type journal struct {
+	root string // the actor databases it covers are under root
+	// real is root with its symbolic links resolved: SQLite names a
+	// database given by a relative path by its real path.
+	real string
+	dir  string // its two files
+
+	mu    sync.Mutex
+	cond  sync.Cond
+	files [2]int    // the two files' descriptors
+	gens  [2]uint64 // the generation each file's header last said (live or retired)
+	cur   int       // the file appended to
+	gen   uint64    // its generation
+	size  int64     // each file's size
+	off   int64     // where buf goes in files[cur]
+	buf   []byte    // records appended, not yet written
+	spare []byte
+
+	appended int64 // bytes of records appended since the journal opened
+	durable  int64 // of them, written and synced
+	flushing bool
+	retiring bool
+	err      error // a write or sync failed: nothing is durable any more
+
+	// paths[i] is the set of WALs (relative to root) with a record in
+	// files[i]'s generation: what retiring it syncs, and what a forget
+	// looks for.
+	paths [2]map[string]struct{}
+
+	syncs   atomic.Int64 // fdatasyncs of the journal
+	waits   atomic.Int64 // syncs of a WAL it stood in for
+	retired atomic.Int64 // files retired
+}
+
+const (
+	journalMagic       = 0x574b4a31 // "WKJ1"
+	journalHdrSize     = 4096
+	recMagic           = 0x574b5231 // "WKR1"
+	recHdrSize         = 36
+	recWrite           = 1
+	recTruncate        = 2
+	recForget          = 3
+	journalLive        = 1
+	journalRetired     = 2
+	journalDirName     = ".wasmkeep-journal"
+	defaultJournalSize = 32 << 20
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// journalFileSize is each journal file's size (the tests make it small,
+// so that files turn often).
+var journalFileSize int64 = defaultJournalSize
+
+// journals are the open journals, for the WAL files and the database
+// functions to find the one whose root holds a path.
+var journals struct {
+	sync.RWMutex
+	all []*journal
+}
+
+// journalFor returns the open journal whose root holds path, or nil.
+func journalFor(path string) *journal {
+	journals.RLock()
+	defer journals.RUnlock()
+	for _, j := range journals.all {
+		if within(j.root, path) || within(j.real, path) {
+			return j
+		}
+	}
+	return nil
+}
+
+func within(root, path string) bool {
+	return len(path) > len(root) && strings.HasPrefix(path, root) && path[len(root)] == filepath.Separator
+}
+
+// openJournal opens the journal of the databases under root, in
+// root/journal, creating it if needed, and first writes again the records
+// of its files not retired into their WALs (replay). Only one journal may
+// be open for a root, and no database under it may be open while it
+// replays.
+func openJournal(root string) (*journal, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	root = filepath.Clean(root)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	journals.Lock()
+	defer journals.Unlock()
+	for _, o := range journals.all {
+		if within(o.real, real) || within(real, o.real) || o.real == real {
+			return nil, fmt.Errorf("journal: %s is already covered by the journal of %s", root, o.root)
+		}
+	}
+	j := &journal{root: root, real: real, dir: filepath.Join(root, journalDirName), size: journalFileSize}
+	j.cond.L = &j.mu
+	j.files = [2]int{-1, -1}
+	if err := os.MkdirAll(j.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if err := j.open(); err != nil {
+		j.closeFiles()
+		return nil, fmt.Errorf("journal %s: %w", j.dir, err)
+	}
+	journals.all = append(journals.all, j)
+	return j, nil
+}
+
+func (j *journal) closeFiles() {
+	for i, fd := range j.files {
+		if fd >= 0 {
+			unix.Close(fd)
+			j.files[i] = -1
+		}
+	}
+}
+
+// open opens the two files, replays what is not retired, marks both
+// retired and starts a generation after every one seen.
+func (j *journal) open() error {
+	created := false
+	for i := range j.files {
+		p := filepath.Join(j.dir, fmt.Sprintf("journal-%d", i))
+		fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return err
+		}
+		j.files[i] = fd
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		if st.Size == 0 {
+			created = true
+		}
+		if st.Size < j.size {
+			// Written whole once, so that a sync of what is written into
+			// it later has no size or extent of the file to sync with it.
+			if err := zeroFill(fd, st.Size, j.size); err != nil {
+				return err
+			}
+			if err := fdatasync(fd); err != nil {
+				return err
+			}
+		}
+	}
+	if created {
+		// The files' names survive a power cut before any record in them
+		// counts.
+		if err := syncDir(j.dir); err != nil {
+			return err
+		}
+	}
+	type live struct {
+		i   int
+		gen uint64
+	}
+	var lives []live
+	var maxGen uint64
+	for i, fd := range j.files {
+		gen, state, ok := readJournalHeader(fd)
+		if !ok {
+			continue
+		}
+		maxGen = max(maxGen, gen)
+		if state == journalLive {
+			lives = append(lives, live{i, gen})
+		}
+	}
+	slices.SortFunc(lives, func(a, b live) int { return int(a.gen - b.gen) })
+	var recs []journalRecord
+	for _, l := range lives {
+		rs, err := readRecords(j.files[l.i], l.gen)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rs...)
+	}
+	if len(recs) > 0 {
+		if err := j.replay(recs); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+	}
+	// Generations only grow, across starts too: a file's records of an
+	// earlier generation are never read as this one's.
+	for i, fd := range j.files {
+		j.gens[i] = maxGen + uint64(i) + 1
+		if err := writeJournalHeader(fd, j.gens[i], journalRetired); err != nil {
+			return err
+		}
+		if err := fdatasync(fd); err != nil {
+			return err
+		}
+	}
+	j.gen = maxGen + 3
+	j.cur = 0
+	j.paths = [2]map[string]struct{}{{}, {}}
+	j.gens[0] = j.gen
+	if err := writeJournalHeader(j.files[0], j.gen, journalLive); err != nil {
+		return err
+	}
+	j.off = journalHdrSize
+	return nil
+}
+
+// A record, as read back.
+type journalRecord struct {
+	kind byte
+	path string // relative to the root
+	off  int64
+	data []byte
+}
+
+func readJournalHeader(fd int) (gen uint64, state uint32, ok bool) {
+	var h [32]byte
+	n, err := unix.Pread(fd, h[:], 0)
+	if err != nil || n < len(h) || binary.BigEndian.Uint32(h[0:]) != journalMagic {
+		return 0, 0, false
+	}
+	if crc32.Checksum(h[:20], crcTable) != binary.BigEndian.Uint32(h[20:]) {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint64(h[8:]), binary.BigEndian.Uint32(h[16:]), true
+}
+
+func writeJournalHeader(fd int, gen uint64, state uint32) error {
+	var h [32]byte
+	binary.BigEndian.PutUint32(h[0:], journalMagic)
+	binary.BigEndian.PutUint32(h[4:], 1) // the format's version
+	binary.BigEndian.PutUint64(h[8:], gen)
+	binary.BigEndian.PutUint32(h[16:], state)
+	binary.BigEndian.PutUint32(h[20:], crc32.Checksum(h[:20], crcTable))
+	return pwriteFull(fd, h[:], 0)
+}
+
+// A record's header: magic, total length, generation, kind, the path's
+// length, offset, the data's length, then the checksum (CRC-32C) of the
+// header before it and of the path and data after it.
+func appendRecord(b []byte, gen uint64, kind byte, path string, off int64, data []byte) []byte {
+	at := len(b)
+	n := recHdrSize + len(path) + len(data)
+	b = slices.Grow(b, n)[:at+n]
+	h := b[at:]
+	binary.BigEndian.PutUint32(h[0:], recMagic)
+	binary.BigEndian.PutUint32(h[4:], uint32(n))
+	binary.BigEndian.PutUint64(h[8:], gen)
+	h[16] = kind
+	h[17] = 0
+	binary.BigEndian.PutUint16(h[18:], uint16(len(path)))
+	binary.BigEndian.PutUint64(h[20:], uint64(off))
+	binary.BigEndian.PutUint32(h[28:], uint32(len(data)))
+	copy(h[recHdrSize:], path)
+	copy(h[recHdrSize+len(path):], data)
+	c := crc32.Update(crc32.Checksum(h[:32], crcTable), crcTable, h[recHdrSize:n])
+	binary.BigEndian.PutUint32(h[32:], c)
+	return b
+}
+
+// readRecords reads a file's records of generation gen, up to the first
+// that is not whole (the end of what was written, or a record of an
+// earlier generation the file held before).
+func readRecords(fd int, gen uint64) ([]journalRecord, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, st.Size)
+	if _, err := preadFull(fd, buf, 0); err != nil {
+		return nil, err
+	}
+	var recs []journalRecord
+	for off := int64(journalHdrSize); off+recHdrSize <= st.Size; {
+		h := buf[off:]
+		if binary.BigEndian.Uint32(h[0:]) != recMagic {
+			break
+		}
+		n := int64(binary.BigEndian.Uint32(h[4:]))
+		pl, dl := int64(binary.BigEndian.Uint16(h[18:])), int64(binary.BigEndian.Uint32(h[28:]))
+		if n != recHdrSize+pl+dl || off+n > st.Size || binary.BigEndian.Uint64(h[8:]) != gen {
+			break
+		}
+		if crc32.Update(crc32.Checksum(h[:32], crcTable), crcTable, h[recHdrSize:n]) != binary.BigEndian.Uint32(h[32:]) {
+			break
+		}
+		recs = append(recs, journalRecord{
+			kind: h[16],
+			path: string(h[recHdrSize : recHdrSize+pl]),
+			off:  int64(binary.BigEndian.Uint64(h[20:])),
+			data: h[recHdrSize+pl : n],
+		})
+		off += n
+	}
+	return recs, nil
+}
+
+// replay writes the records again into their files, in order, skipping a
+// file's records before its last forget; then it syncs every file it
+// wrote and their directories.
+func (j *journal) replay(recs []journalRecord) error {
+	lastForget := map[string]int{}
+	for i, r := range recs {
+		if r.kind == recForget {
+			lastForget[r.path] = i
+		}
+	}
+	fds := map[string]int{}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	dirs := map[string]struct{}{}
+	for i, r := range recs {
+		if r.kind == recForget {
+			continue
+		}
+		if k, ok := lastForget[r.path]; ok && i < k {
+			continue
+		}
+		p := filepath.Join(j.root, r.path)
+		fd, ok := fds[p]
+		if !ok {
+			if _, err := os.Stat(strings.TrimSuffix(p, "-wal")); err != nil {
+				// No database beside it: it was removed with its WAL
+				// (which forgets it) or never named; write nothing.
+				continue
+			}
+			var err error
+			if fd, err = unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644); err != nil {
+				return err
+			}
+			fds[p] = fd
+			dirs[filepath.Dir(p)] = struct{}{}
+		}
+		if ioHook != nil {
+			ioHook(map[byte]string{recWrite: "write", recTruncate: "truncate"}[r.kind], p, r.off, int64(len(r.data)))
+		}
+		switch r.kind {
+		case recWrite:
+			if err := pwriteFull(fd, r.data, r.off); err != nil {
+				return err
+			}
+		case recTruncate:
+			if err := unix.Ftruncate(fd, r.off); err != nil {
+				return err
+			}
+		}
+	}
+	for p, fd := range fds {
+		if err := fdatasync(fd); err != nil {
+			return err
+		}
+		if ioHook != nil {
+			ioHook("sync", p, 0, 0)
+		}
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// JournalStats counts the node journal's work (WithJournal).
+type JournalStats struct {
+	// Syncs is how many times the journal was synced; Waits how many
+	// syncs of a WAL waited for it instead (each durable commit is one):
+	// Waits / Syncs is the commits per sync.
+	Syncs, Waits int64
+	// Retired is how many times a journal file was retired: every WAL
+	// with a record in it synced in its own file.
+	Retired int64
+	// Bytes is how many bytes of records were appended.
+	Bytes int64
+}
+
+func (j *journal) stats() JournalStats {
+	if j == nil {
+		return JournalStats{}
+	}
+	j.mu.Lock()
+	n := j.appended
+	j.mu.Unlock()
+	return JournalStats{Syncs: j.syncs.Load(), Waits: j.waits.Load(), Retired: j.retired.Load(), Bytes: n}
+}
+
+// rel is path relative to the root (it is under it, or under its real
+// path).
+func (j *journal) rel(path string) string {
+	if within(j.root, path) {
+		return path[len(j.root)+1:]
+	}
+	return path[len(j.real)+1:]
+}
+
+// append appends a record for the WAL at path (under the root) and
+// returns the journal's length once it is in.
+func (j *journal) append(kind byte, path string, off int64, data []byte) (int64, error) {
+	rel := j.rel(path)
+	n := int64(recHdrSize + len(rel) + len(data))
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.err != nil {
+		return 0, j.err
+	}
+	if n > j.size-journalHdrSize {
+		return 0, fmt.Errorf("journal: a record of %d bytes is larger than a journal file", n)
+	}
+	if err := j.roomLocked(n); err != nil {
+		return 0, err
+	}
+	j.buf = appendRecord(j.buf, j.gen, kind, rel, off, data)
+	j.paths[j.cur][rel] = struct{}{}
+	j.appended += n
+	return j.appended, nil
+}
+
+// wait returns once the journal is durable up to at (a length append
+// returned): the first to wait writes what was appended and syncs, and
+// the others wait for it.
+func (j *journal) wait(at int64) error {
+	j.waits.Add(1)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.durable < at {
+		if j.err != nil {
+			return j.err
+		}
+		if j.flushing {
+			j.cond.Wait()
+			continue
+		}
+		j.flushLocked()
+	}
+	return nil
+}
+
+// flushLocked writes buf to the current file and syncs it, without the
+// lock held meanwhile (j.mu held on entry and return).
+func (j *journal) flushLocked() {
+	j.flushing = true
+	b, off, end, fd, name := j.buf, j.off, j.appended, j.files[j.cur], j.name(j.cur)
+	j.buf, j.spare = j.spare[:0], nil
+	j.off += int64(len(b))
+	j.mu.Unlock()
+	err := j.writeSync(fd, name, b, off)
+	j.mu.Lock()
+	j.spare = b[:0]
+	if err != nil {
+		j.err = fmt.Errorf("journal %s: %w", name, err)
+	} else {
+		j.durable = end
+	}
+	j.flushing = false
+	j.cond.Broadcast()
+}
+
+func (j *journal) name(i int) string { return filepath.Join(j.dir, fmt.Sprintf("journal-%d", i)) }
+
+func (j *journal) writeSync(fd int, name string, b []byte, off int64) error {
+	if len(b) > 0 {
+		if ioHook != nil {
+			ioHook("write", name, off, int64(len(b)))
+		}
+		if err := pwriteFull(fd, b, off); err != nil {
+			return err
+		}
+	}
+	if err := fdatasync(fd); err != nil {
+		return err
+	}
+	j.syncs.Add(1)
+	if ioHook != nil {
+		ioHook("sync", name, 0, 0)
+	}
+	return nil
+}
+
+// roomLocked returns once the current file has room for n bytes more,
+// making the other file the current one when it has not: what waits in
+// buf is written and synced in this one first, the other is waited for
+// until it is retired, and this one is retired in the background.
+func (j *journal) roomLocked(n int64) error {
+	for {
+		if j.err != nil {
+			return j.err
+		}
+		if j.off+int64(len(j.buf))+n <= j.size {
+			return nil
+		}
+		if j.flushing || j.retiring {
+			j.cond.Wait()
+			continue
+		}
+		if len(j.buf) > 0 || j.durable < j.appended {
+			// Others may append while this writes: round again.
+			j.flushLocked()
+			continue
+		}
+		break
+	}
+	old, next := j.cur, 1-j.cur
+	j.gen++
+	if ioHook != nil {
+		ioHook("write", j.name(next), 0, 32)
+	}
+	// The header is synced with the first records written after it.
+	if err := writeJournalHeader(j.files[next], j.gen, journalLive); err != nil {
+		j.err = fmt.Errorf("journal %s: %w", j.name(next), err)
+		return j.err
+	}
+	j.gens[next] = j.gen
+	j.cur, j.off = next, journalHdrSize
+	paths := j.paths[old]
+	j.paths[next] = map[string]struct{}{}
+	j.retiring = true
+	go j.retire(old, paths)
+	return nil // the new file has room for any record
+}
+
+// retire syncs every WAL with a record in file i, with their directories,
+// then marks file i retired, so that it may be reused.
+func (j *journal) retire(i int, paths map[string]struct{}) {
+	err := j.syncPaths(paths)
+	if err == nil {
+		if ioHook != nil {
+			ioHook("write", j.name(i), 0, 32)
+		}
+		err = writeJournalHeader(j.files[i], j.gens[i], journalRetired)
+		if err == nil {
+			err = fdatasync(j.files[i])
+			if ioHook != nil && err == nil {
+				ioHook("sync", j.name(i), 0, 0)
+			}
+		}
+	}
+	j.mu.Lock()
+	if err != nil && j.err == nil {
+		j.err = fmt.Errorf("journal: retiring %s: %w", j.name(i), err)
+	}
+	j.paths[i] = nil
+	j.retiring = false
+	j.retired.Add(1)
+	j.cond.Broadcast()
+	j.mu.Unlock()
+}
+
+// syncPaths syncs the files at paths (relative to the root) that exist,
+// and their directories, a few at a time.
+func (j *journal) syncPaths(paths map[string]struct{}) error {
+	dirs := map[string]struct{}{}
+	work := make(chan string)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for p := range work {
+				if err := syncFile(p); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for rel := range paths {
+		p := filepath.Join(j.root, rel)
+		dirs[filepath.Dir(p)] = struct{}{}
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncFile syncs the file at p's data, if it exists.
+func syncFile(p string) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := fdatasync(fd); err != nil {
+		return err
+	}
+	if ioHook != nil {
+		ioHook("sync", p, 0, 0)
+	}
+	return nil
+}
+
+func syncDir(d string) error {
+	fd, err := unix.Open(d, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return fdatasync(fd)
+}
+
+// forget is called before the WAL at path is removed or renamed, or its
+// name given to other bytes: if the journal holds records of it, the WAL
+// is synced in its own file and a record says to forget them, durable
+// before forget returns.
+func (j *journal) forget(path string) error {
+	rel := j.rel(path)
+	j.mu.Lock()
+	_, in0 := j.paths[0][rel]
+	_, in1 := j.paths[1][rel]
+	j.mu.Unlock()
+	if !in0 && !in1 {
+		return nil
+	}
+	if err := syncFile(path); err != nil {
+		return err
+	}
+	at, err := j.append(recForget, path, 0, nil)
+	if err != nil {
+		return err
+	}
+	return j.wait(at)
+}
+
+// close writes and syncs what was appended, retires both files (every
+// WAL synced in its own file: the next start replays nothing) and closes
+// them.
+func (j *journal) close() error {
+	journals.Lock()
+	journals.all = slices.DeleteFunc(journals.all, func(o *journal) bool { return o == j })
+	journals.Unlock()
+	j.mu.Lock()
+	for j.flushing || j.retiring {
+		j.cond.Wait()
+	}
+	err := j.err
+	if err == nil && (len(j.buf) > 0 || j.durable < j.appended) {
+		j.flushLocked()
+		err = j.err
+	}
+	paths := j.paths[j.cur]
+	j.mu.Unlock()
+	if err == nil {
+		err = j.syncPaths(paths)
+	}
+	if err == nil {
+		for i := range j.files {
+			if err = writeJournalHeader(j.files[i], j.gens[i], journalRetired); err == nil {
+				err = fdatasync(j.files[i])
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	j.closeFiles()
+	return err
+}
+
+// zeroFill writes zeros from off to end.
+func zeroFill(fd int, off, end int64) error {
+	z := make([]byte, min(end-off, 1<<20))
+	for off < end {
+		n := min(end-off, int64(len(z)))
+		if err := pwriteFull(fd, z[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+func pwriteFull(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
+}
+
+func preadFull(fd int, b []byte, off int64) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Pread(fd, b[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
