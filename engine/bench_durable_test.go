@@ -3,10 +3,14 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -14,9 +18,13 @@ import (
 
 // BenchmarkDurableCommits measures events per second, and their latency,
 // with concurrently busy actors, each running request events that set its
-// alarm one after the other: with commits acknowledged once written (off,
-// the default) and durable (WithDurableCommits: a sync of the WAL per
-// commit). The databases are on the test's temporary directory: run it on
+// alarm one after the other: with commits acknowledged once written (off),
+// durable with a sync of each WAL per commit (WithDurableCommits alone),
+// and durable through the node journal (WithJournal, keepnode's default);
+// and in the same run the disk's own limits: probe-fsync, one 4 KiB write
+// and fdatasync after the other, and probe-log, the journal's work with
+// no database (one log, records of the same size, one fdatasync per
+// batch). The databases are on the test's temporary directory: run it on
 // a real disk, not a tmpfs, for the figures to mean anything.
 //
 //	go test ./engine -run '^$' -bench DurableCommits -benchtime 2000x
@@ -29,13 +37,155 @@ func BenchmarkDurableCommits(b *testing.B) {
 		{"durable", []engine.Option{engine.WithDurableCommits(true)}},
 		{"journal", nil}, // WithJournal(the run's directory)
 	}
+	b.Run("probe-fsync", benchFsyncProbe)
 	for _, actors := range []int{1, 8, 64, 1000} {
 		for _, m := range modes {
 			b.Run(fmt.Sprintf("actors=%d/%s", actors, m.name), func(b *testing.B) {
 				benchDurable(b, actors, m.name == "journal", m.opts)
 			})
 		}
+		b.Run(fmt.Sprintf("actors=%d/probe-log", actors), func(b *testing.B) { benchLogProbe(b, actors) })
 	}
+}
+
+// probeRecord is the size of a commit's record in the journal of the
+// benchmark's events (bytes/commit): a WAL frame and the record's header
+// and path.
+const probeRecord = 4116
+
+// benchFsyncProbe is the disk's own latency for one durable write: a 4 KiB
+// write and an fdatasync of a file written whole before, one after the
+// other.
+func benchFsyncProbe(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "probe"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	const slots = 256
+	if _, err := f.Write(make([]byte, slots*4096)); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	page := make([]byte, 4096)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if _, err := f.WriteAt(page, int64(i%slots)*4096); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// benchLogProbe is the disk's own limit for what the journal does, with no
+// database and no guest: actors goroutines each append a record of
+// probeRecord bytes to one log written whole before, and wait until a
+// write and an fdatasync of the log cover it; the first to wait writes
+// and syncs what every one appended meanwhile.
+func benchLogProbe(b *testing.B, actors int) {
+	const size = 64 << 20
+	f, err := os.Create(filepath.Join(b.TempDir(), "log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	z := make([]byte, 1<<20)
+	for off := 0; off < size; off += len(z) {
+		if _, err := f.Write(z); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	var (
+		mu               sync.Mutex
+		cond             = sync.NewCond(&mu)
+		buf              []byte
+		off              int64
+		appended, synced int64
+		flushing         bool
+		syncs            int
+	)
+	rec := make([]byte, probeRecord)
+	commit := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if off+int64(len(buf))+probeRecord > size {
+			off = 0 // the log wraps: the probe keeps no records
+		}
+		buf = append(buf, rec...)
+		appended++
+		at := appended
+		for synced < at {
+			if flushing {
+				cond.Wait()
+				continue
+			}
+			flushing = true
+			w, end, o := buf, appended, off
+			buf, off = nil, off+int64(len(w))
+			mu.Unlock()
+			_, err := f.WriteAt(w, o)
+			if err == nil {
+				err = unix.Fdatasync(int(f.Fd()))
+			}
+			mu.Lock()
+			flushing = false
+			syncs++
+			cond.Broadcast()
+			if err != nil {
+				return err
+			}
+			synced = end
+		}
+		return nil
+	}
+	lat := make([][]time.Duration, actors)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < actors; i++ {
+		n := b.N / actors
+		if i < b.N%actors {
+			n++
+		}
+		wg.Add(1)
+		go func(i, n int) {
+			defer wg.Done()
+			for j := 0; j < n; j++ {
+				t := time.Now()
+				if err := commit(); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = append(lat[i], time.Since(t))
+			}
+		}(i, n)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 || syncs == 0 {
+		return
+	}
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(len(all))/float64(syncs), "commits/sync")
 }
 
 func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) {
@@ -62,6 +212,7 @@ func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) 
 	}
 	lat := make([][]time.Duration, actors)
 	var wg sync.WaitGroup
+	j0 := eng.Journal()
 	b.ResetTimer()
 	start := time.Now()
 	for i := range as {
@@ -93,9 +244,10 @@ func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) 
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	if st := eng.Journal(); st.Syncs > 0 {
-		b.ReportMetric(float64(st.Waits)/float64(st.Syncs), "commits/sync")
-		b.ReportMetric(float64(st.Bytes)/float64(st.Waits), "bytes/commit")
-		b.ReportMetric(float64(st.Retired), "retired")
+	if st := eng.Journal(); st.Syncs > j0.Syncs {
+		syncs, waits := st.Syncs-j0.Syncs, st.Waits-j0.Waits
+		b.ReportMetric(float64(waits)/float64(syncs), "commits/sync")
+		b.ReportMetric(float64(st.Bytes-j0.Bytes)/float64(waits), "bytes/commit")
+		b.ReportMetric(float64(st.Retired-j0.Retired), "retired")
 	}
 }

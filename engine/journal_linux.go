@@ -24,9 +24,10 @@ import (
 //   - A WAL write is made to the WAL file (not synced) and then appended
 //     to the journal as a record (the file, the offset, the bytes); a
 //     truncation of a WAL too. A commit's sync of its WAL waits until the
-//     journal is durable up to its last record: the first commit that
-//     waits writes every record appended so far and syncs the journal
-//     once, and every commit those records cover returns (group commit).
+//     batch holding its last record is durable: the journal's flusher
+//     writes every record appended since its last write in one batch and
+//     syncs the journal once, and every commit the batch covers returns
+//     (group commit); meanwhile the next batch gathers.
 //   - The database files themselves are synced as SQLite asks (a
 //     checkpoint syncs the database before the WAL starts again); only
 //     the WALs' syncs are the journal's.
@@ -63,9 +64,12 @@ type journal struct {
 	buf   []byte    // records appended, not yet written
 	spare []byte
 
-	appended int64 // bytes of records appended since the journal opened
-	durable  int64 // of them, written and synced
-	flushing bool
+	appended int64   // bytes of records appended since the journal opened
+	open     *jbatch // the batch buf's records are in
+	flushing bool    // a batch is being written and synced
+	kick     chan struct{}
+	stop     chan struct{}
+	stopped  chan struct{}
 	retiring bool
 	err      error // a write or sync failed: nothing is durable any more
 
@@ -78,6 +82,15 @@ type journal struct {
 	waits   atomic.Int64 // syncs of a WAL it stood in for
 	retired atomic.Int64 // files retired
 }
+
+// jbatch is a batch of records written and synced together: done is
+// closed once they are durable, or err says why they are not.
+type jbatch struct {
+	done chan struct{}
+	err  error
+}
+
+func newBatch() *jbatch { return &jbatch{done: make(chan struct{})} }
 
 const (
 	journalMagic       = 0x574b4a31 // "WKJ1"
@@ -153,12 +166,36 @@ func openJournal(root string) (*journal, error) {
 	if err := os.MkdirAll(j.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	if err := j.open(); err != nil {
+	if err := j.start(); err != nil {
 		j.closeFiles()
 		return nil, fmt.Errorf("journal %s: %w", j.dir, err)
 	}
+	j.open = newBatch()
+	j.kick, j.stop, j.stopped = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go j.flusher()
 	journals.all = append(journals.all, j)
 	return j, nil
+}
+
+// flusher writes and syncs a batch whenever a commit waits for one, until
+// the journal closes.
+func (j *journal) flusher() {
+	defer close(j.stopped)
+	for {
+		select {
+		case <-j.kick:
+		case <-j.stop:
+			return
+		}
+		j.mu.Lock()
+		for j.flushing {
+			j.cond.Wait()
+		}
+		if len(j.buf) > 0 {
+			j.flushLocked()
+		}
+		j.mu.Unlock()
+	}
 }
 
 func (j *journal) closeFiles() {
@@ -170,9 +207,9 @@ func (j *journal) closeFiles() {
 	}
 }
 
-// open opens the two files, replays what is not retired, marks both
+// start opens the two files, replays what is not retired, marks both
 // retired and starts a generation after every one seen.
-func (j *journal) open() error {
+func (j *journal) start() error {
 	created := false
 	for i := range j.files {
 		p := filepath.Join(j.dir, fmt.Sprintf("journal-%d", i))
@@ -450,63 +487,69 @@ func (j *journal) rel(path string) string {
 }
 
 // append appends a record for the WAL at path (under the root) and
-// returns the journal's length once it is in.
-func (j *journal) append(kind byte, path string, off int64, data []byte) (int64, error) {
+// returns the batch it is in.
+func (j *journal) append(kind byte, path string, off int64, data []byte) (*jbatch, error) {
 	rel := j.rel(path)
 	n := int64(recHdrSize + len(rel) + len(data))
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.err != nil {
-		return 0, j.err
+		return nil, j.err
 	}
 	if n > j.size-journalHdrSize {
-		return 0, fmt.Errorf("journal: a record of %d bytes is larger than a journal file", n)
+		return nil, fmt.Errorf("journal: a record of %d bytes is larger than a journal file", n)
 	}
 	if err := j.roomLocked(n); err != nil {
-		return 0, err
+		return nil, err
 	}
 	j.buf = appendRecord(j.buf, j.gen, kind, rel, off, data)
 	j.paths[j.cur][rel] = struct{}{}
 	j.appended += n
-	return j.appended, nil
+	return j.open, nil
 }
 
-// wait returns once the journal is durable up to at (a length append
-// returned): the first to wait writes what was appended and syncs, and
-// the others wait for it.
-func (j *journal) wait(at int64) error {
+// wait returns once the batch b (append returned it) is durable: it asks
+// the flusher for a batch, which holds b or comes after it.
+func (j *journal) wait(b *jbatch) error {
 	j.waits.Add(1)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for j.durable < at {
-		if j.err != nil {
-			return j.err
-		}
-		if j.flushing {
-			j.cond.Wait()
-			continue
-		}
-		j.flushLocked()
+	select {
+	case <-b.done:
+		return b.err
+	default:
 	}
-	return nil
+	select {
+	case j.kick <- struct{}{}:
+	default: // a batch is asked for already
+	}
+	<-b.done
+	return b.err
 }
 
-// flushLocked writes buf to the current file and syncs it, without the
-// lock held meanwhile (j.mu held on entry and return).
+// flushLocked writes the open batch to the current file and syncs it,
+// without the lock held meanwhile (j.mu held on entry and return), and a
+// new batch gathers.
 func (j *journal) flushLocked() {
 	j.flushing = true
-	b, off, end, fd, name := j.buf, j.off, j.appended, j.files[j.cur], j.name(j.cur)
-	j.buf, j.spare = j.spare[:0], nil
-	j.off += int64(len(b))
+	w, batch, off, fd, name := j.buf, j.open, j.off, j.files[j.cur], j.name(j.cur)
+	j.buf, j.spare, j.open = j.spare[:0], nil, newBatch()
+	j.off += int64(len(w))
 	j.mu.Unlock()
-	err := j.writeSync(fd, name, b, off)
+	err := j.writeSync(fd, name, w, off)
 	j.mu.Lock()
-	j.spare = b[:0]
+	j.spare = w[:0]
 	if err != nil {
-		j.err = fmt.Errorf("journal %s: %w", name, err)
-	} else {
-		j.durable = end
+		err = fmt.Errorf("journal %s: %w", name, err)
+		if j.err == nil {
+			j.err = err
+		}
+		// What was gathered meanwhile can never be durable either.
+		j.open.err = j.err
+		close(j.open.done)
+		j.open = newBatch()
+		j.open.err = j.err
 	}
+	batch.err = err
+	close(batch.done)
 	j.flushing = false
 	j.cond.Broadcast()
 }
@@ -548,7 +591,7 @@ func (j *journal) roomLocked(n int64) error {
 			j.cond.Wait()
 			continue
 		}
-		if len(j.buf) > 0 || j.durable < j.appended {
+		if len(j.buf) > 0 {
 			// Others may append while this writes: round again.
 			j.flushLocked()
 			continue
@@ -686,11 +729,11 @@ func (j *journal) forget(path string) error {
 	if err := syncFile(path); err != nil {
 		return err
 	}
-	at, err := j.append(recForget, path, 0, nil)
+	b, err := j.append(recForget, path, 0, nil)
 	if err != nil {
 		return err
 	}
-	return j.wait(at)
+	return j.wait(b)
 }
 
 // close writes and syncs what was appended, retires both files (every
@@ -700,14 +743,20 @@ func (j *journal) close() error {
 	journals.Lock()
 	journals.all = slices.DeleteFunc(journals.all, func(o *journal) bool { return o == j })
 	journals.Unlock()
+	close(j.stop)
+	<-j.stopped
 	j.mu.Lock()
 	for j.flushing || j.retiring {
 		j.cond.Wait()
 	}
 	err := j.err
-	if err == nil && (len(j.buf) > 0 || j.durable < j.appended) {
+	if err == nil && len(j.buf) > 0 {
 		j.flushLocked()
 		err = j.err
+	}
+	if err == nil {
+		// Nothing may be appended to a closed journal.
+		j.err = errors.New("journal: closed")
 	}
 	paths := j.paths[j.cur]
 	j.mu.Unlock()

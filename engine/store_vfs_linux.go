@@ -86,10 +86,10 @@ type storeFile struct {
 
 	// j is the node journal of a WAL under its root (WithJournal): each
 	// write and truncation is appended to it once made, and a sync waits
-	// for the journal to be durable up to jAt, the journal's length after
+	// for the journal's batch holding the file's last record (jb) to be
 	// the file's last record, rather than syncing the file.
 	j   *journal
-	jAt int64
+	jb  *jbatch
 }
 
 var (
@@ -419,11 +419,11 @@ func (f *storeFile) pwrite(p []byte, off int64) (int, error) {
 	if f.j != nil {
 		// Made, then recorded: a record's write is always in the file
 		// before the journal's file holding it is retired.
-		at, err := f.j.append(recWrite, f.name, off, p)
+		b, err := f.j.append(recWrite, f.name, off, p)
 		if err != nil {
 			return 0, vfs.SystemError(err, sqlite3.IOERR_WRITE)
 		}
-		f.jAt = at
+		f.jb = b
 	}
 	return n, nil
 }
@@ -454,9 +454,9 @@ func (f *storeFile) Truncate(size int64) error {
 			continue
 		}
 		if err == nil && f.j != nil {
-			var at int64
-			if at, err = f.j.append(recTruncate, f.name, size, nil); err == nil {
-				f.jAt = at
+			var b *jbatch
+			if b, err = f.j.append(recTruncate, f.name, size, nil); err == nil {
+				f.jb = b
 			}
 		}
 		return vfs.SystemError(err, sqlite3.IOERR_TRUNCATE)
@@ -474,8 +474,11 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 		// The journal holds every write and truncation of this WAL not
 		// yet synced in it, and replays them at start after a cut (the
 		// WAL's name too: it recreates the file).
-		if err := f.j.wait(f.jAt); err != nil {
-			return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
+		if f.jb != nil {
+			if err := f.j.wait(f.jb); err != nil {
+				return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
+			}
+			f.jb = nil
 		}
 		return nil
 	}
