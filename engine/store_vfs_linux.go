@@ -88,8 +88,8 @@ type storeFile struct {
 	// write and truncation is appended to it once made, and a sync waits
 	// for the journal's batch holding the file's last record (jb) to be
 	// the file's last record, rather than syncing the file.
-	j   *journal
-	jb  *jbatch
+	j  *journal
+	jb *jbatch
 }
 
 var (
