@@ -87,7 +87,7 @@ type storeFile struct {
 	// j is the node journal of a WAL under its root (WithJournal): each
 	// write and truncation is appended to it once made, and a sync waits
 	// for the journal's batch holding the file's last record (jb) to be
-	// the file's last record, rather than syncing the file.
+	// durable, rather than syncing the file.
 	j  *journal
 	jb *jbatch
 }
