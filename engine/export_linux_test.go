@@ -15,3 +15,21 @@ func SetJournalFileSize(n int64) (restore func()) {
 	journalFileSize = n
 	return func() { journalFileSize = prev }
 }
+
+// SetWALCheckpointPages sets the WAL size at which a commit checkpoints,
+// for connections made from now on (the idle ones are closed).
+func SetWALCheckpointPages(n int) (restore func()) {
+	set := func(n int) {
+		walCheckpointPages = n
+		connPool.mu.Lock()
+		idle := connPool.idle
+		connPool.idle = nil
+		connPool.mu.Unlock()
+		for _, pc := range idle {
+			pc.close()
+		}
+	}
+	prev := walCheckpointPages
+	set(n)
+	return func() { set(prev) }
+}

@@ -27,6 +27,6 @@ func (a *Actor) StateReads() int {
 // The store's WAL settings, for a bare SQLite connection run as the store
 // runs its databases.
 const (
-	WALCheckpointPages = walCheckpointPages
+	WALCheckpointPages = defaultWALCheckpointPages
 	WALSizeLimit       = walSizeLimit
 )

@@ -275,12 +275,9 @@ func (j *journal) start() error {
 	}
 	// Generations only grow, across starts too: a file's records of an
 	// earlier generation are never read as this one's.
-	for i, fd := range j.files {
+	for i := range j.files {
 		j.gens[i] = maxGen + uint64(i) + 1
-		if err := writeJournalHeader(fd, j.gens[i], journalRetired); err != nil {
-			return err
-		}
-		if err := fdatasync(fd); err != nil {
+		if err := j.header(i, j.gens[i], journalRetired, true); err != nil {
 			return err
 		}
 	}
@@ -288,7 +285,8 @@ func (j *journal) start() error {
 	j.cur = 0
 	j.paths = [2]map[string]struct{}{{}, {}}
 	j.gens[0] = j.gen
-	if err := writeJournalHeader(j.files[0], j.gen, journalLive); err != nil {
+	// Synced with the first batch.
+	if err := j.header(0, j.gen, journalLive, false); err != nil {
 		return err
 	}
 	j.off = journalHdrSize
@@ -439,11 +437,8 @@ func (j *journal) replay(recs []journalRecord) error {
 		}
 	}
 	for p, fd := range fds {
-		if err := fdatasync(fd); err != nil {
+		if err := syncNamed(fd, p); err != nil {
 			return err
-		}
-		if ioHook != nil {
-			ioHook("sync", p, 0, 0)
 		}
 	}
 	for d := range dirs {
@@ -554,6 +549,20 @@ func (j *journal) flushLocked() {
 	j.cond.Broadcast()
 }
 
+// header writes file i's header, and with sync syncs it.
+func (j *journal) header(i int, gen uint64, state uint32, sync bool) error {
+	if ioHook != nil {
+		ioHook("write", j.name(i), 0, 32)
+	}
+	if err := writeJournalHeader(j.files[i], gen, state); err != nil {
+		return err
+	}
+	if !sync {
+		return nil
+	}
+	return syncNamed(j.files[i], j.name(i))
+}
+
 func (j *journal) name(i int) string { return filepath.Join(j.dir, fmt.Sprintf("journal-%d", i)) }
 
 func (j *journal) writeSync(fd int, name string, b []byte, off int64) error {
@@ -565,13 +574,10 @@ func (j *journal) writeSync(fd int, name string, b []byte, off int64) error {
 			return err
 		}
 	}
-	if err := fdatasync(fd); err != nil {
+	if err := syncNamed(fd, name); err != nil {
 		return err
 	}
 	j.syncs.Add(1)
-	if ioHook != nil {
-		ioHook("sync", name, 0, 0)
-	}
 	return nil
 }
 
@@ -600,11 +606,8 @@ func (j *journal) roomLocked(n int64) error {
 	}
 	old, next := j.cur, 1-j.cur
 	j.gen++
-	if ioHook != nil {
-		ioHook("write", j.name(next), 0, 32)
-	}
 	// The header is synced with the first records written after it.
-	if err := writeJournalHeader(j.files[next], j.gen, journalLive); err != nil {
+	if err := j.header(next, j.gen, journalLive, false); err != nil {
 		j.err = fmt.Errorf("journal %s: %w", j.name(next), err)
 		return j.err
 	}
@@ -622,16 +625,7 @@ func (j *journal) roomLocked(n int64) error {
 func (j *journal) retire(i int, paths map[string]struct{}) {
 	err := j.syncPaths(paths)
 	if err == nil {
-		if ioHook != nil {
-			ioHook("write", j.name(i), 0, 32)
-		}
-		err = writeJournalHeader(j.files[i], j.gens[i], journalRetired)
-		if err == nil {
-			err = fdatasync(j.files[i])
-			if ioHook != nil && err == nil {
-				ioHook("sync", j.name(i), 0, 0)
-			}
-		}
+		err = j.header(i, j.gens[i], journalRetired, true)
 	}
 	j.mu.Lock()
 	if err != nil && j.err == nil {
@@ -695,11 +689,17 @@ func syncFile(p string) error {
 		return err
 	}
 	defer unix.Close(fd)
+	return syncNamed(fd, p)
+}
+
+// syncNamed syncs the data of the file fd, named name, and tells the
+// power-cut test's hook.
+func syncNamed(fd int, name string) error {
 	if err := fdatasync(fd); err != nil {
 		return err
 	}
 	if ioHook != nil {
-		ioHook("sync", p, 0, 0)
+		ioHook("sync", name, 0, 0)
 	}
 	return nil
 }
@@ -765,10 +765,7 @@ func (j *journal) close() error {
 	}
 	if err == nil {
 		for i := range j.files {
-			if err = writeJournalHeader(j.files[i], j.gens[i], journalRetired); err == nil {
-				err = fdatasync(j.files[i])
-			}
-			if err != nil {
+			if err = j.header(i, j.gens[i], journalRetired, true); err != nil {
 				break
 			}
 		}

@@ -26,6 +26,17 @@ type disk struct {
 	mu   sync.Mutex
 	t    *testing.T
 	undo map[string][]undoRec
+	// dbSyncs counts the syncs of database files (not WALs, not the
+	// journal's): each is a checkpoint's.
+	dbSyncs int
+	// cutAfter, while above 0, counts writes under cutSrc down (those
+	// cutOnly, if set, keeps): the write that brings it to 0 is preceded
+	// by a cut of cutSrc to cutDst (a cut in the middle of a replay, or of
+	// a checkpoint), and then by onCut.
+	cutAfter       int
+	cutSrc, cutDst string
+	cutOnly        func(name string) bool
+	onCut          func()
 }
 
 type undoRec struct {
@@ -43,8 +54,19 @@ func newDisk(t *testing.T) *disk {
 func (d *disk) hook(op, name string, off, n int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.cutAfter > 0 && op != "sync" && strings.HasPrefix(name, d.cutSrc+string(filepath.Separator)) && (d.cutOnly == nil || d.cutOnly(name)) {
+		if d.cutAfter--; d.cutAfter == 0 {
+			d.cutLocked(d.cutSrc, d.cutDst)
+			if d.onCut != nil {
+				d.onCut()
+			}
+		}
+	}
 	switch op {
 	case "sync":
+		if strings.HasSuffix(name, ".db") {
+			d.dbSyncs++
+		}
 		delete(d.undo, name)
 		return
 	case "truncate":
@@ -70,6 +92,10 @@ func (d *disk) hook(op, name string, off, n int64) {
 func (d *disk) cut(src, dst string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.cutLocked(src, dst)
+}
+
+func (d *disk) cutLocked(src, dst string) {
 	err := filepath.WalkDir(src, func(p string, e os.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
@@ -133,6 +159,7 @@ func TestAPowerCutLosesNoAcknowledgedEvent(t *testing.T) {
 // they lost in all.
 func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 	var retired int64
+	replayCuts, checkpointCuts := 0, 0
 	const actors = 16
 	ctx := context.Background()
 	d := newDisk(t)
@@ -141,6 +168,9 @@ func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 		// Small journal files, so that they take turns (and are retired)
 		// many times in a run.
 		t.Cleanup(engine.SetJournalFileSize(256 << 10))
+		// Checkpoints every 16 events of an actor rather than 128, so
+		// that cuts come during and after many, and after WALs start anew.
+		t.Cleanup(engine.SetWALCheckpointPages(16))
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for c := 0; c < cuts; c++ {
@@ -187,46 +217,118 @@ func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(20+rng.IntN(200)) * time.Millisecond)
-		mu.Lock()
-		before := append([]int64(nil), acked...) // acknowledged before the cut
-		mu.Unlock()
 		after := t.TempDir()
-		d.cut(dir, after)
+		var before []int64 // acknowledged before the cut
+		snapshot := func() {
+			mu.Lock()
+			before = append([]int64(nil), acked...)
+			mu.Unlock()
+		}
+		if mode == "journal" && c%2 == 1 {
+			// In the middle of a checkpoint: at one of its writes into a
+			// database file (only a checkpoint writes there).
+			cut := make(chan struct{})
+			d.mu.Lock()
+			d.cutAfter, d.cutSrc, d.cutDst = 1+rng.IntN(16), dir, after
+			d.cutOnly = func(name string) bool { return strings.HasSuffix(name, ".db") }
+			d.onCut = func() { snapshot(); close(cut) }
+			d.mu.Unlock()
+			select {
+			case <-cut:
+				checkpointCuts++
+			case <-time.After(10 * time.Second):
+				t.Fatalf("cut %d: no checkpoint wrote into a database in 10 s", c)
+			}
+			d.mu.Lock()
+			d.cutAfter, d.cutOnly, d.onCut = 0, nil, nil
+			d.mu.Unlock()
+		} else {
+			wait := time.Duration(20+rng.IntN(200)) * time.Millisecond
+			if mode == "journal" {
+				wait = time.Duration(100+rng.IntN(500)) * time.Millisecond
+			}
+			time.Sleep(wait)
+			snapshot()
+			d.cut(dir, after)
+		}
 		close(stop)
 		wg.Wait()
 		retired += eng.Journal().Retired
 		eng.Close(ctx)
+		dirs := []string{after}
 		if mode == "journal" {
-			// The next start replays the journal into the WALs.
-			re, err := engine.NewEngine(ctx, engine.WithJournal(after))
-			if err != nil {
-				t.Fatalf("cut %d: start after the cut: %v", c, err)
+			// The next start replays the journal into the WALs; a second
+			// cut comes in the middle of that replay (at one of its first
+			// writes, or as it marks the journal's files retired), and the
+			// start after it replays again.
+			again := t.TempDir()
+			d.mu.Lock()
+			d.cutAfter, d.cutSrc, d.cutDst = 1+rng.IntN(24), after, again
+			if c%2 == 0 {
+				// Once the WALs are written again, as the journal's files
+				// are marked retired: before the first, the second, or the
+				// new generation's header.
+				d.cutAfter = 1 + (c/2)%3
+				d.cutOnly = func(name string) bool { return strings.Contains(name, ".wasmkeep-journal") }
 			}
-			if err := re.Close(ctx); err != nil {
-				t.Fatalf("cut %d: close after the replay: %v", c, err)
+			d.mu.Unlock()
+			replay(t, c, after)
+			d.mu.Lock()
+			midReplay := d.cutAfter == 0
+			d.cutAfter, d.cutOnly = 0, nil
+			d.mu.Unlock()
+			if midReplay {
+				replay(t, c, again)
+				dirs = append(dirs, again)
+				replayCuts++
 			}
 		}
 
-		for i := 0; i < actors; i++ {
-			p := filepath.Join(after, fmt.Sprintf("%d.db", i))
-			checkIntact(t, p)
-			at, ok, err := engine.ReadAlarm(p)
-			if err != nil {
-				t.Fatalf("actor %d after the cut: the scan's read: %v", i, err)
-			}
-			if before[i] > 0 && (!ok || at < before[i]) {
-				lost++
-				if durable {
-					t.Errorf("cut %d, actor %d: event %d was acknowledged before the cut, the database after it has alarm %d (%v)", c, i, before[i], at, ok)
+		for _, dir := range dirs {
+			for i := 0; i < actors; i++ {
+				p := filepath.Join(dir, fmt.Sprintf("%d.db", i))
+				checkIntact(t, p)
+				at, ok, err := engine.ReadAlarm(p)
+				if err != nil {
+					t.Fatalf("actor %d after the cut: the scan's read: %v", i, err)
+				}
+				if before[i] > 0 && (!ok || at < before[i]) {
+					lost++
+					if durable {
+						t.Errorf("cut %d (%s), actor %d: event %d was acknowledged before the cut, the database after it has alarm %d (%v)", c, filepath.Base(dir), i, before[i], at, ok)
+					}
 				}
 			}
 		}
 	}
-	if mode == "journal" && retired == 0 {
-		t.Fatal("no journal file was retired in any run: the cuts never came after one")
+	if mode == "journal" {
+		d.mu.Lock()
+		checkpoints := d.dbSyncs
+		d.mu.Unlock()
+		t.Logf("%d cuts (%d of them in the middle of a checkpoint), %d also in the middle of the replay after it; %d journal files retired, %d checkpoints", cuts, checkpointCuts, replayCuts, retired, checkpoints)
+		switch {
+		case retired == 0:
+			t.Fatal("no journal file was retired in any run: the cuts never came after one")
+		case replayCuts == 0:
+			t.Fatal("no cut came in the middle of a replay")
+		case checkpoints < cuts*actors/2:
+			t.Fatalf("%d checkpoints in %d runs of %d actors: the cuts barely come after one", checkpoints, cuts, actors)
+		}
 	}
 	return lost
+}
+
+// replay starts an engine with the journal of dir, which writes the
+// journal's records again into the WALs, and closes it.
+func replay(t *testing.T, cut int, dir string) {
+	t.Helper()
+	re, err := engine.NewEngine(context.Background(), engine.WithJournal(dir))
+	if err != nil {
+		t.Fatalf("cut %d: start after the cut: %v", cut, err)
+	}
+	if err := re.Close(context.Background()); err != nil {
+		t.Fatalf("cut %d: close after the replay: %v", cut, err)
+	}
 }
 
 // checkIntact opens the database at path as SQLite would after the cut

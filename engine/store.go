@@ -476,8 +476,11 @@ func blob(b []byte) []byte {
 }
 
 // walCheckpointPages is the WAL size, in pages, at which a commit
-// checkpoints it into the database file.
-const walCheckpointPages = 128
+// checkpoints it into the database file (a variable for the power-cut
+// tests, which checkpoint more often).
+var walCheckpointPages = defaultWALCheckpointPages
+
+const defaultWALCheckpointPages = 128
 
 // walSizeLimit is the size, in bytes, to which SQLite cuts an open
 // database's WAL file when the WAL starts again after a checkpoint (its
@@ -489,7 +492,7 @@ const walCheckpointPages = 128
 // cut back to it. A WAL file over closeCheckpointBytes is checkpointed
 // and truncated when its database closes, so a sleeping actor keeps no
 // more than that.
-const walSizeLimit = walHeaderSize + walCheckpointPages*(walFrameHeaderSize+4096)
+const walSizeLimit = walHeaderSize + defaultWALCheckpointPages*(walFrameHeaderSize+4096)
 
 // closeCheckpointBytes is the WAL size past which a close checkpoints it:
 // a sleeping actor keeps at most 128 KiB of WAL (31 frames of 4 KiB pages)
