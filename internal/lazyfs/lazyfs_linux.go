@@ -144,12 +144,18 @@ func Mount(t testing.TB, backing string) (mountpoint string, lazy *FS) {
 			unavailable(t, fmt.Sprintf("cannot mount FUSE at %s: mount(2) and fusermount both failed, the last with: %v", lazy.mnt, err))
 		}
 	}
+	var st0 unix.Stat_t
+	if err := unix.Stat(lazy.mnt, &st0); err != nil {
+		t.Fatalf("lazyfs: %v", err)
+	}
 	t.Cleanup(func() {
 		if err := server.Unmount(); err != nil {
-			// Files still open (the test failed half-way): detach it,
-			// the kernel ends it once they are closed.
-			t.Logf("lazyfs: unmount %s: %v; detaching it", lazy.mnt, err)
-			_ = unix.Unmount(lazy.mnt, unix.MNT_DETACH)
+			// Files on the mount still open (the test failed half-way,
+			// or leaked them). Closing them at the process's exit would
+			// wait for this process, the server, to answer: it hangs.
+			// Abort the connection instead, and detach the mount.
+			t.Errorf("lazyfs: unmount %s: %v: files on it are still open; aborting it (%v) and detaching it (%v)",
+				lazy.mnt, err, abort(st0.Dev), unix.Unmount(lazy.mnt, unix.MNT_DETACH))
 		}
 		lazy.mu.Lock()
 		defer lazy.mu.Unlock()
@@ -159,6 +165,21 @@ func Mount(t testing.TB, backing string) (mountpoint string, lazy *FS) {
 		}
 	})
 	return lazy.mnt, lazy
+}
+
+// abort aborts the FUSE connection of the mount on device dev through the
+// fuse control file system (mounted if it is not, as at boot): what is
+// waiting on it fails with ENOTCONN, and so does what comes after.
+func abort(dev uint64) error {
+	const ctl = "/sys/fs/fuse/connections"
+	// The connection is named by the kernel's form of the device number.
+	p := filepath.Join(ctl, fmt.Sprint(uint64(unix.Major(dev))<<20|uint64(unix.Minor(dev))), "abort")
+	if _, err := os.Stat(p); os.IsNotExist(err) {
+		if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
+			return fmt.Errorf("mount fusectl at %s: %w", ctl, err)
+		}
+	}
+	return os.WriteFile(p, []byte("1"), 0)
 }
 
 // fuseDevice says why /dev/fuse cannot be used, or "" if it can.

@@ -2,8 +2,11 @@ package lazyfs_test
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -250,4 +253,38 @@ func TestTheBackingDirectoryHoldsEveryWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(t, cut(t, l), map[string]string{"f": "synced"})
+}
+
+// tb records a test's errors and cleanups rather than acting on them.
+type tb struct {
+	testing.TB
+	errs     []string
+	cleanups []func()
+}
+
+func (r *tb) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *tb) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+
+// A mount left with a file open when its test ends cannot be unmounted:
+// the test fails, and the connection is aborted, so that closing the file
+// later (at the latest when the process exits, which would otherwise wait
+// on itself, the server) does not hang.
+func TestAMountLeftWithAFileOpenIsAborted(t *testing.T) {
+	r := &tb{TB: t}
+	mnt, _ := lazyfs.Mount(r, t.TempDir())
+	f := create(t, filepath.Join(mnt, "f"), "open")
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "still open") {
+		t.Fatalf("the test's errors: %q; want one, that a file is still open", r.errs)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, unix.ENOTCONN) {
+		t.Fatalf("a write after the abort: %v, want ENOTCONN", err)
+	}
+	if err := f.Close(); err != nil && !errors.Is(err, unix.ENOTCONN) {
+		t.Fatal(err)
+	}
 }
