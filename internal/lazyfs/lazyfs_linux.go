@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -118,14 +119,14 @@ func Mount(t testing.TB, backing string) (mountpoint string, lazy *FS) {
 		kept:    map[uint64]*keptFile{},
 		stats:   Stats{FileSyncs: map[string]int{}},
 	}
-	rootOps, err := fs.NewLoopbackRoot(abs)
-	if err != nil {
-		t.Fatalf("lazyfs: %v", err)
-	}
-	root := &node{LoopbackNode: rootOps.(*fs.LoopbackNode), fs: lazy}
 	lazy.mnt = t.TempDir()
-	opts := func(direct bool) *fs.Options {
-		return &fs.Options{MountOptions: fuse.MountOptions{
+	mount := func(direct bool) (*fuse.Server, error) {
+		rootOps, err := fs.NewLoopbackRoot(abs)
+		if err != nil {
+			return nil, err
+		}
+		root := &node{LoopbackNode: rootOps.(*fs.LoopbackNode), fs: lazy}
+		return fs.Mount(lazy.mnt, root, &fs.Options{MountOptions: fuse.MountOptions{
 			FsName: "lazyfs", Name: "lazyfs",
 			// mount(2) itself (root), or else fusermount.
 			DirectMountStrict: direct,
@@ -134,14 +135,15 @@ func Mount(t testing.TB, backing string) (mountpoint string, lazy *FS) {
 			// files are opened with direct I/O as well).
 			DisabledCapabilities: fuse.CAP_WRITEBACK_CACHE | fuse.CAP_PASSTHROUGH,
 			DisableXAttrs:        true,
-		}}
+		}})
 	}
-	server, err := fs.Mount(lazy.mnt, root, opts(true))
-	if err != nil {
+	server, direct := mount(true)
+	if direct != nil {
 		// Not allowed to mount(2): fusermount does it for a user.
-		server, err = fs.Mount(lazy.mnt, root, opts(false))
+		var err error
+		server, err = mount(false)
 		if err != nil {
-			unavailable(t, fmt.Sprintf("cannot mount FUSE at %s: mount(2) and fusermount both failed, the last with: %v", lazy.mnt, err))
+			unavailable(t, fmt.Sprintf("cannot mount FUSE at %s: mount(2): %v; fusermount: %v", lazy.mnt, direct, err))
 		}
 	}
 	var st0 unix.Stat_t
@@ -294,7 +296,7 @@ func (l *FS) cut(dst string) (CutStats, error) {
 			return err
 		}
 		m := tree[rel]
-		for _, name := range slices.Sorted(mapKeys(m)) {
+		for _, name := range slices.Sorted(maps.Keys(m)) {
 			e, p := m[name], filepath.Join(rel, name)
 			if e.dir {
 				if err := emit(p); err != nil {
@@ -316,16 +318,6 @@ func (l *FS) cut(dst string) (CutStats, error) {
 		return nil
 	}
 	return cs, emit("")
-}
-
-func mapKeys(m map[string]entry) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // data reads what the file numbered ino holds now: from where it is in
