@@ -12,6 +12,12 @@
 // the file (or its directory), loses the data in the cut whatever it
 // believes.
 //
+// The backing files are never synced: the record is the model. Regular
+// files and directories are modelled, directories by their paths;
+// symlinks, special files, O_TMPFILE and moving a directory are refused
+// (ENOTSUP, EXDEV), and a rename counts as two name changes, one in each
+// directory, each undone unless its own directory was synced.
+//
 // It is for tests only, and only on Linux (Mount; elsewhere the package is
 // empty). Mounting needs /dev/fuse and either the right to mount(2) (root)
 // or a fusermount binary; without them Mount skips the test, saying why,
