@@ -85,6 +85,7 @@ var rules = []struct{ pattern, by string }{
 	{`^go test \./internal/testguest -run SDKHostFree$`, "test: ./internal/testguest TestRustSDKHostFreeTests"},
 	{`^go test \./node -run 'CounterInEveryLanguage\|CExample'$`, "test: ./node TestCounterInEveryLanguage"},
 	{`^go test \./engine -run DefaultMemoryBudget -v$`, "test: ./engine TestTheDefaultMemoryBudgetHoldsTheDefaultInstances"},
+	{`^go test \./engine -run FUSE -v$`, "test: ./engine TestAPowerCutOnFUSELosesNoAcknowledgedEvent"},
 	{`^go test \./node -run TestRetryAfterIsTheRemainingFailover$`, "test: ./node TestRetryAfterIsTheRemainingFailover"},
 	{`^go test \./cmd/keepnode -run SecondStartReusesTheCompilationCache -v$`, "test: ./cmd/keepnode TestASecondStartReusesTheCompilationCache"},
 	{`^go test (\./\S+ )?-run '\^\$' -bench `, "manual: a measurement (the benchmark and its flags are checked here; make bench runs the main ones)"},
