@@ -574,8 +574,11 @@ func (j *journal) writeSync(fd int, name string, b []byte, off int64) error {
 			return err
 		}
 	}
-	if err := syncNamed(fd, name); err != nil {
+	if err := fdatasync(fd); err != nil {
 		return err
+	}
+	if ioHook != nil {
+		ioHook("sync", name, 0, 0)
 	}
 	j.syncs.Add(1)
 	return nil

@@ -30,10 +30,16 @@ import (
 // one after the other, each setting the alarm to the event's number, on
 // one engine for the whole run: the cuts come at random instants while the
 // WALs fill, are checkpointed and start again, several times over.
+//
+// Three modes: "journal" (WithJournal, keepnode's default: the WALs'
+// writes go to the node journal too, and a start after the cut writes
+// them again into the WALs), "durable" (WithDurableCommits alone: each
+// commit syncs its WAL) and "off".
 func TestAPowerCutOnFUSELosesNoAcknowledgedEvent(t *testing.T) {
-	for _, durable := range []bool{true, false} {
-		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
-			r := fusePowerCuts(t, durable, 24)
+	for _, mode := range []string{"journal", "durable", "off"} {
+		durable := mode != "off"
+		t.Run(mode, func(t *testing.T) {
+			r := fusePowerCuts(t, mode, 24)
 			t.Logf("%d cuts over %v, %d events acknowledged; a cut undid on average %.0f writes and %.1f name changes; %d acknowledged events lost (%d of the cuts lost some)",
 				r.cuts, r.took.Round(time.Millisecond), r.events, float64(r.undoneWrites)/float64(r.cuts), float64(r.undoneNames)/float64(r.cuts), r.lost, r.lossyCuts)
 			if durable && r.lost > 0 {
@@ -54,15 +60,22 @@ type fuseCutsResult struct {
 
 // fusePowerCuts runs the actors on a lazyfs mount and cuts the power cuts
 // times, checking each cut's databases.
-func fusePowerCuts(t *testing.T, durable bool, cuts int) (r fuseCutsResult) {
+func fusePowerCuts(t *testing.T, mode string, cuts int) (r fuseCutsResult) {
 	const actors = 16
 	ctx := context.Background()
+	durable := mode != "off"
 	mnt, lfs := lazyfs.Mount(t, t.TempDir())
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
 
-	eng, err := engine.NewEngine(ctx, engine.WithDurableCommits(durable))
+	opts := []engine.Option{engine.WithDurableCommits(durable)}
+	if mode == "journal" {
+		// Files small enough to take turns, and be retired, many times.
+		t.Cleanup(engine.SetJournalFileSize(512 << 10))
+		opts = append(opts, engine.WithJournal(mnt))
+	}
+	eng, err := engine.NewEngine(ctx, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +149,16 @@ func fusePowerCuts(t *testing.T, durable bool, cuts int) (r fuseCutsResult) {
 		lost := func() (lost int) {
 			gate.Lock()
 			defer gate.Unlock()
+			if mode == "journal" {
+				// The next start writes the journal's records again.
+				re, err := engine.NewEngine(ctx, engine.WithJournal(dst))
+				if err != nil {
+					t.Fatalf("cut %d: start after it: %v", c, err)
+				}
+				if err := re.Close(ctx); err != nil {
+					t.Fatalf("cut %d: close after the replay: %v", c, err)
+				}
+			}
 			for i := 0; i < actors; i++ {
 				p := filepath.Join(dst, fmt.Sprintf("%d.db", i))
 				var at int64
