@@ -338,19 +338,19 @@ func NewEngine(ctx context.Context, opts ...Option) (*Engine, error) {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 	}
-	e, err := newEngine(ctx, cfg)
+	e, err := newEngine(ctx, cfg, j)
 	if err != nil {
 		if j != nil {
 			_ = j.close()
 		}
 		return nil, err
 	}
-	e.journal = j
 	return e, nil
 }
 
-// newEngine is NewEngine once the configuration is checked.
-func newEngine(ctx context.Context, cfg config) (*Engine, error) {
+// newEngine is NewEngine once the configuration is checked and the
+// journal, if any, open.
+func newEngine(ctx context.Context, cfg config, j *journal) (*Engine, error) {
 	if r := cfg.runtime; r != nil {
 		if err := hostmod.CheckRuntime(ctx, r); err != nil {
 			return nil, err
@@ -368,7 +368,7 @@ func newEngine(ctx context.Context, cfg config) (*Engine, error) {
 				return nil, fmt.Errorf("engine: instantiate host modules in the embedder's runtime: %w", err)
 			}
 		}
-		e := &Engine{r: r, cfg: cfg, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory},
+		e := &Engine{r: r, cfg: cfg, journal: j, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: &memBudget{max: cfg.maxMemory},
 			slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.longGuestCall, cfg.tenantWeights)}
 		e.modCfg = e.contract(nil)
 		if err := e.register(); err != nil {
@@ -393,7 +393,7 @@ func newEngine(ctx context.Context, cfg config) (*Engine, error) {
 		r.Close(ctx)
 		return nil, fmt.Errorf("engine: instantiate host modules: %w", err)
 	}
-	e := &Engine{r: r, cfg: cfg, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: newMemBudget(cfg.maxMemory),
+	e := &Engine{r: r, cfg: cfg, journal: j, owned: true, res: newResidency(cfg.maxDBs, cfg.maxInsts, cfg.resWait, cfg.clock), mem: newMemBudget(cfg.maxMemory),
 		slots: newGuestSlots(cfg.guestSlots, cfg.tenantGuestSlots, cfg.longGuestCall, cfg.tenantWeights)}
 	e.modCfg = e.contract(nil)
 	if err := e.register(); err != nil {

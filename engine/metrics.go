@@ -93,7 +93,11 @@ func (e *Engine) register() error {
 	if e.cfg.registerer == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{newResidencyCollector(e.res), newMemoryCollector(e), newGuestCollector(e.slots)} {
+	cs := []prometheus.Collector{newResidencyCollector(e.res), newMemoryCollector(e), newGuestCollector(e.slots)}
+	if e.journal != nil {
+		cs = append(cs, newJournalCollector(e.journal))
+	}
+	for _, c := range cs {
 		if err := e.cfg.registerer.Register(c); err != nil {
 			e.unregister()
 			return fmt.Errorf("engine: registering the engine's metrics: %w", err)
@@ -109,4 +113,34 @@ func (e *Engine) unregister() {
 		e.cfg.registerer.Unregister(c)
 	}
 	e.collectors = nil
+}
+
+// journalCollector exports the node journal's counters (WithJournal).
+type journalCollector struct {
+	j                             *journal
+	syncs, commits, retired, byts *prometheus.Desc
+}
+
+func newJournalCollector(j *journal) *journalCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &journalCollector{
+		j:       j,
+		syncs:   d("wasmkeep_journal_syncs_total", "Syncs of the node journal: each makes a batch of durable commits durable at once."),
+		commits: d("wasmkeep_journal_commits_total", "Durable commits (syncs of a WAL) the node journal stood in for: divided by wasmkeep_journal_syncs_total, the commits per sync."),
+		retired: d("wasmkeep_journal_files_retired_total", "Node journal files retired: every WAL with a record in the file synced in its own file, so that the file may be used again."),
+		byts:    d("wasmkeep_journal_bytes_total", "Bytes of records appended to the node journal."),
+	}
+}
+
+func (c *journalCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.syncs, c.commits, c.retired, c.byts} {
+		ch <- d
+	}
+}
+
+func (c *journalCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.j.stats()
+	for d, v := range map[*prometheus.Desc]int64{c.syncs: s.Syncs, c.commits: s.Waits, c.retired: s.Retired, c.byts: s.Bytes} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
 }

@@ -244,8 +244,9 @@ func benchFirings(b *testing.B, srv *s3test.Server, classes map[string][]byte, a
 	// to the process's CPU time, which is the node's figure.
 	var want atomic.Int64
 	reached := make(chan struct{}, 1)
+	dir := b.TempDir()
 	n, err := node.New(ctx, node.Config{
-		DataDir: b.TempDir(), Classes: classes,
+		DataDir: dir, Classes: classes, EngineOptions: durableOptions(dir),
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Error, Output: testWriter{b}}),
 		OnDelivery: func(ev node.DeliveryEvent) {
 			switch {

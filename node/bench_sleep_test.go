@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/testguest"
 	"github.com/wasmkeep/alarms/node"
@@ -146,6 +147,7 @@ func warmFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	}
 	createActors(b, n, ids, func(int) []byte { return req })
 	before, _ := n.Residency()
+	j0 := n.Journal()
 	b.ResetTimer()
 	n.Start(ctx)
 	start, cpu := time.Now(), cpuTime(b)
@@ -157,6 +159,7 @@ func warmFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	b.ReportMetric(float64(got)/took.Seconds(), "firings/s")
 	b.ReportMetric(float64(used.Microseconds())/float64(max(got, 1)), "cpu-us/firing")
 	b.ReportMetric(float64(st.Slept-before.Slept), "slept")
+	reportJournal(b, j0, n.Journal())
 	// Every actor's alarm stays due: all of them should fire, not a few
 	// again and again (the timer loop before issue 48 fired 65 of 500).
 	firedMu.Lock()
@@ -415,4 +418,12 @@ func BenchmarkMillionPending(b *testing.B) {
 		n.Close(ctx)
 	}
 	b.ReportMetric(mib(procStatus("VmHWM")), "MiB-peak-rss")
+}
+
+// reportJournal reports the node journal's commits per sync between two
+// readings (-durable).
+func reportJournal(b *testing.B, before, after engine.JournalStats) {
+	if syncs := after.Syncs - before.Syncs; syncs > 0 {
+		b.ReportMetric(float64(after.Waits-before.Waits)/float64(syncs), "commits/sync")
+	}
 }

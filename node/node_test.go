@@ -28,7 +28,7 @@ func newNode(t testing.TB, dir string, classes map[string][]byte, cfg node.Confi
 	t.Helper()
 	cfg.DataDir = dir
 	cfg.Classes = classes
-	cfg.EngineOptions = append(cfg.EngineOptions, preinitOptions()...)
+	cfg.EngineOptions = append(append(cfg.EngineOptions, preinitOptions()...), durableOptions(dir)...)
 	n, err := node.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -92,3 +92,7 @@ func (n *Node) reapOnce(ctx context.Context, cutoff time.Time) int {
 	}
 	return reaped
 }
+
+// Journal returns the node journal's counters (durable commits through
+// engine.WithJournal; zero without it).
+func (n *Node) Journal() engine.JournalStats { return n.engine.Journal() }
