@@ -32,6 +32,12 @@ const (
 	// CodeIdempotencyKeyReused is a 422: the request's Idempotency-Key is
 	// recorded for a different request body; nothing ran.
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// CodeNewerFormat is a 503: the actor's record in the bucket (its
+	// ownership record, its holder's lease, its snapshot or its schema)
+	// is of a format newer than this node's build reads: the event did
+	// not run, and the record is left as it is. A node that reads it (this
+	// one, upgraded) serves the actor.
+	CodeNewerFormat = "newer_format"
 )
 
 // Problem is the body of every error answer of the HTTP API
