@@ -196,8 +196,11 @@ func TestALeaseOfANewerFormatIsNeitherLiveNorExpired(t *testing.T) {
 		t.Fatalf("the record was taken over: %s", rec)
 	}
 
-	// Under the node's own ID: not taken back, with an error naming it.
-	_, err = cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: m, NodeID: "b", Clock: clk, Manual: true})
+	// Under the node's own ID: not taken back, with an error naming it
+	// (at once: a take back would wait on the fake clock for ever).
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = cluster.StartLeases(sctx, cluster.LeaseConfig{Bucket: m, NodeID: "b", Clock: clk, Manual: true})
 	wantNewer(t, "StartLeases under an ID whose lease is newer", err, format.Lease, 2, "")
 	if got, _, _ := m.Object("cluster/nodes/b"); string(got) != newer {
 		t.Fatalf("the lease of a newer format was replaced: %s", got)
