@@ -966,11 +966,12 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 
 // newerLocked records a read of node id's lease (o) that found a format
 // newer than this build reads: nothing in it is read, neither its TTL nor
-// its address, instance or classes. Its ETag alone is watched, so that a
-// version that stands is read again (listedLocked), but it is never judged
-// expired, since that takes the TTL it names (its holds are not taken
-// over: a take refuses, retryably), and it is not among the live nodes (a
-// node that leaves the others walks more of the index, never less:
+// its address, instance or classes. Its ETag alone is watched (listings
+// follow its versions, and one that replaces a version that stood TTL +
+// Grace is read again: listedLocked), but it is never judged expired,
+// since that takes the TTL it names (its holds are not taken over: a take
+// refuses, retryably), and it is not among the live nodes (a node that
+// leaves the others walks more of the index, never less:
 // docs/design.md#walkers). A node that was live leaves the live nodes.
 func (l *Leases) newerLocked(id string, o *observed, newer *format.NewerError, etag string, sent, recv time.Time, tick uint64) {
 	if o.member && !o.gone {
