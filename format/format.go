@@ -21,6 +21,8 @@
 //     line "wasmkeep-snapshot/<N>".
 //   - Schema: the SQLite header's user_version field of the database (0,
 //     as SQLite creates it, is version 1).
+//   - DeadLetter (<prefix>dead-letters/...): the JSON field "format", as a
+//     lease's.
 package format
 
 import (
@@ -39,18 +41,20 @@ const (
 	IndexEntry Kind = "index_entry"
 	Snapshot   Kind = "snapshot"
 	Schema     Kind = "schema"
+	DeadLetter Kind = "dead_letter"
 )
 
 // Kinds lists every kind, in a fixed order.
-var Kinds = []Kind{Lease, Hold, IndexEntry, Snapshot, Schema}
+var Kinds = []Kind{Lease, Hold, IndexEntry, Snapshot, Schema, DeadLetter}
 
 // The versions this build writes, and the newest it reads, of each kind.
 const (
-	LeaseVersion    = 1
-	HoldVersion     = 1
-	IndexVersion    = 1
-	SnapshotVersion = 1
-	SchemaVersion   = 1
+	LeaseVersion      = 1
+	HoldVersion       = 1
+	IndexVersion      = 1
+	SnapshotVersion   = 1
+	SchemaVersion     = 1
+	DeadLetterVersion = 1
 )
 
 // Known is the newest version of k this build reads (and the one it
@@ -67,6 +71,8 @@ func Known(k Kind) int {
 		return SnapshotVersion
 	case Schema:
 		return SchemaVersion
+	case DeadLetter:
+		return DeadLetterVersion
 	}
 	return 0
 }

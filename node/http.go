@@ -378,11 +378,16 @@ func (n *Node) retryAfter(code string, start time.Time) string {
 	case CodeLeaseNotValid, CodeHeldElsewhere, CodeForwardFailed:
 		return n.failoverRetryAfter(start)
 	case CodeNewerFormat:
-		// It lasts until a node that reads the format serves the actor:
-		// nodes come and go, in an upgrade, about a lease period apart.
-		return strconv.Itoa(int(math.Ceil(n.leaseTTL().Seconds())))
+		return n.newerRetryAfter()
 	}
 	return "1"
+}
+
+// newerRetryAfter is the Retry-After of a newer_format answer: the lease
+// TTL. It lasts until a node that reads the format serves the actor, and
+// nodes come and go, in an upgrade, about a lease period apart.
+func (n *Node) newerRetryAfter() string {
+	return strconv.Itoa(int(math.Ceil(n.leaseTTL().Seconds())))
 }
 
 // serve runs op for the request and rides through a failover: when the

@@ -139,6 +139,9 @@ type Node struct {
 	// refused for a container or a schema of a format newer than this
 	// build reads, for the metrics (wasmkeep_newer_format_total).
 	newerSnapshots, newerSchemas atomic.Int64
+	// newerLetters counts the dead-letter records of a newer format read
+	// (and skipped).
+	newerLetters atomic.Int64
 
 	obs       observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
 	tracer    trace.Tracer  // nil: not traced (tracing.go)
