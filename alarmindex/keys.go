@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/format"
 )
 
 // Key layout constants.
@@ -15,8 +16,18 @@ const (
 	Root = "alarms/"
 	// TaggedClassSuffix ends the class segment of a tagged entry: tagged
 	// entries sit in a sibling folder of the legacy ones, so no key is both
-	// an object and the folder of others.
+	// an object and the folder of others. It also marks the entry's format
+	// version, 1 (format.IndexVersion): legacy entries are read by version
+	// 1 too.
 	TaggedClassSuffix = ".t"
+	// VersionClassSuffix, followed by a version N in decimal, ends the
+	// class segment of an entry of format version N above 1:
+	// alarms/<tenant>/<due>/<class>.v<N>/..., whatever follows. Every
+	// version keeps the tenant and the due time where they are, so a
+	// listing stays in due order and a sweep stops at the first entry not
+	// yet due. Class names have no '.', so no class folder of version 1
+	// looks like one.
+	VersionClassSuffix = ".v"
 	// MaxDueMs is the latest due time a key can hold: 15 decimal digits.
 	MaxDueMs = abi.MaxAlarmMillis
 	// MaxKeyLen is the longest object key S3 accepts, in bytes. A key longer
@@ -170,6 +181,13 @@ func formatDue(ms int64) string {
 // ParseKey parses an object key of either form. It accepts exactly what
 // [Key.String] writes for a valid key, so ParseKey(s) succeeding means
 // k.String() == s.
+//
+// A key of a later format (its class folder <class>.v<N>, N above
+// format.IndexVersion) is refused with an error wrapping a
+// *format.NewerError: nothing after its due time is read. The Key returned
+// with that error holds only the tenant and the due time, which every
+// format keeps in place, so that a sweep can tell whether the entry is due
+// and skip it (never deliver or delete it).
 func ParseKey(s string) (Key, error) {
 	if len(s) > MaxKeyLen {
 		return Key{}, keyErr(s, fmt.Sprintf("longer than %d bytes", MaxKeyLen))
@@ -179,6 +197,11 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, keyErr(s, "does not start with "+Root)
 	}
 	parts := strings.Split(rest, "/")
+	if len(parts) >= 3 {
+		if k, versioned, err := parseVersioned(s, parts); versioned {
+			return k, err
+		}
+	}
 	var k Key
 	var classSeg, nameSeg string
 	switch len(parts) {
@@ -214,6 +237,35 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, keyErr(s, err.Error())
 	}
 	return k, nil
+}
+
+// parseVersioned reads a key whose class folder names a format version
+// (<class>.v<N>): versioned is false for every other key. A version this
+// build reads is none yet (version 1 is <class>.t): a version of 1 or
+// below, or one written otherwise than in plain decimal, is malformed.
+func parseVersioned(s string, parts []string) (k Key, versioned bool, err error) {
+	seg := parts[2]
+	i := strings.LastIndex(seg, VersionClassSuffix)
+	if i < 0 {
+		return Key{}, false, nil
+	}
+	class, digits := seg[:i], seg[i+len(VersionClassSuffix):]
+	if abi.ValidateClass(class) != nil || digits == "" || !isDigits(digits) || digits[0] == '0' || len(digits) > 9 {
+		return Key{}, false, nil // not a version folder: malformed as any other key
+	}
+	v, _ := strconv.ParseInt(digits, 10, 64)
+	ferr := format.Check(format.IndexEntry, v)
+	if ferr == nil {
+		return Key{}, true, keyErr(s, fmt.Sprintf("format version %d is written %s, not %s%d", v, TaggedClassSuffix, VersionClassSuffix, v))
+	}
+	if abi.ValidateTenant(parts[0]) != nil {
+		return Key{}, true, keyErr(s, "the tenant is not valid")
+	}
+	due, derr := parseDue(parts[1])
+	if derr != nil {
+		return Key{}, true, keyErr(s, derr.Error())
+	}
+	return Key{Actor: abi.ActorID{Tenant: parts[0]}, DueMs: due}, true, fmt.Errorf("alarm index: key %q: %w", s, ferr)
 }
 
 func keyErr(s, cause string) error {

@@ -1,12 +1,14 @@
 package alarmindex
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/format"
 )
 
 func TestKeyRoundTrip(t *testing.T) {
@@ -241,6 +243,59 @@ func TestKeyStringIsItsParts(t *testing.T) {
 		}
 		if got, want := FormatRecorded(&k), fmt.Sprintf("%0*d/%0*d-%s", dueDigits, k.DueMs, genDigits, k.Tag.Generation, k.Tag.Nonce); got != want {
 			t.Fatalf("FormatRecorded = %q, want %q", got, want)
+		}
+	}
+}
+
+// Index entries are at format 1: the tagged entries this build writes
+// (<class>.t) and the legacy ones it reads. An entry of a later format
+// (<class>.v<N>) is refused with a *format.NewerError naming the version,
+// whatever follows its due time; only its tenant and due time are read,
+// which every format keeps in place. A version folder of 1 or below, or
+// not in plain decimal, is malformed.
+func TestParseKeyFormats(t *testing.T) {
+	a := abi.ActorID{Tenant: "acme", Class: "counter", Name: "a"}
+	written := Key{Actor: a, DueMs: 1234, Tag: Tag{Generation: 7, Nonce: "ab"}}.String()
+	if !strings.Contains(written, "/counter"+TaggedClassSuffix+"/") || format.IndexVersion != 1 {
+		t.Fatalf("this build writes %q, want the class folder of format 1 (%s)", written, TaggedClassSuffix)
+	}
+	for _, k := range []string{written, "alarms/acme/000000000001234/counter/61"} {
+		if _, err := ParseKey(k); err != nil {
+			t.Errorf("ParseKey(%q) of format 1: %v", k, err)
+		}
+	}
+	for _, c := range []struct {
+		key     string
+		version int
+	}{
+		{"alarms/acme/000000000001234/counter.v2/61/00000000000000000007-ab", 2},
+		{"alarms/acme/000000000001234/counter.v2/anything/else/at/all", 2},
+		{"alarms/acme/000000000001234/counter.v17", 17},
+	} {
+		k, err := ParseKey(c.key)
+		ne, ok := format.As(err)
+		if !ok || ne.Kind != format.IndexEntry || ne.Version != c.version || ne.Known != 1 {
+			t.Errorf("ParseKey(%q): %v, want a newer index entry format %d", c.key, err, c.version)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.key) {
+			t.Errorf("ParseKey(%q): %q does not name the key", c.key, err)
+		}
+		if k != (Key{Actor: abi.ActorID{Tenant: "acme"}, DueMs: 1234}) {
+			t.Errorf("ParseKey(%q) = %+v, want the tenant and the due time alone", c.key, k)
+		}
+	}
+	for _, k := range []string{
+		"alarms/acme/000000000001234/counter.v1/61/00000000000000000007-ab",
+		"alarms/acme/000000000001234/counter.v0/61",
+		"alarms/acme/000000000001234/counter.v02/61",
+		"alarms/acme/000000000001234/counter.vx/61",
+		"alarms/acme/000000000001234/counter.v/61",
+		"alarms/acme/1234/counter.v2/61",
+		"alarms/Acme/000000000001234/counter.v2/61",
+	} {
+		if _, err := ParseKey(k); err == nil || errors.Is(err, format.ErrNewer) {
+			t.Errorf("ParseKey(%q): %v, want it malformed", k, err)
 		}
 	}
 }

@@ -125,6 +125,11 @@ const (
 	// CodeIdempotencyKeyReused is a 422: the call's idempotency key is
 	// recorded for a different request body; nothing ran.
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// CodeNewerFormat is a 503: a record of the actor in the bucket is of
+	// a format newer than the node's build reads (a rolling upgrade);
+	// nothing ran. A node that reads it serves the actor: try again after
+	// Retry-After, through any node.
+	CodeNewerFormat = "newer_format"
 )
 
 // Problem is a node's answer other than a success (RFC 9457).

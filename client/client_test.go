@@ -242,7 +242,7 @@ func TestClientTypesAreTheOpenAPISchemas(t *testing.T) {
 	codes := []string{client.CodeBadRequest, client.CodeUnauthorized, client.CodeForbidden, client.CodeNotFound, client.CodeMethod,
 		client.CodeAlarmMoved, client.CodeGuestFailed, client.CodeInternal, client.CodeUnavailable, client.CodeLeaseNotValid,
 		client.CodeHeldElsewhere, client.CodeForwardFailed, client.CodeBucketDown, client.CodeMemoryBusy, client.CodeDiskFull,
-		client.CodeIdempotencyKeyReused, client.CodeThrottled}
+		client.CodeIdempotencyKeyReused, client.CodeThrottled, client.CodeNewerFormat}
 	enum := doc.Components.Schemas["Problem"].Properties["code"].Enum
 	sort.Strings(codes)
 	sort.Strings(enum)

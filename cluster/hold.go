@@ -16,6 +16,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/format"
 )
 
 // Hold is this node's right to run one actor: the actor's ownership record
@@ -58,6 +59,10 @@ func (e *HeldElsewhereError) Error() string {
 // holdRecord is the body of an ownership record. NodeID is empty once
 // released; Generation never goes down.
 type holdRecord struct {
+	// Format is the record's format version (format.HoldVersion); none
+	// (0) in records written before versions: version 1. parseHold
+	// checks it before any other field.
+	Format     int    `json:"format"`
 	NodeID     string `json:"node_id"`
 	Generation uint64 `json:"generation"`
 	Addr       string `json:"addr"`
@@ -100,7 +105,7 @@ type Holds struct {
 	refused map[abi.ActorID]refusal
 
 	taken, takeovers, released, releaseErrs, retaken atomic.Int64
-	fromMemory                                       atomic.Int64
+	fromMemory, newer                                atomic.Int64
 }
 
 // refusal is a take refused because another node held the actor.
@@ -128,11 +133,30 @@ type HoldStats struct {
 	// tried, the actor found held by a live node within a lease TTL
 	// before.
 	RefusedFromMemory int64
+	// NewerFormat counts the ownership records read that were of a
+	// format newer than this build reads: each refused (Acquire, Lookup)
+	// with an error wrapping a *format.NewerError.
+	NewerFormat int64
 }
 
 // Stats returns the counters.
 func (h *Holds) Stats() HoldStats {
-	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load()}
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load()}
+}
+
+// parse reads the actor's ownership record (key) with parseHold, and
+// counts and logs one of a newer format.
+func (h *Holds) parse(id abi.ActorID, key string, body []byte) (holdRecord, error) {
+	rec, err := parseHold(body)
+	if err == nil {
+		return rec, nil
+	}
+	if newer, ok := format.As(err); ok {
+		h.newer.Add(1)
+		h.log.Warn("the actor's ownership record is of a format newer than this build reads; refused, left as it is",
+			"actor", id.String(), "key", key, "format", newer.Version, "known", newer.Known)
+	}
+	return holdRecord{}, h.errorf(id, "ownership record %s: %w", key, err)
 }
 
 // NewHolds returns the holds of the node whose lease is l, with ownership
@@ -202,9 +226,9 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	if err != nil {
 		return Hold{}, h.errorf(id, "reading the ownership record: %w", err)
 	}
-	rec, err := parseHold(body)
+	rec, err := h.parse(id, key, body)
 	if err != nil {
-		return Hold{}, h.errorf(id, "ownership record %s: %w", key, err)
+		return Hold{}, err
 	}
 	takeover := false
 	switch rec.NodeID {
@@ -220,6 +244,11 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	case "":
 	default:
 		expired, err := h.l.readLease(ctx, rec.NodeID)
+		if newer, ok := format.As(err); ok {
+			// Counted as a read of the lease (Leases.NewerFormatReads).
+			h.log.Warn("the actor's holder has a lease of a format newer than this build reads; refused, its hold left as it is",
+				"actor", id.String(), "holder", rec.NodeID, "format", newer.Version, "known", newer.Known)
+		}
 		if err != nil {
 			return Hold{}, h.errorf(id, "checking holder %s: %w", rec.NodeID, err)
 		}
@@ -419,7 +448,7 @@ func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, con
 		return Hold{}, h.errorf(id, "%w: it lapsed before taking the hold", ErrLeaseNotValid)
 	}
 	key := h.Key(id)
-	self := holdRecord{NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance, State: h.stateField(id, st), StateETag: st.ETag}
+	self := holdRecord{Format: format.HoldVersion, NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance, State: h.stateField(id, st), StateETag: st.ETag}
 	body, _ := json.Marshal(self)
 	etag, err := h.b.Put(ctx, key, body, cond)
 	if errors.Is(err, bucket.ErrPrecondition) {
@@ -429,10 +458,10 @@ func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, con
 		if rerr != nil {
 			return Hold{}, h.errorf(id, "lost a race for the hold (%w); reading the record again: %w", err, rerr)
 		}
-		rec, perr := parseHold(rbody)
+		rec, perr := h.parse(id, key, rbody)
 		switch {
 		case perr != nil:
-			return Hold{}, h.errorf(id, "ownership record %s: %w", key, perr)
+			return Hold{}, perr
 		case rec == self:
 			etag, err = retag, nil // our own PUT landed
 		case rec.NodeID != "" && rec.NodeID != self.NodeID:
@@ -510,7 +539,7 @@ func (h *Holds) Release(ctx context.Context, hold Hold) error {
 		delete(h.mine, id)
 	}
 	h.mu.Unlock()
-	body, _ := json.Marshal(holdRecord{Generation: hold.Generation, State: h.stateField(id, st), StateETag: st.ETag})
+	body, _ := json.Marshal(holdRecord{Format: format.HoldVersion, Generation: hold.Generation, State: h.stateField(id, st), StateETag: st.ETag})
 	if _, err := h.b.Put(ctx, h.Key(id), body, bucket.Cond{IfMatch: hold.etag}); err != nil {
 		h.releaseErrs.Add(1)
 		if errors.Is(err, bucket.ErrPrecondition) {
@@ -538,9 +567,9 @@ func (h *Holds) Lookup(ctx context.Context, id abi.ActorID) (holder NodeInfo, he
 	if err != nil {
 		return NodeInfo{}, false, h.errorf(id, "reading the ownership record: %w", err)
 	}
-	rec, err := parseHold(body)
+	rec, err := h.parse(id, h.Key(id), body)
 	if err != nil {
-		return NodeInfo{}, false, h.errorf(id, "ownership record %s: %w", h.Key(id), err)
+		return NodeInfo{}, false, err
 	}
 	switch {
 	case rec.NodeID == "":
@@ -567,7 +596,10 @@ func (h *Holds) Lookup(ctx context.Context, id abi.ActorID) (holder NodeInfo, he
 // Ownership is an actor's ownership record as it stands in the bucket,
 // for tools that inspect a cluster without joining it.
 type Ownership struct {
-	// NodeID names the holder; empty once released.
+	// Format is the record's format version; 0 in records written before
+	// versions (version 1). A record of a newer format than this build
+	// reads is refused (ReadOwnership's error wraps a *format.NewerError).
+	Format     int    `json:"format,omitempty"`
 	NodeID     string `json:"node_id"`
 	Generation uint64 `json:"generation"`
 	Addr       string `json:"addr"`
@@ -657,6 +689,9 @@ func ReadState(ctx context.Context, b bucket.Bucket, prefix string, id abi.Actor
 }
 
 func parseHold(body []byte) (holdRecord, error) {
+	if err := format.CheckJSON(format.Hold, body); err != nil {
+		return holdRecord{}, err
+	}
 	var rec holdRecord
 	if err := json.Unmarshal(body, &rec); err != nil {
 		return holdRecord{}, fmt.Errorf("unreadable: %w", err)

@@ -488,7 +488,8 @@ func TestBadActorID(t *testing.T) {
 	}
 }
 
-// TestHoldKeyLayout: records live at <prefix>holds/<tenant>/<class>/<hex name>.
+// TestHoldKeyLayout: records live at <prefix>holds/<tenant>/<class>/<hex name>,
+// and carry the format version this build writes, first.
 func TestHoldKeyLayout(t *testing.T) {
 	ctx := context.Background()
 	clk := fakeclock.New(t0)
@@ -504,7 +505,7 @@ func TestHoldKeyLayout(t *testing.T) {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
 	body, _, ok := m.Object(want)
-	if !ok || string(body) != `{"node_id":"a","generation":1,"addr":"a.example:7000","instance":"`+l.Instance()+`","state":"none"}` || l.Instance() == "" {
+	if !ok || string(body) != `{"format":1,"node_id":"a","generation":1,"addr":"a.example:7000","instance":"`+l.Instance()+`","state":"none"}` || l.Instance() == "" {
 		t.Fatalf("record %q = %s, %v", want, body, ok)
 	}
 	if _, _, ok := m.Object("p/nodes/a"); !ok {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/clock"
+	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/internal/variant"
 )
 
@@ -220,6 +221,10 @@ type NodeInfo struct {
 
 // leaseRecord is the body of a lease object.
 type leaseRecord struct {
+	// Format is the record's format version (format.LeaseVersion); none
+	// (0) in leases written before versions: version 1. A reader checks
+	// it before any other field (format.CheckJSON).
+	Format    int    `json:"format"`
 	NodeID    string `json:"node_id"`
 	Addr      string `json:"addr"`
 	TTLms     int64  `json:"ttl_ms"`
@@ -269,6 +274,10 @@ type observed struct {
 	// list a temporary key of a PUT in progress, which names another): only
 	// such a node's coming and going changes the live nodes.
 	member bool
+	// newer is the format version of the version read last when it is
+	// one this build does not read (0 otherwise): only its ETag is
+	// watched (see readLease).
+	newer int
 }
 
 // Leases is this node's lease in the bucket and its view of the other
@@ -314,6 +323,9 @@ type Leases struct {
 	// departed receives the ID of each node whose lease this node saw
 	// removed (Departures); a full buffer drops the newest.
 	departed chan string
+	// newerReads counts the reads of leases of a format newer than this
+	// build reads (NewerFormatReads).
+	newerReads atomic.Int64
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -497,6 +509,7 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 	l.lastSent = sent
 	l.mu.Unlock()
 	body, _ := json.Marshal(leaseRecord{
+		Format:    format.LeaseVersion,
 		NodeID:    l.cfg.NodeID,
 		Addr:      l.cfg.Addr,
 		TTLms:     l.cfg.TTL.Milliseconds(),
@@ -521,7 +534,7 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		// ours landing late, or someone else's write: read back to know.
 		gbody, getag, gerr := l.b.Get(rctx, l.key)
 		var rec leaseRecord
-		own := gerr == nil && json.Unmarshal(gbody, &rec) == nil && rec.NodeID == l.cfg.NodeID && rec.Instance == l.instance
+		own := gerr == nil && format.CheckJSON(format.Lease, gbody) == nil && json.Unmarshal(gbody, &rec) == nil && rec.NodeID == l.cfg.NodeID && rec.Instance == l.instance
 		l.mu.Lock()
 		switch {
 		case own && rec.Seq == seq:
@@ -662,8 +675,17 @@ func (l *Leases) takeBack(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("node %s: reading the lease of an earlier process under this node ID: %w", l.cfg.NodeID, err)
 		}
+		ferr := format.CheckJSON(format.Lease, body)
+		if newer, ok := format.As(ferr); ok {
+			// A later build's process under this node ID (a rollback):
+			// its TTL cannot be read, so nothing says when it expired.
+			l.newerReads.Add(1)
+			l.log.Error("the lease under this node ID is of a format newer than this build reads; not taking the node ID back",
+				"format", newer.Version, "known", newer.Known)
+			return fmt.Errorf("node %s: the lease of an earlier process under this node ID cannot be read, so it cannot be taken back: %w; start this node under another node ID, or once that process is gone for good remove %s", l.cfg.NodeID, ferr, l.key)
+		}
 		var rec leaseRecord
-		if json.Unmarshal(body, &rec) != nil {
+		if ferr != nil || json.Unmarshal(body, &rec) != nil {
 			rec = leaseRecord{} // unreadable: the ETag alone tells versions apart
 		}
 		ttl := time.Duration(rec.TTLms) * time.Millisecond
@@ -739,8 +761,8 @@ func (l *Leases) RefreshNow(ctx context.Context) error {
 	l.mu.Unlock()
 	var errs []error
 	for _, id := range fetch {
-		if _, err := l.readLease(ctx, id); err != nil {
-			errs = append(errs, err)
+		if _, err := l.readLease(ctx, id); err != nil && !errors.Is(err, format.ErrNewer) {
+			errs = append(errs, err) // a newer format is no failed reading: readLease logged it
 		}
 	}
 	return errors.Join(errs...)
@@ -779,7 +801,12 @@ func (l *Leases) listedLocked(id, etag string, sent, recv time.Time, tick uint64
 	if sent.After(o.confirmed) {
 		o.confirmed = sent
 	}
-	if !o.read && o.confirmed.Sub(o.firstSeen) >= o.ttl/2 {
+	// A lease of a newer format (o.newer) is not read again, neither on a
+	// new version nor when one stands: it would judge nothing. Its process
+	// writes no other format, and a process of another build under the
+	// same ID replaces it only once it has stood for TTL + Grace (lapsed,
+	// above: read then) or was removed (StartLeases).
+	if !o.read && o.newer == 0 && o.confirmed.Sub(o.firstSeen) >= o.ttl/2 {
 		o.stood = true
 		return true
 	}
@@ -856,7 +883,7 @@ func (l *Leases) refreshByGets(ctx context.Context, prefix string, listTick uint
 	l.mu.Unlock()
 	var errs []error
 	for _, id := range ids {
-		if _, err := l.readLease(ctx, id); err != nil {
+		if _, err := l.readLease(ctx, id); err != nil && !errors.Is(err, format.ErrNewer) {
 			errs = append(errs, err)
 		}
 	}
@@ -892,8 +919,13 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 		o = &observed{}
 		l.others[id] = o
 	}
+	ferr := format.CheckJSON(format.Lease, body)
+	if newer, ok := format.As(ferr); ok {
+		l.newerLocked(id, o, newer, etag, sent, recv, tick)
+		return false, fmt.Errorf("node %s reading the lease of node %s: %w", l.cfg.NodeID, id, ferr)
+	}
 	var rec leaseRecord
-	if json.Unmarshal(body, &rec) != nil {
+	if ferr != nil || json.Unmarshal(body, &rec) != nil {
 		rec = leaseRecord{} // unreadable: the ETag alone tells versions apart
 	}
 	if o.gone && (rec.Instance == "" || rec.Instance == o.instance) {
@@ -931,6 +963,42 @@ func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err er
 	}
 	return l.expiredLocked(o), nil
 }
+
+// newerLocked records a read of node id's lease (o) that found a format
+// newer than this build reads: nothing in it is read, neither its TTL nor
+// its address, instance or classes. Its ETag alone is watched (listings
+// follow its versions, and one that replaces a version that stood TTL +
+// Grace is read again: listedLocked), but it is never judged expired,
+// since that takes the TTL it names (its holds are not taken over: a take
+// refuses, retryably), and it is not among the live nodes (a node that
+// leaves the others walks more of the index, never less:
+// docs/design.md#walkers). A node that was live leaves the live nodes.
+func (l *Leases) newerLocked(id string, o *observed, newer *format.NewerError, etag string, sent, recv time.Time, tick uint64) {
+	if o.member && !o.gone {
+		l.members++
+	}
+	seen := o.etag == etag && !o.read && !o.gone && o.newer == newer.Version
+	if seen {
+		if sent.After(o.confirmed) {
+			o.confirmed = sent
+		}
+	} else {
+		*o = observed{etag: etag, ttl: l.cfg.TTL, firstSeen: recv, confirmed: sent, newer: newer.Version}
+	}
+	if tick > o.presentTick {
+		o.presentTick = tick
+	}
+	l.newerReads.Add(1)
+	if !seen { // once per version, not per take that reads it
+		l.log.Warn("the lease of another node is of a format newer than this build reads; that node is not judged live or expired, and its actors are refused until this node is upgraded",
+			"other", id, "format", newer.Version, "known", newer.Known)
+	}
+}
+
+// NewerFormatReads counts the reads of other nodes' leases (and of a lease
+// under this node's own ID, at start) that found a format newer than this
+// build reads.
+func (l *Leases) NewerFormatReads() int64 { return l.newerReads.Load() }
 
 // restartWatchesLocked starts the watch of every lease this node has seen
 // afresh at now, when its own lease becomes valid again after a lapse (a
@@ -1037,7 +1105,8 @@ func (l *Leases) MembersEpoch() uint64 {
 }
 
 // Addr returns the address a node announced in its lease, if this node has
-// seen that lease and not seen it removed (or if nodeID is this node).
+// seen that lease and not seen it removed, and could read it (not of a
+// newer format), or if nodeID is this node.
 func (l *Leases) Addr(nodeID string) (string, bool) {
 	if nodeID == l.cfg.NodeID {
 		return l.cfg.Addr, true
@@ -1045,7 +1114,7 @@ func (l *Leases) Addr(nodeID string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o := l.others[nodeID]
-	if o == nil || o.gone {
+	if o == nil || o.gone || o.newer != 0 {
 		return "", false
 	}
 	return o.addr, true

@@ -231,14 +231,20 @@ func (a *Actor) DeadLetter(ctx context.Context) (d hostmod.DeadLetter, ok bool, 
 func (a *Actor) Snapshot(ctx context.Context) ([]byte, error) { return a.SnapshotTo(ctx, nil) }
 
 // SnapshotTo is Snapshot into buf[:0] (Store.SnapshotTo), for a host that
-// reuses its buffers from one upload to the next.
+// reuses its buffers from one upload to the next. The image carries the
+// schema's format version in its header (user_version), stamped here on a
+// database that has none (docs/design.md#format-versions).
 func (a *Actor) SnapshotTo(ctx context.Context, buf []byte) ([]byte, error) {
 	a.mu.Lock()
 	defer a.end()
 	if err := a.wake(ctx); err != nil {
 		return nil, err
 	}
-	return a.store.SnapshotTo(buf)
+	b, err := a.store.SnapshotTo(buf)
+	if err == nil {
+		stampSchemaVersion(b)
+	}
+	return b, err
 }
 
 // SetMeta commits one meta row (key, value) in a transaction of its own:

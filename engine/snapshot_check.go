@@ -59,8 +59,15 @@ func expectedSchema() (map[string]schemaObject, error) {
 // and checks that SQLite reads it whole (PRAGMA quick_check) and that every
 // object in it (table, index, trigger, view) is one of the host's, with
 // the host's definition. Tables of the host that are missing are fine
-// (opening creates them). The error wraps ErrBadSnapshot and says why.
+// (opening creates them). The error wraps ErrBadSnapshot and says why,
+// except for a snapshot whose container or schema is of a later format
+// than this build reads (CheckSnapshotFormat, checked first): that error
+// wraps a *format.NewerError, and the snapshot is not this host's to
+// judge (a later build reads it).
 func CheckSnapshot(scratch string, data []byte) error {
+	if err := CheckSnapshotFormat(data); err != nil {
+		return err
+	}
 	want, err := expectedSchema()
 	if err != nil {
 		return fmt.Errorf("the host's schema: %w", err)

@@ -1,14 +1,18 @@
 package inspect_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	clusterpkg "github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/inspect"
 	"github.com/wasmkeep/alarms/internal/statetest"
 )
@@ -33,4 +37,32 @@ func TestAnActorWhoseSnapshotIsNotADatabase(t *testing.T) {
 			t.Fatalf("Actor of a good snapshot: %+v, %v", info, err)
 		}
 	})
+}
+
+// An actor whose snapshot a later build wrote (its schema version above
+// this build's) is not read at all: the error wraps a *format.NewerError
+// naming the actor and the snapshot, not engine.ErrBadSnapshot.
+func TestAnActorWhoseSnapshotIsOfANewerFormat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := bucket.NewMem()
+	good := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "good"}
+	cluster(t, b, map[abi.ActorID]int64{good: 1_900_000_000_000})
+	s, ok, err := clusterpkg.ReadState(ctx, b, prefix, good)
+	if err != nil || !ok {
+		t.Fatalf("the good actor's state: %v %v", ok, err)
+	}
+	data, _, err := clusterpkg.NewReplica(b, prefix).Download(ctx, good, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := bytes.Clone(data)
+	binary.BigEndian.PutUint32(later[60:], 2) // the schema's version
+	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "later"}
+	key := statetest.Plant(t, b, prefix, id, 1<<40, later)
+	_, err = inspect.New(b, prefix).Actor(ctx, id)
+	if ne, ok := format.As(err); !ok || ne.Kind != format.Schema || ne.Version != 2 || errors.Is(err, engine.ErrBadSnapshot) ||
+		!strings.Contains(err.Error(), "actor t/oneshot/later") || !strings.Contains(err.Error(), key) {
+		t.Fatalf("Actor of a snapshot of schema version 2: %v; want a newer schema format naming the actor and %s", err, key)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -339,6 +340,12 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot) e
 	// the snapshot for someone to look at.
 	if len(data) > 0 {
 		if err := engine.CheckSnapshot(p+".check", data); err != nil {
+			if newer, ok := format.As(err); ok {
+				// A later build's snapshot: refused retryably (503
+				// newer_format), left in the bucket for a node that
+				// reads it (docs/design.md#format-versions).
+				n.noteNewerSnapshot(e.id, latest.Key, newer)
+			}
 			return &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
 		}
 	}
@@ -362,6 +369,18 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot) e
 		return &abi.ActorError{ID: e.id, Op: "write the sidecar", Err: err}
 	}
 	return nil
+}
+
+// noteNewerSnapshot counts and logs a snapshot of a format newer than this
+// build reads, which a restore of actor id refused.
+func (n *Node) noteNewerSnapshot(id abi.ActorID, key string, newer *format.NewerError) {
+	if newer.Kind == format.Schema {
+		n.newerSchemas.Add(1)
+	} else {
+		n.newerSnapshots.Add(1)
+	}
+	n.log.Warn("the actor's snapshot is of a format newer than this build reads; refused, left in the bucket for a node that reads it",
+		"actor", id.String(), "snapshot", key, "kind", string(newer.Kind), "format", newer.Version, "known", newer.Known)
 }
 
 // sidecar is what a database's sidecar file (.sync) holds when the file is

@@ -15,6 +15,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -65,6 +66,14 @@ type DeadLetter struct {
 	// given up (Unix ms), and Failed the same in RFC 3339.
 	FailedMs int64  `json:"failed_ms"`
 	Failed   string `json:"failed"`
+}
+
+// letterRecord is the body of a dead letter's record: its listed form,
+// and the record's format version (format.DeadLetterVersion; none in
+// records written before versions: version 1).
+type letterRecord struct {
+	Format int `json:"format"`
+	DeadLetter
 }
 
 // deadLetterOf is the listed form of an actor's dead letter.
@@ -176,7 +185,7 @@ func (n *Node) keepLetter(ctx context.Context, e *entry, d hostmod.Delivery) {
 		n.log.Error("the dead letter just kept cannot be read back: it is not listed", "actor", e.id.String(), "error", err)
 		return
 	}
-	body, _ := json.Marshal(deadLetterOf(e.id, dl))
+	body, _ := json.Marshal(letterRecord{Format: format.DeadLetterVersion, DeadLetter: deadLetterOf(e.id, dl)})
 	if _, err = n.letters().Put(ctx, letterKey(e.id), body, bucket.Cond{}); err == nil {
 		e.letterChecked = false // a later event that sets an alarm deletes it
 		return
@@ -226,13 +235,22 @@ func (n *Node) alarmSetAgain(ctx context.Context, e *entry, alarm *int64) {
 }
 
 // readLetter reads the actor's dead-letter record; ok is false when there
-// is none.
+// is none. A record of a format newer than this build reads is not read:
+// the error wraps a *format.NewerError (counted and logged).
 func (n *Node) readLetter(ctx context.Context, id abi.ActorID) (DeadLetter, bool, error) {
 	b, _, err := n.letters().Get(ctx, letterKey(id))
 	if errors.Is(err, bucket.ErrNotFound) {
 		return DeadLetter{}, false, nil
 	}
 	if err != nil {
+		return DeadLetter{}, false, &abi.ActorError{ID: id, Op: "read the dead letter's record", Err: err}
+	}
+	if err := format.CheckJSON(format.DeadLetter, b); err != nil {
+		if newer, ok := format.As(err); ok {
+			n.newerLetters.Add(1)
+			n.log.Warn("the actor's dead-letter record is of a format newer than this build reads; not read, left as it is",
+				"actor", id.String(), "key", letterKey(id), "format", newer.Version, "known", newer.Known)
+		}
 		return DeadLetter{}, false, &abi.ActorError{ID: id, Op: "read the dead letter's record", Err: err}
 	}
 	var dl DeadLetter
@@ -270,6 +288,9 @@ func (n *Node) listLetters(ctx context.Context, tenant, class, after string, lim
 			continue
 		}
 		dl, ok, err := n.readLetter(ctx, id)
+		if errors.Is(err, format.ErrNewer) {
+			continue // a later build's record, for a node that reads it (readLetter logged it)
+		}
 		if err != nil {
 			return nil, "", err
 		}

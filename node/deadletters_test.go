@@ -97,12 +97,17 @@ func giveUp(t *testing.T, base string, ids ...abi.ActorID) (scheduled int64) {
 func TestDeadLettersAreListedRedrivenAndAcknowledged(t *testing.T) {
 	t.Parallel()
 	classes := map[string][]byte{"scripted": testguest.Build(t, "testdata/guests/scripted")}
-	a := serveHost(t, bucket.NewMem(), "a", classes, hostConfig{start: true,
+	mem := bucket.NewMem()
+	a := serveHost(t, mem, "a", classes, hostConfig{start: true,
 		engine: []engine.Option{engine.WithMaxAttempts(1), engine.WithBackoff(time.Second, time.Minute)}})
 	p1 := abi.ActorID{Tenant: "t", Class: "scripted", Name: "p1"}
 	p2 := abi.ActorID{Tenant: "t", Class: "scripted", Name: "p2"}
 	scheduled := giveUp(t, a.URL, p1, p2)
 	checkLetters(t, a.URL, scheduled, p1, p2)
+	// The record in the bucket says its format, 1 (docs/design.md#format-versions).
+	if rec, _, ok := mem.Object("cluster/dead-letters/" + p1.Path()); !ok || !strings.HasPrefix(string(rec), `{"format":1,`) {
+		t.Fatalf("p1's dead-letter record: %s (%v), want one at format 1", rec, ok)
+	}
 
 	// A dry run reports and changes nothing.
 	var out node.DeadLetterOutcome

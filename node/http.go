@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,6 +20,7 @@ import (
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/hostmod"
 )
 
@@ -92,12 +94,16 @@ import (
 //     lease lapsed, an upload failed (after an exec-durable event, whose
 //     outcome is then unknown), the guest needed memory while the node's
 //     budget for all instances was held by busy instances
-//     (engine.ErrMemoryBudget). Before a 503 for an actor it cannot
+//     (engine.ErrMemoryBudget), or a record of the actor in the bucket
+//     (its ownership record, its holder's lease, its snapshot or schema)
+//     is of a format newer than this build reads (newer_format: nothing
+//     was done or read; format.ErrNewer). Before a 503 for an actor it cannot
 //     reach, or while its own lease is being renewed, the node waits for
 //     the failover inside the request (ClusterConfig.FailoverWait). The
 //     Retry-After of a failover's 503 (lease_not_valid, held_elsewhere,
 //     forward_failed) is what the failover is still expected to take
-//     (failoverRetryAfter); the others' is 1 s.
+//     (failoverRetryAfter); newer_format's is the lease TTL; the others'
+//     is 1 s.
 //
 // /v1/healthz answers 503 while the node lease is not valid; /v1/readyz
 // answers 200 when ready and 503 (with Retry-After) when a check fails.
@@ -371,8 +377,17 @@ func (n *Node) retryAfter(code string, start time.Time) string {
 	switch code {
 	case CodeLeaseNotValid, CodeHeldElsewhere, CodeForwardFailed:
 		return n.failoverRetryAfter(start)
+	case CodeNewerFormat:
+		return n.newerRetryAfter()
 	}
 	return "1"
+}
+
+// newerRetryAfter is the Retry-After of a newer_format answer: the lease
+// TTL. It lasts until a node that reads the format serves the actor, and
+// nodes come and go, in an upgrade, about a lease period apart.
+func (n *Node) newerRetryAfter() string {
+	return strconv.Itoa(int(math.Ceil(n.leaseTTL().Seconds())))
 }
 
 // serve runs op for the request and rides through a failover: when the
@@ -497,6 +512,12 @@ func (n *Node) fail(w http.ResponseWriter, r *http.Request, start time.Time, bod
 		// Busy instances hold the memory: it frees when their events end.
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, http.StatusServiceUnavailable, CodeMemoryBusy, err.Error())
+	case errors.Is(err, format.ErrNewer):
+		// A record of a later build (a rolling upgrade, or a rollback):
+		// refused, not misread, and not this node's fault; a node that
+		// reads it answers.
+		w.Header().Set("Retry-After", n.retryAfter(CodeNewerFormat, start))
+		writeProblem(w, http.StatusServiceUnavailable, CodeNewerFormat, err.Error())
 	case errors.As(err, &held):
 		if r.Header.Get(forwardedHeader) == "" && held.Addr != "" {
 			n.forward(w, r, start, held.Addr, body)

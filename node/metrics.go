@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmkeep/alarms"
 	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/format"
 )
 
 // nodeCollector exposes the node's own counters: its actors, what it gave
@@ -25,6 +26,7 @@ type nodeCollector struct {
 	taken, takeovers, released, relErr *prometheus.Desc
 	retaken, remembered                *prometheus.Desc
 	liveNodes, validity                *prometheus.Desc
+	newerFormat                        *prometheus.Desc
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
@@ -43,11 +45,14 @@ func newNodeCollector(n *Node) *nodeCollector {
 		relErr:     d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
 		validity:   d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
 		liveNodes:  d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
+		newerFormat: prometheus.NewDesc("wasmkeep_newer_format_total",
+			"Records in the bucket refused as of a format newer than this build reads, by kind: other nodes' leases read, ownership records read, index entries a sweep skipped, snapshots and schemas a restore refused, dead-letter records read; each left as it is (cluster mode).",
+			[]string{"kind"}, nil),
 	}
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.released, c.relErr, c.liveNodes} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.released, c.relErr, c.liveNodes, c.newerFormat} {
 		ch <- d
 	}
 }
@@ -81,6 +86,24 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.remembered, prometheus.CounterValue, float64(s.RefusedFromMemory))
 	ch <- prometheus.MustNewConstMetric(c.released, prometheus.CounterValue, float64(s.Released))
 	ch <- prometheus.MustNewConstMetric(c.relErr, prometheus.CounterValue, float64(s.ReleaseErrors))
+	for _, k := range format.Kinds {
+		var v int64
+		switch k {
+		case format.Lease:
+			v = n.leases.NewerFormatReads()
+		case format.Hold:
+			v = s.NewerFormat
+		case format.IndexEntry:
+			v = n.plugin.SweepStats().NewerFormat
+		case format.Snapshot:
+			v = n.newerSnapshots.Load()
+		case format.Schema:
+			v = n.newerSchemas.Load()
+		case format.DeadLetter:
+			v = n.newerLetters.Load()
+		}
+		ch <- prometheus.MustNewConstMetric(c.newerFormat, prometheus.CounterValue, float64(v), string(k))
+	}
 }
 
 // engineOptions puts the node's registerer in front of the embedder's

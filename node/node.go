@@ -135,6 +135,13 @@ type Node struct {
 
 	givenUp  atomic.Int64 // actors given up, for the metrics
 	restored atomic.Int64 // actors restored from the bucket (a snapshot downloaded), for the metrics
+	// newerSnapshots and newerSchemas count the snapshots a restore
+	// refused for a container or a schema of a format newer than this
+	// build reads, for the metrics (wasmkeep_newer_format_total).
+	newerSnapshots, newerSchemas atomic.Int64
+	// newerLetters counts the dead-letter records of a newer format read
+	// (and skipped).
+	newerLetters atomic.Int64
 
 	obs       observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
 	tracer    trace.Tracer  // nil: not traced (tracing.go)

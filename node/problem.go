@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/format"
 )
 
 // The stable codes of the HTTP API's errors: the "code" member of every
@@ -32,6 +33,13 @@ const (
 	// CodeIdempotencyKeyReused is a 422: the request's Idempotency-Key is
 	// recorded for a different request body; nothing ran.
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// CodeNewerFormat is a 503: the actor's record in the bucket (its
+	// ownership record, its holder's lease, its snapshot or its schema,
+	// its dead letter's record)
+	// is of a format newer than this node's build reads: the event did
+	// not run, and the record is left as it is. A node that reads it (this
+	// one, upgraded) serves the actor.
+	CodeNewerFormat = "newer_format"
 )
 
 // Problem is the body of every error answer of the HTTP API
@@ -66,6 +74,8 @@ func codeOf(err error) string {
 		return CodeLeaseNotValid
 	case errors.Is(err, ErrBucketUnreachable):
 		return CodeBucketDown
+	case errors.Is(err, format.ErrNewer):
+		return CodeNewerFormat
 	}
 	return CodeUnavailable
 }

@@ -153,8 +153,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // listFailed answers a list that could not be read from the bucket.
 func (n *Node) listFailed(w http.ResponseWriter, err error) {
-	w.Header().Set("Retry-After", "1")
-	writeProblem(w, http.StatusServiceUnavailable, codeOf(err), err.Error())
+	code, retry := codeOf(err), "1"
+	if code == CodeNewerFormat {
+		retry = n.newerRetryAfter()
+	}
+	w.Header().Set("Retry-After", retry)
+	writeProblem(w, http.StatusServiceUnavailable, code, err.Error())
 }
 
 func (n *Node) handleListDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -383,7 +387,11 @@ func (n *Node) doLetters(w http.ResponseWriter, r *http.Request, tenant, verb st
 	out, f := n.runLetters(r, tenant, verb, s)
 	if f != nil {
 		if f.status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", "1")
+			retry := "1"
+			if f.code == CodeNewerFormat {
+				retry = n.newerRetryAfter()
+			}
+			w.Header().Set("Retry-After", retry)
 		}
 		writeProblem(w, f.status, f.code, f.err.Error())
 		return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/clock"
+	"github.com/wasmkeep/alarms/format"
 )
 
 // DefaultPeriod is the default alarm_sweep: how often a node sweeps.
@@ -170,6 +171,9 @@ type Stats struct {
 	Delivered int64
 	// Malformed counts keys skipped as not index keys.
 	Malformed int64
+	// NewerFormat counts overdue entries skipped as of a format newer
+	// than this build reads (WalkResult.Newer), each time a walk met one.
+	NewerFormat int64
 	// Errors counts failures: LIST, live nodes, tenants.
 	Errors int64
 	// Relists counts the sweeps of capped tenants begun before the
@@ -214,6 +218,7 @@ type Loop struct {
 	capped map[string]bool
 
 	sweeps, lists, entries, delivered, malformed, errs atomic.Int64
+	newer                                              atomic.Int64
 	// relists counts the walks of capped tenants Run began before the
 	// period was up.
 	relists atomic.Int64
@@ -607,6 +612,7 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 		l.malformed.Add(int64(n))
 		l.log.Warn("skipped keys that are not index entries", "tenant", tenant, "count", n, "first", res.Malformed[0])
 	}
+	l.skipNewer(tenant, res.Newer)
 	if listErr != nil {
 		l.errs.Add(1)
 		l.log.Error("bucket listing failed; delivering what was read, retrying next period",
@@ -650,6 +656,17 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 	return listErr
 }
 
+// skipNewer counts and logs the entries of a newer format a walk of
+// tenant skipped: left in the index, for a node that reads them.
+func (l *Loop) skipNewer(tenant string, newer []NewerEntry) {
+	if len(newer) == 0 {
+		return
+	}
+	l.newer.Add(int64(len(newer)))
+	l.log.Warn("skipped index entries of a format newer than this build reads; left in the index for a node that reads them",
+		"tenant", tenant, "count", len(newer), "format", newer[0].Version, "known", format.IndexVersion, "first", newer[0].Object)
+}
+
 // handoverTenant is a handover walk of one tenant (Handover): from the
 // start of its index, up to HandoverHorizon ahead; the plan is
 // PlanHandover's.
@@ -666,6 +683,7 @@ func (l *Loop) handoverTenant(ctx context.Context, tenant string, live []string,
 		l.malformed.Add(int64(n))
 		l.log.Warn("skipped keys that are not index entries", "tenant", tenant, "count", n, "first", res.Malformed[0])
 	}
+	l.skipNewer(tenant, res.Newer)
 	if listErr != nil {
 		l.errs.Add(1)
 		l.log.Error("bucket listing failed in a handover walk; handing over what was read, the sweeps find the rest", "tenant", tenant, "read", res.Read, "error", listErr)
@@ -749,15 +767,16 @@ func (l *Loop) Stats() Stats {
 	last, lastErr := l.lastAt, l.lastErr
 	l.lastMu.Unlock()
 	return Stats{
-		Sweeps:    l.sweeps.Load(),
-		Lists:     l.lists.Load(),
-		Entries:   l.entries.Load(),
-		Delivered: l.delivered.Load(),
-		Malformed: l.malformed.Load(),
-		Errors:    l.errs.Load(),
-		Relists:   l.relists.Load(),
-		Handovers: l.handovers.Load(),
-		Last:      last,
-		LastErr:   lastErr,
+		Sweeps:      l.sweeps.Load(),
+		Lists:       l.lists.Load(),
+		Entries:     l.entries.Load(),
+		Delivered:   l.delivered.Load(),
+		Malformed:   l.malformed.Load(),
+		NewerFormat: l.newer.Load(),
+		Errors:      l.errs.Load(),
+		Relists:     l.relists.Load(),
+		Handovers:   l.handovers.Load(),
+		Last:        last,
+		LastErr:     lastErr,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/format"
 )
 
 // Defaults of a walk.
@@ -43,6 +44,13 @@ type Entry struct {
 	Key alarmindex.Key
 }
 
+// NewerEntry is an index entry of a format newer than this build reads.
+type NewerEntry struct {
+	// Object is the entry's key in the bucket; Version its format.
+	Object  string
+	Version int
+}
+
 // Page is one LIST the walk asks for: up to Limit keys under Prefix that sort
 // after StartAfter ("" for the first key under Prefix).
 type Page struct {
@@ -58,7 +66,13 @@ type WalkResult struct {
 	// Malformed are keys under the tenant's prefix that are not index keys
 	// of that tenant; the walk skipped them.
 	Malformed []string
-	// Read counts the keys read against the limit (entries and malformed).
+	// Newer are the overdue entries of a format newer than this build
+	// reads (alarmindex.ParseKey): the walk skipped them, to be delivered
+	// by a node that reads them; nothing deletes them. An entry of a
+	// newer format that is not overdue ends the walk as any other does.
+	Newer []NewerEntry
+	// Read counts the keys read against the limit (entries, newer and
+	// malformed).
 	Read int
 	// Cursor is where the next walk starts: the last key read when the walk
 	// stopped at its limit (or was aborted), "" when it reached the end.
@@ -133,13 +147,20 @@ func (w *Walk) Feed(keys []string) {
 			return
 		}
 		key, err := alarmindex.ParseKey(k)
+		newer, isNewer := format.As(err)
 		switch {
-		case err != nil || key.Actor.Tenant != w.tenant:
+		case (err != nil && !isNewer) || key.Actor.Tenant != w.tenant:
 			w.res.Malformed = append(w.res.Malformed, k)
 		case key.DueMs > w.cutoffMs:
+			// An entry of a newer format too: every format keeps the due
+			// time in place.
 			w.res.NextDueMs = key.DueMs
 			w.finish(true)
 			return
+		case isNewer:
+			// Of a newer format: its key holds only the tenant and the
+			// due time (ParseKey), nothing to deliver.
+			w.res.Newer = append(w.res.Newer, NewerEntry{Object: k, Version: newer.Version})
 		default:
 			w.res.Entries = append(w.res.Entries, Entry{Object: k, Key: key})
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/format"
 )
 
 // nodeLease is a node's lease as keepctl nodes shows it, read from the
@@ -62,7 +63,9 @@ func nodes(ctx context.Context, b bucket.Bucket, prefix string, args []string, s
 		case err != nil:
 			return 2, err
 		}
-		if err := json.Unmarshal(body, &l); err != nil || l.NodeID == "" {
+		if err := format.CheckJSON(format.Lease, body); err != nil {
+			l.Error = err.Error() // a later build's lease: not read
+		} else if err := json.Unmarshal(body, &l); err != nil || l.NodeID == "" {
 			l.Error = fmt.Sprintf("not a node lease (%d bytes)", len(body))
 			if err != nil {
 				l.Error += ": " + err.Error()
