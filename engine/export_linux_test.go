@@ -33,3 +33,12 @@ func SetWALCheckpointPages(n int) (restore func()) {
 	set(n)
 	return func() { set(prev) }
 }
+
+// SetJournalSyncfs sets whether journals opened from now on retire a file
+// with one syncfs (where the file system is known to honour it) rather
+// than a sync of each WAL.
+func SetJournalSyncfs(on bool) (restore func()) {
+	prev := journalSyncfs
+	journalSyncfs = on
+	return func() { journalSyncfs = prev }
+}
