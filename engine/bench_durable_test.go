@@ -152,40 +152,10 @@ func benchLogProbe(b *testing.B, actors int) {
 		}
 		return nil
 	}
-	lat := make([][]time.Duration, actors)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < actors; i++ {
-		n := b.N / actors
-		if i < b.N%actors {
-			n++
-		}
-		wg.Add(1)
-		go func(i, n int) {
-			defer wg.Done()
-			for j := 0; j < n; j++ {
-				t := time.Now()
-				if err := commit(); err != nil {
-					b.Error(err)
-					return
-				}
-				lat[i] = append(lat[i], time.Since(t))
-			}
-		}(i, n)
+	n := runActors(b, actors, func(int, int) error { return commit() })
+	if n > 0 && syncs > 0 {
+		b.ReportMetric(float64(n)/float64(syncs), "commits/sync")
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) == 0 || syncs == 0 {
-		return
-	}
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "events/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(float64(len(all))/float64(syncs), "commits/sync")
 }
 
 func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) {
@@ -210,12 +180,28 @@ func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) 
 			b.Fatal(err)
 		}
 	}
+	j0 := eng.Journal()
+	runActors(b, actors, func(i, j int) error {
+		_, err := as[i].Request(ctx, timeReq(int64(2000+j)))
+		return err
+	})
+	if st := eng.Journal(); st.Syncs > j0.Syncs {
+		syncs, waits := st.Syncs-j0.Syncs, st.Waits-j0.Waits
+		b.ReportMetric(float64(waits)/float64(syncs), "commits/sync")
+		b.ReportMetric(float64(st.Bytes-j0.Bytes)/float64(waits), "bytes/commit")
+		b.ReportMetric(float64(st.Retired-j0.Retired), "retired")
+	}
+}
+
+// runActors runs b.N operations spread over actors goroutines, each
+// running op(actor, its operation's number) one after the other, and
+// reports their rate and latency; it returns how many ran.
+func runActors(b *testing.B, actors int, op func(i, j int) error) int {
 	lat := make([][]time.Duration, actors)
 	var wg sync.WaitGroup
-	j0 := eng.Journal()
 	b.ResetTimer()
 	start := time.Now()
-	for i := range as {
+	for i := 0; i < actors; i++ {
 		n := b.N / actors
 		if i < b.N%actors {
 			n++
@@ -225,7 +211,7 @@ func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) 
 			defer wg.Done()
 			for j := 0; j < n; j++ {
 				t := time.Now()
-				if _, err := as[i].Request(ctx, timeReq(int64(2000+j))); err != nil {
+				if err := op(i, j); err != nil {
 					b.Error(err)
 					return
 				}
@@ -239,15 +225,10 @@ func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) 
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	if len(all) == 0 {
-		return
+		return 0
 	}
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	if st := eng.Journal(); st.Syncs > j0.Syncs {
-		syncs, waits := st.Syncs-j0.Syncs, st.Waits-j0.Waits
-		b.ReportMetric(float64(waits)/float64(syncs), "commits/sync")
-		b.ReportMetric(float64(st.Bytes-j0.Bytes)/float64(waits), "bytes/commit")
-		b.ReportMetric(float64(st.Retired-j0.Retired), "retired")
-	}
+	return len(all)
 }

@@ -150,36 +150,9 @@ func fusePowerCuts(t *testing.T, mode string, cuts int) (r fuseCutsResult) {
 			gate.Lock()
 			defer gate.Unlock()
 			if mode == "journal" {
-				// The next start writes the journal's records again.
-				re, err := engine.NewEngine(ctx, engine.WithJournal(dst))
-				if err != nil {
-					t.Fatalf("cut %d: start after it: %v", c, err)
-				}
-				if err := re.Close(ctx); err != nil {
-					t.Fatalf("cut %d: close after the replay: %v", c, err)
-				}
+				replay(t, c, dst) // the next start writes the journal's records again
 			}
-			for i := 0; i < actors; i++ {
-				p := filepath.Join(dst, fmt.Sprintf("%d.db", i))
-				var at int64
-				var ok bool
-				if _, err := os.Stat(p); err == nil {
-					checkIntact(t, p)
-					at, ok, err = engine.ReadAlarm(p)
-					if err != nil {
-						t.Fatalf("cut %d, actor %d: the scan's read: %v", c, i, err)
-					}
-				} else if !os.IsNotExist(err) {
-					t.Fatal(err)
-				}
-				if before[i] > 0 && (!ok || at < before[i]) {
-					lost++
-					if durable {
-						t.Errorf("cut %d, actor %d: event %d was acknowledged before the cut, the database after it has alarm %d (%v)", c, i, before[i], at, ok)
-					}
-				}
-			}
-			return lost
+			return lostInCut(t, fmt.Sprintf("cut %d", c), dst, before, durable)
 		}()
 		if err := os.RemoveAll(dst); err != nil {
 			t.Fatal(err)
