@@ -22,6 +22,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -65,10 +66,13 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	srv := s3test.Start(t)
 	b := srv.NewClient(t, s3.WithRegisterer(reg))
 	var fired atomic.Int64
+	dir := t.TempDir()
 	n, err := node.New(ctx, node.Config{
-		DataDir: t.TempDir(), Classes: map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")},
+		DataDir: dir, Classes: map[string][]byte{"oneshot": testguest.Fixture(t, "oneshot_alarm")},
 		Logger:     hclog.New(&hclog.LoggerOptions{Name: "m", Level: hclog.Warn, Output: testWriter{t}}),
 		Registerer: reg,
+		// Durable commits through the node journal, as keepnode runs.
+		EngineOptions: []engine.Option{engine.WithJournal(dir)},
 		OnDelivery: func(ev node.DeliveryEvent) {
 			if ev.Err == nil && ev.Event.Ran {
 				fired.Add(1)
@@ -168,6 +172,14 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 		if after.Value("wasmkeep_s3_request_duration_seconds", "operation", op) == 0 {
 			t.Errorf("no latency recorded for %s", op)
 		}
+	}
+	// Each firing's commit waited for the node journal, whose syncs
+	// each made one or more durable.
+	if c, sy := after.Value("wasmkeep_journal_commits_total")-armed.Value("wasmkeep_journal_commits_total"), after.Value("wasmkeep_journal_syncs_total")-armed.Value("wasmkeep_journal_syncs_total"); c < actors || sy < 1 || sy > c {
+		t.Errorf("while %d alarms fired: %v commits through the journal in %v syncs, want at least one commit each and at most a sync each", actors, c, sy)
+	}
+	if after.Value("wasmkeep_journal_bytes_total") <= armed.Value("wasmkeep_journal_bytes_total") {
+		t.Error("wasmkeep_journal_bytes_total did not go up while the alarms fired")
 	}
 	if after.Value("wasmkeep_sweep_duration_seconds") <= armed.Value("wasmkeep_sweep_duration_seconds") || after.Value("wasmkeep_sweep_lists_total") == 0 {
 		t.Errorf("the sweeps did not move: %v sweeps, %v LISTs", after.Value("wasmkeep_sweep_duration_seconds"), after.Value("wasmkeep_sweep_lists_total"))
