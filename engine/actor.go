@@ -104,11 +104,6 @@ func (a *Actor) wake(ctx context.Context) error {
 		return &abi.ActorError{ID: a.id, Op: "open database", Err: err}
 	}
 	st, err := openStore(a.path, a.e.cfg.durable)
-	if err == nil && a.e.cfg.durable {
-		if err = st.conn.Exec(`PRAGMA ` + storeSchema + `.synchronous=FULL`); err != nil {
-			st.Close()
-		}
-	}
 	if err != nil {
 		a.e.res.releaseDB(a)
 		return &abi.ActorError{ID: a.id, Err: err}

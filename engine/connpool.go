@@ -132,7 +132,7 @@ func (pc *pooledConn) close() {
 // that stays when its database closes (FCNTL_PERSIST_WAL: a sleeping
 // actor keeps its commits in it). After an error the database
 // may be attached: the caller closes the connection.
-func (pc *pooledConn) attachDB(path string) error {
+func (pc *pooledConn) attachDB(path string, durable bool) error {
 	if err := pc.attach.BindText(1, path); err != nil {
 		return err
 	}
@@ -144,6 +144,10 @@ func (pc *pooledConn) attachDB(path string) error {
 	settings := attachSettings
 	if !inWALMode(pc.conn) {
 		settings = toWALSettings + settings
+	}
+	if durable {
+		// In the same statements: at every open of a durable store.
+		settings += durableSettings
 	}
 	if err := pc.conn.Exec(settings); err != nil {
 		return err
@@ -161,6 +165,10 @@ func (pc *pooledConn) attachDB(path string) error {
 // mode whose synchronous was not set): setting either again would only
 // cost their statements, at every open.
 var attachSettings = `PRAGMA ` + storeSchema + `.journal_size_limit=` + strconv.Itoa(walSizeLimit) + `;`
+
+// durableSettings follow for a store whose commits are durable
+// (WithDurableCommits, WithJournal): SQLite syncs the WAL at each commit.
+var durableSettings = `PRAGMA ` + storeSchema + `.synchronous=FULL;`
 
 // toWALSettings come first for a database not in WAL mode (or on a
 // platform where the store VFS does not read its header).

@@ -188,14 +188,15 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 func OpenStore(path string) (*Store, error) { return openStore(path, false) }
 
 // openStore is OpenStore; durable syncs a new database's file, and its
-// directory, before the database is named (WithDurableCommits).
+// directory, before the database is named, and sets the database to sync
+// its WAL at each commit (synchronous=FULL; WithDurableCommits).
 func openStore(path string, durable bool) (*Store, error) {
 	if _, err := os.Lstat(path); os.IsNotExist(err) {
 		if err := createFromTemplate(path, durable); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
 	}
-	s, err := attachStore(path)
+	s, err := attachStore(path, durable)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -205,12 +206,12 @@ func openStore(path string, durable bool) (*Store, error) {
 // attachStore opens the database at path on a pooled connection. A
 // connection that failed to take it is closed, never pooled: it may hold
 // it attached.
-func attachStore(path string) (*Store, error) {
+func attachStore(path string, durable bool) (*Store, error) {
 	pc, err := getConn()
 	if err != nil {
 		return nil, err
 	}
-	if err := pc.attachDB(path); err != nil {
+	if err := pc.attachDB(path, durable); err != nil {
 		pc.close()
 		return nil, err
 	}
@@ -290,7 +291,7 @@ func makeTemplate() ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	p := filepath.Join(dir, "empty.db")
-	s, err := attachStore(p)
+	s, err := attachStore(p, false)
 	if err != nil {
 		return nil, err
 	}
