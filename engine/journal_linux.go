@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -50,8 +51,9 @@ type journal struct {
 	root string // the actor databases it covers are under root
 	// real is root with its symbolic links resolved: SQLite names a
 	// database given by a relative path by its real path.
-	real string
-	dir  string // its two files
+	real  string
+	dir   string    // its two files
+	names [2]string // their paths
 
 	mu    sync.Mutex
 	cond  sync.Cond
@@ -146,7 +148,7 @@ func within(root, path string) bool {
 }
 
 // openJournal opens the journal of the databases under root, in
-// root/journal, creating it if needed, and first writes again the records
+// root/.wasmkeep-journal, creating it if needed, and first writes again the records
 // of its files not retired into their WALs (replay). Only one journal may
 // be open for a root, and no database under it may be open while it
 // replays.
@@ -173,6 +175,9 @@ func openJournal(root string) (*journal, error) {
 	j := &journal{rootFD: -1, root: root, real: real, dir: filepath.Join(root, journalDirName), size: journalFileSize}
 	j.cond.L = &j.mu
 	j.files = [2]int{-1, -1}
+	for i := range j.names {
+		j.names[i] = filepath.Join(j.dir, fmt.Sprintf("journal-%d", i))
+	}
 	if err := os.MkdirAll(j.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
@@ -244,8 +249,7 @@ var journalSyncfs = true
 // retired and starts a generation after every one seen.
 func (j *journal) start() error {
 	created := false
-	for i := range j.files {
-		p := filepath.Join(j.dir, fmt.Sprintf("journal-%d", i))
+	for i, p := range j.names {
 		fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
 		if err != nil {
 			return err
@@ -292,7 +296,7 @@ func (j *journal) start() error {
 			lives = append(lives, live{i, gen})
 		}
 	}
-	slices.SortFunc(lives, func(a, b live) int { return int(a.gen - b.gen) })
+	slices.SortFunc(lives, func(a, b live) int { return cmp.Compare(a.gen, b.gen) })
 	var recs []journalRecord
 	for _, l := range lives {
 		rs, err := readRecords(j.files[l.i], l.gen)
@@ -455,15 +459,18 @@ func (j *journal) replay(recs []journalRecord) error {
 			fds[p] = fd
 			dirs[filepath.Dir(p)] = struct{}{}
 		}
-		if ioHook != nil {
-			ioHook(map[byte]string{recWrite: "write", recTruncate: "truncate"}[r.kind], p, r.off, int64(len(r.data)))
-		}
 		switch r.kind {
 		case recWrite:
+			if ioHook != nil {
+				ioHook("write", p, r.off, int64(len(r.data)))
+			}
 			if err := pwriteFull(fd, r.data, r.off); err != nil {
 				return err
 			}
 		case recTruncate:
+			if ioHook != nil {
+				ioHook("truncate", p, r.off, 0)
+			}
 			if err := unix.Ftruncate(fd, r.off); err != nil {
 				return err
 			}
@@ -596,7 +603,7 @@ func (j *journal) header(i int, gen uint64, state uint32, sync bool) error {
 	return syncNamed(j.files[i], j.name(i))
 }
 
-func (j *journal) name(i int) string { return filepath.Join(j.dir, fmt.Sprintf("journal-%d", i)) }
+func (j *journal) name(i int) string { return j.names[i] }
 
 func (j *journal) writeSync(fd int, name string, b []byte, off int64) error {
 	if len(b) > 0 {
