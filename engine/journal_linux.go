@@ -255,6 +255,16 @@ func (j *journal) start() error {
 			return err
 		}
 		j.files[i] = fd
+		if i == 0 {
+			// One process at a time: another's replay would write over
+			// the records this one appends (released when it closes).
+			if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				if err == unix.EWOULDBLOCK {
+					return fmt.Errorf("in use by another process (another node on the data directory %s?)", j.root)
+				}
+				return err
+			}
+		}
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return err

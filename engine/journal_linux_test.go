@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/engine"
@@ -190,4 +193,42 @@ func TestASecondJournalForARootIsRefused(t *testing.T) {
 			t.Errorf("a second journal for %s: %v, want it refused", r, err)
 		}
 	}
+}
+
+// A journal another process holds is refused, with an error that says so,
+// before anything of it is read or written: two nodes on one data
+// directory would each write over the other's records.
+func TestAJournalInUseByAnotherProcessIsRefused(t *testing.T) {
+	root := t.TempDir()
+	eng, err := engine.NewEngine(context.Background(), engine.WithJournal(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Close(context.Background())
+	// Another process's lock: an open file description of its own.
+	p := filepath.Join(root, ".wasmkeep-journal", "journal-0")
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.NewEngine(context.Background(), engine.WithJournal(root)); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Fatalf("a second journal on %s while another holds it: %v, want it refused", root, err)
+	}
+	if after, _ := os.ReadFile(p); !bytes.Equal(before, after) {
+		t.Fatal("the refused start wrote the journal")
+	}
+	unix.Flock(fd, unix.LOCK_UN)
+	eng, err = engine.NewEngine(context.Background(), engine.WithJournal(root))
+	if err != nil {
+		t.Fatalf("once the other lets go: %v", err)
+	}
+	eng.Close(context.Background())
 }
