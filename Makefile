@@ -50,6 +50,17 @@ soak: tools
 soak-short: tools
 	$(GO) run ./cmd/soak -kills 10 $(SOAKFLAGS)
 
+# upgrade: the rolling upgrade (cmd/soak -upgrade-from, docs/upgrading.md):
+# three nodes start on keepnode at UPGRADE_FROM (a commit or tag), are
+# replaced one at a time by this tree's build and rolled back the same way,
+# 1,000 soak actors, the whole history checked. Its short form, from the
+# commit the test names, is in make test.
+.PHONY: upgrade
+UPGRADE_FROM ?=
+upgrade: tools
+	@test -n "$(UPGRADE_FROM)" || { echo "make upgrade: give the earlier build, UPGRADE_FROM=<commit or tag>" >&2; exit 2; }
+	$(GO) run ./cmd/soak -upgrade-from $(UPGRADE_FROM) $(SOAKFLAGS)
+
 # noisy: the noisy-neighbour measurement (cmd/noisy): tenant A's light load
 # beside each of tenant B's (a request flood, a burst of alarms due at one
 # instant, handlers that hang, spin or fail) on one node, A's lateness and

@@ -84,6 +84,7 @@ type options struct {
 	requestTimeout   time.Duration
 	retryFor         time.Duration
 	verifyAttempts   int
+	upgradeFrom      string
 	out              io.Writer
 	tty              bool
 }
@@ -150,6 +151,7 @@ func main() {
 	flag.StringVar(&o.wasm, "wasm", "", "the soak actor (default examples/soak-actor/soak_actor.wasm)")
 	flag.IntVar(&o.maxInstances, "max-instances", o.maxInstances, "each node's -max-instances")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (node logs and data)")
+	flag.StringVar(&o.upgradeFrom, "upgrade-from", "", "a rolling upgrade instead of the chaos: the nodes start on keepnode as it was at this git commit, are replaced one at a time by this tree's build (the last SIGKILLed), then rolled back the same way; no S3 faults (see upgrade.go)")
 	flag.Parse()
 	o.tty = isTerminal(os.Stdout)
 	if o.seed == 0 {
@@ -229,6 +231,14 @@ type soak struct {
 	// that gave up.
 	writeOutFrom, writeOutTo int64
 	failedStarts             atomic.Int64
+	// up is the rolling upgrade's builds (-upgrade-from; nil: none),
+	// upgradeLog its steps, under mu.
+	up         *upgradeBuilds
+	upgradeLog []upgradeStart
+	// serverErrors counts answers with a 5xx status other than 503 (an
+	// error the node did not say was temporary), serverSample the first.
+	serverErrors atomic.Int64
+	serverSample atomic.Value
 	// selfExits counts nodes that exited though the soak neither killed
 	// nor stopped them (a lost lease, a crash): violations, each
 	// restarted as a supervisor would.
@@ -249,7 +259,8 @@ type slot struct {
 	name        string
 	starting    bool // a start is under way (startNode)
 	partitioned bool
-	cutAt       int // the open cut's index in cutLog, under the soak's mu
+	cutAt       int    // the open cut's index in cutLog, under the soak's mu
+	bin         string // the keepnode build the slot starts ("": the soak's)
 }
 
 func (s *soak) intn(n int) int {
@@ -285,12 +296,16 @@ type summary struct {
 	LedgerOnly, ExecLost        int
 	BeyondQuiet, Lost, Late     int
 	Violations                  int
-	Lateness                    []int64 // sorted, ms
-	Injected                    map[string]int
-	S3Requests                  int
-	Bound                       int64
-	Report                      inspect.Report
-	Missing, OverdueExtra       int
+	// ServerErrors are answers with a 5xx status other than 503; Upgrade
+	// the rolling upgrade's steps (-upgrade-from).
+	ServerErrors          int
+	Upgrade               []upgradeStart
+	Lateness              []int64 // sorted, ms
+	Injected              map[string]int
+	S3Requests            int
+	Bound                 int64
+	Report                inspect.Report
+	Missing, OverdueExtra int
 	// Runs as the guests said them: how many, the duplicates (an attempt
 	// run again) by cause and those after the quiet phase began, committed
 	// firings whose run no guest line showed, and lines dropped over the
@@ -372,6 +387,10 @@ func run(ctx context.Context, o options) (summary, error) {
 	}
 	if o.actors < 10 {
 		return sum, fmt.Errorf("-actors %d: want at least 10", o.actors)
+	}
+	if o.upgradeFrom != "" {
+		o = noFaults(o)
+		o.kills, o.duration = 0, time.Duration(upgradeSteps(o.nodes))*o.killEvery
 	}
 	if o.kills <= 0 && o.duration <= 0 {
 		return sum, errors.New("give -kills or -duration")
@@ -475,6 +494,11 @@ func run(ctx context.Context, o options) (summary, error) {
 			}
 		}
 	}()
+	if o.upgradeFrom != "" {
+		if err := s.prepareUpgrade(ctx, dir, bin); err != nil {
+			return sum, err
+		}
+	}
 	for _, sl := range s.slots {
 		if err := s.startNode(ctx, sl, fmt.Sprintf("n%d", sl.i)); err != nil {
 			return sum, err
@@ -525,13 +549,19 @@ func run(ctx context.Context, o options) (summary, error) {
 			a.deleteAt = stormStart.Add(time.Duration(s.float() * float64(span))).UnixMilli()
 		}
 	}
-	s.say("faults on: %s; a kill or cut every %v", s.faultText(), o.killEvery)
+	if s.up == nil {
+		s.say("faults on: %s; a kill or cut every %v", s.faultText(), o.killEvery)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); s.load(ctx, stop) }()
 	go func() { defer wg.Done(); s.progress(stop) }()
-	s.chaos(ctx, stormStart)
+	if s.up != nil {
+		s.rollingUpgrade(ctx)
+	} else {
+		s.chaos(ctx, stormStart)
+	}
 	if err := s.calm(ctx); err != nil {
 		close(stop)
 		wg.Wait()
@@ -741,6 +771,20 @@ func run(ctx context.Context, o options) (summary, error) {
 	sum.FailedStarts = int(s.failedStarts.Load())
 	sum.SelfExits = int(s.selfExits.Load())
 	sum.Violations += sum.SelfExits
+	sum.ServerErrors = int(s.serverErrors.Load())
+	if s.up != nil {
+		// A rolling upgrade answers no request with an error it does not
+		// call temporary, and each swap starts its node.
+		sum.Violations += sum.ServerErrors
+		s.mu.Lock()
+		sum.Upgrade = append([]upgradeStart(nil), s.upgradeLog...)
+		s.mu.Unlock()
+		for _, st := range sum.Upgrade {
+			if st.Err != "" {
+				sum.Violations++
+			}
+		}
+	}
 	s.mu.Lock()
 	sum.WriteOutFrom, sum.WriteOutTo = s.writeOutFrom, s.writeOutTo
 	s.mu.Unlock()
@@ -781,6 +825,11 @@ func (s *soak) startNode(ctx context.Context, sl *slot, name string) error {
 	for try := 1; ; try++ {
 		cfg := s.cfg
 		cfg.S3.Endpoint = sl.proxy.URL
+		sl.mu.Lock()
+		if sl.bin != "" {
+			cfg.Binary = sl.bin
+		}
+		sl.mu.Unlock()
 		var nd *clusterproc.Node
 		nd, err = clusterproc.StartNode(ctx, cfg, name, "-node-id", name)
 		if err == nil {
@@ -1002,6 +1051,11 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 			break
 		}
 		errors.As(err, &problem)
+		if problem != nil && problem.Status >= 500 && problem.Status != 503 {
+			if s.serverErrors.Add(1) == 1 {
+				s.serverSample.Store(fmt.Sprintf("(%s on %s: %s)", a.id, name, shortErr(err)))
+			}
+		}
 		if problem != nil && !problem.Temporary() || url == "" && ctx.Err() != nil || time.Now().After(give) || s.o.retryFor <= 0 {
 			break // refused (retrying cannot help), or out of time
 		}
@@ -1729,6 +1783,13 @@ func (s *soak) table(sum summary, bd bounds) {
 	kinds = append(kinds, fmt.Sprintf("latency %d", sum.Injected["latency"]), fmt.Sprintf("refused while cut off %d", sum.Injected["partitioned"]))
 	fmt.Fprintf(w, "  S3 requests:           %d through the proxies; faults injected: %s\n", sum.S3Requests, strings.Join(kinds, ", "))
 	s.outageTable(w, sum, bd)
+	if s.up != nil {
+		sample, _ := s.serverSample.Load().(string)
+		upgradeTable(w, s.up, sum.Upgrade, sum.ServerErrors, sample)
+	} else if sum.ServerErrors > 0 {
+		sample, _ := s.serverSample.Load().(string)
+		fmt.Fprintf(w, "  5xx answers other than 503: %d %s\n", sum.ServerErrors, sample)
+	}
 	fmt.Fprintf(w, "  firings:               %d committed (in the actors' ledgers), %d logged by the nodes, %d failed runs retried\n", sum.Committed, sum.Logged, sum.FailRuns)
 	if n := len(sum.Lateness); n > 0 {
 		fmt.Fprintf(w, "  lateness:              p50 %s, p99 %s, max %s (committed firings, from each one's due or retry time)\n",

@@ -1,6 +1,8 @@
 package clusterproc_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,4 +84,16 @@ func TestFindVersitygwWhereGoInstallPutsIt(t *testing.T) {
 			t.Fatalf("error %q does not say how to install versitygw", err)
 		}
 	})
+}
+
+// A revision the repository does not hold is ErrNoRevision, so a test of a
+// rolling upgrade can tell "no history here" from a build that failed.
+func TestBuildRevisionOfAnUnknownCommit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	_, _, err := clusterproc.BuildRevision(context.Background(), "0000000000000000000000000000000000000001", t.TempDir())
+	if !errors.Is(err, clusterproc.ErrNoRevision) {
+		t.Fatalf("BuildRevision of a commit not in the repository: %v, want ErrNoRevision", err)
+	}
 }

@@ -1,0 +1,156 @@
+package main
+
+// The rolling upgrade (-upgrade-from REV): the nodes start on keepnode as
+// it was at REV, then are replaced one at a time by this tree's build (a
+// SIGTERM and a start under the same name and data directory, as an
+// operator's rollout does), the last old node SIGKILLed while the new ones
+// run; then the same backwards (a rollback), the last new node SIGKILLed
+// while the old ones run; then one more SIGTERM and start on the same
+// build, the control for how long a start takes. No S3 faults, no other
+// kills: what the check finds is the upgrade's. Every client request is
+// sent under an idempotency key, so both builds read the other's record of
+// keys. A 5xx answer other than 503 is a violation here.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/faultproxy"
+)
+
+// upgradeStart is one step of the rolling upgrade: a node stopped
+// (SIGTERM, or SIGKILL) and started again on a build.
+type upgradeStart struct {
+	Step  string // "upgrade", "rollback" or "restart"
+	Node  string
+	Build string // the build started
+	Kill  bool   // SIGKILL, not SIGTERM
+	// StopMs is how long the SIGTERMed node took to exit; ReadyMs how
+	// long from the start of the process until it served (after a
+	// SIGKILL, it includes the wait for the killed process's lease).
+	StopMs, ReadyMs int64
+	Err             string
+}
+
+// upgradeBuilds are the two builds the rolling upgrade swaps between.
+type upgradeBuilds struct {
+	oldBin, newBin   string
+	oldName, newName string
+}
+
+// prepareUpgrade builds keepnode at -upgrade-from into dir and sets the
+// run up for the upgrade: the nodes start on that build, and there are no
+// faults, cuts or random kills.
+func (s *soak) prepareUpgrade(ctx context.Context, dir, newBin string) error {
+	s.say("building keepnode at %s (the earlier build)", s.o.upgradeFrom)
+	oldBin, hash, err := clusterproc.BuildRevision(ctx, s.o.upgradeFrom, dir)
+	if err != nil {
+		return err
+	}
+	s.up = &upgradeBuilds{oldBin: oldBin, newBin: newBin, oldName: hash[:12], newName: "this tree"}
+	for _, sl := range s.slots {
+		sl.bin = oldBin
+	}
+	return nil
+}
+
+// noFaults is the soak's options without S3 faults, latency or cuts.
+func noFaults(o options) options {
+	o.faults = map[faultproxy.FailMode]*float64{}
+	for _, m := range faultproxy.Modes {
+		z := 0.0
+		o.faults[m] = &z
+	}
+	o.latency, o.partition = 0, 0
+	return o
+}
+
+// upgradeSteps is how many swaps rollingUpgrade makes with n nodes: each
+// node twice, and the control restart.
+func upgradeSteps(n int) int { return 2*n + 1 }
+
+// rollingUpgrade runs the swaps, -kill-every apart.
+func (s *soak) rollingUpgrade(ctx context.Context) {
+	phases := []struct{ step, bin, name string }{
+		{"upgrade", s.up.newBin, s.up.newName},
+		{"rollback", s.up.oldBin, s.up.oldName},
+	}
+	last := len(s.slots) - 1
+	for _, ph := range phases {
+		s.say("%s: each node in turn to %s, the last one SIGKILLed", ph.step, ph.name)
+		for i, sl := range s.slots {
+			if !s.upgradePause(ctx) {
+				return
+			}
+			s.swap(ctx, sl, ph.step, ph.bin, ph.name, i == last)
+		}
+	}
+	if s.upgradePause(ctx) {
+		s.swap(ctx, s.slots[0], "restart", s.up.oldBin, s.up.oldName, false)
+	}
+}
+
+func (s *soak) upgradePause(ctx context.Context) bool {
+	select {
+	case <-time.After(s.o.killEvery):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// swap stops the slot's node (SIGTERM, or SIGKILL with kill) and starts
+// the build bin in its place under the same name and data directory.
+func (s *soak) swap(ctx context.Context, sl *slot, step, bin, build string, sigkill bool) {
+	sl.mu.Lock()
+	nd, name := sl.node, sl.name
+	sl.node = nil // stopped by the soak, not exited on its own (watchExit)
+	sl.bin = bin
+	sl.mu.Unlock()
+	st := upgradeStart{Step: step, Node: name, Build: build, Kill: sigkill}
+	if nd != nil {
+		t0 := time.Now()
+		if sigkill {
+			_ = nd.Kill()
+			s.mu.Lock()
+			s.killLog = append(s.killLog, kill{Node: name, At: time.Now().UnixMilli()})
+			s.mu.Unlock()
+			s.kills.Add(1)
+			s.same.Add(1)
+		} else if err := nd.Stop(); err != nil {
+			st.Err = "SIGTERM: " + err.Error()
+		}
+		st.StopMs = time.Since(t0).Milliseconds()
+	}
+	t0 := time.Now()
+	if err := s.startNode(ctx, sl, name); err != nil {
+		st.Err = strings.TrimSpace(st.Err + " start: " + err.Error())
+	}
+	st.ReadyMs = time.Since(t0).Milliseconds()
+	how := "SIGTERM"
+	if sigkill {
+		how = "SIGKILL"
+	}
+	s.say("%s: %s (%s, stopped in %v) on %s, serving in %v %s", step, name, how,
+		time.Duration(st.StopMs)*time.Millisecond, build, time.Duration(st.ReadyMs)*time.Millisecond, st.Err)
+	s.mu.Lock()
+	s.upgradeLog = append(s.upgradeLog, st)
+	s.mu.Unlock()
+}
+
+// upgradeTable prints the rolling upgrade's steps.
+func upgradeTable(w io.Writer, up *upgradeBuilds, steps []upgradeStart, serverErrors int, sample string) {
+	fmt.Fprintf(w, "  rolling upgrade:       between keepnode at %s and %s; 5xx answers other than 503: %d %s\n", up.oldName, up.newName, serverErrors, sample)
+	for _, st := range steps {
+		how := "SIGTERM"
+		if st.Kill {
+			how = "SIGKILL"
+		}
+		fmt.Fprintf(w, "                         %-8s %-4s %s, stopped in %s, serving on %s in %s %s\n",
+			st.Step, st.Node, how, msText(st.StopMs), st.Build, msText(st.ReadyMs), st.Err)
+	}
+}
