@@ -64,6 +64,12 @@ type LeaseConfig struct {
 	// the nodes that serve its classes (see NodeInfo.Classes). Nil: every
 	// class.
 	Classes []string
+	// Build is the build this process runs, written in its lease so that
+	// an operator sees which nodes run which build during a rolling
+	// upgrade (keepctl nodes, ReadLease). The package reads no build
+	// information of its own: the host supplies it (keepnode its module
+	// version and commit). Zero: written as unknown.
+	Build Build
 	// TTL, Margin and Grace are the margins (default DefaultTTL,
 	// DefaultMargin, DefaultGrace). See the package documentation.
 	TTL, Margin, Grace time.Duration
@@ -219,6 +225,67 @@ type NodeInfo struct {
 	AllClasses bool
 }
 
+// Build names the build of a node's process, as its lease says it
+// (LeaseConfig.Build). It is for operators: nothing in the cluster judges
+// by it. The zero Build is unknown, as in a lease of a build from before
+// leases named theirs.
+type Build struct {
+	// Version is the version of the build (keepnode: the module's, as
+	// keepnode -version prints it).
+	Version string
+	// Revision is the commit it was built from; "" if it recorded none.
+	Revision string
+}
+
+// LeaseInfo is what a node's lease says of the node, as ReadLease reads it.
+type LeaseInfo struct {
+	NodeInfo
+	// Build is the build of the process that wrote the lease; zero in a
+	// lease of a build from before leases named theirs.
+	Build Build
+}
+
+// ReadLease reads node nodeID's lease under prefix ("" means
+// DefaultPrefix) with one GET, writing nothing and judging nothing (not
+// whether the node is live: Leases does, from its own watch); ok is false
+// when the node has no lease (it shut down cleanly, or never ran). A lease
+// of a format newer than this build reads is an error wrapping a
+// *format.NewerError. Unlike what Leases.Live tells of a node, which is
+// what its lease said when last read, possibly by an earlier process of
+// the node ID (see "Reading leases from a listing" in the package
+// documentation), it is the lease as it is now: a node restarted on
+// another build shows that build.
+func ReadLease(ctx context.Context, b bucket.Bucket, prefix, nodeID string) (info LeaseInfo, ok bool, err error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if nodeID == "" || strings.Contains(nodeID, "/") {
+		return LeaseInfo{}, false, fmt.Errorf("reading the lease of node %q: not a node ID", nodeID)
+	}
+	key := prefix + "nodes/" + nodeID
+	body, _, err := b.Get(ctx, key)
+	if errors.Is(err, bucket.ErrNotFound) {
+		return LeaseInfo{}, false, nil
+	}
+	if err != nil {
+		return LeaseInfo{}, false, fmt.Errorf("reading the lease of node %s: %w", nodeID, err)
+	}
+	if err := format.CheckJSON(format.Lease, body); err != nil {
+		return LeaseInfo{}, false, fmt.Errorf("the lease of node %s (%s): %w", nodeID, key, err)
+	}
+	var rec leaseRecord
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return LeaseInfo{}, false, fmt.Errorf("the lease of node %s (%s) is not a lease record: %w", nodeID, key, err)
+	}
+	if rec.NodeID != nodeID {
+		return LeaseInfo{}, false, fmt.Errorf("the lease of node %s (%s) names node %q", nodeID, key, rec.NodeID)
+	}
+	return LeaseInfo{
+		NodeInfo: NodeInfo{ID: nodeID, Addr: rec.Addr, Classes: rec.Classes, AllClasses: rec.Classes == nil},
+		Build:    Build{Version: rec.Version, Revision: rec.Revision},
+	}, true, nil
+}
+
 // leaseRecord is the body of a lease object.
 type leaseRecord struct {
 	// Format is the record's format version (format.LeaseVersion); none
@@ -236,6 +303,15 @@ type leaseRecord struct {
 	Instance string `json:"instance"`
 	// Classes are the classes the node serves; null: every class.
 	Classes []string `json:"classes"`
+	// Version and Revision are the writer's build (LeaseConfig.Build),
+	// for operators; a lease of an earlier build has neither, which reads
+	// as "" (unknown). Adding them took no new format version
+	// (format.LeaseVersion stays 1): a reader of an earlier build ignores
+	// them, as encoding/json ignores fields it does not know, and nothing
+	// it judges changed. Only a change an earlier reader would misread
+	// takes a new version.
+	Version  string `json:"version,omitempty"`
+	Revision string `json:"revision,omitempty"`
 }
 
 // observed is what this node knows of another node's lease.
@@ -517,6 +593,8 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		Seq:       seq,
 		Instance:  l.instance,
 		Classes:   l.cfg.Classes,
+		Version:   l.cfg.Build.Version,
+		Revision:  l.cfg.Build.Revision,
 	})
 	// An answer after the validity this renewal would extend cannot
 	// continue the chain, and one after its own TTL - Margin cannot start

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
@@ -1013,4 +1015,78 @@ func (b *omitting) List(ctx context.Context, prefix, startAfter string, limit in
 func (b *omitting) ListInfo(ctx context.Context, prefix, startAfter string, limit int) ([]bucket.ObjectInfo, error) {
 	infos, err := bucket.ListInfo(ctx, b.Bucket, prefix, startAfter, limit)
 	return slices.DeleteFunc(infos, func(o bucket.ObjectInfo) bool { return b.on.Load() && o.Key == b.key }), err
+}
+
+// A lease names the build of the process that wrote it
+// (LeaseConfig.Build), in every version of it, for operators: the object
+// in the bucket says it (version, revision), ReadLease gives it, and
+// another node reads such a lease as before (its format is still 1, and
+// the node is live to it). A lease without a build (one of an earlier
+// build, or a writer that gave none) reads as an unknown build; a lease
+// gone reads as none; one of a newer format is refused.
+func TestALeaseNamesItsWritersBuild(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		clk := fakeclock.New(t0)
+		build := cluster.Build{Version: "v0.5.0-3-gabcdef0", Revision: "abcdef0123456789abcdef0123456789abcdef01"}
+		a := startManual(t, b, clk, "a", func(c *cluster.LeaseConfig) { c.Build = build; c.Classes = []string{"counter"} })
+		other := startManual(t, b, clk, "other")
+		check := func(when string) {
+			t.Helper()
+			body, _, err := b.Get(ctx, "cluster/nodes/a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec map[string]any
+			if err := json.Unmarshal(body, &rec); err != nil {
+				t.Fatalf("%s: the lease %s: %v", when, body, err)
+			}
+			if rec["version"] != build.Version || rec["revision"] != build.Revision || rec["format"] != float64(1) {
+				t.Fatalf("%s: the lease in the bucket is %s; want version %q, revision %q, format 1", when, body, build.Version, build.Revision)
+			}
+			info, ok, err := cluster.ReadLease(ctx, b, "", "a")
+			if err != nil || !ok || info.Build != build || info.ID != "a" || info.Addr != "a.example:7000" || !slices.Equal(info.Classes, []string{"counter"}) || info.AllClasses {
+				t.Fatalf("%s: ReadLease(a) = %+v, %v, %v; want its build %+v", when, info, ok, err, build)
+			}
+		}
+		check("created")
+		clk.Advance(cluster.DefaultTTL / 3)
+		if err := a.RenewNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check("renewed")
+		if err := other.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !containsNode(other.Live(), "a") || other.NewerFormatReads() != 0 {
+			t.Fatalf("a lease naming its build, to another node: live %v, newer-format reads %d", other.Live(), other.NewerFormatReads())
+		}
+
+		// A writer that gives no build writes none; a lease of an earlier
+		// build has none: both read as unknown.
+		if body, _, _ := b.Get(ctx, "cluster/nodes/other"); strings.Contains(string(body), `"version"`) || strings.Contains(string(body), `"revision"`) {
+			t.Errorf("a lease without a build: %s", body)
+		}
+		if info, ok, err := cluster.ReadLease(ctx, b, "cluster/", "other"); err != nil || !ok || info.Build != (cluster.Build{}) || !info.AllClasses {
+			t.Errorf("ReadLease(other), no build given: %+v, %v, %v", info, ok, err)
+		}
+		if _, err := b.Put(ctx, "cluster/nodes/old", []byte(`{"node_id":"old","addr":"old.example:7000","ttl_ms":10000,"renewed_ms":1,"seq":1,"instance":"i1","classes":null}`), bucket.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		if info, ok, err := cluster.ReadLease(ctx, b, "", "old"); err != nil || !ok || info.Build != (cluster.Build{}) || info.Addr != "old.example:7000" {
+			t.Errorf("ReadLease(old), a lease of an earlier build: %+v, %v, %v", info, ok, err)
+		}
+		if _, err := b.Put(ctx, "cluster/nodes/later", []byte(`{"format":2,"node_id":"later","version":"v9"}`), bucket.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		if info, ok, err := cluster.ReadLease(ctx, b, "", "later"); !errors.Is(err, format.ErrNewer) || ok || info.Build != (cluster.Build{}) {
+			t.Errorf("ReadLease(later), a lease of format 2: %+v, %v, %v; want a newer-format error", info, ok, err)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info, ok, err := cluster.ReadLease(ctx, b, "", "a"); err != nil || ok {
+			t.Errorf("ReadLease(a) after a closed: %+v, %v, %v; want no lease", info, ok, err)
+		}
+	})
 }

@@ -23,6 +23,11 @@
 //     as SQLite creates it, is version 1).
 //   - DeadLetter (<prefix>dead-letters/...): the JSON field "format", as a
 //     lease's.
+//
+// An optional JSON field that readers of earlier builds may ignore (their
+// parse skips fields it does not know) takes no new version, as the
+// lease's version and revision of its writer's build did not; only a
+// change an earlier reader would misread does.
 package format
 
 import (

@@ -946,11 +946,14 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		_, _ = rand.Read(b[:])
 		c.NodeID = "node-" + hex.EncodeToString(b[:])
 	}
+	version, revision := buildVersion()
 	leases, err := cluster.StartLeases(ctx, cluster.LeaseConfig{
 		Bucket: c.Bucket, Prefix: c.Prefix, NodeID: c.NodeID, Addr: c.Addr,
 		TTL: c.LeaseTTL, Margin: c.LeaseMargin, Grace: c.LeaseGrace, ObservePeriod: c.LeaseReadPeriod,
 		Classes: n.classNames(), // the sweep's walkers serve a tenant's classes
 		Logger:  n.log.Named("lease"),
+		// What keepctl nodes and the other nodes' consoles show of this one.
+		Build: cluster.Build{Version: version, Revision: revision},
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/sweeper"
 )
 
@@ -32,7 +34,7 @@ import (
 //	GET  /ui/                                       the nodes (the operator) or the tenant's alarms (a tenant)
 //	GET  /ui/login, POST /ui/login                  sign in with a token
 //	POST /ui/logout                                 sign out
-//	GET  /ui/nodes                                  the live nodes: lease, version, classes (the operator)
+//	GET  /ui/nodes                                  the live nodes: lease, build, classes (the operator)
 //	GET  /ui/sweeps                                 this node's last sweep and its counts (the operator)
 //	GET  /ui/tenants[?tenant=T]                     the tenants with alarms or dead letters (the operator)
 //	GET  /ui/tenants/{tenant}/alarms[?within=D]     the tenant's overdue alarms, and those due within D
@@ -426,10 +428,50 @@ func (c *console) nodes(w http.ResponseWriter, r *http.Request, v viewer) {
 			cls = "every class"
 		}
 		body.Nodes = append(body.Nodes, consoleNode{ID: o.ID, Addr: o.Addr, Lease: "live: seen renewed", LeaseOK: true,
-			ValidFor: "not known here", Version: "not known here", Revision: "not known here", Classes: cls})
+			ValidFor: "not known here", Classes: cls})
 	}
+	c.peerBuilds(r.Context(), body.Nodes[1:])
 	c.render(w, http.StatusOK, "nodes", "Nodes", v, "", body)
 }
+
+// peerBuilds fills in each other node's build from its lease, read now
+// (cluster.ReadLease: one GET each, a few at once, within
+// consoleLeaseReads): what this node's reading of the leases keeps of a
+// node may be an earlier process's under its ID, and a node restarted on
+// a new build in a rolling upgrade is the one an operator looks for.
+func (c *console) peerBuilds(ctx context.Context, peers []consoleNode) {
+	ctx, cancel := context.WithTimeout(ctx, consoleLeaseReads)
+	defer cancel()
+	cl := c.n.cfg.Cluster
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range peers {
+		p := &peers[i]
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			info, ok, err := cluster.ReadLease(ctx, cl.Bucket, cl.Prefix, p.ID)
+			switch {
+			case err != nil:
+				p.Version, p.Revision = "unknown: its lease could not be read ("+err.Error()+")", "unknown"
+			case !ok:
+				p.Version, p.Revision = "unknown: its lease is gone (the node shut down)", "unknown"
+			case info.Build.Version == "":
+				p.Version, p.Revision = "not in its lease (a build from before leases named theirs)", "not in its lease"
+			default:
+				p.Version, p.Revision = info.Build.Version, info.Build.Revision
+				if p.Revision == "" {
+					p.Revision = "not recorded"
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// consoleLeaseReads bounds the reads of the other nodes' leases for the
+// nodes page.
+const consoleLeaseReads = 5 * time.Second
 
 type sweepsBody struct {
 	Alone     bool

@@ -161,7 +161,8 @@ func buildInfo() prometheus.Collector {
 }
 
 // buildVersion is the module's version and the commit of the build ("" when
-// it recorded none): what wasmkeep_build_info and the console show.
+// it recorded none): what wasmkeep_build_info and the console show, and
+// what the node's lease names (cluster.LeaseConfig.Build).
 func buildVersion() (version, revision string) {
 	version = "(unknown)"
 	if bi, ok := debug.ReadBuildInfo(); ok {

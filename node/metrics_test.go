@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 	"github.com/wasmkeep/alarms/internal/metricstest"
@@ -447,4 +450,33 @@ func TestBuildInfoFallsBackToTheStamp(t *testing.T) {
 	if v, r := node.ModuleVersion(unstamped); v != "(devel)" || r != "" {
 		t.Errorf("no stamp and nothing recorded: version %q, revision %q; want (devel) and none", v, r)
 	}
+}
+
+// A cluster node's lease names the build wasmkeep_build_info names (here
+// the stamp, since a test binary records no version or commit of its
+// own), so that keepctl nodes and the other nodes' consoles show it.
+func TestTheLeaseNamesTheNodesBuild(t *testing.T) {
+	defer func(v, r string) { node.Version, node.Revision = v, r }(node.Version, node.Revision)
+	node.Version, node.Revision = "v0.5.0-3-gabcdef0", "abcdef0123456789abcdef0123456789abcdef01"
+	want := cluster.Build{Version: node.Version, Revision: node.Revision}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		want.Version, want.Revision = node.ModuleVersion(bi)
+	}
+	if want.Revision == "" || want.Version == "" {
+		t.Fatalf("the build names no version or revision even stamped: %+v", want)
+	}
+	b := bucket.NewMem()
+	n := startHost(t, b, "a", t.TempDir(), map[string][]byte{}, hostConfig{})
+	body, _, err := b.Get(context.Background(), "cluster/nodes/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct{ Version, Revision string }
+	if err := json.Unmarshal(body, &rec); err != nil || rec.Version != want.Version || rec.Revision != want.Revision {
+		t.Fatalf("the node's lease %s (%v); want version %q, revision %q", body, err, want.Version, want.Revision)
+	}
+	if info, ok, err := cluster.ReadLease(context.Background(), b, "", "a"); err != nil || !ok || info.Build != want {
+		t.Fatalf("ReadLease(a) = %+v, %v, %v; want build %+v", info, ok, err, want)
+	}
+	n.Close(context.Background())
 }

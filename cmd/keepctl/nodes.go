@@ -26,6 +26,12 @@ type nodeLease struct {
 	RenewedMs int64    `json:"renewed_ms"`
 	Instance  string   `json:"instance"`
 	Seq       uint64   `json:"seq"`
+	// Version and Revision are the build of the node's process (its
+	// version, and the commit it was built from); "" where its lease
+	// names none: a build from before leases named theirs, or (Revision)
+	// one that recorded no commit.
+	Version  string `json:"version"`
+	Revision string `json:"revision"`
 	// Renewed is RenewedMs in RFC 3339; Live whether the lease runs past
 	// now, both by the clock of the node that wrote it.
 	Renewed string `json:"renewed"`
@@ -80,11 +86,11 @@ func nodes(ctx context.Context, b bucket.Bucket, prefix string, args []string, s
 		return 0, writeJSON(stdout, leases)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tRENEWED\tTTL\tCLASSES")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tVERSION\tCOMMIT\tSTATE\tRENEWED\tTTL\tCLASSES")
 	live := 0
 	for _, l := range leases {
 		if l.Error != "" {
-			fmt.Fprintf(tw, "?\t\tunreadable\t\t\t%s: %s\n", l.Key, l.Error)
+			fmt.Fprintf(tw, "?\t\t\t\tunreadable\t\t\t%s: %s\n", l.Key, l.Error)
 			continue
 		}
 		state := "live"
@@ -97,11 +103,28 @@ func nodes(ctx context.Context, b bucket.Bucket, prefix string, args []string, s
 		if l.Classes != nil {
 			classes = strings.Join(l.Classes, ",")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%v ago)\t%v\t%s\n", l.NodeID, l.Addr, state, l.Renewed, now.Sub(time.UnixMilli(l.RenewedMs)).Round(time.Second), time.Duration(l.TTLms)*time.Millisecond, classes)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (%v ago)\t%v\t%s\n", l.NodeID, l.Addr, orDash(l.Version), orDash(shortCommit(l.Revision)),
+			state, l.Renewed, now.Sub(time.UnixMilli(l.RenewedMs)).Round(time.Second), time.Duration(l.TTLms)*time.Millisecond, classes)
 	}
 	if err := tw.Flush(); err != nil {
 		return 2, err
 	}
 	fmt.Fprintf(stdout, "%d node leases, %d live (by the clocks of the nodes that wrote them)\n", len(leases), live)
 	return 0, nil
+}
+
+// shortCommit is a commit as git's short form: its first 12 characters.
+func shortCommit(rev string) string {
+	if len(rev) > 12 {
+		return rev[:12]
+	}
+	return rev
+}
+
+// orDash is s, or "-" where it is empty (unknown).
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -95,9 +95,10 @@ func TestKeepctlNodesExportImportOnVersitygw(t *testing.T) {
 		t.Fatalf("nodes -o json: %v\n%s", err, out)
 	}
 	for _, l := range leases {
-		// n1 serves oneshot: its lease names it, or (null) every class.
-		if l.NodeID == "n1" && (!l.Live || l.Addr != ln.Addr().String() || l.TTLms != 3000 || l.Classes != nil && !slices.Equal(l.Classes, []string{"oneshot"})) ||
-			l.NodeID == "old" && (l.Live || !slices.Equal(l.Classes, []string{"oneshot"})) {
+		// n1 serves oneshot: its lease names it, or (null) every class;
+		// and n1's build, where old's names none.
+		if l.NodeID == "n1" && (!l.Live || l.Addr != ln.Addr().String() || l.TTLms != 3000 || l.Classes != nil && !slices.Equal(l.Classes, []string{"oneshot"}) || l.Version == "") ||
+			l.NodeID == "old" && (l.Live || !slices.Equal(l.Classes, []string{"oneshot"}) || l.Version != "") {
 			t.Errorf("nodes -o json: %+v", l)
 		}
 	}

@@ -28,7 +28,7 @@ var commands = []command{
 	{name: "actor inspect", bucket: true, args: "TENANT/CLASS/NAME [-o json]",
 		help: "the actor's committed alarm, retry count, alarm_indexed, fence, dead letter,\ngeneration and hold, read from the bucket (no hold taken, nothing written)"},
 	{name: "nodes", bucket: true, args: "[-o json]",
-		help: "the node leases in the bucket: each node's address, classes, last\nrenewal and whether its lease is live by the time it wrote"},
+		help: "the node leases in the bucket: each node's address, build (version\nand commit; - where its lease names none), classes, last renewal and\nwhether its lease is live by the time it wrote"},
 	{name: "verify", bucket: true, args: "[-serves CLASS,...] [-parallel N] [-o json]",
 		help: "the index doctor: every committed alarm has an entry at its time;\nexplains the extra entries; reports keys that are both an object\nand the folder of others (a store such as MinIO accepts them but\nhides the keys under them from listings); exits 1 if an alarm has\nno entry or such a key exists"},
 	{name: "backfill", bucket: true, args: "[-o json]",

@@ -123,7 +123,7 @@ var rules = []struct{ pattern, by string }{
 	{`^curl http://127\.0\.0\.1:7601/v1/tenants/demo/dead-letters$`, "test: ./node TestDeadLettersAreListedRedrivenAndAcknowledged"},
 	{`^curl -X POST -d '\{[^']*\}' http://127\.0\.0\.1:7601/v1/tenants/demo/dead-letters:redrive$`, "test: ./node TestDeadLettersAreListedRedrivenAndAcknowledged"},
 	{`^keepctl -bucket wasmkeep -node \S+ alarms delete `, "test: ./cmd/keepctl TestKeepctlChangesAlarmsThroughANode"},
-	{`^keepctl (verify|backfill|alarms failed|actor inspect|alarm set|alarm clear)$`, "here"}, // a command's name in prose
+	{`^keepctl (verify|backfill|alarms failed|actor inspect|alarm set|alarm clear|nodes)$`, "here"}, // a command's name in prose
 	{`^keepctl alarm set\|clear\|fire$`, "here"},
 	{`^keepctl alarms delete$`, "here"},
 	// The HTTP API: each request's route and method are checked here

@@ -423,3 +423,52 @@ func formTokenFor(t *testing.T, body, nameHex string) string {
 	}
 	return m[1]
 }
+
+// The nodes page shows each other node's build as its lease names it, read
+// as the page is shown: another node's version and revision, and for a
+// node whose lease names none (one of a build from before leases named
+// theirs) that it does not.
+func TestConsoleShowsEachNodesBuild(t *testing.T) {
+	defer func(v, r string) { node.Version, node.Revision = v, r }(node.Version, node.Revision)
+	node.Version, node.Revision = "v0.5.0-3-gabcdef0", "abcdef0123456789abcdef0123456789abcdef01"
+	ctx := context.Background()
+	b := bucket.NewMem()
+	// A node of an earlier build, live for ten minutes by the lease's TTL.
+	if _, err := b.Put(ctx, "cluster/nodes/old", []byte(`{"node_id":"old","addr":"127.0.0.1:1","ttl_ms":600000,"renewed_ms":1,"seq":1,"instance":"i1","classes":null}`), bucket.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	a := serve(t, b, "a", node.Security{}, true)
+	serve(t, b, "b", node.Security{}, true)
+	if err := a.Leases().RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b's build as b's lease names it: the stamp, unless the test binary
+	// recorded a version or commit of its own.
+	lease, _, err := b.Get(ctx, "cluster/nodes/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct{ Version, Revision string }
+	if err := json.Unmarshal(lease, &want); err != nil || want.Version == "" || want.Revision == "" {
+		t.Fatalf("b's lease names no build: %s (%v)", lease, err)
+	}
+	p := newBrowser(t, a.URL).get("/ui/nodes")
+	if p.status != http.StatusOK {
+		t.Fatalf("GET /ui/nodes: %d\n%s", p.status, p.body)
+	}
+	rows := map[string]string{}
+	for _, row := range regexp.MustCompile(`(?s)<tr class="node-row">.*?</tr>`).FindAllString(p.body, -1) {
+		if m := regexp.MustCompile(`<td class="mono">(\w+)`).FindStringSubmatch(row); m != nil {
+			rows[m[1]] = row
+		}
+	}
+	if len(rows) != 3 {
+		t.Fatalf("the nodes page shows %d nodes, want a, b and old:\n%s", len(rows), p.body)
+	}
+	if row := rows["b"]; !strings.Contains(row, ">"+want.Version+"<") || !strings.Contains(row, ">"+want.Revision+"<") {
+		t.Errorf("b's row does not show the version %q and revision %q its lease names:\n%s", want.Version, want.Revision, row)
+	}
+	if row := rows["old"]; !strings.Contains(row, "not in its lease") || strings.Contains(row, want.Version) {
+		t.Errorf("the row of a node whose lease names no build does not say so:\n%s", row)
+	}
+}
