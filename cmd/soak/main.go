@@ -235,6 +235,7 @@ type soak struct {
 	// upgradeLog its steps, under mu.
 	up         *upgradeBuilds
 	upgradeLog []upgradeStart
+	bucket     bucket.Bucket // the bucket, reached directly (not through a proxy)
 	// serverErrors counts answers with a 5xx status other than 503 (an
 	// error the node did not say was temporary), serverSample the first.
 	serverErrors atomic.Int64
@@ -420,7 +421,13 @@ func run(ctx context.Context, o options) (summary, error) {
 		defer os.RemoveAll(dir)
 	}
 	s.say("building keepnode")
-	bin, err := clusterproc.Build(ctx, dir)
+	head := ""
+	if o.upgradeFrom != "" {
+		// Stamped, so that its lease names this tree's commit even where
+		// Go records no VCS information.
+		head = clusterproc.HeadRevision(ctx)
+	}
+	bin, err := clusterproc.BuildStamped(ctx, dir, "", head)
 	if err != nil {
 		return sum, err
 	}
@@ -495,7 +502,8 @@ func run(ctx context.Context, o options) (summary, error) {
 		}
 	}()
 	if o.upgradeFrom != "" {
-		if err := s.prepareUpgrade(ctx, dir, bin); err != nil {
+		s.bucket = b
+		if err := s.prepareUpgrade(ctx, dir, bin, head); err != nil {
 			return sum, err
 		}
 	}
@@ -1806,15 +1814,19 @@ func (s *soak) table(sum summary, bd bounds) {
 	if quietRate > 0 {
 		ratio = 100 * faultRate / quietRate
 	}
-	fmt.Fprintf(w, "  firings per second:    %.1f during the faults (%d in %s), %.1f in the quiet phase (%d in %s): %.0f%%\n",
-		faultRate, sum.FaultFirings, msText(sum.FaultMs), quietRate, sum.QuietFirings, msText(sum.QuietMs), ratio)
+	phase := "the faults"
+	if s.up != nil {
+		phase = "the swaps"
+	}
+	fmt.Fprintf(w, "  firings per second:    %.1f during %s (%d in %s), %.1f in the quiet phase (%d in %s): %.0f%%\n",
+		faultRate, phase, sum.FaultFirings, msText(sum.FaultMs), quietRate, sum.QuietFirings, msText(sum.QuietMs), ratio)
 	if sum.DueFromMs > 0 && quietRate > 0 {
 		dueRate := perSecond(sum.DueFirings, sum.DueMs)
 		fmt.Fprintf(w, "                         from the first alarm due, %s into the faults: %.1f (%d in %s): %.0f%%\n",
 			msText(sum.DueFromMs), dueRate, sum.DueFirings, msText(sum.DueMs), 100*dueRate/quietRate)
 	}
 	if n := len(sum.FaultLateness); n > 0 {
-		fmt.Fprintf(w, "  lateness in faults:    p50 %s, p99 %s, max %s\n", pctText(sum.FaultLateness, 50), pctText(sum.FaultLateness, 99), msText(sum.FaultLateness[n-1]))
+		fmt.Fprintf(w, "  lateness in %-11sp50 %s, p99 %s, max %s\n", strings.TrimPrefix(phase, "the ")+":", pctText(sum.FaultLateness, 50), pctText(sum.FaultLateness, 99), msText(sum.FaultLateness[n-1]))
 	}
 	for _, kind := range []string{kindExecDurable, kindExec, "delete"} {
 		c := sum.FaultRequests[kind]

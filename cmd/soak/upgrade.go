@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/faultproxy"
 )
@@ -33,25 +34,30 @@ type upgradeStart struct {
 	// long from the start of the process until it served (after a
 	// SIGKILL, it includes the wait for the killed process's lease).
 	StopMs, ReadyMs int64
-	Err             string
+	// Lease is the build the node's lease names once it serves ("-":
+	// none, a build from before leases named theirs).
+	Lease string
+	Err   string
 }
 
 // upgradeBuilds are the two builds the rolling upgrade swaps between.
 type upgradeBuilds struct {
 	oldBin, newBin   string
 	oldName, newName string
+	// oldRev and newRev are the commits the builds are stamped with.
+	oldRev, newRev string
 }
 
 // prepareUpgrade builds keepnode at -upgrade-from into dir and sets the
 // run up for the upgrade: the nodes start on that build, and there are no
 // faults, cuts or random kills.
-func (s *soak) prepareUpgrade(ctx context.Context, dir, newBin string) error {
+func (s *soak) prepareUpgrade(ctx context.Context, dir, newBin, newRev string) error {
 	s.say("building keepnode at %s (the earlier build)", s.o.upgradeFrom)
 	oldBin, hash, err := clusterproc.BuildRevision(ctx, s.o.upgradeFrom, dir)
 	if err != nil {
 		return err
 	}
-	s.up = &upgradeBuilds{oldBin: oldBin, newBin: newBin, oldName: hash[:12], newName: "this tree"}
+	s.up = &upgradeBuilds{oldBin: oldBin, newBin: newBin, oldName: hash[:12], newName: "this tree", oldRev: hash, newRev: newRev}
 	for _, sl := range s.slots {
 		sl.bin = oldBin
 	}
@@ -75,9 +81,9 @@ func upgradeSteps(n int) int { return 2*n + 1 }
 
 // rollingUpgrade runs the swaps, -kill-every apart.
 func (s *soak) rollingUpgrade(ctx context.Context) {
-	phases := []struct{ step, bin, name string }{
-		{"upgrade", s.up.newBin, s.up.newName},
-		{"rollback", s.up.oldBin, s.up.oldName},
+	phases := []struct{ step, bin, name, rev string }{
+		{"upgrade", s.up.newBin, s.up.newName, s.up.newRev},
+		{"rollback", s.up.oldBin, s.up.oldName, s.up.oldRev},
 	}
 	last := len(s.slots) - 1
 	for _, ph := range phases {
@@ -86,11 +92,11 @@ func (s *soak) rollingUpgrade(ctx context.Context) {
 			if !s.upgradePause(ctx) {
 				return
 			}
-			s.swap(ctx, sl, ph.step, ph.bin, ph.name, i == last)
+			s.swap(ctx, sl, ph.step, ph.bin, ph.name, ph.rev, i == last)
 		}
 	}
 	if s.upgradePause(ctx) {
-		s.swap(ctx, s.slots[0], "restart", s.up.oldBin, s.up.oldName, false)
+		s.swap(ctx, s.slots[0], "restart", s.up.oldBin, s.up.oldName, s.up.oldRev, false)
 	}
 }
 
@@ -103,9 +109,12 @@ func (s *soak) upgradePause(ctx context.Context) bool {
 	}
 }
 
-// swap stops the slot's node (SIGTERM, or SIGKILL with kill) and starts
-// the build bin in its place under the same name and data directory.
-func (s *soak) swap(ctx context.Context, sl *slot, step, bin, build string, sigkill bool) {
+// swap stops the slot's node (SIGTERM, or SIGKILL with sigkill) and starts
+// the build bin in its place under the same name and data directory. Once
+// it serves, its lease must name the commit rev, as keepctl nodes shows it
+// to an operator; a lease naming no build passes only for the earlier
+// build (one from before leases named theirs).
+func (s *soak) swap(ctx context.Context, sl *slot, step, bin, build, rev string, sigkill bool) {
 	sl.mu.Lock()
 	nd, name := sl.node, sl.name
 	sl.node = nil // stopped by the soak, not exited on its own (watchExit)
@@ -131,12 +140,30 @@ func (s *soak) swap(ctx context.Context, sl *slot, step, bin, build string, sigk
 		st.Err = strings.TrimSpace(st.Err + " start: " + err.Error())
 	}
 	st.ReadyMs = time.Since(t0).Milliseconds()
+	if st.Err == "" {
+		st.Lease = "-"
+		info, ok, err := cluster.ReadLease(ctx, s.bucket, "", name)
+		switch {
+		case err != nil || !ok:
+			st.Err = fmt.Sprintf("its lease: %v (found: %v)", err, ok)
+		case info.Build.Revision != "":
+			st.Lease = info.Build.Revision
+			if len(st.Lease) > 12 {
+				st.Lease = st.Lease[:12]
+			}
+		}
+		// A build Go stamped itself names its commit without "+dirty".
+		clean := func(r string) string { return strings.TrimSuffix(r, "+dirty") }
+		if got := info.Build.Revision; clean(got) != clean(rev) && (got != "" || rev == s.up.newRev) {
+			st.Err = fmt.Sprintf("its lease names the build %q, want %q", got, rev)
+		}
+	}
 	how := "SIGTERM"
 	if sigkill {
 		how = "SIGKILL"
 	}
-	s.say("%s: %s (%s, stopped in %v) on %s, serving in %v %s", step, name, how,
-		time.Duration(st.StopMs)*time.Millisecond, build, time.Duration(st.ReadyMs)*time.Millisecond, st.Err)
+	s.say("%s: %s (%s, stopped in %v) on %s, serving in %v, its lease naming %s %s", step, name, how,
+		time.Duration(st.StopMs)*time.Millisecond, build, time.Duration(st.ReadyMs)*time.Millisecond, st.Lease, st.Err)
 	s.mu.Lock()
 	s.upgradeLog = append(s.upgradeLog, st)
 	s.mu.Unlock()
@@ -150,7 +177,7 @@ func upgradeTable(w io.Writer, up *upgradeBuilds, steps []upgradeStart, serverEr
 		if st.Kill {
 			how = "SIGKILL"
 		}
-		fmt.Fprintf(w, "                         %-8s %-4s %s, stopped in %s, serving on %s in %s %s\n",
-			st.Step, st.Node, how, msText(st.StopMs), st.Build, msText(st.ReadyMs), st.Err)
+		fmt.Fprintf(w, "                         %-8s %-4s %s, stopped in %s, serving on %s in %s, its lease naming %s %s\n",
+			st.Step, st.Node, how, msText(st.StopMs), st.Build, msText(st.ReadyMs), st.Lease, st.Err)
 	}
 }

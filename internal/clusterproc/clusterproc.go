@@ -69,12 +69,23 @@ func declares(gomod []byte, module string) bool {
 // Build compiles cmd/keepnode with the Go toolchain on PATH into dir and
 // returns the binary's path. It runs in the repository root (ModuleRoot).
 func Build(ctx context.Context, dir string) (string, error) {
+	return BuildStamped(ctx, dir, "", "")
+}
+
+// BuildStamped is Build with the binary stamped with node.Version version
+// and node.Revision revision (-ldflags -X; "" stamps nothing), which a
+// build records no other way where Go's VCS stamping is off.
+func BuildStamped(ctx context.Context, dir, version, revision string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "keepnode")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, KeepnodePackage)
+	args := []string{"build", "-o", bin}
+	if version != "" || revision != "" {
+		args = append(args, "-ldflags", stamp(version, revision))
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, KeepnodePackage)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("clusterproc: go build %s: %w\n%s", KeepnodePackage, err, bytes.TrimSpace(out))

@@ -48,11 +48,41 @@ func BuildRevision(ctx context.Context, rev, dir string) (bin, hash string, err 
 		return "", "", fmt.Errorf("clusterproc: unpack %s: %w\n%s", rev, err, bytes.TrimSpace(out))
 	}
 	bin = filepath.Join(dir, "keepnode-"+hash[:12])
-	stamp := fmt.Sprintf("-X %s/node.Version=%s -X %s/node.Revision=%s", Module, rev, Module, hash)
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", stamp, "-o", bin, "./cmd/keepnode")
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", stamp(rev, hash), "-o", bin, "./cmd/keepnode")
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("clusterproc: go build %s at %s: %w\n%s", KeepnodePackage, rev, err, bytes.TrimSpace(out))
 	}
 	return bin, hash, nil
+}
+
+// stamp is the -ldflags value that sets node.Version and node.Revision.
+func stamp(version, revision string) string {
+	var flags []string
+	if version != "" {
+		flags = append(flags, "-X "+Module+"/node.Version="+version)
+	}
+	if revision != "" {
+		flags = append(flags, "-X "+Module+"/node.Revision="+revision)
+	}
+	return strings.Join(flags, " ")
+}
+
+// HeadRevision is the commit the repository around the working directory
+// has checked out, with "+dirty" when its work tree has changes ("" when
+// it is no git repository).
+func HeadRevision(ctx context.Context) string {
+	root, err := ModuleRoot()
+	if err != nil {
+		return ""
+	}
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.CommandContext(ctx, "git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += "+dirty"
+	}
+	return rev
 }

@@ -55,13 +55,13 @@ var rules = []struct{ pattern, by string }{
 	{`^make testdata$`, "test: ./internal/testguest TestEveryWatHasItsWasm"},
 	// Long runs: CI runs a short form of each, or the same test with
 	// fewer seeds or kills (each target is checked by make -n).
-	{`^make mutate$`, "ci: make mutate-short"},                                        // a rotating part of the list
-	{`^make fuzz$`, "ci: make fuzz-short"},                                            // each target for a count of inputs
-	{`^make sim SEEDS=N$`, "test: ./sim TestSim"},                                     // make test runs it over its default seeds
-	{`^make (soak|soak-short|soak SOAKFLAGS=\S+)$`, "test: ./cmd/soak TestShortSoak"}, // the soak's run and checker, fewer kills
+	{`^make mutate$`, "ci: make mutate-short"},                                                        // a rotating part of the list
+	{`^make fuzz$`, "ci: make fuzz-short"},                                                            // each target for a count of inputs
+	{`^make sim SEEDS=N$`, "test: ./sim TestSim"},                                                     // make test runs it over its default seeds
+	{`^make (soak|soak-short|soak SOAKFLAGS=\S+)$`, "test: ./cmd/soak TestShortSoak"},                 // the soak's run and checker, fewer kills
 	{`^make upgrade UPGRADE_FROM=\S+$`, "test: ./cmd/soak TestARollingUpgradeAndRollbackLoseNothing"}, // the same run, more actors, from the commit given
 	{`^go test \./cmd/soak -run TestARollingUpgradeAndRollbackLoseNothing -v$`, "test: ./cmd/soak TestARollingUpgradeAndRollbackLoseNothing"},
-	{`^make (noisy|noisy-short)( NOISYFLAGS=.*)?$`, "ci: make noisy-short"},           // the noisy-neighbour run, shorter phases
+	{`^make (noisy|noisy-short)( NOISYFLAGS=.*)?$`, "ci: make noisy-short"}, // the noisy-neighbour run, shorter phases
 	{`^go run \./cmd/noisy\b`, "ci: make noisy-short"},
 	{`^make (bench|bench-firings|bench-failover|bench-sleep|bench-million)$`,
 		"manual: measurements of minutes to tens of minutes"},
