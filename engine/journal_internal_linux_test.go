@@ -12,6 +12,7 @@ import (
 // past the new ones; the replay reads only the new generation's, even
 // when an old record starts exactly where the new ones end.
 func TestAReusedJournalFileReplaysOnlyItsOwnGeneration(t *testing.T) {
+	t.Cleanup(SetJournalRebootEachStart()) // each start replays
 	root := t.TempDir()
 	db := filepath.Join(root, "a.db")
 	if err := os.WriteFile(db, nil, 0o644); err != nil {

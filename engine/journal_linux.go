@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,6 +85,14 @@ type journal struct {
 	rootFD  int
 	rootDev uint64
 	syncfs  bool
+
+	// boot names the running system's boot (journalBoot; 0: unknown). A
+	// live file's header says the boot its records were written in: a
+	// start in that same boot finds every write they hold still in the
+	// files (only a crash of the system or a power cut loses written
+	// data), so it replays nothing, and writes nothing over what another
+	// process, a build without the journal, wrote since.
+	boot uint64
 
 	// paths[i] is the set of WALs (relative to root) with a record in
 	// files[i]'s generation: what retiring it syncs, and what a forget
@@ -172,7 +181,7 @@ func openJournal(root string) (*journal, error) {
 			return nil, fmt.Errorf("journal: %s is already covered by the journal of %s", root, o.root)
 		}
 	}
-	j := &journal{rootFD: -1, root: root, real: real, dir: filepath.Join(root, journalDirName), size: journalFileSize}
+	j := &journal{rootFD: -1, root: root, real: real, dir: filepath.Join(root, journalDirName), size: journalFileSize, boot: journalBoot()}
 	j.cond.L = &j.mu
 	j.files = [2]int{-1, -1}
 	for i := range j.names {
@@ -291,31 +300,52 @@ func (j *journal) start() error {
 		}
 	}
 	type live struct {
-		i   int
-		gen uint64
+		i    int
+		gen  uint64
+		boot uint64
 	}
 	var lives []live
 	var maxGen uint64
 	for i, fd := range j.files {
-		gen, state, ok := readJournalHeader(fd)
+		gen, state, boot, ok := readJournalHeader(fd)
 		if !ok {
 			continue
 		}
 		maxGen = max(maxGen, gen)
 		if state == journalLive {
-			lives = append(lives, live{i, gen})
+			lives = append(lives, live{i, gen, boot})
 		}
 	}
 	slices.SortFunc(lives, func(a, b live) int { return cmp.Compare(a.gen, b.gen) })
 	var recs []journalRecord
+	sameBoot := true
 	for _, l := range lives {
 		rs, err := readRecords(j.files[l.i], l.gen)
 		if err != nil {
 			return err
 		}
 		recs = append(recs, rs...)
+		sameBoot = sameBoot && l.boot != 0 && l.boot == j.boot
 	}
-	if len(recs) > 0 {
+	switch {
+	case len(recs) == 0:
+	case sameBoot:
+		// The process that wrote them stopped without retiring them (a
+		// crash, a SIGKILL), and the system did not: every write they
+		// hold is in its file, with whatever was written there since,
+		// by a later process of a build that keeps no journal too. Made
+		// durable as they stand, they are retired below; replayed, they
+		// would lay older frames over that build's.
+		paths := map[string]struct{}{}
+		for _, r := range recs {
+			if r.kind != recForget {
+				paths[r.path] = struct{}{}
+			}
+		}
+		if err := j.syncPaths(paths); err != nil {
+			return fmt.Errorf("sync the WALs of a journal not retired: %w", err)
+		}
+	default:
 		if err := j.replay(recs); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
@@ -348,26 +378,46 @@ type journalRecord struct {
 	data []byte
 }
 
-func readJournalHeader(fd int) (gen uint64, state uint32, ok bool) {
+// A file's header: magic, the format's version, generation, state, the
+// checksum (CRC-32C) of what precedes it, then the boot the file's records
+// were written in (0: not known; journals written before it was kept say
+// 0, and their readers do not read it). The header is one 32-byte write
+// within a sector.
+func readJournalHeader(fd int) (gen uint64, state uint32, boot uint64, ok bool) {
 	var h [32]byte
 	n, err := unix.Pread(fd, h[:], 0)
 	if err != nil || n < len(h) || binary.BigEndian.Uint32(h[0:]) != journalMagic {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	if crc32.Checksum(h[:20], crcTable) != binary.BigEndian.Uint32(h[20:]) {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return binary.BigEndian.Uint64(h[8:]), binary.BigEndian.Uint32(h[16:]), true
+	return binary.BigEndian.Uint64(h[8:]), binary.BigEndian.Uint32(h[16:]), binary.BigEndian.Uint64(h[24:]), true
 }
 
-func writeJournalHeader(fd int, gen uint64, state uint32) error {
+func writeJournalHeader(fd int, gen uint64, state uint32, boot uint64) error {
 	var h [32]byte
 	binary.BigEndian.PutUint32(h[0:], journalMagic)
 	binary.BigEndian.PutUint32(h[4:], 1) // the format's version
 	binary.BigEndian.PutUint64(h[8:], gen)
 	binary.BigEndian.PutUint32(h[16:], state)
 	binary.BigEndian.PutUint32(h[20:], crc32.Checksum(h[:20], crcTable))
+	binary.BigEndian.PutUint64(h[24:], boot)
 	return pwriteFull(fd, h[:], 0)
+}
+
+// journalBoot names the system's current boot: a hash of the kernel's
+// boot ID, 0 if it cannot be read (every start then replays). The tests
+// replace it to start as after a reboot.
+var journalBoot = func() uint64 {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id := strings.TrimSpace(string(b))
+	if err != nil || id == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return max(h.Sum64(), 1)
 }
 
 // A record's header: magic, total length, generation, kind, the path's
@@ -604,7 +654,7 @@ func (j *journal) header(i int, gen uint64, state uint32, sync bool) error {
 	if ioHook != nil {
 		ioHook("write", j.name(i), 0, 32)
 	}
-	if err := writeJournalHeader(j.files[i], gen, state); err != nil {
+	if err := writeJournalHeader(j.files[i], gen, state, j.boot); err != nil {
 		return err
 	}
 	if !sync {

@@ -101,6 +101,7 @@ func TestDurableCommitsShareTheJournalsSyncs(t *testing.T) {
 // journal: every actor has the alarm of its last event.
 func TestAStartWritesTheWALsAgainFromTheJournal(t *testing.T) {
 	const actors, events = 8, 60
+	t.Cleanup(engine.SetJournalRebootEachStart()) // the WALs' bytes are taken away below, as by a power cut
 	root := t.TempDir()
 	eng, _ := journalActors(t, root, actors, events)
 	if r := eng.Journal().Retired; r != 0 {
@@ -143,6 +144,7 @@ func TestAStartWritesTheWALsAgainFromTheJournal(t *testing.T) {
 // over it.
 func TestAReplayDoesNotBringBackTheWALOfAReplacedDatabase(t *testing.T) {
 	ctx := context.Background()
+	t.Cleanup(engine.SetJournalRebootEachStart()) // the start below replays, as after a power cut
 	root := t.TempDir()
 	eng, as := journalActors(t, root, 1, 20)
 	// The snapshot: another actor's database, whose alarm is 7.

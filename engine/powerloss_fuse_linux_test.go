@@ -73,6 +73,8 @@ func fusePowerCuts(t *testing.T, mode string, cuts int) (r fuseCutsResult) {
 	if mode == "journal" {
 		// Files small enough to take turns, and be retired, many times.
 		t.Cleanup(engine.SetJournalFileSize(512 << 10))
+		// Each start after a cut is as after a reboot, and replays.
+		t.Cleanup(engine.SetJournalRebootEachStart())
 		opts = append(opts, engine.WithJournal(mnt))
 	}
 	eng, err := engine.NewEngine(ctx, opts...)

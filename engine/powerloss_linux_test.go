@@ -187,6 +187,9 @@ func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 		// Checkpoints every 16 events of an actor rather than 128, so
 		// that cuts come during and after many, and after WALs start anew.
 		t.Cleanup(engine.SetWALCheckpointPages(16))
+		// A cut takes away writes the files held: each start is as
+		// after a reboot, and replays.
+		t.Cleanup(engine.SetJournalRebootEachStart())
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for c := 0; c < cuts; c++ {
