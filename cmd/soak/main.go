@@ -301,6 +301,7 @@ type summary struct {
 	// the rolling upgrade's steps (-upgrade-from).
 	ServerErrors          int
 	Upgrade               []upgradeStart
+	SwapOnTime            onTime
 	Lateness              []int64 // sorted, ms
 	Injected              map[string]int
 	S3Requests            int
@@ -659,8 +660,28 @@ func run(ctx context.Context, o options) (summary, error) {
 		inOutage = func(t int64) bool { return t >= ou.PausedMs && t < ou.ResumedMs }
 	}
 	var bad []string
+	var windows [][2]int64
+	var swapLate, quietLate []int64
+	if s.up != nil {
+		s.mu.Lock()
+		windows = sigtermWindows(s.upgradeLog)
+		s.mu.Unlock()
+	}
 	for i, h := range hist {
 		v := check(h, bd)
+		if s.up != nil && h.Plan.Fails == 0 {
+			for j, at := range v.FiredAt {
+				due := at - v.Fired[j]
+				if due >= bd.Quiet {
+					quietLate = append(quietLate, v.Fired[j])
+				}
+				for _, w := range windows {
+					if due >= w[0] && due < w[1] {
+						swapLate = append(swapLate, v.Fired[j])
+					}
+				}
+			}
+		}
 		sum.Runs += v.Runs
 		sum.RunDups += len(v.Dups)
 		sum.Unseen += v.Unseen
@@ -766,6 +787,25 @@ func run(ctx context.Context, o options) (summary, error) {
 		if len(v.Violations) > 0 {
 			sum.Violations += len(v.Violations)
 			bad = append(bad, h.report(v))
+		}
+	}
+	if s.up != nil {
+		slices.Sort(quietLate)
+		// A SIGTERM hands alarms over once the others read the lease
+		// gone: within a third of the lease period.
+		sum.SwapOnTime.Bound = 1000 + (o.leaseTTL / 3).Milliseconds()
+		if n := len(quietLate); n > 0 {
+			sum.SwapOnTime.Bound += quietLate[(n-1)*99/100]
+		}
+		slices.Sort(swapLate)
+		sum.SwapOnTime.Due = len(swapLate)
+		if n := len(swapLate); n > 0 {
+			sum.SwapOnTime.P99 = swapLate[(n-1)*99/100]
+		}
+		for _, l := range swapLate {
+			if l <= sum.SwapOnTime.Bound {
+				sum.SwapOnTime.OnTime++
+			}
 		}
 	}
 	sort.Slice(sum.Lateness, func(i, j int) bool { return sum.Lateness[i] < sum.Lateness[j] })
@@ -1794,6 +1834,8 @@ func (s *soak) table(sum summary, bd bounds) {
 	if s.up != nil {
 		sample, _ := s.serverSample.Load().(string)
 		upgradeTable(w, s.up, sum.Upgrade, sum.ServerErrors, sample)
+		fmt.Fprintf(w, "                         alarms due while nodes were swapped with SIGTERM (each phase until its SIGKILL): %d of %d fired within %s (the quiet phase's p99, a third of the lease and 1s): %.1f%%; lateness p99 %s\n",
+			sum.SwapOnTime.OnTime, sum.SwapOnTime.Due, msText(sum.SwapOnTime.Bound), 100*sum.SwapOnTime.ratio(), msText(sum.SwapOnTime.P99))
 	} else if sum.ServerErrors > 0 {
 		sample, _ := s.serverSample.Load().(string)
 		fmt.Fprintf(w, "  5xx answers other than 503: %d %s\n", sum.ServerErrors, sample)

@@ -5,8 +5,10 @@ package main
 // SIGTERM and a start under the same name and data directory, as an
 // operator's rollout does), the last old node SIGKILLed while the new ones
 // run; then the same backwards (a rollback), the last new node SIGKILLed
-// while the old ones run; then one more SIGTERM and start on the same
-// build, the control for how long a start takes. No S3 faults, no other
+// while the old ones run; then forward again, so that a node of this
+// build starts on the directory an earlier build ran on after a crash;
+// then one more SIGTERM and start on the same build, the control for how
+// long a start takes. No S3 faults, no other
 // kills: what the check finds is the upgrade's. Every client request is
 // sent under an idempotency key, so both builds read the other's record of
 // keys. A 5xx answer other than 503 is a violation here.
@@ -30,6 +32,7 @@ type upgradeStart struct {
 	Node  string
 	Build string // the build started
 	Kill  bool   // SIGKILL, not SIGTERM
+	At    int64  // when the stop was sent (ms)
 	// StopMs is how long the SIGTERMed node took to exit; ReadyMs how
 	// long from the start of the process until it served (after a
 	// SIGKILL, it includes the wait for the killed process's lease).
@@ -76,14 +79,17 @@ func noFaults(o options) options {
 }
 
 // upgradeSteps is how many swaps rollingUpgrade makes with n nodes: each
-// node twice, and the control restart.
-func upgradeSteps(n int) int { return 2*n + 1 }
+// node three times, and the control restart.
+func upgradeSteps(n int) int { return 3*n + 1 }
 
 // rollingUpgrade runs the swaps, -kill-every apart.
 func (s *soak) rollingUpgrade(ctx context.Context) {
 	phases := []struct{ step, bin, name, rev string }{
 		{"upgrade", s.up.newBin, s.up.newName, s.up.newRev},
 		{"rollback", s.up.oldBin, s.up.oldName, s.up.oldRev},
+		// Forward again: the node SIGKILLed in the rollback ran the
+		// earlier build on the data directory its crash left.
+		{"again", s.up.newBin, s.up.newName, s.up.newRev},
 	}
 	last := len(s.slots) - 1
 	for _, ph := range phases {
@@ -96,7 +102,7 @@ func (s *soak) rollingUpgrade(ctx context.Context) {
 		}
 	}
 	if s.upgradePause(ctx) {
-		s.swap(ctx, s.slots[0], "restart", s.up.oldBin, s.up.oldName, s.up.oldRev, false)
+		s.swap(ctx, s.slots[0], "restart", s.up.newBin, s.up.newName, s.up.newRev, false)
 	}
 }
 
@@ -120,7 +126,7 @@ func (s *soak) swap(ctx context.Context, sl *slot, step, bin, build, rev string,
 	sl.node = nil // stopped by the soak, not exited on its own (watchExit)
 	sl.bin = bin
 	sl.mu.Unlock()
-	st := upgradeStart{Step: step, Node: name, Build: build, Kill: sigkill}
+	st := upgradeStart{Step: step, Node: name, Build: build, Kill: sigkill, At: time.Now().UnixMilli()}
 	if nd != nil {
 		t0 := time.Now()
 		if sigkill {
@@ -180,4 +186,44 @@ func upgradeTable(w io.Writer, up *upgradeBuilds, steps []upgradeStart, serverEr
 		fmt.Fprintf(w, "                         %-8s %-4s %s, stopped in %s, serving on %s in %s, its lease naming %s %s\n",
 			st.Step, st.Node, how, msText(st.StopMs), st.Build, msText(st.ReadyMs), st.Lease, st.Err)
 	}
+}
+
+// sigtermWindows are the spans of the rolling upgrade in which nodes were
+// swapped with SIGTERM only: in each phase, from its first stop to its
+// SIGKILL. An alarm due in one should fire as on time as in the quiet
+// phase: a SIGTERM hands the node's alarms over at once.
+func sigtermWindows(steps []upgradeStart) [][2]int64 {
+	var out [][2]int64
+	from := int64(-1)
+	for i, st := range steps {
+		if from < 0 && !st.Kill {
+			from = st.At
+		}
+		if st.Kill || i == len(steps)-1 || steps[i+1].Step != st.Step {
+			if from >= 0 && st.Kill && st.At > from {
+				out = append(out, [2]int64{from, st.At})
+			}
+			from = -1
+		}
+	}
+	return out
+}
+
+// onTime counts what the rolling upgrade's SIGTERM swaps did to alarms:
+// of the firings due in a SIGTERM window (of actors whose handler does not
+// fail, whose lateness includes no backoff), how many ran within the quiet
+// phase's lateness p99, a third of the lease period (the handover reads
+// the leases that often) and a second (bound, ms) of their due time.
+type onTime struct {
+	Due, OnTime int
+	Bound       int64
+	// P99 is their lateness p99 (ms).
+	P99 int64
+}
+
+func (o onTime) ratio() float64 {
+	if o.Due == 0 {
+		return 0
+	}
+	return float64(o.OnTime) / float64(o.Due)
 }
