@@ -791,9 +791,16 @@ func run(ctx context.Context, o options) (summary, error) {
 	}
 	if s.up != nil {
 		slices.Sort(quietLate)
-		// A SIGTERM hands alarms over once the others read the lease
-		// gone: within a third of the lease period.
-		sum.SwapOnTime.Bound = 1000 + (o.leaseTTL / 3).Milliseconds()
+		// A stopping node takes no alarm while it drains and releases
+		// its actors, and hands them over once the others read its lease
+		// gone: within a third of the lease period after its stop.
+		var stop int64
+		for _, st := range sum.Upgrade {
+			if !st.Kill {
+				stop = max(stop, st.StopMs)
+			}
+		}
+		sum.SwapOnTime.Bound = 1000 + stop + (o.leaseTTL / 3).Milliseconds()
 		if n := len(quietLate); n > 0 {
 			sum.SwapOnTime.Bound += quietLate[(n-1)*99/100]
 		}
@@ -1834,7 +1841,7 @@ func (s *soak) table(sum summary, bd bounds) {
 	if s.up != nil {
 		sample, _ := s.serverSample.Load().(string)
 		upgradeTable(w, s.up, sum.Upgrade, sum.ServerErrors, sample)
-		fmt.Fprintf(w, "                         alarms due while nodes were swapped with SIGTERM (each phase until its SIGKILL): %d of %d fired within %s (the quiet phase's p99, a third of the lease and 1s): %.1f%%; lateness p99 %s\n",
+		fmt.Fprintf(w, "                         alarms due while nodes were swapped with SIGTERM (each phase until its SIGKILL): %d of %d fired within %s (the quiet phase's p99, the longest SIGTERM's stop, a third of the lease and 1s): %.1f%%; lateness p99 %s\n",
 			sum.SwapOnTime.OnTime, sum.SwapOnTime.Due, msText(sum.SwapOnTime.Bound), 100*sum.SwapOnTime.ratio(), msText(sum.SwapOnTime.P99))
 	} else if sum.ServerErrors > 0 {
 		sample, _ := s.serverSample.Load().(string)

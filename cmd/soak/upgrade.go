@@ -212,8 +212,9 @@ func sigtermWindows(steps []upgradeStart) [][2]int64 {
 // onTime counts what the rolling upgrade's SIGTERM swaps did to alarms:
 // of the firings due in a SIGTERM window (of actors whose handler does not
 // fail, whose lateness includes no backoff), how many ran within the quiet
-// phase's lateness p99, a third of the lease period (the handover reads
-// the leases that often) and a second (bound, ms) of their due time.
+// phase's lateness p99, the longest SIGTERM's stop (a node draining takes
+// no alarm), a third of the lease period (the handover reads the leases
+// that often) and a second (bound, ms) of their due time.
 type onTime struct {
 	Due, OnTime int
 	Bound       int64
