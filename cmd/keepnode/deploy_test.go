@@ -8,12 +8,14 @@ import (
 	"context"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -300,5 +302,64 @@ func TestANodeWhoseLeaseIsReplacedExits(t *testing.T) {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("keepnode's log does not say %q; log:\n%s", want, log)
 		}
+	}
+}
+
+// keepnode -compile-only, run beside a node on its data directory (as an
+// operator runs a new build before it replaces the running one), compiles
+// a class into the cache and exits 0, opening neither the node journal the
+// running node holds nor any database; the next start takes the class
+// from the cache, compiling nothing.
+func TestCompileOnlyFillsTheCacheBesideARunningNode(t *testing.T) {
+	ctx := testContext(t)
+	cfg := nodeConfig(t, clusterproc.S3{Bucket: "unused"})
+	running, err := clusterproc.StartNode(ctx, cfg, "node", "-bucket", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Kill()
+	cache := filepath.Join(running.DataDir, ".compilation-cache")
+	before := cacheFiles(t, cache)
+
+	// Another class: its code is not in the cache yet.
+	other := filepath.Join(t.TempDir(), "counter.wasm")
+	if err := os.WriteFile(other, testguest.Fixture(t, "bench_alarm"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, keepnodeBinary(t), "-compile-only", "-data", running.DataDir, "-class", "counter="+other).CombinedOutput()
+	if err != nil {
+		t.Fatalf("keepnode -compile-only beside a running node: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "class compiled into the cache") || !strings.Contains(string(out), "class=counter") {
+		t.Errorf("keepnode -compile-only said %q, want a line naming the class compiled", out)
+	}
+	after := cacheFiles(t, cache)
+	if len(after) != len(before)+1 {
+		t.Fatalf("the cache held %d files before -compile-only and %d after, want one more", len(before), len(after))
+	}
+	if _, err := running.Client().Exec(ctx, abi.ActorID{Tenant: "t", Class: "oneshot", Name: "a"}, make([]byte, 8)); err != nil {
+		t.Errorf("the running node after -compile-only beside it: %v", err)
+	}
+	if err := running.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The start with both classes compiles neither.
+	cfg.Classes["counter"] = other
+	n, err := clusterproc.StartNode(ctx, cfg, "node", "-bucket", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range cacheFiles(t, cache) {
+		if g, ok := after[name]; !ok || !os.SameFile(f, g) {
+			t.Errorf("cache file %s was written by the start after -compile-only: a class was compiled again", name)
+		}
+	}
+
+	if out, err := exec.CommandContext(ctx, keepnodeBinary(t), "-compile-only", "-data", t.TempDir(), "-cache-dir", "off", "-class", "counter="+other).CombinedOutput(); err == nil || !strings.Contains(string(out), "-cache-dir off") {
+		t.Errorf("keepnode -compile-only -cache-dir off: %v, %q; want an error naming -cache-dir off", err, out)
 	}
 }

@@ -72,7 +72,7 @@ type options struct {
 	alarmDeadline, eventDeadline              *deadlineFlag
 	preinit                                   *preinitFlag
 	logLevel                                  string
-	logJSON, showVersion, ui                  bool
+	logJSON, showVersion, ui, compileOnly     bool
 	probe                                     string
 	metrics                                   metricsFlags
 	sec                                       *securityFlags
@@ -142,6 +142,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.logSummary, "log-summary", node.DefaultLogSummaryEvery, "how often to log at info the count of alarms fired, failed and given up since the last such line, when any (negative: never)")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log one JSON object per line, the start-up lines included")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&o.compileOnly, "compile-only", false, "compile every -class into the compilation cache (-cache-dir) and exit, taking no lease and opening no database, so that it may run beside the node on the same data directory: run a new build so before it replaces the running one, and its start finds its classes compiled (docs/upgrading.md)")
 	fs.StringVar(&o.probe, probeFlag, "", "health check: GET this URL (such as http://127.0.0.1:7600/v1/readyz) and exit 0 if the answer is 2xx, else 1 saying why on standard error; an https URL is verified against -tls-ca (command line only: no variable, no key in the file)")
 	fs.BoolVar(&o.ui, "ui", false, "serve the operator console, read-only HTML pages (nodes, a tenant's alarms and dead letters with a redrive button, the last sweeps), at /ui on the -listen address, behind the API's tokens (docs/operations.md#console)")
 	fs.StringVar(&o.metrics.addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, on a listener of its own without tokens (empty: none); e.g. 127.0.0.1:9100")
@@ -315,6 +316,13 @@ func run(logger hclog.Logger, o *options) error {
 	if err != nil {
 		return err
 	}
+	if o.compileOnly {
+		if cacheDir == cacheDirOff {
+			return errors.New("-compile-only with -cache-dir off: nothing compiled would be kept")
+		}
+		// The journal is the running node's: this process opens none.
+		memFlags.durable = false
+	}
 	memOpts, err := memFlags.options(dataDir)
 	if err != nil {
 		return err
@@ -359,6 +367,9 @@ func run(logger hclog.Logger, o *options) error {
 		engineOpts = append(engineOpts, engine.WithCompilationCache(cache))
 	}
 
+	if o.compileOnly {
+		return compileClasses(ctx, logger, engineOpts, wasm)
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
