@@ -46,7 +46,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 		validity:   d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
 		liveNodes:  d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
 		newerFormat: prometheus.NewDesc("wasmkeep_newer_format_total",
-			"Records in the bucket refused as of a format newer than this build reads, by kind: other nodes' leases read, ownership records read, index entries a sweep skipped, snapshots and schemas a restore refused, dead-letter records read; each left as it is (cluster mode).",
+			"Records in the bucket refused as of a format newer than this build reads, by kind: other nodes' leases read, ownership records read, index entries a sweep skipped, snapshots and schemas a restore refused, dead-letter records read (cluster mode); and local databases of such a schema that the start-up scan skipped or an event refused to open (either mode). Each is left as it is.",
 			[]string{"kind"}, nil),
 	}
 }
@@ -65,6 +65,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.actors, prometheus.GaugeValue, float64(known))
 	ch <- prometheus.MustNewConstMetric(c.givenUp, prometheus.CounterValue, float64(n.givenUp.Load()))
 	if n.leases == nil {
+		// A node running alone reads only its local databases' schemas.
+		for _, k := range format.Kinds {
+			var v int64
+			if k == format.Schema {
+				v = n.newerSchemas.Load()
+			}
+			ch <- prometheus.MustNewConstMetric(c.newerFormat, prometheus.CounterValue, float64(v), string(k))
+		}
 		return
 	}
 	valid := 0.0
