@@ -961,6 +961,10 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		_, _ = rand.Read(b[:])
 		c.NodeID = "node-" + hex.EncodeToString(b[:])
 	}
+	// Before the lease: a node that may not join writes nothing.
+	if err := n.checkClusterVersion(ctx, c); err != nil {
+		return err
+	}
 	version, revision := buildVersion()
 	leases, err := cluster.StartLeases(ctx, cluster.LeaseConfig{
 		Bucket: c.Bucket, Prefix: c.Prefix, NodeID: c.NodeID, Addr: c.Addr,

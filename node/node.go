@@ -144,6 +144,10 @@ type Node struct {
 	// newerLetters counts the dead-letter records of a newer format read
 	// (and skipped).
 	newerLetters atomic.Int64
+	// finalized is the cluster version the cluster was finalized at, read
+	// as the node started (FinalizedClusterVersion); set before New
+	// returns, never changed after.
+	finalized int
 
 	obs       observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
 	tracer    trace.Tracer  // nil: not traced (tracing.go)
@@ -243,6 +247,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		tracer:  newTracer(cfg.TracerProvider),
 
 		admission: adm,
+		// Alone, no other build shares the data: the cluster is this
+		// node's build (a cluster node reads it: checkClusterVersion).
+		finalized: format.ClusterVersion,
 	}
 	for name, wasm := range cfg.Classes {
 		if err := abi.ValidateClass(name); err != nil {
