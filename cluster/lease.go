@@ -243,6 +243,10 @@ type LeaseInfo struct {
 	// Build is the build of the process that wrote the lease; zero in a
 	// lease of a build from before leases named theirs.
 	Build Build
+	// ClusterVersion is the newest cluster version the node's build
+	// supports (format.ClusterVersion); 0 in a lease of a build from
+	// before cluster versions.
+	ClusterVersion int
 }
 
 // ReadLease reads node nodeID's lease under prefix ("" means
@@ -281,8 +285,9 @@ func ReadLease(ctx context.Context, b bucket.Bucket, prefix, nodeID string) (inf
 		return LeaseInfo{}, false, fmt.Errorf("the lease of node %s (%s) names node %q", nodeID, key, rec.NodeID)
 	}
 	return LeaseInfo{
-		NodeInfo: NodeInfo{ID: nodeID, Addr: rec.Addr, Classes: rec.Classes, AllClasses: rec.Classes == nil},
-		Build:    Build{Version: rec.Version, Revision: rec.Revision},
+		NodeInfo:       NodeInfo{ID: nodeID, Addr: rec.Addr, Classes: rec.Classes, AllClasses: rec.Classes == nil},
+		Build:          Build{Version: rec.Version, Revision: rec.Revision},
+		ClusterVersion: rec.ClusterVersion,
 	}, true, nil
 }
 
@@ -312,6 +317,11 @@ type leaseRecord struct {
 	// takes a new version.
 	Version  string `json:"version,omitempty"`
 	Revision string `json:"revision,omitempty"`
+	// ClusterVersion is the newest cluster version the writer's build
+	// supports (format.ClusterVersion), which keepctl cluster finalize
+	// reads; a lease of a build from before cluster versions has none,
+	// which reads as 0. Optional as Version is: the lease format stays 1.
+	ClusterVersion int `json:"cluster_version,omitempty"`
 }
 
 // observed is what this node knows of another node's lease.
@@ -595,6 +605,8 @@ func (l *Leases) writeOnce(ctx context.Context, cond bucket.Cond) (retry bool, e
 		Classes:   l.cfg.Classes,
 		Version:   l.cfg.Build.Version,
 		Revision:  l.cfg.Build.Revision,
+
+		ClusterVersion: format.ClusterVersion,
 	})
 	// An answer after the validity this renewal would extend cannot
 	// continue the chain, and one after its own TTL - Margin cannot start

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/ncruces/go-sqlite3"
+
 	"github.com/wasmkeep/alarms/format"
 )
 
@@ -73,4 +75,54 @@ func stampSchemaVersion(b []byte) {
 	if binary.BigEndian.Uint32(b[userVersionAt:]) == 0 {
 		binary.BigEndian.PutUint32(b[userVersionAt:], format.SchemaVersion)
 	}
+}
+
+// checkLocalSchema reads the schema version (user_version) from the header
+// of the actor database file at path, its first 100 bytes, before SQLite
+// opens it: an error wrapping a *format.NewerError when a later build
+// wrote the database (a node rolled back onto its data directory), which
+// is then left as it is, neither opened nor written, for a node that
+// reads it. A file that cannot be read, or is not (yet) an SQLite
+// database, is left to SQLite to judge.
+func checkLocalSchema(path string) error {
+	f, err := openScanFile(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var hdr [sqliteHeaderSize]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return nil
+	}
+	return headerSchema(hdr[:])
+}
+
+// headerSchema checks the schema version in an SQLite database header
+// (hdr, its first 100 bytes): nil for a version this build reads (0 is 1)
+// or for bytes that are no SQLite header, an error wrapping a
+// *format.NewerError for a later one, and an error for a negative one,
+// which is no version.
+func headerSchema(hdr []byte) error {
+	if len(hdr) < sqliteHeaderSize || !bytes.HasPrefix(hdr, []byte(sqliteMagic)) {
+		return nil
+	}
+	return format.Check(format.Schema, int64(int32(binary.BigEndian.Uint32(hdr[userVersionAt:]))))
+}
+
+// checkAttachedSchema reads the schema version of the database attached
+// under storeSchema as SQLite sees it: the header of page 1 in its WAL's
+// committed frames, if they hold page 1, else in its file (which
+// checkLocalSchema read before the attach). A later build that changed
+// the version with a commit and stopped cleanly left it in the WAL, which
+// a clean close keeps (see OpenStore). Nothing is written.
+func checkAttachedSchema(conn *sqlite3.Conn) error {
+	st, _, err := conn.Prepare(`PRAGMA ` + storeSchema + `.user_version`)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if !st.Step() {
+		return st.Err()
+	}
+	return format.Check(format.Schema, st.ColumnInt64(0))
 }

@@ -3,10 +3,13 @@ package engine_test
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/engine"
 	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/internal/testguest"
@@ -93,5 +96,115 @@ func TestCheckSnapshotFormats(t *testing.T) {
 		if ferr := engine.CheckSnapshotFormat(c.data); (ferr == nil) != (c.kind == "" && !c.bad) {
 			t.Errorf("%s: CheckSnapshotFormat %v", c.name, ferr)
 		}
+	}
+}
+
+// filesIn is every file in dir with its bytes.
+func filesIn(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, ent := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[ent.Name()] = string(b)
+	}
+	return files
+}
+
+// setUserVersion writes v as the schema version in the header of the
+// database file at p, as a later build would leave it.
+func setUserVersion(t *testing.T, p string, v uint32) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	if _, err := f.WriteAt(b[:], 60); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A database in the data directory whose schema a later build wrote (a
+// node rolled back onto its directory) is refused as a snapshot of that
+// schema is: opening the actor, OpenStore and the start-up scan's
+// ReadAlarm fail with a *format.NewerError naming the schema and its
+// version, and the actor too, and leave the directory byte for byte as it
+// was (no WAL made beside the file: SQLite never opened it). At this
+// build's version the same file opens, its alarm read.
+func TestALocalDatabaseOfANewerSchemaIsRefusedAndLeftAsItIs(t *testing.T) {
+	e := newEnv(t)
+	c := e.class("oneshot", testguest.Fixture(t, "oneshot_alarm"))
+	a := e.open(c, "a")
+	var req [8]byte
+	binary.LittleEndian.PutUint64(req[:], t0+3_600_000)
+	e.req(a, string(req[:]))
+	snap, err := a.Snapshot(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The database as a clean stop leaves it, whole in its file.
+	dir := filepath.Join(e.dir, "later")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "a.db")
+	if err := engine.WriteSnapshot(p, snap); err != nil {
+		t.Fatal(err)
+	}
+	setUserVersion(t, p, format.SchemaVersion+1)
+	before := filesIn(t, dir)
+
+	id := abi.ActorID{Tenant: "t1", Class: "oneshot", Name: "later"}
+	newer := func(what string, err error) {
+		t.Helper()
+		ne, ok := format.As(err)
+		if !ok || ne.Kind != format.Schema || ne.Version != format.SchemaVersion+1 || ne.Known != format.SchemaVersion ||
+			!strings.Contains(err.Error(), "schema format version 2") {
+			t.Fatalf("%s: %v; want a newer schema format version %d", what, err, format.SchemaVersion+1)
+		}
+	}
+	b, err := e.eng.Open(e.ctx, id, c, p)
+	if err == nil {
+		b.Close(e.ctx)
+	}
+	newer("opening the actor", err)
+	var ae *abi.ActorError
+	if !errors.As(err, &ae) || ae.ID != id || !strings.Contains(err.Error(), id.String()) {
+		t.Fatalf("opening the actor: %v; want an error naming the actor %s", err, id)
+	}
+	st, err := engine.OpenStore(p)
+	if err == nil {
+		st.Close()
+	}
+	newer("OpenStore", err)
+	_, _, err = engine.ReadAlarm(p)
+	newer("ReadAlarm", err)
+	if after := filesIn(t, dir); !maps.Equal(after, before) {
+		t.Fatalf("the refused database's directory changed: %d files before, %d after", len(before), len(after))
+	}
+
+	// The control: the same file at this build's schema version.
+	setUserVersion(t, p, format.SchemaVersion)
+	if at, ok, err := engine.ReadAlarm(p); err != nil || !ok || at != t0+3_600_000 {
+		t.Fatalf("ReadAlarm at schema version %d: %d, %v, %v", format.SchemaVersion, at, ok, err)
+	}
+	b, err = e.eng.Open(e.ctx, id, c, p)
+	if err != nil {
+		t.Fatalf("opening the actor at schema version %d: %v", format.SchemaVersion, err)
+	}
+	defer b.Close(e.ctx)
+	if s := e.state(b); s.Alarm == nil || *s.Alarm != t0+3_600_000 {
+		t.Fatalf("the alarm of the database at schema version %d: %v", format.SchemaVersion, s.Alarm)
 	}
 }

@@ -24,7 +24,10 @@ import (
 // WAL whose header is not one SQLite would recover, or any layout it does
 // not expect) it opens the database through SQLite instead. Either way the
 // database is the only source: nothing is cached beside it. No database may
-// be open for writing on path meanwhile.
+// be open for writing on path meanwhile. A database whose schema version
+// (its header's user_version, in the file or the WAL) is newer than this
+// build reads is refused, as OpenStore refuses it: an error wrapping a
+// *format.NewerError, nothing of it read past its header.
 func ReadAlarm(path string) (atMs int64, ok bool, err error) {
 	atMs, ok, done, err := readAlarmFile(path)
 	if err != nil {
@@ -273,6 +276,13 @@ func readAlarmRow(f io.ReaderAt, wal *walPages) (int64, bool, error) {
 	}
 	if p, ok := wal.page1(); ok {
 		hdr = p[:100]
+		// The file's own header is checked too, as OpenStore checks it.
+		var fh [sqliteHeaderSize]byte
+		if _, err := f.ReadAt(fh[:], 0); err == nil {
+			if err := headerSchema(fh[:]); err != nil {
+				return 0, false, err
+			}
+		}
 	} else {
 		first = make([]byte, 4096)
 		n, err := f.ReadAt(first, 0)
@@ -286,6 +296,11 @@ func readAlarmRow(f io.ReaderAt, wal *walPages) (int64, bool, error) {
 	}
 	if !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
 		return 0, false, errLayout
+	}
+	// A later build's schema is not read: the alarm row may mean another
+	// thing there (docs/design.md#format-versions).
+	if err := headerSchema(hdr); err != nil {
+		return 0, false, err
 	}
 	pageSize := int(binary.BigEndian.Uint16(hdr[16:18]))
 	if pageSize == 1 {

@@ -185,6 +185,13 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 // data through kv-get, kv-put and kv-delete), every one naming
 // storeSchema. A connection is reused only after a clean DETACH in a
 // store that saw no error from SQLite; any other is closed.
+//
+// An existing database whose schema version (its header's user_version)
+// is newer than this build reads, as after a rollback onto a data
+// directory a later build wrote, is refused with an error wrapping a
+// *format.NewerError and left as it is (docs/design.md#format-versions):
+// its file's header is read before SQLite opens it, and the version SQLite
+// then sees (a WAL may hold a newer page 1) before anything else runs.
 func OpenStore(path string) (*Store, error) { return openStore(path, false) }
 
 // openStore is OpenStore; durable syncs a new database's file, and its
@@ -195,6 +202,10 @@ func openStore(path string, durable bool) (*Store, error) {
 		if err := createFromTemplate(path, durable); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
+	} else if err := checkLocalSchema(path); err != nil {
+		// A later build's database: refused before SQLite opens it, so
+		// nothing of it (nor a WAL beside it) is written.
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s, err := attachStore(path, durable)
 	if err != nil {
@@ -213,6 +224,10 @@ func attachStore(path string, durable bool) (*Store, error) {
 	}
 	if err := pc.attachDB(path, durable); err != nil {
 		pc.close()
+		return nil, err
+	}
+	if err := checkAttachedSchema(pc.conn); err != nil {
+		pc.close() // no checkpoint on close: the WAL stays as it is
 		return nil, err
 	}
 	s := &Store{path: path, pc: pc, conn: pc.conn, rows: *hostmod.NewRows(pc.conn, rowsSQL)}

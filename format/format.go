@@ -23,6 +23,16 @@
 //     as SQLite creates it, is version 1).
 //   - DeadLetter (<prefix>dead-letters/...): the JSON field "format", as a
 //     lease's.
+//   - ClusterRecord (<prefix>cluster/version, the finalized cluster
+//     version): the JSON field "format", as a lease's.
+//
+// Apart from the formats, a cluster has a version: ClusterVersion is the
+// newest this build supports, each node's lease names it, and once every
+// live node names at least N, keepctl cluster finalize records N in the
+// bucket. A node of a build that supports less then refuses to start; a
+// feature whose data earlier builds cannot read stays off until the
+// cluster is finalized at the version that brought it
+// (docs/upgrading.md#finalizing-an-upgrade).
 //
 // An optional JSON field that readers of earlier builds may ignore (their
 // parse skips fields it does not know) takes no new version, as the
@@ -47,20 +57,35 @@ const (
 	Snapshot   Kind = "snapshot"
 	Schema     Kind = "schema"
 	DeadLetter Kind = "dead_letter"
+	// ClusterRecord is the finalized cluster version's record. A node
+	// reads it only as it starts, and one of a later format stops the
+	// start: it is not among Kinds.
+	ClusterRecord Kind = "cluster_version"
 )
 
-// Kinds lists every kind, in a fixed order.
+// Kinds lists every kind a node reads as it serves, in a fixed order: the
+// values of the kind label of wasmkeep_newer_format_total.
 var Kinds = []Kind{Lease, Hold, IndexEntry, Snapshot, Schema, DeadLetter}
 
 // The versions this build writes, and the newest it reads, of each kind.
 const (
-	LeaseVersion      = 1
-	HoldVersion       = 1
-	IndexVersion      = 1
-	SnapshotVersion   = 1
-	SchemaVersion     = 1
-	DeadLetterVersion = 1
+	LeaseVersion         = 1
+	HoldVersion          = 1
+	IndexVersion         = 1
+	SnapshotVersion      = 1
+	SchemaVersion        = 1
+	DeadLetterVersion    = 1
+	ClusterRecordVersion = 1
 )
+
+// ClusterVersion is the newest cluster version this build supports, which
+// its nodes' leases name (docs/upgrading.md#finalizing-an-upgrade). It is
+// raised by a build that brings a feature whose data the builds before it
+// cannot read; that feature stays off until the cluster is finalized at
+// the new version, which only a cluster whose live nodes all support it
+// can be. A lease that names none is of a build from before cluster
+// versions: version 0, as is a cluster never finalized.
+const ClusterVersion = 1
 
 // Known is the newest version of k this build reads (and the one it
 // writes).
@@ -78,6 +103,8 @@ func Known(k Kind) int {
 		return SchemaVersion
 	case DeadLetter:
 		return DeadLetterVersion
+	case ClusterRecord:
+		return ClusterRecordVersion
 	}
 	return 0
 }

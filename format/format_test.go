@@ -3,6 +3,7 @@ package format_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 // is refused with a *format.NewerError naming the kind and both versions;
 // below 0 is no version.
 func TestCheck(t *testing.T) {
-	for _, k := range format.Kinds {
+	for _, k := range append(slices.Clone(format.Kinds), format.ClusterRecord) {
 		if format.Known(k) != 1 {
 			t.Errorf("%s: known version %d, want 1", k, format.Known(k))
 		}

@@ -294,10 +294,25 @@ func (n *Node) openLocal(ctx context.Context, e *entry) error {
 	}
 	a, err := n.engine.Open(ctx, e.id, n.classes[e.id.Class], p)
 	if err != nil {
+		if newer, ok := format.As(err); ok {
+			// A later build's database (a rollback onto its data
+			// directory): refused retryably (503 newer_format), left as
+			// it is for a node that reads it.
+			n.noteNewerLocal(e.id, p, newer, "not opened")
+		}
 		return err
 	}
 	e.a, e.letterChecked = a, false
 	return nil
+}
+
+// noteNewerLocal counts and logs a local database whose schema is of a
+// format newer than this build reads, which opening actor id, or the
+// start-up scan, refused (what: what became of it).
+func (n *Node) noteNewerLocal(id abi.ActorID, path string, newer *format.NewerError, what string) {
+	n.newerSchemas.Add(1)
+	n.log.Warn("the actor's local database is of a schema newer than this build reads (a later build wrote it): "+what+", left as it is for a node that reads it",
+		"actor", id.String(), "path", path, "kind", string(newer.Kind), "format", newer.Version, "known", newer.Known)
 }
 
 // restore brings the local database in line with the bucket's newest
@@ -945,6 +960,10 @@ func (n *Node) joinCluster(ctx context.Context, local []abi.ActorID) error {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
 		c.NodeID = "node-" + hex.EncodeToString(b[:])
+	}
+	// Before the lease: a node that may not join writes nothing.
+	if err := n.checkClusterVersion(ctx, c); err != nil {
+		return err
 	}
 	version, revision := buildVersion()
 	leases, err := cluster.StartLeases(ctx, cluster.LeaseConfig{

@@ -26,7 +26,7 @@ type nodeCollector struct {
 	taken, takeovers, released, relErr *prometheus.Desc
 	retaken, remembered                *prometheus.Desc
 	liveNodes, validity                *prometheus.Desc
-	newerFormat                        *prometheus.Desc
+	newerFormat, clusterVersion        *prometheus.Desc
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
@@ -46,13 +46,16 @@ func newNodeCollector(n *Node) *nodeCollector {
 		validity:   d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
 		liveNodes:  d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
 		newerFormat: prometheus.NewDesc("wasmkeep_newer_format_total",
-			"Records in the bucket refused as of a format newer than this build reads, by kind: other nodes' leases read, ownership records read, index entries a sweep skipped, snapshots and schemas a restore refused, dead-letter records read; each left as it is (cluster mode).",
+			"Records in the bucket refused as of a format newer than this build reads, by kind: other nodes' leases read, ownership records read, index entries a sweep skipped, snapshots and schemas a restore refused, dead-letter records read (cluster mode); and local databases of such a schema that the start-up scan skipped or an event refused to open (either mode). Each is left as it is.",
 			[]string{"kind"}, nil),
+		clusterVersion: prometheus.NewDesc("wasmkeep_cluster_version",
+			"The cluster version the cluster was finalized at, as the node read it when it started (state=\"finalized\"; 0: never), and the newest this build supports (state=\"supported\") (cluster mode).",
+			[]string{"state"}, nil),
 	}
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.released, c.relErr, c.liveNodes, c.newerFormat} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.released, c.relErr, c.liveNodes, c.newerFormat, c.clusterVersion} {
 		ch <- d
 	}
 }
@@ -65,6 +68,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.actors, prometheus.GaugeValue, float64(known))
 	ch <- prometheus.MustNewConstMetric(c.givenUp, prometheus.CounterValue, float64(n.givenUp.Load()))
 	if n.leases == nil {
+		// A node running alone reads only its local databases' schemas.
+		for _, k := range format.Kinds {
+			var v int64
+			if k == format.Schema {
+				v = n.newerSchemas.Load()
+			}
+			ch <- prometheus.MustNewConstMetric(c.newerFormat, prometheus.CounterValue, float64(v), string(k))
+		}
 		return
 	}
 	valid := 0.0
@@ -78,6 +89,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.validity, prometheus.GaugeValue, left)
 	ch <- prometheus.MustNewConstMetric(c.liveNodes, prometheus.GaugeValue, float64(len(n.leases.Live())))
+	ch <- prometheus.MustNewConstMetric(c.clusterVersion, prometheus.GaugeValue, float64(n.finalized), "finalized")
+	ch <- prometheus.MustNewConstMetric(c.clusterVersion, prometheus.GaugeValue, float64(format.ClusterVersion), "supported")
 	ch <- prometheus.MustNewConstMetric(c.restored, prometheus.CounterValue, float64(n.restored.Load()))
 	s := n.holds.Stats()
 	ch <- prometheus.MustNewConstMetric(c.taken, prometheus.CounterValue, float64(s.Taken))

@@ -28,6 +28,7 @@ import (
 	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/format"
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/sweeper"
 )
@@ -137,11 +138,16 @@ type Node struct {
 	restored atomic.Int64 // actors restored from the bucket (a snapshot downloaded), for the metrics
 	// newerSnapshots and newerSchemas count the snapshots a restore
 	// refused for a container or a schema of a format newer than this
-	// build reads, for the metrics (wasmkeep_newer_format_total).
+	// build reads, and newerSchemas the local databases of such a schema
+	// refused too, for the metrics (wasmkeep_newer_format_total).
 	newerSnapshots, newerSchemas atomic.Int64
 	// newerLetters counts the dead-letter records of a newer format read
 	// (and skipped).
 	newerLetters atomic.Int64
+	// finalized is the cluster version the cluster was finalized at, read
+	// as the node started (FinalizedClusterVersion); set before New
+	// returns, never changed after.
+	finalized int
 
 	obs       observability // HTTP and per-class metrics, the firings' log summary (logsummary.go)
 	tracer    trace.Tracer  // nil: not traced (tracing.go)
@@ -241,6 +247,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		tracer:  newTracer(cfg.TracerProvider),
 
 		admission: adm,
+		// Alone, no other build shares the data: the cluster is this
+		// node's build (a cluster node reads it: checkClusterVersion).
+		finalized: format.ClusterVersion,
 	}
 	for name, wasm := range cfg.Classes {
 		if err := abi.ValidateClass(name); err != nil {
@@ -306,6 +315,8 @@ func timerKey(id abi.ActorID) string { return alarms.TimerKey(id) }
 // returns the actors it found. It walks the directory, then reads the
 // alarms in parallel (engine.ReadAlarm reads a cleanly closed database's
 // alarm row from its file, and goes through SQLite only after a crash).
+// A database of a schema newer than this build reads is skipped with a
+// WARN naming its actor, and left as it is.
 func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 	var found []abi.ActorID
 	var paths []string
@@ -356,7 +367,15 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 		return nil, fmt.Errorf("node: scan %s: %w", n.cfg.DataDir, err)
 	}
 	count := 0
+	local := found[:0]
 	for i, a := range alarms {
+		if newer, ok := format.As(a.err); ok {
+			// A later build's database: skipped, not read, left as it
+			// is; the node serves the others (a request for this one is
+			// answered 503 newer_format).
+			n.noteNewerLocal(found[i], paths[i], newer, "skipped by the start-up scan")
+			continue
+		}
 		if a.err != nil {
 			return nil, fmt.Errorf("node: scan: %w", &abi.ActorError{ID: found[i], Op: "read alarm", Err: a.err})
 		}
@@ -364,9 +383,10 @@ func (n *Node) scan(ctx context.Context) ([]abi.ActorID, error) {
 			n.timer.Set(timerKey(found[i]), a.at)
 			count++
 		}
+		local = append(local, found[i])
 	}
-	n.log.Info("scanned data directory", "dir", n.cfg.DataDir, "actors", len(found), "alarms", count)
-	return found, nil
+	n.log.Info("scanned data directory", "dir", n.cfg.DataDir, "actors", len(local), "alarms", count, "newer_schema", len(found)-len(local))
+	return local, nil
 }
 
 // scanWorkers is how many files the start-up scan reads at once: reads of

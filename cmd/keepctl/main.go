@@ -7,6 +7,8 @@
 //	keepctl -bucket wasmkeep actor inspect TENANT/CLASS/NAME [-json]
 //	keepctl -bucket wasmkeep verify [-serves CLASS,...] [-parallel N] [-json]
 //	keepctl -bucket wasmkeep backfill
+//	keepctl -bucket wasmkeep cluster version [-json]
+//	keepctl -bucket wasmkeep cluster finalize [-to N] [-json]
 //
 // With -node URL it changes alarms through that node's HTTP API (the
 // node's token from -token-file or $KEEPCTL_TOKEN), each change an event of
@@ -23,7 +25,9 @@
 // Exit status: 0 on success, 1 when verify finds a committed alarm with no
 // entry or a key that is both an object and the folder of other keys,
 // alarm fire's on-alarm failed, alarms delete or import failed for an
-// actor, or actor inspect found no such actor, 2 for bad usage, a failure
+// actor, actor inspect found no such actor, or cluster finalize refused
+// (a live node that does not support the version, or a lower version than
+// the cluster's), 2 for bad usage, a failure
 // to reach the bucket or the node, or a -prefix under which the bucket
 // holds nothing.
 package main
@@ -92,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		return 2
 	}
 	cmd := rest[0]
-	if len(rest) > 1 && (cmd == "alarms" || cmd == "actor" || cmd == "alarm" || cmd == "dead-letters") {
+	if len(rest) > 1 && (cmd == "alarms" || cmd == "actor" || cmd == "alarm" || cmd == "dead-letters" || cmd == "cluster") {
 		cmd += " " + rest[1]
 		rest = rest[1:]
 	}
@@ -171,6 +175,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		status, err = alarmsImport(ctx, nc, rest, os.Stdin, stdout, stderr)
 	case "nodes":
 		status, err = nodes(ctx, b, *prefix, rest, stdout, stderr)
+	case "cluster version":
+		status, err = clusterVersion(ctx, b, *prefix, rest, stdout, stderr)
+	case "cluster finalize":
+		status, err = clusterFinalize(ctx, b, *prefix, rest, stdout, stderr)
 	}
 	if errors.Is(err, errHelp) {
 		return 0

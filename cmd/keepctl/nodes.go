@@ -32,6 +32,10 @@ type nodeLease struct {
 	// one that recorded no commit.
 	Version  string `json:"version"`
 	Revision string `json:"revision"`
+	// ClusterVersion is the newest cluster version the node's build
+	// supports; 0 where its lease names none (a build from before cluster
+	// versions).
+	ClusterVersion int `json:"cluster_version"`
 	// Renewed is RenewedMs in RFC 3339; Live whether the lease runs past
 	// now, both by the clock of the node that wrote it.
 	Renewed string `json:"renewed"`
@@ -54,33 +58,10 @@ func nodes(ctx context.Context, b bucket.Bucket, prefix string, args []string, s
 	if fs.NArg() > 0 {
 		return 2, fmt.Errorf("%w: %q is not a flag", errUsage, fs.Arg(0))
 	}
-	keys, err := b.List(ctx, prefix+"nodes/", "", maxNodes)
+	now := time.Now()
+	leases, err := readLeases(ctx, b, prefix, now)
 	if err != nil {
 		return 2, err
-	}
-	now := time.Now()
-	leases := []nodeLease{}
-	for _, k := range keys {
-		l := nodeLease{Key: k}
-		body, _, err := b.Get(ctx, k)
-		switch {
-		case errors.Is(err, bucket.ErrNotFound):
-			continue // the node closed since the LIST: its lease is gone
-		case err != nil:
-			return 2, err
-		}
-		if err := format.CheckJSON(format.Lease, body); err != nil {
-			l.Error = err.Error() // a later build's lease: not read
-		} else if err := json.Unmarshal(body, &l); err != nil || l.NodeID == "" {
-			l.Error = fmt.Sprintf("not a node lease (%d bytes)", len(body))
-			if err != nil {
-				l.Error += ": " + err.Error()
-			}
-		} else {
-			l.Renewed = formatMs(l.RenewedMs)
-			l.Live = now.Before(time.UnixMilli(l.RenewedMs + l.TTLms))
-		}
-		leases = append(leases, l)
 	}
 	if *asJSON {
 		return 0, writeJSON(stdout, leases)
@@ -111,6 +92,40 @@ func nodes(ctx context.Context, b bucket.Bucket, prefix string, args []string, s
 	}
 	fmt.Fprintf(stdout, "%d node leases, %d live (by the clocks of the nodes that wrote them)\n", len(leases), live)
 	return 0, nil
+}
+
+// readLeases reads every node lease under prefix, each judged live or not
+// at now by the clock of the node that wrote it. A lease that cannot be
+// read (a later build's format, or no lease) has its Error set.
+func readLeases(ctx context.Context, b bucket.Bucket, prefix string, now time.Time) ([]nodeLease, error) {
+	keys, err := b.List(ctx, prefix+"nodes/", "", maxNodes)
+	if err != nil {
+		return nil, err
+	}
+	leases := []nodeLease{}
+	for _, k := range keys {
+		l := nodeLease{Key: k}
+		body, _, err := b.Get(ctx, k)
+		switch {
+		case errors.Is(err, bucket.ErrNotFound):
+			continue // the node closed since the LIST: its lease is gone
+		case err != nil:
+			return nil, err
+		}
+		if err := format.CheckJSON(format.Lease, body); err != nil {
+			l.Error = err.Error() // a later build's lease: not read
+		} else if err := json.Unmarshal(body, &l); err != nil || l.NodeID == "" {
+			l.Error = fmt.Sprintf("not a node lease (%d bytes)", len(body))
+			if err != nil {
+				l.Error += ": " + err.Error()
+			}
+		} else {
+			l.Renewed = formatMs(l.RenewedMs)
+			l.Live = now.Before(time.UnixMilli(l.RenewedMs + l.TTLms))
+		}
+		leases = append(leases, l)
+	}
+	return leases, nil
 }
 
 // shortCommit is a commit as git's short form: its first 12 characters.

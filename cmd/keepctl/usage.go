@@ -29,6 +29,10 @@ var commands = []command{
 		help: "the actor's committed alarm, retry count, alarm_indexed, fence, dead letter,\ngeneration and hold, read from the bucket (no hold taken, nothing written)"},
 	{name: "nodes", bucket: true, args: "[-o json]",
 		help: "the node leases in the bucket: each node's address, build (version\nand commit; - where its lease names none), classes, last renewal and\nwhether its lease is live by the time it wrote"},
+	{name: "cluster version", bucket: true, args: "[-o json]",
+		help: "the cluster version the cluster was finalized at (0: never), the newest\nthis keepctl supports, and each live node's: the newest its build\nsupports, as its lease names it (0: a build from before cluster versions)"},
+	{name: "cluster finalize", bucket: true, args: "[-to N] [-o json]",
+		help: "finalizes the cluster at cluster version N (default: the newest this\nkeepctl supports) once every live node's lease names N or later: from\nthen on a node of a build that supports less refuses to start, and\nfeatures gated on N may write what earlier builds cannot read; exits 1,\nnaming each node behind, if a live node does not support N, and\nrefuses a version lower than the cluster's (no going back)"},
 	{name: "verify", bucket: true, args: "[-serves CLASS,...] [-parallel N] [-o json]",
 		help: "the index doctor: every committed alarm has an entry at its time;\nexplains the extra entries; reports keys that are both an object\nand the folder of others (a store such as MinIO accepts them but\nhides the keys under them from listings); exits 1 if an alarm has\nno entry or such a key exists"},
 	{name: "backfill", bucket: true, args: "[-o json]",
@@ -90,7 +94,7 @@ func writeUsage(w io.Writer, fs *flag.FlagSet) {
 			writeCommand(w, c)
 		}
 	}
-	fmt.Fprint(w, "\nExit status: 0 on success; 1 when verify finds a committed alarm with no\nentry or a key that is both an object and the folder of other keys, alarm\nfire's on-alarm failed, or alarms delete or import failed for an actor; 2\nfor bad usage or a failure to reach the bucket or the node.\n\nFlags:\n")
+	fmt.Fprint(w, "\nExit status: 0 on success; 1 when verify finds a committed alarm with no\nentry or a key that is both an object and the folder of other keys, alarm\nfire's on-alarm failed, alarms delete or import failed for an actor, or\ncluster finalize refused; 2 for bad usage or a failure to reach the bucket\nor the node.\n\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }

@@ -117,6 +117,7 @@ var rules = []struct{ pattern, by string }{
 	{`^keepctl -bucket wasmkeep actor inspect `, "test: ./cmd/keepctl TestKeepctlAlarmsFailedOnVersitygw"},
 	{`^keepctl -bucket wasmkeep alarms failed `, "test: ./cmd/keepctl TestKeepctlAlarmsFailedOnVersitygw"},
 	{`^keepctl -bucket wasmkeep nodes$`, "test: ./cmd/keepctl TestKeepctlNodesExportImportOnVersitygw"},
+	{`^keepctl -bucket wasmkeep cluster (version|finalize)$`, "test: ./cmd/keepctl TestKeepctlClusterFinalizeWaitsForEveryLiveNode"},
 	{`^keepctl -bucket wasmkeep alarms export `, "test: ./cmd/keepctl TestKeepctlNodesExportImportOnVersitygw"},
 	{`^keepctl -node \S+ alarms import `, "test: ./cmd/keepctl TestKeepctlNodesExportImportOnVersitygw"},
 	{`^keepctl -node \S+ (-token-file token )?alarm (get|set|clear|fire) `, "test: ./cmd/keepctl TestKeepctlChangesAlarmsThroughANode"},
@@ -124,7 +125,7 @@ var rules = []struct{ pattern, by string }{
 	{`^curl http://127\.0\.0\.1:7601/v1/tenants/demo/dead-letters$`, "test: ./node TestDeadLettersAreListedRedrivenAndAcknowledged"},
 	{`^curl -X POST -d '\{[^']*\}' http://127\.0\.0\.1:7601/v1/tenants/demo/dead-letters:redrive$`, "test: ./node TestDeadLettersAreListedRedrivenAndAcknowledged"},
 	{`^keepctl -bucket wasmkeep -node \S+ alarms delete `, "test: ./cmd/keepctl TestKeepctlChangesAlarmsThroughANode"},
-	{`^keepctl (verify|backfill|alarms failed|actor inspect|alarm set|alarm clear|nodes)$`, "here"}, // a command's name in prose
+	{`^keepctl (verify|backfill|alarms failed|actor inspect|alarm set|alarm clear|nodes|cluster finalize)$`, "here"}, // a command's name in prose
 	{`^keepctl alarm set\|clear\|fire$`, "here"},
 	{`^keepctl alarms delete$`, "here"},
 	// The HTTP API: each request's route and method are checked here
