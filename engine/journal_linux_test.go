@@ -121,7 +121,15 @@ func TestAStartWritesTheWALsAgainFromTheJournal(t *testing.T) {
 	if len(wals) == 0 {
 		t.Fatal("no WAL to take away")
 	}
-	re, err := engine.NewEngine(context.Background(), engine.WithJournal(after))
+	startAndCheck(t, after, actors, events)
+}
+
+// startAndCheck starts and closes an engine with the journal of root, as
+// a node's start does, then checks that each of the actors 0.db ..
+// actors-1.db under root is intact with its alarm at want.
+func startAndCheck(t *testing.T, root string, actors int, want int64) {
+	t.Helper()
+	re, err := engine.NewEngine(context.Background(), engine.WithJournal(root))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +137,11 @@ func TestAStartWritesTheWALsAgainFromTheJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < actors; i++ {
-		p := filepath.Join(after, fmt.Sprintf("%d.db", i))
+		p := filepath.Join(root, fmt.Sprintf("%d.db", i))
 		checkIntact(t, p)
 		at, ok, err := engine.ReadAlarm(p)
-		if err != nil || !ok || at != events {
-			t.Errorf("actor %d after the replay: alarm %d (%v, %v), want %d", i, at, ok, err, events)
+		if err != nil || !ok || at != want {
+			t.Errorf("actor %d after the journal's start: alarm %d (%v, %v), want %d", i, at, ok, err, want)
 		}
 	}
 }
