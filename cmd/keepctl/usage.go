@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/wasmkeep/alarms/node"
 )
 
 // command is one of keepctl's commands, for its usage.
@@ -202,6 +204,12 @@ func version() string {
 				dirty = ", modified"
 			}
 		}
+	}
+	// A build that recorded neither (an image's: its tree has no .git) is
+	// stamped with -ldflags -X, as keepnode is (node.Version, node.Revision).
+	if m, r := node.Stamped(mod, rev); m != mod || r != rev {
+		v = "keepctl " + m
+		rev, at = r, "stamped"
 	}
 	if rev != "" {
 		v += fmt.Sprintf(" (%s, %s%s)", rev[:min(12, len(rev))], at, dirty)

@@ -36,7 +36,26 @@ func deployFile(t *testing.T, name string) string {
 	return string(b)
 }
 
-// staticBuild builds pkg as deploy/Dockerfile does.
+// The version and commit the image tests build with, as the image's
+// build arguments VERSION and REVISION give them.
+const (
+	imageVersion  = "v9.8.7-image-test"
+	imageRevision = "0123456789abcdef0123456789abcdef01234567"
+)
+
+// imageLdflags is the -ldflags value of deploy/Dockerfile's build (its
+// stamp= line), with imageVersion and imageRevision for its arguments.
+func imageLdflags(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`stamp="([^"]*)"`).FindStringSubmatch(deployFile(t, "Dockerfile"))
+	if m == nil {
+		t.Fatal(`deploy/Dockerfile has no stamp="..." line: the test cannot build as the image does`)
+	}
+	return strings.NewReplacer("${VERSION}", imageVersion, "${REVISION}", imageRevision).Replace(m[1])
+}
+
+// staticBuild builds pkg as deploy/Dockerfile does, stamped as the image
+// is (imageLdflags).
 func staticBuild(t *testing.T, dir, pkg string) string {
 	t.Helper()
 	root, err := clusterproc.ModuleRoot()
@@ -44,7 +63,7 @@ func staticBuild(t *testing.T, dir, pkg string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s", "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags="+imageLdflags(t), "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -75,8 +94,13 @@ func TestImageBinaryServesOnTheExampleConfig(t *testing.T) {
 	dir := t.TempDir()
 	keepnode := staticBuild(t, dir, "./cmd/keepnode")
 	keepctl := staticBuild(t, dir, "./cmd/keepctl")
-	if out, err := exec.Command(keepctl, "-version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "keepctl ") {
-		t.Fatalf("keepctl -version: %q, %v", out, err)
+	// Each binary says the version and commit the image was built with.
+	for _, bin := range []string{keepnode, keepctl} {
+		out, err := exec.Command(bin, "-version").CombinedOutput()
+		name := filepath.Base(bin)
+		if err != nil || !strings.HasPrefix(string(out), name+" "+imageVersion) || !strings.Contains(string(out), imageRevision[:12]) {
+			t.Errorf("%s -version of the image's build: %q, %v; want it to name %s and commit %s", name, out, err, imageVersion, imageRevision[:12])
+		}
 	}
 
 	srv := s3test.Start(t)
@@ -104,8 +128,15 @@ func TestImageBinaryServesOnTheExampleConfig(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if code, body := get(ctx, t, nd.MetricsURL); code != http.StatusOK || !strings.Contains(string(body), "wasmkeep_build_info{") {
-		t.Errorf("metrics: %d, without wasmkeep_build_info", code)
+	if code, body := get(ctx, t, nd.MetricsURL); code != http.StatusOK || !strings.Contains(string(body), "wasmkeep_build_info{") ||
+		!strings.Contains(string(body), `revision="`+imageRevision+`"`) || !strings.Contains(string(body), `version="`+imageVersion+`"`) {
+		t.Errorf("metrics: %d, without wasmkeep_build_info naming the image's version and revision", code)
+	}
+	// keepctl nodes shows the node's build, from its lease.
+	kc := exec.CommandContext(ctx, keepctl, "-bucket", cfg.S3.Bucket, "nodes")
+	kc.Env = append(os.Environ(), cfg.S3.Env()...)
+	if out, err := kc.CombinedOutput(); err != nil || !strings.Contains(string(out), imageVersion) || !strings.Contains(string(out), imageRevision[:12]) {
+		t.Errorf("keepctl nodes: %v\n%s\nwant the node's line to name %s and %s", err, out, imageVersion, imageRevision[:12])
 	}
 	if err := nd.Stop(); err != nil {
 		t.Fatal(err)
