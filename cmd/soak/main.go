@@ -240,6 +240,11 @@ type soak struct {
 	// error the node did not say was temporary), serverSample the first.
 	serverErrors atomic.Int64
 	serverSample atomic.Value
+	// replays counts acknowledged requests sent again under their key
+	// through another node (-upgrade-from), replayBad those not answered
+	// with the recorded reply, replaySample the first.
+	replays, replayBad atomic.Int64
+	replaySample       atomic.Value
 	// selfExits counts nodes that exited though the soak neither killed
 	// nor stopped them (a lost lease, a crash): violations, each
 	// restarted as a supervisor would.
@@ -300,6 +305,7 @@ type summary struct {
 	// ServerErrors are answers with a 5xx status other than 503; Upgrade
 	// the rolling upgrade's steps (-upgrade-from).
 	ServerErrors          int
+	Replays, ReplayBad    int
 	Upgrade               []upgradeStart
 	SwapOnTime            onTime
 	Lateness              []int64 // sorted, ms
@@ -795,11 +801,13 @@ func run(ctx context.Context, o options) (summary, error) {
 		// its actors, and hands them over once the others read its lease
 		// gone: within a third of the lease period after its stop.
 		var stop int64
-		for _, st := range sum.Upgrade {
+		s.mu.Lock()
+		for _, st := range s.upgradeLog {
 			if !st.Kill {
 				stop = max(stop, st.StopMs)
 			}
 		}
+		s.mu.Unlock()
 		sum.SwapOnTime.Bound = 1000 + stop + (o.leaseTTL / 3).Milliseconds()
 		if n := len(quietLate); n > 0 {
 			sum.SwapOnTime.Bound += quietLate[(n-1)*99/100]
@@ -827,7 +835,9 @@ func run(ctx context.Context, o options) (summary, error) {
 	sum.SelfExits = int(s.selfExits.Load())
 	sum.Violations += sum.SelfExits
 	sum.ServerErrors = int(s.serverErrors.Load())
+	sum.Replays, sum.ReplayBad = int(s.replays.Load()), int(s.replayBad.Load())
 	if s.up != nil {
+		sum.Violations += sum.ReplayBad
 		// A rolling upgrade answers no request with an error it does not
 		// call temporary, and each swap starts its node.
 		sum.Violations += sum.ServerErrors
@@ -1073,6 +1083,7 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 	give := time.Now().Add(s.o.retryFor)
 	wait := 200 * time.Millisecond // after no answer, doubling to 2 s
 	var err error
+	var reply []byte            // the answer's body
 	var last string             // the node tried last
 	var problem *client.Problem // the last answer's, nil for none
 	for {
@@ -1093,7 +1104,7 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 			if kind == "delete" {
 				err = c.Delete(rctx, a.id)
 			} else {
-				_, err = exec(rctx, a.id, body, client.WithIdempotencyKey(key), client.Replayed(&replayed))
+				reply, err = exec(rctx, a.id, body, client.WithIdempotencyKey(key), client.Replayed(&replayed))
 			}
 			cancel()
 		}
@@ -1125,6 +1136,9 @@ func (s *soak) send(ctx context.Context, a *actor, kind, event string, at int64)
 		time.Sleep(max(0, min(pause, time.Until(give))))
 	}
 	o.Done = time.Now().UnixMilli()
+	if err == nil && s.up != nil && event == kindExecDurable && kind != "delete" && s.intn(8) == 0 {
+		s.sendAgain(ctx, a, o.Node, body, key, reply)
+	}
 	s.sent.Add(1)
 	s.retries.Add(int64(o.Tries - 1))
 	if err != nil {
@@ -1840,7 +1854,8 @@ func (s *soak) table(sum summary, bd bounds) {
 	s.outageTable(w, sum, bd)
 	if s.up != nil {
 		sample, _ := s.serverSample.Load().(string)
-		upgradeTable(w, s.up, sum.Upgrade, sum.ServerErrors, sample)
+		replaySample, _ := s.replaySample.Load().(string)
+		upgradeTable(w, s.up, sum, sample, replaySample)
 		fmt.Fprintf(w, "                         alarms due while nodes were swapped with SIGTERM (each phase until its SIGKILL): %d of %d fired within %s (the quiet phase's p99, the longest SIGTERM's stop, a third of the lease and 1s): %.1f%%; lateness p99 %s\n",
 			sum.SwapOnTime.OnTime, sum.SwapOnTime.Due, msText(sum.SwapOnTime.Bound), 100*sum.SwapOnTime.ratio(), msText(sum.SwapOnTime.P99))
 	} else if sum.ServerErrors > 0 {

@@ -14,12 +14,14 @@ package main
 // keys. A 5xx answer other than 503 is a violation here.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/wasmkeep/alarms/client"
 	"github.com/wasmkeep/alarms/cluster"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/faultproxy"
@@ -176,8 +178,10 @@ func (s *soak) swap(ctx context.Context, sl *slot, step, bin, build, rev string,
 }
 
 // upgradeTable prints the rolling upgrade's steps.
-func upgradeTable(w io.Writer, up *upgradeBuilds, steps []upgradeStart, serverErrors int, sample string) {
-	fmt.Fprintf(w, "  rolling upgrade:       between keepnode at %s and %s; 5xx answers other than 503: %d %s\n", up.oldName, up.newName, serverErrors, sample)
+func upgradeTable(w io.Writer, up *upgradeBuilds, sum summary, sample, replaySample string) {
+	steps := sum.Upgrade
+	fmt.Fprintf(w, "  rolling upgrade:       between keepnode at %s and %s; 5xx answers other than 503: %d %s\n", up.oldName, up.newName, sum.ServerErrors, sample)
+	fmt.Fprintf(w, "                         acknowledged exec-durable requests sent again under their key through another node: %d, %d of them run again or answered otherwise %s\n", sum.Replays, sum.ReplayBad, replaySample)
 	for _, st := range steps {
 		how := "SIGTERM"
 		if st.Kill {
@@ -227,4 +231,29 @@ func (o onTime) ratio() float64 {
 		return 0
 	}
 	return float64(o.OnTime) / float64(o.Due)
+}
+
+// sendAgain sends an acknowledged exec-durable request again under its
+// idempotency key, through another node than the one that answered (the
+// other build, as often as not, during the swaps): the answer must be the
+// recorded one, replayed, not a second run. An answer that is no answer
+// (a node stopping, a 503) proves nothing and is not counted.
+func (s *soak) sendAgain(ctx context.Context, a *actor, first string, body []byte, key string, reply []byte) {
+	url, name := s.liveURL(first)
+	if url == "" || name == first {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.o.requestTimeout)
+	defer cancel()
+	replayed := false
+	again, err := clusterproc.ClientOf(url).ExecDurable(rctx, a.id, body, client.WithIdempotencyKey(key), client.Replayed(&replayed))
+	if err != nil {
+		return
+	}
+	s.replays.Add(1)
+	if !replayed || !bytes.Equal(again, reply) {
+		if s.replayBad.Add(1) == 1 {
+			s.replaySample.Store(fmt.Sprintf("(%s under key %s: %s answered %q, replayed %v; %s had answered %q)", a.id, key, name, again, replayed, first, reply))
+		}
+	}
 }

@@ -25,8 +25,10 @@ const upgradeFrom = "cfd6e924f3e3ff2a1b79eb9539bfcd2a0dde3e3e"
 // new one SIGKILLed while the old ones run; then forward again, and one
 // more SIGTERM and start as the control. The whole history is checked as
 // the soak checks it (nothing lost, no duplicate a failure does not
-// explain, every acknowledged write committed), and no request is answered
-// with a 5xx other than 503. Of the alarms due while nodes are swapped
+// explain, every acknowledged write committed), no request is answered
+// with a 5xx other than 503, and an acknowledged request sent again under
+// its key through another node (often of the other build) is answered
+// from its record, not run again. Of the alarms due while nodes are swapped
 // with SIGTERM (each phase until its SIGKILL), 97 % or more fire as on
 // time as in the quiet phase (its p99, plus the longest stop, plus a third
 // of the lease for the handover to see the lease gone, plus 1 s), and their lateness p99 is
@@ -61,6 +63,9 @@ func TestARollingUpgradeAndRollbackLoseNothing(t *testing.T) {
 	}
 	if len(sum.Upgrade) != upgradeSteps(o.nodes) {
 		t.Fatalf("%d swaps, want %d", len(sum.Upgrade), upgradeSteps(o.nodes))
+	}
+	if sum.Replays < 5 {
+		t.Errorf("%d acknowledged requests sent again under their key through another node: want at least 5, each answered from its record", sum.Replays)
 	}
 	if sum.Committed < o.actors || sum.Acked == 0 {
 		t.Fatalf("%d firings committed and %d requests acknowledged: the run hardly ran", sum.Committed, sum.Acked)
