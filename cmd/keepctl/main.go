@@ -77,6 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 	nodeURL := fs.String("node", os.Getenv(envNode), "a node's HTTP API (http://HOST:PORT or https://...), for the commands that go through a node (or $"+envNode+")")
 	tokenFile := fs.String("token-file", "", "file holding the token for -node (or $"+envToken+"), when the node has tokens")
 	caFile := fs.String("ca", "", "PEM file of the CA that signed the node's certificate, for an https -node (default: the system's roots)")
+	configFile := fs.String("config", os.Getenv(envConfig), "keepnode's configuration file (or $"+envConfig+"): -bucket, -prefix, -node and -ca from its bucket, prefix, advertise or listen, and tls-ca, where neither a flag nor a variable gives them")
 	showVersion := fs.Bool("version", false, "print keepctl's version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,6 +86,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		}
 		writeUsage(stderr, fs)
 		return 2
+	}
+	if *configFile != "" {
+		st, err := readNodeFile(*configFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "keepctl: -config %s: %v\n", *configFile, err)
+			return 2
+		}
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for _, s := range []struct {
+			flag, env, from string
+			to              *string
+		}{{"bucket", envBucket, st.bucket, bucketName}, {"prefix", envPrefix, st.prefix, prefix}, {"node", envNode, st.node, nodeURL}, {"ca", "", st.ca, caFile}} {
+			if s.from != "" && !given[s.flag] && (s.env == "" || os.Getenv(s.env) == "") {
+				*s.to = s.from
+			}
+		}
 	}
 	if *showVersion {
 		fmt.Fprintln(stdout, version())

@@ -77,7 +77,8 @@ it, and changes one alarm, or those a filter keeps, through a node's HTTP
 API (-node). S3 is configured as for keepnode: AWS_ENDPOINT_URL,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION. The node's token
 comes from -token-file or $KEEPCTL_TOKEN; -bucket, -prefix and -node may
-come from $KEEPCTL_BUCKET, $KEEPCTL_PREFIX and $KEEPCTL_NODE. Every
+come from $KEEPCTL_BUCKET, $KEEPCTL_PREFIX and $KEEPCTL_NODE, and else from
+keepnode's configuration file (-config FILE or $KEEPCTL_CONFIG). Every
 command takes -help, and -o json (or -json) for JSON output.
 `
 

@@ -101,6 +101,7 @@ var rules = []struct{ pattern, by string }{
 	{`^(keepnode|keepctl) -help$`, "here"},
 	{`^make -n$`, "here"},
 	{`^keepnode -version$`, "test: ./cmd/keepnode TestVersionFlag"},
+	{`^keepctl -config /etc/keepnode/keepnode\.toml$`, "test: ./cmd/keepctl TestKeepctlTakesTheBucketAndPrefixFromKeepnodesFile"},
 	{`^keepnode -compile-only$`, "test: ./cmd/keepnode TestCompileOnlyFillsTheCacheBesideARunningNode"},
 	{`^keepctl -version$`, "test: ./cmd/keepctl TestKeepctlHelpVersionAndOutputFlags"},
 	{`^keepnode -data \./n1 -listen 127\.0\.0\.1:7601 -bucket wasmkeep -create-bucket `, "test: ./cmd/keepnode TestAMissingBucketIsRefusedUnlessCreateBucket"},
