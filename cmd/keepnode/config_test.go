@@ -222,7 +222,7 @@ func TestMisspeltEnvironmentVariables(t *testing.T) {
 
 // Without -data or -class keepnode cannot start: a usage error, as a bad
 // flag is (exit status 2), naming the flag and where else it may come
-// from; -version needs neither.
+// from; -version needs neither. So is a value no flag may take.
 func TestMissingRequiredSettingsAreUsageErrors(t *testing.T) {
 	bin := keepnodeBinary(t)
 	for _, tc := range []struct {
@@ -231,6 +231,12 @@ func TestMissingRequiredSettingsAreUsageErrors(t *testing.T) {
 	}{
 		{[]string{"-data", t.TempDir()}, "at least one -class NAME=FILE.wasm is required"},
 		{[]string{"-class", "c=c.wasm"}, "-data is required"},
+		// Values no flag may take, and combinations that cannot work, are
+		// refused before anything starts, the same way.
+		{[]string{"-data", t.TempDir(), "-class", "c=c.wasm", "-drain-timeout", "0s"}, "-drain-timeout 0s: must be positive"},
+		{[]string{"-data", t.TempDir(), "-class", "c=c.wasm", "-max-instances", "0"}, "-max-instances 0: each must be at least 1"},
+		{[]string{"-data", t.TempDir(), "-class", "c=c.wasm", "-pprof"}, "-pprof needs -metrics-addr"},
+		{[]string{"-data", t.TempDir(), "-class", "c=c.wasm", "-compile-only", "-cache-dir", "off"}, "-compile-only with -cache-dir off"},
 	} {
 		cmd := exec.Command(bin, tc.args...)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}

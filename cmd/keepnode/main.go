@@ -252,7 +252,8 @@ func newLogger(o *options, w io.Writer) hclog.Logger {
 }
 
 // checkRequired refuses, as a usage error (exit 2, as a bad flag is),
-// settings without which keepnode cannot start. -version needs none.
+// settings without which keepnode cannot start, and values no flag may
+// take or combinations that cannot work. -version needs none.
 func checkRequired(o *options) error {
 	switch {
 	case o.showVersion:
@@ -261,6 +262,18 @@ func checkRequired(o *options) error {
 		return errors.New("-data is required (or $" + envName("data") + ", or data in the -config file)")
 	case len(o.classes) == 0:
 		return errors.New("at least one -class NAME=FILE.wasm is required (or $" + envName("class") + ", or class in the -config file)")
+	case o.drain <= 0:
+		return fmt.Errorf("-drain-timeout %s: must be positive", o.drain)
+	case o.sweepMax < 1:
+		return fmt.Errorf("-sweep-max-deliveries %d: must be at least 1", o.sweepMax)
+	case o.maxDBs < 1 || o.maxInsts < 1:
+		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", o.maxDBs, o.maxInsts)
+	case o.idemKeys < 1 || o.idemBytes < 1:
+		return fmt.Errorf("-idempotency-keys %d and -idempotency-bytes %d: each must be at least 1", o.idemKeys, o.idemBytes)
+	case o.metrics.pprof && o.metrics.addr == "":
+		return errors.New("-pprof needs -metrics-addr: profiles are served only on the metrics listener")
+	case o.compileOnly && o.cacheDir == cacheDirOff:
+		return errors.New("-compile-only with -cache-dir off: nothing compiled would be kept")
 	}
 	return nil
 }
@@ -284,21 +297,6 @@ func run(logger hclog.Logger, o *options) error {
 	listen, advertise, bucketName, createBucket, prefix, nodeID := o.listen, o.advertise, o.bucketName, o.createBucket, o.prefix, o.nodeID
 	leaseTTL, leaseMargin, leaseGrace, idle, retryBase, retryMax := o.leaseTTL, o.leaseMargin, o.leaseGrace, o.idle, o.retryBase, o.retryMax
 	attempts, tenants, sweep, sweepConc, failoverWait, maxDBs, maxInsts := o.attempts, splitList(o.tenants), o.sweep, o.sweepConc, o.failoverWait, o.maxDBs, o.maxInsts
-	if o.drain <= 0 {
-		return fmt.Errorf("-drain-timeout %s: must be positive", o.drain)
-	}
-	if o.sweepMax < 1 {
-		return fmt.Errorf("-sweep-max-deliveries %d: must be at least 1", o.sweepMax)
-	}
-	if maxDBs < 1 || maxInsts < 1 {
-		return fmt.Errorf("-max-open-dbs %d and -max-instances %d: each must be at least 1", maxDBs, maxInsts)
-	}
-	if o.idemKeys < 1 || o.idemBytes < 1 {
-		return fmt.Errorf("-idempotency-keys %d and -idempotency-bytes %d: each must be at least 1", o.idemKeys, o.idemBytes)
-	}
-	if mf.pprof && mf.addr == "" {
-		return errors.New("-pprof needs -metrics-addr: profiles are served only on the metrics listener")
-	}
 	if bucketName != "" && advertise == "" {
 		if err := checkAdvertisable(listen); err != nil {
 			return err
@@ -317,9 +315,6 @@ func run(logger hclog.Logger, o *options) error {
 		return err
 	}
 	if o.compileOnly {
-		if cacheDir == cacheDirOff {
-			return errors.New("-compile-only with -cache-dir off: nothing compiled would be kept")
-		}
 		// The journal is the running node's: this process opens none.
 		memFlags.durable = false
 	}
