@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -147,7 +146,12 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 	}
 	im, err := res.im, res.err
 	if err == nil && mode == PreinitAuto && im.Reads.Any() {
-		err = fmt.Errorf("its initialisation reads %s, which every instance of an image would share (WithPreinit %q PreinitOn allows it)", im.Reads, class)
+		// Said at INFO, once per class an engine compiles (at a node's
+		// start): the cost is each cold start's, and the choice is the
+		// host's (docs/operations.md#images).
+		e.cfg.logger.Info("class runs its initialisation in each new instance: no pre-initialised image, since instances of one would share what it read (a Go guest's random seeds, say); images on (WithPreinit PreinitOn, keepnode -preinit CLASS=on) spare each cold start that run, at the cost of those shared values",
+			"class", class, "reads", im.Reads.String(), "init_ms_per_cold_start", float64(im.Init.Microseconds())/1000)
+		return nil, nil
 	}
 	if err == nil && !im.For(wasm) {
 		err = errors.New("the image was made from another module") // never: the key is the module's hash

@@ -1,12 +1,16 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
@@ -301,5 +305,55 @@ func TestWhichCountersGetAnImageByDefault(t *testing.T) {
 				t.Errorf("image %v, want %v", got, want[lang])
 			}
 		})
+	}
+}
+
+// A class the default leaves without an image says so when it is
+// compiled (a node's start), at INFO: what its initialisation read, what
+// that run costs each cold start, and the option that turns images on. A
+// class with an image, or whose images were turned off by choice, says
+// nothing of the kind.
+func TestAClassLeftWithoutAnImageSaysWhatItCostsAndHowToChangeIt(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		mode engine.Preinit
+		want bool
+	}{
+		{"auto", engine.PreinitAuto, true},
+		{"on", engine.PreinitOn, false},
+		{"off", engine.PreinitOff, false},
+	} {
+		var out bytes.Buffer
+		logger := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Info, JSONFormat: true})
+		eng, err := engine.NewEngine(ctx, engine.WithPreinit("counter", c.mode), engine.WithLogger(logger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Compile(ctx, "counter", testguest.Counter(t, "go")); err != nil {
+			t.Fatal(err)
+		}
+		eng.Close(ctx)
+		var line map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && strings.HasPrefix(fmt.Sprint(m["@message"]), "class runs its initialisation in each new instance") {
+				line = m
+			}
+		}
+		if (line != nil) != c.want {
+			t.Errorf("%s: said %v, want a line about running without an image: %v\n%s", c.name, line != nil, c.want, out.String())
+			continue
+		}
+		if line == nil {
+			continue
+		}
+		if line["@level"] != "info" || line["class"] != "counter" || !strings.Contains(fmt.Sprint(line["reads"]), "random numbers") ||
+			!strings.Contains(fmt.Sprint(line["@message"]), "-preinit CLASS=on") || !strings.Contains(fmt.Sprint(line["@message"]), "PreinitOn") {
+			t.Errorf("%s: %v; want INFO naming the class, its random reads and the option that turns images on", c.name, line)
+		}
+		if ms, ok := line["init_ms_per_cold_start"].(float64); !ok || ms <= 0 {
+			t.Errorf("%s: init_ms_per_cold_start %v, want the initialisation's measured time", c.name, line["init_ms_per_cold_start"])
+		}
 	}
 }
