@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/clock"
 	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/preinit"
 )
 
 // DefaultEventDeadline bounds one request or on-init run (WithEventDeadline).
@@ -476,10 +478,13 @@ type Class struct {
 	compiled wazero.CompiledModule
 	// image, when set, is the memory every instance must start on:
 	// compiled is then a pre-initialised image without its data.
-	image     *imageMemory
-	onAlarm   bool
-	onRequest bool
-	onInit    bool
+	image *imageMemory
+	// generators are the image's random number generators, given fresh
+	// seeds in each instance (preinit.Reseed).
+	generators []preinit.Generator
+	onAlarm    bool
+	onRequest  bool
+	onInit     bool
 }
 
 // HasAlarmHandler reports whether the class exports on-alarm.
@@ -499,9 +504,9 @@ func (e *Engine) Compile(ctx context.Context, class string, wasm []byte) (*Class
 		cm.Close(ctx)
 		return nil, fmt.Errorf("class %s: %w", class, err)
 	}
-	if im, mem := e.image(ctx, class, wasm); im != nil {
+	if im, mem, gens := e.image(ctx, class, wasm); im != nil {
 		cm.Close(ctx)
-		c.compiled, c.image = im, mem
+		c.compiled, c.image, c.generators = im, mem, gens
 		if mem != nil {
 			e.mem.addImage(mem)
 		}
@@ -621,6 +626,14 @@ func (e *Engine) instantiate(ctx context.Context, id abi.ActorID, c *Class, stdo
 			err = fmt.Errorf("%w; then: %w", r, err)
 		}
 		return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
+	}
+	if len(c.generators) > 0 {
+		// Before any of the instance's code runs: the image has no start
+		// function and no _initialize.
+		if err := preinit.Reseed(m.Memory(), c.generators, rand.Reader); err != nil {
+			m.Close(ctx)
+			return nil, nil, &abi.ActorError{ID: id, Err: fmt.Errorf("instantiate class %s: %w", c.Name, err)}
+		}
 	}
 	return m, gm, nil
 }

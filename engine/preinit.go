@@ -23,14 +23,20 @@ const (
 	// PreinitAuto, the default: an image when one can be built faithfully
 	// and the initialisation read nothing that could differ between
 	// instances (no random numbers, no clock, no output), so that an
-	// instance of the image cannot be told from one that ran it. A Go
-	// guest's runtime reads random numbers and the clock as it starts, so
-	// a Go class runs its initialisation unless WithPreinit turns images on.
+	// instance of the image cannot be told from one that ran it; and for a
+	// Go guest, whose runtime reads random numbers and the clock as it
+	// starts: its random number generators are found in the image and
+	// each instance gets seeds of its own (math/rand, math/rand/v2, map
+	// iteration), and its clock continues from the image's. What a Go
+	// guest's package initialisation itself drew at random (a value kept
+	// in a variable, the hash seeds of maps it filled) is the image's in
+	// every instance (docs/design.md#images-and-seeds).
 	PreinitAuto Preinit = iota
 	// PreinitOn: an image whenever one can be built faithfully, even if
 	// the initialisation read random numbers or the clock: every instance
-	// of the image then shares the values the image run read (a Go
-	// guest's map hash seeds and math/rand state among them).
+	// of the image then shares the values the image run read, but for a
+	// Go runtime's generators, which each instance gets afresh as with
+	// PreinitAuto.
 	PreinitOn
 	// PreinitOff: every instance runs the initialisation.
 	PreinitOff
@@ -108,7 +114,7 @@ const maxImages = 64
 // image returns the class's image compiled in the engine's runtime, and
 // the image's memory when each instance must be given it (see
 // guestMemory.image), or nil when its instances run their initialisation.
-func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.CompiledModule, *imageMemory) {
+func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.CompiledModule, *imageMemory, []preinit.Generator) {
 	mode, ok := e.cfg.preinit[class]
 	if !ok {
 		if mode, ok = e.cfg.preinit[""]; !ok {
@@ -116,7 +122,7 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 		}
 	}
 	if mode == PreinitOff || !e.owned || e.cfg.moduleConfig != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	key := imageKey{sha256.Sum256(wasm), e.cfg.memoryPages}
 	images.Lock()
@@ -132,7 +138,7 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 			Walltime: e.cfg.clock.Now, Timeout: e.cfg.eventDeadlineOf(class),
 		})
 		if ctx.Err() != nil {
-			return nil, nil // not the module's doing: try again next time
+			return nil, nil, nil // not the module's doing: try again next time
 		}
 		if res.err = err; err == nil {
 			res = imageUse(im, e.cfg.logger)
@@ -145,13 +151,13 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 		images.Unlock()
 	}
 	im, err := res.im, res.err
-	if err == nil && mode == PreinitAuto && im.Reads.Any() {
+	if err == nil && mode == PreinitAuto && im.Reads.Any() && !reseededRuntime(im) {
 		// Said at INFO, once per class an engine compiles (at a node's
 		// start): the cost is each cold start's, and the choice is the
 		// host's (docs/operations.md#images).
-		e.cfg.logger.Info("class runs its initialisation in each new instance: no pre-initialised image, since instances of one would share what it read (a Go guest's random seeds, say); images on (WithPreinit PreinitOn, keepnode -preinit CLASS=on) spare each cold start that run, at the cost of those shared values",
+		e.cfg.logger.Info("class runs its initialisation in each new instance: no pre-initialised image, since instances of one would share what it read; images on (WithPreinit PreinitOn, keepnode -preinit CLASS=on) spare each cold start that run, at the cost of those shared values",
 			"class", class, "reads", im.Reads.String(), "init_ms_per_cold_start", float64(im.Init.Microseconds())/1000)
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err == nil && !im.For(wasm) {
 		err = errors.New("the image was made from another module") // never: the key is the module's hash
@@ -164,8 +170,19 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 		if !errors.Is(err, preinit.ErrNothingToRun) {
 			e.cfg.logger.Debug("class runs its initialisation in each instance", "class", class, "reason", err)
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
-	e.cfg.logger.Debug("class starts from a pre-initialised image", "class", class, "pages", im.Pages, "data_bytes", im.DataBytes, "reads", im.Reads.String(), "mapped", res.mem != nil)
-	return cm, res.mem
+	e.cfg.logger.Debug("class starts from a pre-initialised image", "class", class, "pages", im.Pages, "data_bytes", im.DataBytes, "reads", im.Reads.String(), "mapped", res.mem != nil, "generators_reseeded", len(im.Generators))
+	return cm, res.mem, im.Generators
+}
+
+// reseededRuntime reports whether an image whose initialisation read from
+// outside is still one PreinitAuto gives a class: a Go runtime's start,
+// which read random numbers once, into generators each instance gets
+// afresh (preinit.Image.Generators), and the clock, for the origin of its
+// monotonic time, which an instance's clock continues from
+// (docs/design.md#images-and-seeds). Output, or random numbers read into
+// anything else, still is not.
+func reseededRuntime(im *preinit.Image) bool {
+	return im.Reads.Random && im.Reseedable() && !im.Reads.Output
 }

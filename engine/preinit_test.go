@@ -216,7 +216,8 @@ func TestWhichClassesGetAnImage(t *testing.T) {
 		{"with a module config", versioned(3), []engine.Option{engine.WithPreinit("c", engine.PreinitOn),
 			engine.WithModuleConfig(func(abi.ActorID) wazero.ModuleConfig { return wazero.NewModuleConfig() })}, false},
 		{"a host call in _initialize", testguest.Fixture(t, "actor_id"), []engine.Option{engine.WithPreinit("c", engine.PreinitOn)}, false},
-		{"the Go counter, auto", testguest.Counter(t, "go"), auto, false},
+		{"the Go counter, auto (its runtime's generators reseeded)", testguest.Counter(t, "go"), auto, true},
+		{"a clock read at initialisation, auto", testguest.Fixture(t, "init_clock"), auto, false},
 		{"the Go counter, on", testguest.Counter(t, "go"), []engine.Option{engine.WithPreinit("c", engine.PreinitOn)}, true},
 	} {
 		eng, err := engine.NewEngine(ctx, c.opts...)
@@ -283,12 +284,13 @@ func TestTheCounterActorIsTheSameFromAnImage(t *testing.T) {
 }
 
 // By default, the counters whose initialisation reads nothing from outside
-// start from an image: the AssemblyScript one. The Go runtime reads random
-// numbers and the clock as it starts; the Rust counter has no
+// start from an image: the AssemblyScript one; and so does the Go one,
+// whose runtime reads random numbers (into generators each instance gets
+// afresh) and the clock as it starts. The Rust counter has no
 // initialisation.
 func TestWhichCountersGetAnImageByDefault(t *testing.T) {
 	ctx := context.Background()
-	want := map[string]bool{"go": false, "rust": false, "as": true}
+	want := map[string]bool{"go": true, "rust": false, "as": true}
 	for _, lang := range testguest.Languages {
 		t.Run(lang, func(t *testing.T) {
 			wasm := testguest.Counter(t, lang)
@@ -317,12 +319,14 @@ func TestAClassLeftWithoutAnImageSaysWhatItCostsAndHowToChangeIt(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
+		wasm []byte
 		mode engine.Preinit
 		want bool
 	}{
-		{"auto", engine.PreinitAuto, true},
-		{"on", engine.PreinitOn, false},
-		{"off", engine.PreinitOff, false},
+		{"a clock read at initialisation, auto", testguest.Fixture(t, "init_clock"), engine.PreinitAuto, true},
+		{"a clock read at initialisation, on", testguest.Fixture(t, "init_clock"), engine.PreinitOn, false},
+		{"a clock read at initialisation, off", testguest.Fixture(t, "init_clock"), engine.PreinitOff, false},
+		{"the Go counter, auto", testguest.Counter(t, "go"), engine.PreinitAuto, false},
 	} {
 		var out bytes.Buffer
 		logger := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Info, JSONFormat: true})
@@ -330,7 +334,7 @@ func TestAClassLeftWithoutAnImageSaysWhatItCostsAndHowToChangeIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := eng.Compile(ctx, "counter", testguest.Counter(t, "go")); err != nil {
+		if _, err := eng.Compile(ctx, "counter", c.wasm); err != nil {
 			t.Fatal(err)
 		}
 		eng.Close(ctx)
@@ -348,12 +352,52 @@ func TestAClassLeftWithoutAnImageSaysWhatItCostsAndHowToChangeIt(t *testing.T) {
 		if line == nil {
 			continue
 		}
-		if line["@level"] != "info" || line["class"] != "counter" || !strings.Contains(fmt.Sprint(line["reads"]), "random numbers") ||
+		if line["@level"] != "info" || line["class"] != "counter" || !strings.Contains(fmt.Sprint(line["reads"]), "the clock") ||
 			!strings.Contains(fmt.Sprint(line["@message"]), "-preinit CLASS=on") || !strings.Contains(fmt.Sprint(line["@message"]), "PreinitOn") {
-			t.Errorf("%s: %v; want INFO naming the class, its random reads and the option that turns images on", c.name, line)
+			t.Errorf("%s: %v; want INFO naming the class, what it read and the option that turns images on", c.name, line)
 		}
 		if ms, ok := line["init_ms_per_cold_start"].(float64); !ok || ms <= 0 {
 			t.Errorf("%s: init_ms_per_cold_start %v, want the initialisation's measured time", c.name, line["init_ms_per_cold_start"])
+		}
+	}
+}
+
+// A Go class starts from an image by default, and each instance draws
+// random numbers of its own: math/rand and math/rand/v2 give two
+// instances different numbers, and a map, made at initialisation or
+// later, iterates in different orders in each, as when every instance ran
+// its runtime's start (docs/design.md#images-and-seeds).
+func TestEachInstanceOfAGoImageDrawsRandomNumbersOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	wasm := testguest.Build(t, testguest.Scripted)
+	eng, err := engine.NewEngine(ctx, engine.WithPreinit("", engine.PreinitAuto))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := eng.Compile(ctx, "scripted", wasm)
+	eng.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Preinitialised() {
+		t.Fatal("a Go class has no image by default")
+	}
+	draw := func(name string) []string {
+		g := guesttest.New(t, wasm, guesttest.WithActor(abi.ActorID{Tenant: "t", Class: "scripted", Name: name}),
+			guesttest.WithEngineOptions(engine.WithPreinit("", engine.PreinitAuto)))
+		resp, err := g.Request([]byte("rand"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(string(resp), "\n")
+	}
+	a, b := draw("a"), draw("b")
+	if len(a) != 4 || len(b) != 4 {
+		t.Fatalf("rand answered %q and %q", a, b)
+	}
+	for i, what := range []string{"math/rand", "math/rand/v2", "a map made at initialisation", "a map made in the request"} {
+		if a[i] == b[i] {
+			t.Errorf("%s: both instances gave %q", what, a[i])
 		}
 	}
 }

@@ -147,7 +147,17 @@ type Image struct {
 	// took: what each instance that runs its initialisation pays at its
 	// start, and an instance of the image does not.
 	Init time.Duration
+	// Generators are the random number generators of a Go runtime that the
+	// initialisation seeded from the random numbers it read, found in
+	// Memory; a host gives each instance seeds of its own with Reseed
+	// (generators.go). Empty for any other module.
+	Generators []Generator
 }
+
+// Reseedable reports whether every random number the initialisation read
+// went into Generators, which Reseed gives each instance afresh: the one
+// read of a Go runtime's start, whose generators were found.
+func (im *Image) Reseedable() bool { return len(im.Generators) > 0 }
 
 // For reports whether the image was made from wasm.
 func (im *Image) For(wasm []byte) bool { return im.Source == sha256.Sum256(wasm) }
@@ -200,6 +210,15 @@ func Build(ctx context.Context, wasm []byte, cfg Config) (*Image, error) {
 
 	// The image: the original with the captured state.
 	im := &Image{Source: sha256.Sum256(wasm), Pages: st.pages, Reads: st.reads, Init: st.init}
+	if st.reads.Random && st.randomCalls == goRuntimeRandomReads && st.randomBytes == goRuntimeRandomBytes {
+		// Perhaps a Go runtime: run it again, on other random numbers, to
+		// find the generators they seeded (generators.go).
+		again, err := run(ctx, instrumented, m, memExport, cfg)
+		if err != nil {
+			return nil, err
+		}
+		im.Generators = findGenerators(st.memory, again.memory)
+	}
 	sections := m.sections
 	if len(m.globals) > 0 {
 		gs := append([]global(nil), m.globals...)
@@ -294,6 +313,9 @@ type state struct {
 	globals map[int]uint64 // by defined global's index
 	reads   Reads
 	init    time.Duration
+	// randomCalls and randomBytes count the reads of random numbers
+	// (WASI random_get) and the bytes they asked for.
+	randomCalls, randomBytes int
 }
 
 // hostCall is the panic value of a non-WASI import called during
@@ -330,7 +352,10 @@ func run(ctx context.Context, wasm []byte, m *module, memExport string, cfg Conf
 	}
 
 	// WASI as the engine serves it, watched; every other import refuses.
-	var reads struct{ random, clock, output atomic.Bool }
+	var reads struct {
+		random, clock, output    atomic.Bool
+		randomCalls, randomBytes atomic.Int64
+	}
 	wasi := wasi_snapshot_preview1.NewBuilder(r)
 	if _, err := wasi.Instantiate(ctx); err != nil {
 		return nil, fmt.Errorf("preinit: instantiate WASI: %w", err)
@@ -362,6 +387,8 @@ func run(ctx context.Context, wasm []byte, m *module, memExport string, cfg Conf
 		WithStartFunctions(). // run below, to tell a trap in one from the other
 		WithRandSource(readerFunc(func(p []byte) (int, error) {
 			reads.random.Store(true)
+			reads.randomCalls.Add(1)
+			reads.randomBytes.Add(int64(len(p)))
 			return randReader.Read(p)
 		})).
 		WithWalltime(func() (int64, int32) {
@@ -416,6 +443,7 @@ func run(ctx context.Context, wasm []byte, m *module, memExport string, cfg Conf
 	st.reads = Reads{
 		Random: reads.random.Load(), Clock: reads.clock.Load(), Output: reads.output.Load(),
 	}
+	st.randomCalls, st.randomBytes = int(reads.randomCalls.Load()), int(reads.randomBytes.Load())
 	return st, nil
 }
 

@@ -13,6 +13,10 @@
 //	init?         -> yes if on-init ran (key "inited" exists), else no
 //	calls         -> how many times on-alarm was called in this instance
 //	self          -> the actor's identity, tenant/class/name (wasmkeep.Self)
+//	rand          -> what the runtime's random numbers give, one line each:
+//	                 math/rand's Uint64, math/rand/v2's, the orders in which
+//	                 a map made at initialisation and one made now iterate
+//	                 (8 times each)
 //
 // Anything else fails the request. A host error in a command other than set
 // and clear fails the request too.
@@ -37,6 +41,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	randv1 "math/rand"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +121,8 @@ func onRequest(req []byte) ([]byte, error) {
 	case "self":
 		id, err := wasmkeep.Self()
 		return []byte(id.String()), err
+	case "rand":
+		return randomness(), nil
 	}
 	return nil, fmt.Errorf("unknown command %q", cmd)
 }
@@ -173,4 +181,33 @@ func onAlarm(scheduled time.Time, retryCount int) error {
 		}
 	}
 	return nil
+}
+
+// initMap is a map made at initialisation (in an image, before it was
+// captured).
+var initMap = map[int]bool{}
+
+func init() {
+	for i := range 32 {
+		initMap[i] = true
+	}
+}
+
+// randomness is the answer of "rand".
+func randomness() []byte {
+	order := func(m map[int]bool) string {
+		s := ""
+		for range 8 {
+			for k := range m {
+				s += strconv.Itoa(k) + ","
+				break // the first key: where the iteration starts
+			}
+		}
+		return s
+	}
+	fresh := map[int]bool{}
+	for i := range 32 {
+		fresh[i] = true
+	}
+	return fmt.Appendf(nil, "v1 %d\nv2 %d\ninit %s\nfresh %s", randv1.Uint64(), rand.Uint64(), order(initMap), order(fresh))
 }
