@@ -197,6 +197,12 @@ func sysTime(tb testing.TB) time.Duration {
 // collector's cycles during the firings (gcs), and the live heap and
 // goroutines before them.
 func coldFirings(b *testing.B, classes map[string][]byte, class string, actors int, req []byte) {
+	coldFiringsWith(b, classes, class, actors, req, node.Config{MaxOpenDatabases: 64, MaxInstances: 64})
+}
+
+// coldFiringsWith is coldFirings with the firing node's budgets from cfg
+// (zero: the node's defaults). It also reports the process's peak RSS.
+func coldFiringsWith(b *testing.B, classes map[string][]byte, class string, actors int, req []byte, budgets node.Config) {
 	ctx := context.Background()
 	dir := b.TempDir()
 	clock := fakeclock.New(time.UnixMilli(1_800_000_000_000))
@@ -209,7 +215,7 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	n.Close(ctx)
 	var fired atomic.Int64
 	all := make(chan struct{})
-	n = newNode(b, dir, classes, node.Config{Clock: clock, MaxOpenDatabases: 64, MaxInstances: 64,
+	n = newNode(b, dir, classes, node.Config{Clock: clock, MaxOpenDatabases: budgets.MaxOpenDatabases, MaxInstances: budgets.MaxInstances,
 		OnDelivery: func(ev node.DeliveryEvent) {
 			if ev.Err == nil && ev.Event.Ran && ev.Event.Err == nil && fired.Add(1) == int64(actors) {
 				close(all)
@@ -267,6 +273,7 @@ func coldFirings(b *testing.B, classes map[string][]byte, class string, actors i
 	b.ReportMetric(float64(goroutines), "goroutines-before")
 	b.ReportMetric(float64(st.PeakOpenDatabases), "peak-dbs")
 	b.ReportMetric(float64(st.Slept), "slept")
+	b.ReportMetric(mib(procStatus("VmHWM")), "MiB-peak-rss")
 }
 
 // BenchmarkFirings: cold firings/s (3,000 .wat actors, 500 counters, closed,
@@ -287,6 +294,14 @@ func BenchmarkFirings(b *testing.B) {
 			atReq(time.Now().Add(-time.Second).UnixMilli()), 3*time.Second)
 	})
 	b.Run("counter/cold", func(b *testing.B) { coldFirings(b, cnt, "counter", 500, []byte("start 1000")) })
+	// A Go guest as a new user runs it: 3,000 actors, the node's default
+	// budgets and images (-preinit off: each instance runs its runtime's
+	// start, as before Go classes got images by default). Its peak RSS is
+	// the process's: run it alone.
+	b.Run("go/cold-3000", func(b *testing.B) {
+		coldFiringsWith(b, map[string][]byte{"scripted": testguest.Build(b, testguest.Scripted)}, "scripted", 3000,
+			[]byte("set 1800000001000"), node.Config{})
+	})
 	b.Run("counter/warm", func(b *testing.B) { warmFirings(b, cnt, "counter", 200, []byte("start 1"), 3*time.Second) })
 }
 
