@@ -40,6 +40,29 @@ type Hold struct {
 
 	etag  string // ETag of the ownership record this hold wrote
 	epoch uint64 // lease epoch it was taken in
+
+	// fetched is State's body when Acquire read it to learn the state (a
+	// GET of the record's hold's own snapshot, where a HEAD would tell
+	// only that it exists): the restore needs no second request. Only
+	// the Hold Acquire returns carries it, never the one Holds keeps.
+	fetched *[]byte
+}
+
+// Fetched returns the body of State when taking the hold already read it,
+// and whether it did; the caller restores from it instead of downloading
+// State again.
+func (h Hold) Fetched() ([]byte, bool) {
+	if h.fetched == nil {
+		return nil, false
+	}
+	return *h.fetched, true
+}
+
+// WithoutFetched is the hold without the body Fetched returns: the one to
+// keep, so the body is not held for as long as the hold.
+func (h Hold) WithoutFetched() Hold {
+	h.fetched = nil
+	return h
 }
 
 // HeldElsewhereError is returned by Acquire when another node holds the
@@ -264,7 +287,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	// no longer acts (released, expired, or this node's own earlier
 	// epoch), so what it confirmed uploading is in the bucket by now, and
 	// the write below is conditional on the record read.
-	st, err := stateOf(ctx, h.b, h.r, id, rec)
+	st, fetched, err := stateOf(ctx, h.b, h.r, id, rec, true)
 	if err != nil {
 		return Hold{}, h.errorf(id, "reading the actor's state: %w", err)
 	}
@@ -274,6 +297,9 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	hold, err := h.take(ctx, id, epoch, rec.Generation+1, bucket.Cond{IfMatch: etag}, st)
 	if err == nil && takeover {
 		h.takeovers.Add(1)
+	}
+	if err == nil && fetched != nil {
+		hold.fetched = fetched
 	}
 	return hold, err
 }
@@ -391,32 +417,42 @@ func (h *Holds) Doubt(id abi.ActorID) {
 // rec (just read with a GET) names it: the snapshot of the record's own
 // hold if that hold uploaded, else the one the record notes. Whether the
 // record's hold uploaded is read with a HEAD of its key, unless the record
-// already names that key (a release after an upload). Nothing is taken
+// already names that key (a release after an upload); with fetch, a GET,
+// whose body it returns when the key exists (a taker restores from it: a
+// request fewer than a HEAD and then a download). Nothing is taken
 // from a listing: an erasure-coded store may leave a key being overwritten
 // out of one (docs/design.md#lists). A record from before records named
 // the state is the exception: its state is the newest key a listing shows,
 // as then, and the hold taken on it notes that key for every later one.
-func stateOf(ctx context.Context, b bucket.Bucket, r *Replica, id abi.ActorID, rec holdRecord) (Snapshot, error) {
+func stateOf(ctx context.Context, b bucket.Bucket, r *Replica, id abi.ActorID, rec holdRecord, fetch bool) (Snapshot, *[]byte, error) {
 	if rec.State == "" {
 		s, _, err := r.ListLatest(ctx, id)
-		return s, err
+		return s, nil, err
 	}
 	noted, err := parseState(r, id, rec.State, rec.StateETag)
 	if err != nil {
-		return Snapshot{}, err
+		return Snapshot{}, nil, err
 	}
 	own := r.Key(id, rec.Generation, 0)
 	if rec.Generation == 0 || noted.Key == own {
-		return noted, nil
+		return noted, nil, nil
 	}
-	etag, err := bucket.Head(ctx, b, own)
+	var etag string
+	var body *[]byte
+	if fetch {
+		var data []byte
+		data, etag, err = b.Get(ctx, own)
+		body = &data
+	} else {
+		etag, err = bucket.Head(ctx, b, own)
+	}
 	switch {
 	case err == nil:
-		return Snapshot{Key: own, Generation: rec.Generation, ETag: etag}, nil
+		return Snapshot{Key: own, Generation: rec.Generation, ETag: etag}, body, nil
 	case errors.Is(err, bucket.ErrNotFound):
-		return noted, nil
+		return noted, nil, nil
 	default:
-		return Snapshot{}, err
+		return Snapshot{}, nil, err
 	}
 }
 
@@ -668,7 +704,7 @@ func ReadState(ctx context.Context, b bucket.Bucket, prefix string, id abi.Actor
 	}
 	rec, etag, found, err := read()
 	for try := 0; found && err == nil; try++ {
-		s, err = stateOf(ctx, b, r, id, rec)
+		s, _, err = stateOf(ctx, b, r, id, rec, false)
 		if err != nil {
 			return Snapshot{}, false, &abi.ActorError{ID: id, Op: "read the actor's state", Err: err}
 		}

@@ -234,3 +234,47 @@ func TestARecordFromBeforeIsReadFromAListing(t *testing.T) {
 		t.Fatalf("the next take sent %+v, want no LIST", c)
 	}
 }
+
+// A takeover from a holder that died after uploading reads that upload
+// once: the taker learns it is the state with a GET of the dead hold's
+// key, whose body the restore then uses (Hold.Fetched), not a HEAD and a
+// download after it. The take is four requests: the ownership record, the
+// holder's lease, the snapshot, and the conditional write of the record.
+// A take whose record names its state already fetches nothing.
+func TestATakeoverReadsTheDeadHoldersUploadOnce(t *testing.T) {
+	onBoth(t, func(t *testing.T, raw bucket.Bucket) {
+		ctx := context.Background()
+		clk := fakeclock.New(t0)
+		counted := bucket.NewCounting(raw)
+		a, o := startNode(t, counted, clk, "a"), startNode(t, raw, clk, "o")
+		h := acquire(t, o, actorX)
+		h = upload(t, o, h, raw, "v1")
+		if err := o.holds.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		// The record names v1, the state: nothing to fetch.
+		h = acquire(t, o, actorX)
+		if _, ok := h.Fetched(); ok {
+			t.Errorf("a take whose record names the state fetched it")
+		}
+		h = upload(t, o, h, raw, "v2")
+		o.Kill()
+		expire(t, clk, a, "o")
+		counted.Reset()
+		h = acquire(t, a, actorX)
+		got := counted.Counts()
+		body, ok := h.Fetched()
+		if !ok || string(body) != "v2" {
+			t.Errorf("the takeover fetched %q (%v), want the dead holder's upload v2", body, ok)
+		}
+		if h.State.Generation != h.Generation-1 || h.State.ETag == "" {
+			t.Errorf("the takeover's state %+v, want the dead hold's own snapshot with its ETag", h.State)
+		}
+		if got.Get != 3 || got.Put != 1 || got.Head != 0 || got.List != 0 || got.Delete != 0 {
+			t.Errorf("the takeover sent %+v; want 3 GETs (record, lease, snapshot) and 1 PUT", got)
+		}
+		if kept := h.WithoutFetched(); func() bool { _, ok := kept.Fetched(); return ok }() {
+			t.Errorf("WithoutFetched kept the body")
+		}
+	})
+}

@@ -208,7 +208,9 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	if err := n.restore(ctx, e, hold.State); err != nil {
+	fetched, wasFetched := hold.Fetched()
+	hold = hold.WithoutFetched()
+	if err := n.restore(ctx, e, hold.State, fetched, wasFetched); err != nil {
 		n.releaseHold(ctx, hold)
 		return err
 	}
@@ -322,7 +324,7 @@ func (n *Node) noteNewerLocal(id abi.ActorID, path string, newer *format.NewerEr
 // file that matches it (its sidecar names that snapshot and ETag) is kept;
 // another one is set aside as .replaced. When the bucket has nothing, the
 // local file (if any) stays: it is this node's own data, to be uploaded.
-func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot) error {
+func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, fetched []byte, wasFetched bool) error {
 	p := n.path(e.id)
 	if latest.Key == "" {
 		e.hasLast, e.bucketHad, e.last = false, false, cluster.Snapshot{}
@@ -339,11 +341,17 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot) e
 			return nil
 		}
 	}
-	data, etag, err := n.replica.Download(ctx, e.id, latest)
-	if err != nil {
-		// The records name this snapshot: missing, it is an error (the
-		// bucket lost it, or an operator removed it), never "no state".
-		return err
+	data, etag := fetched, latest.ETag
+	if !wasFetched {
+		// Not read by the take (its record named it, or no take): read it.
+		var err error
+		data, etag, err = n.replica.Download(ctx, e.id, latest)
+		if err != nil {
+			// The records name this snapshot: missing, it is an error
+			// (the bucket lost it, or an operator removed it), never "no
+			// state".
+			return err
+		}
 	}
 	e.last.ETag = etag
 	n.restored.Add(1)

@@ -59,7 +59,7 @@ func (s *sim) take(n *node, a abi.ActorID, k func(h *held, owner int, why string
 			c := *r
 			read = &c
 		}
-		s.stateAtTake(n, a, read, func(state string, ok bool, why string) {
+		s.stateAtTake(n, a, read, true, func(state string, fetched *[]byte, ok bool, why string) {
 			if !ok {
 				k(nil, -1, why)
 				return
@@ -87,7 +87,7 @@ func (s *sim) take(n *node, a abi.ActorID, k func(h *held, owner int, why string
 			s.c.Holds++
 			s.holds[ak] = &holdRec{node: n.id, epoch: n.epoch, gen: gen, state: state}
 			s.logf("%s holds %s (generation %d, state %q)", n.addr, a, gen, state)
-			s.restore(n, a, gen, state, k)
+			s.restore(n, a, gen, state, fetched, k)
 		})
 	})
 }
@@ -118,7 +118,7 @@ func (s *sim) retake(n *node, h *held, k func(h *held, owner int, why string)) {
 			k(nil, -1, "no valid node lease")
 			return
 		}
-		s.stateAtTake(n, a, &holdRec{node: n.id, gen: h.gen, state: h.state}, func(state string, ok bool, why string) {
+		s.stateAtTake(n, a, &holdRec{node: n.id, gen: h.gen, state: h.state}, false, func(state string, _ *[]byte, ok bool, why string) {
 			if !ok {
 				k(nil, -1, why)
 				return
@@ -157,33 +157,43 @@ func (s *sim) retake(n *node, h *held, k func(h *held, owner int, why string)) {
 
 // stateAtTake is the state a take of a notes in its record, read as
 // cluster.Holds.Acquire reads it: none for an actor never held; the
-// record's own hold's snapshot if that hold uploaded (a HEAD of its key,
-// unless the record already names it); else the snapshot the record
-// notes.
-func (s *sim) stateAtTake(n *node, a abi.ActorID, read *holdRec, k func(state string, ok bool, why string)) {
+// record's own hold's snapshot if that hold uploaded (a GET of its key,
+// whose body the restore uses, with fetch, as Acquire does; a HEAD
+// without, as Retake does; neither if the record already names it); else
+// the snapshot the record notes.
+func (s *sim) stateAtTake(n *node, a abi.ActorID, read *holdRec, fetch bool, k func(state string, fetched *[]byte, ok bool, why string)) {
 	if read == nil {
-		k("", true, "")
+		k("", nil, true, "")
 		return
 	}
 	own := stateKey(a, read.gen, 0)
 	if read.state == own {
-		k(own, true, "")
+		k(own, nil, true, "")
 		return
 	}
 	s.c.StateProbes++
-	s.send(n, request{kind: bucket.OpHead, class: clsRead, key: own}, func(r result) {
+	kind := bucket.OpHead
+	if fetch {
+		kind = bucket.OpGet
+	}
+	s.send(n, request{kind: kind, class: clsRead, key: own}, func(r result) {
 		switch {
+		case r.err == nil && fetch:
+			body := r.body
+			k(own, &body, true, "")
 		case r.err == nil:
-			k(own, true, "")
+			k(own, nil, true, "")
 		case errors.Is(r.err, bucket.ErrNotFound):
-			k(read.state, true, "")
+			k(read.state, nil, true, "")
 		default:
-			k("", false, "reading the state: "+r.err.Error())
+			k("", nil, false, "reading the state: "+r.err.Error())
 		}
 	})
 }
 
-func (s *sim) restore(n *node, a abi.ActorID, gen uint64, state string, k func(*held, int, string)) {
+// restore gives n the actor's state after a take: state's snapshot, from
+// fetched when the take read it (Hold.Fetched), else downloaded.
+func (s *sim) restore(n *node, a abi.ActorID, gen uint64, state string, fetched *[]byte, k func(*held, int, string)) {
 	ak := a.String()
 	epoch := n.epoch
 	failed := func(why string) {
@@ -201,33 +211,35 @@ func (s *sim) restore(n *node, a abi.ActorID, gen uint64, state string, k func(*
 		n.held[ak] = h
 		k(h, -1, "")
 	}
+	var got func(key string, r result)
 	download := func(key string) {
-		s.send(n, request{kind: bucket.OpGet, class: clsRead, key: key}, func(r result) {
-			if errors.Is(r.err, bucket.ErrNotFound) && !s.cfg.TrustListedState {
-				s.failf("sim", "actor %s: the records name snapshot %s, which the bucket lacks", a, key)
-				return
-			}
-			if r.err != nil {
-				failed("restore: " + r.err.Error())
-				return
-			}
-			d, err := decode(a, r.body)
-			if _, _, _, ok := parseStateKey(key); err != nil || !ok {
-				s.failf("sim", "actor %s: cannot read snapshot %s: %v", a, key, err)
-				return
-			}
-			h.db, h.bucketHad = d, true
-			if n.local[ak] != nil {
-				// The bucket's version wins; the node's own file is set
-				// aside.
-				delete(n.local, ak)
-				s.c.JoinsReplaced++
-				s.logf("%s sets its own data for %s aside: the bucket has it", n.addr, a)
-			}
-			s.logf("%s restores %s from %s: %s", n.addr, a, key, d)
-			n.held[ak] = h
-			k(h, -1, "")
-		})
+		s.send(n, request{kind: bucket.OpGet, class: clsRead, key: key}, func(r result) { got(key, r) })
+	}
+	got = func(key string, r result) {
+		if errors.Is(r.err, bucket.ErrNotFound) && !s.cfg.TrustListedState {
+			s.failf("sim", "actor %s: the records name snapshot %s, which the bucket lacks", a, key)
+			return
+		}
+		if r.err != nil {
+			failed("restore: " + r.err.Error())
+			return
+		}
+		d, err := decode(a, r.body)
+		if _, _, _, ok := parseStateKey(key); err != nil || !ok {
+			s.failf("sim", "actor %s: cannot read snapshot %s: %v", a, key, err)
+			return
+		}
+		h.db, h.bucketHad = d, true
+		if n.local[ak] != nil {
+			// The bucket's version wins; the node's own file is set
+			// aside.
+			delete(n.local, ak)
+			s.c.JoinsReplaced++
+			s.logf("%s sets its own data for %s aside: the bucket has it", n.addr, a)
+		}
+		s.logf("%s restores %s from %s: %s", n.addr, a, key, d)
+		n.held[ak] = h
+		k(h, -1, "")
 	}
 	if s.cfg.TrustListedState {
 		// The unsafe variant: the newest key a listing shows.
@@ -248,6 +260,10 @@ func (s *sim) restore(n *node, a abi.ActorID, gen uint64, state string, k func(*
 	}
 	if state == "" {
 		nothing()
+		return
+	}
+	if fetched != nil {
+		got(state, result{body: *fetched})
 		return
 	}
 	download(state)
