@@ -257,7 +257,7 @@ func TestATakeoverReadsTheDeadHoldersUploadOnce(t *testing.T) {
 		if _, ok := h.Fetched(); ok {
 			t.Errorf("a take whose record names the state fetched it")
 		}
-		h = upload(t, o, h, raw, "v2")
+		upload(t, o, h, raw, "v2")
 		o.Kill()
 		expire(t, clk, a, "o")
 		counted.Reset()
