@@ -1163,6 +1163,18 @@ func (n *Node) Start(ctx context.Context) {
 	}()
 }
 
+// StopDeliveries stops the timer loop and the sweeps from starting any
+// delivery, as Close does first, without waiting for those under way: a
+// host calls it as its shutdown begins, before it stops serving requests
+// (which may wait for requests in flight), so that no alarm starts on this
+// node while it stops; its alarms are the other nodes' once Close deletes
+// its lease (docs/design.md#shutdown).
+func (n *Node) StopDeliveries() {
+	if n.cancel != nil {
+		n.cancel()
+	}
+}
+
 // Close stops the timer, lets the deliveries in flight finish (for up to
 // Config.DrainTimeout), and closes every
 // actor and the engine. In cluster mode it uploads what is pending, releases

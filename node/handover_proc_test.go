@@ -2,11 +2,15 @@ package node_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/testguest"
 )
 
 // A SIGTERMed node hands its alarms over at once: three keepnode processes
@@ -19,13 +23,24 @@ import (
 // time and the lease's removal. Before, the survivors found them only a
 // margin (lease + grace, 12 s) overdue, at their next sweep: 12 to 22 s
 // late.
+//
+// A request runs on node0 through its SIGTERM (a guest that loops until
+// its 8 s event deadline), so its HTTP server's shutdown waits for it
+// while alarms come due: none may start on node0 once it was told to stop.
+// Before, its timer ran until the server had stopped, and under load 7 of
+// the 60 fired there.
 func TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rec := &swFirings{}
 	timings := swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 * time.Second, sweep: 10 * time.Second}
 	cfg, srv := swProcCluster(t, ctx, rec, timings)
-	cfg.Flags = append(cfg.Flags, "-metrics-addr", "127.0.0.1:0")
+	cfg.Flags = append(cfg.Flags, "-metrics-addr", "127.0.0.1:0", "-event-deadline", "hostile=8s")
+	hostile := filepath.Join(cfg.Dir, "hostile.wasm")
+	if err := os.WriteFile(hostile, testguest.Fixture(t, "hostile"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Classes["hostile"] = hostile
 	nodes := startProcNodes(t, ctx, cfg, 3)
 	victim, survivors := nodes[0], nodes[1:]
 
@@ -39,6 +54,19 @@ func TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce(t *testing.T) {
 	swArm(t, ctx, victim.URL, due)
 	if time.Until(base) < 0 {
 		t.Fatalf("arming took until %v after the first alarm was due (is the machine overloaded?)", -time.Until(base))
+	}
+	// A request in flight through the SIGTERM: the guest loops until its
+	// event deadline.
+	slow, cancelSlow := context.WithCancel(ctx)
+	defer cancelSlow()
+	go func() {
+		// It fails at its deadline, or as node0 stops.
+		_, _ = clusterproc.ClientOf(victim.URL).Exec(slow, abi.ActorID{Tenant: "t", Class: "hostile", Name: "slow"}, []byte("l"))
+	}()
+	for deadline := time.Now().Add(30 * time.Second); scrapeMetrics(t, victim.MetricsURL).Value("wasmkeep_guest_slots_busy") < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the looping request never started on node0")
+		}
 	}
 	stopAt := time.Now()
 	if err := victim.Stop(); err != nil {

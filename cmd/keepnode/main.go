@@ -502,6 +502,9 @@ func run(logger hclog.Logger, o *options) error {
 	logger.Info("shutting down: finishing deliveries under way, then releasing actors (signal again to exit at once)", "drain_timeout", o.drain)
 	sctx, cancel := context.WithTimeout(context.Background(), o.drain+30*time.Second)
 	defer cancel()
+	// No alarm starts here from now: the HTTP server's shutdown below
+	// waits for the requests in flight (up to their event deadline).
+	n.StopDeliveries()
 	srv.Shutdown(sctx)
 	return n.Close(sctx)
 }
