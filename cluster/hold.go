@@ -156,10 +156,6 @@ type HoldStats struct {
 	// tried, the actor found held by a live node within a lease TTL
 	// before.
 	RefusedFromMemory int64
-	// SharedLeaseReads counts the takes that judged a holder's lease by
-	// another take's read of it, sent after their own record's read,
-	// instead of a read of their own.
-	SharedLeaseReads int64
 	// NewerFormat counts the ownership records read that were of a
 	// format newer than this build reads: each refused (Acquire, Lookup)
 	// with an error wrapping a *format.NewerError.
@@ -168,7 +164,7 @@ type HoldStats struct {
 
 // Stats returns the counters.
 func (h *Holds) Stats() HoldStats {
-	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), SharedLeaseReads: h.l.SharedLeaseReads(), NewerFormat: h.newer.Load()}
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load()}
 }
 
 // parse reads the actor's ownership record (key) with parseHold, and
@@ -246,7 +242,6 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 	}
 	key := h.Key(id)
 	body, etag, err := h.b.Get(ctx, key)
-	read := h.l.takeTicket() // the record's read returned: the holder's lease is read after it
 	if errors.Is(err, bucket.ErrNotFound) {
 		// No hold was ever taken, so nothing was ever uploaded.
 		return h.take(ctx, id, epoch, 1, bucket.Cond{IfNoneMatch: true}, Snapshot{})
@@ -271,7 +266,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 		// take it, so take it anew, conditionally.
 	case "":
 	default:
-		expired, err := h.l.readLeaseAfter(ctx, rec.NodeID, read)
+		expired, err := h.l.readLease(ctx, rec.NodeID)
 		if newer, ok := format.As(err); ok {
 			// Counted as a read of the lease (Leases.NewerFormatReads).
 			h.log.Warn("the actor's holder has a lease of a format newer than this build reads; refused, its hold left as it is",

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -603,82 +602,4 @@ func TestABucketOutageTakesNothingOver(t *testing.T) {
 		t.Fatal("b does not judge a dead node's lease expired after watching it for TTL + Grace")
 	}
 	acquire(t, b, actorY)
-}
-
-// gatedLeaseGets holds every GET of one key (a node's lease) until release
-// is closed, and counts them.
-type gatedLeaseGets struct {
-	bucket.Bucket
-	key     string
-	release chan struct{}
-	gets    atomic.Int64
-}
-
-func (g *gatedLeaseGets) Get(ctx context.Context, key string) ([]byte, string, error) {
-	if key == g.key {
-		g.gets.Add(1)
-		<-g.release
-	}
-	return g.Bucket.Get(ctx, key)
-}
-
-// Takes of one holder's actors at once share a read of its lease, but only
-// one sent after their own read of the actor's record returned (the rule
-// a take keeps: the lease is read after the record, so a renewal before
-// the record was read shows): a take whose record was read before a
-// read of the lease in flight was sent joins it; one whose record was read
-// after sends its own.
-func TestTakesShareAReadOfTheHoldersLeaseOnlyIfItWasSentAfterTheirRecord(t *testing.T) {
-	ctx := context.Background()
-	clk := fakeclock.New(t0)
-	mem := bucket.NewMem()
-	g := &gatedLeaseGets{Bucket: mem, key: "cluster/nodes/o", release: make(chan struct{})}
-	startManual(t, mem, clk, "o")
-	a := startManual(t, g, clk, "a")
-	type res struct {
-		expired bool
-		err     error
-	}
-	read := func(after uint64) chan res {
-		ch := make(chan res, 1)
-		go func() {
-			e, err := a.ReadLeaseAfter(ctx, "o", after)
-			ch <- res{e, err}
-		}()
-		return ch
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	// Take x read its record, then sends a read of the holder's lease.
-	recX := a.TakeTicket()
-	x := read(recX)
-	waitFor("x's read of the lease", func() bool { return g.gets.Load() == 1 })
-	// Take y read its record before x's lease read was sent: it joins.
-	y := read(recX)
-	waitFor("y to join x's read", func() bool { return a.Joining() == 1 })
-	// Take z read its record after x's lease read was sent: a renewal
-	// between the two would not show in x's read, so z sends its own.
-	recZ := a.TakeTicket()
-	z := read(recZ)
-	waitFor("z's own read of the lease", func() bool { return g.gets.Load() == 2 })
-	close(g.release)
-	for name, ch := range map[string]chan res{"x": x, "y": y, "z": z} {
-		if r := <-ch; r.err != nil || r.expired {
-			t.Errorf("take %s: expired %v, %v; want the live holder's lease, not expired", name, r.expired, r.err)
-		}
-	}
-	if got := g.gets.Load(); got != 2 {
-		t.Errorf("%d reads of the lease, want 2 (x's, shared with y, and z's)", got)
-	}
-	if got := a.SharedLeaseReads(); got != 1 {
-		t.Errorf("%d takes shared a read, want 1 (y)", got)
-	}
 }

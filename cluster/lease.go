@@ -413,16 +413,6 @@ type Leases struct {
 	// build reads (NewerFormatReads).
 	newerReads atomic.Int64
 
-	// takeTickets orders a take's read of an ownership record before the
-	// reads of a holder's lease it may share (readLeaseAfter); leaseReads
-	// are those reads in flight, the newest for each node, and
-	// sharedReads counts the takes that shared one.
-	takeTickets atomic.Uint64
-	readsMu     sync.Mutex
-	leaseReads  map[string]*sharedLeaseRead
-	sharedReads atomic.Int64
-	joining     atomic.Int64 // takes waiting for a shared read now
-
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -994,72 +984,6 @@ func (l *Leases) refreshByGets(ctx context.Context, prefix string, listTick uint
 // reports whether that lease counts as expired afterwards. Only call it for
 // a node ID learned from a LIST or a hold record read before: then a missing
 // object means the node removed its lease on a clean shutdown.
-// sharedLeaseRead is a read of one node's lease that concurrent takes
-// share: sent after its ticket was taken, done closed once expired and err
-// are set.
-type sharedLeaseRead struct {
-	ticket  uint64
-	done    chan struct{}
-	expired bool
-	err     error
-}
-
-// takeTicket is taken by a take once its read of an ownership record
-// returned: a read of the holder's lease it shares must have a later one.
-func (l *Leases) takeTicket() uint64 { return l.takeTickets.Add(1) }
-
-// readLeaseAfter is readLease for a take whose read of the ownership record
-// returned before ticket after was taken (takeTicket). Many takes of one
-// holder's actors at once (a dead node's backlog, the returns after an
-// outage) share one read of its lease: a take joins a read of that lease
-// in flight if the read's ticket is later than its own, that is, if the
-// read was sent after its record's read returned, which is all the take's
-// rule asks of its read (docs/design.md#state: the lease is read after the
-// record). Otherwise it sends a read of its own, which later takes join.
-// A shared read that failed for its sender's context is not shared: the
-// take reads again.
-func (l *Leases) readLeaseAfter(ctx context.Context, id string, after uint64) (expired bool, err error) {
-	for {
-		l.readsMu.Lock()
-		r := l.leaseReads[id]
-		if r == nil || r.ticket <= after {
-			break
-		}
-		l.readsMu.Unlock()
-		l.joining.Add(1)
-		select {
-		case <-r.done:
-			l.joining.Add(-1)
-		case <-ctx.Done():
-			l.joining.Add(-1)
-			return false, fmt.Errorf("node %s reading the lease of node %s: %w", l.cfg.NodeID, id, ctx.Err())
-		}
-		if r.err != nil && (errors.Is(r.err, context.Canceled) || errors.Is(r.err, context.DeadlineExceeded)) && ctx.Err() == nil {
-			continue // its sender gave up, not the bucket: read again
-		}
-		l.sharedReads.Add(1)
-		return r.expired, r.err
-	}
-	r := &sharedLeaseRead{ticket: l.takeTickets.Add(1), done: make(chan struct{})}
-	if l.leaseReads == nil {
-		l.leaseReads = map[string]*sharedLeaseRead{}
-	}
-	l.leaseReads[id] = r // the newest: later takes join it
-	l.readsMu.Unlock()
-	r.expired, r.err = l.readLease(ctx, id)
-	l.readsMu.Lock()
-	if l.leaseReads[id] == r {
-		delete(l.leaseReads, id)
-	}
-	l.readsMu.Unlock()
-	close(r.done)
-	return r.expired, r.err
-}
-
-// SharedLeaseReads counts the takes that shared another take's read of a
-// holder's lease instead of sending their own (readLeaseAfter).
-func (l *Leases) SharedLeaseReads() int64 { return l.sharedReads.Load() }
-
 func (l *Leases) readLease(ctx context.Context, id string) (expired bool, err error) {
 	sent := l.clk.Now()
 	body, etag, err := l.b.Get(ctx, l.cfg.Prefix+"nodes/"+id)

@@ -24,7 +24,7 @@ type nodeCollector struct {
 	actors, givenUp, leaseValid        *prometheus.Desc
 	restored                           *prometheus.Desc
 	taken, takeovers, released, relErr *prometheus.Desc
-	retaken, remembered, sharedReads   *prometheus.Desc
+	retaken, remembered                *prometheus.Desc
 	liveNodes, validity                *prometheus.Desc
 	newerFormat, clusterVersion        *prometheus.Desc
 }
@@ -32,20 +32,19 @@ type nodeCollector struct {
 func newNodeCollector(n *Node) *nodeCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &nodeCollector{
-		n:           n,
-		actors:      d("wasmkeep_node_actors", "Actors the node keeps a record of (open, or reached since the idle reaper last ran)."),
-		givenUp:     d("wasmkeep_node_actors_given_up_total", "Actors given up after a failure (closed, their hold let go; the next event takes them afresh)."),
-		restored:    d("wasmkeep_actor_restores_total", "Actors restored from the bucket: taken with a local database that was not the bucket's newest state, so the snapshot was downloaded (cluster mode)."),
-		leaseValid:  d("wasmkeep_node_lease_valid", "1 while the node's lease is valid, 0 otherwise (cluster mode)."),
-		taken:       d("wasmkeep_holds_taken_total", "Holds the node took: ownership records naming it with a new generation (cluster mode)."),
-		takeovers:   d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
-		remembered:  d("wasmkeep_hold_refusals_remembered_total", "Requests sent on to the node that held their actor within a lease TTL, without reading its record and its lease again (cluster mode)."),
-		sharedReads: d("wasmkeep_hold_lease_reads_shared_total", "Takes that judged the holder's lease by another take's read of it, sent after their own read of the actor's record, instead of a read of their own (cluster mode)."),
-		retaken:     d("wasmkeep_hold_retakes_total", "Holds among those taken that the node took again after a lapse of its lease, with one conditional write, keeping the open actor (cluster mode)."),
-		released:    d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
-		relErr:      d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
-		validity:    d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
-		liveNodes:   d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
+		n:          n,
+		actors:     d("wasmkeep_node_actors", "Actors the node keeps a record of (open, or reached since the idle reaper last ran)."),
+		givenUp:    d("wasmkeep_node_actors_given_up_total", "Actors given up after a failure (closed, their hold let go; the next event takes them afresh)."),
+		restored:   d("wasmkeep_actor_restores_total", "Actors restored from the bucket: taken with a local database that was not the bucket's newest state, so the snapshot was downloaded (cluster mode)."),
+		leaseValid: d("wasmkeep_node_lease_valid", "1 while the node's lease is valid, 0 otherwise (cluster mode)."),
+		taken:      d("wasmkeep_holds_taken_total", "Holds the node took: ownership records naming it with a new generation (cluster mode)."),
+		takeovers:  d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
+		remembered: d("wasmkeep_hold_refusals_remembered_total", "Requests sent on to the node that held their actor within a lease TTL, without reading its record and its lease again (cluster mode)."),
+		retaken:    d("wasmkeep_hold_retakes_total", "Holds among those taken that the node took again after a lapse of its lease, with one conditional write, keeping the open actor (cluster mode)."),
+		released:   d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
+		relErr:     d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
+		validity:   d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
+		liveNodes:  d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
 		newerFormat: prometheus.NewDesc("wasmkeep_newer_format_total",
 			"Records in the bucket refused as of a format newer than this build reads, by kind: other nodes' leases read, ownership records read, index entries a sweep skipped, snapshots and schemas a restore refused, dead-letter records read (cluster mode); and local databases of such a schema that the start-up scan skipped or an event refused to open (either mode). Each is left as it is.",
 			[]string{"kind"}, nil),
@@ -56,7 +55,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.sharedReads, c.released, c.relErr, c.liveNodes, c.newerFormat, c.clusterVersion} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.released, c.relErr, c.liveNodes, c.newerFormat, c.clusterVersion} {
 		ch <- d
 	}
 }
@@ -98,7 +97,6 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.takeovers, prometheus.CounterValue, float64(s.Takeovers))
 	ch <- prometheus.MustNewConstMetric(c.retaken, prometheus.CounterValue, float64(s.Retaken))
 	ch <- prometheus.MustNewConstMetric(c.remembered, prometheus.CounterValue, float64(s.RefusedFromMemory))
-	ch <- prometheus.MustNewConstMetric(c.sharedReads, prometheus.CounterValue, float64(s.SharedLeaseReads))
 	ch <- prometheus.MustNewConstMetric(c.released, prometheus.CounterValue, float64(s.Released))
 	ch <- prometheus.MustNewConstMetric(c.relErr, prometheus.CounterValue, float64(s.ReleaseErrors))
 	for _, k := range format.Kinds {
