@@ -154,7 +154,7 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 	if err == nil && mode == PreinitAuto && im.Reads.Any() && !reseededRuntime(im) {
 		// Said at INFO, once per class an engine compiles (at a node's
 		// start): the cost is each cold start's, and the choice is the
-		// host's (docs/operations.md#images).
+		// host's (docs/design.md#images-and-seeds).
 		e.cfg.logger.Info("class runs its initialisation in each new instance: no pre-initialised image, since instances of one would share what it read; images on (WithPreinit PreinitOn, keepnode -preinit CLASS=on) spare each cold start that run, at the cost of those shared values",
 			"class", class, "reads", im.Reads.String(), "init_ms_per_cold_start", float64(im.Init.Microseconds())/1000)
 		return nil, nil, nil
@@ -184,5 +184,5 @@ func (e *Engine) image(ctx context.Context, class string, wasm []byte) (wazero.C
 // (docs/design.md#images-and-seeds). Output, or random numbers read into
 // anything else, still is not.
 func reseededRuntime(im *preinit.Image) bool {
-	return im.Reads.Random && im.Reseedable() && !im.Reads.Output
+	return im.Reseedable() && !im.Reads.Output
 }

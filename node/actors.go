@@ -1189,7 +1189,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.closed = true
 	n.mu.Unlock()
 	if n.cancel != nil {
-		n.cancel()
+		n.StopDeliveries()
 		<-n.loop
 	}
 	n.wg.Wait()
@@ -1428,7 +1428,7 @@ func (n *Node) Crash() {
 		n.leases.Kill()
 	}
 	if n.cancel != nil {
-		n.cancel()
+		n.StopDeliveries()
 		<-n.loop
 	}
 	n.wg.Wait()

@@ -154,9 +154,10 @@ type Image struct {
 	Generators []Generator
 }
 
-// Reseedable reports whether every random number the initialisation read
-// went into Generators, which Reseed gives each instance afresh: the one
-// read of a Go runtime's start, whose generators were found.
+// Reseedable reports whether the initialisation read random numbers as a
+// Go runtime's start does (once, 32 bytes: only then are Generators looked
+// for) and its generators were found, which Reseed gives each instance
+// afresh.
 func (im *Image) Reseedable() bool { return len(im.Generators) > 0 }
 
 // For reports whether the image was made from wasm.
