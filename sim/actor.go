@@ -429,7 +429,7 @@ func (s *sim) runRequest(n *node, h *held, kind reqKind, finish func()) {
 		case reqWrite:
 			next.writes++
 		case reqDelete:
-			next = db{rec: next.rec, durable: next.durable} // a delete keeps the count of acknowledged events: what follows descends from them
+			next = db{rec: next.rec, durable: next.durable, fired: next.fired} // a delete keeps the counts of acknowledged events and runs: what follows descends from them
 		case reqDurable:
 			s.durable(n, h, next, done)
 			return
@@ -1043,6 +1043,7 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			return
 		}
 		scheduled := *next.alarm
+		next.fired++
 		x := s.rng.IntN(100)
 		if s.final {
 			x = 0

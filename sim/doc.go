@@ -134,12 +134,24 @@
 // exception is not.
 //
 // After six minutes the final phase turns faults and requests off, brings
-// every node up, and runs ten more minutes with handlers that succeed. Once
+// every node up, and runs 13 min 40 s more with handlers that succeed. Once
 // it is quiet (two minutes in), no stale entry (one the latest state of
 // its actor does not name, of an actor the bucket has) may grow older than
 // two margins, two sweeps and a lease period after it is a margin overdue
 // (docs/design.md#stale-forward); its stale drill leaves one, of an actor
-// that re-arms every 5 s on a node that is no walker. Then every actor's
+// that re-arms every 5 s on a node that is no walker. Its orphan drill's
+// alarm must be delivered within three margins and a sweep. Its backlog
+// drill (320 s in) seeds the bucket with what a node leaves that took 1,000 to
+// 1,500 actors and set their alarms for one instant a few seconds ahead
+// (hold records naming it, snapshots, entries), and kills that node for
+// good: the survivors' walkers must run each one's on-alarm exactly once
+// (a state descending from two runs for the scheduled time fails the
+// run), all within the drain's bound (a margin, a sweep, then plans of the
+// cap by one walker, each a poll and a plan's deliveries apart); a walk
+// reads at most 32
+// keys (the plugin's 2,048 scaled with the cap) and the next resumes
+// after them, so the drain's walks resume from cursors as over a
+// plugin's backlog of tens of thousands. Then every actor's
 // latest state must have no alarm (each committed alarm was delivered),
 // and every entry of an actor the bucket has state for must be gone
 // (entries of an actor the bucket never had stay, as
@@ -152,8 +164,7 @@
 //
 // Clock skew (one clock; the 1 s margin stands for it), more than one
 // tenant or class (a gateway stands for a node that serves other classes
-// only), nodes disagreeing about who is live, walks and plans at
-// their caps (the index stays small), rolling upgrades, local files reused
+// only), nodes disagreeing about who is live, rolling upgrades, local files reused
 // across restarts (a node always restores from the bucket, except a joining
 // node's own data), the guest code itself.
 //

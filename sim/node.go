@@ -371,7 +371,7 @@ func (s *sim) sweep(n *node) {
 	}
 	s.c.Walks++
 	from := n.cursor
-	w := sweeper.NewWalk(tenant, n.cursor, s.now-marginMs, sweeper.WalkLimits{})
+	w := sweeper.NewWalk(tenant, n.cursor, s.now-marginMs, sweeper.WalkLimits{MaxEntries: walkMaxEntries})
 	listFailed := false
 	for {
 		pg, ok := w.Next()
@@ -392,6 +392,7 @@ func (s *sim) sweep(n *node) {
 	if res.ReachedEnd && from == "" && res.Read == 0 && res.NextDueMs == 0 {
 		clear(n.letGo) // the tenant is empty
 	}
+	shard := walkers.Of(tenant, class) // the model's one class
 	plan := sweeper.PlanSweep(sweeper.PlanInput{
 		Entries:    res.Entries,
 		Now:        time.UnixMilli(s.now),
@@ -399,7 +400,7 @@ func (s *sim) sweep(n *node) {
 		Self:       n.addr,
 		Since:      sinceMs(n.validAgain),
 		Live:       s.liveAddrs(),
-		ShardNodes: func(c string) []string { return walkers.Of(tenant, c) },
+		ShardNodes: func(string) []string { return shard },
 		Own:        func(a abi.ActorID) bool { return n.letGo[a.String()] },
 		// A class the node does not serve counts as busy, as in the
 		// plugin: nodes that serve it deliver the entry, as anyone's once
@@ -436,7 +437,7 @@ func (s *sim) sweep(n *node) {
 		s.removeKeptStale(n, d)
 	}
 	s.arm(n)
-	if plan.Stats.Deferred > 0 && !listFailed {
+	if plan.Stats.Deferred > 0 && !listFailed && !s.cfg.NoEarlyWalks {
 		s.relistLater(n, 0)
 	}
 }

@@ -79,6 +79,11 @@ type Config struct {
 	// both run it: acknowledged writes of one are lost, entries named by
 	// one state are removed by the other.
 	RetakeUnconditional bool
+	// NoEarlyWalks is the unsafe variant of the drain (docs/design.md#drain):
+	// a tenant whose plan the cap cut short waits for the next sweep, as
+	// before the drain, so a dead node's backlog is delivered sweepCap per
+	// walker a sweep period. The backlog drill's bound catches it.
+	NoEarlyWalks bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
@@ -128,6 +133,9 @@ type Result struct {
 	// MaxStaleMs is the oldest any stale entry grew after quiet, as the
 	// stale-entry invariant measures it (staleBoundMs is the bound).
 	MaxStaleMs int64
+	// MaxDrainMs is how long after their due time the backlog drill's
+	// alarms took to drain (0: the drill did not run).
+	MaxDrainMs int64
 }
 
 // Counters count what a run (or, added up, many runs) exercised. Every
@@ -225,6 +233,12 @@ type Counters struct {
 	// Drills: final phases whose orphan drill ran (a node crashed holding
 	// the only timer of an alarm no walker had listed).
 	Drills int64
+	// BacklogDrills: final phases whose backlog drill ran (a node died for
+	// good holding thousands of alarms due at one instant);
+	// BacklogAlarms: their alarms, each delivered exactly once within the
+	// bound; BacklogListPages: the LIST pages the bucket served while they
+	// drained (every node's, the drain's walks among them).
+	BacklogDrills, BacklogAlarms, BacklogListPages int64
 	// Omitted: keys that LISTs left out though they existed; StateProbes:
 	// HEADs a take sent to learn whether the last hold uploaded.
 	Omitted, StateProbes int64
@@ -270,7 +284,7 @@ var Required = []string{
 	"Deliveries", "TimerDeliveries", "MidEventUploads", "ActorDeletes",
 	"PutRetries", "LegacyMigrations", "Keeps", "Crashes", "Pauses", "CutOffs",
 	"AimedFaults", "Checks", "Anyone", "Gateways", "LimitedRetries", "GivenUp",
-	"Walks", "Relists", "EarlyWalks", "Drills", "KeptStale", "Forwards", "ForwardRemovals",
+	"Walks", "Relists", "EarlyWalks", "Drills", "BacklogDrills", "KeptStale", "Forwards", "ForwardRemovals",
 	"StaleDrills", "Omitted", "StateProbes", "DurableAcks", "Retakes", "RetakesRefused",
 }
 
@@ -293,7 +307,7 @@ const (
 	sweepMs  = 10_000            // alarm_sweep
 	checkMs  = 50                // invariant check period
 	mainMs   = 360_000           // main phase: faults, requests
-	finalMs  = 600_000           // final phase: faults off, no requests
+	finalMs  = 820_000           // final phase: faults off, no requests
 	gridMs   = 5_000             // alarm times fall on this grid, so they collide
 	idleMs   = 20_000            // a hold idle this long is released
 	tenant   = "acme"
@@ -311,14 +325,24 @@ const (
 	// (docs/design.md#drain): a tenant the cap cut short is walked again,
 	// polled every relistPollMs, once the node has at most
 	// sweepCap/4 deliveries pending, until the next sweep.
-	sweepCap     = 4
-	relistPollMs = sweepMs / 20
+	sweepCap = 4
+	// walkMaxEntries is how many keys one walk reads at most, the next
+	// walk resuming after the last: the plugin's 2,048 scaled with the
+	// cap (256), so the backlog drill's walks resume as the plugin's do
+	// over a backlog of tens of thousands.
+	walkMaxEntries = 8 * sweepCap
+	relistPollMs   = sweepMs / 20
 	// safetyWalkMs: the final phase's last minutes, after every committed
 	// alarm must have been delivered, start with the safety period's
 	// relisting.
 	safetyWalkMs = 180_000
-	// drillMs: when in the final phase the orphan drill runs.
-	drillMs = 240_000
+	// drillMs: when in the final phase the orphan drill runs;
+	// orphanDueMs: when its alarm is due; orphanCheckMs: when it must have
+	// been delivered (three margins and a sweep later, and a few seconds
+	// for the delivery itself).
+	drillMs       = 240_000
+	orphanDueMs   = drillMs + 20_000
+	orphanCheckMs = orphanDueMs + 3*marginMs + sweepMs + 5_000
 	// quietMs: how long into the final phase every fault of the main
 	// phase is over (a cut-off aimed at a join, ≤ 110 s; a late request,
 	// ≤ 120 s): from then on no stale entry may grow older than
@@ -375,6 +399,9 @@ type sim struct {
 	// final phase's orphan drill); drillNode the node that ran it.
 	drillAt   int64
 	drillNode *node
+	// orphanAt is the orphan drill's alarm once its node crashed (0:
+	// the drill did not run).
+	orphanAt int64
 
 	// The stale drill (staleDrill): setAt is the alarm the next set
 	// request on an actor sets; failDelete the actors whose next replaced
@@ -386,6 +413,10 @@ type sim struct {
 	tickUntil  int64
 	// maxStaleMs is the oldest a stale entry grew after quiet (staleCheck).
 	maxStaleMs int64
+	// bl is the backlog drill's state (nil until it runs); maxDrainMs how
+	// long after their due time its alarms took to drain.
+	bl         *backlog
+	maxDrainMs int64
 
 	cfg     Config
 	rng     *rand.Rand
@@ -417,9 +448,10 @@ type sim struct {
 	leases []storeLease
 	holds  map[string]*holdRec
 
-	sh shadow
-	c  Counters
-	tr tracer
+	sh      shadow
+	ownKeys map[string]ownKey // stateOf's snapshot key of each record's own hold
+	c       Counters
+	tr      tracer
 }
 
 type tracer struct {
@@ -496,6 +528,7 @@ func (s *sim) result() Result {
 		Tail:       tail,
 		Trace:      t.all,
 		MaxStaleMs: s.maxStaleMs,
+		MaxDrainMs: s.maxDrainMs,
 	}
 }
 

@@ -35,6 +35,7 @@ func newSim(cfg Config) *sim {
 		tr:    tracer{h: fnv.New64a(), keep: cfg.KeepTrace},
 	}
 	s.setAt, s.failDelete = map[string]int64{}, map[string]bool{}
+	s.ownKeys = map[string]ownKey{}
 	s.mainEnd = epochMs + mainMs
 	s.end = s.mainEnd + finalMs
 	s.b = bucket.NewMem()
@@ -194,10 +195,11 @@ func (s *sim) startFinal() {
 	// listed the entry; only the change of the live nodes (the node's new
 	// lease) makes them list the tenant before the safety period
 	// (Config.NoMembershipRelist shows the simulator catches its loss).
+	at := s.mainEnd + orphanDueMs
 	s.after(drillMs, func() {
 		for _, n := range s.nodes {
 			if n.up && !n.gateway && !n.cut(s.now) {
-				s.drillAt = (s.now/gridMs + 4) * gridMs
+				s.drillAt = at
 				s.request(n, s.actors[0], reqSet, 0)
 				break
 			}
@@ -205,12 +207,15 @@ func (s *sim) startFinal() {
 		s.after(5_000, func() {
 			if n := s.drillNode; n != nil && n.up {
 				s.c.Drills++
+				s.orphanAt = at
 				s.logf("orphan drill: %s crashes with the alarm of %s in no other timer", n.addr, s.actors[0])
 				s.crash(n)
 			}
 		})
 	})
+	s.after(orphanCheckMs, s.orphanCheck)
 	s.after(staleDrillMs, s.staleDrill)
+	s.after(backlogDrillMs, s.backlogDrill)
 	s.after(finalMs-safetyWalkMs, func() {
 		s.checkDelivered()
 		for _, n := range s.nodes {
@@ -226,6 +231,20 @@ func (s *sim) startFinal() {
 				s.faultLoop(n)
 			}
 		}
+	}
+}
+
+// orphanCheck requires the orphan drill's alarm delivered within the
+// design's bound for an orphan whose shard may fall to a node that serves
+// no class: three margins and a sweep after it was due. It runs before
+// the backlog drill, whose entries keep the walkers listing the tenant and
+// would find the orphan without the relisting the drill is there to show.
+func (s *sim) orphanCheck() {
+	if s.orphanAt == 0 {
+		return
+	}
+	if st := s.stateOf(s.actors[0].String()); st != nil && st.db.alarm != nil && *st.db.alarm == s.orphanAt {
+		s.failf("liveness", "orphan drill: actor %s: alarm at %s not delivered by %s (state %s)", s.actors[0], fmtMs(s.orphanAt-epochMs), fmtMs(s.now-epochMs), st.key)
 	}
 }
 
@@ -375,6 +394,7 @@ type db struct {
 	failures int             // alarm_failures
 	fence    uint64          // owner_fence
 	writes   int             // other writes
+	fired    int             // on-alarm runs this state descends from
 }
 
 func (d db) clone() db {
@@ -399,8 +419,8 @@ func encode(d db) []byte {
 	if d.init {
 		init = 1
 	}
-	return fmt.Appendf(nil, "alarm=%s\nalarm_indexed=%s\ninit=%d\nalarm_failures=%d\nowner_fence=%d\nwrites=%d\ndurable=%d\n",
-		alarm, alarmindex.FormatRecorded(d.rec), init, d.failures, d.fence, d.writes, d.durable)
+	return fmt.Appendf(nil, "alarm=%s\nalarm_indexed=%s\ninit=%d\nalarm_failures=%d\nowner_fence=%d\nwrites=%d\ndurable=%d\nfired=%d\n",
+		alarm, alarmindex.FormatRecorded(d.rec), init, d.failures, d.fence, d.writes, d.durable, d.fired)
 }
 
 func decode(a abi.ActorID, body []byte) (db, error) {
@@ -427,6 +447,8 @@ func decode(a abi.ActorID, body []byte) (db, error) {
 			d.writes, err = strconv.Atoi(v)
 		case "durable":
 			d.durable, err = strconv.Atoi(v)
+		case "fired":
+			d.fired, err = strconv.Atoi(v)
 		default:
 			err = fmt.Errorf("unknown field %q", k)
 		}
@@ -642,6 +664,13 @@ func (s *sim) listNow(n *node, prefix, startAfter string, limit int) ([]string, 
 
 // ---- the shadow of the bucket and the invariant ----
 
+// ownKey is the snapshot key of an actor's hold of generation gen, kept
+// so that the checks do not format it each time.
+type ownKey struct {
+	gen uint64
+	key string
+}
+
 type stateInfo struct {
 	key      string
 	gen, seq uint64
@@ -670,8 +699,12 @@ func (s *sim) stateOf(ak string) *stateInfo {
 	if r == nil {
 		return nil
 	}
-	a := s.byKey[ak]
-	if st := s.sh.objects[stateKey(a, r.gen, 0)]; st != nil {
+	own, ok := s.ownKeys[ak]
+	if !ok || own.gen != r.gen {
+		own = ownKey{gen: r.gen, key: stateKey(s.byKey[ak], r.gen, 0)}
+		s.ownKeys[ak] = own
+	}
+	if st := s.sh.objects[own.key]; st != nil {
 		return st
 	}
 	if r.state == "" {
@@ -729,6 +762,7 @@ func (s *sim) onChange(op bucket.Op) {
 			s.c.LateCommits++
 			s.logf("late commit: %s becomes the state of %s (hold is at generation %d): %s", op.Key, a, h.gen, d)
 		}
+		s.backlogState(ak)
 		s.check(ak)
 	}
 }
@@ -740,6 +774,7 @@ func (s *sim) checkAll() {
 			return
 		}
 	}
+	s.checkBacklog()
 	s.staleCheck()
 }
 
