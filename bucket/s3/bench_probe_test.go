@@ -3,6 +3,7 @@ package s3_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,6 +84,66 @@ func BenchmarkS3Concurrent(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(total)/time.Since(start).Seconds(), "req/s")
+		})
+	}
+}
+
+// BenchmarkS3ListAmongSiblings measures one LIST of a deep prefix, the
+// shape of a delivery's LIST of an actor's entries at one time
+// (alarmindex.TaggedPrefix), beside a number of sibling folders: the
+// other actors with an entry due at the same millisecond, as a dead
+// node's backlog due at one instant leaves them. An object store's LIST
+// by prefix is an index lookup; a store that keeps keys as files and
+// folders may read the whole parent folder for each one.
+//
+//	go test ./bucket/s3 -run '^$' -bench S3ListAmongSiblings -benchtime 20x
+func BenchmarkS3ListAmongSiblings(b *testing.B) {
+	srv := s3test.Start(b)
+	c := srv.Bucket
+	ctx := context.Background()
+	have := 0
+	for _, siblings := range []int{2000, 10000, 30000} {
+		root := fmt.Sprintf("probe-siblings/%s/t/001796522596068/oneshot.t/", b.Name())
+		var next atomic.Int64
+		next.Store(int64(have))
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= siblings {
+						return
+					}
+					if _, err := c.Put(ctx, fmt.Sprintf("%s%08d/00000000000000000001-00", root, i), nil, bucket.Cond{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		have = siblings
+		b.Run(fmt.Sprintf("actor-prefix/siblings-%d", siblings), func(b *testing.B) {
+			for i := range b.N {
+				keys, err := c.List(ctx, fmt.Sprintf("%s%08d/", root, (i*7919)%siblings), "", bucket.MaxPage)
+				if err != nil || len(keys) != 1 {
+					b.Fatalf("LIST: %d keys, %v", len(keys), err)
+				}
+			}
+		})
+		// A walk's page: up to 1,000 keys of the tenant's index after the
+		// last key the walk read, from anywhere among the siblings.
+		b.Run(fmt.Sprintf("walk-page/siblings-%d", siblings), func(b *testing.B) {
+			for i := range b.N {
+				at := (i * 7919) % (siblings - bucket.MaxPage + 1)
+				after := fmt.Sprintf("%s%08d/00000000000000000001-00", root, at)
+				keys, err := c.List(ctx, root[:strings.Index(root, "/t/")+3], after, bucket.MaxPage)
+				if err != nil || len(keys) != bucket.MaxPage {
+					b.Fatalf("LIST: %d keys, %v", len(keys), err)
+				}
+			}
 		})
 	}
 }
