@@ -490,6 +490,11 @@ func Register(cfg Config) (*Plugin, error) {
 		Live:    cfg.Host,
 		Tenants: tenants,
 		Busy:    busy,
+		Delivered: func(id abi.ActorID, dueMs int64) bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.core.RanLately(id, dueMs, cfg.Host.Now().UnixMilli())
+		},
 		Since:   since,
 		Valid:   valid,
 		Kept:    p.kept,
@@ -888,6 +893,13 @@ func (p *Plugin) deliver(ctx context.Context, a Actor, dueMs int64) (Delivery, e
 	}
 	out := Delivery{Outcome: plan.Outcome}
 	err = p.run(ctx, a, p.rules.ExecDelivery(plan), &out)
+	if err == nil && out.Event.Ran {
+		// The run replaced the entry at dueMs: a walk that lists it before
+		// its DELETE lands leaves it out (core.State.RanLately).
+		p.mu.Lock()
+		p.core.Ran(delivered.Actor, dueMs, p.cfg.Host.Now().UnixMilli())
+		p.mu.Unlock()
+	}
 	return out, err
 }
 

@@ -101,6 +101,11 @@ type State struct {
 	// records once it reaches forwardedCap.
 	forwarded    map[abi.ActorID]staleTry
 	forwardedCap int
+	// ran: the entry time of the actor's alarm this node last ran, and
+	// until when a sweep leaves that time out (RanLately); pruned of
+	// expired records once it reaches ranCap.
+	ran    map[abi.ActorID]staleTry
+	ranCap int
 }
 
 // staleTry: the entry time due is not tried again before until (ms).
@@ -355,6 +360,38 @@ func (s *State) Forward(id abi.ActorID, due, now int64) (alarmindex.Key, bool) {
 func (s *State) HeldElsewhereLately(id abi.ActorID, now int64) bool {
 	f, ok := s.forwarded[id]
 	return ok && now < f.until
+}
+
+// Ran records that this node ran the actor's alarm at due and replicated
+// the outcome, at now (ms): the run replaced the entry at due, whose
+// DELETE is queued or on its way.
+func (s *State) Ran(id abi.ActorID, due, now int64) {
+	if s.ran == nil {
+		s.ran = map[abi.ActorID]staleTry{}
+	}
+	if len(s.ran) >= max(s.ranCap, 1024) {
+		for k, r := range s.ran {
+			if now >= r.until {
+				delete(s.ran, k)
+			}
+		}
+		s.ranCap = 2 * len(s.ran)
+	}
+	s.ran[id] = staleTry{due: due, until: now + s.cfg.RetryAfterError.Milliseconds()}
+}
+
+// RanLately reports whether this node ran the actor's alarm at due less
+// than RetryAfterError (a lease period) before now (ms). A walk that lists
+// the entry in that time, before the DELETE the run queued lands, leaves it
+// out: delivering it again would take the actor only to find the alarm
+// moved, and LIST the actor's entries at that time to remove nothing. In a
+// drain, walks come every few hundred deliveries and met most of the
+// entries just delivered (2,194 stale deliveries beside 3,040 firings on
+// one survivor). After the wait an entry still there (its DELETE failed)
+// is a stale entry like any other, removed when delivered.
+func (s *State) RanLately(id abi.ActorID, due, now int64) bool {
+	r, ok := s.ran[id]
+	return ok && r.due == due && now < r.until
 }
 
 // Forwarding reports whether the entry may be forwarded to the actor's

@@ -263,3 +263,28 @@ func TestHeldElsewhereLately(t *testing.T) {
 		t.Error("another actor is held elsewhere lately")
 	}
 }
+
+// A time the node ran is left out for a lease period, that time only, and
+// for the actor only.
+func TestRanLatelyLastsALeasePeriodForThatTime(t *testing.T) {
+	s := core.New(core.Config{RetryAfterError: 10 * time.Second, RetryMax: time.Minute})
+	a := abi.ActorID{Tenant: "t", Class: "c", Name: "a"}
+	b := abi.ActorID{Tenant: "t", Class: "c", Name: "b"}
+	s.Ran(a, 5000, 100_000)
+	switch {
+	case !s.RanLately(a, 5000, 100_000), !s.RanLately(a, 5000, 109_999):
+		t.Error("a time it ran is not left out within the lease period")
+	case s.RanLately(a, 5000, 110_000):
+		t.Error("a time it ran is still left out a lease period later")
+	case s.RanLately(a, 6000, 100_001):
+		t.Error("another time of the actor is left out")
+	case s.RanLately(b, 5000, 100_001):
+		t.Error("another actor is left out")
+	}
+	for i := range 3000 { // pruned of expired records as it grows
+		s.Ran(abi.ActorID{Tenant: "t", Class: "c", Name: strconv.Itoa(i)}, 1, int64(200_000+i*20_000))
+	}
+	if n := s.RanLen(); n > 2048 {
+		t.Errorf("%d records kept, want expired ones pruned", n)
+	}
+}

@@ -1012,6 +1012,9 @@ func (s *sim) deliverHeld(n *node, h *held, entry alarmindex.Key, swept bool, fi
 		return
 	}
 	s.logf("%s delivers %s: %s", n.addr, entry, p.Outcome)
+	if p.Outcome != alarmindex.OutcomeRun {
+		s.backlogRedelivered(h.actor.String(), entry.DueMs)
+	}
 	switch p.Outcome {
 	case alarmindex.OutcomeKeep:
 		s.c.Keeps++
@@ -1091,6 +1094,7 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 		s.replicate(n, h, next, false, func(ok bool) {
 			h.lastUse = s.now
 			if ok {
+				n.core.Ran(h.actor, scheduled, s.now)
 				s.c.Deliveries++
 				if swept {
 					s.c.TimerDeliveries++

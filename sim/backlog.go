@@ -170,6 +170,16 @@ func (s *sim) backlogState(ak string) {
 	}
 }
 
+// backlogRedelivered counts a delivery of a drill actor's due time that
+// did not run on-alarm: the time was delivered already.
+func (s *sim) backlogRedelivered(ak string, due int64) {
+	if bl := s.bl; bl != nil && due == bl.dueMs {
+		if _, ok := bl.runs[ak]; ok {
+			s.c.BacklogRedeliveries++
+		}
+	}
+}
+
 // checkBacklog checks the next backlogCheckBatch of the drill's actors.
 func (s *sim) checkBacklog() {
 	bl := s.bl

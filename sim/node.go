@@ -408,9 +408,13 @@ func (s *sim) sweep(n *node) {
 		Busy: func(a abi.ActorID) bool {
 			return n.gateway || n.busy[a.String()] || n.core.InFlight(a.String()) || n.core.HeldElsewhereLately(a, s.now) || n.timer.Keeps(a.String(), s.now)
 		},
+		Delivered: func(a abi.ActorID, due int64) bool {
+			return !s.cfg.RedeliverRan && n.core.RanLately(a, due, s.now)
+		},
 		Rand:          n.rng,
 		MaxDeliveries: sweepCap,
 	})
+	s.c.DeliveredLately += int64(plan.Stats.Delivered)
 	for _, d := range plan.Deliveries {
 		if d.Anyone && s.cfg.NoAnyone {
 			continue

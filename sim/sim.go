@@ -84,6 +84,13 @@ type Config struct {
 	// before the drain, so a dead node's backlog is delivered sweepCap per
 	// walker a sweep period. The backlog drill's bound catches it.
 	NoEarlyWalks bool
+	// RedeliverRan turns off the plugin's memory of the entry times a node
+	// ran lately (core.State.RanLately): a walk that lists an entry whose
+	// DELETE the run queued offers it again. Not unsafe (the delivery
+	// finds the alarm moved and removes nothing the state names); the
+	// backlog drill counts the cost in stale deliveries
+	// (TestTheDrainDeliversEachEntryOnce).
+	RedeliverRan bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
@@ -239,6 +246,13 @@ type Counters struct {
 	// bound; BacklogListPages: the LIST pages the bucket served while they
 	// drained (every node's, the drain's walks among them).
 	BacklogDrills, BacklogAlarms, BacklogListPages int64
+	// BacklogRedeliveries: deliveries of a drill actor's due time after
+	// it ran (the alarm moved: nothing to run, stale entries looked for).
+	BacklogRedeliveries int64
+	// DeliveredLately: walks' candidates left out because their node ran
+	// that entry time lately and its DELETE was on its way
+	// (core.State.RanLately).
+	DeliveredLately int64
 	// Omitted: keys that LISTs left out though they existed; StateProbes:
 	// HEADs a take sent to learn whether the last hold uploaded.
 	Omitted, StateProbes int64

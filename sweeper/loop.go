@@ -82,6 +82,9 @@ type Config struct {
 	// Busy reports an actor already in flight or retrying on this node
 	// (see [PlanInput.Busy]). Nil: none.
 	Busy func(abi.ActorID) bool
+	// Delivered reports an entry time of the actor this node ran lately
+	// (see [PlanInput.Delivered]). Nil: none.
+	Delivered func(id abi.ActorID, dueMs int64) bool
 	// Kept, if set, is told each candidate Busy left out of a sweep's
 	// plan ([Plan.Busy]), after the plan's deliveries were offered. Nil:
 	// none.
@@ -650,7 +653,7 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 	}
 	if len(res.Entries) > 0 || len(plan.Deliveries) > 0 {
 		l.log.Debug("swept", "tenant", tenant, "entries", len(res.Entries), "delivered", len(plan.Deliveries),
-			"own", plan.Stats.Own, "anyone", plan.Stats.Anyone, "busy", plan.Stats.Busy,
+			"own", plan.Stats.Own, "anyone", plan.Stats.Anyone, "busy", plan.Stats.Busy, "delivered_lately", plan.Stats.Delivered,
 			"others", plan.Stats.Others, "deferred", plan.Stats.Deferred, "cursor", res.Cursor)
 	}
 	return listErr
@@ -748,6 +751,7 @@ func (l *Loop) planInput(tenant string, entries []Entry, now time.Time, live []s
 		ShardNodes:    shard,
 		Own:           l.isLetGo,
 		Busy:          l.cfg.Busy,
+		Delivered:     l.cfg.Delivered,
 		Rand:          l.cfg.Rand,
 		MaxDeliveries: l.cfg.MaxDeliveries,
 	}

@@ -75,6 +75,13 @@ type PlanInput struct {
 	// its entries are neither delivered again nor counted against the cap.
 	// Nil: none.
 	Busy func(abi.ActorID) bool
+	// Delivered reports an entry time of the actor that this node ran
+	// lately: the run replaced the entry and its DELETE is on its way, so
+	// a walk that lists it before the DELETE lands leaves it out, neither
+	// planned, counted against the cap, nor in Plan.Busy. Delivering it
+	// again would take the actor only to find its alarm moved and list its
+	// entries at that time for nothing. Nil: none.
+	Delivered func(id abi.ActorID, dueMs int64) bool
 	// Rand picks the rotation of anyone's entries. Nil: no rotation.
 	Rand *rand.Rand
 	// MaxDeliveries caps the plan; zero takes DefaultMaxDeliveries.
@@ -90,6 +97,9 @@ type PlanStats struct {
 	Later int
 	// Busy counts actors already in flight or retrying on this node.
 	Busy int
+	// Delivered counts actors whose entry time this node ran lately
+	// ([PlanInput.Delivered]).
+	Delivered int
 	// Others counts actors in another node's shard, not yet anyone's.
 	Others int
 	// Own and Anyone count the candidates of each kind.
@@ -118,7 +128,8 @@ type Plan struct {
 //
 //   - One delivery per actor: its earliest entries (all keys at that time);
 //     entries of the actor at later times wait for a later sweep.
-//   - Actors [PlanInput.Busy] reports are skipped and not counted.
+//   - Actors [PlanInput.Busy] reports are skipped and not counted, and so
+//     are entry times [PlanInput.Delivered] reports.
 //   - Own: the actor's shard ([Shard]) among the live nodes is this node.
 //   - Anyone's: another node's shard, overdue at least three margins, and
 //     this node back from a lapse of its lease at least that long
@@ -145,6 +156,10 @@ func PlanSweep(in PlanInput) Plan {
 	}
 	var own, anyone []Overdue
 	for _, c := range cands {
+		if in.Delivered != nil && in.Delivered(c.Actor, c.DueMs) {
+			plan.Stats.Delivered++
+			continue
+		}
 		if in.Busy != nil && in.Busy(c.Actor) {
 			plan.Stats.Busy++
 			plan.Busy = append(plan.Busy, c)

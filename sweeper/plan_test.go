@@ -514,3 +514,33 @@ func TestPlanOwnEarliestFirst(t *testing.T) {
 		}
 	}
 }
+
+// An entry time the node ran lately (its DELETE on its way) is left out of
+// a plan: not delivered again, not counted against the cap, not among the
+// busy candidates the plugin tends to; the actor's other times and the
+// other actors are planned as before.
+func TestPlanLeavesOutEntryTimesDeliveredLately(t *testing.T) {
+	self := "10.0.0.1:7000"
+	ran := entry("ran", ago(time.Minute))
+	later := entry("ran-later", ago(time.Minute))
+	other := entry("other", ago(time.Minute))
+	plan := PlanSweep(PlanInput{
+		Entries: []Entry{ran, later, other}, Now: testNow, Margin: testMargin, Self: self,
+		Live:          []string{self},
+		MaxDeliveries: 2,
+		Delivered: func(id abi.ActorID, due int64) bool {
+			return id == ran.Key.Actor && due == ran.Key.DueMs || id == later.Key.Actor && due != later.Key.DueMs
+		},
+	})
+	var got []string
+	for _, d := range plan.Deliveries {
+		got = append(got, d.Actor.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"other", "ran-later"}) || len(plan.Busy) != 0 {
+		t.Fatalf("delivered %v, busy %v; want other and ran-later (another time than the one it ran), none busy", got, plan.Busy)
+	}
+	if plan.Stats.Delivered != 1 || plan.Stats.Deferred != 0 {
+		t.Errorf("stats %+v: want 1 left out as delivered lately, none deferred (it does not count against the cap)", plan.Stats)
+	}
+}
