@@ -133,6 +133,16 @@ func BenchmarkS3ListAmongSiblings(b *testing.B) {
 				}
 			}
 		})
+		// The same LIST once the actor's folder is gone (its entry
+		// deleted): what a delivery of a time already delivered lists.
+		b.Run(fmt.Sprintf("gone-actor-prefix/siblings-%d", siblings), func(b *testing.B) {
+			for i := range b.N {
+				keys, err := c.List(ctx, fmt.Sprintf("%sgone%08d/", root, i), "", bucket.MaxPage)
+				if err != nil || len(keys) != 0 {
+					b.Fatalf("LIST: %d keys, %v", len(keys), err)
+				}
+			}
+		})
 		// A walk's page: up to 1,000 keys of the tenant's index after the
 		// last key the walk read, from anywhere among the siblings.
 		b.Run(fmt.Sprintf("walk-page/siblings-%d", siblings), func(b *testing.B) {
