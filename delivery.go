@@ -420,6 +420,9 @@ func (p *Plugin) deliverDue(ctx context.Context, key string, at int64) Delivery 
 	switch {
 	case err == nil:
 		p.m.unmatchedEntry(d.Outcome)
+		if d.Outcome != alarmindex.OutcomeRun {
+			p.log.Debug("delivered an entry time that is not the actor's alarm: nothing ran", "actor", id.String(), "at", at, "outcome", d.Outcome.String(), "alarm", orZero(d.Alarm), "stale_deleted", len(d.Deleted), "listed", d.listed)
+		}
 		d.dueFrom = since.from(d.Event)
 		p.delivered(id, key, d.Event, d.At, since)
 	case errors.Is(err, ErrNotHere):
@@ -539,6 +542,11 @@ func (p *Plugin) deliverTaken(ctx context.Context, a Actor, key string, at int64
 		}
 	}()
 	d, err = p.deliver(ctx, a, at)
+	// The time is delivered: a pop of it from now is an alarm committed
+	// for it again (the re-arm below, say), not this one.
+	p.mu.Lock()
+	p.core.Settled(key)
+	p.mu.Unlock()
 	if err == nil && d.RetryAt == 0 {
 		// Re-arm from the committed state (a failed on-alarm committed its
 		// retry; a handler may have set the next alarm).

@@ -288,3 +288,34 @@ func TestRanLatelyLastsALeasePeriodForThatTime(t *testing.T) {
 		t.Errorf("%d records kept, want expired ones pruned", n)
 	}
 }
+
+// A time popped while a delivery of that very time is under way (the host
+// armed the committed alarm as it took the actor) is the same alarm and is
+// not delivered again; once the delivery settled, the time popped is an
+// alarm committed for it again and is kept; another time always is.
+func TestAPopOfTheTimeBeingDeliveredIsTheSameAlarm(t *testing.T) {
+	s := core.New(core.Config{RetryAfterError: 10 * time.Second, RetryMax: time.Minute})
+	const k = "t/c/61"
+	if !s.Start(k, 5000) || s.Delivering(k, 5000) != 5000 {
+		t.Fatal("the first pop does not start a delivery of its time")
+	}
+	if s.Start(k, 5000) {
+		t.Fatal("a second delivery started while one is under way")
+	}
+	if at, again := s.Release(k); again {
+		t.Fatalf("the time being delivered, popped again as the actor was taken, is delivered again (%d)", at)
+	}
+	s.Start(k, 5000)
+	s.Delivering(k, 5000)
+	s.Start(k, 7000)
+	if at, again := s.Release(k); !again || at != 7000 {
+		t.Fatalf("another time popped during the delivery: kept %d, %t; want 7000", at, again)
+	}
+	s.Start(k, 5000)
+	s.Delivering(k, 5000)
+	s.Settled(k)
+	s.Start(k, 5000)
+	if at, again := s.Release(k); !again || at != 5000 {
+		t.Fatalf("the same time committed again after the delivery settled: kept %d, %t; want 5000", at, again)
+	}
+}

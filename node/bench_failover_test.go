@@ -98,6 +98,7 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 		b.ReportMetric(cost.requests/max(cost.fired, 1), "s3-requests/alarm")
 		b.ReportMetric(cost.lists/max(cost.fired, 1), "sweep-lists/alarm")
 		b.ReportMetric(cost.relists/float64(b.N), "relists")
+		b.ReportMetric(cost.stale/max(cost.fired, 1), "stale-deliveries/alarm")
 	}
 	b.ReportMetric(float64(lost), "lost")
 	b.ReportMetric(float64(dups), "dups")
@@ -116,7 +117,7 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 // them and due at one instant, each firing an actor open on its node and
 // its upload (firings per second per survivor, from the due time to its
 // last firing).
-type drainCost struct{ requests, lists, relists, fired, ceiling float64 }
+type drainCost struct{ requests, lists, relists, stale, fired, ceiling float64 }
 
 // ceilingActors is how many actors of its own each survivor fires for
 // drainCost.ceiling: within the default residency budget.
@@ -127,6 +128,7 @@ func (c *drainCost) add(o drainCost) {
 	c.requests += o.requests
 	c.lists += o.lists
 	c.relists += o.relists
+	c.stale += o.stale
 	c.fired += o.fired
 }
 
@@ -138,6 +140,7 @@ func survivorCounts(tb testing.TB, nodes []*clusterproc.Node) drainCost {
 		c.requests += m.Value("wasmkeep_s3_requests_total")
 		c.lists += m.Value("wasmkeep_sweep_lists_total")
 		c.relists += m.Value("wasmkeep_sweep_relists_total")
+		c.stale += m.Value("wasmkeep_alarm_firings_total", "outcome", "stale")
 	}
 	return c
 }
@@ -168,11 +171,11 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	b.StopTimer()
 	after := survivorCounts(b, nodes[1:])
 	cost := drainCost{requests: after.requests - before.requests, lists: after.lists - before.lists,
-		relists: after.relists - before.relists, fired: float64(len(out.first))}
+		relists: after.relists - before.relists, stale: after.stale - before.stale, fired: float64(len(out.first))}
 	if spread == 0 {
 		cost.ceiling = ceilingRate(b, ctx, rec, nodes[1:])
 	}
-	b.Logf("%+v: %v; survivors made %.0f S3 requests (%.0f sweep LISTs), %.0f early sweeps; then fired their own actors at %.1f/s each", timings, out, cost.requests, cost.lists, cost.relists, cost.ceiling)
+	b.Logf("%+v: %v; survivors made %.0f S3 requests (%.0f sweep LISTs), %.0f early sweeps, %.0f deliveries of a time already delivered; then fired their own actors at %.1f/s each", timings, out, cost.requests, cost.lists, cost.relists, cost.stale, cost.ceiling)
 
 	readable := base.Add(timings.ttl + timings.grace).UnixMilli()
 	last := map[string]int64{}

@@ -596,6 +596,10 @@ func (s *sim) arm(n *node) {
 // authoritative).
 func (s *sim) setTimer(n *node, h *held) {
 	ak := h.actor.String()
+	// As the plugin re-arms after a delivery (deliverTaken): the time a
+	// delivery under way delivers is settled first, so a committed alarm
+	// at that very time is kept for when it ends (core.State.Settled).
+	n.core.Settled(ak)
 	n.core.Armed(h.actor, ak, h.db.alarm)
 	if h.db.alarm == nil {
 		n.timer.Remove(ak)
