@@ -370,32 +370,39 @@ func (s *State) HeldElsewhereLately(id abi.ActorID, now int64) bool {
 // the outcome, at now (ms): the run replaced the entry at due, whose
 // DELETE is queued or on its way.
 func (s *State) Ran(id abi.ActorID, due, now int64) {
-	if s.ran == nil {
-		s.ran = map[abi.ActorID]staleTry{}
-	}
-	if len(s.ran) >= max(s.ranCap, 1024) {
-		for k, r := range s.ran {
-			if now >= r.until {
-				delete(s.ran, k)
-			}
-		}
-		s.ranCap = 2 * len(s.ran)
-	}
-	s.ran[id] = staleTry{due: due, until: now + s.cfg.RetryAfterError.Milliseconds()}
+	remember(&s.ran, &s.ranCap, id, staleTry{due: due, until: now + s.cfg.RetryAfterError.Milliseconds()}, now)
 }
 
 // RanLately reports whether this node ran the actor's alarm at due less
 // than RetryAfterError (a lease period) before now (ms). A walk that lists
-// the entry in that time, before the DELETE the run queued lands, leaves it
-// out: delivering it again would take the actor only to find the alarm
-// moved, and LIST the actor's entries at that time to remove nothing. In a
-// drain, walks come every few hundred deliveries and met most of the
-// entries just delivered (2,194 stale deliveries beside 3,040 firings on
-// one survivor). After the wait an entry still there (its DELETE failed)
-// is a stale entry like any other, removed when delivered.
+// the entry in that time leaves it out: its LIST under load can end after
+// the delivery and before the DELETE the run queued (batched) lands, and
+// delivering it again would take the actor only to find the alarm moved
+// and LIST the actor's entries at that time to remove nothing. After the
+// wait an entry still there (its DELETE failed) is a stale entry like any
+// other, removed when delivered.
 func (s *State) RanLately(id abi.ActorID, due, now int64) bool {
 	r, ok := s.ran[id]
 	return ok && r.due == due && now < r.until
+}
+
+// remember records t for id in *m, first dropping the expired records
+// (until at or before now) once *m reaches *limit entries (at least 1,024),
+// so a map of records that expire stays about as large as those that
+// have not.
+func remember(m *map[abi.ActorID]staleTry, limit *int, id abi.ActorID, t staleTry, now int64) {
+	if *m == nil {
+		*m = map[abi.ActorID]staleTry{}
+	}
+	if len(*m) >= max(*limit, 1024) {
+		for k, r := range *m {
+			if now >= r.until {
+				delete(*m, k)
+			}
+		}
+		*limit = 2 * len(*m)
+	}
+	(*m)[id] = t
 }
 
 // Forwarding reports whether the entry may be forwarded to the actor's
@@ -409,18 +416,7 @@ func (s *State) Forwarding(entry alarmindex.Key, now int64) bool {
 	if f, ok := s.forwarded[entry.Actor]; ok && f.due == entry.DueMs && now < f.until {
 		return false
 	}
-	if s.forwarded == nil {
-		s.forwarded = map[abi.ActorID]staleTry{}
-	}
-	if len(s.forwarded) >= max(s.forwardedCap, 1024) {
-		for id, f := range s.forwarded {
-			if now >= f.until {
-				delete(s.forwarded, id)
-			}
-		}
-		s.forwardedCap = 2 * len(s.forwarded)
-	}
-	s.forwarded[entry.Actor] = staleTry{due: entry.DueMs, until: now + s.cfg.RetryAfterError.Milliseconds()}
+	remember(&s.forwarded, &s.forwardedCap, entry.Actor, staleTry{due: entry.DueMs, until: now + s.cfg.RetryAfterError.Milliseconds()}, now)
 	return true
 }
 

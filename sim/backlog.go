@@ -128,13 +128,7 @@ func (s *sim) backlogDrill() {
 }
 
 // kill stops n for good: unlike crash, nothing starts it again.
-func (s *sim) kill(n *node) {
-	s.c.Crashes++
-	s.logf("%s dies", n.addr)
-	n.up = false
-	n.boot++
-	n.held, n.busy, n.swept = nil, nil, nil
-}
+func (s *sim) kill(n *node) { s.stop(n, "dies") }
 
 // backlogState counts a drill actor's delivery once its state, as the
 // records name it, descends from one run of on-alarm (the run's outcome

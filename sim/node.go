@@ -157,12 +157,17 @@ func (s *sim) boot(n *node) {
 	s.nodeEvery(n, leaseMs, leaseMs, func() { s.releaseAgain(n) })
 }
 
-func (s *sim) crash(n *node) {
+// stop ends n's process: what it held in memory is gone.
+func (s *sim) stop(n *node, how string) {
 	s.c.Crashes++
-	s.logf("%s crashes", n.addr)
+	s.logf("%s %s", n.addr, how)
 	n.up = false
 	n.boot++
 	n.held, n.busy, n.swept = nil, nil, nil
+}
+
+func (s *sim) crash(n *node) {
+	s.stop(n, "crashes")
 	down := s.between(1000, 20_000)
 	if s.final {
 		down = 1
