@@ -62,16 +62,14 @@ func backlogBound(n int) int64 {
 
 // backlog is the drill's state.
 type backlog struct {
-	node  *node
 	dueMs int64
 	keys  []string // the drill's actors
 	// runs is how many runs of on-alarm each actor's state descends
 	// from, as last seen: one is its delivery, two a duplicate.
-	runs      map[string]int
-	left      int   // actors whose run is still to come
-	drainedAt int64 // when the last one ran (0: not yet)
-	pages     int64 // the bucket's LIST pages when the drill began
-	next      int   // the periodic check's turn
+	runs  map[string]int
+	left  int   // actors whose run is still to come
+	pages int64 // the bucket's LIST pages when the drill began
+	next  int   // the periodic check's turn
 }
 
 // backlogDrill runs the drill (see above).
@@ -89,7 +87,7 @@ func (s *sim) backlogDrill() {
 		return
 	}
 	size := int(s.between(backlogMin, backlogMax))
-	bl := &backlog{node: d, dueMs: (s.now/gridMs + 2) * gridMs, runs: map[string]int{}, left: size, pages: s.b.ListPagesSent()}
+	bl := &backlog{dueMs: (s.now/gridMs + 2) * gridMs, runs: map[string]int{}, left: size, pages: s.b.ListPagesSent()}
 	s.bl = bl
 	s.c.BacklogDrills++
 	s.c.BacklogAlarms += int64(size)
@@ -155,7 +153,6 @@ func (s *sim) backlogState(ak string) {
 	bl.runs[ak] = st.db.fired
 	bl.left--
 	if bl.left == 0 {
-		bl.drainedAt = s.now
 		pages := s.b.ListPagesSent() - bl.pages
 		s.c.BacklogListPages += pages
 		drain := s.now - bl.dueMs

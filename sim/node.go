@@ -414,7 +414,7 @@ func (s *sim) sweep(n *node) {
 			return n.gateway || n.busy[a.String()] || n.core.InFlight(a.String()) || n.core.HeldElsewhereLately(a, s.now) || n.timer.Keeps(a.String(), s.now)
 		},
 		Delivered: func(a abi.ActorID, due int64) bool {
-			return !s.cfg.RedeliverRan && n.core.RanLately(a, due, s.now)
+			return n.core.RanLately(a, due, s.now)
 		},
 		Rand:          n.rng,
 		MaxDeliveries: sweepCap,

@@ -84,13 +84,6 @@ type Config struct {
 	// before the drain, so a dead node's backlog is delivered sweepCap per
 	// walker a sweep period. The backlog drill's bound catches it.
 	NoEarlyWalks bool
-	// RedeliverRan turns off the plugin's memory of the entry times a node
-	// ran lately (core.State.RanLately): a walk that lists an entry whose
-	// DELETE the run queued offers it again. Not unsafe (the delivery
-	// finds the alarm moved and removes nothing the state names); the
-	// backlog drill counts the cost in stale deliveries
-	// (TestTheDrainDeliversEachEntryOnce).
-	RedeliverRan bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool
