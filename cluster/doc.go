@@ -69,6 +69,36 @@
 // of its own clock after first seeing that renewal: 3 s to spare, enough for
 // about 14% of drift.
 //
+// # Taking over on a judgement already made
+//
+// Every ownership record notes, besides the writer's instance, the
+// sequence number of the writer's lease version that had last landed to
+// its knowledge when it wrote the record (its last confirmed renewal, or an
+// earlier renewal it learned had landed late). A taker that has judged a
+// version of that instance's lease with sequence number S expired, by the
+// rule above and from a read (GET) of that very version, takes a record
+// noting S or less without reading the lease again: one GET fewer for each
+// of the thousands of actors a dead node leaves. Any other record (a later
+// version, another instance, a lease seen removed, none noted) is taken
+// only on the fresh read, as before.
+//
+// Why the holder no longer acts on such a hold. The hold was taken in some
+// epoch E of the holder, while it knew of no version later than S. Say E
+// were still valid when the taker judged S expired (at its read sent at
+// g). E's validity at that instant comes from a renewal confirmed in E
+// whose window had not ended; by the argument above, a renewal sent before
+// S landed, or S itself, gives a window that ended before g. So E holds a
+// renewal that replaced S: sent after S landed (only a writer that knew
+// S's ETag could replace it, and sequence numbers grow with every send),
+// so with a sequence number above S. It landed after g, since the taker's
+// read sent at g still found S, and a renewal answered after the window it
+// would extend does not extend it: it starts a new epoch, not E. So E
+// ended before g. A hold taken in a later epoch was taken once a renewal
+// of that epoch had been confirmed, which replaced S, and its record notes
+// that renewal's number or a later one, above S. A later process under the
+// node ID writes its own instance, so a record of it never matches the
+// earlier one's judgement, whatever numbers its versions carry.
+//
 // # Reading leases from a listing
 //
 // Each node reads the others' leases every period with one LIST of
@@ -104,8 +134,9 @@
 // the node ID writing a longer TTL is never judged by the earlier one's
 // (the failure of that GET only puts the judgement off). The address and
 // instance kept are those last read, possibly of an earlier process of the
-// node ID: Acquire reads the holder's lease afresh before taking a hold,
-// and Lookup does before trusting that a record's instance is earlier, as
+// node ID: Acquire reads the holder's lease afresh before taking a hold
+// (unless the record notes a version already judged expired, below), and
+// Lookup does before trusting that a record's instance is earlier, as
 // before. Live judges freshness from listings alone (a node is live while
 // its ETag changed within TTL + Grace, TTL as last read), which is not a
 // safety judgement.

@@ -104,6 +104,16 @@ type holdRecord struct {
 	State string `json:"state,omitempty"`
 	// StateETag is the ETag of that snapshot when it was noted, if known.
 	StateETag string `json:"state_etag,omitempty"`
+	// LeaseSeq is the sequence number of the writer's lease version that
+	// had last landed, to the writer's knowledge, when it wrote the
+	// record: a taker that has judged a version of that instance's lease
+	// with this sequence number or a later one expired takes the hold
+	// without reading the lease again (see "Taking over on a judgement
+	// already made" in the package documentation). Zero in records written
+	// before it existed, and in releases: the lease is read, as before.
+	// Adding it took no new format version: a reader of an earlier build
+	// ignores it and reads the lease, as it always did.
+	LeaseSeq uint64 `json:"lease_seq,omitempty"`
 }
 
 // stateNone is holdRecord.State for "the bucket has no state".
@@ -128,7 +138,7 @@ type Holds struct {
 	refused map[abi.ActorID]refusal
 
 	taken, takeovers, released, releaseErrs, retaken atomic.Int64
-	fromMemory, newer                                atomic.Int64
+	fromMemory, newer, leaseReadsSkipped             atomic.Int64
 }
 
 // refusal is a take refused because another node held the actor.
@@ -160,11 +170,15 @@ type HoldStats struct {
 	// format newer than this build reads: each refused (Acquire, Lookup)
 	// with an error wrapping a *format.NewerError.
 	NewerFormat int64
+	// LeaseReadsSkipped counts the takeovers among Takeovers that read no
+	// lease: the record named a version of the holder's lease this node
+	// had already judged expired, or an earlier one of the same process.
+	LeaseReadsSkipped int64
 }
 
 // Stats returns the counters.
 func (h *Holds) Stats() HoldStats {
-	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load()}
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load(), LeaseReadsSkipped: h.leaseReadsSkipped.Load()}
 }
 
 // parse reads the actor's ownership record (key) with parseHold, and
@@ -266,6 +280,14 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 		// take it, so take it anew, conditionally.
 	case "":
 	default:
+		if h.l.expiredThrough(rec.NodeID, rec.Instance, rec.LeaseSeq) {
+			// A version of the holder's lease that this very process
+			// wrote after the record was judged expired: the epoch the
+			// record was written in has ended, and with it the hold.
+			h.leaseReadsSkipped.Add(1)
+			takeover = true
+			break
+		}
 		expired, err := h.l.readLease(ctx, rec.NodeID)
 		if newer, ok := format.As(err); ok {
 			// Counted as a read of the lease (Leases.NewerFormatReads).
@@ -480,11 +502,12 @@ func (h *Holds) stateField(id abi.ActorID, s Snapshot) string {
 // take writes an ownership record naming this node with generation gen,
 // noting st as the actor's state.
 func (h *Holds) take(ctx context.Context, id abi.ActorID, epoch, gen uint64, cond bucket.Cond, st Snapshot) (Hold, error) {
-	if e, ok := h.l.validEpoch(); !ok || e != epoch {
+	e, seq, ok := h.l.validEpochSeq()
+	if !ok || e != epoch {
 		return Hold{}, h.errorf(id, "%w: it lapsed before taking the hold", ErrLeaseNotValid)
 	}
 	key := h.Key(id)
-	self := holdRecord{Format: format.HoldVersion, NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance, State: h.stateField(id, st), StateETag: st.ETag}
+	self := holdRecord{Format: format.HoldVersion, NodeID: h.l.NodeID(), Generation: gen, Addr: h.l.cfg.Addr, Instance: h.l.instance, State: h.stateField(id, st), StateETag: st.ETag, LeaseSeq: seq}
 	body, _ := json.Marshal(self)
 	etag, err := h.b.Put(ctx, key, body, cond)
 	if errors.Is(err, bucket.ErrPrecondition) {
@@ -646,6 +669,9 @@ type Ownership struct {
 	// from before records named the state.
 	State     string `json:"state,omitempty"`
 	StateETag string `json:"state_etag,omitempty"`
+	// LeaseSeq is the sequence number of the holder's lease version that
+	// had last landed when it wrote the record (0: not noted).
+	LeaseSeq uint64 `json:"lease_seq,omitempty"`
 }
 
 // HoldKey is the object key of the actor's ownership record under prefix

@@ -506,7 +506,7 @@ func TestHoldKeyLayout(t *testing.T) {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
 	body, _, ok := m.Object(want)
-	if !ok || string(body) != `{"format":1,"node_id":"a","generation":1,"addr":"a.example:7000","instance":"`+l.Instance()+`","state":"none"}` || l.Instance() == "" {
+	if !ok || string(body) != `{"format":1,"node_id":"a","generation":1,"addr":"a.example:7000","instance":"`+l.Instance()+`","state":"none","lease_seq":1}` || l.Instance() == "" {
 		t.Fatalf("record %q = %s, %v", want, body, ok)
 	}
 	if _, _, ok := m.Object("p/nodes/a"); !ok {

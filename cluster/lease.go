@@ -536,6 +536,16 @@ func (l *Leases) validEpoch() (uint64, bool) {
 	return l.epoch, l.validLocked()
 }
 
+// validEpochSeq is validEpoch with the sequence number of this node's
+// lease version that last landed, to its knowledge (Leases.confirmed),
+// read under the same lock: an ownership record written in this epoch
+// notes it (holdRecord.LeaseSeq).
+func (l *Leases) validEpochSeq() (epoch, seq uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch, l.confirmed, l.validLocked()
+}
+
 func (l *Leases) validLocked() bool {
 	return !l.closed && !l.lost && !l.validUntil.IsZero() && l.clk.Now().Before(l.validUntil)
 }
@@ -1141,6 +1151,26 @@ func (l *Leases) Expired(nodeID string) bool {
 		return false
 	}
 	return l.expiredLocked(o)
+}
+
+// expiredThrough reports whether this node has judged expired, by a read
+// (GET) of it, a version of node nodeID's lease that process instance
+// wrote with sequence number seq or later: then every epoch of that
+// process in which it knew of no version later than seq has ended (see
+// "Taking over on a judgement already made" in the package
+// documentation), and a hold record it wrote noting seq
+// (holdRecord.LeaseSeq) may be taken over without reading the lease
+// again. It is false for a seq or instance of 0 or "" (records from
+// before either was noted), for this node, for a lease seen removed (the
+// take reads it, as before), and for a version known only from a listing.
+func (l *Leases) expiredThrough(nodeID, instance string, seq uint64) bool {
+	if seq == 0 || instance == "" || nodeID == l.cfg.NodeID {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o := l.others[nodeID]
+	return o != nil && !o.gone && o.read && o.newer == 0 && o.instance == instance && seq <= o.seq && l.expiredLocked(o)
 }
 
 // earlierInstance reports whether the lease this node last read for

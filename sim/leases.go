@@ -93,9 +93,11 @@ type LeaseResult struct {
 	// while the node was up and not cut off or paused.
 	Lapses   int
 	Acquired int
-	// Takeovers counts holds taken from another node judged expired.
-	Takeovers int
-	Crashes   int
+	// Takeovers counts holds taken from another node judged expired;
+	// TakenOnJudgement those among them that read no lease, the record
+	// noting a version of the holder's lease already judged expired.
+	Takeovers, TakenOnJudgement int
+	Crashes                     int
 	// Readings counts the readings of the leases; SlowReadings those after
 	// which a node
 	// read next a reading period longer than its renewal period later
@@ -349,7 +351,11 @@ func (w *leaseWorld) act() {
 		if h, ok := n.mine[a]; ok && n.holds.Valid(h) {
 			return
 		}
+		before := n.holds.Stats()
 		h, err := n.holds.Acquire(ctx, a)
+		after := n.holds.Stats()
+		w.res.Takeovers += int(after.Takeovers - before.Takeovers)
+		w.res.TakenOnJudgement += int(after.LeaseReadsSkipped - before.LeaseReadsSkipped)
 		if err != nil {
 			return
 		}

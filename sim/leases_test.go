@@ -70,6 +70,7 @@ func TestLeaseSim(t *testing.T) {
 				sum.LostReplies += r.LostReplies
 				sum.LateLandings += r.LateLandings
 				sum.Takeovers += r.Takeovers
+				sum.TakenOnJudgement += r.TakenOnJudgement
 				sum.Acquired += r.Acquired
 				sum.Lapses += r.Lapses
 				sum.Crashes += r.Crashes
@@ -78,9 +79,9 @@ func TestLeaseSim(t *testing.T) {
 				sum.Omitted += r.Omitted
 				share += r.ValidShare
 			}
-			t.Logf("%d seeds: %d renewals, %d failed (%d rode through with a valid hold), %d lost replies, %d late landings, %d holds taken, %d lapses, %d crashes, %d of %d readings slow, %d keys left out of listings; lease valid %.2f%% of node time",
-				n, sum.Renewals, sum.RenewalsFailed, sum.RodeThrough, sum.LostReplies, sum.LateLandings, sum.Acquired, sum.Lapses, sum.Crashes, sum.SlowReadings, sum.Readings, sum.Omitted, 100*share/float64(n))
-			if sum.RodeThrough == 0 || sum.LostReplies == 0 || sum.LateLandings == 0 || sum.Acquired < n || sum.Omitted == 0 {
+			t.Logf("%d seeds: %d renewals, %d failed (%d rode through with a valid hold), %d lost replies, %d late landings, %d holds taken (%d takeovers, %d of them on a judgement already made), %d lapses, %d crashes, %d of %d readings slow, %d keys left out of listings; lease valid %.2f%% of node time",
+				n, sum.Renewals, sum.RenewalsFailed, sum.RodeThrough, sum.LostReplies, sum.LateLandings, sum.Acquired, sum.Takeovers, sum.TakenOnJudgement, sum.Lapses, sum.Crashes, sum.SlowReadings, sum.Readings, sum.Omitted, 100*share/float64(n))
+			if sum.RodeThrough == 0 || sum.LostReplies == 0 || sum.LateLandings == 0 || sum.Acquired < n || sum.Omitted == 0 || sum.TakenOnJudgement == 0 {
 				t.Fatalf("the simulation did not reach the cases it is for: %+v", sum)
 			}
 			if set.nodes >= cluster.LargeCluster && (sum.SlowReadings == 0 || sum.SlowReadings == sum.Readings) {
