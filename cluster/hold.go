@@ -137,8 +137,8 @@ type Holds struct {
 	// judged expired meanwhile, or Doubt drops it.
 	refused map[abi.ActorID]refusal
 
-	taken, takeovers, released, releaseErrs, retaken atomic.Int64
-	fromMemory, newer, leaseReadsSkipped             atomic.Int64
+	taken, takeovers, released, releaseErrs, retaken  atomic.Int64
+	fromMemory, newer, leaseReadsSkipped, refusedRead atomic.Int64
 }
 
 // refusal is a take refused because another node held the actor.
@@ -170,6 +170,9 @@ type HoldStats struct {
 	// format newer than this build reads: each refused (Acquire, Lookup)
 	// with an error wrapping a *format.NewerError.
 	NewerFormat int64
+	// Refused counts the takes Acquire refused after reading the record
+	// and the holder's lease, found live: two GETs each.
+	Refused int64
 	// LeaseReadsSkipped counts the takeovers among Takeovers that read no
 	// lease: the record named a version of the holder's lease this node
 	// had already judged expired, or an earlier one of the same process.
@@ -178,7 +181,7 @@ type HoldStats struct {
 
 // Stats returns the counters.
 func (h *Holds) Stats() HoldStats {
-	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load(), LeaseReadsSkipped: h.leaseReadsSkipped.Load()}
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load(), LeaseReadsSkipped: h.leaseReadsSkipped.Load(), Refused: h.refusedRead.Load()}
 }
 
 // parse reads the actor's ownership record (key) with parseHold, and
@@ -301,6 +304,7 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 		// record's is a later process's, which took the node ID back only
 		// once the record's process had expired.
 		if !expired && !h.l.earlierInstance(rec.NodeID, rec.Instance) {
+			h.refusedRead.Add(1)
 			return Hold{}, h.refuse(id, rec.NodeID, rec.Addr)
 		}
 		takeover = true

@@ -145,14 +145,15 @@ func TestGenerationsGrow(t *testing.T) {
 
 		// Each node counted what it did: asking again for a hold it has is
 		// no new hold; taking one from a node whose lease is gone (closed or
-		// expired) is a takeover.
+		// expired) is a takeover; a take that found the holder live is
+		// refused.
 		for _, c := range []struct {
 			n    testNode
 			want cluster.HoldStats
 		}{
 			{a, cluster.HoldStats{Taken: 2, Released: 1, ReleaseErrors: 1}},
-			{o, cluster.HoldStats{Taken: 2, Takeovers: 1, Released: 1}},
-			{n, cluster.HoldStats{Taken: 1, Takeovers: 1}},
+			{o, cluster.HoldStats{Taken: 2, Takeovers: 1, Released: 1, Refused: 1}},
+			{n, cluster.HoldStats{Taken: 1, Takeovers: 1, Refused: 1}},
 		} {
 			if got := c.n.holds.Stats(); got != c.want {
 				t.Errorf("node %s: hold stats %+v, want %+v", c.n.NodeID(), got, c.want)

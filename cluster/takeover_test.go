@@ -91,6 +91,9 @@ func TestAHoldOfALaterEpochIsNotTakenOnAnEarlierExpiry(t *testing.T) {
 	// The new epoch's is not: the take reads a's lease, a new version.
 	_, err := o.holds.Acquire(ctx, actorY)
 	wantHeldBy(t, err, "a")
+	if st := o.holds.Stats(); st.Refused != 1 {
+		t.Fatalf("stats %+v, want the take refused on the lease it read counted", st)
+	}
 	if !a.holds.Valid(hy) {
 		t.Fatal("a's hold of the new epoch is no longer valid")
 	}

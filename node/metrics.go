@@ -24,7 +24,7 @@ type nodeCollector struct {
 	actors, givenUp, leaseValid        *prometheus.Desc
 	restored                           *prometheus.Desc
 	taken, takeovers, released, relErr *prometheus.Desc
-	retaken, remembered                *prometheus.Desc
+	retaken, remembered, refused       *prometheus.Desc
 	liveNodes, validity                *prometheus.Desc
 	newerFormat, clusterVersion        *prometheus.Desc
 }
@@ -40,6 +40,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 		taken:      d("wasmkeep_holds_taken_total", "Holds the node took: ownership records naming it with a new generation (cluster mode)."),
 		takeovers:  d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
 		remembered: d("wasmkeep_hold_refusals_remembered_total", "Requests sent on to the node that held their actor within a lease TTL, without reading its record and its lease again (cluster mode)."),
+		refused:    d("wasmkeep_hold_takes_refused_total", "Takes of an actor refused because its ownership record named another node whose lease the take read and found live: two GETs each, and the event sent on to the holder (cluster mode)."),
 		retaken:    d("wasmkeep_hold_retakes_total", "Holds among those taken that the node took again after a lapse of its lease, with one conditional write, keeping the open actor (cluster mode)."),
 		released:   d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
 		relErr:     d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
@@ -55,7 +56,7 @@ func newNodeCollector(n *Node) *nodeCollector {
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.released, c.relErr, c.liveNodes, c.newerFormat, c.clusterVersion} {
+	for _, d := range []*prometheus.Desc{c.actors, c.givenUp, c.restored, c.leaseValid, c.validity, c.taken, c.takeovers, c.retaken, c.remembered, c.refused, c.released, c.relErr, c.liveNodes, c.newerFormat, c.clusterVersion} {
 		ch <- d
 	}
 }
@@ -97,6 +98,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.takeovers, prometheus.CounterValue, float64(s.Takeovers))
 	ch <- prometheus.MustNewConstMetric(c.retaken, prometheus.CounterValue, float64(s.Retaken))
 	ch <- prometheus.MustNewConstMetric(c.remembered, prometheus.CounterValue, float64(s.RefusedFromMemory))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
 	ch <- prometheus.MustNewConstMetric(c.released, prometheus.CounterValue, float64(s.Released))
 	ch <- prometheus.MustNewConstMetric(c.relErr, prometheus.CounterValue, float64(s.ReleaseErrors))
 	for _, k := range format.Kinds {
