@@ -320,6 +320,10 @@ type bounds struct {
 	// from the outage's end instead.
 	OutageStart, OutageEnd int64
 	OutageAlarm            int64
+	// OutageBacklog is added once to the bound of an alarm the outage
+	// held up: the time the bucket, at the rate the run probed, takes to
+	// serve the recovery's own requests (outageReport.backlogMs).
+	OutageBacklog int64
 	// Failures are the kills, cuts and injected faults of the run, and
 	// Lease the nodes' lease period (ms): a duplicate run none of them
 	// explains (dupCause) is a violation. nil: duplicates are counted
@@ -346,10 +350,11 @@ func (b bounds) heldUp(t int64, fails int) bool {
 }
 
 // afterOutage is the latest an alarm at t that the outage held up may
-// fire its successful run: each attempt within OutageAlarm, plus the
-// committed backoff between them, from the bucket's return (or t).
+// fire its successful run: each attempt within OutageAlarm, the first
+// also within OutageBacklog, plus the committed backoff between them,
+// from the bucket's return (or t).
 func (b bounds) afterOutage(t int64, fails int) int64 {
-	d := b.OutageAlarm
+	d := b.OutageAlarm + b.OutageBacklog
 	for n := 1; n <= fails; n++ {
 		d += b.OutageAlarm + alarmindex.RetryDelay(n, b.RetryBase, b.RetryMax).Milliseconds()
 	}

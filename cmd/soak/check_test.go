@@ -300,3 +300,38 @@ func TestLeaseLapsesAreReadFromTheNodesLogs(t *testing.T) {
 		t.Fatalf("lapses = %+v, want %+v", s.lapses, want)
 	}
 }
+
+// An alarm the outage held up is held to lease + grace + two sweeps +
+// slack from the bucket's return, plus the time the bucket, at the rate
+// the run probed, takes to serve the recovery's own requests: the window's
+// requests net of the rate before the outage.
+func TestTheOutageBoundAllowsForTheBacklogAtTheProbedRate(t *testing.T) {
+	rep := &outageReport{
+		Before: span{Requests: 3000, Ms: 10_000},       // 300/s of client load and background
+		After:  span{Requests: 7500, Ms: 15_000},       // 4,500 of it that load's, 3,000 the recovery's
+		Probe:  probeResult{Requests: 2000, Ms: 2_000}, // 1,000/s
+	}
+	if got := rep.net(); got != 3000 {
+		t.Fatalf("net recovery requests %v, want 3000", got)
+	}
+	if got := rep.backlogMs(); got != 3000 {
+		t.Fatalf("backlog allowance %d ms, want 3000 (3,000 requests at 1,000/s)", got)
+	}
+	if got := (&outageReport{After: rep.After, Before: rep.Before}).backlogMs(); got != 0 {
+		t.Fatalf("backlog allowance without a probe %d ms, want 0", got)
+	}
+
+	const end = int64(2_000_000)
+	oneshot := plan{Name: "t/soak/o", Kind: "oneshot"}
+	bd := bounds{Alarm: 5000, RetryBase: time.Second, RetryMax: 8 * time.Second, Quiet: end + 60_000, End: end + 120_000,
+		FaultAlarm: 20_000, OutageStart: end - 60_000, OutageEnd: end, OutageAlarm: 7000, OutageBacklog: rep.backlogMs()}
+	firedAt := func(at int64) verdict {
+		return check(history{Plan: oneshot, HasLedger: true, Ledger: []record{{recArm, end - 30_000, 1, end - 90_000, end - 30_000}, {recFire, end - 30_000, 0, at, -1}}}, bd)
+	}
+	if v := firedAt(end + 7000 + 3000); len(v.Violations) > 0 || len(v.AfterOutage) != 1 {
+		t.Fatalf("a held-up alarm within the bound and the backlog: %v (held up %d)", v.Violations, len(v.AfterOutage))
+	}
+	if v := firedAt(end + 7000 + 3001); v.LateAfterOutage != 1 {
+		t.Fatalf("a held-up alarm past the bound and the backlog: late %d, violations %v", v.LateAfterOutage, v.Violations)
+	}
+}

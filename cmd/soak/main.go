@@ -226,6 +226,9 @@ type soak struct {
 	lineBuf    []byte
 	// outageRep is the outage's measurements (-outage), once it ran.
 	outageRep *outageReport
+	// probe is the bucket's rate through the proxies, measured before the
+	// nodes started (-outage only).
+	probe probeResult
 	// writeOut is the write outage (-write-outage): when it began and
 	// ended (ms; 0 before), under mu; failedStarts counts node starts
 	// that gave up.
@@ -514,6 +517,10 @@ func run(ctx context.Context, o options) (summary, error) {
 			return sum, err
 		}
 	}
+	if o.outage > 0 {
+		s.probe = s.probeBucket(ctx, bucketName, direct, 3*time.Second)
+		s.say("bucket probe: %.1f requests/s through the proxies (%d failed)%s", s.probe.rate(), s.probe.Errors, s.probe.Err)
+	}
 	for _, sl := range s.slots {
 		if err := s.startNode(ctx, sl, fmt.Sprintf("n%d", sl.i)); err != nil {
 			return sum, err
@@ -609,6 +616,7 @@ func run(ctx context.Context, o options) (summary, error) {
 	if ou := s.outageRep; ou != nil {
 		bd.OutageStart, bd.OutageEnd = ou.StartMs, ou.EndMs
 		bd.OutageAlarm = (o.leaseTTL + o.grace + 2*o.sweep + o.slack).Milliseconds()
+		bd.OutageBacklog = ou.backlogMs()
 	} else if s.writeOutTo != 0 {
 		// Alarms the write outage held up are bounded from its end, each
 		// attempt as during the faults (kills and faults went on).

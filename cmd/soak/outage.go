@@ -50,7 +50,31 @@ type outageReport struct {
 	// from the outage's start to the end of the recovery (summed); Scrape
 	// says why they could not be read, if so.
 	Restores, GivenUp, Taken float64
-	Scrape                   string
+	// Refused are the nodes' wasmkeep_hold_takes_refused_total over the
+	// same span: takes that read an actor's record and its holder's lease
+	// (two GETs each) and found the holder live.
+	Refused float64
+	Scrape  string
+	// Probe is the bucket's rate of a firing's requests through the
+	// proxies, measured before the nodes started (probeBucket).
+	Probe probeResult
+}
+
+// net is the recovery window's requests net of the rate before the
+// outage (the client load and the nodes' background, which went on):
+// what the recovery itself sent.
+func (r *outageReport) net() float64 {
+	return max(0, float64(r.After.Requests)-r.Before.rate()*float64(r.After.Ms)/1000)
+}
+
+// backlogMs is how long the bucket, at the probed rate, takes to serve
+// the recovery's own requests (net): the allowance the bound of an alarm
+// the outage held up gets for the backlog (0 without a probe).
+func (r *outageReport) backlogMs() int64 {
+	if rate := r.Probe.rate(); rate > 0 {
+		return int64(1000 * r.net() / rate)
+	}
+	return 0
 }
 
 // span is requests over a stretch of time.
@@ -150,13 +174,14 @@ const (
 	metricRestores = "wasmkeep_actor_restores_total"
 	metricGivenUp  = "wasmkeep_node_actors_given_up_total"
 	metricTaken    = "wasmkeep_holds_taken_total"
+	metricRefused  = "wasmkeep_hold_takes_refused_total"
 )
 
 // outageRun pauses kills and faults, brings every node up, and runs the
 // outage with the recovery after it, recording outageRep.
 func (s *soak) outageRun(ctx context.Context) {
 	o := s.o
-	rep := &outageReport{PausedMs: time.Now().UnixMilli()}
+	rep := &outageReport{PausedMs: time.Now().UnixMilli(), Probe: s.probe}
 	s.say("outage: kills and faults paused; every node up first")
 	if err := s.calm(ctx); err != nil {
 		s.say("outage: %v", err)
@@ -175,7 +200,7 @@ func (s *soak) outageRun(ctx context.Context) {
 		rep.RSS[i].Node = s.slots[i].name
 		s.slots[i].mu.Unlock()
 	}
-	m0, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken)
+	m0, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken, metricRefused)
 	if err != nil {
 		rep.Scrape = err.Error()
 	}
@@ -234,10 +259,11 @@ func (s *soak) outageRun(ctx context.Context) {
 			rep.RSS[i].After, rep.RSS[i].AfterOK = vmRSS(nd.Pid())
 		}
 	}
-	if m1, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken); err != nil {
+	if m1, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken, metricRefused); err != nil {
 		rep.Scrape = err.Error()
 	} else if m0 != nil {
 		rep.Restores, rep.GivenUp, rep.Taken = m1[metricRestores]-m0[metricRestores], m1[metricGivenUp]-m0[metricGivenUp], m1[metricTaken]-m0[metricTaken]
+		rep.Refused = m1[metricRefused] - m0[metricRefused]
 	}
 	s.setFaults(true)
 	rep.ResumedMs = time.Now().UnixMilli()
@@ -318,8 +344,24 @@ func (s *soak) outageTable(w io.Writer, sum summary, bd bounds) {
 	if n := len(sum.AfterOutage); n > 0 {
 		held = fmt.Sprintf("p50 %s, p99 %s, max %s", pctText(sum.AfterOutage, 50), pctText(sum.AfterOutage, 99), msText(sum.AfterOutage[n-1]))
 	}
-	fmt.Fprintf(w, "  after the outage:      %d firings it held up ran %s after the bucket returned; %d past their bound (%s per attempt: lease + grace + 2 x sweep + slack)\n",
-		len(sum.AfterOutage), held, sum.LateAfterOutage, msText(bd.OutageAlarm))
+	fmt.Fprintf(w, "  after the outage:      %d firings it held up ran %s after the bucket returned; %d past their bound (%s per attempt: lease + grace + 2 x sweep + slack, and %s for the backlog on the first)\n",
+		len(sum.AfterOutage), held, sum.LateAfterOutage, msText(bd.OutageAlarm), msText(bd.OutageBacklog))
+	if p := ou.Probe; p.Err != "" {
+		fmt.Fprintf(w, "  bucket probe:          did not run: %s\n", p.Err)
+	} else {
+		fmt.Fprintf(w, "  bucket probe:          %.1f requests/s through the proxies before the nodes started (%d workers, a firing's mix: snapshot PUT, entry PUT, record GET and conditional PUT; %d answered in %s, %d failed)\n",
+			p.rate(), probeWorkers, p.Requests, msText(p.Ms), p.Errors)
+	}
+	perFiring := "-"
+	if n := len(sum.AfterOutage); n > 0 {
+		perFiring = fmt.Sprintf("%.2f", ou.net()/float64(n))
+	}
+	refusedShare := 0.0
+	if ou.After.Requests > 0 {
+		refusedShare = 100 * 2 * ou.Refused / float64(ou.After.Requests)
+	}
+	fmt.Fprintf(w, "  recovery requests:     %d in the window, %.0f net of the rate before it (client load and background): %s per held-up firing; %.0f takes refused (2 GETs each), %.1f%% of the window's requests\n",
+		ou.After.Requests, ou.net(), perFiring, ou.Refused, refusedShare)
 	if ou.Scrape != "" {
 		fmt.Fprintf(w, "                         restores not read: %s\n", ou.Scrape)
 	} else {
