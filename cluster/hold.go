@@ -139,6 +139,7 @@ type Holds struct {
 
 	taken, takeovers, released, releaseErrs, retaken  atomic.Int64
 	fromMemory, newer, leaseReadsSkipped, refusedRead atomic.Int64
+	refusedWatched                                    atomic.Int64
 }
 
 // refusal is a take refused because another node held the actor.
@@ -171,8 +172,10 @@ type HoldStats struct {
 	// with an error wrapping a *format.NewerError.
 	NewerFormat int64
 	// Refused counts the takes Acquire refused after reading the record
-	// and the holder's lease, found live: two GETs each.
-	Refused int64
+	// and the holder's lease, found live: two GETs each. RefusedWatched
+	// counts those it refused on the record alone, this node's readings of
+	// the leases having shown the holder's renewed within a TTL: one GET.
+	Refused, RefusedWatched int64
 	// LeaseReadsSkipped counts the takeovers among Takeovers that read no
 	// lease: the record named a version of the holder's lease this node
 	// had already judged expired, or an earlier one of the same process.
@@ -181,7 +184,7 @@ type HoldStats struct {
 
 // Stats returns the counters.
 func (h *Holds) Stats() HoldStats {
-	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load(), LeaseReadsSkipped: h.leaseReadsSkipped.Load(), Refused: h.refusedRead.Load()}
+	return HoldStats{Taken: h.taken.Load(), Takeovers: h.takeovers.Load(), Released: h.released.Load(), ReleaseErrors: h.releaseErrs.Load(), Retaken: h.retaken.Load(), RefusedFromMemory: h.fromMemory.Load(), NewerFormat: h.newer.Load(), LeaseReadsSkipped: h.leaseReadsSkipped.Load(), Refused: h.refusedRead.Load(), RefusedWatched: h.refusedWatched.Load()}
 }
 
 // parse reads the actor's ownership record (key) with parseHold, and
@@ -290,6 +293,11 @@ func (h *Holds) Acquire(ctx context.Context, id abi.ActorID) (Hold, error) {
 			h.leaseReadsSkipped.Add(1)
 			takeover = true
 			break
+		}
+		if h.l.renewedLately(rec.NodeID, rec.Instance) {
+			// Its holder renewed within a TTL: a read would refuse too.
+			h.refusedWatched.Add(1)
+			return Hold{}, h.refuse(id, rec.NodeID, rec.Addr)
 		}
 		expired, err := h.l.readLease(ctx, rec.NodeID)
 		if newer, ok := format.As(err); ok {

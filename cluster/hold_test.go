@@ -114,12 +114,17 @@ func TestGenerationsGrow(t *testing.T) {
 			t.Fatalf("generation %d, want 3", h3.Generation)
 		}
 
-		// A clean shutdown frees the hold at once.
+		// A clean shutdown frees the hold once the others read the leases
+		// (before that, a take refuses on a lease it saw renewed within a
+		// TTL, as its read of the record would have a moment before).
 		if err := a.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if a.holds.Valid(h3) {
 			t.Fatal("a closed node's hold is valid")
+		}
+		if err := o.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
 		}
 		h4 := acquire(t, o, actorX)
 		if h4.Generation != 4 {

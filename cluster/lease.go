@@ -1173,6 +1173,27 @@ func (l *Leases) expiredThrough(nodeID, instance string, seq uint64) bool {
 	return o != nil && !o.gone && o.read && o.newer == 0 && o.instance == instance && seq <= o.seq && l.expiredLocked(o)
 }
 
+// renewedLately reports whether this node's readings of the leases showed
+// a new version of node nodeID's lease less than the TTL it last read ago,
+// with instance the last instance read: a read of the lease now could not
+// judge it expired (that takes a version unchanged for TTL + Grace), and
+// a later process under the ID, which takes it back only once this
+// instance's lease has expired, would have been read (a version after one
+// that stood half a TTL, or after TTL + Grace without a new one, is read:
+// listedLocked). So a take may be refused on it without reading the lease.
+// It never takes anything: the refusal it allows is safe whatever it says.
+// It is false for an instance of "" (a record from before instances), for
+// this node, and for a lease seen removed or of a newer format.
+func (l *Leases) renewedLately(nodeID, instance string) bool {
+	if instance == "" || nodeID == l.cfg.NodeID {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o := l.others[nodeID]
+	return o != nil && !o.gone && o.newer == 0 && o.instance == instance && o.ttl > 0 && l.clk.Now().Sub(o.firstSeen) < o.ttl
+}
+
 // earlierInstance reports whether the lease this node last read for
 // nodeID belongs to a process other than instance (a hold record's): then,
 // if that read was made after the record was read, the record's process

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/bucket"
@@ -147,4 +148,52 @@ func TestALaterProcessesHoldIsNotTakenOnTheEarlierOnesExpiry(t *testing.T) {
 	if !a2.holds.Valid(hy) {
 		t.Fatal("the later process's hold is no longer valid")
 	}
+}
+
+// A take of an actor whose holder this node's readings of the leases saw
+// renew within a TTL is refused on the record alone (one GET): a read of
+// the lease could not find it expired. Once the holder's lease has not
+// changed for a TTL, the take reads it again, and so takes the actor once
+// the lease has stood for TTL + Grace.
+func TestARefusalOnALeaseSeenRenewedReadsNoLease(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		clk := fakeclock.New(t0)
+		c := bucket.NewCounting(b)
+		a := startNode(t, c, clk, "a")
+		o := startNode(t, c, clk, "o")
+		acquire(t, a, actorX)
+		if err := o.RefreshNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.Reset()
+		_, err := o.holds.Acquire(ctx, actorX)
+		wantHeldBy(t, err, "a")
+		if got := c.Counts(); got.Get != 1 || got.Put != 0 || got.List != 0 || got.Head != 0 {
+			t.Fatalf("the refused take sent %+v, want the record's GET alone", got)
+		}
+		if st := o.holds.Stats(); st.RefusedWatched != 1 || st.Refused != 0 {
+			t.Fatalf("stats %+v, want one take refused on the watch", st)
+		}
+
+		// a stops renewing: a TTL on, the take reads the lease; TTL +
+		// Grace on, it takes the actor.
+		a.Kill()
+		for range 3 {
+			clk.Advance(cluster.DefaultTTL / 3)
+			if err := o.RenewNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(time.Millisecond) // a whole TTL
+		o.holds.Doubt(actorX)         // the refusal remembered for client requests
+		c.Reset()
+		_, err = o.holds.Acquire(ctx, actorX)
+		wantHeldBy(t, err, "a")
+		if got := c.Counts(); got.Get != 2 {
+			t.Fatalf("a take a TTL after the holder's last renewal sent %+v, want the record's and the lease's GETs", got)
+		}
+		expire(t, clk, o, "a")
+		acquire(t, o, actorX)
+	})
 }

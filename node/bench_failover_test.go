@@ -19,8 +19,9 @@ import (
 var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 * time.Second, sweep: 10 * time.Second}
 
 // BenchmarkFailover measures how orphaned alarms are recovered after a
-// SIGKILL: three keepnode processes on versitygw, node0 holds idle oneshot
-// actors whose alarms come due after it is killed, the two survivors'
+// SIGKILL: three keepnode processes on versitygw (-failover.survivors
+// sets how many outlive node0), node0 holds idle oneshot
+// actors whose alarms come due after it is killed, the survivors'
 // sweeps deliver them. Each iteration is a whole run on a fresh bucket.
 //
 //   - lateness: 100 alarms due over one sweep period, starting a lease
@@ -67,6 +68,8 @@ func BenchmarkFailover(b *testing.B) {
 }
 
 var failoverDrain = flag.Int("failover.drain", 2000, "BenchmarkFailover's drain: how many alarms are due at once on the killed node")
+
+var failoverSurvivors = flag.Int("failover.survivors", 2, "BenchmarkFailover: how many nodes survive the one killed")
 
 func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Duration) {
 	var lateness []time.Duration
@@ -153,7 +156,10 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	rec := &swFirings{}
 	cfg, _ := swProcCluster(b, ctx, rec, timings)
 	cfg.Flags = append(cfg.Flags, "-metrics-addr", "127.0.0.1:0")
-	nodes, err := clusterproc.StartNodes(ctx, cfg, 3)
+	if *failoverSurvivors < 1 {
+		b.Fatalf("-failover.survivors %d: at least one node must survive", *failoverSurvivors)
+	}
+	nodes, err := clusterproc.StartNodes(ctx, cfg, 1+*failoverSurvivors)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -40,12 +40,14 @@ func newNodeCollector(n *Node) *nodeCollector {
 		taken:      d("wasmkeep_holds_taken_total", "Holds the node took: ownership records naming it with a new generation (cluster mode)."),
 		takeovers:  d("wasmkeep_hold_takeovers_total", "Holds taken from a node whose lease had expired or ended (cluster mode)."),
 		remembered: d("wasmkeep_hold_refusals_remembered_total", "Requests sent on to the node that held their actor within a lease TTL, without reading its record and its lease again (cluster mode)."),
-		refused:    d("wasmkeep_hold_takes_refused_total", "Takes of an actor refused because its ownership record named another node whose lease the take read and found live: two GETs each, and the event sent on to the holder (cluster mode)."),
-		retaken:    d("wasmkeep_hold_retakes_total", "Holds among those taken that the node took again after a lapse of its lease, with one conditional write, keeping the open actor (cluster mode)."),
-		released:   d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
-		relErr:     d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
-		validity:   d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
-		liveNodes:  d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
+		refused: prometheus.NewDesc("wasmkeep_hold_takes_refused_total",
+			"Takes of an actor refused because its ownership record named another node whose lease is live, and the event sent on to the holder, by how the lease was known: lease=\"read\" read by the take (two GETs each), lease=\"watched\" renewed within a TTL by this node's readings of the leases (one GET each) (cluster mode).",
+			[]string{"lease"}, nil),
+		retaken:   d("wasmkeep_hold_retakes_total", "Holds among those taken that the node took again after a lapse of its lease, with one conditional write, keeping the open actor (cluster mode)."),
+		released:  d("wasmkeep_hold_releases_total", "Holds the node released (idle actors, shutdown, failures) (cluster mode)."),
+		relErr:    d("wasmkeep_hold_release_errors_total", "Releases whose record could not be written back: taken over meanwhile, or the bucket failed (cluster mode)."),
+		validity:  d("wasmkeep_node_lease_validity_seconds", "How long the node's lease stays valid unless renewed: between TTL - margin - a renewal period and TTL - margin while renewals are on time, less as a renewal is late; 0 when not valid (cluster mode)."),
+		liveNodes: d("wasmkeep_cluster_nodes_live", "Nodes of the cluster this node sees live: itself while its lease is valid, and each other whose lease it saw renewed within a lease period and grace (cluster mode)."),
 		newerFormat: prometheus.NewDesc("wasmkeep_newer_format_total",
 			"Records in the bucket refused as of a format newer than this build reads, by kind: other nodes' leases read, ownership records read, index entries a sweep skipped, snapshots and schemas a restore refused, dead-letter records read (cluster mode); and local databases of such a schema that the start-up scan skipped or an event refused to open (either mode). Each is left as it is.",
 			[]string{"kind"}, nil),
@@ -98,7 +100,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.takeovers, prometheus.CounterValue, float64(s.Takeovers))
 	ch <- prometheus.MustNewConstMetric(c.retaken, prometheus.CounterValue, float64(s.Retaken))
 	ch <- prometheus.MustNewConstMetric(c.remembered, prometheus.CounterValue, float64(s.RefusedFromMemory))
-	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused), "read")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.RefusedWatched), "watched")
 	ch <- prometheus.MustNewConstMetric(c.released, prometheus.CounterValue, float64(s.Released))
 	ch <- prometheus.MustNewConstMetric(c.relErr, prometheus.CounterValue, float64(s.ReleaseErrors))
 	for _, k := range format.Kinds {

@@ -50,11 +50,13 @@ type outageReport struct {
 	// from the outage's start to the end of the recovery (summed); Scrape
 	// says why they could not be read, if so.
 	Restores, GivenUp, Taken float64
-	// Refused are the nodes' wasmkeep_hold_takes_refused_total over the
-	// same span: takes that read an actor's record and its holder's lease
-	// (two GETs each) and found the holder live.
-	Refused float64
-	Scrape  string
+	// Refused and RefusedWatched are the nodes'
+	// wasmkeep_hold_takes_refused_total over the same span: takes that
+	// read an actor's record and found its holder live, by reading its
+	// lease (lease="read", two GETs each) or on their own readings of the
+	// leases (lease="watched", one GET each).
+	Refused, RefusedWatched float64
+	Scrape                  string
 	// Probe is the bucket's rate of a firing's requests through the
 	// proxies, measured before the nodes started (probeBucket).
 	Probe probeResult
@@ -174,7 +176,8 @@ const (
 	metricRestores = "wasmkeep_actor_restores_total"
 	metricGivenUp  = "wasmkeep_node_actors_given_up_total"
 	metricTaken    = "wasmkeep_holds_taken_total"
-	metricRefused  = "wasmkeep_hold_takes_refused_total"
+	metricRefused  = `wasmkeep_hold_takes_refused_total{lease="read"}`
+	metricWatched  = `wasmkeep_hold_takes_refused_total{lease="watched"}`
 )
 
 // outageRun pauses kills and faults, brings every node up, and runs the
@@ -200,7 +203,7 @@ func (s *soak) outageRun(ctx context.Context) {
 		rep.RSS[i].Node = s.slots[i].name
 		s.slots[i].mu.Unlock()
 	}
-	m0, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken, metricRefused)
+	m0, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken, metricRefused, metricWatched)
 	if err != nil {
 		rep.Scrape = err.Error()
 	}
@@ -259,11 +262,11 @@ func (s *soak) outageRun(ctx context.Context) {
 			rep.RSS[i].After, rep.RSS[i].AfterOK = vmRSS(nd.Pid())
 		}
 	}
-	if m1, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken, metricRefused); err != nil {
+	if m1, err := s.scrape(ctx, metricRestores, metricGivenUp, metricTaken, metricRefused, metricWatched); err != nil {
 		rep.Scrape = err.Error()
 	} else if m0 != nil {
 		rep.Restores, rep.GivenUp, rep.Taken = m1[metricRestores]-m0[metricRestores], m1[metricGivenUp]-m0[metricGivenUp], m1[metricTaken]-m0[metricTaken]
-		rep.Refused = m1[metricRefused] - m0[metricRefused]
+		rep.Refused, rep.RefusedWatched = m1[metricRefused]-m0[metricRefused], m1[metricWatched]-m0[metricWatched]
 	}
 	s.setFaults(true)
 	rep.ResumedMs = time.Now().UnixMilli()
@@ -358,10 +361,10 @@ func (s *soak) outageTable(w io.Writer, sum summary, bd bounds) {
 	}
 	refusedShare := 0.0
 	if ou.After.Requests > 0 {
-		refusedShare = 100 * 2 * ou.Refused / float64(ou.After.Requests)
+		refusedShare = 100 * (2*ou.Refused + ou.RefusedWatched) / float64(ou.After.Requests)
 	}
-	fmt.Fprintf(w, "  recovery requests:     %d in the window, %.0f net of the rate before it (client load and background): %s per held-up firing; %.0f takes refused (2 GETs each), %.1f%% of the window's requests\n",
-		ou.After.Requests, ou.net(), perFiring, ou.Refused, refusedShare)
+	fmt.Fprintf(w, "  recovery requests:     %d in the window, %.0f net of the rate before it (client load and background): %s per held-up firing; takes refused: %.0f on a read of the lease (2 GETs each), %.0f on the nodes' own readings (1 GET each), %.1f%% of the window's requests\n",
+		ou.After.Requests, ou.net(), perFiring, ou.Refused, ou.RefusedWatched, refusedShare)
 	if ou.Scrape != "" {
 		fmt.Fprintf(w, "                         restores not read: %s\n", ou.Scrape)
 	} else {
