@@ -654,7 +654,7 @@ func (l *Loop) sweepTenant(ctx context.Context, tenant string, live []string, wa
 	if len(res.Entries) > 0 || len(plan.Deliveries) > 0 {
 		l.log.Debug("swept", "tenant", tenant, "entries", len(res.Entries), "delivered", len(plan.Deliveries),
 			"own", plan.Stats.Own, "anyone", plan.Stats.Anyone, "busy", plan.Stats.Busy, "delivered_lately", plan.Stats.Delivered,
-			"others", plan.Stats.Others, "deferred", plan.Stats.Deferred, "cursor", res.Cursor)
+			"others", plan.Stats.Others, "returning", plan.Stats.Returning, "deferred", plan.Stats.Deferred, "cursor", res.Cursor)
 	}
 	return listErr
 }

@@ -58,7 +58,13 @@ type PlanInput struct {
 	// overdue, though the holders of most of them are back too and about
 	// to deliver them from their own timers; counting from the outage's
 	// end gives them three margins before every node chases every other
-	// node's actors. Zero: from the due time alone.
+	// node's actors. Likewise an entry of this node's own shard is
+	// delivered a margin past whichever is later, its due time or Since:
+	// a margin for the holders' timers to deliver what the outage held
+	// up before the walkers take and forward it (each a read of the
+	// record, refused). Entries of actors [PlanInput.Own] reports are
+	// this node's alone and wait for nothing. Zero: from the due time
+	// alone.
 	Since time.Time
 	// Live are the addresses of the nodes with fresh heartbeats. Self counts
 	// as live whether or not it is listed: a node that sweeps is alive.
@@ -102,6 +108,10 @@ type PlanStats struct {
 	Delivered int
 	// Others counts actors in another node's shard, not yet anyone's.
 	Others int
+	// Returning counts actors of this node's shard left to their holders
+	// for a margin after this node came back from a lapse
+	// ([PlanInput.Since]).
+	Returning int
 	// Own and Anyone count the candidates of each kind.
 	Own, Anyone int
 	// Deferred counts candidates left for a later sweep by the cap.
@@ -130,7 +140,9 @@ type Plan struct {
 //     entries of the actor at later times wait for a later sweep.
 //   - Actors [PlanInput.Busy] reports are skipped and not counted, and so
 //     are entry times [PlanInput.Delivered] reports.
-//   - Own: the actor's shard ([Shard]) among the live nodes is this node.
+//   - Own: the actor's shard ([Shard]) among the live nodes is this node,
+//     and this node back from a lapse of its lease at least a margin
+//     ([PlanInput.Since]); or [PlanInput.Own] reports it.
 //   - Anyone's: another node's shard, overdue at least three margins, and
 //     this node back from a lapse of its lease at least that long
 //     ([PlanInput.Since]).
@@ -154,6 +166,8 @@ func PlanSweep(in PlanInput) Plan {
 	if !in.Since.IsZero() && in.Since.UnixMilli() > anyoneBefore {
 		anyoneBefore = math.MinInt64 // back from a lapse less than three margins ago: nothing is anyone's yet
 	}
+	// Back from a lapse less than a margin ago: the shard's entries wait.
+	returning := !in.Since.IsZero() && in.Since.UnixMilli() > in.Now.UnixMilli()-in.Margin.Milliseconds()
 	var own, anyone []Overdue
 	for _, c := range cands {
 		if in.Delivered != nil && in.Delivered(c.Actor, c.DueMs) {
@@ -170,7 +184,11 @@ func PlanSweep(in PlanInput) Plan {
 			shardNodes = liveNodes(in.Self, in.ShardNodes(c.Actor.Class))
 		}
 		switch {
-		case Shard(c.Actor, shardNodes) == in.Self || (in.Own != nil && in.Own(c.Actor)):
+		case in.Own != nil && in.Own(c.Actor):
+			own = append(own, c)
+		case Shard(c.Actor, shardNodes) == in.Self && returning:
+			plan.Stats.Returning++
+		case Shard(c.Actor, shardNodes) == in.Self:
 			own = append(own, c)
 		case c.DueMs <= anyoneBefore:
 			c.Anyone = true

@@ -209,7 +209,8 @@ func TestPlanAnyonesAfterThreeMargins(t *testing.T) {
 // node's entry as anyone's only three margins past its return, however
 // long overdue the entry is: the entry's holder, cut off too, is back
 // and delivers it from its own timer. Its own shard's entries it delivers
-// at once.
+// a margin past its return (their holders' timers first), and those of
+// actors it let go of at once.
 func TestPlanAnyonesCountFromTheEndOfALapse(t *testing.T) {
 	self, other := nodes3[0], nodes3[1]
 	theirs := namesFor("x", other, nodes3, 1)[0]
@@ -220,7 +221,9 @@ func TestPlanAnyonesCountFromTheEndOfALapse(t *testing.T) {
 		want []string
 	}{
 		{0, []string{theirs, mine}},
-		{time.Second, []string{mine}},
+		{time.Millisecond, nil},
+		{testMargin - time.Millisecond, nil},
+		{testMargin, []string{mine}},
 		{3*testMargin - time.Millisecond, []string{mine}},
 		{3 * testMargin, []string{theirs, mine}},
 	}
@@ -235,6 +238,11 @@ func TestPlanAnyonesCountFromTheEndOfALapse(t *testing.T) {
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("back from a lapse %v ago: delivered %v, want %v", tc.back, got, want)
+		}
+		// An actor this node let go of is its own at once.
+		in.Own = func(a abi.ActorID) bool { return a.Name == mine }
+		if got := names(PlanSweep(in).Deliveries); !slices.Contains(got, mine) {
+			t.Errorf("back from a lapse %v ago: an actor this node let go of was not delivered (%v)", tc.back, got)
 		}
 	}
 }
