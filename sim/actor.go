@@ -793,6 +793,11 @@ func (s *sim) putEntry(n *node, h *held, k *alarmindex.Key, done func(bool)) {
 		done(true)
 		return
 	}
+	if s.cfg.NoRearmIndex && h.rearming {
+		s.logf("%s variant: records the re-armed %s without PUTting it", n.addr, k)
+		done(true)
+		return
+	}
 	s.maybePause(n, 0.02, "before an entry PUT")
 	key := k.String()
 	s.step(n, n.boot, s.between(0, 5), func() {
@@ -1091,7 +1096,9 @@ func (s *sim) runAlarm(n *node, h *held, entry *alarmindex.Key, swept bool, fini
 			outcome = "deleted the actor"
 		}
 		s.logf("%s on-alarm %s at %s: %s", n.addr, h.actor, fmtMs(scheduled-epochMs), outcome)
+		h.rearming = next.alarm != nil
 		s.replicate(n, h, next, false, func(ok bool) {
+			h.rearming = false
 			h.lastUse = s.now
 			if ok {
 				n.core.Ran(h.actor, scheduled, s.now)

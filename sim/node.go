@@ -71,6 +71,9 @@ type held struct {
 	bucketHad bool   // the bucket had state for the actor when taken
 	fromLocal bool   // the database came from the node's own data
 	lastUse   int64
+	// rearming: the replication under way is of an alarm on-alarm set
+	// (Config.NoRearmIndex skips its entry's PUT).
+	rearming bool
 }
 
 func (n *node) cut(now int64) bool { return now < n.cutUntil }

@@ -84,6 +84,12 @@ type Config struct {
 	// before the drain, so a dead node's backlog is delivered sweepCap per
 	// walker a sweep period. The backlog drill's bound catches it.
 	NoEarlyWalks bool
+	// NoRearmIndex is the unsafe variant of a delivery's re-arm: the
+	// alarm on-alarm set (a new time, or a committed retry) is recorded in
+	// the actor's state as if its entry were PUT, but the entry is never
+	// sent, as a delivery that replicates without indexing would leave it.
+	// The invariant that the newest state's entry exists catches it.
+	NoRearmIndex bool
 	// KeepTrace keeps the whole trace in Result.Trace (memory grows with
 	// the run; for replaying one seed).
 	KeepTrace bool

@@ -58,6 +58,7 @@ var variants = []struct {
 	// The backlog drill's dead node's alarms, delivered by the periodic
 	// sweeps alone, miss the drill's bound in every run.
 	{name: "NoEarlyWalks", cfg: Config{NoEarlyWalks: true}, all: true},
+	{name: "NoRearmIndex", cfg: Config{NoRearmIndex: true}, all: true},
 	{name: "CanarySkipPut", cfg: Config{SkipPut: true}, all: true},
 }
 
