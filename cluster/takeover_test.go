@@ -12,6 +12,14 @@ import (
 	"github.com/wasmkeep/alarms/internal/fakeclock"
 )
 
+// countedPair starts nodes a and o on b, counting their requests, on a
+// fake clock.
+func countedPair(t *testing.T, b bucket.Bucket) (*fakeclock.Clock, *bucket.Counting, testNode, testNode) {
+	clk := fakeclock.New(t0)
+	c := bucket.NewCounting(b)
+	return clk, c, startNode(t, c, clk, "a"), startNode(t, c, clk, "o")
+}
+
 // A takeover of a dead node's actor, once this node has judged that
 // node's lease expired, is the record read, the dead hold's snapshot key
 // read and the record written: the record notes the holder's lease version,
@@ -20,10 +28,7 @@ import (
 func TestATakeoverOnAnExpiryAlreadyJudgedReadsNoLease(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := fakeclock.New(t0)
-		c := bucket.NewCounting(b)
-		a := startNode(t, c, clk, "a")
-		o := startNode(t, c, clk, "o")
+		clk, c, a, o := countedPair(t, b)
 		ha := acquire(t, a, actorX)
 		rec, _, err := cluster.ReadOwnership(ctx, b, "", actorX)
 		if err != nil || rec.LeaseSeq == 0 {
@@ -158,10 +163,7 @@ func TestALaterProcessesHoldIsNotTakenOnTheEarlierOnesExpiry(t *testing.T) {
 func TestARefusalOnALeaseSeenRenewedReadsNoLease(t *testing.T) {
 	onBoth(t, func(t *testing.T, b bucket.Bucket) {
 		ctx := context.Background()
-		clk := fakeclock.New(t0)
-		c := bucket.NewCounting(b)
-		a := startNode(t, c, clk, "a")
-		o := startNode(t, c, clk, "o")
+		clk, c, a, o := countedPair(t, b)
 		acquire(t, a, actorX)
 		if err := o.RefreshNow(ctx); err != nil {
 			t.Fatal(err)
