@@ -71,7 +71,7 @@ var rules = []struct{ pattern, by string }{
 	{`^\.ci/test-minio$`, "manual: make test-minio runs it (CI, its conformance step alone)"},
 	// go test and go run as the docs give them: each test, benchmark and
 	// flag they name exists (checked here); the tests run in make test.
-	{`^go test \./sim -run 'TestSim\$' -sim\.seeds=\d+$`, "test: ./sim TestSim"}, // make test runs it over its default seeds
+	{`^go test \./sim -run 'TestSim\$' -sim\.seeds=\d+( -timeout 0)?$`, "test: ./sim TestSim"}, // make test runs it over its default seeds
 	{`^go test \./sim -run TestLeaseSim$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./node -run TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce -v$`, "test: ./node TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce"},
 	{`^go test \./sim -run 'TestLeaseSim/defaults\$' -sim\.leaseseeds=20$`, "test: ./sim TestLeaseSim"},
