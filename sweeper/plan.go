@@ -186,9 +186,11 @@ func PlanSweep(in PlanInput) Plan {
 		switch {
 		case in.Own != nil && in.Own(c.Actor):
 			own = append(own, c)
-		case Shard(c.Actor, shardNodes) == in.Self && returning:
-			plan.Stats.Returning++
 		case Shard(c.Actor, shardNodes) == in.Self:
+			if returning {
+				plan.Stats.Returning++ // its holder's timer first
+				break
+			}
 			own = append(own, c)
 		case c.DueMs <= anyoneBefore:
 			c.Anyone = true

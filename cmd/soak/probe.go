@@ -61,13 +61,12 @@ func (s *soak) probeBucket(ctx context.Context, name string, opts []s3bucket.Opt
 			defer wg.Done()
 			b := clients[w%len(clients)]
 			dir := fmt.Sprintf("%s%02d/", probePrefix, w)
-			count := func(err error) bool {
+			count := func(err error) {
 				if err != nil {
 					failed.Add(1)
-					return false
+				} else {
+					done.Add(1)
 				}
-				done.Add(1)
-				return true
 			}
 			for i := 0; time.Now().Before(end); i++ {
 				_, err := b.Put(ctx, fmt.Sprintf("%ssnap-%02d", dir, i%16), snap, bucket.Cond{})
@@ -75,20 +74,14 @@ func (s *soak) probeBucket(ctx context.Context, name string, opts []s3bucket.Opt
 				_, err = b.Put(ctx, fmt.Sprintf("%sentry-%02d", dir, i%16), nil, bucket.Cond{})
 				count(err)
 				_, etag, err := b.Get(ctx, dir+"record")
-				switch {
-				case err == nil:
-					done.Add(1)
-				case errors.Is(err, bucket.ErrNotFound):
-					done.Add(1)
-					etag = ""
-				default:
-					failed.Add(1)
+				if errors.Is(err, bucket.ErrNotFound) {
+					err = nil // the first round: the record is created below
+				}
+				count(err)
+				if err != nil {
 					continue
 				}
-				cond := bucket.Cond{IfMatch: etag}
-				if etag == "" {
-					cond = bucket.Cond{IfNoneMatch: true}
-				}
+				cond := bucket.Cond{IfMatch: etag, IfNoneMatch: etag == ""}
 				_, err = b.Put(ctx, dir+"record", []byte(fmt.Sprintf(`{"n":%d}`, i)), cond)
 				count(err)
 			}
