@@ -97,13 +97,14 @@ type LapseHost interface {
 	ValidAgainSince() time.Time
 }
 
-// HandoverHost is a Host that learns when another node leaves cleanly:
-// Departures receives a node's address once it released its holds and
-// deleted its lease (in the reference host, cluster.Leases.Departures).
-// The sweep then walks at once, with no margin, the alarms of the actors
-// that node held, and hands the node timer those of this node's shard at
-// their due times (sweeper.Config.Departures, docs/design.md#handover):
-// without it they fire a margin (lease + grace) late.
+// HandoverHost is a Host that learns when another node leaves: Departures
+// receives a node's address once it released its holds and deleted its
+// lease, or once its lease is judged expired (it died: in the reference
+// host, cluster.Leases.Departures). The sweep then walks at once, with no
+// margin, the alarms of the actors that node held, and hands the node
+// timer those of this node's shard at their due times
+// (sweeper.Config.Departures, docs/design.md#handover): without it they
+// fire a margin (lease + grace) late, plus up to a sweep period.
 type HandoverHost interface {
 	Host
 	Departures() <-chan string

@@ -224,7 +224,7 @@ func (m *metrics) register(p *Plugin) error {
 			stat("wasmkeep_sweep_malformed_total", "Keys under the index that are not index entries, skipped.", func(s sweeper.Stats) int64 { return s.Malformed }),
 			stat("wasmkeep_sweep_errors_total", "Sweep failures: a LIST, the live nodes, the tenants.", func(s sweeper.Stats) int64 { return s.Errors }),
 			stat("wasmkeep_sweep_relists_total", "Sweeps begun before the sweep period was up, of the tenants whose previous plan the per-sweep cap cut short, once the node had delivered most of it (a backlog draining).", func(s sweeper.Stats) int64 { return s.Relists }),
-			stat("wasmkeep_sweep_handovers_total", "Walks begun at once, with no margin, when another node left cleanly (its lease deleted), handing this node's timer the alarms of the actors it had held.", func(s sweeper.Stats) int64 { return s.Handovers }),
+			stat("wasmkeep_sweep_handovers_total", "Walks begun at once, with no margin, when another node left (its lease deleted, or judged expired), handing this node's timer the alarms of the actors it had held.", func(s sweeper.Stats) int64 { return s.Handovers }),
 		)
 	}
 	for _, c := range cs {

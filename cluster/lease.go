@@ -364,6 +364,9 @@ type observed struct {
 	// one this build does not read (0 otherwise): only its ETag is
 	// watched (see readLease).
 	newer int
+	// expiryNoted: this version was judged expired and its node sent to
+	// Departures (noteExpiriesLocked), once.
+	expiryNoted bool
 }
 
 // Leases is this node's lease in the bucket and its view of the other
@@ -832,6 +835,11 @@ func (l *Leases) takeBack(ctx context.Context) error {
 func (l *Leases) RefreshNow(ctx context.Context) error {
 	l.observeMu.Lock()
 	defer l.observeMu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.noteExpiriesLocked()
+		l.mu.Unlock()
+	}()
 	prefix := l.cfg.Prefix + "nodes/"
 	listTick := l.ticks.Add(1)
 	sent := l.clk.Now()
@@ -868,6 +876,30 @@ func (l *Leases) RefreshNow(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// noteExpiriesLocked sends to Departures each node whose lease this node
+// now judges expired by a read (expiredLocked) and had not before: a node
+// that died or was cut off. It holds nothing it can still act on (its
+// holds are void once its lease expired, and a take of one judges by this
+// very expiry: expiredThrough), so its actors' alarms need not wait for
+// the margin (docs/design.md#handover). Once per version seen.
+func (l *Leases) noteExpiriesLocked() {
+	ids := make([]string, 0, 1)
+	for id, o := range l.others {
+		if o.member && !o.gone && !o.expiryNoted && l.expiredLocked(o) {
+			o.expiryNoted = true
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		l.log.Info("node lease expired", "other", id)
+		select {
+		case l.departed <- id:
+		default: // one pending is enough to wake a reader; it reads Live
+		}
+	}
+}
+
 // listedLocked records that a listing sent at sent and received at recv
 // showed node id's lease at version etag. It reports whether the lease
 // must be read (GET): a node not seen before or seen removed (its address,
@@ -894,7 +926,7 @@ func (l *Leases) listedLocked(id, etag string, sent, recv time.Time, tick uint64
 			l.members++
 		}
 		get = o.stood || lapsed
-		o.etag, o.read, o.stood = etag, false, false
+		o.etag, o.read, o.stood, o.expiryNoted = etag, false, false, false
 		o.firstSeen, o.confirmed = recv, sent
 		return get
 	}
@@ -954,11 +986,14 @@ func (l *Leases) markGoneLocked(id string, o *observed) {
 
 // Departures receives the ID of each node whose lease this node saw
 // removed: a node that shut down cleanly after it released its holds (or
-// one whose lease someone else removed, which then stops). Its actors
-// are anyone's to take at once, so a reader need not wait for the lease
-// to expire: the alarm sweep walks their alarms at once
-// (docs/design.md#handover). A reader that falls behind misses names, not
-// the news: the channel holds 16, and Live no longer lists the nodes gone.
+// one whose lease someone else removed, which then stops); and of each
+// node whose lease it judged expired by a read (a node that died or was
+// cut off from the bucket: its holds are void, and a take of one judges by
+// that very expiry, reading no lease). Either way its actors are anyone's
+// to take now, so a reader need not wait for the margin: the alarm sweep
+// walks their alarms at once (docs/design.md#handover). A reader that
+// falls behind misses names, not the news: the channel holds 16, and Live
+// no longer lists the nodes gone.
 func (l *Leases) Departures() <-chan string { return l.departed }
 
 // refreshByGets is RefreshNow on a bucket whose listings carry no ETags:
@@ -1127,7 +1162,7 @@ func (l *Leases) restartWatchesLocked(now time.Time) {
 		if o.member && now.Sub(o.firstSeen) >= o.ttl+l.cfg.Grace {
 			l.members++
 		}
-		o.firstSeen = now
+		o.firstSeen, o.expiryNoted = now, false
 	}
 }
 

@@ -263,6 +263,58 @@ func TestNewNodeWatchesTTLPlusGrace(t *testing.T) {
 	})
 }
 
+// TestADeadNodeDepartsOnceJudgedExpired: a node that stopped renewing is
+// sent to Departures when a reading first judges its lease expired (so the
+// sweep walks its alarms at once, not a margin late), not before, and once.
+func TestADeadNodeDepartsOnceJudgedExpired(t *testing.T) {
+	onBoth(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		clk := fakeclock.New(t0)
+		a := startManual(t, b, clk, "a")
+		o := startManual(t, b, clk, "o")
+		departed := func() []string {
+			var ids []string
+			for {
+				select {
+				case id := <-o.Departures():
+					ids = append(ids, id)
+				default:
+					return ids
+				}
+			}
+		}
+		refresh := func() {
+			t.Helper()
+			if err := o.RefreshNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		refresh()
+		a.Kill()
+		watch := cluster.DefaultTTL + cluster.DefaultGrace
+		for range 4 { // up to just short of TTL + Grace, a reading each quarter
+			clk.Advance(watch/4 - time.Millisecond)
+			refresh()
+			if ids := departed(); len(ids) != 0 || o.Expired("a") {
+				t.Fatalf("at %v: departures %v, expired %v; want none before TTL + Grace", clk.Now().Sub(t0), ids, o.Expired("a"))
+			}
+		}
+		clk.Advance(4 * time.Millisecond)
+		refresh()
+		if !o.Expired("a") {
+			t.Fatal("not expired after TTL + Grace")
+		}
+		if ids := departed(); !slices.Equal(ids, []string{"a"}) {
+			t.Fatalf("departures once judged expired: %v, want [a]", ids)
+		}
+		clk.Advance(watch)
+		refresh()
+		if ids := departed(); len(ids) != 0 {
+			t.Fatalf("departures at the next readings of the same version: %v, want none", ids)
+		}
+	})
+}
+
 // TestCloseFreesAtOnce: a clean shutdown removes the lease, so others judge
 // the node expired at the next read, without waiting.
 func TestCloseFreesAtOnce(t *testing.T) {

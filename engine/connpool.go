@@ -34,35 +34,55 @@ type pooledConn struct {
 	detach *sqlite3.Stmt // DETACH a
 }
 
-var connPool struct {
+// pooledConns keeps idle connections for reuse, at most max.
+type pooledConns struct {
 	mu   sync.Mutex
 	idle []*pooledConn
+	max  int
 }
 
-// getConn takes an idle connection or creates one.
-func getConn() (*pooledConn, error) {
-	connPool.mu.Lock()
-	if n := len(connPool.idle); n > 0 {
-		pc := connPool.idle[n-1]
-		connPool.idle[n-1] = nil
-		connPool.idle = connPool.idle[:n-1]
-		connPool.mu.Unlock()
-		return pc, nil
-	}
-	connPool.mu.Unlock()
-	return newPooledConn()
-}
+// connPool holds the stores' idle connections; checkConns those of the
+// checks of snapshots (CheckSnapshot), apart, so that a takeover's check
+// finds one idle while the store connections are out with open actors.
+var (
+	connPool   = &pooledConns{max: maxIdleConns}
+	checkConns = &pooledConns{max: maxCheckConns}
+)
+
+// maxCheckConns bounds the idle connections kept for checks.
+const maxCheckConns = 4
+
+// getConn takes an idle store connection or creates one.
+func getConn() (*pooledConn, error) { return connPool.get() }
 
 // putConn keeps pc, which has no database attached, for reuse, or closes
 // it if the pool is full.
-func putConn(pc *pooledConn) {
-	connPool.mu.Lock()
-	if len(connPool.idle) < maxIdleConns {
-		connPool.idle = append(connPool.idle, pc)
-		connPool.mu.Unlock()
+func putConn(pc *pooledConn) { connPool.put(pc) }
+
+// get takes an idle connection or creates one.
+func (p *pooledConns) get() (*pooledConn, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		pc := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return pc, nil
+	}
+	p.mu.Unlock()
+	return newPooledConn()
+}
+
+// put keeps pc, which has no database attached, for reuse, or closes it
+// if the pool holds max already.
+func (p *pooledConns) put(pc *pooledConn) {
+	p.mu.Lock()
+	if len(p.idle) < p.max {
+		p.idle = append(p.idle, pc)
+		p.mu.Unlock()
 		return
 	}
-	connPool.mu.Unlock()
+	p.mu.Unlock()
 	pc.close()
 }
 

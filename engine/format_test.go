@@ -34,7 +34,7 @@ func TestASnapshotCarriesSchemaVersion1(t *testing.T) {
 	if !strings.HasPrefix(string(snap), "SQLite format 3\x00") || userVersion(snap) != format.SchemaVersion || format.SchemaVersion != 1 {
 		t.Fatalf("the snapshot: %q..., schema version %d; want an SQLite image at schema version 1", snap[:16], userVersion(snap))
 	}
-	if err := engine.CheckSnapshot(filepath.Join(e.dir, "check.db"), snap); err != nil {
+	if err := engine.CheckSnapshot(snap); err != nil {
 		t.Fatalf("the check refuses the host's own snapshot: %v", err)
 	}
 	p := filepath.Join(e.dir, "restored.db")
@@ -82,8 +82,7 @@ func TestCheckSnapshotFormats(t *testing.T) {
 		{"container version 1 (written bare)", append([]byte("wasmkeep-snapshot/1\n"), good...), "", 0, true},
 		{"container version not a number", []byte("wasmkeep-snapshot/two\n"), "", 0, true},
 	} {
-		scratch := filepath.Join(t.TempDir(), "s.db.check")
-		err := engine.CheckSnapshot(scratch, c.data)
+		err := engine.CheckSnapshot(c.data)
 		ne, isNewer := format.As(err)
 		switch {
 		case c.kind != "" && (!isNewer || ne.Kind != c.kind || ne.Version != c.newer || errors.Is(err, engine.ErrBadSnapshot)):

@@ -166,7 +166,7 @@ func TestAKeyTravelsWithTheSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := engine.CheckSnapshot(filepath.Join(e.dir, "check.db"), snap); err != nil {
+	if err := engine.CheckSnapshot(snap); err != nil {
 		t.Fatalf("the snapshot with a key: %v", err)
 	}
 	p := filepath.Join(e.dir, "restored.db")

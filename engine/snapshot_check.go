@@ -1,11 +1,16 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/util/ioutil"
+	"github.com/ncruces/go-sqlite3/vfs/readervfs"
 )
 
 // ErrBadSnapshot is the cause of CheckSnapshot's errors: the bytes are not
@@ -22,8 +27,10 @@ var (
 )
 
 // readSchema returns the objects of a database by "type name".
-func readSchema(conn *sqlite3.Conn) (map[string]schemaObject, error) {
-	st, _, err := conn.Prepare(`SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema`)
+// schema is the name of the attached database to read ("main" for the
+// connection's own).
+func readSchema(conn *sqlite3.Conn, schema string) (map[string]schemaObject, error) {
+	st, _, err := conn.Prepare(`SELECT type, name, tbl_name, coalesce(sql, '') FROM ` + schema + `.sqlite_schema`)
 	if err != nil {
 		return nil, err
 	}
@@ -47,24 +54,26 @@ func expectedSchema() (map[string]schemaObject, error) {
 		}
 		defer conn.Close()
 		if hostSchemaErr = conn.Exec(schema + idemSchema); hostSchemaErr == nil {
-			hostSchema, hostSchemaErr = readSchema(conn)
+			hostSchema, hostSchemaErr = readSchema(conn, "main")
 		}
 	})
 	return hostSchema, hostSchemaErr
 }
 
 // CheckSnapshot tells whether a snapshot read from the bucket is a database
-// the host could have written, before it replaces anything: it writes data
-// to scratch (a path on the data directory's file system, removed again),
-// and checks that SQLite reads it whole (PRAGMA quick_check) and that every
-// object in it (table, index, trigger, view) is one of the host's, with
-// the host's definition. Tables of the host that are missing are fine
-// (opening creates them). The error wraps ErrBadSnapshot and says why,
-// except for a snapshot whose container or schema is of a later format
-// than this build reads (CheckSnapshotFormat, checked first): that error
-// wraps a *format.NewerError, and the snapshot is not this host's to
-// judge (a later build reads it).
-func CheckSnapshot(scratch string, data []byte) error {
+// the host could have written, before it replaces anything: SQLite reads it
+// whole (PRAGMA quick_check), and every object in it (table, index,
+// trigger, view) is one of the host's, with the host's definition. Tables
+// of the host that are missing are fine (opening creates them). The bytes
+// are read where they are, as an immutable database attached to one of
+// the connections kept for checks: nothing is written to disk and no
+// connection is opened for each check (a takeover's restore runs one). The
+// error wraps ErrBadSnapshot and says why, except for a snapshot whose
+// container or schema is of a later format than this build reads
+// (CheckSnapshotFormat, checked first): that error wraps a
+// *format.NewerError, and the snapshot is not this host's to judge (a
+// later build reads it).
+func CheckSnapshot(data []byte) error {
 	if err := CheckSnapshotFormat(data); err != nil {
 		return err
 	}
@@ -72,35 +81,19 @@ func CheckSnapshot(scratch string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("the host's schema: %w", err)
 	}
-	defer RemoveDatabase(scratch)
-	if err := WriteSnapshot(scratch, data); err != nil {
-		return err
-	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadSnapshot, fmt.Sprintf(format, args...))
 	}
-	conn, err := sqlite3.OpenFlags(scratch, sqlite3.OPEN_READWRITE)
+	pc, err := checkConns.get()
 	if err != nil {
-		return bad("%v", err)
+		return fmt.Errorf("a connection to check a snapshot: %w", err)
 	}
-	defer conn.Close()
-	st, _, err := conn.Prepare(`PRAGMA quick_check(1)`)
-	if err != nil {
-		return bad("%v", err)
+	got, reusable, err := checkAttached(pc, data)
+	if reusable {
+		checkConns.put(pc)
+	} else {
+		pc.close()
 	}
-	result := ""
-	if st.Step() {
-		result = st.ColumnText(0)
-	}
-	err = st.Err()
-	st.Close()
-	if err != nil {
-		return bad("%v", err)
-	}
-	if result != "ok" {
-		return bad("integrity check: %.200s", result)
-	}
-	got, err := readSchema(conn)
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -114,4 +107,48 @@ func CheckSnapshot(scratch string, data []byte) error {
 		}
 	}
 	return nil
+}
+
+// checkSeq names the snapshots being checked.
+var checkSeq atomic.Uint64
+
+// checkAttached attaches data to a pooled connection as an immutable
+// database, checks that SQLite reads it whole and returns its objects. A
+// snapshot's header says WAL mode; the connection's exclusive locking
+// keeps the WAL index in its own memory, and the reader VFS has no WAL
+// file to offer, so SQLite reads the pages as they are.
+// reusable is false when the connection could not be brought back to
+// holding nothing attached: it is then closed, not kept.
+func checkAttached(pc *pooledConn, data []byte) (got map[string]schemaObject, reusable bool, err error) {
+	name := "wasmkeep-check-" + strconv.FormatUint(checkSeq.Add(1), 10)
+	readervfs.Create(name, ioutil.NewSizeReaderAt(bytes.NewReader(data)))
+	defer readervfs.Delete(name)
+	if err := pc.attach.BindText(1, "file:"+name+"?vfs=reader"); err != nil {
+		return nil, true, err
+	}
+	err = pc.attach.Exec()
+	pc.attach.ClearBindings()
+	if err != nil {
+		return nil, true, err
+	}
+	defer func() { reusable = pc.detachDB() == nil }()
+	conn := pc.conn
+	st, _, err := conn.Prepare(`PRAGMA ` + storeSchema + `.quick_check(1)`)
+	if err != nil {
+		return nil, true, err
+	}
+	result := ""
+	if st.Step() {
+		result = st.ColumnText(0)
+	}
+	err = st.Err()
+	st.Close()
+	if err != nil {
+		return nil, true, err
+	}
+	if result != "ok" {
+		return nil, true, fmt.Errorf("integrity check: %.200s", result)
+	}
+	got, err = readSchema(conn, storeSchema)
+	return got, true, err
 }

@@ -264,7 +264,7 @@ func (c *Cluster) readState(ctx context.Context, id abi.ActorID, snap cluster.Sn
 	// engine.ErrBadSnapshot, which retrying cannot mend) or else lets the
 	// error stand.
 	fail := func(err error) (state, error) {
-		if cerr := engine.CheckSnapshot(filepath.Join(dir, "check.db"), data); errors.Is(cerr, engine.ErrBadSnapshot) {
+		if cerr := engine.CheckSnapshot(data); errors.Is(cerr, engine.ErrBadSnapshot) {
 			err = cerr
 		}
 		return state{}, fmt.Errorf("actor %s: snapshot %s: %w", id, snap.Key, err)

@@ -362,7 +362,7 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	// anything local is touched: the actor is given up, the bucket keeps
 	// the snapshot for someone to look at.
 	if len(data) > 0 {
-		if err := engine.CheckSnapshot(p+".check", data); err != nil {
+		if err := engine.CheckSnapshot(data); err != nil {
 			if newer, ok := format.As(err); ok {
 				// A later build's snapshot: refused retryably (503
 				// newer_format), left in the bucket for a node that

@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,16 +34,22 @@ var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 
 //   - drain: -failover.drain alarms (2,000 by default) all due at one
 //     instant, a lease period after the kill (1,000 per survivor, four
 //     caps' worth of 256). Metrics: drain-alarms/s/node, the alarms each
-//     survivor fired divided by the time from when they became readable
-//     (due + lease + grace) to its last firing, averaged over the
-//     survivors; the lateness percentiles; and, from the survivors'
-//     metrics over the drain, s3-requests/alarm and sweep-lists/alarm
-//     (their background traffic included) and relists, the walks of a
-//     capped tenant begun before the sweep period was up
-//     (docs/design.md#drain: the cap no longer sets the rate). Then each
+//     survivor fired divided by the time from when a survivor could first
+//     take them (the later of their due time and a lease period and grace
+//     after the kill) to its last firing, averaged over the survivors;
+//     drain-start-s, the wait from then to each survivor's first firing,
+//     and drain-busy-alarms/s/node, the rate from its first firing to its
+//     last; the lateness percentiles; and, from the survivors' metrics
+//     over the drain, s3-requests/alarm and sweep-lists/alarm (their
+//     background traffic included) and relists, the walks of a capped
+//     tenant begun before the sweep period was up (docs/design.md#drain:
+//     the cap no longer sets the rate); node-cpu-ms/alarm and
+//     s3-cpu-ms/alarm, the CPU the survivors (together) and the S3
+//     server spent per alarm over the drain. Then each
 //     survivor fires 256 actors of its own, due at one instant:
 //     ceiling-firings/s/node, replicated firings of open actors on the
-//     same nodes in the same run, and drain/ceiling.
+//     same nodes in the same run, drain/ceiling, and the CPU per firing
+//     (ceiling-node-cpu-ms/firing, ceiling-s3-cpu-ms/firing).
 //
 // Each at the design's defaults (lease 10 s, margin 1 s, grace 2 s, sweep
 // 10 s) and scaled down by five (2 s, 400 ms, 1 s, 1 s: the process tests'
@@ -98,7 +107,16 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 			b.ReportMetric(cost.ceiling/float64(b.N), "ceiling-firings/s/node")
 			b.ReportMetric(sum/cost.ceiling, "drain/ceiling")
 		}
+		survivors := float64(b.N * *failoverSurvivors)
+		b.ReportMetric(cost.start/survivors, "drain-start-s")
+		b.ReportMetric(cost.busy/survivors, "drain-busy-alarms/s/node")
 		b.ReportMetric(cost.requests/max(cost.fired, 1), "s3-requests/alarm")
+		if cost.nodeCPU > 0 {
+			b.ReportMetric(cost.nodeCPU*1000/max(cost.fired, 1), "node-cpu-ms/alarm")
+			b.ReportMetric(cost.s3CPU*1000/max(cost.fired, 1), "s3-cpu-ms/alarm")
+			b.ReportMetric(cost.ceilingNodeCPU*1000/float64(b.N), "ceiling-node-cpu-ms/firing")
+			b.ReportMetric(cost.ceilingS3CPU*1000/float64(b.N), "ceiling-s3-cpu-ms/firing")
+		}
 		b.ReportMetric(cost.lists/max(cost.fired, 1), "sweep-lists/alarm")
 		b.ReportMetric(cost.relists/float64(b.N), "relists")
 		b.ReportMetric(cost.stale/max(cost.fired, 1), "stale-deliveries/alarm")
@@ -120,7 +138,21 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 // them and due at one instant, each firing an actor open on its node and
 // its upload (firings per second per survivor, from the due time to its
 // last firing).
-type drainCost struct{ requests, lists, relists, stale, fired, ceiling float64 }
+//
+// start sums, over the survivors, the seconds from when the orphans could
+// first be taken to the survivor's first firing of one; busy sums their
+// rates from their first firing to their last, the rate with that wait
+// left out.
+//
+// nodeCPU and s3CPU are the seconds of CPU the survivors and the S3
+// server spent over the drain (from its arming's end to the last
+// firing); ceilingNodeCPU and ceilingS3CPU the same over the ceiling's
+// firings (from their due time until their uploads are done), per firing
+// (0 where /proc cannot be read).
+type drainCost struct {
+	requests, lists, relists, stale, fired, ceiling, start, busy float64
+	nodeCPU, s3CPU, ceilingNodeCPU, ceilingS3CPU                 float64
+}
 
 // ceilingActors is how many actors of its own each survivor fires for
 // drainCost.ceiling: within the default residency budget.
@@ -133,6 +165,64 @@ func (c *drainCost) add(o drainCost) {
 	c.relists += o.relists
 	c.stale += o.stale
 	c.fired += o.fired
+	c.start += o.start
+	c.busy += o.busy
+	c.nodeCPU += o.nodeCPU
+	c.s3CPU += o.s3CPU
+	c.ceilingNodeCPU += o.ceilingNodeCPU
+	c.ceilingS3CPU += o.ceilingS3CPU
+}
+
+// cpuMark is the CPU time processes had spent when a phase began.
+type cpuMark struct {
+	nodes []int // pids
+	s3    int
+	at    []float64
+}
+
+// startCPU notes the CPU time of the survivors and the S3 server (pid 0:
+// none of its own) now.
+func startCPU(nodes []*clusterproc.Node, s3Pid int) cpuMark {
+	m := cpuMark{s3: s3Pid}
+	for _, n := range nodes {
+		m.nodes = append(m.nodes, n.Pid())
+	}
+	for _, p := range append(m.nodes, s3Pid) {
+		m.at = append(m.at, procCPU(p))
+	}
+	return m
+}
+
+// since returns the seconds of CPU the survivors, and the S3 server, spent
+// since m.
+func (m cpuMark) since() (nodes, s3 float64) {
+	for i, p := range m.nodes {
+		nodes += procCPU(p) - m.at[i]
+	}
+	return nodes, procCPU(m.s3) - m.at[len(m.nodes)]
+}
+
+// procCPU is the user and system CPU time, in seconds, process pid has
+// spent (its /proc stat; 0 where that cannot be read).
+func procCPU(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// first (field 3), utime and stime are fields 14 and 15, in ticks of
+	// 1/100 s (USER_HZ on Linux).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
 }
 
 // survivorCounts sums the survivors' counters that drainCost reads.
@@ -148,13 +238,25 @@ func survivorCounts(tb testing.TB, nodes []*clusterproc.Node) drainCost {
 	return c
 }
 
+// survivorOps sums the survivors' S3 requests by operation.
+func survivorOps(tb testing.TB, nodes []*clusterproc.Node) map[string]float64 {
+	out := map[string]float64{}
+	for _, n := range nodes {
+		m := scrapeMetrics(tb, n.MetricsURL)
+		for _, op := range []string{"GetObject", "HeadObject", "PutObject", "DeleteObject", "DeleteObjects", "ListObjectsV2"} {
+			out[op] += m.Value("wasmkeep_s3_requests_total", "operation", op)
+		}
+	}
+	return out
+}
+
 // failoverRun runs one failover and returns its outcome, the drain rate
 // per survivor, and what the survivors spent.
 func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Duration) (swOutcome, float64, drainCost) {
 	b.StopTimer()
 	ctx := context.Background()
 	rec := &swFirings{}
-	cfg, _ := swProcCluster(b, ctx, rec, timings)
+	cfg, srv := swProcCluster(b, ctx, rec, timings)
 	cfg.Flags = append(cfg.Flags, "-metrics-addr", "127.0.0.1:0")
 	if *failoverSurvivors < 1 {
 		b.Fatalf("-failover.survivors %d: at least one node must survive", *failoverSurvivors)
@@ -171,27 +273,46 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	victim := nodes[0]
 	// The first alarm is due a lease period after the kill at the earliest.
 	due, base := swArmAndKill(b, ctx, victim, actors, spread, timings.ttl)
+	killed := time.Now()
 	before := survivorCounts(b, nodes[1:])
+	opsBefore := survivorOps(b, nodes[1:])
+	cpu := startCPU(nodes[1:], srv.Pid)
 	b.StartTimer()
 	out := swCollect(rec, victim.Name, due, base.Add(spread+timings.bound()+time.Duration(actors)*time.Second/5))
 	b.StopTimer()
 	after := survivorCounts(b, nodes[1:])
 	cost := drainCost{requests: after.requests - before.requests, lists: after.lists - before.lists,
 		relists: after.relists - before.relists, stale: after.stale - before.stale, fired: float64(len(out.first))}
+	cost.nodeCPU, cost.s3CPU = cpu.since()
+	var perOp []string
+	for op, n := range survivorOps(b, nodes[1:]) {
+		if d := n - opsBefore[op]; d > 0 {
+			perOp = append(perOp, fmt.Sprintf("%s %.2f", op, d/max(cost.fired, 1)))
+		}
+	}
+	slices.Sort(perOp)
+	b.Logf("S3 requests per alarm by operation: %s", strings.Join(perOp, ", "))
 	if spread == 0 {
-		cost.ceiling = ceilingRate(b, ctx, rec, nodes[1:])
+		cost.ceiling, cost.ceilingNodeCPU, cost.ceilingS3CPU = ceilingRate(b, ctx, rec, nodes[1:], srv.Pid)
 	}
 	b.Logf("%+v: %v; survivors made %.0f S3 requests (%.0f sweep LISTs), %.0f early sweeps, %.0f deliveries of a time already delivered; then fired their own actors at %.1f/s each", timings, out, cost.requests, cost.lists, cost.relists, cost.stale, cost.ceiling)
 
-	readable := base.Add(timings.ttl + timings.grace).UnixMilli()
-	last := map[string]int64{}
+	// The earliest a survivor may take the orphans: once due, and once
+	// the victim's lease could be judged expired.
+	readable := max(base.UnixMilli(), killed.Add(timings.ttl+timings.grace).UnixMilli())
+	first, last := map[string]int64{}, map[string]int64{}
 	for _, f := range out.first {
 		last[f.node] = max(last[f.node], f.fired)
+		if v, ok := first[f.node]; !ok || f.fired < v {
+			first[f.node] = f.fired
+		}
 	}
 	rate := 0.0
 	for n, c := range out.perNode {
 		if span := last[n] - readable; span > 0 {
 			rate += float64(c) / (float64(span) / 1000)
+			cost.start += float64(first[n]-readable) / 1000
+			cost.busy += float64(c) / (float64(max(last[n]-first[n], 1)) / 1000)
 		}
 	}
 	if len(out.perNode) > 0 {
@@ -202,8 +323,9 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 
 // ceilingRate arms ceilingActors actors of a tenant of their own through
 // each survivor, all due at one instant, and returns the survivors' mean
-// rate of firing them (drainCost.ceiling).
-func ceilingRate(b *testing.B, ctx context.Context, rec *swFirings, survivors []*clusterproc.Node) float64 {
+// rate of firing them (drainCost.ceiling), and the survivors' and the S3
+// server's CPU per firing, from the due time until the uploads are done.
+func ceilingRate(b *testing.B, ctx context.Context, rec *swFirings, survivors []*clusterproc.Node, s3Pid int) (rate, nodeCPU, s3CPU float64) {
 	base := swArmBy(b, ctx, survivors[0].URL, ceilingActors*len(survivors))
 	due := map[abi.ActorID]int64{}
 	for _, s := range survivors {
@@ -214,7 +336,13 @@ func ceilingRate(b *testing.B, ctx context.Context, rec *swFirings, survivors []
 		swArm(b, ctx, s.URL, mine)
 		maps.Copy(due, mine)
 	}
+	time.Sleep(time.Until(base))
+	cpu := startCPU(survivors, s3Pid)
 	out := swCollect(rec, "", due, base.Add(2*time.Minute))
+	uploaded(b, survivors)
+	nodeCPU, s3CPU = cpu.since()
+	fired := float64(max(len(out.first), 1))
+	nodeCPU, s3CPU = nodeCPU/fired, s3CPU/fired
 	if len(out.lost) > 0 {
 		b.Errorf("%d of the survivors' own alarms never fired", len(out.lost))
 	}
@@ -222,11 +350,24 @@ func ceilingRate(b *testing.B, ctx context.Context, rec *swFirings, survivors []
 	for _, f := range out.first {
 		last[f.node] = max(last[f.node], f.fired)
 	}
-	rate := 0.0
 	for n, c := range out.perNode {
 		if span := last[n] - base.UnixMilli(); span > 0 {
 			rate += float64(c) / (float64(span) / 1000)
 		}
 	}
-	return rate / float64(len(survivors))
+	return rate / float64(len(survivors)), nodeCPU, s3CPU
+}
+
+// uploaded waits until the survivors' S3 requests stop for 300 ms (their
+// firings' uploads are done), 10 s at most.
+func uploaded(tb testing.TB, survivors []*clusterproc.Node) {
+	last, still := -1.0, time.Now()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		n := survivorCounts(tb, survivors).requests
+		if n != last {
+			last, still = n, time.Now()
+		} else if time.Since(still) >= 300*time.Millisecond {
+			return
+		}
+	}
 }

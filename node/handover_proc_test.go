@@ -103,3 +103,57 @@ func TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce(t *testing.T) {
 		t.Errorf("%d index entries left after every alarm fired, such as %v", len(left), left[:min(3, len(left))])
 	}
 }
+
+// A SIGKILLed node's alarms fire on time once its lease is judged expired:
+// three keepnode processes on versitygw at the default timings (lease 10
+// s, grace 2 s, sweep 10 s); node0 holds 60 idle actors whose alarms come
+// due over 20 s, from at least 25 s after its SIGKILL. The survivors judge
+// its lease expired at a reading once the last renewal they saw stood TTL
+// + grace (18.7 s after the kill at the latest, with a reading every third
+// of the TTL: one to see it, one to judge), walk the tenant at once with
+// no margin, and their timers take
+// the alarms of their shards at their due times. Each alarm fires once, on
+// a survivor, within 3 s of the later of its due time and the latest
+// such judgement. Before, the survivors found them only a margin (12 s)
+// overdue, at their next sweep: 12 to 22 s late.
+func TestASIGKILLedNodesAlarmsFireOnTimeOnceItsLeaseExpired(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rec := &swFirings{}
+	timings := swDefaults
+	cfg, srv := swProcCluster(t, ctx, rec, timings)
+	cfg.Flags = append(cfg.Flags, "-metrics-addr", "127.0.0.1:0")
+	nodes := startProcNodes(t, ctx, cfg, 3)
+	victim, survivors := nodes[0], nodes[1:]
+
+	const actors = 60
+	due, base := swArmAndKill(t, ctx, victim, actors, 20*time.Second, 25*time.Second)
+	judged := time.Now().Add(timings.ttl + timings.grace + 2*timings.ttl/3 + time.Second/2)
+	out := swCollect(rec, victim.Name, due, base.Add(20*time.Second+time.Minute))
+	t.Logf("%v", out)
+	if len(out.lost) > 0 || len(out.early) > 0 || out.dups > 0 {
+		t.Fatalf("%d lost, %d fired on the killed node, %d fired twice", len(out.lost), len(out.early), out.dups)
+	}
+	const bound = 3 * time.Second
+	var late []time.Duration
+	for _, f := range out.first {
+		from := max(f.scheduled, judged.UnixMilli())
+		late = append(late, time.Duration(f.fired-from)*time.Millisecond)
+	}
+	slices.Sort(late)
+	t.Logf("fired after the later of its due time and the latest judgement of the lease's expiry: p50 %v, p99 %v, max %v (bound %v)",
+		pct(late, 50), pct(late, 99), pct(late, 100), bound)
+	if worst := pct(late, 100); worst > bound+out.clockStep {
+		t.Errorf("an alarm fired %v after the later of its due time and the latest judgement of the killed node's expiry, want at most %v", worst, bound)
+	}
+	handovers := 0.0
+	for _, n := range survivors {
+		handovers += scrapeMetrics(t, n.MetricsURL).Value("wasmkeep_sweep_handovers_total")
+	}
+	if handovers < 1 {
+		t.Errorf("the survivors made %v handover walks, want at least one", handovers)
+	}
+	if left := swIndexSettled(t, srv.Bucket, 0); len(left) > 0 {
+		t.Errorf("%d index entries left after every alarm fired, such as %v", len(left), left[:min(3, len(left))])
+	}
+}

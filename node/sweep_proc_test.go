@@ -569,8 +569,11 @@ func TestTheTimersBackoffHorizon(t *testing.T) {
 // A dead node's backlog drains without waiting a sweep period per cap:
 // three keepnode processes on versitygw with a cap of 20 deliveries per
 // sweep of a tenant and a sweep every 5 s; node0 holds 200 idle actors
-// whose alarms are due at once after it is killed, about 100 for each
-// survivor, five caps' worth. Each survivor walks the tenant again as soon
+// whose alarms are due at once just after it is killed, about 100 for each
+// survivor, five caps' worth: overdue when the survivors first walk them
+// (the walk of the judgement that its lease expired, which hands the
+// timer at their due times only the alarms not yet due: a handover), so
+// the cap applies. Each survivor walks the tenant again as soon
 // as it has delivered most of a cap (wasmkeep_sweep_relists_total), every
 // alarm fires, none is lost, and each walk, early or not, costs one LIST
 // (the index holds fewer than 1,000 entries).
@@ -585,7 +588,21 @@ func TestABacklogDrainsWithoutWaitingForTheSweepPeriod(t *testing.T) {
 	victim, survivors := nodes[0], nodes[1:]
 
 	const actors = 200
-	due, base := swArmAndKill(t, ctx, victim, actors, 0, timings.ttl)
+	// Killed a second before they are due, which is sooner than its lease
+	// can be judged expired (TTL + grace after its last renewal).
+	base := swArmBy(t, ctx, victim.URL, actors).Add(time.Second)
+	due := map[abi.ActorID]int64{}
+	for i := range actors {
+		due[swOneshot(i)] = base.UnixMilli()
+	}
+	swArm(t, ctx, victim.URL, due)
+	time.Sleep(time.Until(base.Add(-time.Second)))
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if time.Until(base) < 0 {
+		t.Fatalf("arming took until %v after the alarms were due (is the machine overloaded?)", -time.Until(base))
+	}
 	before := survivorCounts(t, survivors)
 	walksBefore := survivorWalks(t, survivors)
 	out := swCollect(rec, victim.Name, due, base.Add(timings.bound()+time.Minute))

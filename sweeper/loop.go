@@ -144,12 +144,12 @@ type Config struct {
 	// fail (the bucket down) keeps them pending and so relists no
 	// sooner than every period. Nil: a period after each sweep.
 	Pending func() int
-	// Departures, if set, receives the address of each node seen to leave
-	// cleanly: its lease was deleted once it had released its holds. Run
-	// then walks at once every tenant this node walks, with no margin and
-	// up to HandoverHorizon ahead, and hands the timer each entry of its
-	// shard at its due time ([Loop.Handover]). Nil: a departed node's
-	// alarms wait for the margin like any other node's.
+	// Departures, if set, receives the address of each node seen to leave:
+	// its lease was deleted once it had released its holds, or judged
+	// expired. Run then walks at once every tenant this node walks, with
+	// no margin and up to HandoverHorizon ahead, and hands the timer each
+	// entry of its shard at its due time ([Loop.Handover]). Nil: a
+	// departed node's alarms wait for the margin like any other node's.
 	Departures <-chan string
 }
 
@@ -305,7 +305,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		// Wait for the period, or while a backlog drains for the node to
 		// deliver most of it: a poll apart at least, so a plan whose
 		// deliveries end at once (the actors held elsewhere) does not
-		// make a LIST of every one. A node that left cleanly ends the
+		// make a LIST of every one. A node that left ends the
 		// wait at once.
 	wait:
 		for {
@@ -321,7 +321,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			case node := <-l.cfg.Departures:
-				l.log.Info("a node left cleanly: walking the alarms of its actors now", "node", node)
+				l.log.Info("a node left: walking the alarms of its actors now", "node", node)
 				departed = true
 				break wait
 			case <-l.cfg.Clock.After(wait):
@@ -377,8 +377,8 @@ func (l *Loop) pollEvery() time.Duration { return min(l.cfg.Period/20, 100*time.
 func (l *Loop) Sweep(ctx context.Context) error { return l.run(ctx, true, nil) }
 
 // Handover walks every tenant this node walks, now, for the actors a node
-// that left cleanly held (Config.Departures): with no margin, since that
-// node released its holds and delivers nothing more, and up to
+// that left held (Config.Departures): with no margin, since that node
+// released its holds, or its lease expired, and delivers nothing more, and up to
 // HandoverHorizon ahead, since no timer holds their alarms any more. Each
 // actor of this node's shard among the live nodes gets its earliest entry:
 // overdue, delivered as by a sweep (the cap, then a relist); due later,

@@ -217,9 +217,9 @@ func PlanSweep(in PlanInput) Plan {
 }
 
 // PlanHandover decides what a handover walk hands the timer when a node
-// left cleanly: every actor gets its earliest entry. Those due by Now are
-// planned as by [PlanSweep] (own and anyone's, busy ones left out, the
-// cap). Those due later, of actors with no entry due by Now, are planned
+// left (cleanly, or its lease expired): every actor gets its earliest
+// entry. Those due by Now are planned as by [PlanSweep] (own and anyone's,
+// busy ones left out, the cap). Those due later, of actors with no entry due by Now, are planned
 // after them, all of them, for the actors of this node's shard (or Own)
 // that are not busy: the timer holds them to their due times, as the node
 // that left held them, instead of the sweep finding them a margin late.

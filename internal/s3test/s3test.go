@@ -47,6 +47,9 @@ type Server struct {
 	// Options reach the server (endpoint, credentials, region) and keep
 	// retry pauses short for tests. NewClient starts from them.
 	Options []s3.Option
+	// Pid is the local server's process ID (benchmarks read its CPU
+	// time), or 0 when the server comes from AWS_ENDPOINT_URL.
+	Pid int
 }
 
 // NewClient returns another client on the test's bucket: Options followed by
@@ -98,6 +101,7 @@ func Start(tb testing.TB) *Server {
 	srv := &Server{Name: name, Endpoint: sharedSrv.endpoint, Options: sharedSrv.options}
 	if !sharedSrv.external {
 		srv.AccessKey, srv.SecretKey = sharedSrv.gw.AccessKey, sharedSrv.gw.SecretKey
+		srv.Pid = sharedSrv.gw.Pid()
 	}
 	srv.Bucket = srv.NewClient(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
