@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/internal/testguest"
 )
 
@@ -76,32 +77,7 @@ func TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce(t *testing.T) {
 	t.Logf("SIGTERM %v before the first alarm; the node exited %v after it", base.Sub(stopAt).Round(time.Millisecond), removed.Sub(stopAt).Round(time.Millisecond))
 
 	out := swCollect(rec, victim.Name, due, base.Add(spread+time.Minute))
-	t.Logf("%v", out)
-	if len(out.lost) > 0 || len(out.early) > 0 || out.dups > 0 {
-		t.Fatalf("%d lost, %d fired on the stopped node, %d fired twice", len(out.lost), len(out.early), out.dups)
-	}
-	bound := timings.sweep + time.Second
-	var late []time.Duration
-	for _, f := range out.first {
-		from := max(f.scheduled, removed.UnixMilli())
-		late = append(late, time.Duration(f.fired-from)*time.Millisecond)
-	}
-	slices.Sort(late)
-	t.Logf("fired after the later of its due time and the lease's removal: p50 %v, p99 %v, max %v (bound: a sweep period and a second, %v)",
-		pct(late, 50), pct(late, 99), pct(late, 100), bound)
-	if worst := pct(late, 100); worst > bound+out.clockStep {
-		t.Errorf("an alarm fired %v after the later of its due time and the removal of the stopped node's lease, want at most %v", worst, bound)
-	}
-	handovers := 0.0
-	for _, n := range survivors {
-		handovers += scrapeMetrics(t, n.MetricsURL).Value("wasmkeep_sweep_handovers_total")
-	}
-	if handovers < 1 {
-		t.Errorf("the survivors made %v handover walks, want at least one", handovers)
-	}
-	if left := swIndexSettled(t, srv.Bucket, 0); len(left) > 0 {
-		t.Errorf("%d index entries left after every alarm fired, such as %v", len(left), left[:min(3, len(left))])
-	}
+	checkHandedOver(t, out, removed, timings.sweep+time.Second, "the lease's removal", survivors, srv)
 }
 
 // A SIGKILLed node's alarms fire on time once its lease is judged expired:
@@ -130,21 +106,29 @@ func TestASIGKILLedNodesAlarmsFireOnTimeOnceItsLeaseExpired(t *testing.T) {
 	due, base := swArmAndKill(t, ctx, victim, actors, 20*time.Second, 25*time.Second)
 	judged := time.Now().Add(timings.ttl + timings.grace + 2*timings.ttl/3 + time.Second/2)
 	out := swCollect(rec, victim.Name, due, base.Add(20*time.Second+time.Minute))
+	checkHandedOver(t, out, judged, 3*time.Second, "the latest judgement of the lease's expiry", survivors, srv)
+}
+
+// checkHandedOver checks that the alarms of a node that left fired once
+// each, on the survivors, each within bound of the later of its due time
+// and since (what, in the messages); that the survivors made a handover
+// walk; and that the index holds no entry once they fired.
+func checkHandedOver(t *testing.T, out swOutcome, since time.Time, bound time.Duration, what string, survivors []*clusterproc.Node, srv *s3test.Server) {
+	t.Helper()
 	t.Logf("%v", out)
 	if len(out.lost) > 0 || len(out.early) > 0 || out.dups > 0 {
-		t.Fatalf("%d lost, %d fired on the killed node, %d fired twice", len(out.lost), len(out.early), out.dups)
+		t.Fatalf("%d lost, %d fired on the node that left, %d fired twice", len(out.lost), len(out.early), out.dups)
 	}
-	const bound = 3 * time.Second
 	var late []time.Duration
 	for _, f := range out.first {
-		from := max(f.scheduled, judged.UnixMilli())
+		from := max(f.scheduled, since.UnixMilli())
 		late = append(late, time.Duration(f.fired-from)*time.Millisecond)
 	}
 	slices.Sort(late)
-	t.Logf("fired after the later of its due time and the latest judgement of the lease's expiry: p50 %v, p99 %v, max %v (bound %v)",
-		pct(late, 50), pct(late, 99), pct(late, 100), bound)
+	t.Logf("fired after the later of its due time and %s: p50 %v, p99 %v, max %v (bound %v)",
+		what, pct(late, 50), pct(late, 99), pct(late, 100), bound)
 	if worst := pct(late, 100); worst > bound+out.clockStep {
-		t.Errorf("an alarm fired %v after the later of its due time and the latest judgement of the killed node's expiry, want at most %v", worst, bound)
+		t.Errorf("an alarm fired %v after the later of its due time and %s, want at most %v", worst, what, bound)
 	}
 	handovers := 0.0
 	for _, n := range survivors {

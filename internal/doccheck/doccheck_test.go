@@ -74,6 +74,7 @@ var rules = []struct{ pattern, by string }{
 	{`^go test \./sim -run 'TestSim\$' -sim\.seeds=\d+( -timeout 0)?$`, "test: ./sim TestSim"}, // make test runs it over its default seeds
 	{`^go test \./sim -run TestLeaseSim$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./node -run TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce -v$`, "test: ./node TestASIGTERMedNodesAlarmsFireOnTheOthersAtOnce"},
+	{`^go test \./node -run TestASIGKILLedNodesAlarmsFireOnTimeOnceItsLeaseExpired -v$`, "test: ./node TestASIGKILLedNodesAlarmsFireOnTimeOnceItsLeaseExpired"},
 	{`^go test \./sim -run 'TestLeaseSim/defaults\$' -sim\.leaseseeds=20$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./sim -run LeaseSim -v$`, "test: ./sim TestLeaseSim"},
 	{`^go test \./sim -run 'TestMutations\$' -v$`, "test: ./sim TestMutations"},
