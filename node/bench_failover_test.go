@@ -45,7 +45,10 @@ var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 
 //     tenant begun before the sweep period was up (docs/design.md#drain:
 //     the cap no longer sets the rate); node-cpu-ms/alarm and
 //     s3-cpu-ms/alarm, the CPU the survivors (together) and the S3
-//     server spent per alarm over the drain. Then each
+//     server spent per alarm over the drain; own-late-p99-s and
+//     own-late-max-s, the lateness of alarms of the survivors' own actors
+//     (another tenant, ownActors each, one a second from the orphans' due
+//     time on) during the drain. Then each
 //     survivor fires 256 actors of its own, due at one instant:
 //     ceiling-firings/s/node, replicated firings of open actors on the
 //     same nodes in the same run, drain/ceiling, and the CPU per firing
@@ -107,6 +110,12 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 			b.ReportMetric(cost.ceiling/float64(b.N), "ceiling-firings/s/node")
 			b.ReportMetric(sum/cost.ceiling, "drain/ceiling")
 		}
+		slices.Sort(cost.ownLate)
+		b.ReportMetric(pct(cost.ownLate, 99).Seconds(), "own-late-p99-s")
+		b.ReportMetric(pct(cost.ownLate, 100).Seconds(), "own-late-max-s")
+		if bound := timings.ttl + timings.grace + timings.sweep; pct(cost.ownLate, 100) > bound {
+			b.Errorf("a survivor's own alarm fired %v late during the drain, past lease + grace + a sweep (%v)", pct(cost.ownLate, 100), bound)
+		}
 		survivors := float64(b.N * *failoverSurvivors)
 		b.ReportMetric(cost.start/survivors, "drain-start-s")
 		b.ReportMetric(cost.busy/survivors, "drain-busy-alarms/s/node")
@@ -152,6 +161,35 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 type drainCost struct {
 	requests, lists, relists, stale, fired, ceiling, start, busy float64
 	nodeCPU, s3CPU, ceilingNodeCPU, ceilingS3CPU                 float64
+	// ownLate is the lateness of the survivors' own alarms during the
+	// drain (armOwn).
+	ownLate []time.Duration
+}
+
+// ownActors actors of each survivor's own, of another tenant, come due
+// ownEvery apart from the orphans' due time on: their lateness shows
+// whether the drain holds up the alarms of the actors a survivor holds.
+const (
+	ownActors = 60
+	ownEvery  = time.Second
+)
+
+// armOwn arms ownActors actors of tenant "own" through each survivor (which
+// takes them: they are its own), due ownEvery apart from base on.
+func armOwn(b *testing.B, ctx context.Context, survivors []*clusterproc.Node, base time.Time) map[abi.ActorID]int64 {
+	all := map[abi.ActorID]int64{}
+	for _, s := range survivors {
+		mine := map[abi.ActorID]int64{}
+		for i := range ownActors {
+			mine[abi.ActorID{Tenant: "own", Class: swClass, Name: fmt.Sprintf("%s/%02d", s.Name, i)}] = base.Add(time.Duration(i) * ownEvery).UnixMilli()
+		}
+		swArm(b, ctx, s.URL, mine)
+		maps.Copy(all, mine)
+	}
+	if time.Until(base) < 0 {
+		b.Fatalf("arming the survivors' own actors took until %v after the orphans were due", -time.Until(base))
+	}
+	return all
 }
 
 // ceilingActors is how many actors of its own each survivor fires for
@@ -171,6 +209,7 @@ func (c *drainCost) add(o drainCost) {
 	c.s3CPU += o.s3CPU
 	c.ceilingNodeCPU += o.ceilingNodeCPU
 	c.ceilingS3CPU += o.ceilingS3CPU
+	c.ownLate = append(c.ownLate, o.ownLate...)
 }
 
 // cpuMark is the CPU time processes had spent when a phase began.
@@ -274,6 +313,10 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	// The first alarm is due a lease period after the kill at the earliest.
 	due, base := swArmAndKill(b, ctx, victim, actors, spread, timings.ttl)
 	killed := time.Now()
+	var own map[abi.ActorID]int64
+	if spread == 0 {
+		own = armOwn(b, ctx, nodes[1:], base)
+	}
 	before := survivorCounts(b, nodes[1:])
 	opsBefore := survivorOps(b, nodes[1:])
 	cpu := startCPU(nodes[1:], srv.Pid)
@@ -284,6 +327,13 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	cost := drainCost{requests: after.requests - before.requests, lists: after.lists - before.lists,
 		relists: after.relists - before.relists, stale: after.stale - before.stale, fired: float64(len(out.first))}
 	cost.nodeCPU, cost.s3CPU = cpu.since()
+	if own != nil {
+		o := swCollect(rec, "", own, base.Add(ownActors*ownEvery+time.Minute))
+		if len(o.lost) > 0 {
+			b.Errorf("%d of the survivors' own alarms never fired", len(o.lost))
+		}
+		cost.ownLate = o.lateness
+	}
 	var perOp []string
 	for op, n := range survivorOps(b, nodes[1:]) {
 		if d := n - opsBefore[op]; d > 0 {
