@@ -322,7 +322,7 @@ func run(o options) error {
 		fmt.Printf("  orphaned alarms:       %d fired on the survivors, late by p50 %.1fs, p99 %.1fs, max %.1fs\n"+
 			"                         (expected at most about lease %v + grace %v + two readings of the leases %v; the design's defaults, 10s+2s+6.7s, give about 19s)\n",
 			len(lates),
-			pct(lates, 50), pct(lates, 99), lates[len(lates)-1], o.leaseTTL, o.grace, (2*o.leaseTTL/3).Round(100*time.Millisecond))
+			pct(lates, 50), pct(lates, 99), lates[len(lates)-1], o.leaseTTL, o.grace, (2 * o.leaseTTL / 3).Round(100*time.Millisecond))
 	}
 	fmt.Printf("  duplicates:            %d\n", dups)
 	fmt.Printf("  lost:                  %d\n", lost)
