@@ -52,13 +52,6 @@ var (
 // maxCheckConns bounds the idle connections kept for checks.
 const maxCheckConns = 4
 
-// getConn takes an idle store connection or creates one.
-func getConn() (*pooledConn, error) { return connPool.get() }
-
-// putConn keeps pc, which has no database attached, for reuse, or closes
-// it if the pool is full.
-func putConn(pc *pooledConn) { connPool.put(pc) }
-
 // get takes an idle connection or creates one.
 func (p *pooledConns) get() (*pooledConn, error) {
 	p.mu.Lock()

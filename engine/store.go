@@ -218,7 +218,7 @@ func openStore(path string, durable bool) (*Store, error) {
 // connection that failed to take it is closed, never pooled: it may hold
 // it attached.
 func attachStore(path string, durable bool) (*Store, error) {
-	pc, err := getConn()
+	pc, err := connPool.get()
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +361,7 @@ func (s *Store) Close() error {
 	if err != nil || s.failed {
 		pc.close()
 	} else {
-		putConn(pc)
+		connPool.put(pc)
 	}
 	if err != nil {
 		return fmt.Errorf("close %s: %w", s.path, err)

@@ -164,6 +164,8 @@ type drainCost struct {
 	// ownLate is the lateness of the survivors' own alarms during the
 	// drain (armOwn).
 	ownLate []time.Duration
+	// ops are the S3 requests by operation (survivorCounts alone).
+	ops map[string]float64
 }
 
 // ownActors actors of each survivor's own, of another tenant, come due
@@ -266,27 +268,18 @@ func procCPU(pid int) float64 {
 
 // survivorCounts sums the survivors' counters that drainCost reads.
 func survivorCounts(tb testing.TB, nodes []*clusterproc.Node) drainCost {
-	var c drainCost
+	c := drainCost{ops: map[string]float64{}}
 	for _, n := range nodes {
 		m := scrapeMetrics(tb, n.MetricsURL)
 		c.requests += m.Value("wasmkeep_s3_requests_total")
+		for _, op := range []string{"GetObject", "HeadObject", "PutObject", "DeleteObject", "DeleteObjects", "ListObjectsV2"} {
+			c.ops[op] += m.Value("wasmkeep_s3_requests_total", "operation", op)
+		}
 		c.lists += m.Value("wasmkeep_sweep_lists_total")
 		c.relists += m.Value("wasmkeep_sweep_relists_total")
 		c.stale += m.Value("wasmkeep_alarm_firings_total", "outcome", "stale")
 	}
 	return c
-}
-
-// survivorOps sums the survivors' S3 requests by operation.
-func survivorOps(tb testing.TB, nodes []*clusterproc.Node) map[string]float64 {
-	out := map[string]float64{}
-	for _, n := range nodes {
-		m := scrapeMetrics(tb, n.MetricsURL)
-		for _, op := range []string{"GetObject", "HeadObject", "PutObject", "DeleteObject", "DeleteObjects", "ListObjectsV2"} {
-			out[op] += m.Value("wasmkeep_s3_requests_total", "operation", op)
-		}
-	}
-	return out
 }
 
 // failoverRun runs one failover and returns its outcome, the drain rate
@@ -318,7 +311,6 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 		own = armOwn(b, ctx, nodes[1:], base)
 	}
 	before := survivorCounts(b, nodes[1:])
-	opsBefore := survivorOps(b, nodes[1:])
 	cpu := startCPU(nodes[1:], srv.Pid)
 	b.StartTimer()
 	out := swCollect(rec, victim.Name, due, base.Add(spread+timings.bound()+time.Duration(actors)*time.Second/5))
@@ -335,8 +327,8 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 		cost.ownLate = o.lateness
 	}
 	var perOp []string
-	for op, n := range survivorOps(b, nodes[1:]) {
-		if d := n - opsBefore[op]; d > 0 {
+	for op, n := range after.ops {
+		if d := n - before.ops[op]; d > 0 {
 			perOp = append(perOp, fmt.Sprintf("%s %.2f", op, d/max(cost.fired, 1)))
 		}
 	}
