@@ -2,10 +2,13 @@ package node_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -252,4 +255,66 @@ func TestDeadLettersAreRedrivenThroughAnyNodeWithTheTenantsToken(t *testing.T) {
 	if _, l := letters(b.URL, "tt"); len(l) != 0 {
 		t.Fatalf("after the redrive: %+v; want none", l)
 	}
+}
+
+// A dead letter is listed until the actor's alarm is set again or the
+// actor is deleted (docs/http-api.md#a-tenants-alarms-and-dead-letters),
+// each call sent to a node that does not hold the actor: an event of the
+// guest that sets an alarm, PUT …/alarm, POST …/alarm:fire (of a guest
+// since fixed) and DELETE of the actor each remove that actor's dead
+// letter and its record in the bucket, and no other's; an event that sets
+// no alarm leaves it listed. On the in-memory bucket and on versitygw.
+func TestADeadLetterGoesWhenItsAlarmIsSetAgainOrItsActorDeleted(t *testing.T) {
+	t.Parallel()
+	classes := map[string][]byte{"scripted": testguest.Build(t, testguest.Scripted)}
+	ixBuckets(t, func(t *testing.T, b bucket.Bucket) {
+		ctx := context.Background()
+		eng := []engine.Option{engine.WithMaxAttempts(1), engine.WithBackoff(time.Second, time.Minute)}
+		a := serveHost(t, b, "a", classes, hostConfig{start: true, engine: eng})
+		other := serveHost(t, b, "b", classes, hostConfig{engine: eng})
+		actor := func(name string) abi.ActorID { return abi.ActorID{Tenant: "t", Class: "scripted", Name: name} }
+		event, put, fire, deleted, kept := actor("by-event"), actor("by-put"), actor("by-fire"), actor("deleted"), actor("kept")
+		giveUp(t, a.URL, event, put, fire, deleted, kept) // a holds them
+		listed := func(after string, want ...abi.ActorID) {
+			t.Helper()
+			var names []string
+			for _, id := range want {
+				names = append(names, id.Class+"/"+id.Name)
+			}
+			slices.Sort(names)
+			if got := letterNames(deadLetters(t, other.URL, "", "").DeadLetters); got != strings.Join(names, ",") {
+				t.Fatalf("after %s: listed %s, want %s", after, got, strings.Join(names, ","))
+			}
+		}
+		future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+
+		request(t, other.URL, event, "getkv log")
+		listed("an event of by-event that sets no alarm", event, put, fire, deleted, kept)
+		request(t, other.URL, event, "set "+future)
+		listed("an event of by-event that sets an alarm", put, fire, deleted, kept)
+
+		if status, said := callJSON(t, "PUT", other.URL+"/v1/actors/t/scripted/by-put/alarm", "", `{"at_ms": `+future+`}`, nil); status != 200 {
+			t.Fatalf("PUT …/alarm of by-put: %d %s", status, said)
+		}
+		listed("PUT …/alarm of by-put", fire, deleted, kept)
+
+		request(t, other.URL, fire, "mode ok")
+		var st node.AlarmState
+		if status, said := callJSON(t, "POST", other.URL+"/v1/actors/t/scripted/by-fire/alarm:fire", "", "", &st); status != 200 || st.Node != "a" || st.Fired == nil || !st.Fired.Ran || st.Fired.Error != "" {
+			t.Fatalf("alarm:fire of by-fire: %d %s, by %q, %+v; want on-alarm run by a without error", status, said, st.Node, st.Fired)
+		}
+		listed("alarm:fire of by-fire", deleted, kept)
+
+		if status, said := callJSON(t, "DELETE", other.URL+"/v1/actors/t/scripted/deleted", "", "", nil); status != http.StatusNoContent {
+			t.Fatalf("DELETE of deleted: %d %s", status, said)
+		}
+		listed("DELETE of deleted", kept)
+
+		for _, id := range []abi.ActorID{event, put, fire, deleted, kept} {
+			_, _, err := b.Get(ctx, "cluster/dead-letters/"+id.Path())
+			if gone := errors.Is(err, bucket.ErrNotFound); gone != (id != kept) || (!gone && err != nil) {
+				t.Errorf("%s's dead-letter record: %v; want it deleted for all but kept", id, err)
+			}
+		}
+	})
 }

@@ -1,11 +1,9 @@
 package node
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/engine"
 )
 
@@ -38,9 +36,3 @@ func (n *Node) BeginOnOpenActor(id abi.ActorID) (rollback func(), err error) {
 // ModuleVersion is moduleVersion: what wasmkeep_build_info labels a build
 // with.
 var ModuleVersion = moduleVersion
-
-// OfferTo forwards an overdue index entry to the node at addr, as a
-// delivery that found the actor held there does (clusterHost.Forward).
-func (n *Node) OfferTo(ctx context.Context, addr string, entry alarmindex.Key) error {
-	return n.offer(ctx, addr, entry)
-}

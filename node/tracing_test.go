@@ -16,8 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wasmkeep/alarms"
-	"github.com/wasmkeep/alarms/abi"
-	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -207,24 +205,62 @@ func TestAForwardedRequestIsOneTraceAcrossBothNodes(t *testing.T) {
 	wantAttrs(t, "a's span", atA, map[attribute.Key]string{node.AttrForwarded: "true", node.AttrActor: "x", node.AttrOutcome: "ok"})
 	wantAttrs(t, "b's span", atB, map[attribute.Key]string{node.AttrForwarded: "false", node.AttrActor: "x", "http.response.status_code": "200"})
 	wantAttrs(t, "b's forward span", fwd, map[attribute.Key]string{node.AttrHolder: a.addr})
+}
 
-	// A delivery on b that finds the actor held by a forwards its entry
-	// there (POST .../alarm:offer): one trace too, under b's delivery.
-	recA.Reset()
-	recB.Reset()
-	ctx, delivery := tpB.Tracer("test").Start(context.Background(), "alarm delivery")
-	entry := alarmindex.Key{Actor: abi.ActorID{Tenant: "t", Class: "counter", Name: "x"}, DueMs: time.Now().Add(-time.Minute).UnixMilli(), Tag: alarmindex.Tag{Generation: 1, Nonce: "0a"}}
-	if err := bn.OfferTo(ctx, a.addr, entry); err != nil {
-		t.Fatalf("b's forward of an entry to a: %v", err)
+const offerRoute = "POST /v1/actors/{tenant}/{class}/{name}/alarm:offer"
+
+// A delivery that finds its actor held by another node forwards the
+// overdue entry to that node (POST .../alarm:offer) with its traceparent:
+// the walker's span of the delivery, its forward span beneath it and the
+// holder's span of the offer beneath that are one trace. a holds the actor
+// and runs no timer or sweep, so the only delivery of its alarm is b's,
+// from b's first sweep.
+func TestADeliveryForwardedToTheHolderIsOneTraceAcrossBothNodes(t *testing.T) {
+	t.Parallel()
+	mem := bucket.NewMem()
+	classes := counter(t)
+	recA, tpA := recorder(t)
+	recB, tpB := recorder(t)
+	a := serveHost(t, mem, "a", classes, hostConfig{tracer: tpA})
+	actor := a.URL + "/v1/actors/t/counter/x"
+	if status, out := call(t, "POST", actor+"?kind=exec-durable", []byte("get")); status != 200 {
+		t.Fatalf("request to a (which takes the actor): %d %s", status, out)
 	}
-	delivery.End()
-	offered, ofwd := findSpan(recA, "POST /v1/actors/{tenant}/{class}/{name}/alarm:offer"), findSpan(recB, "forward POST")
-	if offered == nil || ofwd == nil {
-		t.Fatalf("spans on b: %v, on a: %v; want b's forward of the entry and a's span of the offer", spanNames(recB), spanNames(recA))
+	// A minute overdue: more than sweeper.AnyoneAfterMargins sweep
+	// margins (3 x (10 s lease + 2 s grace)), so b's sweep delivers it
+	// whichever of the two nodes' shard it is.
+	due := time.Now().Add(-time.Minute).UnixMilli()
+	if status, out := call(t, "PUT", actor+"/alarm", fmt.Appendf(nil, `{"at_ms": %d}`, due)); status != 200 {
+		t.Fatalf("set the alarm on a: %d %s", status, out)
 	}
-	if ofwd.Parent().SpanID() != delivery.SpanContext().SpanID() || offered.SpanContext().TraceID() != delivery.SpanContext().TraceID() || offered.Parent().SpanID() != ofwd.SpanContext().SpanID() {
-		t.Errorf("the forwarded entry's spans: b's forward under %s, a's offer in trace %s under %s; want them under b's delivery %s, in its trace %s",
-			ofwd.Parent().SpanID(), offered.SpanContext().TraceID(), offered.Parent().SpanID(), delivery.SpanContext().SpanID(), delivery.SpanContext().TraceID())
+	serveHost(t, mem, "b", classes, hostConfig{start: true, tracer: tpB})
+
+	var del, fwd, offered sdktrace.ReadOnlySpan
+	waitFor(t, "b's delivery, its forward and a's span of the offer", func() bool {
+		del, fwd, offered = findSpan(recB, "alarm delivery"), findSpan(recB, "forward POST"), findSpan(recA, offerRoute)
+		return del != nil && fwd != nil && offered != nil
+	})
+	if d := findSpan(recA, "alarm delivery"); d != nil {
+		t.Fatalf("a delivered the alarm itself (outcome %s): want b's delivery alone", spanAttrs(d)[node.AttrOutcome])
+	}
+	wantAttrs(t, "b's delivery span", del, map[attribute.Key]string{
+		node.AttrTenant: "t", node.AttrClass: "counter", node.AttrActor: "x", node.AttrOutcome: alarms.FiringNotHere,
+	})
+	wantAttrs(t, "b's forward span", fwd, map[attribute.Key]string{node.AttrHolder: a.addr, "http.response.status_code": "200"})
+	wantAttrs(t, "a's span of the offer", offered, map[attribute.Key]string{
+		node.AttrForwarded: "true", node.AttrActor: "x", node.AttrOutcome: "ok", "http.response.status_code": "200",
+	})
+	tr := del.SpanContext().TraceID()
+	if fwd.SpanContext().TraceID() != tr || fwd.Parent().SpanID() != del.SpanContext().SpanID() || fwd.SpanKind() != trace.SpanKindClient {
+		t.Errorf("b's forward span: trace %s, parent %s, kind %v; want a client span under b's delivery span %s (trace %s)",
+			fwd.SpanContext().TraceID(), fwd.Parent().SpanID(), fwd.SpanKind(), del.SpanContext().SpanID(), tr)
+	}
+	if offered.SpanContext().TraceID() != tr {
+		t.Fatalf("a's span of the offer is in trace %s, b's delivery in %s: want one trace", offered.SpanContext().TraceID(), tr)
+	}
+	if offered.Parent().SpanID() != fwd.SpanContext().SpanID() || !offered.Parent().IsRemote() || offered.SpanKind() != trace.SpanKindServer {
+		t.Errorf("a's span of the offer: parent %s (remote %v), kind %v; want a server span under b's forward span %s (remote)",
+			offered.Parent().SpanID(), offered.Parent().IsRemote(), offered.SpanKind(), fwd.SpanContext().SpanID())
 	}
 }
 

@@ -18,9 +18,10 @@ import (
 	"github.com/wasmkeep/alarms/node"
 )
 
-// keepctl -node lists a tenant's alarms and dead letters, and redrives
-// and acknowledges dead letters, with no bucket: a dry run changes
-// nothing, an acknowledgement empties the list.
+// keepctl -node lists a tenant's alarms (-class, -due-after and
+// -due-before passed to the node) and dead letters, and redrives and
+// acknowledges dead letters, with no bucket: a dry run changes nothing, an
+// acknowledgement empties the list.
 func TestKeepctlActsOnDeadLettersThroughANode(t *testing.T) {
 	ctx := context.Background()
 	n, err := node.New(ctx, node.Config{DataDir: t.TempDir(), Classes: map[string][]byte{"f": testguest.Fixture(t, "fail_on_alarm")},
@@ -50,6 +51,21 @@ func TestKeepctlActsOnDeadLettersThroughANode(t *testing.T) {
 	var alarms []client.AlarmEntry
 	if err := json.Unmarshal([]byte(keepctl(0, "alarms", "list", "-tenant", "t", "-o", "json")), &alarms); err != nil || len(alarms) != 1 || alarms[0].DueMs != 1000 {
 		t.Fatalf("alarms list: %+v, %v; want poison's at 1000", alarms, err)
+	}
+	// The filters reach the node: both bounds inclusive, and the class.
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-due-after", "1000", "-due-before", "1970-01-01T00:00:01Z", "-class", "f"}, 1},
+		{[]string{"-due-after", "1001"}, 0},
+		{[]string{"-due-before", "999"}, 0},
+		{[]string{"-class", "g"}, 0},
+	} {
+		out := keepctl(0, append([]string{"alarms", "list", "-tenant", "t", "-o", "json"}, c.args...)...)
+		if err := json.Unmarshal([]byte(out), &alarms); err != nil || len(alarms) != c.want {
+			t.Fatalf("alarms list %v: %s (%v); want %d entries", c.args, out, err, c.want)
+		}
 	}
 	if _, err := n.FireAlarm(ctx, id); err != nil {
 		t.Fatal(err)
