@@ -10,6 +10,7 @@ import (
 	"context"
 	"debug/elf"
 	"flag"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -44,26 +45,34 @@ const (
 )
 
 // imageLdflags is the -ldflags value of deploy/Dockerfile's build (its
-// stamp= line), with imageVersion and imageRevision for its arguments.
-func imageLdflags(t *testing.T) string {
+// stamp= line), with version and revision for its arguments VERSION and
+// REVISION.
+func imageLdflags(t *testing.T, version, revision string) string {
 	t.Helper()
 	m := regexp.MustCompile(`stamp="([^"]*)"`).FindStringSubmatch(deployFile(t, "Dockerfile"))
 	if m == nil {
 		t.Fatal(`deploy/Dockerfile has no stamp="..." line: the test cannot build as the image does`)
 	}
-	return strings.NewReplacer("${VERSION}", imageVersion, "${REVISION}", imageRevision).Replace(m[1])
+	return strings.NewReplacer("${VERSION}", version, "${REVISION}", revision).Replace(m[1])
 }
 
 // staticBuild builds pkg as deploy/Dockerfile does, stamped as the image
-// is (imageLdflags).
+// is with imageVersion and imageRevision (imageLdflags).
 func staticBuild(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	return stampedBuild(t, dir, pkg, imageVersion, imageRevision)
+}
+
+// stampedBuild builds pkg as deploy/Dockerfile does, with the build
+// arguments VERSION and REVISION given.
+func stampedBuild(t *testing.T, dir, pkg, version, revision string) string {
 	t.Helper()
 	root, err := clusterproc.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags="+imageLdflags(t), "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags="+imageLdflags(t, version, revision), "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -143,6 +152,36 @@ func TestImageBinaryServesOnTheExampleConfig(t *testing.T) {
 	}
 	// The example logs JSON: every line of the run is one.
 	jsonLog(t, nd.LogPath)
+
+	// A build from a tree with no git passes REVISION=unknown, on purpose
+	// (deploy/Dockerfile refuses an empty one), and VERSION not at all:
+	// the binary says "unknown" where it names its commit, in -version, in
+	// wasmkeep_build_info and in its lease, rather than nothing.
+	t.Run("REVISION=unknown", func(t *testing.T) {
+		unknown := stampedBuild(t, t.TempDir(), "./cmd/keepnode", "", "unknown")
+		if out, err := exec.Command(unknown, "-version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "keepnode (devel) commit unknown ") {
+			t.Errorf("keepnode -version of a build with REVISION=unknown and no VERSION: %q, %v; want \"keepnode (devel) commit unknown go...\"", out, err)
+		}
+		cfg := cfg
+		cfg.Binary = unknown
+		nd, err := clusterproc.StartNode(ctx, cfg, "unknown", "-config", example, "-metrics-addr", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nd.Kill()
+		if code, body := get(ctx, t, nd.MetricsURL); code != http.StatusOK || !regexp.MustCompile(`wasmkeep_build_info\{[^}]*revision="unknown"`).Match(body) ||
+			!regexp.MustCompile(`wasmkeep_build_info\{[^}]*version="\(devel\)"`).Match(body) {
+			t.Errorf("metrics: %d, without wasmkeep_build_info{revision=\"unknown\",version=\"(devel)\"}", code)
+		}
+		kc := exec.CommandContext(ctx, keepctl, "-bucket", cfg.S3.Bucket, "nodes")
+		kc.Env = append(os.Environ(), cfg.S3.Env()...)
+		if out, err := kc.CombinedOutput(); err != nil || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(nd.NodeID)+`\s.*\(devel\)\s+unknown\s`).Match(out) {
+			t.Errorf("keepctl nodes: %v\n%s\nwant the line of node %s to name (devel) and commit unknown", err, out, nd.NodeID)
+		}
+		if err := nd.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // get GETs url (the metrics endpoint, which is not the API's).
@@ -170,8 +209,10 @@ func tailFile(path string) string {
 // runs them as a non-root user on the configuration it copies; each guest
 // the example configuration names is one the image builds; the data
 // directory is the image's volume and the unit's one writable path; the
-// metrics port is the one exposed and scraped; and each KEEPNODE_
-// variable the compose file and the unit set is a flag's.
+// metrics port is the one exposed and scraped; each KEEPNODE_ variable
+// the compose file and the unit set is a flag's; and every way the docs
+// give to build the image stamps it with VERSION and REVISION
+// (checkImageBuildsAreStamped).
 func TestDeployFilesAgree(t *testing.T) {
 	docker := deployFile(t, "Dockerfile")
 	compose := deployFile(t, "compose.yaml")
@@ -232,6 +273,8 @@ func TestDeployFilesAgree(t *testing.T) {
 			t.Errorf("deploy/compose.yaml: %s does not advertise %s:7600 (the example listens on every address)", node, node)
 		}
 	}
+
+	checkImageBuildsAreStamped(t, docker, compose)
 }
 
 // composeServices splits the services of a compose file into their
@@ -390,3 +433,382 @@ func TestSystemdStepsInstallTheGuests(t *testing.T) {
 		}
 	}
 }
+
+// dockerfileRevisionCheck is the command of deploy/Dockerfile's RUN that
+// checks REVISION, as the shell runs it (the lines it continues joined),
+// and the offset in the Dockerfile of the line it starts on.
+func dockerfileRevisionCheck(t *testing.T, docker string) (string, int) {
+	t.Helper()
+	off := 0
+	lines := strings.SplitAfter(docker, "\n")
+	for i := 0; i < len(lines); i++ {
+		at := off
+		off += len(lines[i])
+		cmd, ok := strings.CutPrefix(lines[i], "RUN ")
+		if !ok {
+			continue
+		}
+		cmd = strings.TrimSuffix(cmd, "\n")
+		for strings.HasSuffix(cmd, "\\") && i+1 < len(lines) {
+			i++
+			off += len(lines[i])
+			cmd = strings.TrimSuffix(cmd, "\\") + strings.TrimSuffix(lines[i], "\n")
+		}
+		if strings.Contains(cmd, `"$REVISION"`) && !strings.Contains(cmd, "go build") {
+			return cmd, at
+		}
+	}
+	t.Fatal(`deploy/Dockerfile has no RUN that checks "$REVISION" before its build: an image built without REVISION would say (devel) and no commit`)
+	return "", 0
+}
+
+// deploy/Dockerfile stops at its first step when REVISION is empty or
+// names no commit, with a message that says what to pass; it goes on with
+// a commit (what git rev-parse HEAD gives, long or short) or with
+// "unknown", which a build from a tree without git passes on purpose.
+// The check runs in the build stage after its ARG REVISION, before the
+// module download and the stamped build.
+func TestDockerfileRefusesABuildWithoutRevision(t *testing.T) {
+	docker := deployFile(t, "Dockerfile")
+	check, at := dockerfileRevisionCheck(t, docker)
+	arg := strings.Index(docker, "\nARG REVISION")
+	stage := strings.Index(docker, " AS build\n")
+	download := strings.Index(docker, "RUN go mod download")
+	stamp := strings.Index(docker, `RUN stamp="`)
+	if stage < 0 || arg < stage || at < arg || download < at || stamp < at {
+		t.Errorf("deploy/Dockerfile: the REVISION check (at %d) must follow FROM ... AS build (%d) and ARG REVISION (%d), and come before go mod download (%d) and the stamped build (%d)",
+			at, stage, arg, download, stamp)
+	}
+	revisions := map[string]bool{ // REVISION: the build goes on
+		"":                       false, // no --build-arg, or an empty variable in compose
+		"HEAD":                   false,
+		"main":                   false,
+		"v1.2.3":                 false,
+		"0123456":                true,
+		"01234ab":                true,
+		"012345":                 false, // too short to name a commit
+		"unknown":                true,
+		"Unknown":                false,
+		"unknown ":               false,
+		imageRevision:            true,
+		imageRevision + "\nmain": false,
+		strings.Repeat("ab", 32): true, // a SHA-256 repository's
+	}
+	if out, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		revisions[strings.TrimSpace(string(out))] = true
+		short, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+		revisions[strings.TrimSpace(string(short))] = true
+	} else {
+		t.Logf("git rev-parse HEAD: %v (not a git checkout): the documented command's own value not tried", err)
+	}
+	for rev, ok := range revisions {
+		cmd := exec.Command("sh", "-c", check)
+		cmd.Env = append(os.Environ(), "REVISION="+rev)
+		out, err := cmd.CombinedOutput()
+		switch {
+		case ok && err != nil:
+			t.Errorf("REVISION=%q: deploy/Dockerfile's check refuses it: %v\n%s", rev, err, out)
+		case !ok && err == nil:
+			t.Errorf("REVISION=%q: deploy/Dockerfile's check lets it through; want the build to stop (it names no commit)", rev)
+		case !ok:
+			for _, want := range []string{"REVISION", "--build-arg REVISION=$(git rev-parse HEAD)", "REVISION=$(git rev-parse HEAD) docker compose", "--build-arg REVISION=unknown"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("REVISION=%q: deploy/Dockerfile's refusal does not say %q:\n%s", rev, want, out)
+				}
+			}
+		}
+	}
+}
+
+// shellWords splits a command into words as the shell would, for the
+// commands the docs give: quotes removed, $(...) kept whole.
+func shellWords(s string) []string {
+	var out []string
+	var cur strings.Builder
+	q, depth, in := rune(0), 0, false
+	rs := []rune(s)
+	for i := 0; i < len(rs); i++ {
+		r := rs[i]
+		switch {
+		case q != 0:
+			if r == q {
+				q = 0
+			} else {
+				cur.WriteRune(r)
+			}
+			continue
+		case depth > 0:
+			if r == '(' {
+				depth++
+			} else if r == ')' {
+				depth--
+			}
+		case r == '$' && i+1 < len(rs) && rs[i+1] == '(':
+			cur.WriteString("$(")
+			depth, in = 1, true
+			i++
+			continue
+		case r == '\'' || r == '"':
+			q, in = r, true
+			continue
+		case r == ' ' || r == '\t':
+			if in {
+				out = append(out, cur.String())
+				cur.Reset()
+				in = false
+			}
+			continue
+		}
+		cur.WriteRune(r)
+		in = true
+	}
+	if in {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// A docCommand is a shell command in one of the repository's files.
+type docCommand struct {
+	where string // file:line
+	text  string
+}
+
+// continued joins the lines a trailing backslash continues, keeping the
+// number of each command's first line.
+func continued(file string, lines []string, first []int) []docCommand {
+	var out []docCommand
+	pending, at := "", 0
+	for i, l := range lines {
+		if pending == "" {
+			at = first[i]
+		}
+		if c, ok := strings.CutSuffix(strings.TrimSpace(l), "\\"); ok {
+			pending += strings.TrimSpace(c) + " "
+			continue
+		}
+		out = append(out, docCommand{fmt.Sprintf("%s:%d", file, at), strings.TrimSpace(pending + strings.TrimSpace(l))})
+		pending = ""
+	}
+	return out
+}
+
+// commandsIn reads the shell commands of a file of the repository: in
+// Markdown, the lines of sh blocks and the inline code outside them; in a
+// Dockerfile or a YAML file, its comments; in the Makefile, its recipes.
+func commandsIn(t *testing.T, rel string) []docCommand {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	var nums []int
+	var out []docCommand
+	text := strings.Split(string(b), "\n")
+	switch {
+	case strings.HasSuffix(rel, ".md"):
+		fence, shell := false, false
+		var prose []string
+		for i, l := range text {
+			if m := regexp.MustCompile("^\\s*```\\s*(\\w*)").FindStringSubmatch(l); m != nil {
+				fence = !fence
+				shell = fence && slices.Contains([]string{"sh", "bash", "shell", "console"}, m[1])
+				prose = append(prose, "")
+				continue
+			}
+			if !fence {
+				prose = append(prose, l)
+				continue
+			}
+			prose = append(prose, "")
+			if l = strings.TrimPrefix(strings.TrimSpace(l), "$ "); shell && l != "" && !strings.HasPrefix(l, "#") {
+				lines, nums = append(lines, l), append(nums, i+1)
+			}
+		}
+		all := strings.Join(prose, "\n")
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatchIndex(all, -1) {
+			out = append(out, docCommand{fmt.Sprintf("%s:%d", rel, strings.Count(all[:m[0]], "\n")+1), strings.Join(strings.Fields(all[m[2]:m[3]]), " ")})
+		}
+	case rel == "Makefile":
+		for i, l := range text {
+			if strings.HasPrefix(l, "\t") {
+				lines, nums = append(lines, strings.TrimPrefix(strings.TrimSpace(l), "@")), append(nums, i+1)
+			}
+		}
+	default: // comments
+		for i, l := range text {
+			if c, ok := strings.CutPrefix(strings.TrimSpace(l), "#"); ok {
+				lines, nums = append(lines, strings.TrimSpace(c)), append(nums, i+1)
+			}
+		}
+	}
+	return append(continued(rel, lines, nums), out...)
+}
+
+// buildArgs is what a command that builds deploy/Dockerfile gives its
+// build arguments VERSION and REVISION, with ok false for a command that
+// does not build it: docker (or podman) build with -f deploy/Dockerfile,
+// whose --build-arg flags give them, and docker compose up, build, create
+// or run, which take them from the environment (deploy/compose.yaml's
+// args), so from the VAR=value words in front of the command.
+func buildArgs(text string) (args map[string]string, kind string, ok bool) {
+	// kind is "build" (--build-arg) or "compose" (the environment).
+	w := shellWords(text)
+	env := map[string]string{}
+	for len(w) > 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(w[0]) {
+		k, v, _ := strings.Cut(w[0], "=")
+		env[k] = v
+		w = w[1:]
+	}
+	if len(w) < 2 || (w[0] != "docker" && w[0] != "podman" && w[0] != "docker-compose") {
+		return nil, "", false
+	}
+	if w[0] == "docker-compose" {
+		w = append([]string{"docker", "compose"}, w[1:]...)
+	}
+	if w[1] == "buildx" {
+		w = w[1:]
+	}
+	switch w[1] {
+	case "build":
+		args = map[string]string{}
+		dockerfile := ""
+		for i := 2; i < len(w); i++ {
+			a := w[i]
+			if v, ok := strings.CutPrefix(a, "--build-arg="); ok {
+				k, v, _ := strings.Cut(v, "=")
+				args[k] = v
+			} else if a == "--build-arg" && i+1 < len(w) {
+				k, v, _ := strings.Cut(w[i+1], "=")
+				args[k] = v
+				i++
+			} else if (a == "-f" || a == "--file") && i+1 < len(w) {
+				dockerfile = w[i+1]
+				i++
+			} else if v, ok := strings.CutPrefix(a, "--file="); ok {
+				dockerfile = v
+			}
+		}
+		return args, "build", dockerfile == "deploy/Dockerfile"
+	case "compose":
+		valued := map[string]bool{"-f": true, "--file": true, "-p": true, "--project-name": true, "--profile": true, "--env-file": true, "--project-directory": true}
+		for i := 2; i < len(w); i++ {
+			if valued[w[i]] {
+				i++
+				continue
+			}
+			if strings.HasPrefix(w[i], "-") {
+				continue
+			}
+			return env, "compose", slices.Contains([]string{"up", "build", "create", "run"}, w[i])
+		}
+	}
+	return nil, "", false
+}
+
+// makeVariable is the value the Makefile gives VAR (VAR ?= value, or
+// VAR := value).
+func makeVariable(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` *[?:]?= *(.*)$`).FindStringSubmatch(string(b))
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// Every way the docs give to build the image passes it VERSION and
+// REVISION, from git: docker build as docs/deploy.md and the Dockerfile's
+// own comment show it, make image, and docker compose up --build as
+// docs/deploy.md and compose.yaml's comment show it, with compose.yaml
+// passing both from the environment to the build (args:). The build
+// context has no .git, so without them the binaries say (devel) and no
+// commit (and deploy/Dockerfile stops: TestDockerfileRefusesABuildWithoutRevision).
+func checkImageBuildsAreStamped(t *testing.T, docker, compose string) {
+	t.Helper()
+	for _, a := range []string{"VERSION", "REVISION"} {
+		if !regexp.MustCompile(`(?m)^ARG ` + a + `\b`).MatchString(docker[max(strings.Index(docker, " AS build\n"), 0):]) {
+			t.Errorf("deploy/Dockerfile's build stage declares no ARG %s", a)
+		}
+		if !strings.Contains(docker, "node."+goName(a)+"=${"+a+"}") {
+			t.Errorf("deploy/Dockerfile's build does not stamp node.%s with ${%s}", goName(a), a)
+		}
+	}
+
+	// compose.yaml: each block that builds deploy/Dockerfile (the nodes'
+	// anchor) passes both, each from the variable of its name.
+	blocks := composeServices(t, compose)
+	_, anchor, _ := strings.Cut(compose, "\nx-node: &node\n")
+	anchor, _, _ = strings.Cut(anchor, "\n\n")
+	blocks["x-node"] = anchor
+	builders := 0
+	for name, block := range blocks {
+		if !strings.Contains(block, "dockerfile: deploy/Dockerfile") {
+			continue
+		}
+		builders++
+		_, build, _ := strings.Cut(block, "build:\n")
+		_, args, ok := strings.Cut(build, "args:\n")
+		given := map[string]string{}
+		for line := range strings.Lines(args) {
+			m := regexp.MustCompile(`^\s{4,}([A-Z_]+): *(.*?)\s*$`).FindStringSubmatch(line)
+			if m == nil {
+				break
+			}
+			given[m[1]] = m[2]
+		}
+		for _, a := range []string{"VERSION", "REVISION"} {
+			if v := given[a]; !ok || !regexp.MustCompile(`^"?\$\{`+a+`(:?-[^}]*)?\}"?$`).MatchString(v) {
+				t.Errorf("deploy/compose.yaml: %s builds deploy/Dockerfile without passing %s from the environment (build: args: %s: ${%s:-}); found %q: its image would say (devel) and no commit",
+					name, a, a, a, v)
+			}
+		}
+	}
+	if builders == 0 {
+		t.Error("deploy/compose.yaml: no service builds deploy/Dockerfile (dockerfile: deploy/Dockerfile): this test is out of date")
+	}
+
+	// The commands: each one that builds the image gives both from git.
+	files := []string{"README.md", "Makefile", "deploy/Dockerfile", "deploy/compose.yaml"}
+	docs, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	for _, d := range docs {
+		files = append(files, filepath.Join("docs", filepath.Base(d)))
+	}
+	from := map[string]string{"VERSION": "git describe", "REVISION": "git rev-parse HEAD"}
+	found := map[string]int{}
+	for _, f := range files {
+		for _, c := range commandsIn(t, f) {
+			args, kind, ok := buildArgs(c.text)
+			if !ok {
+				continue
+			}
+			found[f+" "+kind]++
+			via := map[string]string{"build": "its --build-arg", "compose": "the environment in front of it"}[kind]
+			for _, a := range []string{"VERSION", "REVISION"} {
+				v := args[a]
+				if f == "Makefile" && v == "$("+a+")" {
+					v = makeVariable(t, a)
+				}
+				if !strings.Contains(v, "$("+from[a]) && !strings.Contains(v, "$(shell "+from[a]) {
+					t.Errorf("%s: %s\n\tbuilds the image without %s from %s (%s gives it %q): the image would not name its build",
+						c.where, c.text, a, from[a], via, v)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"docs/deploy.md build", "docs/deploy.md compose", "deploy/Dockerfile build", "deploy/compose.yaml compose", "Makefile build"} {
+		if found[want] == 0 {
+			t.Errorf("found no command that builds the image in %s (%s): the test reads the files wrongly, or the command has gone (found %v)",
+				strings.Fields(want)[0], strings.Fields(want)[1], found)
+		}
+	}
+}
+
+// goName is a build argument's name as the node package's variable names
+// it: VERSION is node.Version.
+func goName(s string) string { return s[:1] + strings.ToLower(s[1:]) }

@@ -145,7 +145,7 @@ var rules = []struct{ pattern, by string }{
 	// Deployment: no container engine or service manager runs in CI. The
 	// image's binaries are built as the Dockerfile builds them and run on
 	// its configuration, and the unit is verified by systemd-analyze.
-	{`^docker (build|run) `, "manual: no container engine in CI; cmd/keepnode's TestImageBinaryServesOnTheExampleConfig builds and runs the binary the image runs, TestDeployFilesAgree holds the Dockerfile to it"},
+	{`^docker (build|run) `, "manual: no container engine in CI; cmd/keepnode's TestImageBinaryServesOnTheExampleConfig builds and runs the binary the image runs, TestDeployFilesAgree holds the Dockerfile to it and checks that docker build passes VERSION and REVISION"},
 	{`^make image$`, "manual: no container engine in CI; the stamp it passes is tested by cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp"},
 	{`^make keepnode$`, "manual: a build of the binaries with the checkout's stamp; cmd/keepnode's TestVersionLineFallsBackToTheStamp and node's TestBuildInfoFallsBackToTheStamp test its use"},
 	{`^keepnode -probe( http://127\.0\.0\.1:7600/v1/readyz)?$`, "test: ./cmd/keepnode TestProbeExitsZeroOnlyForAReadyNode"},
@@ -153,6 +153,7 @@ var rules = []struct{ pattern, by string }{
 	{`^docker inspect$`, "manual: no container engine in CI; cmd/keepnode's TestDockerfileHealthcheckRunsTheProbe runs the image's HEALTHCHECK command against a node"},
 	{`^kubectl (create secret generic keepnode-(s3|tokens|tls) |apply -k deploy/k8s$)`, "manual: no Kubernetes cluster in CI; make k8s-check (in make deploy-check) renders the set and checks it against keepnode, and every Secret key it uses against these commands"},
 	{`^docker compose `, "manual: no container engine in CI; TestDeployFilesAgree holds compose.yaml to keepnode's flags, make deploy-check checks its Prometheus configuration"},
+	{`^VERSION=\$\(git describe --tags --always --dirty\) REVISION=\$\(git rev-parse HEAD\) docker compose -f deploy/compose\.yaml up `, "manual: no container engine in CI; cmd/keepnode's TestDeployFilesAgree checks that this command and compose.yaml's args pass the image its VERSION and REVISION, TestDockerfileRefusesABuildWithoutRevision that the build stops without them"},
 	{`^CGO_ENABLED=0 go build -trimpath -o /usr/local/bin/keepnode \./cmd/keepnode$`, "test: ./cmd/keepnode TestImageBinaryServesOnTheExampleConfig"},
 	{`^GOOS=wasip1 GOARCH=wasm go build -C \S+ -buildmode=c-shared -o /opt/wasmkeep/guests/\S+\.wasm \.$`, "manual: installing the guests on a host; cmd/keepnode's TestSystemdStepsInstallTheGuests holds them to keepnode.toml's classes, and the Dockerfile builds the same (TestDeployFilesAgree)"},
 	{`^(useradd|install|systemctl|journalctl) `, "manual: installing the systemd unit on a host; make deploy-check verifies the unit (systemd-analyze verify and security)"},
@@ -963,6 +964,55 @@ func TestDocCodeBlocksClose(t *testing.T) {
 		}
 		if open != 0 {
 			t.Errorf("%s:%d: a code block never closed", rel, open)
+		}
+	}
+}
+
+// Every picture of docs/img is shown by a doc, and every picture a doc
+// shows is there; each view the console's browser test takes a screenshot
+// of (go test ./node/consoletest -run TestConsoleInABrowser -screenshots
+// writes them) is among them, so a view's picture is neither missing nor
+// left unshown.
+func TestEveryPictureIsShown(t *testing.T) {
+	dir := root(t)
+	files, _ := filepath.Glob(filepath.Join(dir, "docs", "*.md"))
+	files = append([]string{filepath.Join(dir, "README.md")}, files...)
+	shown := map[string]bool{} // docs/img/NAME
+	image := regexp.MustCompile(`!\[[^\]]*\]\(([^)\s]+)\)`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(dir, f)
+		for _, m := range image.FindAllStringSubmatch(string(b), -1) {
+			if strings.Contains(m[1], "://") {
+				continue
+			}
+			p := filepath.Join(filepath.Dir(rel), m[1])
+			if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+				t.Errorf("%s shows %s, which is not there: %v", rel, m[1], err)
+			}
+			shown[filepath.ToSlash(p)] = true
+		}
+	}
+	pics, _ := filepath.Glob(filepath.Join(dir, "docs", "img", "*"))
+	for _, p := range pics {
+		if rel := "docs/img/" + filepath.Base(p); !shown[rel] {
+			t.Errorf("%s is shown by no doc: show it where it belongs, or delete it", rel)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "node", "consoletest", "browser_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shots := regexp.MustCompile(`\bshot\("([a-z0-9-]+)"\)`).FindAllStringSubmatch(string(b), -1)
+	if len(shots) < 5 {
+		t.Fatalf("found %d screenshots in node/consoletest/browser_test.go (shot(\"NAME\")): this test reads it wrongly", len(shots))
+	}
+	for _, m := range shots {
+		if rel := "docs/img/console-" + m[1] + ".png"; !shown[rel] {
+			t.Errorf("the console's browser test takes a screenshot of %s, which no doc shows as %s (go test ./node/consoletest -run TestConsoleInABrowser -screenshots writes it)", m[1], rel)
 		}
 	}
 }

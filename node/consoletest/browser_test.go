@@ -150,6 +150,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	shot("sweeps")
 
 	expect("the tenants", view("the tenants", "/ui/tenants", "#tenants"), "t")
+	shot("tenants")
 
 	alarms := view("the alarms of t", "/ui/tenants/t/alarms", "main")
 	expect("the alarms of t", alarms, "Overdue (1)", "reports", "nightly", "overdue by 1h", "Due within 15m0s (1)", "reminder-7", "\tin ")
