@@ -42,8 +42,9 @@ var rules = []struct{ pattern, by string }{
 	{`^make mutate-short$`, "ci: make mutate-short"},
 	{`^make extism-host$`, "ci: make extism-host"},
 	{`^\.ci/run$`, "script: .ci/run"},
-	{`^promtool check rules deploy/prometheus/alerts\.yml$`, "make: deploy-check"},
-	{`^cd deploy/prometheus && promtool test rules alerts_test\.yml$`, "make: deploy-check"},
+	{`^make promtool$`, "make: deploy-check"},
+	{`^build/promtool check rules deploy/prometheus/alerts\.yml$`, "make: deploy-check"},
+	{`^cd deploy/prometheus && \.\./\.\./build/promtool test rules alerts_test\.yml$`, "make: deploy-check"},
 	{`^promtool (check rules|test rules|check config)$`, "make: deploy-check"},
 	{`^systemd-analyze (verify|security)$`, "make: deploy-check"},
 	// The demos in the other languages and the single-node ones: each
