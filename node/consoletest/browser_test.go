@@ -69,7 +69,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// The browser lives as long as its allocator's context: at most a few
 	// minutes, whatever happens.
-	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1200, 800))
@@ -79,12 +79,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer cancel()
 	// The first run starts the browser, for as long as bctx lasts; each
 	// step after it has a time of its own, so a page that never shows
-	// what a step waits for fails that step.
+	// what a step waits for fails that step (in a minute: a step took over
+	// 30 s once, on two cores loaded with the other packages' tests).
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("start %s: %v", path, err)
 	}
 	step := func() context.Context {
-		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(bctx, time.Minute)
 		t.Cleanup(cancel)
 		return ctx
 	}
