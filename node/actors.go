@@ -336,7 +336,13 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	// bucket has the actor, no upload of this node is its first, even
 	// if this node's own first upload failed earlier.
 	e.hasLast, e.last, e.bucketHad, e.joining = true, latest, true, false
-	if latest.ETag != "" {
+	// The sidecar vouches for the database beside it, not for its absence:
+	// with the file gone (removed to have it downloaded again, or lost),
+	// keeping "it" would open a new, empty actor in the place of the
+	// bucket's state, and its next upload would replace that state.
+	_, statErr := os.Stat(p)
+	local := statErr == nil
+	if latest.ETag != "" && local {
 		if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == sidecar(latest) {
 			return nil
 		}
@@ -372,7 +378,7 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 			return &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
 		}
 	}
-	if _, err := os.Stat(p); err == nil {
+	if local {
 		if err := engine.MoveDatabase(p, p+".replaced"); err != nil {
 			return &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
 		}
