@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -342,8 +343,8 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	// bucket's state, and its next upload would replace that state.
 	_, statErr := os.Stat(p)
 	local := statErr == nil
-	if latest.ETag != "" && local {
-		if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == sidecar(latest) {
+	if latest.ETag != "" {
+		if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == sidecar(latest, local) {
 			return nil
 		}
 	}
@@ -412,13 +413,29 @@ func (n *Node) noteNewerSnapshot(id abi.ActorID, key string, newer *format.Newer
 		"actor", id.String(), "snapshot", key, "kind", string(newer.Kind), "format", newer.Version, "known", newer.Known)
 }
 
-// sidecar is what a database's sidecar file (.sync) holds when the file is
-// snapshot s: its key and ETag (a hold's uploads share one key).
-func sidecar(s cluster.Snapshot) string { return s.Key + " " + s.ETag }
+// sidecar is what the sidecar file (.sync) of a database holds when the
+// database is snapshot s: the snapshot's key and ETag (a hold's uploads
+// share one key), and " none" when there is no database file (present
+// false: a deleted actor's tombstone). A database file removed since its
+// sidecar was written (to have it downloaded again, or lost) is therefore
+// not the snapshot any more, whatever the sidecar said. (A database ahead
+// of its sidecar's snapshot, with commits not yet uploaded, is kept, so
+// that a node killed before an upload loses none of them.)
+func sidecar(s cluster.Snapshot, present bool) string {
+	if !present {
+		return s.Key + " " + s.ETag + " none"
+	}
+	return s.Key + " " + s.ETag
+}
 
-// writeSidecar writes the sidecar of the database at p: it is snapshot s.
+// writeSidecar writes the sidecar of the database at p (which may be
+// absent): it is snapshot s.
 func writeSidecar(p string, s cluster.Snapshot) error {
-	return os.WriteFile(p+".sync", []byte(sidecar(s)), 0o644)
+	_, err := os.Stat(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.WriteFile(p+".sync", []byte(sidecar(s, err == nil)), 0o644)
 }
 
 // replicate uploads the actor's database when events committed since the
