@@ -337,15 +337,28 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	// bucket has the actor, no upload of this node is its first, even
 	// if this node's own first upload failed earlier.
 	e.hasLast, e.last, e.bucketHad, e.joining = true, latest, true, false
-	// The sidecar vouches for the database beside it, not for its absence:
-	// with the file gone (removed to have it downloaded again, or lost),
-	// keeping "it" would open a new, empty actor in the place of the
-	// bucket's state, and its next upload would replace that state.
 	_, statErr := os.Stat(p)
 	local := statErr == nil
 	if latest.ETag != "" {
-		if side, err := os.ReadFile(p + ".sync"); err == nil && string(side) == sidecar(latest, local) {
-			return nil
+		if side, err := os.ReadFile(p + ".sync"); err == nil {
+			switch string(side) {
+			case sidecar(latest, true):
+				// The database is that snapshot, or ahead of it with
+				// commits not yet uploaded (kept, so that a node killed
+				// before an upload loses none of them). The sidecar
+				// vouches for the file beside it, not for its absence:
+				// with the file gone (removed to have it downloaded again,
+				// or lost), keeping "it" would open a new, empty actor in
+				// the place of the bucket's state, and its next upload
+				// would replace that state.
+				if statErr == nil {
+					return nil
+				}
+			case sidecar(latest, false):
+				// The snapshot is a tombstone: no database, or one the
+				// actor made again since, ahead of it.
+				return nil
+			}
 		}
 	}
 	data, etag := fetched, latest.ETag
@@ -415,21 +428,19 @@ func (n *Node) noteNewerSnapshot(id abi.ActorID, key string, newer *format.Newer
 
 // sidecar is what the sidecar file (.sync) of a database holds when the
 // database is snapshot s: the snapshot's key and ETag (a hold's uploads
-// share one key), and " none" when there is no database file (present
-// false: a deleted actor's tombstone). A database file removed since its
-// sidecar was written (to have it downloaded again, or lost) is therefore
-// not the snapshot any more, whatever the sidecar said. (A database ahead
-// of its sidecar's snapshot, with commits not yet uploaded, is kept, so
-// that a node killed before an upload loses none of them.)
-func sidecar(s cluster.Snapshot, present bool) string {
-	if !present {
+// share one key), and " none" when s is a tombstone (data false: written
+// where the database file was removed for it). A restore keeps a local
+// database its sidecar names, or one ahead of it; for a snapshot with data
+// only while the database file is there.
+func sidecar(s cluster.Snapshot, data bool) string {
+	if !data {
 		return s.Key + " " + s.ETag + " none"
 	}
 	return s.Key + " " + s.ETag
 }
 
-// writeSidecar writes the sidecar of the database at p (which may be
-// absent): it is snapshot s.
+// writeSidecar writes the sidecar of the database at p: it is snapshot s,
+// a tombstone if there is no database file.
 func writeSidecar(p string, s cluster.Snapshot) error {
 	_, err := os.Stat(p)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -876,6 +887,15 @@ func (n *Node) delete(ctx context.Context, e *entry) error {
 	p := n.path(id)
 	if n.leases != nil {
 		if err := n.upload(ctx, e, nil); err != nil {
+			n.giveUp(ctx, e, err)
+			return &abi.ActorError{ID: id, Op: "delete", Err: err}
+		}
+		if !n.holds.Valid(e.hold) {
+			// The tombstone returned after the hold lapsed: it counts for
+			// nothing (another node may have taken the actor meanwhile,
+			// with the state before it), so the delete is not done. The
+			// caller retries, wherever the actor is held now.
+			err := fmt.Errorf("%w: the hold lapsed before the tombstone's upload returned", cluster.ErrLeaseNotValid)
 			n.giveUp(ctx, e, err)
 			return &abi.ActorError{ID: id, Op: "delete", Err: err}
 		}
