@@ -743,13 +743,22 @@ func (n *Node) ExecOnce(ctx context.Context, id abi.ActorID, body []byte, kind E
 		if res.AlarmChanged {
 			n.plugin.Arm(id, res.Alarm)
 		}
-		n.alarmSetAgain(ctx, e, res.Alarm)
+		// The dead letter's record goes once the event that set the alarm
+		// again counts: in cluster mode, once its upload did (an event
+		// whose upload fails is not the actor's state, which still holds
+		// the dead letter).
 		if n.leases == nil {
+			n.alarmSetAgain(ctx, e, res.Alarm)
 			return nil
 		}
 		if kind == ExecDurable {
-			return n.replicate(ctx, e, alarms.MidEvent)
+			if err := n.replicate(ctx, e, alarms.MidEvent); err != nil {
+				return err
+			}
+			n.alarmSetAgain(ctx, e, res.Alarm)
+			return nil
 		}
+		alarm := res.Alarm
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -758,7 +767,11 @@ func (n *Node) ExecOnce(ctx context.Context, id abi.ActorID, body []byte, kind E
 					return nil // released, with its upload, since
 				}
 				callTestHook("replicate", id)
-				return n.replicate(context.WithoutCancel(ctx), e, alarms.AfterEvent)
+				if err := n.replicate(context.WithoutCancel(ctx), e, alarms.AfterEvent); err != nil {
+					return err
+				}
+				n.alarmSetAgain(context.WithoutCancel(ctx), e, alarm)
+				return nil
 			})
 		}()
 		return nil
