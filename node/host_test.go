@@ -260,6 +260,45 @@ func TestALateUploadFromAnEarlierHolderBecomesTheStateOnlyIfNothingNewerExists(t
 func TestAnUploadThatReturnsAfterItsHoldLapsedPrunesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	id := abi.ActorID{Tenant: "t", Class: "s", Name: "lapse"}
+	l := lapseDuringUpload(t, id, func(a *node.Node) error {
+		_, err := a.Exec(ctx, id, []byte("put k v2"), node.ExecDurable)
+		return err
+	})
+	if l.err == nil {
+		t.Fatal("a's exec-durable whose upload returned after its hold lapsed succeeded")
+	}
+	l.a.FlushDeletes(ctx)
+	first := replica(id, 1, 0)
+	if _, _, ok := l.mem.Object(first); !ok {
+		t.Fatalf("the snapshot %s, which b's hold names as the state, was deleted by a's late upload", first)
+	}
+	if err := l.b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := startHost(t, l.mem, "c", t.TempDir(), l.classes, hostConfig{})
+	if v := do(t, c, id, node.ExecDurable, "getkv k"); v != "v1" {
+		t.Fatalf("the next holder read %q, want v1", v)
+	}
+}
+
+// lapsed is what lapseDuringUpload leaves: op's error, the bucket, the
+// nodes a and b, and the guests.
+type lapsed struct {
+	err     error
+	mem     *bucket.Mem
+	a, b    *node.Node
+	classes map[string][]byte
+}
+
+// lapseDuringUpload runs op on node a, which takes actor id (v1, written
+// by node z, which let it go), while a's first upload of an actor's state
+// is held up 6 s at the bucket and a is cut off from renewing its lease
+// (1 s): node b takes the actor over, restoring v1, before that upload
+// returns. It returns once op did.
+func lapseDuringUpload(t *testing.T, id abi.ActorID, op func(a *node.Node) error) lapsed {
+	t.Helper()
+	ctx := context.Background()
 	mem := bucket.NewMem()
 	var slow, cut atomic.Bool
 	mem.Faults = func(op bucket.Op) bucket.Fault {
@@ -273,42 +312,24 @@ func TestAnUploadThatReturnsAfterItsHoldLapsedPrunesNothing(t *testing.T) {
 		return bucket.Fault{}
 	}
 	classes := scripted(t)
-	id := abi.ActorID{Tenant: "t", Class: "s", Name: "lapse"}
 	hc := hostConfig{ttl: time.Second, margin: 300 * time.Millisecond, grace: 300 * time.Millisecond}
 	z := startHost(t, mem, "z", t.TempDir(), classes, hc)
 	do(t, z, id, node.ExecDurable, "put k v1")
 	if err := z.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := replica(id, 1, 0)
 	a := startHost(t, mem, "a", t.TempDir(), classes, hc)
 	bn := startHost(t, mem, "b", t.TempDir(), classes, hc)
 	slow.Store(true)
 	done := make(chan error, 1)
-	go func() {
-		_, err := a.Exec(ctx, id, []byte("put k v2"), node.ExecDurable)
-		done <- err
-	}()
+	go func() { done <- op(a) }()
 	waitFor(t, "a's upload held up at the bucket", func() bool { return !slow.Load() })
 	cut.Store(true)
 	waitFor(t, "b taking the actor over", func() bool {
 		_, err := bn.State(ctx, id)
 		return err == nil
 	})
-	if err := <-done; err == nil {
-		t.Fatal("a's exec-durable whose upload returned after its hold lapsed succeeded")
-	}
-	a.FlushDeletes(ctx)
-	if _, _, ok := mem.Object(first); !ok {
-		t.Fatalf("the snapshot %s, which b's hold names as the state, was deleted by a's late upload", first)
-	}
-	if err := bn.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c := startHost(t, mem, "c", t.TempDir(), classes, hostConfig{})
-	if v := do(t, c, id, node.ExecDurable, "getkv k"); v != "v1" {
-		t.Fatalf("the next holder read %q, want v1", v)
-	}
+	return lapsed{err: <-done, mem: mem, a: a, b: bn, classes: classes}
 }
 
 // replica names the snapshot key of (generation, seq).
