@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -197,7 +196,7 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		last := e.last
 		n.giveUp(ctx, e, errors.New("the hold is no longer valid (the node lease lapsed)"))
 		if keep {
-			if err := writeSidecar(n.path(e.id), last); err != nil {
+			if err := writeSidecar(n.path(e.id), last, true); err != nil {
 				n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
 			}
 		}
@@ -408,7 +407,7 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 			return &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 		}
 	}
-	if err := writeSidecar(p, e.last); err != nil {
+	if err := writeSidecar(p, e.last, len(data) > 0); err != nil {
 		return &abi.ActorError{ID: e.id, Op: "write the sidecar", Err: err}
 	}
 	return nil
@@ -440,13 +439,9 @@ func sidecar(s cluster.Snapshot, data bool) string {
 }
 
 // writeSidecar writes the sidecar of the database at p: it is snapshot s,
-// a tombstone if there is no database file.
-func writeSidecar(p string, s cluster.Snapshot) error {
-	_, err := os.Stat(p)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return os.WriteFile(p+".sync", []byte(sidecar(s, err == nil)), 0o644)
+// which has data (false: a tombstone, for which the file was removed).
+func writeSidecar(p string, s cluster.Snapshot, data bool) error {
+	return os.WriteFile(p+".sync", []byte(sidecar(s, data)), 0o644)
 }
 
 // replicate uploads the actor's database when events committed since the
@@ -666,7 +661,7 @@ func (n *Node) release(ctx context.Context, e *entry) error {
 	err := n.replicate(ctx, e, alarms.AfterEvent)
 	if err == nil && e.a != nil && e.unsynced && e.hasLast && !e.dirty {
 		// The local file is the last snapshot this hold uploaded.
-		if werr := writeSidecar(n.path(e.id), e.last); werr != nil {
+		if werr := writeSidecar(n.path(e.id), e.last, true); werr != nil {
 			n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", werr)
 		}
 		e.unsynced = false
