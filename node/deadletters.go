@@ -33,9 +33,9 @@ import (
 // committed (and, in a cluster, been uploaded); it is deleted, under the
 // same lock, when the alarm is set again from outside (PUT …/alarm,
 // alarm:fire, a redrive), when an event of the actor's own leaves an alarm,
-// when the actor is deleted, and by an acknowledgement. The actor's own
-// dead letter stays in its database as the history of the last alarm
-// given up (keepctl actor inspect).
+// when the actor is deleted, and by an acknowledgement (by the holder too,
+// ackLetter). The actor's own dead letter stays in its database as the
+// history of the last alarm given up (keepctl actor inspect).
 
 // letterRoot is the folder of the dead-letter records under the cluster
 // prefix (or the data directory).
@@ -194,14 +194,43 @@ func (n *Node) keepLetter(ctx context.Context, e *entry, d hostmod.Delivery) {
 		"actor", e.id.String(), "scheduled_ms", d.Scheduled, "error", err)
 }
 
-// dropLetter deletes the actor's dead-letter record (e.mu held, or for an
-// acknowledgement none): its alarm was set again, or it was acknowledged
-// or deleted. Deleting a record that is not there is no error.
+// dropLetter deletes the actor's dead-letter record (e.mu held): its alarm
+// was set again, or it was acknowledged or deleted. Deleting a record that
+// is not there is no error.
 func (n *Node) dropLetter(ctx context.Context, id abi.ActorID) error {
 	if err := n.letters().Delete(ctx, letterKey(id)); err != nil {
 		return &abi.ActorError{ID: id, Op: "delete the dead letter's record", Err: err}
 	}
 	return nil
+}
+
+// ackLetter acknowledges dl, the dead letter of the open actor of e as a
+// node read it from its record (e.mu held). The record's key is the
+// actor's, reused by each dead letter: one kept since dl was read (the
+// alarm set and given up again) has replaced dl's record, and deleting it
+// would unlist a dead letter nobody saw. The record is written and deleted
+// only under the actor's lock, by its holder, so it is dl's while the
+// database's dead letter is dl, or none (a record whose deletion failed):
+// only then is it deleted. Otherwise nothing is, and detail says that the
+// newer dead letter stays listed.
+func (n *Node) ackLetter(ctx context.Context, e *entry, dl DeadLetter) (detail string, err error) {
+	d, ok, err := e.a.DeadLetter(ctx)
+	if err != nil {
+		return "", &abi.ActorError{ID: e.id, Op: "acknowledge the dead letter", Err: err}
+	}
+	if ok && !sameLetter(d, dl) {
+		return fmt.Sprintf("the dead letter acknowledged (scheduled at %s, given up at %s) was replaced since by a newer one (scheduled at %s, given up at %s), which stays listed",
+			rfc3339ms(dl.ScheduledMs), rfc3339ms(dl.FailedMs), rfc3339ms(d.Scheduled), rfc3339ms(d.FailedAt)), nil
+	}
+	return "", n.dropLetter(ctx, e.id)
+}
+
+// sameLetter reports whether the actor's dead letter d is the one listed
+// as dl: the same alarm given up after the same attempts at the same
+// time. Not its error: a record's JSON may have changed bytes of it that
+// are not UTF-8.
+func sameLetter(d hostmod.DeadLetter, dl DeadLetter) bool {
+	return d.Scheduled == dl.ScheduledMs && d.FailedAt == dl.FailedMs && d.Attempts == dl.Attempts
 }
 
 // dropLetterOf deletes the dead-letter record of the open actor of e

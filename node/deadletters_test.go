@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,6 +167,112 @@ func TestDeadLettersAreListedRedrivenAndAcknowledged(t *testing.T) {
 	if status != 404 || !strings.Contains(said, "t/scripted/p2") {
 		t.Fatalf("a second acknowledgement: %d %s; want 404 naming the actor", status, said)
 	}
+}
+
+// An acknowledgement deletes a dead letter's record only while it holds
+// the dead letter the acknowledgement read: the record's key is the
+// actor's, so when the actor's alarm is set again and given up again after
+// the read, the record is the newer dead letter's, which nobody saw. It
+// stays listed, and the acknowledgement (of a dead letter that is no
+// longer listed) says so. Sent to the actor's holder, and to a node that
+// forwards it there.
+func TestAnAcknowledgementDoesNotDeleteADeadLetterKeptSinceItRead(t *testing.T) {
+	t.Parallel()
+	classes := map[string][]byte{"scripted": testguest.Build(t, "testdata/guests/scripted")}
+	p1 := abi.ActorID{Tenant: "t", Class: "scripted", Name: "p1"}
+	letter := "cluster/dead-letters/" + p1.Path()
+	for _, via := range []string{"holder", "another node"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			mem := bucket.NewMem()
+			eng := []engine.Option{engine.WithMaxAttempts(1), engine.WithBackoff(time.Second, time.Minute)}
+			// The node acknowledging reads the record through reads.
+			reads := &heldRead{Mem: mem, key: letter}
+			var onA bucket.Bucket = mem
+			if via == "holder" {
+				onA = reads
+			}
+			a := serveHost(t, onA, "a", classes, hostConfig{start: true, engine: eng})
+			acker := a
+			if via != "holder" {
+				acker = serveHost(t, reads, "b", classes, hostConfig{engine: eng})
+			}
+			first := giveUp(t, a.URL, p1) // a holds p1
+
+			read, resume := reads.hold()
+			acked := make(chan node.DeadLetterOutcome, 1)
+			go func() {
+				var out node.DeadLetterOutcome
+				if status, said := callJSON(t, "POST", acker.URL+"/v1/tenants/t/dead-letters:acknowledge", "", `{"class": "scripted", "name": "p1"}`, &out); status != 200 {
+					t.Errorf("acknowledge: %d %s", status, said)
+				}
+				acked <- out
+			}()
+			<-read
+			// Meanwhile the alarm is set again and given up again: a new
+			// record under the same key.
+			second := time.Now().UnixMilli()
+			request(t, a.URL, p1, "set "+strconv.FormatInt(second, 10))
+			waitFor(t, "the second dead letter's record", func() bool {
+				body, _, ok := mem.Object(letter)
+				return ok && strings.Contains(string(body), `"scheduled_ms":`+strconv.FormatInt(second, 10))
+			})
+			close(resume)
+			out := <-acked
+			got := deadLetters(t, acker.URL, "", "")
+			if len(got.DeadLetters) != 1 || got.DeadLetters[0].ScheduledMs != second {
+				t.Fatalf("after acknowledging the dead letter scheduled at %d: listed %+v; want the one kept since, scheduled at %d", first, got.DeadLetters, second)
+			}
+			if out.Done != 1 || len(out.Actors) != 1 || out.Actors[0].Result != "acknowledged" || !strings.Contains(out.Actors[0].Detail, "stays listed") {
+				t.Fatalf("acknowledge: %+v; want p1's acknowledged, saying that a newer dead letter stays listed", out)
+			}
+
+			// Acknowledged again, the newer one goes.
+			var again node.DeadLetterOutcome
+			if status, said := callJSON(t, "POST", acker.URL+"/v1/tenants/t/dead-letters:acknowledge", "", `{"class": "scripted"}`, &again); status != 200 || again.Done != 1 || again.Actors[0].Detail != "" {
+				t.Fatalf("acknowledge again: %d %s %+v", status, said, again)
+			}
+			if got := deadLetters(t, acker.URL, "", ""); len(got.DeadLetters) != 0 {
+				t.Fatalf("after the second acknowledgement: %s; want none", letterNames(got.DeadLetters))
+			}
+		})
+	}
+}
+
+// heldRead is one node's view of the shared bucket whose next GET of key,
+// once hold is called, is held after it read the object: until resume is
+// closed, the node goes on as if that GET were still on its way back.
+type heldRead struct {
+	*bucket.Mem
+	key  string
+	mu   sync.Mutex
+	read chan struct{} // closed once the held GET has read; nil when none is to be held
+	back chan struct{}
+}
+
+// hold holds the next GET of the key; read is closed once it has read,
+// and closing resume lets it return.
+func (h *heldRead) hold() (read chan struct{}, resume chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.read, h.back = make(chan struct{}), make(chan struct{})
+	return h.read, h.back
+}
+
+func (h *heldRead) Get(ctx context.Context, key string) ([]byte, string, error) {
+	body, etag, err := h.Mem.Get(ctx, key)
+	if key != h.key {
+		return body, etag, err
+	}
+	h.mu.Lock()
+	read, back := h.read, h.back
+	h.read = nil
+	h.mu.Unlock()
+	if read != nil {
+		close(read)
+		<-back
+	}
+	return body, etag, err
 }
 
 // checkLetters checks the listed dead letters of ids (in key order), one

@@ -19,6 +19,7 @@ import (
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/cluster"
+	"github.com/wasmkeep/alarms/hostmod"
 )
 
 // The tenant's routes: its alarms (the index) and its dead letters,
@@ -100,7 +101,9 @@ type DeadLetterOutcome struct {
 
 // LetterResult is what was done to one actor's dead letter: Result is
 // redriven, acknowledged, would_redrive, would_acknowledge or failed;
-// Detail why it failed; AlarmMs the alarm a redrive set.
+// Detail why it failed (or, acknowledged, that a newer dead letter
+// replaced the one read, and stays listed); AlarmMs the alarm a redrive
+// set.
 type LetterResult struct {
 	Tenant  string `json:"tenant"`
 	Class   string `json:"class"`
@@ -413,7 +416,16 @@ func (n *Node) runLetters(r *http.Request, tenant, verb string, s DeadLetterSele
 	ctx := r.Context()
 	var letters []DeadLetter
 	more := false
-	if s.Name != "" {
+	if h := r.Header.Get(letterHeader); h != "" && s.Name != "" && verb == "acknowledge" && r.Header.Get(forwardedHeader) != "" {
+		// Forwarded by a node that read the record, to this node as the
+		// actor's holder: what is acknowledged is the dead letter it read,
+		// not what the record holds by now.
+		dl, err := parseLetterHeader(tenant, s.Class, h)
+		if err != nil {
+			return DeadLetterOutcome{}, &lettersFailure{http.StatusBadRequest, CodeBadRequest, err}
+		}
+		letters = []DeadLetter{dl}
+	} else if s.Name != "" {
 		id := abi.ActorID{Tenant: tenant, Class: s.Class, Name: s.Name}
 		if err := id.Validate(); err != nil {
 			return DeadLetterOutcome{}, &lettersFailure{http.StatusBadRequest, CodeBadRequest, err}
@@ -443,7 +455,7 @@ func (n *Node) runLetters(r *http.Request, tenant, verb string, s DeadLetterSele
 		case s.DryRun:
 			res.Result = "would_" + verb
 		case verb == "acknowledge":
-			if err = n.dropLetter(ctx, id); err == nil {
+			if res.Detail, err = n.acknowledge(ctx, r, id, dl); err == nil {
 				res.Result = "acknowledged"
 			}
 		default:
@@ -479,25 +491,104 @@ func (n *Node) redrive(ctx context.Context, r *http.Request, id abi.ActorID) (in
 	u := url.URL{Scheme: n.sec.scheme, Host: held.Addr,
 		Path:    "/v1/actors/" + id.Tenant + "/" + id.Class + "/" + id.Name + "/alarm",
 		RawPath: "/v1/actors/" + url.PathEscape(id.Tenant) + "/" + url.PathEscape(id.Class) + "/" + url.PathEscape(id.Name) + "/alarm"}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), strings.NewReader(fmt.Sprintf(`{"at_ms": %d}`, at)))
+	_, err = n.toHolder(ctx, r, held, http.MethodPut, u, []byte(fmt.Sprintf(`{"at_ms": %d}`, at)), nil)
+	return at, err
+}
+
+// letterHeader carries, on an acknowledgement forwarded to the actor's
+// holder, the dead letter the forwarding node read: "<name as hex>
+// <scheduled_ms> <failed_ms> <attempts>". The holder acknowledges that
+// one (ackLetter), and takes the name from here: the body's JSON cannot
+// carry a name that is not UTF-8.
+const letterHeader = "Wasmkeep-Dead-Letter"
+
+// parseLetterHeader reads the dead letter of letterHeader h, of an actor
+// of the tenant and class.
+func parseLetterHeader(tenant, class, h string) (DeadLetter, error) {
+	f := strings.Fields(h)
+	bad := fmt.Errorf("%s %q is not <name as hex> <scheduled_ms> <failed_ms> <attempts>", letterHeader, h)
+	if len(f) != 4 {
+		return DeadLetter{}, bad
+	}
+	name, err := abi.DecodeNameHex(f[0])
 	if err != nil {
-		return at, err
+		return DeadLetter{}, bad
+	}
+	var n [3]int64
+	for i, s := range f[1:] {
+		if n[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return DeadLetter{}, bad
+		}
+	}
+	id := abi.ActorID{Tenant: tenant, Class: class, Name: name}
+	if err := id.Validate(); err != nil {
+		return DeadLetter{}, err
+	}
+	return deadLetterOf(id, hostmod.DeadLetter{Scheduled: n[0], FailedAt: n[1], Attempts: int(n[2])}), nil
+}
+
+// acknowledge acknowledges dl, the actor's dead letter as this node read
+// it, by the actor's holder under its lock (ackLetter): here, or forwarded
+// to the node that holds it with dl in letterHeader. An acknowledgement
+// without the lock could delete the record of a dead letter kept while it
+// ran. detail, when not empty, says that a newer dead letter replaced dl
+// and stays listed.
+func (n *Node) acknowledge(ctx context.Context, r *http.Request, id abi.ActorID, dl DeadLetter) (detail string, err error) {
+	err = n.withActor(ctx, id, "acknowledge dead letter", func(e *entry) error {
+		var err error
+		detail, err = n.ackLetter(ctx, e, dl)
+		return err
+	})
+	var held *cluster.HeldElsewhereError
+	if !errors.As(err, &held) || held.Addr == "" || r.Header.Get(forwardedHeader) != "" {
+		return detail, err
+	}
+	u := url.URL{Scheme: n.sec.scheme, Host: held.Addr,
+		Path:    "/v1/tenants/" + id.Tenant + "/dead-letters:acknowledge",
+		RawPath: "/v1/tenants/" + url.PathEscape(id.Tenant) + "/dead-letters:acknowledge"}
+	body, _ := json.Marshal(DeadLetterSelect{Class: id.Class, Name: id.Name})
+	h := http.Header{}
+	h.Set(letterHeader, fmt.Sprintf("%s %d %d %d", id.NameHex(), dl.ScheduledMs, dl.FailedMs, dl.Attempts))
+	msg, err := n.toHolder(ctx, r, held, http.MethodPost, u, body, h)
+	if err != nil {
+		return "", err
+	}
+	var out DeadLetterOutcome
+	if err := json.Unmarshal(msg, &out); err != nil || len(out.Actors) != 1 {
+		return "", fmt.Errorf("the holder %s answered %s", held.NodeID, bytes.TrimSpace(msg))
+	}
+	if a := out.Actors[0]; a.Result != "acknowledged" {
+		return "", fmt.Errorf("the holder %s: %s", held.NodeID, strings.TrimPrefix(a.Detail, fmt.Sprintf("actor %s: acknowledge: ", id)))
+	}
+	return out.Actors[0].Detail, nil
+}
+
+// toHolder sends a redrive's or an acknowledgement's call for one actor
+// to its holder, which held names, as a call forwarded once with the
+// caller's credentials, and returns the holder's answer (a 200's).
+func (n *Node) toHolder(ctx context.Context, r *http.Request, held *cluster.HeldElsewhereError, method string, u url.URL, body []byte, h http.Header) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	req.Header.Set(forwardedHeader, "1")
 	req.Header.Set("Content-Type", "application/json")
 	n.sec.forwardAuth(req, r)
 	resp, err := n.sec.client.Do(req)
 	if err != nil {
-		return at, fmt.Errorf("forward to the holder %s at %s: %w", held.NodeID, held.Addr, err)
+		return nil, fmt.Errorf("forward to the holder %s at %s: %w", held.NodeID, held.Addr, err)
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
 		var p Problem
 		if json.Unmarshal(msg, &p) == nil && p.Detail != "" {
-			return at, fmt.Errorf("the holder %s answered %d (%s): %s", held.NodeID, resp.StatusCode, p.Code, p.Detail)
+			return nil, fmt.Errorf("the holder %s answered %d (%s): %s", held.NodeID, resp.StatusCode, p.Code, p.Detail)
 		}
-		return at, fmt.Errorf("the holder %s answered %d: %s", held.NodeID, resp.StatusCode, bytes.TrimSpace(msg))
+		return nil, fmt.Errorf("the holder %s answered %d: %s", held.NodeID, resp.StatusCode, bytes.TrimSpace(msg))
 	}
-	return at, nil
+	return msg, nil
 }
