@@ -2,10 +2,16 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A journal file used again holds the records of its earlier generation
@@ -78,4 +84,154 @@ func TestAReusedJournalFileReplaysOnlyItsOwnGeneration(t *testing.T) {
 	if bytes.Contains(got, []byte("old-2")) {
 		t.Fatal("the replay wrote a record of the file's earlier generation")
 	}
+}
+
+// A WAL frame of a page mostly free is packed in the journal (its runs of
+// zeros left out) and written again whole by the replay; bytes that do
+// not pack, and writes shorter than a word, are kept as they are.
+func TestPackedWritesReplayAsWritten(t *testing.T) {
+	t.Cleanup(SetJournalRebootEachStart()) // each start replays
+	root := t.TempDir()
+	db := filepath.Join(root, "a.db")
+	if err := os.WriteFile(db, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wal := db + "-wal"
+	frame := make([]byte, 4120) // a frame's header and a 4 KiB page
+	copy(frame, "frame header and the page's header")
+	copy(frame[2000:], "a cell in the middle")
+	copy(frame[len(frame)-13:], "the last row!") // ends off a word
+	noise := make([]byte, 4120)
+	for i := range noise {
+		noise[i] = byte(i*7 + 1)
+	}
+	short := []byte("abc")
+	writes := []struct {
+		off  int64
+		data []byte
+	}{{0, frame}, {4120, noise}, {8240, short}, {8243, make([]byte, 64)}}
+	j, err := openJournal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for _, w := range writes {
+		before := j.stats().Bytes
+		b, err := j.append(recWrite, wal, w.off, w.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.wait(b); err != nil {
+			t.Fatal(err)
+		}
+		n := j.stats().Bytes - before
+		plain := int64(recHdrSize + len("a.db-wal") + len(w.data))
+		if len(w.data) == len(frame) && &w.data[0] == &frame[0] && n > plain/10 {
+			t.Errorf("the frame of a page mostly free took %d bytes of the journal, %d as it is", n, plain)
+		}
+		if n > plain {
+			t.Errorf("a write of %d bytes took %d bytes of the journal, more than its %d as it is", len(w.data), n, plain)
+		}
+		want = append(want[:w.off], w.data...)
+	}
+	// The records are in the journal's file, not retired; a start after
+	// a reboot writes them again, over a WAL the disk lost.
+	copyTree(t, root, []string{"a.db", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"}, func(after string) {
+		re, err := openJournal(after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		re.close()
+		got, err := os.ReadFile(filepath.Join(after, "a.db-wal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("the WAL after the replay differs from what was written (%d bytes against %d)", len(got), len(want))
+		}
+	})
+	j.close()
+}
+
+// copyTree copies the files at paths under root to a new directory while
+// root's journal is open (as a power cut would leave them), and runs f on it.
+func copyTree(t *testing.T, root string, paths []string, f func(dir string)) {
+	t.Helper()
+	after := t.TempDir()
+	for _, p := range paths {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(after, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(after, p), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f(after)
+}
+
+// A journal file a later build left live (a crash, then this older build
+// started) is refused, naming the file, and left as it is: its records
+// may be the only copy of acknowledged commits, in a form this build may
+// not know.
+func TestAJournalOfALaterBuildIsRefused(t *testing.T) {
+	root := t.TempDir()
+	j, err := openJournal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.close()
+	name := filepath.Join(root, journalDirName, "journal-0")
+	fd, err := unix.Open(name, unix.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h [32]byte
+	binary.BigEndian.PutUint32(h[0:], journalMagic)
+	binary.BigEndian.PutUint32(h[4:], journalVersion+1)
+	binary.BigEndian.PutUint64(h[8:], 99)
+	binary.BigEndian.PutUint32(h[16:], journalLive)
+	binary.BigEndian.PutUint32(h[20:], crc32.Checksum(h[:20], crcTable))
+	if err := pwriteFull(fd, h[:], 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	_, err = openJournal(root)
+	if !errors.Is(err, errNewerJournal) || !strings.Contains(err.Error(), name) {
+		t.Fatalf("a journal of a later format opened with %v, want it refused naming %s", err, name)
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b[:32], h[:]) {
+		t.Fatal("the refused journal file's header was written over")
+	}
+}
+
+// What packZeros packs, unpackZeros gives back; and what it did not pack
+// is refused (a write cut short too), never read past its end.
+func FuzzPackZeros(f *testing.F) {
+	f.Add([]byte{}, uint16(0), uint16(0))
+	f.Add([]byte("x"), uint16(4000), uint16(8))
+	f.Add([]byte("header"), uint16(4120), uint16(2001))
+	f.Fuzz(func(t *testing.T, lit []byte, size, at uint16) {
+		p := make([]byte, int(size)+len(lit))
+		copy(p[int(at)%(len(p)+1):], lit)
+		b := packZeros(nil, p)
+		got, err := unpackZeros(b)
+		if err != nil || !bytes.Equal(got, p) {
+			t.Fatalf("packed %d bytes, unpacked %d (%v)", len(p), len(got), err)
+		}
+		for i := range b {
+			// A record cut short (a torn write) never reads as a write.
+			if q, err := unpackZeros(b[:i]); err == nil {
+				t.Fatalf("a packed write cut at %d of %d bytes read as %d bytes", i, len(b), len(q))
+			}
+		}
+		_, _ = unpackZeros(lit) // any bytes: an error or a write, never a panic
+	})
 }

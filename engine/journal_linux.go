@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -121,6 +122,8 @@ const (
 	recWrite           = 1
 	recTruncate        = 2
 	recForget          = 3
+	recWritePacked     = 4 // a write whose bytes are packed (packZeros)
+	journalVersion     = 2 // what a header says: 2 since records may be packed
 	journalLive        = 1
 	journalRetired     = 2
 	journalDirName     = ".wasmkeep-journal"
@@ -219,6 +222,7 @@ func (j *journal) flusher() {
 		case <-j.stop:
 			return
 		}
+		j.gather()
 		j.mu.Lock()
 		for j.flushing {
 			j.cond.Wait()
@@ -229,6 +233,31 @@ func (j *journal) flusher() {
 		j.mu.Unlock()
 	}
 }
+
+// gather lets the goroutines ready to run go first, while each round of
+// them appends more to the batch, before it is written: so that a batch
+// holds the commits of the events that the processors were running, and a
+// sync's cost is shared by many, where a flusher run at once when woken
+// would sync each commit nearly alone. With nothing else ready to run, it
+// returns at once.
+func (j *journal) gather() {
+	j.mu.Lock()
+	n := len(j.buf)
+	j.mu.Unlock()
+	for range gatherRounds {
+		runtime.Gosched()
+		j.mu.Lock()
+		m := len(j.buf)
+		j.mu.Unlock()
+		if m == n {
+			return
+		}
+		n = m
+	}
+}
+
+// gatherRounds bounds the rounds of gather.
+var gatherRounds = 16
 
 func (j *journal) closeFiles() {
 	for i, fd := range j.files {
@@ -307,7 +336,10 @@ func (j *journal) start() error {
 	var lives []live
 	var maxGen uint64
 	for i, fd := range j.files {
-		gen, state, boot, ok := readJournalHeader(fd)
+		gen, state, boot, ok, err := readJournalHeader(fd)
+		if err != nil {
+			return fmt.Errorf("%s: %w", j.names[i], err)
+		}
 		if !ok {
 			continue
 		}
@@ -382,23 +414,32 @@ type journalRecord struct {
 // checksum (CRC-32C) of what precedes it, then the boot the file's records
 // were written in (0: not known; journals written before it was kept say
 // 0, and their readers do not read it). The header is one 32-byte write
-// within a sector.
-func readJournalHeader(fd int) (gen uint64, state uint32, boot uint64, ok bool) {
+// within a sector. Version 1's records are those of version 2 but the
+// packed write; a version past journalVersion is refused (errNewerJournal),
+// not skipped: its records may be what a power cut left only there.
+func readJournalHeader(fd int) (gen uint64, state uint32, boot uint64, ok bool, err error) {
 	var h [32]byte
-	n, err := unix.Pread(fd, h[:], 0)
-	if err != nil || n < len(h) || binary.BigEndian.Uint32(h[0:]) != journalMagic {
-		return 0, 0, 0, false
+	n, rerr := unix.Pread(fd, h[:], 0)
+	if rerr != nil || n < len(h) || binary.BigEndian.Uint32(h[0:]) != journalMagic {
+		return 0, 0, 0, false, nil
 	}
 	if crc32.Checksum(h[:20], crcTable) != binary.BigEndian.Uint32(h[20:]) {
-		return 0, 0, 0, false
+		return 0, 0, 0, false, nil
 	}
-	return binary.BigEndian.Uint64(h[8:]), binary.BigEndian.Uint32(h[16:]), binary.BigEndian.Uint64(h[24:]), true
+	gen, state, boot = binary.BigEndian.Uint64(h[8:]), binary.BigEndian.Uint32(h[16:]), binary.BigEndian.Uint64(h[24:])
+	if v := binary.BigEndian.Uint32(h[4:]); v > journalVersion && state == journalLive {
+		return gen, state, boot, true, fmt.Errorf("%w: format %d, this build reads up to %d; start the build that wrote it (or a later one) to replay it", errNewerJournal, v, journalVersion)
+	}
+	return gen, state, boot, true, nil
 }
+
+// errNewerJournal is a live journal file of a later build's format.
+var errNewerJournal = errors.New("a journal file of a later build, not retired")
 
 func writeJournalHeader(fd int, gen uint64, state uint32, boot uint64) error {
 	var h [32]byte
 	binary.BigEndian.PutUint32(h[0:], journalMagic)
-	binary.BigEndian.PutUint32(h[4:], 1) // the format's version
+	binary.BigEndian.PutUint32(h[4:], journalVersion)
 	binary.BigEndian.PutUint64(h[8:], gen)
 	binary.BigEndian.PutUint32(h[16:], state)
 	binary.BigEndian.PutUint32(h[20:], crc32.Checksum(h[:20], crcTable))
@@ -441,6 +482,106 @@ func appendRecord(b []byte, gen uint64, kind byte, path string, off int64, data 
 	c := crc32.Update(crc32.Checksum(h[:32], crcTable), crcTable, h[recHdrSize:n])
 	binary.BigEndian.PutUint32(h[32:], c)
 	return b
+}
+
+// appendWrite appends a write's record to b: packed (recWritePacked) when
+// that makes it smaller, as it does a WAL frame of a page mostly free
+// (most of an actor's pages hold a few rows), else as it is.
+func appendWrite(b []byte, gen uint64, path string, off int64, data []byte) []byte {
+	at := len(b)
+	b = appendRecord(b, gen, recWritePacked, path, off, nil)
+	b = packZeros(b, data)
+	if n := len(b) - at; n < recHdrSize+len(path)+len(data) {
+		h := b[at:]
+		binary.BigEndian.PutUint32(h[4:], uint32(n))
+		binary.BigEndian.PutUint32(h[28:], uint32(n-recHdrSize-len(path)))
+		c := crc32.Update(crc32.Checksum(h[:32], crcTable), crcTable, h[recHdrSize:n])
+		binary.BigEndian.PutUint32(h[32:], c)
+		return b
+	}
+	return appendRecord(b[:at], gen, recWrite, path, off, data)
+}
+
+// packZeros appends p to b with its runs of zero bytes left out: p's
+// length, then pieces each of a run of zeros (its length) and the bytes
+// after it up to the next run worth leaving out (their length, then
+// them), lengths as uvarints. Runs are of whole 8-byte words at offsets
+// that are multiples of 8, two words at least.
+func packZeros(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	words := len(p) / 8
+	zero := func(w int) bool { return binary.LittleEndian.Uint64(p[w*8:]) == 0 }
+	// run is how many zero words start at w.
+	run := func(w int) int {
+		e := w
+		for e < words && zero(e) {
+			e++
+		}
+		return e - w
+	}
+	const minRun = 2
+	w := 0
+	for w < words {
+		z := run(w)
+		if z < minRun {
+			z = 0
+		}
+		l := w + z // the bytes kept start at word l
+		e := l
+		for e < words {
+			if r := run(e); r >= minRun {
+				break
+			} else if r > 0 {
+				e += r
+			} else {
+				e++
+			}
+		}
+		end := e * 8
+		if e == words {
+			end = len(p) // the tail of fewer than 8 bytes is kept
+		}
+		b = binary.AppendUvarint(b, uint64(z*8))
+		b = binary.AppendUvarint(b, uint64(end-l*8))
+		b = append(b, p[l*8:end]...)
+		w = e
+	}
+	if words == 0 && len(p) > 0 {
+		b = binary.AppendUvarint(b, 0)
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// unpackZeros is the bytes packZeros packed into b, or an error if b is
+// not what it writes.
+func unpackZeros(b []byte) ([]byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > 1<<30 {
+		return nil, errors.New("a packed write's length is not readable")
+	}
+	b = b[k:]
+	p := make([]byte, 0, n)
+	for uint64(len(p)) < n {
+		z, k := binary.Uvarint(b)
+		if k <= 0 {
+			return nil, errors.New("a packed write's run is not readable")
+		}
+		b = b[k:]
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) || uint64(len(p))+z+l > n {
+			return nil, errors.New("a packed write's piece runs past its end")
+		}
+		b = b[k:]
+		p = append(p, make([]byte, z)...)
+		p = append(p, b[:l]...)
+		b = b[l:]
+	}
+	if len(b) != 0 {
+		return nil, errors.New("a packed write has bytes past its end")
+	}
+	return p, nil
 }
 
 // readRecords reads a file's records of generation gen, up to the first
@@ -520,11 +661,18 @@ func (j *journal) replay(recs []journalRecord) error {
 			dirs[filepath.Dir(p)] = struct{}{}
 		}
 		switch r.kind {
-		case recWrite:
-			if ioHook != nil {
-				ioHook("write", p, r.off, int64(len(r.data)))
+		case recWrite, recWritePacked:
+			data := r.data
+			if r.kind == recWritePacked {
+				var err error
+				if data, err = unpackZeros(data); err != nil {
+					return fmt.Errorf("the record of %s at %d: %w", r.path, r.off, err)
+				}
 			}
-			if err := pwriteFull(fd, r.data, r.off); err != nil {
+			if ioHook != nil {
+				ioHook("write", p, r.off, int64(len(data)))
+			}
+			if err := pwriteFull(fd, data, r.off); err != nil {
 				return err
 			}
 		case recTruncate:
@@ -534,6 +682,8 @@ func (j *journal) replay(recs []journalRecord) error {
 			if err := unix.Ftruncate(fd, r.off); err != nil {
 				return err
 			}
+		default:
+			return fmt.Errorf("the record of %s at %d is of a kind this build does not know (%d)", r.path, r.off, r.kind)
 		}
 	}
 	for p, fd := range fds {
@@ -597,7 +747,13 @@ func (j *journal) append(kind byte, path string, off int64, data []byte) (*jbatc
 	if err := j.roomLocked(n); err != nil {
 		return nil, err
 	}
-	j.buf = appendRecord(j.buf, j.gen, kind, rel, off, data)
+	at := len(j.buf)
+	if kind == recWrite {
+		j.buf = appendWrite(j.buf, j.gen, rel, off, data)
+	} else {
+		j.buf = appendRecord(j.buf, j.gen, kind, rel, off, data)
+	}
+	n = int64(len(j.buf) - at)
 	j.paths[j.cur][rel] = struct{}{}
 	j.appended += n
 	return j.open, nil

@@ -71,8 +71,9 @@ func fusePowerCuts(t *testing.T, mode string, cuts int) (r fuseCutsResult) {
 
 	opts := []engine.Option{engine.WithDurableCommits(durable)}
 	if mode == "journal" {
-		// Files small enough to take turns, and be retired, many times.
-		t.Cleanup(engine.SetJournalFileSize(512 << 10))
+		// Files small enough to take turns, and be retired, many times
+		// (a commit's record is about 100 bytes packed).
+		t.Cleanup(engine.SetJournalFileSize(64 << 10))
 		// Each start after a cut is as after a reboot, and replays.
 		t.Cleanup(engine.SetJournalRebootEachStart())
 		opts = append(opts, engine.WithJournal(mnt))

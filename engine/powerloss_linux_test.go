@@ -182,8 +182,9 @@ func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 	}
 	if journal {
 		// Small journal files, so that they take turns (and are retired)
-		// many times in a run.
-		t.Cleanup(engine.SetJournalFileSize(256 << 10))
+		// many times in a run: a commit's record is about 100 bytes
+		// packed, a few hundred to a file.
+		t.Cleanup(engine.SetJournalFileSize(48 << 10))
 		// Checkpoints every 16 events of an actor rather than 128, so
 		// that cuts come during and after many, and after WALs start anew.
 		t.Cleanup(engine.SetWALCheckpointPages(16))
