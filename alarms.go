@@ -97,6 +97,18 @@ type LapseHost interface {
 	ValidAgainSince() time.Time
 }
 
+// SyncHost is a Host whose deliveries may wait for the disk: a durable
+// commit's sync. Syncing reports how many of its calls wait so now; the
+// plugin then runs that many more delivery workers at once than the Go
+// runtime has processors, so that a delivery waiting for a sync leaves its
+// processor to another, whose commit shares the next sync when the host
+// shares them. In the reference host, the engine's Syncing (the node
+// journal).
+type SyncHost interface {
+	Host
+	Syncing() int
+}
+
 // HandoverHost is a Host that learns when another node leaves: Departures
 // receives a node's address once it released its holds and deleted its
 // lease, or once its lease is judged expired (it died: in the reference

@@ -3,6 +3,7 @@ package alarms_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -159,4 +160,64 @@ type takerFunc func(ctx context.Context, id abi.ActorID) (alarms.Actor, func(err
 
 func (f takerFunc) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
 	return f(ctx, id)
+}
+
+// syncingTenant is hangingTenant whose hanging takes are deliveries
+// waiting for the disk, and says so (alarms.SyncHost).
+type syncingTenant struct {
+	*tickingHost
+	h *hangingTenant
+}
+
+func (s syncingTenant) Syncing() int { return s.h.hanging() }
+
+// Deliveries that wait for the disk (a durable commit's sync, as the host
+// reports) leave their processors to others: the workers grow past the
+// processors by as many, at once, up to the tenant's cap, where workers
+// merely busy grow only after growAfter without a take.
+func TestDeliveriesWaitingForTheDiskLeaveTheirProcessorsToOthers(t *testing.T) {
+	t.Cleanup(alarms.SetGrowAfter(time.Hour)) // no growth but the syncs'
+	procs := runtime.GOMAXPROCS(0)
+	max := 16 * procs
+	run := func(t *testing.T, syncing bool) (workers, hanging int) {
+		host := &tickingHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}
+		h := &hangingTenant{release: make(chan struct{}), others: make(chan abi.ActorID, 1)}
+		host.tk = h
+		var hh alarms.Host = host
+		if syncing {
+			hh = syncingTenant{host, h}
+		}
+		timer := sweeper.NewTimer(retryMax)
+		p, err := alarms.Register(alarms.Config{SingleNode: true, Host: hh, Timer: timer, MaxConcurrentDeliveries: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 * max {
+			timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "b", Class: "c", Name: fmt.Sprintf("b%03d", i)}), t1)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { p.RunTimer(ctx); close(done) }()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		want := procs
+		if syncing {
+			want = max - max/8 // all but an eighth: the tenant's cap
+		}
+		for deadline := time.Now().Add(30 * time.Second); h.hanging() < want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d deliveries reached Take in 30 s, want %d", h.hanging(), want)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // room for more, if more could start
+		return p.Workers(), h.hanging()
+	}
+	if w, n := run(t, false); w != procs || n != procs {
+		t.Fatalf("without syncs reported, %d workers ran %d deliveries at once, want %d: the processors", w, n, procs)
+	}
+	if w, n := run(t, true); n != max-max/8 {
+		t.Fatalf("with every delivery waiting for the disk, %d workers ran %d deliveries at once, want %d: the tenant's cap of %d workers", w, n, max-max/8, max)
+	}
 }

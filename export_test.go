@@ -2,6 +2,7 @@ package alarms
 
 import (
 	"context"
+	"time"
 
 	"github.com/wasmkeep/alarms/internal/variant"
 )
@@ -43,3 +44,11 @@ func (p *Plugin) RunSweeps(ctx context.Context) { p.runSweeps(ctx) }
 // Pending is what the sweep reads as the deliveries the node has yet to
 // end (sweeper.Config.Pending).
 func (p *Plugin) Pending() int { return p.pending() }
+
+// SetGrowAfter sets how long the delivery workers may take no delivery
+// before a new one starts past the processors, until restore.
+func SetGrowAfter(d time.Duration) (restore func()) {
+	old := growAfter
+	growAfter = d
+	return func() { growAfter = old }
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -458,6 +459,20 @@ func (e *Engine) Close(ctx context.Context) error {
 // Journal returns the node journal's counters (WithJournal; zero without
 // one).
 func (e *Engine) Journal() JournalStats { return e.journal.stats() }
+
+// Syncing reports how many commits wait for the disk now: for the node
+// journal's sync (WithJournal), or for a sync of a database's own file
+// (without a journal, and a checkpoint's sync of a database; these are
+// counted for every engine of the process together). A host that runs
+// events on a few workers, one per processor, may run this many more at
+// once: the events waiting for a sync leave their processors to others,
+// and with a journal their commits share its next sync
+// (alarms.SyncHost).
+func (e *Engine) Syncing() int { return e.journal.syncing() + int(fileSyncing.Load()) }
+
+// fileSyncing is how many syncs of a database's own file are under way
+// in the process.
+var fileSyncing atomic.Int64
 
 // Residency returns the residency counters: what is open now, the budgets,
 // the peaks, and how often room was made or refused.

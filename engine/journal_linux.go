@@ -102,6 +102,7 @@ type journal struct {
 
 	syncs   atomic.Int64 // fdatasyncs of the journal
 	waits   atomic.Int64 // syncs of a WAL it stood in for
+	waiting atomic.Int64 // syncs of a WAL waiting for it now
 	retired atomic.Int64 // files retired
 }
 
@@ -722,6 +723,14 @@ func (j *journal) stats() JournalStats {
 	return JournalStats{Syncs: j.syncs.Load(), Waits: j.waits.Load(), Retired: j.retired.Load(), Bytes: n}
 }
 
+// syncing is how many syncs of a WAL wait for the journal now.
+func (j *journal) syncing() int {
+	if j == nil {
+		return 0
+	}
+	return int(j.waiting.Load())
+}
+
 // rel is path relative to the root (it is under it, or under its real
 // path).
 func (j *journal) rel(path string) string {
@@ -768,6 +777,8 @@ func (j *journal) wait(b *jbatch) error {
 		return b.err
 	default:
 	}
+	j.waiting.Add(1)
+	defer j.waiting.Add(-1)
 	select {
 	case j.kick <- struct{}{}:
 	default: // a batch is asked for already

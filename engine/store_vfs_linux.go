@@ -482,6 +482,8 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 		}
 		return nil
 	}
+	fileSyncing.Add(1)
+	defer fileSyncing.Add(-1)
 	if err := fdatasync(f.fd); err != nil {
 		return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
 	}

@@ -1304,6 +1304,12 @@ func (n *Node) Plugin() *alarms.Plugin { return n.plugin }
 // clusterHost is the node as the alarm plugin's Host.
 type clusterHost struct{ n *Node }
 
+// Syncing reports how many of the node's commits wait for the disk now
+// (alarms.SyncHost): the delivery workers grow past the processors by as
+// many, so that durable commits waiting for the journal's sync leave the
+// processors to other deliveries, whose commits share it.
+func (h clusterHost) Syncing() int { return h.n.engine.Syncing() }
+
 // LeaseValid reports whether the node lease is valid now
 // (alarms.LapseHost); always outside cluster mode.
 func (h clusterHost) LeaseValid() bool {

@@ -250,6 +250,7 @@ func coldFiringsWith(b *testing.B, classes map[string][]byte, class string, acto
 			b.Fatal(err)
 		}
 	}
+	j0 := n.Journal()
 	start, cpu, sys, faults := time.Now(), cpuTime(b), sysTime(b), minorFaults(b)
 	n.Start(ctx)
 	select {
@@ -258,6 +259,7 @@ func coldFiringsWith(b *testing.B, classes map[string][]byte, class string, acto
 		b.Fatalf("%d of %d alarms fired", fired.Load(), actors)
 	}
 	took, used, kernel, faults := time.Since(start), cpuTime(b)-cpu, sysTime(b)-sys, minorFaults(b)-faults
+	reportJournal(b, j0, n.Journal())
 	if *coldProfile != "" {
 		pprof.StopCPUProfile()
 	}
