@@ -49,6 +49,27 @@ func (h *hangingTenant) hanging() int {
 	return h.inB
 }
 
+// await waits until n of tenant b's deliveries hang in Take.
+func (h *hangingTenant) await(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); h.hanging() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of tenant b's deliveries reached Take in 30 s, want %d", h.hanging(), n)
+		}
+	}
+}
+
+// runTimer runs p's timer loop until the returned stop is called.
+func runTimer(p *alarms.Plugin) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.RunTimer(ctx); close(done) }()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // runHanging runs the timer loop of a plugin with 8 workers (variants v)
 // with 50 of tenant b's alarms due and hanging, waits until they hold the
 // workers they may, then makes tenant a's alarm due. It reports whether
@@ -66,18 +87,8 @@ func runHanging(t *testing.T, v variant.Set) (aServed bool, bHanging int) {
 	for i := range 50 {
 		timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "b", Class: "c", Name: fmt.Sprintf("b%02d", i)}), t1)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.RunTimer(ctx); close(done) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	for deadline := time.Now().Add(30 * time.Second); h.hanging() < workers-1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of tenant b's deliveries reached Take in 30 s, want %d", h.hanging(), workers-1)
-		}
-	}
+	defer runTimer(p)()
+	h.await(t, workers-1)
 	time.Sleep(50 * time.Millisecond) // room for an eighth, if one could start
 	timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "a", Class: "c", Name: "a"}), t1)
 	select {
@@ -195,22 +206,12 @@ func TestDeliveriesWaitingForTheDiskLeaveTheirProcessorsToOthers(t *testing.T) {
 		for i := range 4 * max {
 			timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "b", Class: "c", Name: fmt.Sprintf("b%03d", i)}), t1)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { p.RunTimer(ctx); close(done) }()
-		defer func() {
-			cancel()
-			<-done
-		}()
+		defer runTimer(p)()
 		want := procs
 		if syncing {
 			want = max - max/8 // all but an eighth: the tenant's cap
 		}
-		for deadline := time.Now().Add(30 * time.Second); h.hanging() < want; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d deliveries reached Take in 30 s, want %d", h.hanging(), want)
-			}
-		}
+		h.await(t, want)
 		time.Sleep(100 * time.Millisecond) // room for more, if more could start
 		return p.Workers(), h.hanging()
 	}

@@ -18,13 +18,7 @@ import (
 // past the new ones; the replay reads only the new generation's, even
 // when an old record starts exactly where the new ones end.
 func TestAReusedJournalFileReplaysOnlyItsOwnGeneration(t *testing.T) {
-	t.Cleanup(SetJournalRebootEachStart()) // each start replays
-	root := t.TempDir()
-	db := filepath.Join(root, "a.db")
-	if err := os.WriteFile(db, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wal := db + "-wal"
+	root, wal := oneDatabase(t)
 	rec := func(s string) []byte { return []byte(s + "................")[:16] }
 	size := int64(recHdrSize + len("a.db-wal") + 16)
 	prev := journalFileSize
@@ -56,28 +50,7 @@ func TestAReusedJournalFileReplaysOnlyItsOwnGeneration(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	after := t.TempDir()
-	for _, p := range []string{"a.db", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"} {
-		b, err := os.ReadFile(filepath.Join(root, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(after, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(after, p), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	re, err := openJournal(after)
-	if err != nil {
-		t.Fatal(err)
-	}
-	re.close()
-	got, err := os.ReadFile(filepath.Join(after, "a.db-wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := replayedWAL(t, root)
 	if !bytes.HasPrefix(got, rec("new-1")) {
 		t.Fatalf("the WAL after the replay starts %q, want the new generation's record", got[:min(len(got), 16)])
 	}
@@ -90,13 +63,7 @@ func TestAReusedJournalFileReplaysOnlyItsOwnGeneration(t *testing.T) {
 // zeros left out) and written again whole by the replay; bytes that do
 // not pack, and writes shorter than a word, are kept as they are.
 func TestPackedWritesReplayAsWritten(t *testing.T) {
-	t.Cleanup(SetJournalRebootEachStart()) // each start replays
-	root := t.TempDir()
-	db := filepath.Join(root, "a.db")
-	if err := os.WriteFile(db, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wal := db + "-wal"
+	root, wal := oneDatabase(t)
 	frame := make([]byte, 4120) // a frame's header and a 4 KiB page
 	copy(frame, "frame header and the page's header")
 	copy(frame[2000:], "a cell in the middle")
@@ -136,29 +103,33 @@ func TestPackedWritesReplayAsWritten(t *testing.T) {
 	}
 	// The records are in the journal's file, not retired; a start after
 	// a reboot writes them again, over a WAL the disk lost.
-	copyTree(t, root, []string{"a.db", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"}, func(after string) {
-		re, err := openJournal(after)
-		if err != nil {
-			t.Fatal(err)
-		}
-		re.close()
-		got, err := os.ReadFile(filepath.Join(after, "a.db-wal"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("the WAL after the replay differs from what was written (%d bytes against %d)", len(got), len(want))
-		}
-	})
+	if got := replayedWAL(t, root); !bytes.Equal(got, want) {
+		t.Fatalf("the WAL after the replay differs from what was written (%d bytes against %d)", len(got), len(want))
+	}
 	j.close()
 }
 
-// copyTree copies the files at paths under root to a new directory while
-// root's journal is open (as a power cut would leave them), and runs f on it.
-func copyTree(t *testing.T, root string, paths []string, f func(dir string)) {
+// oneDatabase makes a directory with one database, a.db, and returns it
+// with the database's WAL's path; every journal opened from now on starts
+// as after a reboot (it replays).
+func oneDatabase(t *testing.T) (root, wal string) {
+	t.Cleanup(SetJournalRebootEachStart())
+	root = t.TempDir()
+	db := filepath.Join(root, "a.db")
+	if err := os.WriteFile(db, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, db + "-wal"
+}
+
+// replayedWAL copies a.db and the journal's files under root (the
+// journal open, as a power cut would leave them, and no WAL: the disk lost
+// it) to a new directory, starts a journal there as after a reboot (it
+// replays), and returns the WAL it wrote.
+func replayedWAL(t *testing.T, root string) []byte {
 	t.Helper()
 	after := t.TempDir()
-	for _, p := range paths {
+	for _, p := range []string{"a.db", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"} {
 		b, err := os.ReadFile(filepath.Join(root, p))
 		if err != nil {
 			t.Fatal(err)
@@ -170,7 +141,16 @@ func copyTree(t *testing.T, root string, paths []string, f func(dir string)) {
 			t.Fatal(err)
 		}
 	}
-	f(after)
+	re, err := openJournal(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.close()
+	got, err := os.ReadFile(filepath.Join(after, "a.db-wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // A journal file a later build left live (a crash, then this older build
