@@ -330,6 +330,9 @@ type Plugin struct {
 	core *core.State
 	// runCtx is the timer loop's, while it runs (stale.go).
 	runCtx context.Context
+	// syncing is the host's SyncHost.Syncing (nil: it is no SyncHost),
+	// which the delivery workers grow by (wakeIdle).
+	syncing func() int
 	// schedMu guards the delivery workers' state (delivery.go): sched,
 	// the fair scheduler, where the deliveries the timer popped wait in
 	// their tenants' queues; ready, deliveries started for no worker yet
@@ -442,6 +445,9 @@ func Register(cfg Config) (*Plugin, error) {
 		m:          m,
 		failing:    map[string]int{},
 		dueSince:   map[string]dueSince{},
+	}
+	if sh, ok := cfg.Host.(SyncHost); ok {
+		p.syncing = sh.Syncing
 	}
 	if cfg.SingleNode {
 		if err := m.register(p); err != nil {

@@ -231,8 +231,8 @@ func (p *Plugin) wakeIdle() (stuck bool) {
 		return false
 	}
 	at := runtime.GOMAXPROCS(0)
-	if h, ok := p.cfg.Host.(SyncHost); ok {
-		at += h.Syncing()
+	if p.syncing != nil {
+		at += p.syncing()
 	}
 	for n := len(p.ready) + p.sched.Startable(p.cfg.Host.Now().UnixNano()) - p.coming; n > 0; n-- {
 		switch {

@@ -258,7 +258,7 @@ func (j *journal) gather() {
 }
 
 // gatherRounds bounds the rounds of gather.
-var gatherRounds = 16
+const gatherRounds = 16
 
 func (j *journal) closeFiles() {
 	for i, fd := range j.files {
