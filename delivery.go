@@ -564,7 +564,9 @@ func (p *Plugin) deliverTaken(ctx context.Context, a Actor, key string, at int64
 	if err == nil && d.RetryAt == 0 {
 		// Re-arm from the committed state (a failed on-alarm committed its
 		// retry; a handler may have set the next alarm).
-		if st, rerr := a.State(ctx); rerr == nil && st.Alarm != nil {
+		// The timer is the plugin's own: the read need not wait for the
+		// delivery's commit to be durable (hostmod.Unreported).
+		if st, rerr := a.State(hostmod.Unreported(ctx)); rerr == nil && st.Alarm != nil {
 			alarm = st.Alarm
 			p.cfg.Timer.Set(key, *st.Alarm)
 			if d.Event.Ran && p.m != nil {

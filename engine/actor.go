@@ -54,6 +54,12 @@ type Actor struct {
 	ev     event
 	inited bool
 	closed bool
+	// deferCommit: the commit finish makes is a delivery's, deferred
+	// (Store.CommitDeferred; WithSyncedDeliveries). pending is the last
+	// deferred commit's durability, waited for at the start of the next
+	// call (wake) and before the actor closes: the output gate.
+	deferCommit bool
+	pending     Durability
 	// The committed alarm, failure count and the meta rows an index
 	// updater reads, read once after the database opens and kept after
 	// each commit (only this Actor writes them; Lock forgets them).
@@ -97,6 +103,15 @@ func (a *Actor) wake(ctx context.Context) error {
 	if a.closed {
 		return &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
+	// The output gate: a delivery's deferred commit is durable before
+	// this call reads, writes or reports anything, and before the
+	// database opens again (but for a read the caller reports to no one,
+	// on the database still open).
+	if a.pending != nil && (a.store == nil || !hostmod.IsUnreported(ctx)) {
+		if err := a.waitPending(); err != nil {
+			return err
+		}
+	}
 	if a.store != nil {
 		return nil
 	}
@@ -109,6 +124,16 @@ func (a *Actor) wake(ctx context.Context) error {
 		return &abi.ActorError{ID: a.id, Err: err}
 	}
 	a.store = st
+	return nil
+}
+
+// waitPending waits for the last deferred commit to be durable (a.mu
+// held).
+func (a *Actor) waitPending() error {
+	if err := a.pending.Wait(); err != nil {
+		return &abi.ActorError{ID: a.id, Op: "wait for the last delivery's commit to be durable", Err: err}
+	}
+	a.pending = nil
 	return nil
 }
 
@@ -164,6 +189,10 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 	a.closed = true
 	a.discard(ctx)
 	var err error
+	if a.pending != nil {
+		// Closed for good: no later call of this actor waits for it.
+		err = a.waitPending()
+	}
 	if a.store != nil {
 		err = a.store.Close()
 		a.store = nil
@@ -439,7 +468,16 @@ func (a *Actor) finish(ctx context.Context, before, after *int64, n int, respons
 			return hostmod.Result{}, err // the caller's deferred Rollback undoes the event
 		}
 	}
-	if err := a.store.Commit(); err != nil {
+	var err error
+	if a.deferCommit {
+		var d Durability
+		if d, err = a.store.CommitDeferred(); d != nil {
+			a.pending = d
+		}
+	} else {
+		err = a.store.Commit()
+	}
+	if err != nil {
 		a.known = false
 		return hostmod.Result{}, &abi.ActorError{ID: a.id, Op: "commit", Err: err}
 	}
@@ -618,6 +656,8 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (host
 	before := &at
 	ev := a.newEvent(nil, failures)
 	defer a.endEvent()
+	ran := false // on-alarm succeeded: its commit may be deferred
+	defer func() { a.deferCommit = false }()
 	d, err := hostmod.RunDue(hostmod.Due{Actor: a.id, Store: a.store, Event: &ev.alarm, At: at, Now: now, Failures: failures,
 		Retry: hostmod.RetryPolicy{Base: a.e.cfg.retryBase, Max: a.e.cfg.retryMax, MaxAttempts: a.e.cfg.maxAttemptsOf(a.class.Name)}},
 		func() error {
@@ -625,9 +665,11 @@ func (a *Actor) DeliverAlarmBefore(ctx context.Context, hook BeforeCommit) (host
 			if err == nil && code != 0 {
 				err = &abi.ActorError{ID: a.id, Err: &hostmod.GuestError{Actor: a.id, Export: abi.ExportOnAlarm, Code: code, Said: a.stderr.takeLast()}}
 			}
+			ran = err == nil
 			return err
 		},
 		func(next *int64, n int) (hostmod.Result, error) {
+			a.deferCommit = ran && !a.e.cfg.syncedDeliveries
 			return a.finish(ctx, before, next, n, nil, hook)
 		})
 	if err != nil || d.Err == nil {

@@ -49,10 +49,13 @@ type config struct {
 	maxMemory     uint64
 	durable       bool
 	journal       string
-	preinit       map[string]Preinit
-	idemKeys      int
-	idemBytes     int64
-	guestSlots    int
+	// syncedDeliveries: a delivery waits for its commit's sync
+	// (WithSyncedDeliveries).
+	syncedDeliveries bool
+	preinit          map[string]Preinit
+	idemKeys         int
+	idemBytes        int64
+	guestSlots       int
 	// tenantGuestSlots: how many of them one tenant whose calls run long
 	// (longGuestCall) may hold.
 	tenantGuestSlots int
@@ -96,6 +99,21 @@ func WithDurableCommits(on bool) Option { return func(o *config) { o.durable = o
 // docs/design.md#journal says why an acknowledged event survives a power
 // cut with it.
 func WithJournal(root string) Option { return func(o *config) { o.journal = root } }
+
+// WithSyncedDeliveries makes a successful alarm delivery wait for its
+// commit to be durable before it returns, as a request does. Without it
+// (the default), with the node journal (WithJournal), a delivery whose
+// handler succeeded returns once its commit is in the WAL and in the
+// journal's next batch, and the actor's next call (a request, a read of
+// its state, a snapshot for an upload, an index update), its database's
+// close and any checkpoint wait for that batch first: nothing outside
+// the actor learns of the delivery before its writes are durable (an
+// output gate, as Cloudflare's Durable Objects hold a response). A power
+// cut before the batch is durable undoes the delivery, its writes with
+// it, and the alarm fires again at the next start. A failed delivery
+// (the committed retry, a dead letter) always waits. Without the journal
+// it changes nothing. docs/design.md#output-gate says why it is safe.
+func WithSyncedDeliveries(on bool) Option { return func(o *config) { o.syncedDeliveries = on } }
 
 // WithLogger sets the logger (default: a null logger).
 func WithLogger(l hclog.Logger) Option { return func(o *config) { o.logger = l } }

@@ -126,7 +126,7 @@ func newJournalCollector(j *journal) *journalCollector {
 	return &journalCollector{
 		j:       j,
 		syncs:   d("wasmkeep_journal_syncs_total", "Syncs of the node journal: each makes a batch of durable commits durable at once."),
-		commits: d("wasmkeep_journal_commits_total", "Durable commits (syncs of a WAL) the node journal stood in for: divided by wasmkeep_journal_syncs_total, the commits per sync."),
+		commits: d("wasmkeep_journal_commits_total", "Durable commits (syncs of a WAL, and deliveries' deferred commits) the node journal stood in for: divided by wasmkeep_journal_syncs_total, the commits per sync."),
 		retired: d("wasmkeep_journal_files_retired_total", "Node journal files retired: every WAL with a record in the file synced in its own file, so that the file may be used again."),
 		byts:    d("wasmkeep_journal_bytes_total", "Bytes of records appended to the node journal."),
 	}
@@ -140,7 +140,7 @@ func (c *journalCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *journalCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.j.stats()
-	for d, v := range map[*prometheus.Desc]int64{c.syncs: s.Syncs, c.commits: s.Waits, c.retired: s.Retired, c.byts: s.Bytes} {
+	for d, v := range map[*prometheus.Desc]int64{c.syncs: s.Syncs, c.commits: s.Waits + s.Deferred, c.retired: s.Retired, c.byts: s.Bytes} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 }

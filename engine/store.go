@@ -386,6 +386,41 @@ func (s *Store) Commit() error {
 	return err
 }
 
+// deferrer is a WAL file whose commit's sync can be deferred: a WAL the
+// node journal covers (storeFile, on Linux).
+type deferrer interface {
+	deferNextSync() bool
+	endDefer()
+	deferred() Durability
+}
+
+// Durability is what a deferred commit waits on: Wait returns once the
+// commit is durable, or the error that keeps it from being so (every
+// later commit then fails too).
+type Durability interface{ Wait() error }
+
+// CommitDeferred commits the open transaction without waiting for it to
+// be durable, where the node journal covers the database's WAL (Commit
+// otherwise, and d is nil): the commit is in the WAL, and in the
+// journal's next batch, which is asked for at once; d.Wait waits for it.
+// A checkpoint of this store waits for it before it writes the database
+// file. The caller must not let anyone learn of the commit before d.Wait
+// returns (an output gate), nor let the database be opened again or
+// checkpointed by another store meanwhile: the engine's actor waits for
+// it at the start of its next call.
+func (s *Store) CommitDeferred() (d Durability, err error) {
+	var w deferrer
+	if v, err := s.conn.FileControl(storeSchema, sqlite3.FCNTL_JOURNAL_POINTER); err == nil {
+		w, _ = unwrapFile(v).(deferrer)
+	}
+	if w == nil || !w.deferNextSync() {
+		return nil, s.Commit()
+	}
+	err = s.Commit()
+	w.endDefer()
+	return w.deferred(), err
+}
+
 // Rollback rolls the open transaction back; without one it does nothing.
 func (s *Store) Rollback() error {
 	if !s.rows.InTx() {

@@ -90,6 +90,43 @@ type storeFile struct {
 	// durable, rather than syncing the file.
 	j  *journal
 	jb *jbatch
+	// deferSync makes the next sync that has records to wait for leave
+	// them in pending rather than wait (a deferred commit: Store.
+	// CommitDeferred); any later sync, a checkpoint's among them, waits
+	// for pending.
+	deferSync bool
+	pending   *jbatch
+}
+
+// journalWait is a deferred commit's batch: Wait returns once it is
+// durable.
+type journalWait struct {
+	j *journal
+	b *jbatch
+}
+
+func (w journalWait) Wait() error { return w.j.await(w.b) }
+
+// deferNextSync makes the file's next sync a deferred one, and reports
+// whether it can be: only a WAL the journal covers.
+func (f *storeFile) deferNextSync() bool {
+	if f.j == nil {
+		return false
+	}
+	f.deferSync = true
+	return true
+}
+
+// endDefer ends what deferNextSync began.
+func (f *storeFile) endDefer() { f.deferSync = false }
+
+// deferred returns what to wait for until the deferred sync's records
+// are durable (nil: no sync was deferred).
+func (f *storeFile) deferred() Durability {
+	if f.pending == nil {
+		return nil
+	}
+	return journalWait{f.j, f.pending}
 }
 
 var (
@@ -474,11 +511,26 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 		// The journal holds every write and truncation of this WAL not
 		// yet synced in it, and replays them at start after a cut (the
 		// WAL's name too: it recreates the file).
-		if f.jb != nil {
-			if err := f.j.wait(f.jb); err != nil {
+		if f.deferSync && f.jb != nil {
+			// A deferred commit: its records are durable with the
+			// journal's next batch, which is asked for now; the actor's
+			// next call waits for it (Store.WaitDurable).
+			f.pending, f.jb = f.jb, nil
+			f.j.nudge()
+			return nil
+		}
+		b := f.jb
+		if b == nil {
+			// Nothing since a deferred commit: a later sync (a
+			// checkpoint's, before it writes the database file) waits
+			// for it.
+			b = f.pending
+		}
+		if b != nil {
+			if err := f.j.wait(b); err != nil {
 				return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
 			}
-			f.jb = nil
+			f.jb, f.pending = nil, nil
 		}
 		return nil
 	}

@@ -1,6 +1,7 @@
 package hostmod
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -139,4 +140,22 @@ type State struct {
 	// ("" for none): what an index updater reads.
 	InitRecorded bool
 	Indexed      string
+}
+
+// unreportedKey marks a context (Unreported).
+type unreportedKey struct{}
+
+// Unreported marks ctx as that of a read of an actor's committed state
+// whose result the caller tells no one: the plugin re-arming its timer
+// after a delivery. A host that holds what a call reports until the
+// writes it saw are durable (an output gate, as the engine's deferred
+// deliveries do) need not hold such a read.
+func Unreported(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unreportedKey{}, true)
+}
+
+// IsUnreported reports whether ctx was marked by Unreported.
+func IsUnreported(ctx context.Context) bool {
+	v, _ := ctx.Value(unreportedKey{}).(bool)
+	return v
 }

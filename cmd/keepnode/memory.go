@@ -50,6 +50,9 @@ type memoryFlags struct {
 	// directory), which rides with the engine's other storage and memory
 	// options.
 	durable bool
+	// syncedDeliveries is -synced-deliveries
+	// (engine.WithSyncedDeliveries).
+	syncedDeliveries bool
 }
 
 func addMemoryFlags(fs *flag.FlagSet) *memoryFlags {
@@ -70,7 +73,7 @@ func (m *memoryFlags) options(dataDir string) ([]engine.Option, error) {
 	}
 	opts := []engine.Option{engine.WithMaxTotalMemory(uint64(m.total)), engine.WithMemoryLimit(uint64(m.instance))}
 	if m.durable {
-		opts = append(opts, engine.WithJournal(dataDir))
+		opts = append(opts, engine.WithJournal(dataDir), engine.WithSyncedDeliveries(m.syncedDeliveries))
 	}
 	return opts, nil
 }

@@ -1,0 +1,224 @@
+package engine_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/engine"
+	"github.com/wasmkeep/alarms/hostmod"
+	"github.com/wasmkeep/alarms/internal/testguest"
+)
+
+// heldSyncs holds every sync of the node journal's files until release is
+// closed, and counts the writes to the actors' database files meanwhile
+// (a checkpoint's).
+type heldSyncs struct {
+	holding  atomic.Bool
+	release  chan struct{}
+	dbWrites atomic.Int64
+}
+
+func holdJournalSyncs(t *testing.T) *heldSyncs {
+	h := &heldSyncs{release: make(chan struct{})}
+	t.Cleanup(engine.SetIOHook(func(op, name string, off, n int64) {
+		if !h.holding.Load() {
+			return
+		}
+		switch {
+		case op == "sync" && strings.Contains(name, "journal-"):
+			<-h.release
+		case op == "write" && strings.HasSuffix(name, ".db"):
+			h.dbWrites.Add(1)
+		}
+	}))
+	t.Cleanup(h.let)
+	return h
+}
+
+func (h *heldSyncs) let() {
+	if h.holding.Swap(false) {
+		close(h.release)
+	}
+}
+
+// returns runs f on a goroutine and returns a channel closed when f has
+// returned, with its error.
+func returns(f func() error) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- f() }()
+	return c
+}
+
+// stillRunning fails the test if c has a value within a while: the call
+// must wait for the journal, which is held.
+func stillRunning(t *testing.T, c <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-c:
+		t.Fatalf("%s returned (%v) while the journal's sync was held", what, err)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func returned(t *testing.T, c <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-c:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not return", what)
+	}
+}
+
+// A delivery whose handler succeeded returns without waiting for its
+// commit's sync, and nothing learns of it before that sync: the actor's
+// next call (a read of its state), a call after its database was closed
+// to make room for another, and a checkpoint in the delivery's own
+// commit all wait for the journal (the output gate; WithSyncedDeliveries).
+func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
+	ctx := context.Background()
+	var openGuest func(t *testing.T, dir, guest string, opts ...engine.Option) (*engine.Engine, func(name string) *engine.Actor)
+	open := func(t *testing.T, dir string, opts ...engine.Option) (*engine.Engine, func(name string) *engine.Actor) {
+		return openGuest(t, dir, "oneshot_alarm", opts...)
+	}
+	openGuest = func(t *testing.T, dir, guest string, opts ...engine.Option) (*engine.Engine, func(name string) *engine.Actor) {
+		eng, err := engine.NewEngine(ctx, append([]engine.Option{engine.WithJournal(dir)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close(ctx) })
+		cl, err := eng.Compile(ctx, "bench", testguest.Fixture(t, guest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng, func(name string) *engine.Actor {
+			a, err := eng.Open(ctx, abi.ActorID{Tenant: "g", Class: "bench", Name: name}, cl, filepath.Join(dir, name+".db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Due at once; the delivery clears it (a write).
+			if _, err := a.Request(ctx, timeReq(1)); err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}
+	}
+	deliver := func(a *engine.Actor) func() error {
+		return func() error {
+			d, err := a.DeliverAlarm(ctx)
+			if err == nil && (!d.Ran || d.Err != nil) {
+				t.Errorf("delivery: ran %v, error %v", d.Ran, d.Err)
+			}
+			return err
+		}
+	}
+	fail := func(a *engine.Actor) func() error {
+		return func() error {
+			d, err := a.DeliverAlarm(ctx)
+			if err == nil && (!d.Ran || d.Err == nil) {
+				t.Errorf("a failing delivery: ran %v, error %v", d.Ran, d.Err)
+			}
+			return err
+		}
+	}
+	state := func(a *engine.Actor) func() error {
+		return func() error { _, err := a.State(ctx); return err }
+	}
+
+	t.Run("next_call", func(t *testing.T) {
+		h := holdJournalSyncs(t)
+		defer h.let()
+		_, actor := open(t, t.TempDir())
+		a := actor("a")
+		h.holding.Store(true)
+		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
+		read := returns(state(a))
+		stillRunning(t, read, "the read of the delivered actor's state")
+		h.let()
+		returned(t, read, "the read")
+	})
+
+	t.Run("reopened", func(t *testing.T) {
+		h := holdJournalSyncs(t)
+		defer h.let()
+		_, actor := open(t, t.TempDir(), engine.WithMaxOpenDatabases(1))
+		a := actor("a")
+		b := actor("b") // a's database closes to make room
+		if _, err := a.State(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.holding.Store(true)
+		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
+		// b takes a's room: a's database closes without waiting.
+		returned(t, returns(func() error {
+			_, err := b.State(hostmod.Unreported(ctx))
+			return err
+		}), "another actor's call, closing the delivered one's database")
+		// Even a read the caller reports to no one (the plugin's, to re-arm
+		// its timer) waits, once the database must open again.
+		read := returns(func() error { _, err := a.State(hostmod.Unreported(ctx)); return err })
+		stillRunning(t, read, "the read of the delivered actor, its database opened again")
+		h.let()
+		returned(t, read, "the read")
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		h := holdJournalSyncs(t)
+		defer h.let()
+		_, actor := open(t, t.TempDir())
+		a := actor("a")
+		h.holding.Store(true)
+		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
+		c := returns(func() error { return a.Close(ctx) })
+		stillRunning(t, c, "closing the delivered actor")
+		h.let()
+		returned(t, c, "the close")
+	})
+
+	t.Run("checkpoint", func(t *testing.T) {
+		t.Cleanup(engine.SetWALCheckpointPages(1)) // every commit checkpoints
+		h := holdJournalSyncs(t)
+		defer h.let()
+		_, actor := open(t, t.TempDir())
+		a := actor("a")
+		h.holding.Store(true)
+		d := returns(deliver(a))
+		stillRunning(t, d, "a delivery whose commit checkpoints")
+		if n := h.dbWrites.Load(); n > 0 {
+			t.Fatalf("%d writes to the database file before the WAL's frames were durable", n)
+		}
+		h.let()
+		returned(t, d, "the delivery")
+	})
+
+	t.Run("failed", func(t *testing.T) {
+		h := holdJournalSyncs(t)
+		defer h.let()
+		_, actor := openGuest(t, t.TempDir(), "fail_on_alarm")
+		a := actor("a")
+		h.holding.Store(true)
+		d := returns(fail(a))
+		stillRunning(t, d, "a delivery whose handler failed (its retry committed)")
+		h.let()
+		returned(t, d, "the failed delivery")
+	})
+
+	t.Run("synced", func(t *testing.T) {
+		h := holdJournalSyncs(t)
+		defer h.let()
+		_, actor := open(t, t.TempDir(), engine.WithSyncedDeliveries(true))
+		a := actor("a")
+		h.holding.Store(true)
+		d := returns(deliver(a))
+		stillRunning(t, d, "a delivery with WithSyncedDeliveries")
+		h.let()
+		returned(t, d, "the delivery")
+	})
+}
