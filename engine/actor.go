@@ -194,7 +194,9 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 		err = a.waitPending()
 	}
 	if a.store != nil {
-		err = a.store.Close()
+		if cerr := a.store.Close(); err == nil {
+			err = cerr
+		}
 		a.store = nil
 		a.known = false
 		a.e.res.releaseDB(a)

@@ -282,9 +282,9 @@ const gatherRounds = 16
 // deferredDelay is how long a batch that only deferred commits asked for
 // waits for more (WithSyncedDeliveries). Measured on two cores, durable
 // cold firings (the commits deferred, nothing waiting) synced the journal
-// about 1,000 times a second without it and ran at 0.80 to 0.89 of the
-// rate not durable; with 1 ms, about 170 a second and 0.98 to 0.99
-// (docs/benchmarks.md#output-gate).
+// about 1,000 times a second without it and ran at 0.87 to 0.89 of the
+// rate not durable in the same minutes; with 1 ms, about 200 a second and
+// 0.98 to 0.99 (docs/benchmarks.md#output-gate).
 const deferredDelay = time.Millisecond
 
 func (j *journal) closeFiles() {

@@ -92,10 +92,11 @@ type storeFile struct {
 	jb *jbatch
 	// deferSync makes the next sync that has records to wait for leave
 	// them in pending rather than wait (a deferred commit: Store.
-	// CommitDeferred); any later sync, a checkpoint's among them, waits
-	// for pending.
-	deferSync bool
-	pending   *jbatch
+	// CommitDeferred), and deferredNow says it did; any later sync, a
+	// checkpoint's among them, waits for pending.
+	deferSync   bool
+	deferredNow bool
+	pending     *jbatch
 }
 
 // journalWait is a deferred commit's batch: Wait returns once it is
@@ -113,17 +114,18 @@ func (f *storeFile) deferNextSync() bool {
 	if f.j == nil {
 		return false
 	}
-	f.deferSync = true
+	f.deferSync, f.deferredNow = true, false
 	return true
 }
 
 // endDefer ends what deferNextSync began.
 func (f *storeFile) endDefer() { f.deferSync = false }
 
-// deferred returns what to wait for until the deferred sync's records
-// are durable (nil: no sync was deferred).
+// deferred returns what to wait for until the records of the sync
+// deferred since deferNextSync are durable (nil: no sync was: the commit
+// wrote nothing).
 func (f *storeFile) deferred() Durability {
-	if f.pending == nil {
+	if !f.deferredNow {
 		return nil
 	}
 	return journalWait{f.j, f.pending}
@@ -514,8 +516,8 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 		if f.deferSync && f.jb != nil {
 			// A deferred commit: its records are durable with the
 			// journal's next batch, which is asked for now; the actor's
-			// next call waits for it (Store.WaitDurable).
-			f.pending, f.jb = f.jb, nil
+			// next call waits for it (Actor.wake).
+			f.pending, f.jb, f.deferredNow = f.jb, nil, true
 			f.j.nudge()
 			return nil
 		}
