@@ -65,6 +65,16 @@ func stillRunning(t *testing.T, c <-chan error, what string) {
 	}
 }
 
+// waitsForTheJournal checks that the call c waits for the journal's
+// syncs: it has not returned while they are held, and returns once they
+// are let go.
+func (h *heldSyncs) waitsForTheJournal(t *testing.T, c <-chan error, what string) {
+	t.Helper()
+	stillRunning(t, c, what)
+	h.let()
+	returned(t, c, what)
+}
+
 func returned(t *testing.T, c <-chan error, what string) {
 	t.Helper()
 	select {
@@ -84,11 +94,9 @@ func returned(t *testing.T, c <-chan error, what string) {
 // commit all wait for the journal (the output gate; WithSyncedDeliveries).
 func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 	ctx := context.Background()
-	var openGuest func(t *testing.T, dir, guest string, opts ...engine.Option) (*engine.Engine, func(name string) *engine.Actor)
-	open := func(t *testing.T, dir string, opts ...engine.Option) (*engine.Engine, func(name string) *engine.Actor) {
-		return openGuest(t, dir, "oneshot_alarm", opts...)
-	}
-	openGuest = func(t *testing.T, dir, guest string, opts ...engine.Option) (*engine.Engine, func(name string) *engine.Actor) {
+	// openGuest starts an engine with the journal in dir; its function
+	// opens an actor of guest there with its alarm due.
+	openGuest := func(t *testing.T, dir, guest string, opts ...engine.Option) func(name string) *engine.Actor {
 		eng, err := engine.NewEngine(ctx, append([]engine.Option{engine.WithJournal(dir)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -98,7 +106,7 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return eng, func(name string) *engine.Actor {
+		return func(name string) *engine.Actor {
 			a, err := eng.Open(ctx, abi.ActorID{Tenant: "g", Class: "bench", Name: name}, cl, filepath.Join(dir, name+".db"))
 			if err != nil {
 				t.Fatal(err)
@@ -128,27 +136,31 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 			return err
 		}
 	}
+	// start opens actor a of guest with its alarm due, and holds the
+	// journal's syncs from then on.
+	start := func(t *testing.T, guest string, opts ...engine.Option) (*heldSyncs, *engine.Actor) {
+		h := holdJournalSyncs(t)
+		actor := openGuest(t, t.TempDir(), guest, opts...)
+		a := actor("a")
+		h.holding.Store(true)
+		return h, a
+	}
 	state := func(a *engine.Actor) func() error {
 		return func() error { _, err := a.State(ctx); return err }
 	}
 
 	t.Run("next_call", func(t *testing.T) {
-		h := holdJournalSyncs(t)
+		h, a := start(t, "oneshot_alarm")
 		defer h.let()
-		_, actor := open(t, t.TempDir())
-		a := actor("a")
-		h.holding.Store(true)
 		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
 		read := returns(state(a))
-		stillRunning(t, read, "the read of the delivered actor's state")
-		h.let()
-		returned(t, read, "the read")
+		h.waitsForTheJournal(t, read, "the read of the delivered actor's state")
 	})
 
 	t.Run("reopened", func(t *testing.T) {
 		h := holdJournalSyncs(t)
 		defer h.let()
-		_, actor := open(t, t.TempDir(), engine.WithMaxOpenDatabases(1))
+		actor := openGuest(t, t.TempDir(), "oneshot_alarm", engine.WithMaxOpenDatabases(1))
 		a := actor("a")
 		b := actor("b") // a's database closes to make room
 		if _, err := a.State(ctx); err != nil {
@@ -164,31 +176,21 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 		// Even a read the caller reports to no one (the plugin's, to re-arm
 		// its timer) waits, once the database must open again.
 		read := returns(func() error { _, err := a.State(hostmod.Unreported(ctx)); return err })
-		stillRunning(t, read, "the read of the delivered actor, its database opened again")
-		h.let()
-		returned(t, read, "the read")
+		h.waitsForTheJournal(t, read, "the read of the delivered actor, its database opened again")
 	})
 
 	t.Run("closed", func(t *testing.T) {
-		h := holdJournalSyncs(t)
+		h, a := start(t, "oneshot_alarm")
 		defer h.let()
-		_, actor := open(t, t.TempDir())
-		a := actor("a")
-		h.holding.Store(true)
 		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
 		c := returns(func() error { return a.Close(ctx) })
-		stillRunning(t, c, "closing the delivered actor")
-		h.let()
-		returned(t, c, "the close")
+		h.waitsForTheJournal(t, c, "closing the delivered actor")
 	})
 
 	t.Run("checkpoint", func(t *testing.T) {
 		t.Cleanup(engine.SetWALCheckpointPages(1)) // every commit checkpoints
-		h := holdJournalSyncs(t)
+		h, a := start(t, "oneshot_alarm")
 		defer h.let()
-		_, actor := open(t, t.TempDir())
-		a := actor("a")
-		h.holding.Store(true)
 		d := returns(deliver(a))
 		stillRunning(t, d, "a delivery whose commit checkpoints")
 		if n := h.dbWrites.Load(); n > 0 {
@@ -199,26 +201,16 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 	})
 
 	t.Run("failed", func(t *testing.T) {
-		h := holdJournalSyncs(t)
+		h, a := start(t, "fail_on_alarm")
 		defer h.let()
-		_, actor := openGuest(t, t.TempDir(), "fail_on_alarm")
-		a := actor("a")
-		h.holding.Store(true)
 		d := returns(fail(a))
-		stillRunning(t, d, "a delivery whose handler failed (its retry committed)")
-		h.let()
-		returned(t, d, "the failed delivery")
+		h.waitsForTheJournal(t, d, "a delivery whose handler failed (its retry committed)")
 	})
 
 	t.Run("synced", func(t *testing.T) {
-		h := holdJournalSyncs(t)
+		h, a := start(t, "oneshot_alarm", engine.WithSyncedDeliveries(true))
 		defer h.let()
-		_, actor := open(t, t.TempDir(), engine.WithSyncedDeliveries(true))
-		a := actor("a")
-		h.holding.Store(true)
 		d := returns(deliver(a))
-		stillRunning(t, d, "a delivery with WithSyncedDeliveries")
-		h.let()
-		returned(t, d, "the delivery")
+		h.waitsForTheJournal(t, d, "a delivery with WithSyncedDeliveries")
 	})
 }
