@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -46,11 +47,18 @@ func (h *heldSyncs) let() {
 	}
 }
 
-// returns runs f on a goroutine and returns a channel closed when f has
-// returned, with its error.
+// returns runs f on a goroutine and returns a channel that gets f's
+// error once it has returned (a panic as an error).
 func returns(f func() error) <-chan error {
 	c := make(chan error, 1)
-	go func() { c <- f() }()
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c <- fmt.Errorf("panicked: %v", r)
+			}
+		}()
+		c <- f()
+	}()
 	return c
 }
 
@@ -198,6 +206,9 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 		}
 		h.let()
 		returned(t, d, "the delivery")
+		// The checkpoint waited for the commit: the next call has nothing
+		// left to wait for.
+		returned(t, returns(state(a)), "the next call after a delivery that checkpointed")
 	})
 
 	t.Run("failed", func(t *testing.T) {

@@ -122,10 +122,11 @@ func (f *storeFile) deferNextSync() bool {
 func (f *storeFile) endDefer() { f.deferSync = false }
 
 // deferred returns what to wait for until the records of the sync
-// deferred since deferNextSync are durable (nil: no sync was: the commit
-// wrote nothing).
+// deferred since deferNextSync are durable (nil: no sync was, the commit
+// wrote nothing; or a later sync in the commit, a checkpoint's, waited
+// for them already).
 func (f *storeFile) deferred() Durability {
-	if !f.deferredNow {
+	if !f.deferredNow || f.pending == nil {
 		return nil
 	}
 	return journalWait{f.j, f.pending}
