@@ -151,7 +151,7 @@ func newFlags(errorHandling flag.ErrorHandling) (*flag.FlagSet, *options) {
 	o.mem = addMemoryFlags(fs)
 	o.trace = addTracingFlags(fs)
 	fs.BoolVar(&o.mem.durable, "durable-commits", true, "acknowledge an event (a request's reply) only once its commit is on stable storage, and show a delivery's writes to no one (a later call, an upload) before they are, so they survive a power loss, not only a crash of the process: every actor's commit goes to one journal in the data directory, and the commits waiting at once share one sync of it; false acknowledges once the commit is written, which a crash of the process keeps and a power loss may not (docs/design.md#journal)")
-	fs.BoolVar(&o.mem.syncedDeliveries, "synced-deliveries", false, "with -durable-commits, make each alarm delivery wait for its commit's sync before the next one starts, rather than have the actor's next call wait for it (docs/design.md#output-gate): a power cut then never undoes a delivery that ran, at the cost of a sync's wait in every delivery")
+	fs.BoolVar(&o.mem.syncedDeliveries, "synced-deliveries", false, "with -durable-commits, make each alarm delivery wait for its commit's sync before it ends, rather than have the actor's next call wait for it (docs/design.md#output-gate): a power cut then never undoes a delivery that ran, at the cost of a sync's wait in every delivery")
 	return fs, o
 }
 
