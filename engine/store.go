@@ -45,6 +45,10 @@ type Store struct {
 	// ahead are the database's file and its WAL while they read ahead
 	// (see storeFile): until the store ends its first transaction.
 	ahead [2]readAheader
+	// wal is the WAL's file as a deferrer (CommitDeferred), found with
+	// ahead's when the database is attached, or at the first deferred
+	// commit.
+	wal deferrer
 
 	img snapImage // the committed image snapshots copy (see SnapshotTo)
 	// imageMisses counts the snapshots of a small database that could not
@@ -233,7 +237,11 @@ func attachStore(path string, durable bool) (*Store, error) {
 	s := &Store{path: path, pc: pc, conn: pc.conn, rows: *hostmod.NewRows(pc.conn, rowsSQL)}
 	for i, op := range []sqlite3.FcntlOpcode{sqlite3.FCNTL_FILE_POINTER, sqlite3.FCNTL_JOURNAL_POINTER} {
 		if v, err := pc.conn.FileControl(storeSchema, op); err == nil {
-			s.ahead[i], _ = unwrapFile(v).(readAheader)
+			f := unwrapFile(v)
+			s.ahead[i], _ = f.(readAheader)
+			if op == sqlite3.FCNTL_JOURNAL_POINTER {
+				s.wal, _ = f.(deferrer)
+			}
 		}
 	}
 	return s, nil
@@ -409,10 +417,12 @@ type Durability interface{ Wait() error }
 // checkpointed by another store meanwhile: the engine's actor waits for
 // it at the start of its next call.
 func (s *Store) CommitDeferred() (d Durability, err error) {
-	var w deferrer
-	if v, err := s.conn.FileControl(storeSchema, sqlite3.FCNTL_JOURNAL_POINTER); err == nil {
-		w, _ = unwrapFile(v).(deferrer)
+	if s.wal == nil {
+		if v, err := s.conn.FileControl(storeSchema, sqlite3.FCNTL_JOURNAL_POINTER); err == nil {
+			s.wal, _ = unwrapFile(v).(deferrer)
+		}
 	}
+	w := s.wal
 	if w == nil || !w.deferNextSync() {
 		return nil, s.Commit()
 	}
