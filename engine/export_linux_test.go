@@ -1,13 +1,15 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/wasmkeep/alarms/internal/iohook"
+)
 
 // SetIOHook sets the hook told of each write, truncation and sync of an
 // actor's file (Linux), for the power-loss test.
 func SetIOHook(h func(op, name string, off, n int64)) (restore func()) {
-	prev := ioHook
-	ioHook = h
-	return func() { ioHook = prev }
+	return iohook.Set(h)
 }
 
 // SetJournalFileSize sets the size of each node journal file opened from

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,5 +233,111 @@ func BenchmarkPackZeros(b *testing.B) {
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
 		out = packZeros(out[:0], p)
+	}
+}
+
+// A start replays both journal files when both are live, then retires
+// them, the older generation first: a cut between the two retirements
+// leaves the newer file live, whose records, replayed once more, write
+// what the WAL holds already. Left live, the older file's records would
+// be laid over the newer ones written at the same offsets (a WAL that
+// started anew), and the newest commits lost.
+func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
+	root, wal := oneDatabase(t)
+	rec := func(s string) []byte { return []byte(s + "................")[:16] }
+	size := int64(recHdrSize + len("a.db-wal") + 16)
+	prev := journalFileSize
+	journalFileSize = journalHdrSize + 2*size // two records a file
+	defer func() { journalFileSize = prev }()
+	crash, cut := t.TempDir(), t.TempDir()
+	copyFiles := func(src, dst string) {
+		for _, p := range []string{"a.db", "a.db-wal", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"} {
+			b, err := os.ReadFile(filepath.Join(src, p))
+			if os.IsNotExist(err) {
+				continue
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, p)), 0o755); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.WriteFile(filepath.Join(dst, p), b, 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	var armed, crashed atomic.Bool
+	var headers atomic.Int32
+	restore := SetIOHook(func(op, name string, off, n int64) {
+		header := op == "write" && off == 0 && strings.Contains(name, "journal-")
+		switch {
+		case !header:
+		case armed.Load() && !crashed.Load() && strings.HasPrefix(name, root+"/") && strings.HasSuffix(name, "journal-1"):
+			// File 1 (generation 2) is about to be retired: both files
+			// are live, file 0 with the newer generation (3).
+			copyFiles(root, crash)
+			crashed.Store(true)
+		case strings.HasPrefix(name, crash+"/"):
+			if headers.Add(1) == 2 {
+				// The start after the crash, between its two retirements.
+				copyFiles(crash, cut)
+			}
+		}
+	})
+	defer restore()
+	j, err := openJournal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(off int64, data []byte) {
+		t.Helper()
+		b, err := j.append(recWrite, wal, off, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.wait(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(0, rec("old-1"))   // file 0, generation 1
+	put(100, rec("old-2")) // file 0, full
+	put(0, rec("mid-3"))   // file 1, generation 2
+	put(100, rec("mid-4")) // file 1, full
+	armed.Store(true)
+	put(0, rec("new-5")) // file 0 again, generation 3, where mid-3 was
+	for deadline := time.Now().Add(10 * time.Second); j.stats().Retired < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("file 1 was not retired")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	j.close()
+	if !crashed.Load() {
+		t.Fatal("no instant with both journal files live: the test sees nothing")
+	}
+	// The start after the crash replays both; cut between its two
+	// retirements, the start after that replays what is still live.
+	re, err := openJournal(crash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.close()
+	if n := headers.Load(); n < 2 {
+		t.Fatalf("the start after the crash wrote %d journal headers, want a retirement of each file", n)
+	}
+	re, err = openJournal(cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.close()
+	got, err := os.ReadFile(filepath.Join(cut, "a.db-wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(got, rec("new-5")) || !bytes.Equal(got[100:116], rec("mid-4")) {
+		t.Fatalf("the WAL after a cut between the retirements starts %q and holds %q at 100, want the newest records, new-5 and mid-4", got[:min(len(got), 16)], got[100:min(len(got), 116)])
 	}
 }

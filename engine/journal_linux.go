@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wasmkeep/alarms/internal/iohook"
 )
 
 // journal is the node journal (WithJournal): one append-only log that
@@ -411,8 +413,17 @@ func (j *journal) start() error {
 		}
 	}
 	// Generations only grow, across starts too: a file's records of an
-	// earlier generation are never read as this one's.
-	for i := range j.files {
+	// earlier generation are never read as this one's. The live files are
+	// retired oldest first: a cut between the two leaves the newer one
+	// live, whose records, replayed again over the WALs now written,
+	// write what they hold already; the older one left live would lay its
+	// frames over newer ones written at the same offsets since (a WAL
+	// started anew after a checkpoint), and lose the newest commits.
+	order := []int{0, 1}
+	if len(lives) == 2 && lives[0].i == 1 {
+		order = []int{1, 0}
+	}
+	for _, i := range order {
 		j.gens[i] = maxGen + uint64(i) + 1
 		if err := j.header(i, j.gens[i], journalRetired, true); err != nil {
 			return err
@@ -716,15 +727,15 @@ func (j *journal) replay(recs []journalRecord) error {
 					return fmt.Errorf("the record of %s at %d: %w", r.path, r.off, err)
 				}
 			}
-			if ioHook != nil {
-				ioHook("write", p, r.off, int64(len(data)))
+			if h := iohook.Func; h != nil {
+				h("write", p, r.off, int64(len(data)))
 			}
 			if err := pwriteFull(fd, data, r.off); err != nil {
 				return err
 			}
 		case recTruncate:
-			if ioHook != nil {
-				ioHook("truncate", p, r.off, 0)
+			if h := iohook.Func; h != nil {
+				h("truncate", p, r.off, 0)
 			}
 			if err := unix.Ftruncate(fd, r.off); err != nil {
 				return err
@@ -886,8 +897,8 @@ func (j *journal) flushLocked() {
 
 // header writes file i's header, and with sync syncs it.
 func (j *journal) header(i int, gen uint64, state uint32, sync bool) error {
-	if ioHook != nil {
-		ioHook("write", j.name(i), 0, 32)
+	if h := iohook.Func; h != nil {
+		h("write", j.name(i), 0, 32)
 	}
 	if err := writeJournalHeader(j.files[i], gen, state, j.boot); err != nil {
 		return err
@@ -902,8 +913,8 @@ func (j *journal) name(i int) string { return j.names[i] }
 
 func (j *journal) writeSync(fd int, name string, b []byte, off int64) error {
 	if len(b) > 0 {
-		if ioHook != nil {
-			ioHook("write", name, off, int64(len(b)))
+		if h := iohook.Func; h != nil {
+			h("write", name, off, int64(len(b)))
 		}
 		if err := pwriteFull(fd, b, off); err != nil {
 			return err
@@ -912,8 +923,8 @@ func (j *journal) writeSync(fd int, name string, b []byte, off int64) error {
 	if err := fdatasync(fd); err != nil {
 		return err
 	}
-	if ioHook != nil {
-		ioHook("sync", name, 0, 0)
+	if h := iohook.Func; h != nil {
+		h("sync", name, 0, 0)
 	}
 	j.syncs.Add(1)
 	return nil
@@ -1052,8 +1063,8 @@ func syncFS(fd int, root string) error {
 	if err := unix.Syncfs(fd); err != nil {
 		return err
 	}
-	if ioHook != nil {
-		ioHook("syncfs", root, 0, 0)
+	if h := iohook.Func; h != nil {
+		h("syncfs", root, 0, 0)
 	}
 	return nil
 }
@@ -1064,8 +1075,8 @@ func syncNamed(fd int, name string) error {
 	if err := fdatasync(fd); err != nil {
 		return err
 	}
-	if ioHook != nil {
-		ioHook("sync", name, 0, 0)
+	if h := iohook.Func; h != nil {
+		h("sync", name, 0, 0)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/alarms/internal/diskfault"
+	"github.com/wasmkeep/alarms/internal/iohook"
 )
 
 // storeFile is an actor's database file or its WAL, opened by storeVFS
@@ -426,15 +427,9 @@ func (f *storeFile) walTailUsed(off int64) {
 	f.wbOff, f.wbDone, f.lastHdr = off, n-k, -1
 }
 
-// ioHook, when set (the power-loss test), is told of each write to an
-// actor's file before it is made ("write": n bytes at off), of each
-// truncation before it is made ("truncate" to off), and of each sync once
-// it is done ("sync").
-var ioHook func(op, name string, off, n int64)
-
 func (f *storeFile) pwrite(p []byte, off int64) (int, error) {
-	if ioHook != nil {
-		ioHook("write", f.name, off, int64(len(p)))
+	if h := iohook.Func; h != nil {
+		h("write", f.name, off, int64(len(p)))
 	}
 	n := 0
 	for n < len(p) {
@@ -485,8 +480,8 @@ func (f *storeFile) Truncate(size int64) error {
 		// Into what was written: nothing follows on from it now.
 		f.forgetBuf()
 	}
-	if ioHook != nil {
-		ioHook("truncate", f.name, size, 0)
+	if h := iohook.Func; h != nil {
+		h("truncate", f.name, size, 0)
 	}
 	for {
 		err := unix.Ftruncate(f.fd, size)
@@ -542,8 +537,8 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 	if err := fdatasync(f.fd); err != nil {
 		return vfs.SystemError(err, sqlite3.IOERR_FSYNC)
 	}
-	if ioHook != nil {
-		ioHook("sync", f.name, 0, 0)
+	if h := iohook.Func; h != nil {
+		h("sync", f.name, 0, 0)
 	}
 	if f.syncDir {
 		f.syncDir = false
