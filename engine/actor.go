@@ -100,6 +100,13 @@ func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string
 // wake opens the database of a sleeping actor, within the budget (a.mu
 // held). The actor is marked used when the call ends (end).
 func (a *Actor) wake(ctx context.Context) error {
+	return a.wakeGated(ctx, !hostmod.IsUnreported(ctx))
+}
+
+// wakeGated is wake; with gate false, a delivery's deferred commit is not
+// waited for while the database is still open (a read the caller reports
+// to no one, or an image for an upload: SnapshotForUpload).
+func (a *Actor) wakeGated(ctx context.Context, gate bool) error {
 	if a.closed {
 		return &abi.ActorError{ID: a.id, Err: ErrClosed}
 	}
@@ -107,7 +114,7 @@ func (a *Actor) wake(ctx context.Context) error {
 	// this call reads, writes or reports anything, and before the
 	// database opens again (but for a read the caller reports to no one,
 	// on the database still open).
-	if a.pending != nil && (a.store == nil || !hostmod.IsUnreported(ctx)) {
+	if a.pending != nil && (a.store == nil || gate) {
 		if err := a.waitPending(); err != nil {
 			return err
 		}
@@ -261,9 +268,25 @@ func (a *Actor) Snapshot(ctx context.Context) ([]byte, error) { return a.Snapsho
 // schema's format version in its header (user_version), stamped here on a
 // database that has none (docs/design.md#format-versions).
 func (a *Actor) SnapshotTo(ctx context.Context, buf []byte) ([]byte, error) {
+	return a.snapshotTo(ctx, buf, true)
+}
+
+// SnapshotForUpload is SnapshotTo for an upload that makes the image
+// durable elsewhere (a bucket) before anything is told of it: it does not
+// wait for the last delivery's commit to be durable on this node (the
+// output gate; docs/design.md#output-gate), so the upload and the local
+// sync run at once. The image may then hold a delivery a power cut can
+// still undo in the local files; a host that uses it restores from its
+// upload after a crash, and records the local file as matching an upload
+// (the node's sidecar) only once Settle has returned.
+func (a *Actor) SnapshotForUpload(ctx context.Context, buf []byte) ([]byte, error) {
+	return a.snapshotTo(ctx, buf, false)
+}
+
+func (a *Actor) snapshotTo(ctx context.Context, buf []byte, gate bool) ([]byte, error) {
 	a.mu.Lock()
 	defer a.end()
-	if err := a.wake(ctx); err != nil {
+	if err := a.wakeGated(ctx, gate); err != nil {
 		return nil, err
 	}
 	b, err := a.store.SnapshotTo(buf)
@@ -271,6 +294,19 @@ func (a *Actor) SnapshotTo(ctx context.Context, buf []byte) ([]byte, error) {
 		stampSchemaVersion(b)
 	}
 	return b, err
+}
+
+// Settle returns once every commit of the actor is durable on this node:
+// the last delivery's, which the output gate lets an upload read before
+// it is (SnapshotForUpload). Nothing waits without the journal, or when
+// the actor's calls since have waited already.
+func (a *Actor) Settle() error {
+	a.mu.Lock()
+	defer a.end()
+	if a.pending == nil {
+		return nil
+	}
+	return a.waitPending()
 }
 
 // SetMeta commits one meta row (key, value) in a transaction of its own:

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -185,6 +186,28 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 		// its timer) waits, once the database must open again.
 		read := returns(func() error { _, err := a.State(hostmod.Unreported(ctx)); return err })
 		h.waitsForTheJournal(t, read, "the read of the delivered actor, its database opened again")
+	})
+
+	t.Run("upload", func(t *testing.T) {
+		h, a := start(t, "oneshot_alarm")
+		defer h.let()
+		before, err := a.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
+		// An image for an upload, which makes it durable in the bucket,
+		// does not wait for the local sync, and holds the delivery.
+		var image []byte
+		returned(t, returns(func() (err error) {
+			image, err = a.SnapshotForUpload(ctx, nil)
+			return err
+		}), "the image for an upload")
+		if bytes.Equal(image, before) {
+			t.Fatal("the image for an upload is the database before the delivery")
+		}
+		// What records the local file as matching that upload waits.
+		h.waitsForTheJournal(t, returns(a.Settle), "settling the delivered actor")
 	})
 
 	t.Run("closed", func(t *testing.T) {

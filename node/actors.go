@@ -192,7 +192,9 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		// snapshot, so its sidecar says so and taking the actor again
 		// downloads nothing unless the bucket moved on. Without it, every
 		// actor touched during an outage was downloaded afresh after it.
-		keep := e.a != nil && e.hasLast && !e.dirty
+		// Only once that file is durable here (Settle; giveUp's close
+		// waits as well): an upload does not wait for a delivery's commit.
+		keep := e.a != nil && e.hasLast && !e.dirty && e.a.Settle() == nil
 		last := e.last
 		n.giveUp(ctx, e, errors.New("the hold is no longer valid (the node lease lapsed)"))
 		if keep {
@@ -660,8 +662,14 @@ func (n *Node) retryReleases(ctx context.Context, period time.Duration) {
 func (n *Node) release(ctx context.Context, e *entry) error {
 	err := n.replicate(ctx, e, alarms.AfterEvent)
 	if err == nil && e.a != nil && e.unsynced && e.hasLast && !e.dirty {
-		// The local file is the last snapshot this hold uploaded.
-		if werr := writeSidecar(n.path(e.id), e.last, true); werr != nil {
+		// The local file is the last snapshot this hold uploaded, once
+		// the commits in it are durable here (an upload does not wait for
+		// a delivery's: SnapshotForUpload): a sidecar naming an upload
+		// the local file may lose after a power cut would have the
+		// restore keep the older file in the bucket's state's place.
+		if serr := e.a.Settle(); serr != nil {
+			n.log.Warn("no sidecar: the local database is not durable", "actor", e.id.String(), "error", serr)
+		} else if werr := writeSidecar(n.path(e.id), e.last, true); werr != nil {
 			n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", werr)
 		}
 		e.unsynced = false
@@ -1416,7 +1424,11 @@ const maxPooledSnapshot = 1 << 20
 // Upload uploads a snapshot of the database as the hold's next one.
 func (c *nodeActor) Upload(ctx context.Context) error {
 	bp := snapshotBufs.Get().(*[]byte)
-	data, err := c.e.a.SnapshotTo(ctx, *bp)
+	// The upload does not wait for the last delivery's commit to be
+	// durable here: the bucket holds it once the upload returns, and a
+	// restore after a power cut downloads it, as no sidecar names the
+	// upload until the local file is durable too (Settle, on release).
+	data, err := c.e.a.SnapshotForUpload(ctx, *bp)
 	if err == nil {
 		err = c.n.upload(ctx, c.e, data)
 	}
