@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmkeep/alarms/hostmod"
 	"github.com/wasmkeep/alarms/internal/diskfault"
+	"github.com/wasmkeep/alarms/internal/iohook"
 )
 
 // schema creates an actor's tables: the alarm's (hostmod.AlarmSchema);
@@ -637,6 +638,35 @@ func (s *Store) checkpointedFile() (b []byte, ok bool) {
 		return nil, false
 	}
 	return b, true
+}
+
+// SyncDatabase makes the database at path durable as it stands: the file,
+// its WAL (if any) and their directory, each synced. A restore
+// (WriteSnapshot) writes the file without a sync, and without the node
+// journal a commit does not sync the WAL either; a host that records the
+// local file as matching a snapshot (the node's sidecar) syncs it first,
+// or a power cut may leave that record beside an older or emptied file.
+// The WAL's commits in the node journal are durable already: Actor.Settle
+// waits for the last of them.
+func SyncDatabase(path string) error {
+	for _, p := range []string{path, path + "-wal", filepath.Dir(path)} {
+		f, err := os.Open(p)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+		if h := iohook.Func; h != nil {
+			h("sync", p, 0, 0)
+		}
+	}
+	return nil
 }
 
 // WriteSnapshot replaces the database file at path with a snapshot's bytes

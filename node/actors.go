@@ -198,9 +198,7 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		last := e.last
 		n.giveUp(ctx, e, errors.New("the hold is no longer valid (the node lease lapsed)"))
 		if keep {
-			if err := writeSidecar(n.path(e.id), last, true); err != nil {
-				n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
-			}
+			n.vouch(e, last, true)
 		}
 	}
 	if err := n.bucketDown(e.id); err != nil {
@@ -212,11 +210,12 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	}
 	fetched, wasFetched := hold.Fetched()
 	hold = hold.WithoutFetched()
-	if err := n.restore(ctx, e, hold.State, fetched, wasFetched); err != nil {
+	unsynced, err := n.restore(ctx, e, hold.State, fetched, wasFetched)
+	if err != nil {
 		n.releaseHold(ctx, hold)
 		return err
 	}
-	e.hold, e.held, e.uploaded, e.dirty, e.unsynced = hold, true, false, false, false
+	e.hold, e.held, e.uploaded, e.dirty, e.unsynced = hold, true, false, false, unsynced
 	// The new hold replaced the record conditionally: an earlier hold whose
 	// release failed has nothing left to release.
 	n.mu.Lock()
@@ -326,11 +325,14 @@ func (n *Node) noteNewerLocal(id abi.ActorID, path string, newer *format.NewerEr
 // file that matches it (its sidecar names that snapshot and ETag) is kept;
 // another one is set aside as .replaced. When the bucket has nothing, the
 // local file (if any) stays: it is this node's own data, to be uploaded.
-func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, fetched []byte, wasFetched bool) error {
+// unsynced says that no sidecar names latest: a download writes none (the
+// release does, once the file is durable: vouch), so a restore costs no
+// sync and no sidecar written only to be removed by the first upload.
+func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, fetched []byte, wasFetched bool) (unsynced bool, err error) {
 	p := n.path(e.id)
 	if latest.Key == "" {
 		e.hasLast, e.bucketHad, e.last = false, false, cluster.Snapshot{}
-		return nil
+		return false, nil
 	}
 	// A tombstone counts as state: no first snapshot of an earlier owner
 	// can land above it, so the entries of a deleted actor are removed
@@ -353,12 +355,12 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 				// the place of the bucket's state, and its next upload
 				// would replace that state.
 				if statErr == nil {
-					return nil
+					return false, nil
 				}
 			case sidecar(latest, false):
 				// The snapshot is a tombstone: no database, or one the
 				// actor made again since, ahead of it.
-				return nil
+				return false, nil
 			}
 		}
 	}
@@ -371,13 +373,13 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 			// The records name this snapshot: missing, it is an error
 			// (the bucket lost it, or an operator removed it), never "no
 			// state".
-			return err
+			return false, err
 		}
 	}
 	e.last.ETag = etag
 	n.restored.Add(1)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return &abi.ActorError{ID: e.id, Err: err}
+		return false, &abi.ActorError{ID: e.id, Err: err}
 	}
 	// A snapshot that is not a database this host wrote is refused before
 	// anything local is touched: the actor is given up, the bucket keeps
@@ -390,29 +392,27 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 				// reads it (docs/design.md#format-versions).
 				n.noteNewerSnapshot(e.id, latest.Key, newer)
 			}
-			return &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
+			return false, &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
 		}
 	}
 	if local {
 		if err := engine.MoveDatabase(p, p+".replaced"); err != nil {
-			return &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
+			return false, &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
 		}
 		_ = engine.RemoveDatabase(p)
 		n.log.Warn("local database differs from the bucket's newest state; set aside", "actor", e.id.String(), "as", p+".replaced", "snapshot", latest.Key)
 	}
 	if len(data) == 0 { // a tombstone: the actor was deleted
 		if err := engine.RemoveDatabase(p); err != nil {
-			return &abi.ActorError{ID: e.id, Err: err}
+			return false, &abi.ActorError{ID: e.id, Err: err}
 		}
-	} else {
-		if err := engine.WriteSnapshot(p, data); err != nil {
-			return &abi.ActorError{ID: e.id, Op: "restore", Err: err}
-		}
+		n.vouch(e, e.last, false)
+		return false, nil
 	}
-	if err := writeSidecar(p, e.last, len(data) > 0); err != nil {
-		return &abi.ActorError{ID: e.id, Op: "write the sidecar", Err: err}
+	if err := engine.WriteSnapshot(p, data); err != nil {
+		return false, &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 	}
-	return nil
+	return true, nil
 }
 
 // noteNewerSnapshot counts and logs a snapshot of a format newer than this
@@ -442,8 +442,29 @@ func sidecar(s cluster.Snapshot, data bool) string {
 
 // writeSidecar writes the sidecar of the database at p: it is snapshot s,
 // which has data (false: a tombstone, for which the file was removed).
+// Only vouch calls it.
 func writeSidecar(p string, s cluster.Snapshot, data bool) error {
 	return os.WriteFile(p+".sync", []byte(sidecar(s, data)), 0o644)
+}
+
+// vouch writes the sidecar of e's database naming s (data false: a
+// tombstone, the file removed) once the database, its WAL and their
+// directory are durable as they stand (engine.SyncDatabase). A restore
+// writes the file without a sync, and without the node journal the WAL's
+// commits are not synced either: a sidecar a power cut left beside an
+// older or emptied file would have the next take keep that file in place
+// of the bucket's state, and upload it over that state. The caller has
+// waited for the actor's last delivery's commit (Actor.Settle) while it
+// was open. A failure leaves no sidecar: the next take downloads.
+func (n *Node) vouch(e *entry, s cluster.Snapshot, data bool) {
+	p := n.path(e.id)
+	if err := engine.SyncDatabase(p); err != nil {
+		n.log.Warn("no sidecar: the local database could not be synced", "actor", e.id.String(), "error", err)
+		return
+	}
+	if err := writeSidecar(p, s, data); err != nil {
+		n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", err)
+	}
 }
 
 // replicate uploads the actor's database when events committed since the
@@ -669,8 +690,8 @@ func (n *Node) release(ctx context.Context, e *entry) error {
 		// restore keep the older file in the bucket's state's place.
 		if serr := e.a.Settle(); serr != nil {
 			n.log.Warn("no sidecar: the local database is not durable", "actor", e.id.String(), "error", serr)
-		} else if werr := writeSidecar(n.path(e.id), e.last, true); werr != nil {
-			n.log.Warn("could not write the sidecar", "actor", e.id.String(), "error", werr)
+		} else {
+			n.vouch(e, e.last, true)
 		}
 		e.unsynced = false
 	}

@@ -24,20 +24,31 @@ import (
 // file in place of the bucket's state, is written on release only once
 // the local file is durable too: written before, a power cut could leave
 // a sidecar naming the upload beside a database that lost the delivery,
-// and the next take would keep that older file.
+// and the next take would keep that older file. The database file is
+// synced before it too.
 func TestAnUploadGoesOutBeforeTheLocalSyncButTheSidecarWaitsForIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := s3test.Start(t).Bucket
 	dir := t.TempDir()
-	var holding atomic.Bool
+	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "g"}
+	db := node.Path(dir, id)
+	side := db + ".sync"
+	var holding, dbSynced, sidecarFirst atomic.Bool
 	release := make(chan struct{})
 	let := sync1(func() { holding.Store(false); close(release) })
 	defer let()
-	// Only this test's journal: the node tests run in parallel.
+	// Only this test's files: the node tests run in parallel.
 	t.Cleanup(iohook.Set(func(op, name string, _, _ int64) {
-		if op == "sync" && holding.Load() && strings.HasPrefix(name, dir) && strings.Contains(name, "journal-") {
+		switch {
+		case op != "sync" || !strings.HasPrefix(name, dir):
+		case holding.Load() && strings.Contains(name, "journal-"):
 			<-release
+		case name == db:
+			dbSynced.Store(true)
+			if _, err := os.Stat(side); err == nil {
+				sidecarFirst.Store(true)
+			}
 		}
 	}))
 	delivered := make(chan node.DeliveryEvent, 4)
@@ -64,7 +75,6 @@ func TestAnUploadGoesOutBeforeTheLocalSyncButTheSidecarWaitsForIt(t *testing.T) 
 			n.Close(ctx)
 		}
 	}()
-	id := abi.ActorID{Tenant: "t", Class: "oneshot", Name: "g"}
 	if _, err := n.Exec(ctx, id, alarmAt(time.Now().Add(300*time.Millisecond).UnixMilli()), node.ExecDurable); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +93,6 @@ func TestAnUploadGoesOutBeforeTheLocalSyncButTheSidecarWaitsForIt(t *testing.T) 
 		t.Fatalf("the bucket's state is still %+v: the delivery was not uploaded", before)
 	}
 
-	side := node.Path(dir, id) + ".sync"
 	go func() { closed <- n.Close(ctx) }()
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for time.Now().Before(deadline) {
@@ -107,6 +116,12 @@ func TestAnUploadGoesOutBeforeTheLocalSyncButTheSidecarWaitsForIt(t *testing.T) 
 	}
 	if want := latest(t, b, id); !strings.Contains(string(got), want.ETag) {
 		t.Fatalf("the sidecar %q does not name the bucket's state %+v", got, want)
+	}
+	// The database itself is synced before the sidecar vouches for it:
+	// without the journal its WAL's commits are not, and a restore writes
+	// the file without a sync.
+	if !dbSynced.Load() || sidecarFirst.Load() {
+		t.Fatalf("the database was synced: %v; the sidecar written before that sync: %v", dbSynced.Load(), sidecarFirst.Load())
 	}
 }
 
