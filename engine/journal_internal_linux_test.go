@@ -20,17 +20,50 @@ import (
 // when an old record starts exactly where the new ones end.
 func TestAReusedJournalFileReplaysOnlyItsOwnGeneration(t *testing.T) {
 	root, wal := oneDatabase(t)
-	rec := func(s string) []byte { return []byte(s + "................")[:16] }
-	size := int64(recHdrSize + len("a.db-wal") + 16)
-	prev := journalFileSize
-	journalFileSize = journalHdrSize + 2*size // two records a file
-	defer func() { journalFileSize = prev }()
+	twoRecordFiles(t)
 	j, err := openJournal(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.close()
-	put := func(off int64, data []byte) {
+	put := waitedPut(t, j, wal)
+	put(0, rec16("old-1"))   // file 0
+	put(100, rec16("old-2")) // file 0, full
+	put(200, rec16("x-3"))   // file 1
+	put(300, rec16("x-4"))   // file 1, full
+	put(0, rec16("new-1"))   // file 0 again, where old-1 was; old-2 follows it
+	for deadline := time.Now().Add(10 * time.Second); j.stats().Retired < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("file 1 was not retired")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got := replayedWAL(t, root)
+	if !bytes.HasPrefix(got, rec16("new-1")) {
+		t.Fatalf("the WAL after the replay starts %q, want the new generation's record", got[:min(len(got), 16)])
+	}
+	if bytes.Contains(got, []byte("old-2")) {
+		t.Fatal("the replay wrote a record of the file's earlier generation")
+	}
+}
+
+// rec16 is a 16-byte record's bytes, s padded with dots.
+func rec16(s string) []byte { return []byte(s + "................")[:16] }
+
+// twoRecordFiles makes the journal files opened during the test hold two
+// of rec16's records each (to a WAL named a.db-wal), so that they take turns
+// every second record.
+func twoRecordFiles(t *testing.T) {
+	size := int64(recHdrSize + len("a.db-wal") + 16)
+	prev := journalFileSize
+	journalFileSize = journalHdrSize + 2*size
+	t.Cleanup(func() { journalFileSize = prev })
+}
+
+// waitedPut returns what appends a write of data at off in wal to j and
+// waits until it is durable.
+func waitedPut(t *testing.T, j *journal, wal string) func(off int64, data []byte) {
+	return func(off int64, data []byte) {
 		t.Helper()
 		b, err := j.append(recWrite, wal, off, data)
 		if err != nil {
@@ -39,24 +72,6 @@ func TestAReusedJournalFileReplaysOnlyItsOwnGeneration(t *testing.T) {
 		if err := j.wait(b); err != nil {
 			t.Fatal(err)
 		}
-	}
-	put(0, rec("old-1"))   // file 0
-	put(100, rec("old-2")) // file 0, full
-	put(200, rec("x-3"))   // file 1
-	put(300, rec("x-4"))   // file 1, full
-	put(0, rec("new-1"))   // file 0 again, where old-1 was; old-2 follows it
-	for deadline := time.Now().Add(10 * time.Second); j.stats().Retired < 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("file 1 was not retired")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	got := replayedWAL(t, root)
-	if !bytes.HasPrefix(got, rec("new-1")) {
-		t.Fatalf("the WAL after the replay starts %q, want the new generation's record", got[:min(len(got), 16)])
-	}
-	if bytes.Contains(got, []byte("old-2")) {
-		t.Fatal("the replay wrote a record of the file's earlier generation")
 	}
 }
 
@@ -244,11 +259,7 @@ func BenchmarkPackZeros(b *testing.B) {
 // started anew), and the newest commits lost.
 func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	root, wal := oneDatabase(t)
-	rec := func(s string) []byte { return []byte(s + "................")[:16] }
-	size := int64(recHdrSize + len("a.db-wal") + 16)
-	prev := journalFileSize
-	journalFileSize = journalHdrSize + 2*size // two records a file
-	defer func() { journalFileSize = prev }()
+	twoRecordFiles(t)
 	crash, cut := t.TempDir(), t.TempDir()
 	copyFiles := func(src, dst string) {
 		for _, p := range []string{"a.db", "a.db-wal", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"} {
@@ -292,22 +303,13 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := func(off int64, data []byte) {
-		t.Helper()
-		b, err := j.append(recWrite, wal, off, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := j.wait(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(0, rec("old-1"))   // file 0, generation 1
-	put(100, rec("old-2")) // file 0, full
-	put(0, rec("mid-3"))   // file 1, generation 2
-	put(100, rec("mid-4")) // file 1, full
+	put := waitedPut(t, j, wal)
+	put(0, rec16("old-1"))   // file 0, generation 1
+	put(100, rec16("old-2")) // file 0, full
+	put(0, rec16("mid-3"))   // file 1, generation 2
+	put(100, rec16("mid-4")) // file 1, full
 	armed.Store(true)
-	put(0, rec("new-5")) // file 0 again, generation 3, where mid-3 was
+	put(0, rec16("new-5")) // file 0 again, generation 3, where mid-3 was
 	for deadline := time.Now().Add(10 * time.Second); j.stats().Retired < 2; {
 		if time.Now().After(deadline) {
 			t.Fatal("file 1 was not retired")
@@ -337,7 +339,7 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(got, rec("new-5")) || !bytes.Equal(got[100:116], rec("mid-4")) {
+	if !bytes.HasPrefix(got, rec16("new-5")) || !bytes.Equal(got[100:116], rec16("mid-4")) {
 		t.Fatalf("the WAL after a cut between the retirements starts %q and holds %q at 100, want the newest records, new-5 and mid-4", got[:min(len(got), 16)], got[100:min(len(got), 116)])
 	}
 }
