@@ -211,6 +211,12 @@ func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 		var mu sync.Mutex
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
+		// A t.Fatal below ends the test with the load still running: it
+		// must stop before the disk's hook goes (the cleanups run last
+		// registered first), or its writes reach a finished test's hook.
+		stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+		closeEngine := sync.OnceFunc(func() { eng.Close(ctx) })
+		t.Cleanup(func() { stopLoad(); closeEngine() })
 		for i := 0; i < actors; i++ {
 			a, err := eng.Open(ctx, abi.ActorID{Tenant: "p", Class: "bench", Name: fmt.Sprint(i)}, cl, filepath.Join(dir, fmt.Sprintf("%d.db", i)))
 			if err != nil {
@@ -271,10 +277,9 @@ func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 			snapshot()
 			d.cut(dir, after)
 		}
-		close(stop)
-		wg.Wait()
+		stopLoad()
 		retired += eng.Journal().Retired
-		eng.Close(ctx)
+		closeEngine()
 		dirs := []string{after}
 		if journal {
 			// The next start replays the journal into the WALs; a second
