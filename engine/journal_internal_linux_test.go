@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -261,8 +263,8 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	root, wal := oneDatabase(t)
 	twoRecordFiles(t)
 	crash, cut := t.TempDir(), t.TempDir()
-	copyFiles := func(src, dst string) {
-		for _, p := range []string{"a.db", "a.db-wal", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"} {
+	copyFiles := func(src, dst string, files ...string) {
+		for _, p := range files {
 			b, err := os.ReadFile(filepath.Join(src, p))
 			if os.IsNotExist(err) {
 				continue
@@ -280,21 +282,13 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 			}
 		}
 	}
-	var armed, crashed atomic.Bool
+	all := []string{"a.db", "a.db-wal", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"}
 	var headers atomic.Int32
 	restore := SetIOHook(func(op, name string, off, n int64) {
-		header := op == "write" && off == 0 && strings.Contains(name, "journal-")
-		switch {
-		case !header:
-		case armed.Load() && !crashed.Load() && strings.HasPrefix(name, root+"/") && strings.HasSuffix(name, "journal-1"):
-			// File 1 (generation 2) is about to be retired: both files
-			// are live, file 0 with the newer generation (3).
-			copyFiles(root, crash)
-			crashed.Store(true)
-		case strings.HasPrefix(name, crash+"/"):
+		if op == "write" && off == 0 && strings.HasPrefix(name, crash+"/") && strings.Contains(name, "journal-") {
 			if headers.Add(1) == 2 {
 				// The start after the crash, between its two retirements.
-				copyFiles(crash, cut)
+				copyFiles(crash, cut, all...)
 			}
 		}
 	})
@@ -303,22 +297,34 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeJ := sync.OnceFunc(func() { j.close() })
+	defer closeJ()
 	put := waitedPut(t, j, wal)
-	put(0, rec16("old-1"))   // file 0, generation 1
+	put(0, rec16("old-1"))   // file 0, a first generation
 	put(100, rec16("old-2")) // file 0, full
-	put(0, rec16("mid-3"))   // file 1, generation 2
-	put(100, rec16("mid-4")) // file 1, full
-	armed.Store(true)
-	put(0, rec16("new-5")) // file 0 again, generation 3, where mid-3 was
-	for deadline := time.Now().Add(10 * time.Second); j.stats().Retired < 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("file 1 was not retired")
+	put(0, rec16("mid-3"))   // file 1, the next generation
+	put(100, rec16("mid-4")) // file 1, full: written no more until retired
+	copyFiles(root, crash, ".wasmkeep-journal/journal-1")
+	put(0, rec16("new-5")) // file 0 again, a third generation, where mid-3 was
+	// The crash: new-5 durable, file 1 not yet retired (as it stood
+	// once full), so both files are live, file 0 the newer.
+	copyFiles(root, crash, "a.db", "a.db-wal", ".wasmkeep-journal/journal-0")
+	closeJ()
+	var gens [2]uint64
+	for i := range gens {
+		fd, err := unix.Open(filepath.Join(crash, ".wasmkeep-journal", fmt.Sprintf("journal-%d", i)), unix.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
+		gen, state, _, ok, err := readJournalHeader(fd)
+		unix.Close(fd)
+		if err != nil || !ok || state != journalLive {
+			t.Fatalf("the crash's journal file %d: state %d (%v, %v), want live: the test sees nothing", i, state, ok, err)
+		}
+		gens[i] = gen
 	}
-	j.close()
-	if !crashed.Load() {
-		t.Fatal("no instant with both journal files live: the test sees nothing")
+	if gens[0] <= gens[1] {
+		t.Fatalf("the crash's journal files have generations %v, want file 0 the newer: the test sees nothing", gens)
 	}
 	// The start after the crash replays both; cut between its two
 	// retirements, the start after that replays what is still live.
