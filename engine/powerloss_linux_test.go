@@ -215,13 +215,22 @@ func powerCuts(t *testing.T, mode string, cuts int) (lost int) {
 		// must stop before the disk's hook goes (the cleanups run last
 		// registered first), or its writes reach a finished test's hook.
 		stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
-		closeEngine := sync.OnceFunc(func() { eng.Close(ctx) })
+		var opened []*engine.Actor
+		// The engine's Close leaves its actors' databases open: each is
+		// closed first (the files of every cut stayed open before).
+		closeEngine := sync.OnceFunc(func() {
+			for _, a := range opened {
+				a.Close(ctx)
+			}
+			eng.Close(ctx)
+		})
 		t.Cleanup(func() { stopLoad(); closeEngine() })
 		for i := 0; i < actors; i++ {
 			a, err := eng.Open(ctx, abi.ActorID{Tenant: "p", Class: "bench", Name: fmt.Sprint(i)}, cl, filepath.Join(dir, fmt.Sprintf("%d.db", i)))
 			if err != nil {
 				t.Fatal(err)
 			}
+			opened = append(opened, a)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
