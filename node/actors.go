@@ -409,6 +409,17 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 		n.vouch(e, e.last, false)
 		return false, nil
 	}
+	// A sidecar left from before (naming an older snapshot, or this one
+	// beside a database that was removed) goes first, and durably: a
+	// power cut must not leave it vouching for the file written next,
+	// which is not synced until the release.
+	if err := os.Remove(p + ".sync"); err == nil {
+		if err := engine.SyncDatabase(p); err != nil {
+			return false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
+		}
+	} else if !os.IsNotExist(err) {
+		return false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
+	}
 	if err := engine.WriteSnapshot(p, data); err != nil {
 		return false, &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 	}
