@@ -442,8 +442,8 @@ func (e *Engine) watch() {
 // Close closes the runtime and every instance in it; with WithRuntime, it
 // closes only the classes the engine compiled and leaves the embedder's
 // runtime open. It does not close the actors' databases: close each
-// actor first (Actor.Close), or its files stay open. Its metrics leave the registerer
-// (WithRegisterer), so a new engine may register there.
+// actor first (Actor.Close), or its files stay open. Its metrics leave
+// the registerer (WithRegisterer), so a new engine may register there.
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		if e.stopWatch != nil {

@@ -147,24 +147,37 @@ func oneDatabase(t *testing.T) (root, wal string) {
 func replayedWAL(t *testing.T, root string) []byte {
 	t.Helper()
 	after := t.TempDir()
-	for _, p := range []string{"a.db", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"} {
-		b, err := os.ReadFile(filepath.Join(root, p))
+	copyFiles(t, root, after, "a.db", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1")
+	return walAfterStart(t, after)
+}
+
+// copyFiles copies the files named (relative to src) to dst.
+func copyFiles(t *testing.T, src, dst string, files ...string) {
+	t.Helper()
+	for _, p := range files {
+		b, err := os.ReadFile(filepath.Join(src, p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(after, p)), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, p)), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(after, p), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dst, p), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	re, err := openJournal(after)
+}
+
+// walAfterStart starts a journal in dir (as after a reboot: it replays),
+// closes it and returns a.db's WAL.
+func walAfterStart(t *testing.T, dir string) []byte {
+	t.Helper()
+	re, err := openJournal(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	re.close()
-	got, err := os.ReadFile(filepath.Join(after, "a.db-wal"))
+	got, err := os.ReadFile(filepath.Join(dir, "a.db-wal"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,32 +276,12 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	root, wal := oneDatabase(t)
 	twoRecordFiles(t)
 	crash, cut := t.TempDir(), t.TempDir()
-	copyFiles := func(src, dst string, files ...string) {
-		for _, p := range files {
-			b, err := os.ReadFile(filepath.Join(src, p))
-			if os.IsNotExist(err) {
-				continue
-			}
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, p)), 0o755); err != nil {
-				t.Error(err)
-				return
-			}
-			if err := os.WriteFile(filepath.Join(dst, p), b, 0o644); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	all := []string{"a.db", "a.db-wal", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1"}
 	var headers atomic.Int32
 	restore := SetIOHook(func(op, name string, off, n int64) {
 		if op == "write" && off == 0 && strings.HasPrefix(name, crash+"/") && strings.Contains(name, "journal-") {
 			if headers.Add(1) == 2 {
 				// The start after the crash, between its two retirements.
-				copyFiles(crash, cut, all...)
+				copyFiles(t, crash, cut, "a.db", "a.db-wal", ".wasmkeep-journal/journal-0", ".wasmkeep-journal/journal-1")
 			}
 		}
 	})
@@ -304,11 +297,11 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	put(100, rec16("old-2")) // file 0, full
 	put(0, rec16("mid-3"))   // file 1, the next generation
 	put(100, rec16("mid-4")) // file 1, full: written no more until retired
-	copyFiles(root, crash, ".wasmkeep-journal/journal-1")
+	copyFiles(t, root, crash, ".wasmkeep-journal/journal-1")
 	put(0, rec16("new-5")) // file 0 again, a third generation, where mid-3 was
 	// The crash: new-5 durable, file 1 not yet retired (as it stood
 	// once full), so both files are live, file 0 the newer.
-	copyFiles(root, crash, "a.db", "a.db-wal", ".wasmkeep-journal/journal-0")
+	copyFiles(t, root, crash, "a.db", ".wasmkeep-journal/journal-0")
 	closeJ()
 	var gens [2]uint64
 	for i := range gens {
@@ -336,15 +329,7 @@ func TestAStartRetiresTheOlderJournalFileFirst(t *testing.T) {
 	if n := headers.Load(); n < 2 {
 		t.Fatalf("the start after the crash wrote %d journal headers, want a retirement of each file", n)
 	}
-	re, err = openJournal(cut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	re.close()
-	got, err := os.ReadFile(filepath.Join(cut, "a.db-wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := walAfterStart(t, cut)
 	if !bytes.HasPrefix(got, rec16("new-5")) || !bytes.Equal(got[100:116], rec16("mid-4")) {
 		t.Fatalf("the WAL after a cut between the retirements starts %q and holds %q at 100, want the newest records, new-5 and mid-4", got[:min(len(got), 16)], got[100:min(len(got), 116)])
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestAnUploadGoesOutBeforeTheLocalSyncButTheSidecarWaitsForIt(t *testing.T) 
 	side := db + ".sync"
 	var holding, dbSynced, sidecarFirst atomic.Bool
 	release := make(chan struct{})
-	let := sync1(func() { holding.Store(false); close(release) })
+	let := sync.OnceFunc(func() { holding.Store(false); close(release) })
 	defer let()
 	// Only this test's files: the node tests run in parallel.
 	t.Cleanup(iohook.Set(func(op, name string, _, _ int64) {
@@ -122,15 +123,5 @@ func TestAnUploadGoesOutBeforeTheLocalSyncButTheSidecarWaitsForIt(t *testing.T) 
 	// the file without a sync.
 	if !dbSynced.Load() || sidecarFirst.Load() {
 		t.Fatalf("the database was synced: %v; the sidecar written before that sync: %v", dbSynced.Load(), sidecarFirst.Load())
-	}
-}
-
-// sync1 is f, run once however often it is called.
-func sync1(f func()) func() {
-	var done atomic.Bool
-	return func() {
-		if !done.Swap(true) {
-			f()
-		}
 	}
 }
