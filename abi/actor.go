@@ -135,25 +135,38 @@ func identStart(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '
 
 // NameHex gives the name as lowercase hex: how it appears in every path and
 // key, so no store escapes or rejects its bytes.
-func (id ActorID) NameHex() string { return hex.EncodeToString([]byte(id.Name)) }
+func (id ActorID) NameHex() string {
+	var buf [2 * MaxNameLen]byte
+	return string(hex.AppendEncode(buf[:0], []byte(id.Name)))
+}
 
 // Path gives "tenant/class/<name as hex>": the actor's place in the data
 // directory (with ".db"), in the bucket's state and hold folders, and its
 // key in the node timer. Two different identities never share a path.
-func (id ActorID) Path() string { return id.Tenant + "/" + id.Class + "/" + id.NameHex() }
+func (id ActorID) Path() string {
+	// One allocation: the node timer's key is made for every firing.
+	var buf [MaxTenantLen + MaxClassLen + 2*MaxNameLen + 2]byte
+	b := append(buf[:0], id.Tenant...)
+	b = append(b, '/')
+	b = append(b, id.Class...)
+	b = append(b, '/')
+	b = hex.AppendEncode(b, []byte(id.Name))
+	return string(b)
+}
 
 // ParsePath reads what [ActorID.Path] writes, and accepts only a valid
 // identity.
 func ParsePath(p string) (ActorID, error) {
-	parts := strings.Split(p, "/")
-	if len(parts) != 3 {
+	tenant, rest, ok1 := strings.Cut(p, "/")
+	class, nameHex, ok2 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 || strings.Contains(nameHex, "/") {
 		return ActorID{}, fmt.Errorf("%w: path %q is not tenant/class/name-as-hex", ErrInvalidActorID, p)
 	}
-	name, err := DecodeNameHex(parts[2])
+	name, err := DecodeNameHex(nameHex)
 	if err != nil {
 		return ActorID{}, fmt.Errorf("path %q: %w", p, err)
 	}
-	id := ActorID{Tenant: parts[0], Class: parts[1], Name: name}
+	id := ActorID{Tenant: tenant, Class: class, Name: name}
 	if err := id.Validate(); err != nil {
 		return ActorID{}, err
 	}
@@ -171,8 +184,9 @@ func DecodeNameHex(s string) (string, error) {
 			return "", fmt.Errorf("%w: the name as hex %q is not lowercase hex", ErrInvalidActorID, s)
 		}
 	}
-	b, _ := hex.DecodeString(s)
-	return string(b), nil
+	var buf [MaxNameLen]byte
+	n, _ := hex.Decode(buf[:], []byte(s))
+	return string(buf[:n]), nil
 }
 
 // ActorError is an error about one actor: what was being done (Op, which

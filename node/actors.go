@@ -1001,13 +1001,11 @@ func (h clusterHost) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, fu
 				e.mu.Unlock()
 			}
 		}
-		var held *cluster.HeldElsewhereError
-		if errors.Is(err, ErrClassNotServed) || errors.As(err, &held) {
-			room.Release()
-			return nil, nil, alarms.NotHere(err)
-		}
 		if err != nil {
 			room.Release()
+			if held := (*cluster.HeldElsewhereError)(nil); errors.Is(err, ErrClassNotServed) || errors.As(err, &held) {
+				return nil, nil, alarms.NotHere(err)
+			}
 			return nil, nil, err
 		}
 		if room == nil {
@@ -1021,9 +1019,11 @@ func (h clusterHost) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, fu
 			continue // take the actor again
 		}
 		e.a.UseRoom(room)
-		c := &nodeActor{n: h.n, e: e}
+		// r, not room: a closure captures a variable assigned more than
+		// once by reference, which puts it on the heap at every take.
+		c, r := &nodeActor{n: h.n, e: e}, room
 		return c, func(err error) {
-			room.Release() // if no guest call used it
+			r.Release() // if no guest call used it
 			c.done(ctx, err)
 		}, nil
 	}
