@@ -109,6 +109,23 @@ func TestParsePathRefusesWhatPathNeverWrites(t *testing.T) {
 	}
 }
 
+// The node timer's key is made and read at every firing: each of Path and
+// ParsePath allocates its result only.
+func TestPathAndParsePathAllocateOnlyTheirResult(t *testing.T) {
+	id := abi.ActorID{Tenant: "tenant-a", Class: "counter", Name: strings.Repeat("n", abi.MaxNameLen)}
+	p := id.Path()
+	if got := testing.AllocsPerRun(100, func() { p = id.Path() }); got != 1 {
+		t.Errorf("Path: %v allocations, want 1", got)
+	}
+	var back abi.ActorID
+	if got := testing.AllocsPerRun(100, func() { back, _ = abi.ParsePath(p) }); got != 1 {
+		t.Errorf("ParsePath: %v allocations, want 1", got)
+	}
+	if back != id {
+		t.Errorf("ParsePath(Path()) = %+v, want %+v", back, id)
+	}
+}
+
 func TestStringQuotesAndCutsHostileNames(t *testing.T) {
 	for _, tc := range []struct {
 		id   abi.ActorID

@@ -4,11 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,7 +60,9 @@ var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 
 // Each at the design's defaults (lease 10 s, margin 1 s, grace 2 s, sweep
 // 10 s) and scaled down by five (2 s, 400 ms, 1 s, 1 s: the process tests'
 // timings) and by ten (1 s, 200 ms, 500 ms, 500 ms). lost counts alarms
-// that never fired (an error if not 0); dups counts duplicate firings. A
+// that never fired (an error if not 0); dups counts duplicate firings.
+// -failover.cpuprofile FILE writes a CPU profile of the first survivor
+// over the drain (keepnode -pprof; -failover.profile-for long). A
 // run at the defaults takes one to two minutes, five with 10,000 alarms:
 //
 //	go test -run '^$' -bench BenchmarkFailover -benchtime 1x -timeout 30m ./node/
@@ -82,6 +87,33 @@ func BenchmarkFailover(b *testing.B) {
 var failoverDrain = flag.Int("failover.drain", 2000, "BenchmarkFailover's drain: how many alarms are due at once on the killed node")
 
 var failoverSurvivors = flag.Int("failover.survivors", 2, "BenchmarkFailover: how many nodes survive the one killed")
+
+var failoverProfile = flag.String("failover.cpuprofile", "", "BenchmarkFailover's drain: write a CPU profile of the first survivor (keepnode -pprof), from when it could first take the orphans, for -failover.profile-for, to this file")
+
+var failoverProfileFor = flag.Duration("failover.profile-for", 10*time.Second, "BenchmarkFailover: how long -failover.cpuprofile profiles")
+
+// profileSurvivor writes a CPU profile of node n (served by keepnode
+// -pprof on its metrics listener) from at, for d, to path.
+func profileSurvivor(tb testing.TB, n *clusterproc.Node, at time.Time, d time.Duration, path string) {
+	time.Sleep(time.Until(at))
+	u := strings.TrimSuffix(n.MetricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds()))
+	resp, err := http.Get(u)
+	if err != nil {
+		tb.Logf("profile of %s: %v", n.Name, err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		tb.Logf("profile of %s: %v", n.Name, err)
+	}
+}
 
 func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Duration) {
 	var lateness []time.Duration
@@ -290,6 +322,9 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	rec := &swFirings{}
 	cfg, srv := swProcCluster(b, ctx, rec, timings)
 	cfg.Flags = append(cfg.Flags, "-metrics-addr", "127.0.0.1:0")
+	if *failoverProfile != "" {
+		cfg.Flags = append(cfg.Flags, "-pprof")
+	}
 	if *failoverSurvivors < 1 {
 		b.Fatalf("-failover.survivors %d: at least one node must survive", *failoverSurvivors)
 	}
@@ -312,6 +347,17 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	}
 	before := survivorCounts(b, nodes[1:])
 	cpu := startCPU(nodes[1:], srv.Pid)
+	var profiled sync.WaitGroup
+	if *failoverProfile != "" && spread == 0 {
+		// The orphans can first be taken a lease period and grace after
+		// the kill, once due.
+		from := killed.Add(timings.ttl + timings.grace)
+		if base.After(from) {
+			from = base
+		}
+		profiled.Go(func() { profileSurvivor(b, nodes[1], from, *failoverProfileFor, *failoverProfile) })
+	}
+	defer profiled.Wait()
 	b.StartTimer()
 	out := swCollect(rec, victim.Name, due, base.Add(spread+timings.bound()+time.Duration(actors)*time.Second/5))
 	b.StopTimer()
