@@ -650,16 +650,9 @@ func (s *Store) checkpointedFile() (b []byte, ok bool) {
 // waits for the last of them.
 func SyncDatabase(path string) error {
 	for _, p := range []string{path, path + "-wal", filepath.Dir(path)} {
-		f, err := os.Open(p)
-		if os.IsNotExist(err) {
+		if err := syncPath(p); os.IsNotExist(err) {
 			continue
-		}
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
+		} else if err != nil {
 			return fmt.Errorf("sync %s: %w", p, err)
 		}
 		if h := iohook.Func; h != nil {
