@@ -490,18 +490,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(&discard{header: http.Header{}}, r)
 		hijackAndClose(w, false)
 	case LandLate:
+		// Counted as pending before the caller sees its failure: a caller
+		// that then waits for the late requests (WaitLate) waits for this
+		// one too, however late this goroutine runs again.
+		p.pending.Add(1)
+		launched := false
+		defer func() {
+			if !launched { // the body unread, or the hijack refused (a panic)
+				p.pending.Done()
+			}
+		}()
 		body, err := io.ReadAll(r.Body)
 		hijackAndClose(w, false)
 		if err != nil {
 			return
 		}
 		held := r.Clone(context.Background())
-		p.pending.Add(1)
+		launched = true
 		go func() {
 			defer p.pending.Done()
 			time.Sleep(late)
 			held.Body = io.NopCloser(bytes.NewReader(body))
 			held.ContentLength = int64(len(body))
+			// A pooled connection the server closed meanwhile is retried
+			// on a new one, rather than the late request silently never
+			// landing.
+			held.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 			p.rp.ServeHTTP(&discard{header: http.Header{}}, held)
 		}()
 	}
