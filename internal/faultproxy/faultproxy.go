@@ -152,7 +152,18 @@ type Proxy struct {
 	late        time.Duration
 	injected    map[string]int // by kind: FailMode.String(), "latency", "partitioned"
 	hook        func(Fault)
-	pending     sync.WaitGroup // requests landing late
+	// lateHeld counts the requests held to land late that have not
+	// landed (or been dropped) yet; landed is signalled as each does (both
+	// under mu). Not a WaitGroup: a held request is counted before its caller
+	// sees the refusal, a causal order through the connection that the
+	// race detector cannot see, and an Add from zero that it cannot order
+	// before a Wait is reported as a misuse.
+	lateHeld int
+	landed   *sync.Cond
+	// afterLateRefusal, when set (tests; under mu), runs once a request
+	// held to land late has been refused to its caller, before it is
+	// held.
+	afterLateRefusal func()
 }
 
 // Fault is one fault the proxy injected into a request.
@@ -205,6 +216,7 @@ func StartAt(addr, target string, seed uint64) (*Proxy, error) {
 		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		late:     DefaultLateDelay,
 	}
+	p.landed = sync.NewCond(&p.mu)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(u)
@@ -279,7 +291,21 @@ func (p *Proxy) Close() error {
 }
 
 // WaitLate waits until every request held back to land late has landed.
-func (p *Proxy) WaitLate() { p.pending.Wait() }
+func (p *Proxy) WaitLate() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.lateHeld > 0 {
+		p.landed.Wait()
+	}
+}
+
+// heldDone counts a held request as landed, or dropped.
+func (p *Proxy) heldDone() {
+	p.mu.Lock()
+	p.lateHeld--
+	p.landed.Broadcast()
+	p.mu.Unlock()
+}
 
 // FailNext fails the next n requests whose HTTP method is method ("" for
 // any) in the given mode. Rules queue up in the order they were added.
@@ -490,14 +516,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(&discard{header: http.Header{}}, r)
 		hijackAndClose(w, false)
 	case LandLate:
-		// Counted as pending before the caller sees its failure: a caller
+		// Counted as held before the caller sees its failure: a caller
 		// that then waits for the late requests (WaitLate) waits for this
 		// one too, however late this goroutine runs again.
-		p.pending.Add(1)
+		p.mu.Lock()
+		p.lateHeld++
+		p.mu.Unlock()
 		launched := false
 		defer func() {
 			if !launched { // the body unread, or the hijack refused (a panic)
-				p.pending.Done()
+				p.heldDone()
 			}
 		}()
 		body, err := io.ReadAll(r.Body)
@@ -505,10 +533,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		h := p.afterLateRefusal
+		p.mu.Unlock()
+		if h != nil {
+			h()
+		}
 		held := r.Clone(context.Background())
 		launched = true
 		go func() {
-			defer p.pending.Done()
+			defer p.heldDone()
 			time.Sleep(late)
 			held.Body = io.NopCloser(bytes.NewReader(body))
 			held.ContentLength = int64(len(body))

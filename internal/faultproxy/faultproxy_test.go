@@ -100,6 +100,27 @@ func TestResetLostReplyAndLateLanding(t *testing.T) {
 	}
 }
 
+// WaitLate waits for a request held to land late even when its handler
+// is slow to get going after refusing it: the caller, which saw the
+// refusal at once, cannot call WaitLate before the request counts as
+// held.
+func TestWaitLateWaitsForARequestRefusedJustNow(t *testing.T) {
+	b, target := startBackend(t)
+	p := start(t, target)
+	p.SetLateDelay(10 * time.Millisecond)
+	p.mu.Lock()
+	p.afterLateRefusal = func() { time.Sleep(200 * time.Millisecond) }
+	p.mu.Unlock()
+	p.FailNext("PUT", 1, LandLate)
+	if _, err := send(p, "PUT", "late"); err == nil {
+		t.Fatal("PUT held to land late succeeded at once")
+	}
+	p.WaitLate()
+	if got := b.seen(); got != "PUT late" {
+		t.Fatalf("once WaitLate returned the server saw %q, want the late PUT", got)
+	}
+}
+
 // A partitioned proxy refuses every request, unforwarded, and counts
 // them; healed, it forwards again.
 func TestPartition(t *testing.T) {
