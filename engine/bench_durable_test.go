@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -57,7 +58,9 @@ const probeRecord = 4116
 
 // benchFsyncProbe is the disk's own latency for one durable write: a 4 KiB
 // write and an fdatasync of a file written whole before, one after the
-// other.
+// other; and the CPU its caller's thread spends on one (cpu-µs/op, Linux:
+// the kernel's part of a sync, which a journal's flusher pays once per
+// batch).
 func benchFsyncProbe(b *testing.B) {
 	f, err := os.Create(filepath.Join(b.TempDir(), "probe"))
 	if err != nil {
@@ -73,7 +76,10 @@ func benchFsyncProbe(b *testing.B) {
 	}
 	page := make([]byte, 4096)
 	lat := make([]time.Duration, 0, b.N)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	b.ResetTimer()
+	cpu := threadCPU()
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
 		if _, err := f.WriteAt(page, int64(i%slots)*4096); err != nil {
@@ -83,6 +89,9 @@ func benchFsyncProbe(b *testing.B) {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t))
+	}
+	if cpu > 0 {
+		b.ReportMetric(float64((threadCPU()-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 	}
 	b.StopTimer()
 	slices.Sort(lat)
