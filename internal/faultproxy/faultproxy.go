@@ -516,26 +516,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(&discard{header: http.Header{}}, r)
 		hijackAndClose(w, false)
 	case LandLate:
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			hijackAndClose(w, false)
+			return
+		}
 		// Counted as held before the caller sees its failure: a caller
 		// that then waits for the late requests (WaitLate) waits for this
 		// one too, however late this goroutine runs again.
 		p.mu.Lock()
 		p.lateHeld++
+		h := p.afterLateRefusal
 		p.mu.Unlock()
 		launched := false
 		defer func() {
-			if !launched { // the body unread, or the hijack refused (a panic)
+			if !launched { // the hijack refused (a panic)
 				p.heldDone()
 			}
 		}()
-		body, err := io.ReadAll(r.Body)
 		hijackAndClose(w, false)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		h := p.afterLateRefusal
-		p.mu.Unlock()
 		if h != nil {
 			h()
 		}
