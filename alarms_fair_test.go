@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,5 +221,95 @@ func TestDeliveriesWaitingForTheDiskLeaveTheirProcessorsToOthers(t *testing.T) {
 	}
 	if w, n := run(t, true); n != max-max/8 {
 		t.Fatalf("with every delivery waiting for the disk, %d workers ran %d deliveries at once, want %d: the tenant's cap of %d workers", w, n, max-max/8, max)
+	}
+}
+
+// shareHost is a host whose takes of tenant b's actors hang until gate
+// closes, which reports syncing deliveries waiting for the disk
+// (alarms.SyncHost), and whose takes, with share set, say that they
+// waited for a share of the host's that more workers do not add
+// (alarms.NoteWaitedForShare), as the reference host's wait for a room
+// among its tenant's guest calls does.
+type shareHost struct {
+	*tickingHost
+	gate    chan struct{}
+	syncing atomic.Int64
+	share   atomic.Bool
+	inTake  atomic.Int64
+}
+
+func (h *shareHost) Syncing() int { return int(h.syncing.Load()) }
+
+func (h *shareHost) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, func(error), error) {
+	h.inTake.Add(1)
+	defer h.inTake.Add(-1)
+	select {
+	case <-h.gate:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	if h.share.Load() {
+		alarms.NoteWaitedForShare(ctx)
+	}
+	return &fakeActor{id: id, j: &journal{}, meta: map[string]string{}}, func(error) {}, nil
+}
+
+// The workers grown while deliveries waited for the disk shrink back to
+// the processors once their deliveries wait for a share of the host's
+// that more workers do not add (alarms.NoteWaitedForShare): each would
+// otherwise take the next due alarm only to wait for that share again.
+// Without the note, the workers stay.
+func TestWorkersWhoseDeliveriesWaitForAShareEnd(t *testing.T) {
+	t.Cleanup(alarms.SetGrowAfter(time.Hour)) // no growth but the syncs'
+	procs := runtime.GOMAXPROCS(0)
+	const grown, alarmsDue = 16, 200
+	run := func(t *testing.T, share bool) (before, after int) {
+		host := &shareHost{tickingHost: &tickingHost{fakeHost: fakeHost{now: time.UnixMilli(t1)}}, gate: make(chan struct{})}
+		host.syncing.Store(grown)
+		var delivered atomic.Int64
+		all := make(chan struct{})
+		timer := sweeper.NewTimer(retryMax)
+		p, err := alarms.Register(alarms.Config{SingleNode: true, Host: host, Timer: timer, MaxConcurrentDeliveries: 64,
+			OnDelivery: func(d alarms.Delivery) {
+				if d.Err != nil {
+					t.Errorf("delivery of %s: %v", d.Actor, d.Err)
+				}
+				if delivered.Add(1) == alarmsDue {
+					close(all)
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range alarmsDue {
+			timer.Set(alarms.TimerKey(abi.ActorID{Tenant: "b", Class: "c", Name: fmt.Sprintf("b%03d", i)}), t1)
+		}
+		defer runTimer(p)()
+		for deadline := time.Now().Add(30 * time.Second); host.inTake.Load() < int64(procs+grown); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d deliveries reached Take in 30 s, want %d: the processors and the deliveries waiting for the disk", host.inTake.Load(), procs+grown)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // room for more, if more could start
+		before = p.Workers()
+		host.syncing.Store(0)
+		host.share.Store(share)
+		close(host.gate)
+		select {
+		case <-all:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d alarms delivered in 30 s", delivered.Load(), alarmsDue)
+		}
+		// The last workers end once their deliveries have: OnDelivery
+		// runs before.
+		for deadline := time.Now().Add(5 * time.Second); share && p.Workers() > procs && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		}
+		return before, p.Workers()
+	}
+	if before, after := run(t, true); before != procs+grown || after != procs {
+		t.Fatalf("with every delivery waiting for a share: %d workers while %d deliveries waited for the disk, %d after, want %d and %d: the processors", before, grown, after, procs+grown, procs)
+	}
+	if before, after := run(t, false); before != procs+grown || after != procs+grown {
+		t.Fatalf("with no delivery waiting for a share: %d workers while %d deliveries waited for the disk, %d after, want %d and %d", before, grown, after, procs+grown, procs+grown)
 	}
 }

@@ -1013,6 +1013,7 @@ func (h clusterHost) Take(ctx context.Context, id abi.ActorID) (alarms.Actor, fu
 		}
 		if room == nil {
 			e.mu.Unlock()
+			alarms.NoteWaitedForShare(ctx) // more workers add no room
 			if room, err = h.n.engine.AwaitRoom(ctx, id.Tenant); err != nil {
 				return nil, nil, &abi.ActorError{ID: id, Op: "deliver", Err: err}
 			}
