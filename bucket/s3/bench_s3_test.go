@@ -70,6 +70,53 @@ func benchPut(b *testing.B, c *s3.Bucket, size int) {
 	b.ReportMetric(float64((processCPU(b)-c0).Microseconds())/float64(b.N), "cpu-us/put")
 }
 
+// BenchmarkS3Get measures the client's CPU per GET on versitygw
+// (cpu-us/get: building, signing and sending the request, reading the
+// answer and its body), for a 300-byte object (an ownership record) and
+// a 24 KiB one (a small actor's snapshot), each from a goroutine of its
+// own, as a takeover sends it; path=lean is the client as it is,
+// path=sdk the same client sending its GETs through the SDK's
+// middleware stack.
+//
+//	go test ./bucket/s3 -run '^$' -bench S3Get -benchtime 2000x
+func BenchmarkS3Get(b *testing.B) {
+	srv := s3test.Start(b)
+	sdk := srv.NewClient(b)
+	s3.PutsThroughSDK(sdk)
+	for _, size := range []int{300, 24 << 10} {
+		key := fmt.Sprintf("bench/get/%d", size)
+		if _, err := srv.Bucket.Put(context.Background(), key, make([]byte, size), bucket.Cond{}); err != nil {
+			b.Fatal(err)
+		}
+		for _, path := range []struct {
+			name string
+			c    *s3.Bucket
+		}{{"sdk", sdk}, {"lean", srv.Bucket}} {
+			b.Run(fmt.Sprintf("bytes-%d/path=%s", size, path.name), func(b *testing.B) {
+				ctx := context.Background()
+				done := make(chan error)
+				c0 := processCPU(b)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					go func() {
+						body, _, err := path.c.Get(ctx, key)
+						if err == nil && len(body) != size {
+							err = fmt.Errorf("read %d bytes of %d", len(body), size)
+						}
+						done <- err
+					}()
+					if err := <-done; err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64((processCPU(b)-c0).Microseconds())/float64(b.N), "cpu-us/get")
+			})
+		}
+	}
+}
+
 // BenchmarkS3DeleteBatch measures the client's CPU per multi-object
 // delete request on versitygw (cpu-us/request: building, signing and
 // sending it, reading the answer) of 2 keys and of 90 (about what a

@@ -1,6 +1,6 @@
 package s3
 
-// PutsThroughSDK makes b send its PUTs and multi-object deletes through
+// PutsThroughSDK makes b send its PUTs, GETs and multi-object deletes through
 // the SDK's middleware stack, as it did before the lean path, for tests
 // and benchmarks that compare the two.
 func PutsThroughSDK(b *Bucket) { b.lean = nil }

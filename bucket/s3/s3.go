@@ -71,11 +71,12 @@ const writeBufferSize = 64 << 10
 // (over HTTPS the payload is left out of the signature, as the SDK does;
 // over plain HTTP its SHA-256 is signed). So do multi-object deletes
 // (leandelete.go), which a node sends every few dozen firings, with the
-// SDK's DeleteObjects' outcomes (their payload's SHA-256 always signed).
+// SDK's DeleteObjects' outcomes (their payload's SHA-256 always signed),
+// and GETs of a whole object (leanget.go), two of which a takeover sends.
 // Every other operation goes through the SDK.
 type Bucket struct {
 	client *awss3.Client
-	lean   *leanPut // PUTs without the SDK's middleware stack; nil: through the SDK
+	lean   *leanPut // PUTs, GETs and multi-object deletes without the SDK's middleware stack; nil: through the SDK
 	name   string
 	pages  atomic.Int64
 	tracer trace.Tracer // nil: no spans (WithTracerProvider)
@@ -346,6 +347,13 @@ func (b *Bucket) Get(ctx context.Context, key string) (_ []byte, _ string, err e
 	ctx, end := b.span(ctx, bucket.OpGet, key)
 	defer func() { end(err) }()
 	ctx, n := withAttempts(ctx)
+	if b.lean != nil {
+		body, etag, err := b.lean.get(ctx, key)
+		if err != nil {
+			return nil, "", b.fail(bucket.OpGet, key, n, classify(err))
+		}
+		return body, etag, nil
+	}
 	out, err := b.client.GetObject(ctx, &awss3.GetObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
 		return nil, "", b.fail(bucket.OpGet, key, n, classify(err))
