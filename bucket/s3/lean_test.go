@@ -150,11 +150,7 @@ func TestS3LeanPutFailsAndRetriesAsTheSDKPut(t *testing.T) {
 				if err != nil {
 					o.Attempts = attempts(t, err)
 				}
-				for _, r := range putResults {
-					if s3Requests(reg, "PutObject", r) > 0 {
-						o.Result += r
-					}
-				}
+				o.Result = resultsOf(reg, "PutObject")
 				got[path] = o
 				if o.OK {
 					if body := mustGet(t, srv.Bucket, key); string(body) != "body of "+path {
@@ -163,13 +159,46 @@ func TestS3LeanPutFailsAndRetriesAsTheSDKPut(t *testing.T) {
 				}
 				t.Logf("%s: %+v: %v", path, o, err)
 			}
-			if !reflect.DeepEqual(got["sdk"], sc.want) {
-				t.Errorf("SDK path: %+v, want %+v", got["sdk"], sc.want)
-			}
-			if !reflect.DeepEqual(got["lean"], got["sdk"]) {
-				t.Errorf("lean path: %+v, the SDK path: %+v", got["lean"], got["sdk"])
-			}
+			sameOnBothPaths(t, got, sc.want)
 		})
+	}
+}
+
+// pathClient is a client of srv through proxy recording its metrics in
+// reg, on the path named: "lean", the client as it is, or "sdk", every
+// request through the SDK's middleware stack.
+func pathClient(t *testing.T, srv *s3test.Server, proxy *s3test.Proxy, path string, reg *prometheus.Registry) *s3.Bucket {
+	t.Helper()
+	b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3), s3.WithRegisterer(reg))
+	if path == "sdk" {
+		s3.PutsThroughSDK(b)
+	} else if !s3.HasLeanConns(b) {
+		t.Fatal("the lean requests of a client on versitygw go through net/http")
+	}
+	return b
+}
+
+// resultsOf is the results reg counted for operation op, in putResults'
+// order, run together.
+func resultsOf(reg *prometheus.Registry, op string) string {
+	out := ""
+	for _, r := range putResults {
+		if s3Requests(reg, op, r) > 0 {
+			out += r
+		}
+	}
+	return out
+}
+
+// sameOnBothPaths fails t unless the SDK path's outcome (got["sdk"]) is
+// want and the lean path's is the SDK path's.
+func sameOnBothPaths[O any](t *testing.T, got map[string]O, want O) {
+	t.Helper()
+	if !reflect.DeepEqual(got["sdk"], want) {
+		t.Errorf("SDK path: %+v, want %+v", got["sdk"], want)
+	}
+	if !reflect.DeepEqual(got["lean"], got["sdk"]) {
+		t.Errorf("lean path: %+v, the SDK path: %+v", got["lean"], got["sdk"])
 	}
 }
 

@@ -108,14 +108,7 @@ func (l *leanPut) deleteBatch(ctx context.Context, keys []string) (deleteResult,
 		res, err = l.sendDelete(ctx, body, dh)
 		return err
 	})
-	if err != nil {
-		err = &smithy.OperationError{ServiceID: "S3", OperationName: deleteObjects, Err: err}
-	}
-	if m := l.metrics; m != nil {
-		m.s3Metrics.duration.WithLabelValues(deleteObjects).Observe(time.Since(start).Seconds())
-		m.requests.WithLabelValues(deleteObjects, requestResult(ctx, err)).Inc()
-	}
-	return res, err
+	return res, l.ended(ctx, deleteObjects, start, err)
 }
 
 // deleteHeaders are a lean DeleteObjects request's own signed headers.

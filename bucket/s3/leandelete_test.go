@@ -100,12 +100,7 @@ func TestS3LeanDeleteBatchAsTheSDK(t *testing.T) {
 			got := map[string]deleteOutcome{}
 			for _, path := range []string{"sdk", "lean"} {
 				reg := prometheus.NewRegistry()
-				b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3), s3.WithRegisterer(reg))
-				if path == "sdk" {
-					s3.PutsThroughSDK(b)
-				} else if !s3.HasLeanConns(b) {
-					t.Fatal("a client on versitygw has no lean connections")
-				}
+				b := pathClient(t, srv, proxy, path, reg)
 				prefix := "del/" + sc.name + "/" + path + "/"
 				var keys []string
 				for _, n := range names {
@@ -140,11 +135,7 @@ func TestS3LeanDeleteBatchAsTheSDK(t *testing.T) {
 				if err != nil {
 					o.Attempts = attempts(t, err)
 				}
-				for _, r := range putResults {
-					if s3Requests(reg, "DeleteObjects", r) > 0 {
-						o.Result += r
-					}
-				}
+				o.Result = resultsOf(reg, "DeleteObjects")
 				got[path] = o
 				for _, ua := range rec.take() {
 					if lean := ua == "wasmkeep-alarms"; lean != (path == "lean") {
@@ -163,12 +154,7 @@ func TestS3LeanDeleteBatchAsTheSDK(t *testing.T) {
 			default:
 				want.Deleted = names
 			}
-			if !reflect.DeepEqual(got["sdk"], want) {
-				t.Errorf("SDK path: %+v, want %+v", got["sdk"], want)
-			}
-			if !reflect.DeepEqual(got["lean"], got["sdk"]) {
-				t.Errorf("lean path: %+v, the SDK path: %+v", got["lean"], got["sdk"])
-			}
+			sameOnBothPaths(t, got, want)
 		})
 	}
 }

@@ -42,14 +42,20 @@ func (l *leanPut) get(ctx context.Context, key string) ([]byte, string, error) {
 		body, etag, err = l.sendGet(ctx, key, rawPath)
 		return err
 	})
+	return body, etag, l.ended(ctx, getObject, start, err)
+}
+
+// ended ends operation op of the lean path that started at start: its
+// error as the SDK's (a *smithy.OperationError) and its metrics.
+func (l *leanPut) ended(ctx context.Context, op string, start time.Time, err error) error {
 	if err != nil {
-		err = &smithy.OperationError{ServiceID: "S3", OperationName: getObject, Err: err}
+		err = &smithy.OperationError{ServiceID: "S3", OperationName: op, Err: err}
 	}
 	if m := l.metrics; m != nil {
-		m.s3Metrics.duration.WithLabelValues(getObject).Observe(time.Since(start).Seconds())
-		m.requests.WithLabelValues(getObject, requestResult(ctx, err)).Inc()
+		m.s3Metrics.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+		m.requests.WithLabelValues(op, requestResult(ctx, err)).Inc()
 	}
-	return body, etag, err
+	return err
 }
 
 // sendGet makes one attempt of a GET of key, whose escaped path is

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"reflect"
 	"testing"
 	"time"
 
@@ -70,12 +69,7 @@ func TestS3LeanGetFailsAndRetriesAsTheSDKGet(t *testing.T) {
 			got := map[string]getOutcome{}
 			for _, path := range []string{"sdk", "lean"} {
 				reg := prometheus.NewRegistry()
-				b := srv.NewClient(t, s3.WithEndpoint(proxy.URL), s3.WithMaxAttempts(3), s3.WithRegisterer(reg))
-				if path == "sdk" {
-					s3.PutsThroughSDK(b)
-				} else if !s3.HasLeanConns(b) {
-					t.Fatal("the lean requests of a client on versitygw go through net/http")
-				}
+				b := pathClient(t, srv, proxy, path, reg)
 				key := "get-outcome/" + sc.name + "/" + path
 				want, wantETag := []byte("body of "+key), ""
 				if !sc.missing {
@@ -101,20 +95,11 @@ func TestS3LeanGetFailsAndRetriesAsTheSDKGet(t *testing.T) {
 				if err != nil {
 					o.Attempts = attempts(t, err)
 				}
-				for _, r := range putResults {
-					if s3Requests(reg, "GetObject", r) > 0 {
-						o.Result += r
-					}
-				}
+				o.Result = resultsOf(reg, "GetObject")
 				got[path] = o
 				t.Logf("%s: %+v: %v", path, o, err)
 			}
-			if !reflect.DeepEqual(got["sdk"], sc.want) {
-				t.Errorf("SDK path: %+v, want %+v", got["sdk"], sc.want)
-			}
-			if !reflect.DeepEqual(got["lean"], got["sdk"]) {
-				t.Errorf("lean path: %+v, the SDK path: %+v", got["lean"], got["sdk"])
-			}
+			sameOnBothPaths(t, got, sc.want)
 		})
 	}
 }

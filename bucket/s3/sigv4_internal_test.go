@@ -39,18 +39,9 @@ func TestPutSignatureIsTheSDKs(t *testing.T) {
 			s = &putSigner{service: service, region: region}
 			signers[[2]string{region, service}] = s
 		}
-		creds := aws.Credentials{AccessKeyID: "AKID" + word(alnum, 8), SecretAccessKey: secrets[rng.IntN(len(secrets))]}
-		if rng.IntN(3) == 0 {
-			creds.SessionToken = word(alnum+"/+= ", 1+rng.IntN(60))
-		}
+		creds := randomCreds(rng, secrets)
 		h := hosts[rng.IntN(len(hosts))]
-		var keyBytes []byte
-		for range rng.IntN(40) {
-			keyBytes = append(keyBytes, byte(rng.IntN(256)))
-		}
-		basePath := []string{"", "/bucket", "/store/bucket"}[rng.IntN(3)]
-		rawPath := smithyhttp.JoinPath(basePath, "/"+escapeKey(string(keyBytes)))
-		path := smithyhttp.JoinPath(basePath, "/"+string(keyBytes))
+		rawPath, path := randomKeyPath(rng)
 		length := int64(0)
 		if rng.IntN(2) == 0 {
 			length = rng.Int64N(1 << 20)
@@ -118,10 +109,7 @@ func TestDeleteSignatureIsTheSDKs(t *testing.T) {
 		region := []string{"us-east-1", "eu-west-1", "auto"}[rng.IntN(3)]
 		service := []string{"s3", "s3-outposts"}[rng.IntN(2)]
 		s := &putSigner{service: service, region: region}
-		creds := aws.Credentials{AccessKeyID: "AKID" + word(alnum, 8), SecretAccessKey: secrets[rng.IntN(len(secrets))]}
-		if rng.IntN(3) == 0 {
-			creds.SessionToken = word(alnum+"/+= ", 1+rng.IntN(60))
-		}
+		creds := randomCreds(rng, secrets)
 		h := hosts[rng.IntN(len(hosts))]
 		l := &leanPut{baseRawPath: []string{"", "/bucket", "/store/my-bucket"}[rng.IntN(3)]}
 		path := l.deletePath()
@@ -153,6 +141,45 @@ func TestDeleteSignatureIsTheSDKs(t *testing.T) {
 
 const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
+// sigHosts are endpoints' hosts as a signature names them: with and
+// without (default) ports, names and addresses.
+var sigHosts = []struct{ scheme, host string }{
+	{"http", "127.0.0.1:7070"}, {"http", "127.0.0.1:80"}, {"https", "s3.eu-west-1.amazonaws.com"},
+	{"https", "my-bucket.s3.us-east-1.amazonaws.com:443"}, {"https", "[::1]:8443"}, {"http", "[::1]:80"},
+}
+
+// sigBase is the time the signing times are drawn after, up to two days:
+// across a change of day (the signing key's cache).
+var sigBase = time.Date(2026, 12, 1, 23, 59, 0, 0, time.UTC)
+
+// randomSigner draws a region and a service, and a signer for them.
+func randomSigner(rng *rand.Rand) (s *putSigner, service, region string) {
+	region = []string{"us-east-1", "eu-west-1", "auto"}[rng.IntN(3)]
+	service = []string{"s3", "s3-outposts"}[rng.IntN(2)]
+	return &putSigner{service: service, region: region}, service, region
+}
+
+// randomCreds draws credentials: an access key, one of secrets, and a
+// session token (with spaces to canonicalise) a third of the time.
+func randomCreds(rng *rand.Rand, secrets []string) aws.Credentials {
+	creds := aws.Credentials{AccessKeyID: "AKID" + randomWord(rng, alnum, 8), SecretAccessKey: secrets[rng.IntN(len(secrets))]}
+	if rng.IntN(3) == 0 {
+		creds.SessionToken = randomWord(rng, alnum+"/+= ", 1+rng.IntN(60))
+	}
+	return creds
+}
+
+// randomKeyPath draws a key of any bytes under a bucket's path: the
+// escaped path of its request line and its path.
+func randomKeyPath(rng *rand.Rand) (rawPath, path string) {
+	var keyBytes []byte
+	for range rng.IntN(40) {
+		keyBytes = append(keyBytes, byte(rng.IntN(256)))
+	}
+	basePath := []string{"", "/bucket", "/store/bucket"}[rng.IntN(3)]
+	return smithyhttp.JoinPath(basePath, "/"+escapeKey(string(keyBytes))), smithyhttp.JoinPath(basePath, "/"+string(keyBytes))
+}
+
 // randomWord is n bytes drawn from alphabet.
 func randomWord(rng *rand.Rand, alphabet string, n int) string {
 	b := make([]byte, n)
@@ -169,30 +196,13 @@ func randomWord(rng *rand.Rand, alphabet string, n int) string {
 func TestGetSignatureIsTheSDKs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	sdk := v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true })
-	word := func(alphabet string, n int) string { return randomWord(rng, alphabet, n) }
-	hosts := []struct{ scheme, host string }{
-		{"http", "127.0.0.1:7070"}, {"http", "127.0.0.1:80"}, {"https", "s3.eu-west-1.amazonaws.com"},
-		{"https", "my-bucket.s3.us-east-1.amazonaws.com:443"}, {"https", "[::1]:8443"}, {"http", "[::1]:80"},
-	}
-	base := time.Date(2026, 12, 1, 23, 59, 0, 0, time.UTC)
-	secrets := []string{"SECRET", word(alnum+"/+", 40)}
+	secrets := []string{"SECRET", randomWord(rng, alnum+"/+", 40)}
 	for i := range 2000 {
-		region := []string{"us-east-1", "eu-west-1", "auto"}[rng.IntN(3)]
-		service := []string{"s3", "s3-outposts"}[rng.IntN(2)]
-		s := &putSigner{service: service, region: region}
-		creds := aws.Credentials{AccessKeyID: "AKID" + word(alnum, 8), SecretAccessKey: secrets[rng.IntN(len(secrets))]}
-		if rng.IntN(3) == 0 {
-			creds.SessionToken = word(alnum+"/+= ", 1+rng.IntN(60))
-		}
-		h := hosts[rng.IntN(len(hosts))]
-		var keyBytes []byte
-		for range rng.IntN(40) {
-			keyBytes = append(keyBytes, byte(rng.IntN(256)))
-		}
-		basePath := []string{"", "/bucket", "/store/bucket"}[rng.IntN(3)]
-		rawPath := smithyhttp.JoinPath(basePath, "/"+escapeKey(string(keyBytes)))
-		path := smithyhttp.JoinPath(basePath, "/"+string(keyBytes))
-		now := base.Add(time.Duration(rng.IntN(48*3600)) * time.Second)
+		s, service, region := randomSigner(rng)
+		creds := randomCreds(rng, secrets)
+		h := sigHosts[rng.IntN(len(sigHosts))]
+		rawPath, path := randomKeyPath(rng)
+		now := sigBase.Add(time.Duration(rng.IntN(48*3600)) * time.Second)
 
 		u := &url.URL{Scheme: h.scheme, Host: h.host, Path: path, RawPath: rawPath}
 		req := &http.Request{Method: http.MethodGet, URL: u, Host: h.host, Header: http.Header{"X-Amz-Content-Sha256": {emptyPayloadHash}}}
