@@ -363,8 +363,10 @@ func (p *Plugin) worker(ctx, work context.Context) {
 		}
 		if waited && p.workers > p.workersToKeepUp() {
 			// Its delivery waited for a share more workers do not add,
-			// and the others are as many as keep up.
+			// and the others are as many as keep up. A delivery its end
+			// let start goes to an idle worker, if one waits.
 			p.workers--
+			p.wakeIdle()
 			p.publish()
 			p.schedMu.Unlock()
 			return
