@@ -98,9 +98,7 @@ func (l *leanPut) sendGet(ctx context.Context, key, rawPath string) ([]byte, str
 			failed = &redirected{location: resp.Header.Get("Location")}
 			return drain(resp.Body)
 		case resp.StatusCode >= 200 && resp.StatusCode < 300:
-			// A part of the object (206), or none of it: not what a GET
-			// of the whole object asked for.
-			failed = &smithy.DeserializationError{Err: fmt.Errorf("a GET of the whole object answered %s", resp.Status)}
+			failed = notWhole(resp)
 			return drain(resp.Body)
 		}
 		failed = responseError(resp)
@@ -146,9 +144,15 @@ func (l *leanPut) sendGetStd(ctx context.Context, u *url.URL, t sigTime, securit
 		return body, resp.Header.Get("ETag"), nil
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil, "", &smithy.DeserializationError{Err: fmt.Errorf("a GET of the whole object answered %s", resp.Status)}
+		return nil, "", notWhole(resp)
 	}
 	return nil, "", responseError(resp)
+}
+
+// notWhole is the error of a GET answered with a success that is not the
+// whole object: a part of it (206), or none of it.
+func notWhole(resp *http.Response) error {
+	return &smithy.DeserializationError{Err: fmt.Errorf("a GET of the whole object answered %s", resp.Status)}
 }
 
 // readBody reads a GET's body whole: into one slice of the length the
