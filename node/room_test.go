@@ -52,14 +52,17 @@ func TestADeliveryWaitingForItsTenantsTurnLeavesItsActorFree(t *testing.T) {
 		}
 	}
 	// Tenant b's line fills: one handler spins in its one slot, one more
-	// delivery waits for it.
+	// delivery waits for it; and every delivery has started (on a worker
+	// of its own: the workers grow while none is taken), so that a
+	// delivery that would hold its actor while it waits holds it before
+	// the clears.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		m := metricstest.Gather(reg)
-		if m.Value("wasmkeep_guest_slots_busy") >= 1 && m.Value("wasmkeep_guest_slots_waiting") >= 1 {
+		if m.Value("wasmkeep_guest_slots_busy") >= 1 && m.Value("wasmkeep_guest_slots_waiting") >= 1 && m.Value("wasmkeep_deliveries_running") >= actors {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tenant b's handlers did not fill its line in 20 s: busy %v waiting %v, %d deliveries ended", m.Value("wasmkeep_guest_slots_busy"), m.Value("wasmkeep_guest_slots_waiting"), ended.Load())
+			t.Fatalf("tenant b's handlers did not fill its line in 20 s: busy %v waiting %v, %v deliveries running, %d ended", m.Value("wasmkeep_guest_slots_busy"), m.Value("wasmkeep_guest_slots_waiting"), m.Value("wasmkeep_deliveries_running"), ended.Load())
 		}
 	}
 	cleared := make(chan abi.ActorID, actors)
