@@ -54,6 +54,9 @@ type Actor struct {
 	ev     event
 	inited bool
 	closed bool
+	// restored: the database was written from a snapshot no one checked
+	// yet; its first open checks it (OpenRestored).
+	restored bool
 	// deferCommit: the commit finish makes is a delivery's, deferred
 	// (Store.CommitDeferred; WithSyncedDeliveries). pending is the last
 	// deferred commit's durability, waited for at the start of the next
@@ -82,7 +85,31 @@ type Actor struct {
 // Open opens the actor whose database is at path (created if missing),
 // within the residency budget. The instance is created on the first event.
 func (e *Engine) Open(ctx context.Context, id abi.ActorID, c *Class, path string) (*Actor, error) {
-	a := &Actor{e: e, id: id, class: c, path: path,
+	return e.open(ctx, id, c, path, false)
+}
+
+// OpenRestored is Open for a database a restore just wrote at path from a
+// snapshot that was not checked (WriteSnapshot of bytes whose format
+// CheckSnapshotFormat accepted): the open checks it as CheckSnapshot
+// checks the bytes, on the connection the actor then uses, before
+// anything is set or written in it, so that a takeover's restore
+// attaches the database once rather than twice. A snapshot that fails
+// gives an error wrapping ErrBadSnapshot. Whatever the error, the
+// database and its WAL are removed: the snapshot is the bucket's, and
+// nothing was committed on it here.
+func (e *Engine) OpenRestored(ctx context.Context, id abi.ActorID, c *Class, path string) (*Actor, error) {
+	a, err := e.open(ctx, id, c, path, true)
+	if err != nil {
+		if rerr := RemoveDatabase(path); rerr != nil {
+			return nil, fmt.Errorf("%w (and removing the restored database: %v)", err, rerr)
+		}
+		return nil, err
+	}
+	return a, nil
+}
+
+func (e *Engine) open(ctx context.Context, id abi.ActorID, c *Class, path string, restored bool) (*Actor, error) {
+	a := &Actor{e: e, id: id, class: c, path: path, restored: restored,
 		stdout: newGuestOutput(e, id, "stdout", e.cfg.stdout), stderr: newGuestOutput(e, id, "stderr", e.cfg.stderr)}
 	a.mu.Lock()
 	defer a.end()
@@ -125,12 +152,12 @@ func (a *Actor) wakeGated(ctx context.Context, gate bool) error {
 	if err := a.e.res.acquireDB(ctx, a); err != nil {
 		return &abi.ActorError{ID: a.id, Op: "open database", Err: err}
 	}
-	st, err := openStore(a.path, a.e.cfg.durable)
+	st, err := openStore(a.path, a.e.cfg.durable, a.restored)
 	if err != nil {
 		a.e.res.releaseDB(a)
 		return &abi.ActorError{ID: a.id, Err: err}
 	}
-	a.store = st
+	a.store, a.restored = st, false
 	return nil
 }
 

@@ -144,13 +144,18 @@ func (pc *pooledConn) close() {
 // size the automatic checkpoint lets it reach (walSizeLimit), and a WAL
 // that stays when its database closes (FCNTL_PERSIST_WAL: a sleeping
 // actor keeps its commits in it). After an error the database
-// may be attached: the caller closes the connection.
-func (pc *pooledConn) attachDB(path string, durable bool) error {
+// may be attached: the caller closes the connection. check checks the
+// database as a snapshot before anything is set or written
+// (checkRestored): a restore just wrote it, unchecked (OpenRestored).
+func (pc *pooledConn) attachDB(path string, durable, check bool) error {
 	if err := pc.attach.BindText(1, path); err != nil {
 		return err
 	}
 	err := pc.attach.Exec()
 	pc.attach.ClearBindings()
+	if check {
+		err = checkRestored(pc.conn, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -177,7 +177,7 @@ func TestAFailedOpenLeavesNoConnectionHalfAttached(t *testing.T) {
 	// A database the ATTACH takes but whose settings fail (an in-memory
 	// one has no WAL to keep): the connection has it attached when the
 	// open fails, and must not be pooled.
-	if st, err := attachStore(":memory:", false); err == nil {
+	if st, err := attachStore(":memory:", false, false); err == nil {
 		st.Close()
 		t.Fatal("an in-memory database took the store's settings")
 	}

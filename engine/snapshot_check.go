@@ -77,13 +77,6 @@ func CheckSnapshot(data []byte) error {
 	if err := CheckSnapshotFormat(data); err != nil {
 		return err
 	}
-	want, err := expectedSchema()
-	if err != nil {
-		return fmt.Errorf("the host's schema: %w", err)
-	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadSnapshot, fmt.Sprintf(format, args...))
-	}
 	pc, err := checkConns.get()
 	if err != nil {
 		return fmt.Errorf("a connection to check a snapshot: %w", err)
@@ -95,18 +88,90 @@ func CheckSnapshot(data []byte) error {
 		pc.close()
 	}
 	if err != nil {
-		return bad("%v", err)
+		return badSnapshot("%v", err)
+	}
+	return judgeSchema(got)
+}
+
+// badSnapshot is an error wrapping ErrBadSnapshot that says why.
+func badSnapshot(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadSnapshot, fmt.Sprintf(format, args...))
+}
+
+// judgeSchema tells whether got, the objects of a snapshot's database, are
+// all the host's, each as the host defines it: nil, or an error wrapping
+// ErrBadSnapshot naming the first that is not.
+func judgeSchema(got map[string]schemaObject) error {
+	want, err := expectedSchema()
+	if err != nil {
+		return fmt.Errorf("the host's schema: %w", err)
 	}
 	for k, o := range got {
 		w, ok := want[k]
 		if !ok {
-			return bad("it has a %s %q the host does not create", o.typ, o.name)
+			return badSnapshot("it has a %s %q the host does not create", o.typ, o.name)
 		}
 		if w != o {
-			return bad("its %s %q is not defined as the host defines it", o.typ, o.name)
+			return badSnapshot("its %s %q is not defined as the host defines it", o.typ, o.name)
 		}
 	}
 	return nil
+}
+
+// checkedObjects has SQLite read the database attached under storeSchema
+// whole (PRAGMA quick_check) and returns its objects. It reads, and
+// writes nothing.
+func checkedObjects(conn *sqlite3.Conn) (map[string]schemaObject, error) {
+	st, _, err := conn.Prepare(`PRAGMA ` + storeSchema + `.quick_check(1)`)
+	if err != nil {
+		return nil, err
+	}
+	result := ""
+	if st.Step() {
+		result = st.ColumnText(0)
+	}
+	err = st.Err()
+	st.Close()
+	if err != nil {
+		return nil, err
+	}
+	if result != "ok" {
+		return nil, fmt.Errorf("integrity check: %.200s", result)
+	}
+	return readSchema(conn, storeSchema)
+}
+
+// checkRestored checks, as CheckSnapshot checks the bytes, the database
+// a restore just wrote from a snapshot and attached under storeSchema,
+// before anything is written to it (attachDB, with check): nil, or an
+// error wrapping ErrBadSnapshot. attachErr is the ATTACH's own error, if
+// it failed. An error of the file rather than of its contents (an I/O
+// error, no descriptor or memory left) is returned as it is: the
+// snapshot may be good.
+func checkRestored(conn *sqlite3.Conn, attachErr error) error {
+	got, err := map[string]schemaObject(nil), attachErr
+	if err == nil {
+		got, err = checkedObjects(conn)
+	}
+	if err != nil {
+		if localFault(err) {
+			return err
+		}
+		return badSnapshot("%v", err)
+	}
+	return judgeSchema(got)
+}
+
+// localFault reports whether err, from SQLite reading a database file, is
+// one of the file's access rather than of the bytes in it.
+func localFault(err error) bool {
+	for _, c := range []sqlite3.ErrorCode{sqlite3.IOERR, sqlite3.CANTOPEN, sqlite3.FULL, sqlite3.NOMEM,
+		sqlite3.BUSY, sqlite3.LOCKED, sqlite3.PERM, sqlite3.READONLY, sqlite3.INTERRUPT, sqlite3.ABORT} {
+		if errors.Is(err, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkSeq names the snapshots being checked.
@@ -132,23 +197,6 @@ func checkAttached(pc *pooledConn, data []byte) (got map[string]schemaObject, re
 		return nil, true, err
 	}
 	defer func() { reusable = pc.detachDB() == nil }()
-	conn := pc.conn
-	st, _, err := conn.Prepare(`PRAGMA ` + storeSchema + `.quick_check(1)`)
-	if err != nil {
-		return nil, true, err
-	}
-	result := ""
-	if st.Step() {
-		result = st.ColumnText(0)
-	}
-	err = st.Err()
-	st.Close()
-	if err != nil {
-		return nil, true, err
-	}
-	if result != "ok" {
-		return nil, true, fmt.Errorf("integrity check: %.200s", result)
-	}
-	got, err = readSchema(conn, storeSchema)
+	got, err = checkedObjects(pc.conn)
 	return got, true, err
 }

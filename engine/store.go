@@ -197,12 +197,14 @@ func (s *Store) stmt(id stmtID) (*sqlite3.Stmt, error) {
 // *format.NewerError and left as it is (docs/design.md#format-versions):
 // its file's header is read before SQLite opens it, and the version SQLite
 // then sees (a WAL may hold a newer page 1) before anything else runs.
-func OpenStore(path string) (*Store, error) { return openStore(path, false) }
+func OpenStore(path string) (*Store, error) { return openStore(path, false, false) }
 
 // openStore is OpenStore; durable syncs a new database's file, and its
 // directory, before the database is named, and sets the database to sync
-// its WAL at each commit (synchronous=FULL; WithDurableCommits).
-func openStore(path string, durable bool) (*Store, error) {
+// its WAL at each commit (synchronous=FULL; WithDurableCommits); restored
+// checks the database as CheckSnapshot checks a snapshot, before anything
+// is written to it (see OpenRestored).
+func openStore(path string, durable, restored bool) (*Store, error) {
 	if _, err := os.Lstat(path); os.IsNotExist(err) {
 		if err := createFromTemplate(path, durable); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
@@ -212,7 +214,7 @@ func openStore(path string, durable bool) (*Store, error) {
 		// nothing of it (nor a WAL beside it) is written.
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	s, err := attachStore(path, durable)
+	s, err := attachStore(path, durable, restored)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -222,12 +224,12 @@ func openStore(path string, durable bool) (*Store, error) {
 // attachStore opens the database at path on a pooled connection. A
 // connection that failed to take it is closed, never pooled: it may hold
 // it attached.
-func attachStore(path string, durable bool) (*Store, error) {
+func attachStore(path string, durable, check bool) (*Store, error) {
 	pc, err := connPool.get()
 	if err != nil {
 		return nil, err
 	}
-	if err := pc.attachDB(path, durable); err != nil {
+	if err := pc.attachDB(path, durable, check); err != nil {
 		pc.close()
 		return nil, err
 	}
@@ -315,7 +317,7 @@ func makeTemplate() ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	p := filepath.Join(dir, "empty.db")
-	s, err := attachStore(p, false)
+	s, err := attachStore(p, false, false)
 	if err != nil {
 		return nil, err
 	}

@@ -165,7 +165,7 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 		if e.a != nil {
 			return nil
 		}
-		return n.openLocal(ctx, e)
+		return n.openLocal(ctx, e, "")
 	}
 	// The hold, not only the lease: after a lapse the lease can be valid
 	// again in a new epoch, in which holds of the old one are void (another
@@ -210,7 +210,7 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	}
 	fetched, wasFetched := hold.Fetched()
 	hold = hold.WithoutFetched()
-	unsynced, err := n.restore(ctx, e, hold.State, fetched, wasFetched)
+	unsynced, unchecked, err := n.restore(ctx, e, hold.State, fetched, wasFetched)
 	if err != nil {
 		n.releaseHold(ctx, hold)
 		return err
@@ -221,7 +221,11 @@ func (n *Node) open(ctx context.Context, e *entry) error {
 	n.mu.Lock()
 	delete(n.unreleased, e.id)
 	n.mu.Unlock()
-	if err := n.openLocal(ctx, e); err != nil {
+	restored := ""
+	if unchecked {
+		restored = e.last.Key
+	}
+	if err := n.openLocal(ctx, e, restored); err != nil {
 		n.releaseHold(ctx, hold)
 		e.held = false
 		return err
@@ -290,8 +294,23 @@ func (n *Node) bucketDown(id abi.ActorID) error {
 	return nil
 }
 
-func (n *Node) openLocal(ctx context.Context, e *entry) error {
+// openLocal opens the actor's local database. restored names the
+// snapshot a restore just wrote there unchecked (restore), which the open
+// checks (engine.OpenRestored): a bad one is refused as restore refuses
+// it, and removed.
+func (n *Node) openLocal(ctx context.Context, e *entry, restored string) error {
 	p := n.path(e.id)
+	if restored != "" {
+		a, err := n.engine.OpenRestored(ctx, e.id, n.classes[e.id.Class], p)
+		if errors.Is(err, engine.ErrBadSnapshot) {
+			return &abi.ActorError{ID: e.id, Op: "restore snapshot " + restored, Err: err}
+		}
+		if err != nil {
+			return err
+		}
+		e.a, e.letterChecked = a, false
+		return nil
+	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return &abi.ActorError{ID: e.id, Err: err}
 	}
@@ -328,11 +347,15 @@ func (n *Node) noteNewerLocal(id abi.ActorID, path string, newer *format.NewerEr
 // unsynced says that no sidecar names latest: a download writes none (the
 // release does, once the file is durable: vouch), so a restore costs no
 // sync and no sidecar written only to be removed by the first upload.
-func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, fetched []byte, wasFetched bool) (unsynced bool, err error) {
+// unchecked says that the database written has not been checked as a
+// snapshot (engine.CheckSnapshot) but for its format: no local file was
+// there to keep, and the open that follows checks it (openLocal) on the
+// connection the actor then uses, attaching it once rather than twice.
+func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, fetched []byte, wasFetched bool) (unsynced, unchecked bool, err error) {
 	p := n.path(e.id)
 	if latest.Key == "" {
 		e.hasLast, e.bucketHad, e.last = false, false, cluster.Snapshot{}
-		return false, nil
+		return false, false, nil
 	}
 	// A tombstone counts as state: no first snapshot of an earlier owner
 	// can land above it, so the entries of a deleted actor are removed
@@ -355,12 +378,12 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 				// the place of the bucket's state, and its next upload
 				// would replace that state.
 				if statErr == nil {
-					return false, nil
+					return false, false, nil
 				}
 			case sidecar(latest, false):
 				// The snapshot is a tombstone: no database, or one the
 				// actor made again since, ahead of it.
-				return false, nil
+				return false, false, nil
 			}
 		}
 	}
@@ -373,41 +396,47 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 			// The records name this snapshot: missing, it is an error
 			// (the bucket lost it, or an operator removed it), never "no
 			// state".
-			return false, err
+			return false, false, err
 		}
 	}
 	e.last.ETag = etag
 	n.restored.Add(1)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return false, &abi.ActorError{ID: e.id, Err: err}
+		return false, false, &abi.ActorError{ID: e.id, Err: err}
 	}
 	// A snapshot that is not a database this host wrote is refused before
 	// anything local is touched: the actor is given up, the bucket keeps
-	// the snapshot for someone to look at.
+	// the snapshot for someone to look at. With no local file, nothing is
+	// touched either way: the bytes are written and checked by the open
+	// (unchecked), which removes a snapshot it refuses.
 	if len(data) > 0 {
-		if err := engine.CheckSnapshot(data); err != nil {
+		check := engine.CheckSnapshot
+		if !local {
+			check, unchecked = engine.CheckSnapshotFormat, true
+		}
+		if err := check(data); err != nil {
 			if newer, ok := format.As(err); ok {
 				// A later build's snapshot: refused retryably (503
 				// newer_format), left in the bucket for a node that
 				// reads it (docs/design.md#format-versions).
 				n.noteNewerSnapshot(e.id, latest.Key, newer)
 			}
-			return false, &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
+			return false, false, &abi.ActorError{ID: e.id, Op: "restore snapshot " + latest.Key, Err: err}
 		}
 	}
 	if local {
 		if err := engine.MoveDatabase(p, p+".replaced"); err != nil {
-			return false, &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
+			return false, false, &abi.ActorError{ID: e.id, Op: "set the local database aside", Err: err}
 		}
 		_ = engine.RemoveDatabase(p)
 		n.log.Warn("local database differs from the bucket's newest state; set aside", "actor", e.id.String(), "as", p+".replaced", "snapshot", latest.Key)
 	}
 	if len(data) == 0 { // a tombstone: the actor was deleted
 		if err := engine.RemoveDatabase(p); err != nil {
-			return false, &abi.ActorError{ID: e.id, Err: err}
+			return false, false, &abi.ActorError{ID: e.id, Err: err}
 		}
 		n.vouch(e, e.last, false)
-		return false, nil
+		return false, false, nil
 	}
 	// A sidecar left from before (naming an older snapshot, or this one
 	// beside a database that was removed) goes first, and durably: a
@@ -415,15 +444,15 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	// which is not synced until the release.
 	if err := os.Remove(p + ".sync"); err == nil {
 		if err := engine.SyncDatabase(p); err != nil {
-			return false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
+			return false, false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
 		}
 	} else if !os.IsNotExist(err) {
-		return false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
+		return false, false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
 	}
 	if err := engine.WriteSnapshot(p, data); err != nil {
-		return false, &abi.ActorError{ID: e.id, Op: "restore", Err: err}
+		return false, false, &abi.ActorError{ID: e.id, Op: "restore", Err: err}
 	}
-	return true, nil
+	return true, unchecked, nil
 }
 
 // noteNewerSnapshot counts and logs a snapshot of a format newer than this
