@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,6 +159,9 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 			b.ReportMetric(cost.ceilingNodeCPU*1000/float64(b.N), "ceiling-node-cpu-ms/firing")
 			b.ReportMetric(cost.ceilingS3CPU*1000/float64(b.N), "ceiling-s3-cpu-ms/firing")
 		}
+		if cost.fsCreate > 0 {
+			b.ReportMetric(cost.fsCreate*1e6/float64(b.N), "fs-create-us/file")
+		}
 		b.ReportMetric(cost.lists/max(cost.fired, 1), "sweep-lists/alarm")
 		b.ReportMetric(cost.relists/float64(b.N), "relists")
 		b.ReportMetric(cost.stale/max(cost.fired, 1), "stale-deliveries/alarm")
@@ -190,9 +194,16 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 // firing); ceilingNodeCPU and ceilingS3CPU the same over the ceiling's
 // firings (from their due time until their uploads are done), per firing
 // (0 where /proc cannot be read).
+//
+// fsCreate is the CPU seconds this process spent per file it created on
+// the file system of the nodes' data directories before the victim's
+// actors were armed (fsCreateCost): what a new file costs there then,
+// which a drain pays for each orphan (its database and WAL), the S3
+// server on the same disk for each object written, and the ceiling's
+// open actors do not.
 type drainCost struct {
 	requests, lists, relists, stale, fired, ceiling, start, busy float64
-	nodeCPU, s3CPU, ceilingNodeCPU, ceilingS3CPU                 float64
+	nodeCPU, s3CPU, ceilingNodeCPU, ceilingS3CPU, fsCreate       float64
 	// ownLate is the lateness of the survivors' own alarms during the
 	// drain (armOwn).
 	ownLate []time.Duration
@@ -226,6 +237,28 @@ func armOwn(b *testing.B, ctx context.Context, survivors []*clusterproc.Node, ba
 	return all
 }
 
+// fsProbeFiles is how many files fsCreateCost creates.
+const fsProbeFiles = 4000
+
+// fsCreateCost creates n files of 4 KiB in a new directory on the file
+// system of the benchmark's temporary directories (the nodes' data
+// directories and the S3 server's) and returns this process's CPU seconds
+// per file (0 where /proc cannot be read). On ext4 a new file costs
+// little, unless many files were removed in the last minutes (the
+// cleanup of an earlier run): the allocator then passes over each inode
+// removed lately, and a file can cost ten times more, in the kernel.
+func fsCreateCost(tb testing.TB, n int) float64 {
+	dir := tb.TempDir()
+	data := make([]byte, 4096)
+	start := procCPU(os.Getpid())
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(i)), data, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return (procCPU(os.Getpid()) - start) / float64(n)
+}
+
 // ceilingActors is how many actors of its own each survivor fires for
 // drainCost.ceiling: within the default residency budget.
 const ceilingActors = 256
@@ -243,6 +276,7 @@ func (c *drainCost) add(o drainCost) {
 	c.s3CPU += o.s3CPU
 	c.ceilingNodeCPU += o.ceilingNodeCPU
 	c.ceilingS3CPU += o.ceilingS3CPU
+	c.fsCreate += o.fsCreate
 	c.ownLate = append(c.ownLate, o.ownLate...)
 }
 
@@ -338,6 +372,7 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 		}
 	}()
 	victim := nodes[0]
+	fsCreate := fsCreateCost(b, fsProbeFiles)
 	// The first alarm is due a lease period after the kill at the earliest.
 	due, base := swArmAndKill(b, ctx, victim, actors, spread, timings.ttl)
 	killed := time.Now()
@@ -365,6 +400,7 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	cost := drainCost{requests: after.requests - before.requests, lists: after.lists - before.lists,
 		relists: after.relists - before.relists, stale: after.stale - before.stale, fired: float64(len(out.first))}
 	cost.nodeCPU, cost.s3CPU = cpu.since()
+	cost.fsCreate = fsCreate
 	if own != nil {
 		o := swCollect(rec, "", own, base.Add(ownActors*ownEvery+time.Minute))
 		if len(o.lost) > 0 {
