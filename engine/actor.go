@@ -60,9 +60,15 @@ type Actor struct {
 	// deferCommit: the commit finish makes is a delivery's, deferred
 	// (Store.CommitDeferred; WithSyncedDeliveries). pending is the last
 	// deferred commit's durability, waited for at the start of the next
-	// call (wake) and before the actor closes: the output gate.
+	// call (wake): the output gate. unsettled is the same until it is
+	// waited for; it stays when an upload of an image that holds the
+	// commit returned (Replicated), which lifts the gate, and Settle, a
+	// close and a reopening of the database wait for it. imaged is what
+	// pending was when SnapshotForUpload last made an image.
 	deferCommit bool
 	pending     Durability
+	unsettled   Durability
+	imaged      Durability
 	// The committed alarm, failure count and the meta rows an index
 	// updater reads, read once after the database opens and kept after
 	// each commit (only this Actor writes them; Lock forgets them).
@@ -141,7 +147,7 @@ func (a *Actor) wakeGated(ctx context.Context, gate bool) error {
 	// this call reads, writes or reports anything, and before the
 	// database opens again (but for a read the caller reports to no one,
 	// on the database still open).
-	if a.pending != nil && (a.store == nil || gate) {
+	if (a.unsettled != nil && a.store == nil) || (a.pending != nil && gate) {
 		if err := a.waitPending(); err != nil {
 			return err
 		}
@@ -164,10 +170,14 @@ func (a *Actor) wakeGated(ctx context.Context, gate bool) error {
 // waitPending waits for the last deferred commit to be durable (a.mu
 // held).
 func (a *Actor) waitPending() error {
-	if err := a.pending.Wait(); err != nil {
+	d := a.unsettled
+	if d == nil {
+		d = a.pending
+	}
+	if err := d.Wait(); err != nil {
 		return &abi.ActorError{ID: a.id, Op: "wait for the last delivery's commit to be durable", Err: err}
 	}
-	a.pending = nil
+	a.pending, a.unsettled, a.imaged = nil, nil, nil
 	return nil
 }
 
@@ -223,7 +233,7 @@ func (a *Actor) closeLocked(ctx context.Context) error {
 	a.closed = true
 	a.discard(ctx)
 	var err error
-	if a.pending != nil {
+	if a.unsettled != nil {
 		// Closed for good: no later call of this actor waits for it.
 		err = a.waitPending()
 	}
@@ -319,8 +329,27 @@ func (a *Actor) snapshotTo(ctx context.Context, buf []byte, gate bool) ([]byte, 
 	b, err := a.store.SnapshotTo(buf)
 	if err == nil {
 		stampSchemaVersion(b)
+		a.imaged = a.pending
 	}
 	return b, err
+}
+
+// Replicated tells the actor that the image SnapshotForUpload last made
+// is in the bucket, uploaded under a hold still valid once it landed: the
+// cluster reads the actor from there (a restore after a power cut
+// downloads it, as no sidecar names it until Settle returned), so the
+// actor's next call need not wait for the commits that image holds to be
+// durable on this node. Settle, a close and a reopening of its database
+// still wait for them. A commit made after that image keeps the gate.
+// Without the journal, or once the actor's calls waited already, it does
+// nothing.
+func (a *Actor) Replicated() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending != nil && a.pending == a.imaged {
+		a.pending = nil
+	}
+	a.imaged = nil
 }
 
 // Settle returns once every commit of the actor is durable on this node:
@@ -330,7 +359,7 @@ func (a *Actor) snapshotTo(ctx context.Context, buf []byte, gate bool) ([]byte, 
 func (a *Actor) Settle() error {
 	a.mu.Lock()
 	defer a.end()
-	if a.pending == nil {
+	if a.unsettled == nil {
 		return nil
 	}
 	return a.waitPending()
@@ -537,7 +566,7 @@ func (a *Actor) finish(ctx context.Context, before, after *int64, n int, respons
 	if a.deferCommit {
 		var d Durability
 		if d, err = a.store.CommitDeferred(); d != nil {
-			a.pending = d
+			a.pending, a.unsettled = d, d
 		}
 	} else {
 		err = a.store.Commit()

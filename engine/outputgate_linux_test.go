@@ -100,7 +100,10 @@ func returned(t *testing.T, c <-chan error, what string) {
 // commit's sync, and nothing learns of it before that sync: the actor's
 // next call (a read of its state), a call after its database was closed
 // to make room for another, and a checkpoint in the delivery's own
-// commit all wait for the journal (the output gate; WithSyncedDeliveries).
+// commit all wait for the journal (the output gate; WithSyncedDeliveries),
+// unless an upload of an image that holds the delivery is in the bucket
+// (Replicated): then the next call does not wait, but Settle, a close and
+// a reopening still do.
 func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 	ctx := context.Background()
 	// openGuest starts an engine with the journal in dir; its function
@@ -208,6 +211,57 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 		}
 		// What records the local file as matching that upload waits.
 		h.waitsForTheJournal(t, returns(a.Settle), "settling the delivered actor")
+	})
+
+	// An upload of an image that holds the delivery, reported in the
+	// bucket (Replicated), lifts the gate for the actor's next call; what
+	// records the local file as matching it (Settle), a close and a
+	// reopening still wait.
+	replicated := func(t *testing.T, a *engine.Actor) {
+		t.Helper()
+		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
+		returned(t, returns(func() error { _, err := a.SnapshotForUpload(ctx, nil); return err }), "the image for an upload")
+		a.Replicated()
+	}
+	t.Run("replicated", func(t *testing.T) {
+		h, a := start(t, "oneshot_alarm")
+		defer h.let()
+		replicated(t, a)
+		returned(t, returns(state(a)), "the read of the delivered actor's state, its upload in the bucket")
+		h.waitsForTheJournal(t, returns(a.Settle), "settling the replicated actor")
+	})
+	t.Run("replicated_closed", func(t *testing.T) {
+		h, a := start(t, "oneshot_alarm")
+		defer h.let()
+		replicated(t, a)
+		h.waitsForTheJournal(t, returns(func() error { return a.Close(ctx) }), "closing the replicated actor")
+	})
+	t.Run("replicated_reopened", func(t *testing.T) {
+		h := holdJournalSyncs(t)
+		defer h.let()
+		actor := openGuest(t, t.TempDir(), "oneshot_alarm", engine.WithMaxOpenDatabases(1))
+		a := actor("a")
+		b := actor("b")
+		if _, err := a.State(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.holding.Store(true)
+		replicated(t, a)
+		returned(t, returns(func() error {
+			_, err := b.State(hostmod.Unreported(ctx))
+			return err
+		}), "another actor's call, closing the replicated one's database")
+		h.waitsForTheJournal(t, returns(state(a)), "the read of the replicated actor, its database opened again")
+	})
+	t.Run("image_before_the_delivery", func(t *testing.T) {
+		h, a := start(t, "oneshot_alarm")
+		defer h.let()
+		// An image made before the delivery does not hold it: reported in
+		// the bucket, it lifts nothing.
+		returned(t, returns(func() error { _, err := a.SnapshotForUpload(ctx, nil); return err }), "an image before the delivery")
+		returned(t, returns(deliver(a)), "the delivery (its commit deferred)")
+		a.Replicated()
+		h.waitsForTheJournal(t, returns(state(a)), "the read of the delivered actor, an earlier image in the bucket")
 	})
 
 	t.Run("closed", func(t *testing.T) {

@@ -1494,6 +1494,12 @@ func (c *nodeActor) Upload(ctx context.Context) error {
 	if err == nil {
 		err = c.n.upload(ctx, c.e, data)
 	}
+	if err == nil && c.n.holds.Valid(c.e.hold) {
+		// The bucket holds the delivery, under the hold: the actor's next
+		// call need not wait for its local sync (the output gate), which
+		// the sidecar still waits for.
+		c.e.a.Replicated()
+	}
 	if err == nil && cap(data) <= maxPooledSnapshot {
 		// After a failed PUT the transport may still hold the body: that
 		// buffer is not reused.

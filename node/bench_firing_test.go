@@ -20,10 +20,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/alarms/abi"
 	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
+	"github.com/wasmkeep/alarms/internal/metricstest"
 	"github.com/wasmkeep/alarms/internal/s3test"
 	"github.com/wasmkeep/alarms/node"
 )
@@ -247,8 +249,9 @@ func benchFirings(b *testing.B, srv *s3test.Server, classes map[string][]byte, a
 	var want atomic.Int64
 	reached := make(chan struct{}, 1)
 	dir := b.TempDir()
+	reg := prometheus.NewRegistry()
 	n, err := node.New(ctx, node.Config{
-		DataDir: dir, Classes: classes, EngineOptions: durableOptions(dir),
+		DataDir: dir, Classes: classes, EngineOptions: durableOptions(dir), Registerer: reg,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Error, Output: testWriter{b}}),
 		OnDelivery: func(ev node.DeliveryEvent) {
 			switch {
@@ -308,6 +311,7 @@ func benchFirings(b *testing.B, srv *s3test.Server, classes map[string][]byte, a
 	}
 	base, cpu0, t0 := fired.Load(), cpuTime(b), time.Now()
 	req0 := rc.snapshot()
+	j0 := metricstest.Gather(reg)
 	wait(base + int64(b.N))
 	if profiling {
 		pprof.StopCPUProfile()
@@ -315,6 +319,7 @@ func benchFirings(b *testing.B, srv *s3test.Server, classes map[string][]byte, a
 	got := fired.Load() - base
 	elapsed, cpu := time.Since(t0), cpuTime(b)-cpu0
 	req := rc.snapshot()
+	j1 := metricstest.Gather(reg)
 	b.StopTimer()
 	if f := failed.Load(); f > 0 {
 		b.Fatalf("%d deliveries failed", f)
@@ -347,5 +352,10 @@ func benchFirings(b *testing.B, srv *s3test.Server, classes map[string][]byte, a
 	b.ReportMetric(per(kinds("get")...), "gets/firing")
 	b.ReportMetric(per(kinds("list")...), "lists/firing")
 	b.ReportMetric(per("other-put", "other-get", "other-delete", "other-list"), "other/firing")
+	if syncs := j1.Value("wasmkeep_journal_syncs_total") - j0.Value("wasmkeep_journal_syncs_total"); syncs > 0 {
+		// With -durable: the commits each sync of the node journal made
+		// durable at once.
+		b.ReportMetric((j1.Value("wasmkeep_journal_commits_total")-j0.Value("wasmkeep_journal_commits_total"))/syncs, "commits/sync")
+	}
 	b.ReportMetric(0, "ns/op")
 }

@@ -21,7 +21,8 @@ import (
 
 // In cluster mode a delivery's upload does not wait for its commit to be
 // durable on the node (the journal's sync held): the bucket holds it once
-// the upload returns. The sidecar, which has a restore keep the local
+// the upload returns, and the actor's next call does not wait either. The
+// sidecar, which has a restore keep the local
 // file in place of the bucket's state, is written on release only once
 // the local file is durable too: written before, a power cut could leave
 // a sidecar naming the upload beside a database that lost the delivery,
@@ -92,6 +93,18 @@ func TestAnUploadGoesOutBeforeTheLocalSyncButTheSidecarWaitsForIt(t *testing.T) 
 	}
 	if after := latest(t, b, id); after == before {
 		t.Fatalf("the bucket's state is still %+v: the delivery was not uploaded", before)
+	}
+	// The bucket holds the delivery, under the node's hold: the actor's
+	// next call does not wait for the local sync (engine.Actor.Replicated).
+	read := make(chan error, 1)
+	go func() { _, err := n.State(ctx, id); read <- err }()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a read of the delivered actor waited for the local sync, though its upload was in the bucket")
 	}
 
 	go func() { closed <- n.Close(ctx) }()
