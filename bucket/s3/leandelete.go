@@ -255,14 +255,7 @@ func (s *putSigner) deleteAuthorization(creds aws.Credentials, t sigTime, host, 
 	c = appendCanonicalHeader(c, "host:", host)
 	c = appendCanonicalHeader(c, "x-amz-checksum-crc32:", dh.checksum)
 	c = appendCanonicalHeader(c, "x-amz-content-sha256:", dh.payloadHash)
-	c = appendCanonicalHeader(c, "x-amz-date:", t.amzDate)
-	if dh.securityToken != "" {
-		c = appendCanonicalHeader(c, "x-amz-security-token:", dh.securityToken)
-	}
-	c = append(c, '\n')
-	c = append(c, signed...)
-	c = append(c, '\n')
-	c = append(c, dh.payloadHash...)
+	c = appendCanonicalTail(c, t.amzDate, dh.securityToken, signed, dh.payloadHash)
 	st := sigStates.Get().(*sigState)
 	defer sigStates.Put(st)
 	return s.sign(st, creds, t, c, []byte(signed))

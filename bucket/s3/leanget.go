@@ -199,14 +199,7 @@ func (s *putSigner) getAuthorization(creds aws.Credentials, t sigTime, host, pat
 	c = append(c, "\n\n"...) // no query
 	c = appendCanonicalHeader(c, "host:", host)
 	c = appendCanonicalHeader(c, "x-amz-content-sha256:", emptyPayloadHash)
-	c = appendCanonicalHeader(c, "x-amz-date:", t.amzDate)
-	if creds.SessionToken != "" {
-		c = appendCanonicalHeader(c, "x-amz-security-token:", creds.SessionToken)
-	}
-	c = append(c, '\n')
-	c = append(c, signed...)
-	c = append(c, '\n')
-	c = append(c, emptyPayloadHash...)
+	c = appendCanonicalTail(c, t.amzDate, creds.SessionToken, signed, emptyPayloadHash)
 	a := s.sign(st, creds, t, c, []byte(signed))
 	st.buf = c[:0]
 	return a

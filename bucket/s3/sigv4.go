@@ -137,15 +137,9 @@ func (s *putSigner) authorization(creds aws.Credentials, t sigTime, host, path s
 		c = appendCanonicalHeader(c, "if-none-match:", h.ifNoneMatch)
 	}
 	c = appendCanonicalHeader(c, "x-amz-content-sha256:", h.payloadHash)
-	c = appendCanonicalHeader(c, "x-amz-date:", t.amzDate)
-	if h.securityToken != "" {
-		c = appendCanonicalHeader(c, "x-amz-security-token:", h.securityToken)
-	}
-	c = append(c, '\n')
-	c = append(c, signed[:nSigned-1]...) // without the last separator
-	c = append(c, '\n')
-	c = append(c, h.payloadHash...)
-	a := s.sign(st, creds, t, c[nSigned:], signed[:nSigned-1]) // without the separator that ended the list
+	// Without the separator that ended the list of signed headers.
+	c = appendCanonicalTail(c, t.amzDate, h.securityToken, signed[:nSigned-1], h.payloadHash)
+	a := s.sign(st, creds, t, c[nSigned:], signed[:nSigned-1])
 	st.buf = c[:0]
 	return a
 }
@@ -193,6 +187,20 @@ func (s *putSigner) sign(st *sigState, creds aws.Credentials, t sigTime, c, sign
 // appendCanonicalHeader appends name (with its colon) and value as SigV4
 // canonicalises a header: leading and trailing spaces trimmed, inner runs
 // of spaces made one.
+// appendCanonicalTail ends a canonical request after its headers up to
+// x-amz-content-sha256: x-amz-date, x-amz-security-token when there is a
+// session token, the list of signed headers and the payload's hash.
+func appendCanonicalTail[S string | []byte](c []byte, amzDate, token string, signed S, payloadHash string) []byte {
+	c = appendCanonicalHeader(c, "x-amz-date:", amzDate)
+	if token != "" {
+		c = appendCanonicalHeader(c, "x-amz-security-token:", token)
+	}
+	c = append(c, '\n')
+	c = append(c, signed...)
+	c = append(c, '\n')
+	return append(c, payloadHash...)
+}
+
 func appendCanonicalHeader(c []byte, name, value string) []byte {
 	c = append(c, name...)
 	value = strings.TrimSpace(value)
