@@ -66,9 +66,14 @@ type Actor struct {
 	// close and a reopening of the database wait for it. imaged is what
 	// pending was when SnapshotForUpload last made an image.
 	deferCommit bool
-	pending     Durability
-	unsettled   Durability
-	imaged      Durability
+	// replicated: Replicated was called since the last deferred commit,
+	// so this host uploads the actor's deliveries; the next one's commit
+	// asks the journal for its batch lazily (Store.commitDeferred), and a
+	// delivery whose upload was not reported so asks at once.
+	replicated bool
+	pending    Durability
+	unsettled  Durability
+	imaged     Durability
 	// The committed alarm, failure count and the meta rows an index
 	// updater reads, read once after the database opens and kept after
 	// each commit (only this Actor writes them; Lock forgets them).
@@ -342,13 +347,17 @@ func (a *Actor) snapshotTo(ctx context.Context, buf []byte, gate bool) ([]byte, 
 // durable on this node. Settle, a close and a reopening of its database
 // still wait for them. A commit made after that image keeps the gate.
 // Without the journal, or once the actor's calls waited already, it does
-// nothing.
+// nothing. The actor's next delivery then asks the journal for its
+// commit's sync within 20 ms rather than 1 (a batch gathers more
+// commits): its upload is expected to make it durable first, and a
+// delivery whose upload is not reported so asks at once.
 func (a *Actor) Replicated() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.pending != nil && a.pending == a.imaged {
 		a.pending = nil
 	}
+	a.replicated = true
 	a.imaged = nil
 }
 
@@ -565,7 +574,9 @@ func (a *Actor) finish(ctx context.Context, before, after *int64, n int, respons
 	var err error
 	if a.deferCommit {
 		var d Durability
-		if d, err = a.store.CommitDeferred(); d != nil {
+		replicated := a.replicated
+		a.replicated = false
+		if d, err = a.store.commitDeferred(replicated); d != nil {
 			a.pending, a.unsettled = d, d
 		}
 	} else {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/wasmkeep/alarms/internal/iohook"
 )
@@ -56,4 +57,12 @@ func SetJournalRebootEachStart() (restore func()) {
 	var boots atomic.Uint64
 	journalBoot = func() uint64 { return boots.Add(1) }
 	return func() { journalBoot = prev }
+}
+
+// SetReplicatedDelay sets how long a journal batch that only replicated
+// deliveries asked for waits for more (replicatedDelay).
+func SetReplicatedDelay(d time.Duration) (restore func()) {
+	prev := replicatedDelay
+	replicatedDelay = d
+	return func() { replicatedDelay = prev }
 }

@@ -302,3 +302,104 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 		h.waitsForTheJournal(t, d, "a delivery with WithSyncedDeliveries")
 	})
 }
+
+// A delivery whose last one's upload was reported in the bucket
+// (Replicated) asks the journal for its sync lazily: no sync follows it
+// within the deferred delay, and one follows at once when something
+// waits for it (Settle) or when a delivery not so reported asks. A
+// delivery whose previous upload was not reported asks at once.
+func TestAReplicatedDeliveryAsksTheJournalLazily(t *testing.T) {
+	t.Cleanup(engine.SetReplicatedDelay(time.Hour))
+	ctx := context.Background()
+	dir := t.TempDir()
+	eng, err := engine.NewEngine(ctx, engine.WithJournal(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(ctx) })
+	cl, err := eng.Compile(ctx, "bench", testguest.Fixture(t, "oneshot_alarm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(name string) *engine.Actor {
+		a, err := eng.Open(ctx, abi.ActorID{Tenant: "g", Class: "bench", Name: name}, cl, filepath.Join(dir, name+".db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// deliver sets the alarm due (arm: a request, which waits for its
+	// own sync) and delivers it (deliverArmed), and returns the journal's
+	// syncs before the delivery.
+	var deliverArmed func(a *engine.Actor) int64
+	arm := func(a *engine.Actor) {
+		t.Helper()
+		if _, err := a.Request(ctx, timeReq(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver := func(a *engine.Actor) int64 {
+		t.Helper()
+		arm(a)
+		return deliverArmed(a)
+	}
+	deliverArmed = func(a *engine.Actor) int64 {
+		t.Helper()
+		syncs := eng.Journal().Syncs
+		d, err := a.DeliverAlarm(ctx)
+		if err != nil || !d.Ran || d.Err != nil {
+			t.Fatalf("delivery: ran %v, error %v, %v", d.Ran, d.Err, err)
+		}
+		return syncs
+	}
+	upload := func(a *engine.Actor, reported bool) {
+		t.Helper()
+		if _, err := a.SnapshotForUpload(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if reported {
+			a.Replicated()
+		}
+	}
+	synced := func(since int64, what string) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); eng.Journal().Syncs == since; {
+			if time.Now().After(end) {
+				t.Fatalf("%s: the journal was not synced", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	notSynced := func(since int64, what string) {
+		t.Helper()
+		time.Sleep(100 * time.Millisecond) // a hundred times the deferred delay
+		if n := eng.Journal().Syncs; n != since {
+			t.Fatalf("%s: the journal was synced %d times", what, n-since)
+		}
+	}
+	a, b := open("a"), open("b")
+
+	s := deliver(a)
+	synced(s, "the actor's first delivery")
+	upload(a, true)
+	s = deliver(a)
+	notSynced(s, "a delivery after one whose upload was reported")
+	returned(t, returns(a.Settle), "settling the actor") // waits: the batch is written at once
+	synced(s, "settled")
+
+	// Another actor's delivery not replicated ends the lazy batch's delay.
+	upload(a, true)
+	arm(b)
+	s = deliver(a)
+	notSynced(s, "a replicated delivery")
+	s = deliverArmed(b)
+	synced(s, "another actor's delivery, not replicated, after a replicated one")
+
+	// An upload not reported (it failed): the next delivery asks at once.
+	upload(a, true)
+	s = deliver(a)
+	upload(a, false)
+	notSynced(s, "a replicated delivery")
+	s = deliver(a) // its request waited for the batch
+	synced(s, "a delivery after one whose upload was not reported")
+}

@@ -400,7 +400,7 @@ func (s *Store) Commit() error {
 // deferrer is a WAL file whose commit's sync can be deferred: a WAL the
 // node journal covers (storeFile, on Linux).
 type deferrer interface {
-	deferNextSync() bool
+	deferNextSync(replicated bool) bool
 	endDefer()
 	deferred() Durability
 }
@@ -419,14 +419,20 @@ type Durability interface{ Wait() error }
 // returns (an output gate), nor let the database be opened again or
 // checkpointed by another store meanwhile: the engine's actor waits for
 // it at the start of its next call.
-func (s *Store) CommitDeferred() (d Durability, err error) {
+func (s *Store) CommitDeferred() (d Durability, err error) { return s.commitDeferred(false) }
+
+// commitDeferred is CommitDeferred; replicated says the commit is a
+// delivery whose upload, which the host makes before anything learns of
+// it, is expected to make it durable first: the journal's batch is then
+// asked for within a longer delay (journal.nudge).
+func (s *Store) commitDeferred(replicated bool) (d Durability, err error) {
 	if s.wal == nil {
 		if v, err := s.conn.FileControl(storeSchema, sqlite3.FCNTL_JOURNAL_POINTER); err == nil {
 			s.wal, _ = unwrapFile(v).(deferrer)
 		}
 	}
 	w := s.wal
-	if w == nil || !w.deferNextSync() {
+	if w == nil || !w.deferNextSync(replicated) {
 		return nil, s.Commit()
 	}
 	err = s.Commit()

@@ -97,7 +97,10 @@ type storeFile struct {
 	// checkpoint's among them, waits for pending.
 	deferSync   bool
 	deferredNow bool
-	pending     *jbatch
+	// deferReplicated: the deferred commit is a delivery the host's
+	// upload is expected to make durable first (journal.nudge).
+	deferReplicated bool
+	pending         *jbatch
 }
 
 // journalWait is a deferred commit's batch: Wait returns once it is
@@ -110,12 +113,14 @@ type journalWait struct {
 func (w journalWait) Wait() error { return w.j.await(w.b) }
 
 // deferNextSync makes the file's next sync a deferred one, and reports
-// whether it can be: only a WAL the journal covers.
-func (f *storeFile) deferNextSync() bool {
+// whether it can be: only a WAL the journal covers. replicated says the
+// host's upload is expected to make the commit durable first
+// (journal.nudge).
+func (f *storeFile) deferNextSync(replicated bool) bool {
 	if f.j == nil {
 		return false
 	}
-	f.deferSync, f.deferredNow = true, false
+	f.deferSync, f.deferredNow, f.deferReplicated = true, false, replicated
 	return true
 }
 
@@ -514,7 +519,7 @@ func (f *storeFile) Sync(vfs.SyncFlag) error {
 			// journal's next batch, which is asked for now; the actor's
 			// next call waits for it (Actor.wake).
 			f.pending, f.jb, f.deferredNow = f.jb, nil, true
-			f.j.nudge()
+			f.j.nudge(f.deferReplicated)
 			return nil
 		}
 		b := f.jb
