@@ -148,6 +148,11 @@ func TestMetricsMoveAsAlarmsFire(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	// A replicated actor's delivery asks the journal for its sync within
+	// 20 ms, its upload having made it durable in the bucket first.
+	waitFor(t, "the journal's sync of the firings' commits", func() bool {
+		return scrapeMetrics(t, url).Value("wasmkeep_journal_syncs_total") > armed.Value("wasmkeep_journal_syncs_total")
+	})
 	after := scrapeMetrics(t, url)
 	for _, c := range []struct {
 		name   string
