@@ -96,6 +96,32 @@ func returned(t *testing.T, c <-chan error, what string) {
 	}
 }
 
+// journalGuest starts an engine with the journal in dir; its function
+// opens an actor of guest there with its alarm due.
+func journalGuest(t *testing.T, dir, guest string, opts ...engine.Option) (*engine.Engine, func(name string) *engine.Actor) {
+	ctx := context.Background()
+	eng, err := engine.NewEngine(ctx, append([]engine.Option{engine.WithJournal(dir)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(ctx) })
+	cl, err := eng.Compile(ctx, "bench", testguest.Fixture(t, guest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng, func(name string) *engine.Actor {
+		a, err := eng.Open(ctx, abi.ActorID{Tenant: "g", Class: "bench", Name: name}, cl, filepath.Join(dir, name+".db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Due at once; the delivery clears it (a write).
+		if _, err := a.Request(ctx, timeReq(1)); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+}
+
 // A delivery whose handler succeeded returns without waiting for its
 // commit's sync, and nothing learns of it before that sync: the actor's
 // next call (a read of its state), a call after its database was closed
@@ -106,30 +132,6 @@ func returned(t *testing.T, c <-chan error, what string) {
 // a reopening still do.
 func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 	ctx := context.Background()
-	// openGuest starts an engine with the journal in dir; its function
-	// opens an actor of guest there with its alarm due.
-	openGuest := func(t *testing.T, dir, guest string, opts ...engine.Option) func(name string) *engine.Actor {
-		eng, err := engine.NewEngine(ctx, append([]engine.Option{engine.WithJournal(dir)}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { eng.Close(ctx) })
-		cl, err := eng.Compile(ctx, "bench", testguest.Fixture(t, guest))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func(name string) *engine.Actor {
-			a, err := eng.Open(ctx, abi.ActorID{Tenant: "g", Class: "bench", Name: name}, cl, filepath.Join(dir, name+".db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Due at once; the delivery clears it (a write).
-			if _, err := a.Request(ctx, timeReq(1)); err != nil {
-				t.Fatal(err)
-			}
-			return a
-		}
-	}
 	deliver := func(a *engine.Actor) func() error {
 		return func() error {
 			d, err := a.DeliverAlarm(ctx)
@@ -152,7 +154,7 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 	// journal's syncs from then on.
 	start := func(t *testing.T, guest string, opts ...engine.Option) (*heldSyncs, *engine.Actor) {
 		h := holdJournalSyncs(t)
-		actor := openGuest(t, t.TempDir(), guest, opts...)
+		_, actor := journalGuest(t, t.TempDir(), guest, opts...)
 		a := actor("a")
 		h.holding.Store(true)
 		return h, a
@@ -172,7 +174,7 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 	t.Run("reopened", func(t *testing.T) {
 		h := holdJournalSyncs(t)
 		defer h.let()
-		actor := openGuest(t, t.TempDir(), "oneshot_alarm", engine.WithMaxOpenDatabases(1))
+		_, actor := journalGuest(t, t.TempDir(), "oneshot_alarm", engine.WithMaxOpenDatabases(1))
 		a := actor("a")
 		b := actor("b") // a's database closes to make room
 		if _, err := a.State(ctx); err != nil {
@@ -239,7 +241,7 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 	t.Run("replicated_reopened", func(t *testing.T) {
 		h := holdJournalSyncs(t)
 		defer h.let()
-		actor := openGuest(t, t.TempDir(), "oneshot_alarm", engine.WithMaxOpenDatabases(1))
+		_, actor := journalGuest(t, t.TempDir(), "oneshot_alarm", engine.WithMaxOpenDatabases(1))
 		a := actor("a")
 		b := actor("b")
 		if _, err := a.State(ctx); err != nil {
@@ -311,23 +313,7 @@ func TestADeliveryIsReportedOnlyOnceItsCommitIsDurable(t *testing.T) {
 func TestAReplicatedDeliveryAsksTheJournalLazily(t *testing.T) {
 	t.Cleanup(engine.SetReplicatedDelay(time.Hour))
 	ctx := context.Background()
-	dir := t.TempDir()
-	eng, err := engine.NewEngine(ctx, engine.WithJournal(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(ctx) })
-	cl, err := eng.Compile(ctx, "bench", testguest.Fixture(t, "oneshot_alarm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := func(name string) *engine.Actor {
-		a, err := eng.Open(ctx, abi.ActorID{Tenant: "g", Class: "bench", Name: name}, cl, filepath.Join(dir, name+".db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	eng, open := journalGuest(t, t.TempDir(), "oneshot_alarm")
 	// deliver sets the alarm due (arm: a request, which waits for its
 	// own sync) and delivers it (deliverArmed), and returns the journal's
 	// syncs before the delivery.

@@ -184,9 +184,6 @@ func (s *putSigner) sign(st *sigState, creds aws.Credentials, t sigTime, c, sign
 	return a.String()
 }
 
-// appendCanonicalHeader appends name (with its colon) and value as SigV4
-// canonicalises a header: leading and trailing spaces trimmed, inner runs
-// of spaces made one.
 // appendCanonicalTail ends a canonical request after its headers up to
 // x-amz-content-sha256: x-amz-date, x-amz-security-token when there is a
 // session token, the list of signed headers and the payload's hash.
@@ -201,6 +198,9 @@ func appendCanonicalTail[S string | []byte](c []byte, amzDate, token string, sig
 	return append(c, payloadHash...)
 }
 
+// appendCanonicalHeader appends name (with its colon) and value as SigV4
+// canonicalises a header: leading and trailing spaces trimmed, inner runs
+// of spaces made one.
 func appendCanonicalHeader(c []byte, name, value string) []byte {
 	c = append(c, name...)
 	value = strings.TrimSpace(value)
