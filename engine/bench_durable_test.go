@@ -201,6 +201,7 @@ func benchDurable(b *testing.B, actors int, journal bool, opts []engine.Option) 
 		b.ReportMetric(float64(waits)/float64(syncs), "commits/sync")
 		b.ReportMetric(float64(st.Bytes-j0.Bytes)/float64(waits), "bytes/commit")
 		b.ReportMetric(float64(st.Retired-j0.Retired), "retired")
+		b.ReportMetric(float64(st.Handoffs-j0.Handoffs)/float64(syncs), "handoffs/sync")
 	}
 }
 

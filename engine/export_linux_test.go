@@ -66,3 +66,19 @@ func SetReplicatedDelay(d time.Duration) (restore func()) {
 	replicatedDelay = d
 	return func() { replicatedDelay = prev }
 }
+
+// SetJournalHandoff sets when the journals' syncs hand their processor
+// off: "always", "never" or "auto" (the default: while more guest calls
+// wait for a slot than commits for the sync).
+func SetJournalHandoff(mode string) (restore func()) {
+	prev := journalHandoff
+	switch mode {
+	case "always":
+		journalHandoff = handoffAlways
+	case "never":
+		journalHandoff = handoffNever
+	default:
+		journalHandoff = handoffAuto
+	}
+	return func() { journalHandoff = prev }
+}

@@ -314,6 +314,8 @@ func (g *guestSlots) acquire(ctx context.Context, tenant string, w *slotWaiter, 
 		w.granted = make(chan fair.Ticket, 1)
 	}
 	it := g.q.Push(tenant, now, w)
+	queuedCalls.Add(1)
+	defer queuedCalls.Add(-1)
 	g.waits++
 	g.statsOf(tenant).waits++
 	g.dispatch(now)
@@ -521,3 +523,8 @@ func (c *guestCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.tenantWaited, prometheus.CounterValue, float64(r.s.waits), r.label)
 	}
 }
+
+// queuedCalls is how many guest calls wait for a slot now, in every
+// engine of the process (the journal's sync hands its processor off while
+// they are many: handsOff).
+var queuedCalls atomic.Int64

@@ -12,7 +12,7 @@ func (*journal) forget(string) error       { return nil }
 func (*journal) close() error              { return nil }
 
 // JournalStats counts the node journal's work (none on this platform).
-type JournalStats struct{ Syncs, Waits, Deferred, Retired, Bytes int64 }
+type JournalStats struct{ Syncs, Waits, Deferred, Retired, Bytes, Handoffs int64 }
 
 func (*journal) stats() JournalStats { return JournalStats{} }
 func (*journal) syncing() int        { return 0 }

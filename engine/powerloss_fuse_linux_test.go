@@ -31,12 +31,15 @@ import (
 // one engine for the whole run: the cuts come at random instants while the
 // WALs fill, are checkpointed and start again, several times over.
 //
-// Three modes: "journal" (WithJournal, keepnode's default: the WALs'
+// Four modes: "journal" (WithJournal, keepnode's default: the WALs'
 // writes go to the node journal too, and a start after the cut writes
-// them again into the WALs), "durable" (WithDurableCommits alone: each
-// commit syncs its WAL) and "off".
+// them again into the WALs), its sync keeping its processor;
+// "journal-handoff", the same with every sync of the journal handing its
+// processor off (as it does while guest calls wait for a slot);
+// "durable" (WithDurableCommits alone: each commit syncs its WAL) and
+// "off".
 func TestAPowerCutOnFUSELosesNoAcknowledgedEvent(t *testing.T) {
-	for _, mode := range []string{"journal", "durable", "off"} {
+	for _, mode := range []string{"journal", "journal-handoff", "durable", "off"} {
 		durable := mode != "off"
 		t.Run(mode, func(t *testing.T) {
 			r := fusePowerCuts(t, mode, 24)
@@ -70,7 +73,13 @@ func fusePowerCuts(t *testing.T, mode string, cuts int) (r fuseCutsResult) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 
 	opts := []engine.Option{engine.WithDurableCommits(durable)}
-	if mode == "journal" {
+	journaled := strings.HasPrefix(mode, "journal")
+	if journaled {
+		handoff := "never"
+		if mode == "journal-handoff" {
+			handoff = "always"
+		}
+		t.Cleanup(engine.SetJournalHandoff(handoff))
 		// Files small enough to take turns, and be retired, many times
 		// (a commit's record is about 100 bytes packed).
 		t.Cleanup(engine.SetJournalFileSize(64 << 10))
@@ -152,7 +161,7 @@ func fusePowerCuts(t *testing.T, mode string, cuts int) (r fuseCutsResult) {
 		lost := func() (lost int) {
 			gate.Lock()
 			defer gate.Unlock()
-			if mode == "journal" {
+			if journaled {
 				replay(t, c, dst) // the next start writes the journal's records again
 			}
 			return lostInCut(t, fmt.Sprintf("cut %d", c), dst, before, durable)
