@@ -52,7 +52,8 @@ var journalHandoff = handoffAuto
 // woken the moment the disk returns rather than once a processor is free
 // again. Measured on two processors, handing off every sync cost eight
 // busy actors about a quarter of their events, and keeping the processor
-// at every sync cost a thousand about as much (docs/benchmarks.md#handoff).
+// at every sync cost a thousand about as much (docs/benchmarks.md, "A
+// sync that hands its processor off").
 func handsOff(waiting int64) bool {
 	switch journalHandoff {
 	case handoffAlways:
