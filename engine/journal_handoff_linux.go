@@ -71,12 +71,12 @@ func (j *journal) datasync(fd int) error {
 		return fdatasync(fd)
 	}
 	j.handoffs.Add(1)
-	for {
-		if e := fdatasyncHandingOff(fd); e != syscall.EINTR {
-			if e != 0 {
-				return e
-			}
-			return nil
-		}
+	e := fdatasyncHandingOff(fd)
+	for e == syscall.EINTR {
+		e = fdatasyncHandingOff(fd)
 	}
+	if e != 0 {
+		return e
+	}
+	return nil
 }

@@ -78,12 +78,12 @@ func TestTheJournalSyncHandsItsProcessorOffWhileGuestCallsWait(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	s, h := set()
+	syncs, h := set()
 	if s := eng.GuestSlots(); s.Waiting < 3 {
 		t.Fatalf("guest slots %+v: the spinners stopped waiting before the request was done", s)
 	}
 	if h == 0 {
-		t.Fatalf("none of %d syncs handed its processor off while three guest calls waited for a slot and one commit for the sync", s)
+		t.Fatalf("none of %d syncs handed its processor off while three guest calls waited for a slot and one commit for the sync", syncs)
 	}
 	wait()
 
