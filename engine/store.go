@@ -209,6 +209,11 @@ func openStore(path string, durable, restored bool) (*Store, error) {
 		if err := createFromTemplate(path, durable); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
+	} else if restored {
+		// Written from a snapshot just now: its header's version is the
+		// snapshot's (CheckSnapshotFormat reads it), and the attach reads
+		// it again (checkAttachedSchema) before anything is written; a
+		// refused one is removed whole (OpenRestored).
 	} else if err := checkLocalSchema(path); err != nil {
 		// A later build's database: refused before SQLite opens it, so
 		// nothing of it (nor a WAL beside it) is written.
@@ -684,12 +689,12 @@ func WriteSnapshot(path string, data []byte) error {
 		return err
 	}
 	for _, p := range []string{path + "-wal", path + "-shm"} {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		if err := removeFile(p); err != nil && !os.IsNotExist(err) {
 			_ = os.Remove(tmp)
 			return err
 		}
 	}
-	return os.Rename(tmp, path)
+	return renameFile(tmp, path)
 }
 
 // MoveDatabase renames the closed database at from, with its WAL (which
@@ -716,7 +721,7 @@ func RemoveDatabase(path string) error {
 		return err
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		if err := removeFile(p); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -365,8 +366,11 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	e.hasLast, e.last, e.bucketHad, e.joining = true, latest, true, false
 	_, statErr := os.Stat(p)
 	local := statErr == nil
+	noSidecar := false // seen missing just now: nothing to remove below
 	if latest.ETag != "" {
-		if side, err := os.ReadFile(p + ".sync"); err == nil {
+		side, err := os.ReadFile(p + ".sync")
+		noSidecar = errors.Is(err, fs.ErrNotExist)
+		if err == nil {
 			switch string(side) {
 			case sidecar(latest, true):
 				// The database is that snapshot, or ahead of it with
@@ -442,7 +446,9 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	// beside a database that was removed) goes first, and durably: a
 	// power cut must not leave it vouching for the file written next,
 	// which is not synced until the release.
-	if err := os.Remove(p + ".sync"); err == nil {
+	if noSidecar {
+		// The entry's lock is held: none was written since the read.
+	} else if err := os.Remove(p + ".sync"); err == nil {
 		if err := engine.SyncDatabase(p); err != nil {
 			return false, false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
 		}
