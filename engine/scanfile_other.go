@@ -19,7 +19,3 @@ func (f scanFile) Size() (int64, error) {
 	}
 	return fi.Size(), nil
 }
-
-func removeFile(path string) error { return os.Remove(path) }
-
-func renameFile(from, to string) error { return os.Rename(from, to) }

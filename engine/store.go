@@ -209,15 +209,15 @@ func openStore(path string, durable, restored bool) (*Store, error) {
 		if err := createFromTemplate(path, durable); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
-	} else if restored {
-		// Written from a snapshot just now: its header's version is the
-		// snapshot's (CheckSnapshotFormat reads it), and the attach reads
-		// it again (checkAttachedSchema) before anything is written; a
-		// refused one is removed whole (OpenRestored).
-	} else if err := checkLocalSchema(path); err != nil {
+	} else if !restored {
 		// A later build's database: refused before SQLite opens it, so
-		// nothing of it (nor a WAL beside it) is written.
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		// nothing of it (nor a WAL beside it) is written. One restored
+		// just now has the snapshot's header, whose version its format
+		// check read, and the attach reads it again before anything is
+		// written (checkAttachedSchema; OpenRestored removes it whole).
+		if err := checkLocalSchema(path); err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
 	}
 	s, err := attachStore(path, durable, restored)
 	if err != nil {

@@ -446,14 +446,16 @@ func (n *Node) restore(ctx context.Context, e *entry, latest cluster.Snapshot, f
 	// beside a database that was removed) goes first, and durably: a
 	// power cut must not leave it vouching for the file written next,
 	// which is not synced until the release.
-	if noSidecar {
-		// The entry's lock is held: none was written since the read.
-	} else if err := os.Remove(p + ".sync"); err == nil {
-		if err := engine.SyncDatabase(p); err != nil {
+	// One the read above found missing is not there (the entry's lock is
+	// held): nothing to remove.
+	if !noSidecar {
+		if err := os.Remove(p + ".sync"); err == nil {
+			if err := engine.SyncDatabase(p); err != nil {
+				return false, false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
+			}
+		} else if !os.IsNotExist(err) {
 			return false, false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
 		}
-	} else if !os.IsNotExist(err) {
-		return false, false, &abi.ActorError{ID: e.id, Op: "remove the sidecar", Err: err}
 	}
 	if err := engine.WriteSnapshot(p, data); err != nil {
 		return false, false, &abi.ActorError{ID: e.id, Op: "restore", Err: err}
