@@ -58,17 +58,22 @@ func TestObservePeriod(t *testing.T) {
 	mem := bucket.NewMem()
 	period := cluster.DefaultTTL / 3
 	log := &listLog{Mem: mem, clk: clk, failAt: 5}
-	a, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: log, NodeID: "a", Addr: "a:1", Clock: clk, ObservePeriod: 8 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Kill()
+	// b first: its lease is written before StartLeases returns, so a's
+	// first listing, which a's reading loop sends as it starts, finds it.
+	// Started the other way round, that listing races b's first write,
+	// and one that wins leaves b out of a's live nodes until a lists
+	// again, 8 s later.
 	bb := &cutOff{Mem: mem}
 	b, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: bb, NodeID: "b", Addr: "b:1", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Kill()
+	a, err := cluster.StartLeases(ctx, cluster.LeaseConfig{Bucket: log, NodeID: "a", Addr: "a:1", Clock: clk, ObservePeriod: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Kill()
 	const waiters = 4 // each node's renewal and reading loops
 	// step advances the clock to the next instant a loop waits for, once
 	// every loop waits.
