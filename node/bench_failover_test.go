@@ -213,8 +213,8 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 // last firing), the median of ceilingRounds rounds. ceilingAfter is the
 // same rate measured again once the drain is over, for comparison: what
 // a drain leaves (thousands of objects removed, thousands of actors on
-// each survivor) moves the rate after it from run to run (a median of
-// 308 to 799 firings/s in five runs on one machine, 626 to 766 before).
+// each survivor) moves the rate after it from run to run, more than the
+// rate before it (docs/benchmarks.md#drain-bound).
 //
 // start sums, over the survivors, the seconds from when the orphans could
 // first be taken to the survivor's first firing of one; busy sums their
