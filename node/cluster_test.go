@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,4 +150,62 @@ func TestADeliveryRetriesAfterALeasePeriodWhileTheBucketIsUnreachable(t *testing
 		}
 		return false
 	})
+}
+
+// A node that takes over a dead node's actors logs no INFO line per actor
+// (a dead node's backlog is thousands of them): its summary counts them.
+func TestTakeoversAreCountedInTheSummaryNotLoggedEach(t *testing.T) {
+	ctx := context.Background()
+	b := bucket.NewMem()
+	classes := counter(t)
+	a := clusterNode(t, b, "a", t.TempDir(), classes, nil)
+	a.Start(ctx)
+	logs := &syncBuffer{}
+	var ran sync.Map
+	bn, err := node.New(ctx, node.Config{
+		DataDir: t.TempDir(), Classes: classes,
+		Logger:          hclog.New(&hclog.LoggerOptions{Name: "b", Level: hclog.Info, Output: logs, JSONFormat: true}),
+		LogSummaryEvery: 100 * time.Millisecond,
+		OnDelivery: func(ev node.DeliveryEvent) {
+			if ev.Err == nil && ev.Event.Ran {
+				ran.Store(ev.Actor, true)
+			}
+		},
+		Cluster: &node.ClusterConfig{
+			Bucket: b, NodeID: "b", Addr: "b.invalid:1",
+			LeaseTTL: 600 * time.Millisecond, LeaseMargin: 150 * time.Millisecond, LeaseGrace: 300 * time.Millisecond,
+			SweepPeriod: 200 * time.Millisecond, IdleTimeout: time.Minute, Tenants: []string{"t"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bn.Start(ctx)
+	defer bn.Close(ctx)
+	const actors = 4
+	for i := range actors {
+		id := abi.ActorID{Tenant: "t", Class: "counter", Name: "c" + string(rune('0'+i))}
+		if _, err := a.Request(ctx, id, []byte("start 1500")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Crash()
+	var summed float64
+	waitFor(t, "b taking over every actor, and its summaries counting them", func() bool {
+		n := 0
+		ran.Range(func(any, any) bool { n++; return true })
+		summed = 0
+		for _, l := range jsonLines(t, logs) {
+			if msg, _ := l["@message"].(string); strings.HasPrefix(msg, "alarms in the last ") {
+				f, _ := l["taken_over"].(float64)
+				summed += f
+			}
+		}
+		return n == actors && summed == actors
+	})
+	for _, l := range jsonLines(t, logs) {
+		if _, ok := l["actor"]; ok && l["@level"] == "info" {
+			t.Errorf("an INFO line names an actor: %v", l)
+		}
+	}
 }

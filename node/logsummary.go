@@ -37,6 +37,8 @@ type observability struct {
 	runs map[string]map[string]prometheus.Counter
 	// Since the last summary.
 	fired, failed, deadLettered, errored atomic.Int64
+	// takeovers is the holds' Takeovers count at the last summary.
+	takeovers int64
 }
 
 // registerObservability registers the HTTP metrics and the runs by class.
@@ -115,9 +117,16 @@ func (n *Node) summarize(ctx context.Context, log hclog.Logger, every time.Durat
 
 func (n *Node) logSummary(log hclog.Logger, every time.Duration) {
 	o := &n.obs
-	counts := []int64{o.fired.Swap(0), o.failed.Swap(0), o.deadLettered.Swap(0), o.errored.Swap(0)}
+	var takenOver int64
+	if n.holds != nil {
+		// Each takeover is a DEBUG line (a dead node's backlog is
+		// thousands): the summary counts them.
+		now := n.holds.Stats().Takeovers
+		takenOver, o.takeovers = now-o.takeovers, now
+	}
+	counts := []int64{o.fired.Swap(0), o.failed.Swap(0), o.deadLettered.Swap(0), o.errored.Swap(0), takenOver}
 	if !slices.ContainsFunc(counts, func(c int64) bool { return c != 0 }) {
 		return
 	}
-	log.Info("alarms in the last "+every.String(), "fired", counts[0], "failed", counts[1], "dead_lettered", counts[2], "delivery_errors", counts[3])
+	log.Info("alarms in the last "+every.String(), "fired", counts[0], "failed", counts[1], "dead_lettered", counts[2], "delivery_errors", counts[3], "taken_over", counts[4])
 }
