@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
-
 	"github.com/wasmkeep/alarms/internal/clusterproc"
+	"github.com/wasmkeep/alarms/internal/s3test"
 )
 
 // swDefaults are the design's timings: lease 10 s (margin 1 s), grace 2 s,
@@ -283,13 +283,13 @@ const fsProbeFiles = 4000
 func fsCreateCost(tb testing.TB, n int) float64 {
 	dir := tb.TempDir()
 	data := make([]byte, 4096)
-	start := procCPU(os.Getpid())
+	start := s3test.ProcessCPU(os.Getpid())
 	for i := range n {
 		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(i)), data, 0o644); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	return (procCPU(os.Getpid()) - start) / float64(n)
+	return (s3test.ProcessCPU(os.Getpid()) - start) / float64(n)
 }
 
 // ceilingActors is how many actors of its own each survivor fires for
@@ -329,7 +329,7 @@ func startCPU(nodes []*clusterproc.Node, s3Pid int) cpuMark {
 		m.nodes = append(m.nodes, n.Pid())
 	}
 	for _, p := range append(m.nodes, s3Pid) {
-		m.at = append(m.at, procCPU(p))
+		m.at = append(m.at, s3test.ProcessCPU(p))
 	}
 	return m
 }
@@ -338,32 +338,9 @@ func startCPU(nodes []*clusterproc.Node, s3Pid int) cpuMark {
 // since m.
 func (m cpuMark) since() (nodes, s3 float64) {
 	for i, p := range m.nodes {
-		nodes += procCPU(p) - m.at[i]
+		nodes += s3test.ProcessCPU(p) - m.at[i]
 	}
-	return nodes, procCPU(m.s3) - m.at[len(m.nodes)]
-}
-
-// procCPU is the user and system CPU time, in seconds, process pid has
-// spent (its /proc stat; 0 where that cannot be read).
-func procCPU(pid int) float64 {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The fields after the command's closing parenthesis: state is the
-	// first (field 3), utime and stime are fields 14 and 15, in ticks of
-	// 1/100 s (USER_HZ on Linux).
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100
+	return nodes, s3test.ProcessCPU(m.s3) - m.at[len(m.nodes)]
 }
 
 // survivorCounts sums the survivors' counters that drainCost reads.

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -184,6 +185,93 @@ func BenchmarkPayloadHash(b *testing.B) {
 				sum := sha256.Sum256(body)
 				_ = hex.EncodeToString(sum[:])
 			}
+		})
+	}
+}
+
+// BenchmarkS3ServerCPU measures the S3 server's CPU per request
+// (server-cpu-us/op, from its /proc stat; versitygw started by s3test)
+// and the client's (client-cpu-us/op), one request at a time, for each
+// kind a takeover and a firing send: the ownership record's GET (300
+// bytes) and its conditional PUT (If-Match, a take's fence), a small
+// actor's snapshot (24 KiB) read, written as a new hold's first upload
+// (If-None-Match, a new key) and written over (If-Match, a firing's
+// upload). An orphan's takeover is the two GETs and the two PUTs; a
+// firing of an open actor, the overwrite (docs/benchmarks.md#drain-bound).
+//
+//	go test ./bucket/s3 -run '^$' -bench S3ServerCPU -benchtime 3000x
+func BenchmarkS3ServerCPU(b *testing.B) {
+	srv := s3test.Start(b)
+	if srv.Pid == 0 {
+		b.Skip("the S3 server is not a local process (AWS_ENDPOINT_URL): its CPU cannot be read")
+	}
+	ctx := context.Background()
+	c := srv.Bucket
+	const record, snapshot = 300, 24 << 10
+	get := func(key string, size int) func(b *testing.B) func(int) error {
+		return func(b *testing.B) func(int) error {
+			if _, err := c.Put(ctx, key, make([]byte, size), bucket.Cond{}); err != nil {
+				b.Fatal(err)
+			}
+			return func(int) error {
+				body, _, err := c.Get(ctx, key)
+				if err == nil && len(body) != size {
+					err = fmt.Errorf("read %d bytes of %d", len(body), size)
+				}
+				return err
+			}
+		}
+	}
+	overwrite := func(key string, size int) func(b *testing.B) func(int) error {
+		return func(b *testing.B) func(int) error {
+			body := make([]byte, size)
+			etag, err := c.Put(ctx, key, body, bucket.Cond{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func(i int) error {
+				// Each write differs from the one before, as a fence's
+				// generation or an upload's pages do.
+				body[i%size]++
+				etag, err = c.Put(ctx, key, body, bucket.Cond{IfMatch: etag})
+				return err
+			}
+		}
+	}
+	runs := 0 // b.Run runs a kind more than once: new keys each time
+	create := func(b *testing.B) func(int) error {
+		runs++
+		prefix := fmt.Sprintf("cpu/new/%d/", runs)
+		body := make([]byte, snapshot)
+		return func(i int) error {
+			_, err := c.Put(ctx, prefix+strconv.Itoa(i), body, bucket.Cond{IfNoneMatch: true})
+			return err
+		}
+	}
+	for _, k := range []struct {
+		name string
+		// setup, run with the timer stopped, makes what the kind needs
+		// and returns its request i.
+		setup func(b *testing.B) func(int) error
+	}{
+		{"get-record", get("cpu/record", record)},
+		{"get-snapshot", get("cpu/snapshot", snapshot)},
+		{"put-record-if-match", overwrite("cpu/fence", record)},
+		{"put-snapshot-if-none-match", create},
+		{"put-snapshot-if-match", overwrite("cpu/upload", snapshot)},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			op := k.setup(b)
+			s0, c0 := s3test.ProcessCPU(srv.Pid), processCPU(b)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := op(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric((s3test.ProcessCPU(srv.Pid)-s0)*1e6/float64(b.N), "server-cpu-us/op")
+			b.ReportMetric(float64((processCPU(b)-c0).Microseconds())/float64(b.N), "client-cpu-us/op")
 		})
 	}
 }
