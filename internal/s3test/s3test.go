@@ -1,7 +1,8 @@
 // Package s3test gives tests a real S3 server: the one named by
 // AWS_ENDPOINT_URL if set, otherwise a versitygw process started on
-// 127.0.0.1 with a posix backend in a temporary directory, shared by every
-// test of the process. Each Start call gets a fresh, uniquely named bucket.
+// 127.0.0.1 with a posix backend in a temporary directory (under
+// WASMKEEP_S3TEST_DIR if set, else the system's), shared by every test of
+// the process. Each Start call gets a fresh, uniquely named bucket.
 //
 // A package that uses Start should stop the shared server when its tests end:
 //
@@ -197,7 +198,9 @@ func startShared() (*shared, error) {
 			external: true,
 		}, nil
 	}
-	dir, err := os.MkdirTemp("", "s3test-versitygw-")
+	// A benchmark can keep the server's files apart from the nodes'
+	// (TMPDIR): on another file system, or another directory of one.
+	dir, err := os.MkdirTemp(os.Getenv("WASMKEEP_S3TEST_DIR"), "s3test-versitygw-")
 	if err != nil {
 		return nil, fmt.Errorf("versitygw: temp dir: %w", err)
 	}
