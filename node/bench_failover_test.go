@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/internal/clusterproc"
 	"github.com/wasmkeep/alarms/internal/s3test"
 )
@@ -66,7 +67,12 @@ var swDefaults = swTimings{ttl: 10 * time.Second, margin: time.Second, grace: 2 
 //     ceiling-cpu/free-take-cpu, the same with the survivors' CPU per
 //     drained alarm put at a ceiling firing's (a take that cost them
 //     nothing): the bound the S3 server's CPU for a takeover's requests
-//     sets on drain/ceiling while it shares the nodes' cores.
+//     sets on drain/ceiling while it shares the nodes' cores;
+//     ceiling-cpu/least-take-cpu, the same were a drained alarm to cost a
+//     ceiling firing and only the requests no takeover can do without
+//     (the snapshot's GET and the fence's PUT, both sides of them,
+//     measured on the run's S3 server before the ceiling's rounds):
+//     the machine's own bound on drain/ceiling.
 //     -failover.node-flags passes more keepnode flags to every node.
 //
 // Each at the design's defaults (lease 10 s, margin 1 s, grace 2 s, sweep
@@ -185,6 +191,14 @@ func benchFailover(b *testing.B, timings swTimings, actors int, spread time.Dura
 			if freeTake := ceilNode + cost.s3CPU/max(cost.fired, 1); freeTake > 0 {
 				b.ReportMetric((ceilNode+ceilS3)/freeTake, "ceiling-cpu/free-take-cpu")
 			}
+			// Were an orphan to cost a firing and only the requests no
+			// takeover can do without (the snapshot's read, the fence),
+			// both sides of them measured on this run's S3 server: the
+			// machine's own bound on drain/ceiling.
+			if cost.leastTake > 0 {
+				ceil := ceilNode + ceilS3
+				b.ReportMetric(ceil/(ceil+cost.leastTake/float64(b.N)), "ceiling-cpu/least-take-cpu")
+			}
 		}
 		if cost.fsCreate > 0 {
 			b.ReportMetric(cost.fsCreate*1e6/float64(b.N), "fs-create-us/file")
@@ -237,6 +251,10 @@ type drainCost struct {
 	requests, lists, relists, stale, fired, ceiling, start, busy float64
 	nodeCPU, s3CPU, ceilingNodeCPU, ceilingS3CPU, fsCreate       float64
 	ceilingAfter                                                 float64
+	// leastTake is the CPU (the S3 server's and the client's, seconds)
+	// of the least a takeover must add to a firing: the snapshot's GET
+	// and the fence's conditional PUT (takeRequestsCost).
+	leastTake float64
 	// ownLate is the lateness of the survivors' own alarms during the
 	// drain (armOwn).
 	ownLate []time.Duration
@@ -292,6 +310,42 @@ func fsCreateCost(tb testing.TB, n int) float64 {
 	return (s3test.ProcessCPU(os.Getpid()) - start) / float64(n)
 }
 
+// takeProbePairs is how many snapshot GETs and fence PUTs
+// takeRequestsCost sends.
+const takeProbePairs = 1000
+
+// takeRequestsCost sends n pairs of the requests a takeover cannot do
+// without on top of a firing (a 24 KiB snapshot's GET, a 300-byte
+// record's PUT If-Match: the fence) to the run's S3 server, one at a time
+// from this process, before the ceiling's rounds, and returns the
+// CPU seconds a pair cost the server and this process (the node's client,
+// the same code) together; 0 where the server's CPU cannot be read.
+func takeRequestsCost(tb testing.TB, ctx context.Context, srv *s3test.Server, n int) float64 {
+	if srv.Pid == 0 {
+		return 0
+	}
+	c := srv.Bucket
+	if _, err := c.Put(ctx, "probe/snapshot", make([]byte, 24<<10), bucket.Cond{}); err != nil {
+		tb.Fatal(err)
+	}
+	record := make([]byte, 300)
+	etag, err := c.Put(ctx, "probe/record", record, bucket.Cond{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s0, c0 := s3test.ProcessCPU(srv.Pid), s3test.ProcessCPU(os.Getpid())
+	for i := range n {
+		if _, _, err := c.Get(ctx, "probe/snapshot"); err != nil {
+			tb.Fatal(err)
+		}
+		record[i%len(record)]++
+		if etag, err = c.Put(ctx, "probe/record", record, bucket.Cond{IfMatch: etag}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return (s3test.ProcessCPU(srv.Pid) - s0 + s3test.ProcessCPU(os.Getpid()) - c0) / float64(n)
+}
+
 // ceilingActors is how many actors of its own each survivor fires for
 // drainCost.ceiling: within the default residency budget.
 const ceilingActors = 256
@@ -311,6 +365,7 @@ func (c *drainCost) add(o drainCost) {
 	c.ceilingNodeCPU += o.ceilingNodeCPU
 	c.ceilingS3CPU += o.ceilingS3CPU
 	c.fsCreate += o.fsCreate
+	c.leastTake += o.leastTake
 	c.ownLate = append(c.ownLate, o.ownLate...)
 }
 
@@ -385,6 +440,7 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	}()
 	victim := nodes[0]
 	fsCreate := fsCreateCost(b, fsProbeFiles)
+	leastTake := takeRequestsCost(b, ctx, srv, takeProbePairs)
 	var ceiling, ceilingNodeCPU, ceilingS3CPU float64
 	if spread == 0 {
 		ceiling, ceilingNodeCPU, ceilingS3CPU = ceilingRate(b, ctx, rec, "before the arming", nodes[1:], srv.Pid)
@@ -417,6 +473,7 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 		relists: after.relists - before.relists, stale: after.stale - before.stale, fired: float64(len(out.first))}
 	cost.nodeCPU, cost.s3CPU = cpu.since()
 	cost.fsCreate = fsCreate
+	cost.leastTake = leastTake
 	if own != nil {
 		o := swCollect(rec, "", own, base.Add(ownActors*ownEvery+time.Minute))
 		if len(o.lost) > 0 {
