@@ -440,9 +440,10 @@ func failoverRun(b *testing.B, timings swTimings, actors int, spread time.Durati
 	}()
 	victim := nodes[0]
 	fsCreate := fsCreateCost(b, fsProbeFiles)
-	leastTake := takeRequestsCost(b, ctx, srv, takeProbePairs)
-	var ceiling, ceilingNodeCPU, ceilingS3CPU float64
+	var ceiling, ceilingNodeCPU, ceilingS3CPU, leastTake float64
 	if spread == 0 {
+		// Only a drain reports the bounds these two make.
+		leastTake = takeRequestsCost(b, ctx, srv, takeProbePairs)
 		ceiling, ceilingNodeCPU, ceilingS3CPU = ceilingRate(b, ctx, rec, "before the arming", nodes[1:], srv.Pid)
 	}
 	// The first alarm is due a lease period after the kill at the earliest.
