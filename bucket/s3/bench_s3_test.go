@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/alarms/abi"
+	"github.com/wasmkeep/alarms/alarmindex"
 	"github.com/wasmkeep/alarms/bucket"
 	"github.com/wasmkeep/alarms/bucket/s3"
 	"github.com/wasmkeep/alarms/internal/s3test"
@@ -259,6 +261,99 @@ func BenchmarkS3ServerCPU(b *testing.B) {
 		{"put-record-if-match", overwrite("cpu/fence", record)},
 		{"put-snapshot-if-none-match", create},
 		{"put-snapshot-if-match", overwrite("cpu/upload", snapshot)},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			op := k.setup(b)
+			s0, c0 := s3test.ProcessCPU(srv.Pid), processCPU(b)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := op(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric((s3test.ProcessCPU(srv.Pid)-s0)*1e6/float64(b.N), "server-cpu-us/op")
+			b.ReportMetric(float64((processCPU(b)-c0).Microseconds())/float64(b.N), "client-cpu-us/op")
+		})
+	}
+}
+
+// BenchmarkS3ServerCPUIndex measures, as BenchmarkS3ServerCPU does, the
+// S3 server's CPU and the client's for the alarm index's own requests:
+// writing one entry (an empty object under a new key, as a firing that
+// sets its next alarm writes), one multi-object delete of 16 entries (a
+// drain's batches carry about that many) and one sweep's page (a LIST of
+// 256 keys under a tenant's prefix holding 10,000 entries, a dead node's
+// backlog). The keys are the index's own (alarmindex.Key). These are the
+// rest of a versitygw's CPU for a drained alarm besides the snapshot's and
+// the ownership record's requests (docs/benchmarks.md#takeover-requests).
+//
+//	go test ./bucket/s3 -run '^$' -bench S3ServerCPUIndex -benchtime 200x
+func BenchmarkS3ServerCPUIndex(b *testing.B) {
+	srv := s3test.Start(b)
+	if srv.Pid == 0 {
+		b.Skip("the S3 server is not a local process (AWS_ENDPOINT_URL): its CPU cannot be read")
+	}
+	ctx := context.Background()
+	c := srv.Bucket
+	const due = int64(1_796_522_596_068)
+	made := 0 // entries made so far: each is new
+	entries := func(tenant string, n int) []string {
+		keys := make([]string, n)
+		for i := range keys {
+			made++
+			// 40 actors due at each millisecond, as a backlog armed
+			// in a burst leaves them.
+			a := abi.ActorID{Tenant: tenant, Class: "oneshot", Name: fmt.Sprintf("actor-%08d", made)}
+			keys[i] = alarmindex.Key{Actor: a, DueMs: due + int64(made/40), Tag: alarmindex.Tag{Generation: 1, Nonce: strconv.FormatInt(int64(made), 16)}}.String()
+		}
+		return keys
+	}
+	put := func(b *testing.B, keys []string) {
+		for _, k := range keys {
+			if _, err := c.Put(ctx, k, nil, bucket.Cond{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	const page, backlog, batch = 256, 10000, 16
+	var listed []string // the backlog, made once
+	for _, k := range []struct {
+		name  string
+		setup func(b *testing.B) func(int) error
+	}{
+		{"put-index-entry", func(b *testing.B) func(int) error {
+			keys := entries("put", b.N)
+			return func(i int) error {
+				_, err := c.Put(ctx, keys[i], nil, bucket.Cond{})
+				return err
+			}
+		}},
+		{fmt.Sprintf("delete-%d-index-entries", batch), func(b *testing.B) func(int) error {
+			keys := entries("delete", b.N*batch)
+			put(b, keys)
+			return func(i int) error {
+				deleted, err := c.DeleteBatch(ctx, keys[i*batch:(i+1)*batch])
+				if err == nil && len(deleted) != batch {
+					err = fmt.Errorf("deleted %d keys of %d", len(deleted), batch)
+				}
+				return err
+			}
+		}},
+		{fmt.Sprintf("list-%d-of-%d-index-entries", page, backlog), func(b *testing.B) func(int) error {
+			if listed == nil {
+				listed = entries("list", backlog)
+				put(b, listed)
+			}
+			prefix := alarmindex.TenantPrefix("list")
+			return func(int) error {
+				keys, err := c.List(ctx, prefix, "", page)
+				if err == nil && (len(keys) != page || keys[0] != listed[0]) {
+					err = fmt.Errorf("listed %d keys, the first %q, want %d from %q", len(keys), keys[0], page, listed[0])
+				}
+				return err
+			}
+		}},
 	} {
 		b.Run(k.name, func(b *testing.B) {
 			op := k.setup(b)
