@@ -250,32 +250,13 @@ func BenchmarkS3ServerCPU(b *testing.B) {
 			return err
 		}
 	}
-	for _, k := range []struct {
-		name string
-		// setup, run with the timer stopped, makes what the kind needs
-		// and returns its request i.
-		setup func(b *testing.B) func(int) error
-	}{
+	runServerCPU(b, srv.Pid, []cpuKind{
 		{"get-record", get("cpu/record", record)},
 		{"get-snapshot", get("cpu/snapshot", snapshot)},
 		{"put-record-if-match", overwrite("cpu/fence", record)},
 		{"put-snapshot-if-none-match", create},
 		{"put-snapshot-if-match", overwrite("cpu/upload", snapshot)},
-	} {
-		b.Run(k.name, func(b *testing.B) {
-			op := k.setup(b)
-			s0, c0 := s3test.ProcessCPU(srv.Pid), processCPU(b)
-			b.ResetTimer()
-			for i := range b.N {
-				if err := op(i); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric((s3test.ProcessCPU(srv.Pid)-s0)*1e6/float64(b.N), "server-cpu-us/op")
-			b.ReportMetric(float64((processCPU(b)-c0).Microseconds())/float64(b.N), "client-cpu-us/op")
-		})
-	}
+	})
 }
 
 // BenchmarkS3ServerCPUIndex measures, as BenchmarkS3ServerCPU does, the
@@ -318,10 +299,7 @@ func BenchmarkS3ServerCPUIndex(b *testing.B) {
 	}
 	const page, backlog, batch = 256, 10000, 16
 	var listed []string // the backlog, made once
-	for _, k := range []struct {
-		name  string
-		setup func(b *testing.B) func(int) error
-	}{
+	runServerCPU(b, srv.Pid, []cpuKind{
 		{"put-index-entry", func(b *testing.B) func(int) error {
 			keys := entries("put", b.N)
 			return func(i int) error {
@@ -349,15 +327,29 @@ func BenchmarkS3ServerCPUIndex(b *testing.B) {
 			return func(int) error {
 				keys, err := c.List(ctx, prefix, "", page)
 				if err == nil && (len(keys) != page || keys[0] != listed[0]) {
-					err = fmt.Errorf("listed %d keys, the first %q, want %d from %q", len(keys), keys[0], page, listed[0])
+					err = fmt.Errorf("listed %d keys, want %d from %q", len(keys), page, listed[0])
 				}
 				return err
 			}
 		}},
-	} {
+	})
+}
+
+// cpuKind is one kind of request runServerCPU measures: setup, run with
+// the timer stopped, makes what the kind needs and returns its request i.
+type cpuKind struct {
+	name  string
+	setup func(b *testing.B) func(int) error
+}
+
+// runServerCPU runs each kind as a sub-benchmark of b, one request at a
+// time, and reports the S3 server's CPU (process pid) and this process's
+// per request.
+func runServerCPU(b *testing.B, pid int, kinds []cpuKind) {
+	for _, k := range kinds {
 		b.Run(k.name, func(b *testing.B) {
 			op := k.setup(b)
-			s0, c0 := s3test.ProcessCPU(srv.Pid), processCPU(b)
+			s0, c0 := s3test.ProcessCPU(pid), processCPU(b)
 			b.ResetTimer()
 			for i := range b.N {
 				if err := op(i); err != nil {
@@ -365,7 +357,7 @@ func BenchmarkS3ServerCPUIndex(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric((s3test.ProcessCPU(srv.Pid)-s0)*1e6/float64(b.N), "server-cpu-us/op")
+			b.ReportMetric((s3test.ProcessCPU(pid)-s0)*1e6/float64(b.N), "server-cpu-us/op")
 			b.ReportMetric(float64((processCPU(b)-c0).Microseconds())/float64(b.N), "client-cpu-us/op")
 		})
 	}
