@@ -203,10 +203,7 @@ func BenchmarkPayloadHash(b *testing.B) {
 //
 //	go test ./bucket/s3 -run '^$' -bench S3ServerCPU -benchtime 3000x
 func BenchmarkS3ServerCPU(b *testing.B) {
-	srv := s3test.Start(b)
-	if srv.Pid == 0 {
-		b.Skip("the S3 server is not a local process (AWS_ENDPOINT_URL): its CPU cannot be read")
-	}
+	srv := startCPUServer(b)
 	ctx := context.Background()
 	c := srv.Bucket
 	const record, snapshot = 300, 24 << 10
@@ -271,10 +268,7 @@ func BenchmarkS3ServerCPU(b *testing.B) {
 //
 //	go test ./bucket/s3 -run '^$' -bench S3ServerCPUIndex -benchtime 200x
 func BenchmarkS3ServerCPUIndex(b *testing.B) {
-	srv := s3test.Start(b)
-	if srv.Pid == 0 {
-		b.Skip("the S3 server is not a local process (AWS_ENDPOINT_URL): its CPU cannot be read")
-	}
+	srv := startCPUServer(b)
 	ctx := context.Background()
 	c := srv.Bucket
 	const due = int64(1_796_522_596_068)
@@ -361,4 +355,14 @@ func runServerCPU(b *testing.B, pid int, kinds []cpuKind) {
 			b.ReportMetric(float64((processCPU(b)-c0).Microseconds())/float64(b.N), "client-cpu-us/op")
 		})
 	}
+}
+
+// startCPUServer starts the tests' S3 server for a benchmark that reads
+// its CPU, and skips the benchmark when the server is not a local process.
+func startCPUServer(b *testing.B) *s3test.Server {
+	srv := s3test.Start(b)
+	if srv.Pid == 0 {
+		b.Skip("the S3 server is not a local process (AWS_ENDPOINT_URL): its CPU cannot be read")
+	}
+	return srv
 }
